@@ -1,0 +1,83 @@
+//! Query cancellation around the data path: each client registers the key it was given, points
+//! it at the server it is using while attached, and a CancelRequest with that key is forwarded
+//! to that server with the server's own key. Unknown keys are ignored, as PostgreSQL does.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use parking_lot::Mutex;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::server::CancelKey;
+
+/// Where a client's cancel goes right now.
+#[derive(Default)]
+pub struct CancelSlot {
+    target: Mutex<Option<CancelKey>>,
+}
+
+impl CancelSlot {
+    #[inline]
+    pub fn set(&self, key: Option<CancelKey>) {
+        *self.target.lock() = key;
+    }
+}
+
+/// Keys handed to clients → their slots.
+#[derive(Default)]
+pub struct CancelMap {
+    map: Mutex<HashMap<(i32, i32), Arc<CancelSlot>>>,
+}
+
+impl CancelMap {
+    /// Registers a client under `pid` and a fresh random secret; returns the secret.
+    pub fn register(&self, pid: i32, slot: Arc<CancelSlot>) -> i32 {
+        let mut map = self.map.lock();
+        loop {
+            let secret: i32 = rand::random();
+            if let std::collections::hash_map::Entry::Vacant(e) = map.entry((pid, secret)) {
+                e.insert(slot);
+                return secret;
+            }
+        }
+    }
+
+    pub fn unregister(&self, pid: i32, secret: i32) {
+        self.map.lock().remove(&(pid, secret));
+    }
+
+    /// Forwards a client's CancelRequest to the server it is using, if any.
+    pub async fn cancel(&self, pid: i32, secret: i32) {
+        let target = {
+            let map = self.map.lock();
+            map.get(&(pid, secret)).and_then(|s| *s.target.lock())
+        };
+        let Some(key) = target else {
+            tracing::debug!(
+                pid,
+                "cancel request with an unknown key or an idle client; ignored"
+            );
+            return;
+        };
+        if let Err(e) = send_cancel(key).await {
+            tracing::info!(server = %key.addr, error = %e, "could not forward cancel request");
+        }
+    }
+}
+
+async fn send_cancel(key: CancelKey) -> std::io::Result<()> {
+    let mut stream = TcpStream::connect(key.addr).await?;
+    let mut buf = BytesMut::with_capacity(16);
+    pgwire::encode::cancel_request(&mut buf, key.pid, key.secret);
+    stream.write_all(&buf).await?;
+    // PostgreSQL closes the connection when done; wait for that so the cancel has landed.
+    let mut sink = [0u8; 16];
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut stream, &mut sink),
+    )
+    .await;
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! Authenticating a client against its `[users]` entry: trust, md5 (salted challenge) or
+//! SCRAM-SHA-256. A failure is FATAL 28P01 and costs no server connection.
+
+use bytes::BytesMut;
+use pgwire::auth::scram::{ScramSecret, ScramServer};
+use pgwire::{encode, frontend};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::config::{AuthType, Config};
+use crate::error::{Error, Kind, Result};
+use crate::net::framed::read_message;
+
+/// Largest password or SASL message accepted during login.
+const MAX_AUTH_MESSAGE: u32 = 8192;
+
+/// Iterations used when pgcorral derives a SCRAM secret from a plaintext password.
+const SCRAM_ITERATIONS: u32 = 4096;
+
+/// The outcome of a successful login.
+pub struct Authenticated {
+    /// ClientKey recovered from a SCRAM proof (lets pgcorral log in with a verifier).
+    pub client_key: Option<[u8; 32]>,
+}
+
+fn failed(user: &str) -> Error {
+    Error::new(
+        Kind::AuthFailed,
+        format!("password authentication failed for user \"{user}\""),
+    )
+}
+
+/// Derived SCRAM secrets for plaintext passwords, so each login does not rerun PBKDF2.
+#[derive(Default)]
+pub struct SecretCache(
+    parking_lot::Mutex<std::collections::HashMap<(String, String), ScramSecret>>,
+);
+
+impl SecretCache {
+    fn get(&self, user: &str, password: &str) -> ScramSecret {
+        let key = (user.to_string(), password.to_string());
+        if let Some(s) = self.0.lock().get(&key) {
+            return s.clone();
+        }
+        let salt: [u8; 16] = rand::random();
+        let secret = ScramSecret::from_password(password, &salt, SCRAM_ITERATIONS);
+        self.0.lock().entry(key).or_insert(secret).clone()
+    }
+}
+
+/// Runs the configured method; on success AuthenticationOk has been queued in `out`.
+pub async fn authenticate(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    out: &mut BytesMut,
+    config: &Config,
+    cache: &SecretCache,
+    user: &str,
+) -> Result<Authenticated> {
+    let entry = config.users.get(user);
+    let auth_type = config.general.auth_type;
+    if auth_type == AuthType::Trust {
+        if entry.is_none() && !config.users.is_empty() {
+            return Err(Error::new(
+                Kind::UnknownUser,
+                format!("no such user: \"{user}\""),
+            ));
+        }
+        encode::auth_ok(out);
+        return Ok(Authenticated { client_key: None });
+    }
+    let password = entry.and_then(|u| u.password.as_deref());
+    let scram_secret = password.and_then(ScramSecret::parse);
+    let use_md5 = auth_type == AuthType::Md5 && scram_secret.is_none();
+    if use_md5 {
+        md5(stream, buf, out, user, password).await?;
+        return Ok(Authenticated { client_key: None });
+    }
+    let secret = match (scram_secret, password) {
+        (Some(s), _) => s,
+        (None, Some(p)) if pgwire::auth::md5::is_stored_hash(p) => return Err(Error::new(
+            Kind::AuthFailed,
+            format!(
+                "user \"{user}\" has an md5 password; SCRAM authentication is impossible with it"
+            ),
+        )),
+        (None, Some(p)) => cache.get(user, p),
+        // Unknown user: run the exchange against a throwaway secret so the failure looks the same.
+        (None, None) => {
+            ScramSecret::from_password(&rand::random::<u64>().to_string(), &[0; 16], 16)
+        }
+    };
+    let key = scram(stream, buf, out, user, secret).await?;
+    if entry.is_none() {
+        return Err(failed(user));
+    }
+    Ok(Authenticated {
+        client_key: Some(key),
+    })
+}
+
+async fn send(stream: &mut TcpStream, out: &mut BytesMut) -> Result<()> {
+    stream
+        .write_all(out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    out.clear();
+    Ok(())
+}
+
+async fn read_password(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<BytesMut> {
+    match read_message(stream, buf, MAX_AUTH_MESSAGE).await {
+        Ok((frontend::PASSWORD, body)) => Ok(body),
+        Ok((tag, _)) => Err(Error::new(
+            Kind::ClientProtocol,
+            format!(
+                "expected a password response, got message type {}",
+                tag as char
+            ),
+        )),
+        Err(e) => Err(Error::with_source(Kind::ClientIo, "reading password", e)),
+    }
+}
+
+async fn md5(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    out: &mut BytesMut,
+    user: &str,
+    password: Option<&str>,
+) -> Result<()> {
+    let salt: [u8; 4] = rand::random();
+    encode::auth_md5(out, salt);
+    send(stream, out).await?;
+    let body = read_password(stream, buf).await?;
+    let response = pgwire::frontend::query_text(&body).unwrap_or("");
+    let stored = match password {
+        Some(p) if pgwire::auth::md5::is_stored_hash(p) => p.to_string(),
+        Some(p) => pgwire::auth::md5::stored_hash(user, p),
+        None => return Err(failed(user)),
+    };
+    if !pgwire::auth::md5::verify(&stored, salt, response) {
+        return Err(failed(user));
+    }
+    encode::auth_ok(out);
+    Ok(())
+}
+
+async fn scram(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    out: &mut BytesMut,
+    user: &str,
+    secret: ScramSecret,
+) -> Result<[u8; 32]> {
+    let mut server = ScramServer::new(secret);
+    encode::auth_sasl(out, &["SCRAM-SHA-256"]);
+    send(stream, out).await?;
+
+    // SASLInitialResponse: mechanism name, Int32 length, data.
+    let body = read_password(stream, buf).await?;
+    let malformed = || Error::new(Kind::ClientProtocol, "malformed SASLInitialResponse");
+    let nul = body.iter().position(|&b| b == 0).ok_or_else(malformed)?;
+    if &body[..nul] != b"SCRAM-SHA-256" {
+        return Err(Error::new(
+            Kind::ClientProtocol,
+            "client selected an invalid SASL authentication mechanism",
+        ));
+    }
+    let data = body.get(nul + 5..).ok_or_else(malformed)?;
+    let first = server
+        .client_first(data)
+        .map_err(|e| Error::with_source(Kind::ClientProtocol, "SCRAM client-first-message", e))?;
+    encode::auth_sasl_continue(out, &first);
+    send(stream, out).await?;
+
+    let body = read_password(stream, buf).await?;
+    let outcome = server.client_final(&body).map_err(|e| match e {
+        pgwire::auth::scram::ScramError::BadProof => failed(user),
+        e => Error::with_source(Kind::ClientProtocol, "SCRAM client-final-message", e),
+    })?;
+    encode::auth_sasl_final(out, &outcome.server_final);
+    encode::auth_ok(out);
+    Ok(outcome.client_key)
+}

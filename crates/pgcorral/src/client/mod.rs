@@ -1,0 +1,328 @@
+//! One client's life: startup and login, then the loop that waits for a request, checks out a
+//! server (transaction/statement mode) or keeps one (session mode), relays, and releases.
+
+pub mod auth;
+pub mod startup;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use pgwire::backend::TxStatus;
+use pgwire::frontend::{self, Kind as FeKind};
+use pgwire::{encode, sqlstate, Header};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::cancel::CancelSlot;
+use crate::config::PoolMode;
+use crate::error::{Error, Kind, Result};
+use crate::pool::{Checkout, Pool};
+use crate::relay::{self, Outcome};
+use crate::services::Services;
+use startup::Opening;
+
+/// How long a client may take from connecting to finishing login.
+const LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The client's socket and what has been read from it but not yet forwarded.
+pub struct ClientConn {
+    pub stream: TcpStream,
+    pub buf: BytesMut,
+    /// Bytes of a message body still to pass through unparsed.
+    pub pass: usize,
+    /// Largest message accepted from this client.
+    pub max_len: u32,
+}
+
+/// Serves one accepted connection to its end; errors are reported to the client and logged.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services) {
+    let count = services.admit_client();
+    let mut client = ClientConn {
+        stream,
+        buf: BytesMut::new(),
+        pass: 0,
+        max_len: services.config.load().general.max_packet_size,
+    };
+    let opening = match tokio::time::timeout(
+        LOGIN_TIMEOUT,
+        startup::open(&mut client.stream, &mut client.buf),
+    )
+    .await
+    {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return fail(&mut client, &peer, e).await,
+        Err(_) => {
+            let e = Error::new(
+                Kind::ClientProtocol,
+                "client_login_timeout: startup took too long",
+            );
+            return fail(&mut client, &peer, e).await;
+        }
+    };
+    let (minor, params) = match opening {
+        Opening::Closed => return,
+        Opening::Cancel { pid, secret } => return services.cancel.cancel(pid, secret).await,
+        Opening::Session { minor, params } => (minor, params),
+    };
+    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let Some(user) = get("user").filter(|u| !u.is_empty()).map(str::to_string) else {
+        let e = Error::new(
+            Kind::UnknownUser,
+            "no PostgreSQL user name specified in startup packet",
+        );
+        return fail(&mut client, &peer, e).await;
+    };
+    let database = get("database")
+        .filter(|d| !d.is_empty())
+        .unwrap_or(&user)
+        .to_string();
+    if count.over_limit {
+        let e = Error::new(
+            Kind::TooManyClients,
+            "no more connections allowed (max_client_conn)",
+        );
+        return fail(&mut client, &peer, e).await;
+    }
+    if services.shutdown.is_cancelled() {
+        let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
+        return fail(&mut client, &peer, e).await;
+    }
+    let login = tokio::time::timeout(
+        LOGIN_TIMEOUT,
+        login(&mut client, &services, &user, &database, minor, &params),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(Error::new(
+            Kind::ClientProtocol,
+            "client_login_timeout: login took too long",
+        ))
+    });
+    let (pool, session_server, slot, pid, secret) = match login {
+        Ok(l) => l,
+        Err(e) => return fail(&mut client, &peer, e).await,
+    };
+    tracing::info!(%peer, %user, %database, "client logged in");
+    let mode = pool.settings().mode;
+    let result = run(&mut client, &services, &pool, session_server, &slot, mode).await;
+    services.cancel.unregister(pid, secret);
+    match result {
+        Ok(reason) => tracing::info!(%peer, %user, %database, reason, "client disconnected"),
+        Err(e) => {
+            tracing::info!(%peer, %user, %database, error = %e, "client disconnected");
+            let mut out = BytesMut::new();
+            e.write_response(&mut out, "FATAL");
+            let _ = client.stream.write_all(&out).await;
+        }
+    }
+    drop(count);
+}
+
+/// Reports a startup/login failure as FATAL and logs it.
+async fn fail(client: &mut ClientConn, peer: &SocketAddr, e: Error) {
+    tracing::info!(%peer, error = %e, sqlstate = e.sqlstate(), "client login failed");
+    let mut out = BytesMut::new();
+    e.write_response(&mut out, "FATAL");
+    let _ = client.stream.write_all(&out).await;
+}
+
+type Login = (Pool, Option<Checkout>, Arc<CancelSlot>, i32, i32);
+
+/// Authenticates, finds the pool, and sends the welcome: parameters, key, ReadyForQuery.
+async fn login(
+    client: &mut ClientConn,
+    services: &Services,
+    user: &str,
+    database: &str,
+    minor: u16,
+    params: &[(String, String)],
+) -> Result<Login> {
+    let config = services.config.load_full();
+    if database == "pgbouncer" || database == "pgcorral" {
+        return Err(Error::new(
+            Kind::NotSupported,
+            "the admin console is not available yet",
+        ));
+    }
+    let pool = services.pools.get(&config, database, user)?;
+    let mut out = BytesMut::with_capacity(512);
+    startup::negotiate(&mut out, minor, params);
+    let authed = auth::authenticate(
+        &mut client.stream,
+        &mut client.buf,
+        &mut out,
+        &config,
+        &services.scram_cache,
+        user,
+    )
+    .await?;
+    if let Some(key) = authed.client_key {
+        pool.learn_client_key(key);
+    }
+    let slot = Arc::new(CancelSlot::default());
+    let (server, pid) = if pool.settings().mode == PoolMode::Session {
+        let server = pool.checkout().await?;
+        slot.set(Some(server.key));
+        let pid = server.key.pid;
+        (Some(server), pid)
+    } else {
+        if pool.params().is_none() {
+            // Learn the server's parameters (and prove the login works) once per pool.
+            drop(pool.checkout().await?);
+        }
+        (None, rand::random::<i32>() & 0x7fff_ffff)
+    };
+    let server_params = match &server {
+        Some(s) => s.params.clone(),
+        None => pool.params().unwrap_or_default(),
+    };
+    for (k, v) in server_params.iter() {
+        encode::parameter_status(&mut out, k, v);
+    }
+    let secret = services.cancel.register(pid, slot.clone());
+    encode::backend_key_data(&mut out, pid, secret);
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    if let Err(e) = client.stream.write_all(&out).await {
+        services.cancel.unregister(pid, secret);
+        return Err(Error::with_source(Kind::ClientIo, "write", e));
+    }
+    Ok((pool, server, slot, pid, secret))
+}
+
+/// The request loop. Returns why the client left normally.
+async fn run(
+    client: &mut ClientConn,
+    services: &Services,
+    pool: &Pool,
+    mut server: Option<Checkout>,
+    slot: &CancelSlot,
+    mode: PoolMode,
+) -> Result<&'static str> {
+    let statement = mode == PoolMode::Statement;
+    loop {
+        if server.is_none() {
+            match next_request(client, services).await? {
+                Some(()) => {}
+                None => return Ok("client closed the connection"),
+            }
+            let s = pool.checkout().await?;
+            slot.set(Some(s.key));
+            server = Some(s);
+        }
+        let s = server.as_mut().expect("attached");
+        let stop_when_idle = mode != PoolMode::Session || services.shutdown.is_cancelled();
+        let outcome = relay::run(client, s, stop_when_idle, statement).await;
+        match outcome {
+            Outcome::Idle => {
+                slot.set(None);
+                server = None;
+                if mode == PoolMode::Session {
+                    return Ok("shutdown");
+                }
+            }
+            Outcome::TransactionRefused => {
+                refuse_transaction(client, server.as_mut().expect("attached")).await?;
+                slot.set(None);
+                server = None;
+            }
+            Outcome::ClientGone => {
+                slot.set(None);
+                return Ok("client closed the connection");
+            }
+            Outcome::ClientProtocol(msg) => {
+                slot.set(None);
+                return Err(Error::new(Kind::ClientProtocol, msg));
+            }
+            Outcome::ServerGone { notified } => {
+                slot.set(None);
+                drop(server.take());
+                if notified {
+                    return Ok("server closed the connection after an error");
+                }
+                return Err(Error::new(
+                    Kind::ServerIo,
+                    "server closed the connection unexpectedly",
+                ));
+            }
+        }
+    }
+}
+
+/// Waits for the first message of the next request while no server is attached. Returns
+/// `None` when the client is gone; stray COPY messages (after a failed COPY) are dropped.
+async fn next_request(client: &mut ClientConn, services: &Services) -> Result<Option<()>> {
+    loop {
+        if client.pass > 0 {
+            // Discarding the rest of a stray COPY message.
+            let n = client.pass.min(client.buf.len());
+            client.buf.advance(n);
+            client.pass -= n;
+        }
+        if client.pass == 0 {
+            match Header::parse(&client.buf, client.max_len) {
+                Err(e) => return Err(Error::new(Kind::ClientProtocol, e.to_string())),
+                Ok(Some(h)) => match frontend::kind(h.tag) {
+                    FeKind::Terminate => return Ok(None),
+                    FeKind::Copy => {
+                        client.buf.advance(pgwire::header::HEADER_LEN);
+                        client.pass = h.body_len();
+                        continue;
+                    }
+                    FeKind::Unknown => {
+                        return Err(Error::new(
+                            Kind::ClientProtocol,
+                            format!("invalid frontend message type {}", h.tag as char),
+                        ))
+                    }
+                    _ => return Ok(Some(())),
+                },
+                Ok(None) => {}
+            }
+        }
+        if client.buf.capacity() - client.buf.len() < 1024 {
+            client.buf.reserve(4096);
+        }
+        let n = tokio::select! {
+            biased;
+            r = client.stream.read_buf(&mut client.buf) => r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e))?,
+            _ = services.shutdown.cancelled() => {
+                return Err(Error::new(Kind::Shutdown, "pgcorral is shutting down"));
+            }
+        };
+        if n == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+/// Statement mode: a request opened a transaction. Roll it back, tell the client, and give it a
+/// clean ReadyForQuery in place of the one held back.
+async fn refuse_transaction(client: &mut ClientConn, server: &mut Checkout) -> Result<()> {
+    // Drop the held ReadyForQuery from the server's buffer.
+    let z = Header::parse(&server.rbuf, u32::MAX)
+        .ok()
+        .flatten()
+        .map(|h| h.total_len())
+        .unwrap_or(0);
+    let z = z.min(server.rbuf.len());
+    server.rbuf.advance(z);
+    let ok = crate::pool::rollback(server).await;
+    let mut out = BytesMut::new();
+    encode::error_response(
+        &mut out,
+        "ERROR",
+        sqlstate::FEATURE_NOT_SUPPORTED,
+        "transaction blocks are not allowed in statement pooling mode; the transaction was rolled back",
+    );
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    client
+        .stream
+        .write_all(&out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    if !ok {
+        server.state.broken = true;
+    }
+    Ok(())
+}

@@ -1,0 +1,335 @@
+//! Reading a config file or the environment into a validated `Config`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::validate::{problems, validate};
+use super::{AuthType, Config, Database, General, User};
+
+/// A config that cannot be used; the message names the key at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Parses without validating; serde's messages name the key and line.
+fn parse(s: &str) -> Result<Config, ConfigError> {
+    toml::from_str(s).map_err(|e| ConfigError(e.to_string()))
+}
+
+/// Parses and validates a config file's text.
+pub fn from_toml_str(s: &str) -> Result<Config, ConfigError> {
+    let cfg = parse(s)?;
+    validate(&cfg)?;
+    Ok(cfg)
+}
+
+/// Reads, parses and validates `path`; every message starts with the path.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("cannot read {shown}: {e}")))?;
+    let cfg = parse(&text).map_err(|e| ConfigError(format!("{shown}: {e}")))?;
+    let found = problems(&cfg);
+    if found.is_empty() {
+        Ok(cfg)
+    } else {
+        let lines: Vec<String> = found.iter().map(|p| format!("{shown}: {p}")).collect();
+        Err(ConfigError(lines.join("\n")))
+    }
+}
+
+/// The configuration used without a file: listen on 127.0.0.1:6432, route any database name
+/// to PGHOST (default 127.0.0.1) : PGPORT (default 5432) in transaction mode.
+///
+/// Authentication: with PGPASSWORD set, clients must log in with SCRAM as PGUSER (default
+/// `postgres`) with that password, and the server login is the same user and password.
+/// Without it, `trust`: any user name is accepted and passed to the server as the login
+/// (PGUSER instead, when set) with no password, so a client gets exactly what the server's
+/// pg_hba.conf grants a loopback connection. Empty variables count as unset.
+///
+/// Call as `embedded_default(|k| std::env::var(k).ok())`.
+pub fn embedded_default(env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    let var = |k: &str| env(k).filter(|v| !v.is_empty());
+    let host = var("PGHOST").unwrap_or_else(|| "127.0.0.1".into());
+    if host.starts_with('/') || host.starts_with('@') {
+        return Err(ConfigError(format!(
+            "PGHOST: {host:?} is a Unix-domain socket directory; pgcorral connects to servers \
+             over TCP, so set PGHOST to a host name or IP address"
+        )));
+    }
+    if host.contains(',') {
+        return Err(ConfigError(format!(
+            "PGHOST: {host:?} lists several hosts; give one, or write a config file"
+        )));
+    }
+    let port = match var("PGPORT") {
+        None => 5432,
+        Some(p) => p
+            .trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|&n| n != 0)
+            .ok_or_else(|| ConfigError(format!("PGPORT: {p:?} is not a port number (1..65535)")))?,
+    };
+    let password = var("PGPASSWORD");
+    if let Some(pw) = &password {
+        if pw.starts_with("md5") || pw.starts_with("SCRAM-SHA-256$") {
+            return Err(ConfigError(
+                "PGPASSWORD: starts with \"md5\" or \"SCRAM-SHA-256$\", which pgcorral would read \
+                 as a stored hash or verifier; the embedded default needs the plaintext password \
+                 (or write a config file)"
+                    .into(),
+            ));
+        }
+    }
+    let mut cfg = Config {
+        general: General {
+            listen_addr: "127.0.0.1".into(),
+            ..General::default()
+        },
+        users: BTreeMap::new(),
+        databases: BTreeMap::new(),
+    };
+    let server_user = match &password {
+        Some(pw) => {
+            let user = var("PGUSER").unwrap_or_else(|| "postgres".into());
+            cfg.general.auth_type = AuthType::ScramSha256;
+            let entry = User {
+                password: Some(pw.clone()),
+                ..User::default()
+            };
+            cfg.users.insert(user.clone(), entry);
+            Some(user)
+        }
+        None => {
+            cfg.general.auth_type = AuthType::Trust;
+            var("PGUSER")
+        }
+    };
+    let db = Database {
+        host,
+        port,
+        dbname: None,
+        pool_size: None,
+        pool_mode: None,
+        user: server_user,
+        password,
+    };
+    cfg.databases.insert("*".into(), db);
+    validate(&cfg).map_err(|e| ConfigError(format!("embedded default (no config file): {e}")))?;
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PoolMode;
+
+    const EXAMPLE: &str = r#"
+[general]
+listen_addr = "127.0.0.1"
+listen_port = 6432
+pool_mode = "transaction"
+default_pool_size = 20
+max_client_conn = 5000
+auth_type = "scram-sha-256"
+admin_users = ["admin"]
+workers = 0
+server_reset_query = "DISCARD ALL"
+server_connect_timeout = 5000
+shutdown_timeout = 30000
+
+[users.app]
+password = "app-secret"
+[users.admin]
+password = "admin-secret"
+
+[databases.bench]
+host = "127.0.0.1"
+port = 5432
+dbname = "bench"
+pool_size = 20
+pool_mode = "session"
+"#;
+
+    #[test]
+    fn example_parses_exactly() {
+        let cfg = from_toml_str(EXAMPLE).unwrap();
+        let general = General {
+            listen_addr: "127.0.0.1".into(),
+            listen_port: 6432,
+            pool_mode: PoolMode::Transaction,
+            default_pool_size: 20,
+            max_client_conn: 5000,
+            auth_type: AuthType::ScramSha256,
+            admin_users: vec!["admin".into()],
+            workers: 0,
+            server_reset_query: "DISCARD ALL".into(),
+            server_connect_timeout: 5000,
+            shutdown_timeout: 30000,
+            query_wait_timeout: 120_000,
+            max_packet_size: 1 << 30,
+            log_level: "info".into(),
+        };
+        let user = |pw: &str| User {
+            password: Some(pw.into()),
+            pool_size: None,
+            pool_mode: None,
+        };
+        let bench = Database {
+            host: "127.0.0.1".into(),
+            port: 5432,
+            dbname: Some("bench".into()),
+            pool_size: Some(20),
+            pool_mode: Some(PoolMode::Session),
+            user: None,
+            password: None,
+        };
+        let expected = Config {
+            general,
+            users: BTreeMap::from([
+                ("app".into(), user("app-secret")),
+                ("admin".into(), user("admin-secret")),
+            ]),
+            databases: BTreeMap::from([("bench".into(), bench)]),
+        };
+        assert_eq!(cfg, expected);
+        // Everything not in the example is at its default.
+        let defaults = General {
+            admin_users: vec!["admin".into()],
+            ..General::default()
+        };
+        assert_eq!(cfg.general, defaults);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_key_and_line() {
+        let cases = [
+            ("[general]\nlisten_adr = \"*\"\n", "listen_adr", "line 2"),
+            (
+                "[users.app]\npassword = \"x\"\npasswd = \"x\"\n",
+                "passwd",
+                "line 3",
+            ),
+            (
+                "[users.app]\npassword = \"x\"\n[databases.bench]\nhots = \"h\"\n",
+                "hots",
+                "line 4",
+            ),
+            ("[generall]\n", "generall", "line 1"),
+        ];
+        for (toml, key, line) in cases {
+            let err = from_toml_str(toml).unwrap_err().to_string();
+            assert!(err.contains(key) && err.contains(line), "{toml}: {err}");
+        }
+    }
+
+    #[test]
+    fn load_file_prefixes_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pgcorral.toml");
+        std::fs::write(&path, EXAMPLE).unwrap();
+        assert_eq!(load_file(&path).unwrap(), from_toml_str(EXAMPLE).unwrap());
+
+        std::fs::write(
+            &path,
+            "[general]\ndefault_pool_size = 0\nmax_client_conn = 0\n",
+        )
+        .unwrap();
+        let err = load_file(&path).unwrap_err().to_string();
+        let shown = path.display().to_string();
+        assert!(err.lines().all(|l| l.starts_with(&shown)), "{err}");
+        assert!(err.contains(&format!(
+            "{shown}: general.default_pool_size: must be at least 1"
+        )));
+
+        std::fs::write(&path, "[general]\nnope = 1\n").unwrap();
+        let err = load_file(&path).unwrap_err().to_string();
+        assert!(err.starts_with(&shown) && err.contains("nope"), "{err}");
+
+        let err = load_file(&dir.path().join("missing.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("cannot read ") && err.contains("missing.toml"),
+            "{err}"
+        );
+    }
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn embedded_default_without_password_is_trust_on_loopback() {
+        let cfg = embedded_default(env(&[])).unwrap();
+        assert_eq!(cfg.general.auth_type, AuthType::Trust);
+        assert_eq!(cfg.general.listen_addr, "127.0.0.1");
+        assert_eq!(cfg.general.pool_mode, PoolMode::Transaction);
+        assert!(cfg.users.is_empty());
+        let db = &cfg.databases["*"];
+        assert_eq!((db.host.as_str(), db.port), ("127.0.0.1", 5432));
+        assert_eq!((db.user.as_deref(), db.password.as_deref()), (None, None));
+        assert_eq!(cfg.databases.len(), 1);
+
+        let cfg = embedded_default(env(&[
+            ("PGHOST", "db.local"),
+            ("PGPORT", "5433"),
+            ("PGUSER", "bob"),
+        ]))
+        .unwrap();
+        let db = &cfg.databases["*"];
+        assert_eq!((db.host.as_str(), db.port), ("db.local", 5433));
+        assert_eq!(
+            (db.user.as_deref(), db.password.as_deref()),
+            (Some("bob"), None)
+        );
+        assert_eq!(cfg.general.auth_type, AuthType::Trust);
+
+        // Empty variables count as unset.
+        let cfg =
+            embedded_default(env(&[("PGHOST", ""), ("PGPASSWORD", ""), ("PGUSER", "")])).unwrap();
+        assert_eq!(cfg, embedded_default(env(&[])).unwrap());
+    }
+
+    #[test]
+    fn embedded_default_with_password_requires_scram() {
+        let cfg = embedded_default(env(&[("PGPASSWORD", "s3cret")])).unwrap();
+        assert_eq!(cfg.general.auth_type, AuthType::ScramSha256);
+        assert_eq!(cfg.general.listen_addr, "127.0.0.1");
+        assert_eq!(cfg.users.len(), 1);
+        assert_eq!(cfg.users["postgres"].password.as_deref(), Some("s3cret"));
+        let db = &cfg.databases["*"];
+        assert_eq!(
+            (db.user.as_deref(), db.password.as_deref()),
+            (Some("postgres"), Some("s3cret"))
+        );
+
+        let cfg = embedded_default(env(&[("PGPASSWORD", "pw"), ("PGUSER", "app")])).unwrap();
+        assert_eq!(cfg.users.keys().collect::<Vec<_>>(), ["app"]);
+        assert_eq!(cfg.databases["*"].user.as_deref(), Some("app"));
+
+        let err = embedded_default(env(&[("PGPASSWORD", "md5abc")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("PGPASSWORD:"), "{err}");
+    }
+
+    #[test]
+    fn embedded_default_refuses_bad_environment() {
+        for (vars, key) in [
+            (&[("PGPORT", "abc")][..], "PGPORT: \"abc\""),
+            (&[("PGPORT", "0")][..], "PGPORT:"),
+            (&[("PGPORT", "65536")][..], "PGPORT:"),
+            (&[("PGHOST", "/var/run/postgresql")][..], "PGHOST:"),
+            (&[("PGHOST", "a,b")][..], "PGHOST:"),
+        ] {
+            let err = embedded_default(env(vars)).unwrap_err().to_string();
+            assert!(err.starts_with(key), "{vars:?}: {err}");
+        }
+    }
+}

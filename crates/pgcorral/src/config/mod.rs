@@ -1,0 +1,9 @@
+//! Configuration: the TOML model, its validation, and the embedded default used without a file.
+
+mod load;
+mod model;
+mod validate;
+
+pub use load::{embedded_default, from_toml_str, load_file, ConfigError};
+pub use model::*;
+pub use validate::{validate, RESERVED_DATABASES};

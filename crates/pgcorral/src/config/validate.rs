@@ -1,0 +1,426 @@
+//! Checks a parsed `Config` for values serde accepts but pgcorral cannot use; errors name the key.
+
+use std::net::IpAddr;
+
+use pgwire::auth::{md5, scram::ScramSecret};
+
+use super::{AuthType, Config, ConfigError, Database, User};
+
+/// Database names the admin console answers to; they cannot be `[databases.NAME]` keys.
+pub const RESERVED_DATABASES: [&str; 2] = ["pgbouncer", "pgcorral"];
+
+/// Smallest and largest accepted `general.max_packet_size`.
+pub const MAX_PACKET_SIZE_RANGE: std::ops::RangeInclusive<u32> = 1024..=(1 << 30);
+
+/// Refuses `cfg` with every problem found, one per line, each starting with the key at fault.
+pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
+    let errs = problems(cfg);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError(errs.join("\n")))
+    }
+}
+
+/// Every problem in `cfg`, each starting with the key at fault; empty when it is usable.
+pub fn problems(cfg: &Config) -> Vec<String> {
+    let mut errs = Vec::new();
+    general(cfg, &mut errs);
+    for (name, user) in &cfg.users {
+        check_user(cfg.general.auth_type, name, user, &mut errs);
+    }
+    for (name, db) in &cfg.databases {
+        check_database(name, db, &mut errs);
+    }
+    errs
+}
+
+fn auth_name(auth: AuthType) -> &'static str {
+    match auth {
+        AuthType::ScramSha256 => "scram-sha-256",
+        AuthType::Md5 => "md5",
+        AuthType::Trust => "trust",
+    }
+}
+
+/// True for `"*"`, `"localhost"` or an IPv4/IPv6 address.
+pub fn listen_addr_ok(addr: &str) -> bool {
+    addr == "*" || addr == "localhost" || addr.parse::<IpAddr>().is_ok()
+}
+
+fn general(cfg: &Config, errs: &mut Vec<String>) {
+    let g = &cfg.general;
+    if !listen_addr_ok(&g.listen_addr) {
+        errs.push(format!(
+            "general.listen_addr: {:?} is not an IP address, \"*\" (all IPv4 addresses) or \"localhost\"",
+            g.listen_addr
+        ));
+    }
+    if g.default_pool_size < 1 {
+        errs.push("general.default_pool_size: must be at least 1".into());
+    }
+    if g.max_client_conn < 1 {
+        errs.push("general.max_client_conn: must be at least 1".into());
+    }
+    if !MAX_PACKET_SIZE_RANGE.contains(&g.max_packet_size) {
+        errs.push(format!(
+            "general.max_packet_size: must be {}..{} (bytes), got {}",
+            MAX_PACKET_SIZE_RANGE.start(),
+            MAX_PACKET_SIZE_RANGE.end(),
+            g.max_packet_size
+        ));
+    }
+    if g.server_connect_timeout == 0 {
+        errs.push("general.server_connect_timeout: must be greater than 0 (milliseconds)".into());
+    }
+    if g.shutdown_timeout == 0 {
+        errs.push("general.shutdown_timeout: must be greater than 0 (milliseconds)".into());
+    }
+    if g.log_level.trim().is_empty() {
+        errs.push("general.log_level: must not be empty (use \"off\" to silence logging)".into());
+    } else if let Err(e) = tracing_subscriber::EnvFilter::try_new(&g.log_level) {
+        errs.push(format!(
+            "general.log_level: {:?} is not a tracing filter ({e}); e.g. \"info\" or \"pgcorral=debug,warn\"",
+            g.log_level
+        ));
+    }
+    let auth = auth_name(g.auth_type);
+    if g.auth_type != AuthType::Trust {
+        if cfg.users.is_empty() {
+            errs.push(format!(
+                "users: auth_type = \"{auth}\" needs at least one [users.NAME] entry with a password"
+            ));
+        }
+        for admin in &g.admin_users {
+            if !cfg.users.contains_key(admin) {
+                errs.push(format!(
+                    "general.admin_users: {admin:?} is not a [users.NAME] entry (required with auth_type = \"{auth}\")"
+                ));
+            }
+        }
+    }
+}
+
+/// What a `password` value is, by its prefix.
+enum Secret<'a> {
+    Plain,
+    Md5(&'a str),
+    Scram(&'a str),
+}
+
+fn classify(password: &str) -> Secret<'_> {
+    if password.starts_with("SCRAM-SHA-256$") {
+        Secret::Scram(password)
+    } else if password.starts_with("md5") {
+        Secret::Md5(password)
+    } else {
+        Secret::Plain
+    }
+}
+
+/// Checks the form of a stored secret; `key` is e.g. `users.app.password`.
+fn check_secret_form(key: &str, password: &str, errs: &mut Vec<String>) {
+    if password.is_empty() {
+        errs.push(format!("{key}: must not be empty"));
+        return;
+    }
+    match classify(password) {
+        Secret::Plain => {}
+        Secret::Md5(h) if md5::is_stored_hash(h) => {}
+        Secret::Md5(_) => errs.push(format!(
+            "{key}: starts with \"md5\" but is not \"md5\" followed by 32 lowercase hex digits \
+             (a stored MD5 hash); a plaintext password cannot start with \"md5\""
+        )),
+        Secret::Scram(v) => {
+            if ScramSecret::parse(v).is_none() {
+                errs.push(format!(
+                    "{key}: starts with \"SCRAM-SHA-256$\" but is not a valid verifier \
+                     (SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>, base64)"
+                ));
+            }
+        }
+    }
+}
+
+fn check_user(auth: AuthType, name: &str, user: &User, errs: &mut Vec<String>) {
+    if name.is_empty() {
+        errs.push("users: a user name must not be empty".into());
+    }
+    if user.pool_size == Some(0) {
+        errs.push(format!("users.{name}.pool_size: must be at least 1"));
+    }
+    let key = format!("users.{name}.password");
+    match &user.password {
+        None if auth != AuthType::Trust => errs.push(format!(
+            "{key}: required with auth_type = \"{}\"",
+            auth_name(auth)
+        )),
+        None => {}
+        Some(pw) => {
+            check_secret_form(&key, pw, errs);
+            if auth == AuthType::ScramSha256 && md5::is_stored_hash(pw) {
+                errs.push(format!(
+                    "{key}: an md5 hash cannot verify a SCRAM login; with auth_type = \
+                     \"scram-sha-256\" give the plaintext password or a SCRAM-SHA-256 verifier"
+                ));
+            }
+        }
+    }
+}
+
+fn check_database(name: &str, db: &Database, errs: &mut Vec<String>) {
+    if name.is_empty() {
+        errs.push("databases: a database name must not be empty (use \"*\" for any name)".into());
+    }
+    if RESERVED_DATABASES.contains(&name) {
+        errs.push(format!(
+            "databases.{name}: the name {name:?} is reserved for the admin console"
+        ));
+    }
+    if db.host.trim().is_empty() {
+        errs.push(format!("databases.{name}.host: must not be empty"));
+    }
+    if db.port == 0 {
+        errs.push(format!("databases.{name}.port: must be 1..65535"));
+    }
+    if db.pool_size == Some(0) {
+        errs.push(format!("databases.{name}.pool_size: must be at least 1"));
+    }
+    if db.dbname.as_deref() == Some("") {
+        errs.push(format!("databases.{name}.dbname: must not be empty"));
+    }
+    if db.user.as_deref() == Some("") {
+        errs.push(format!("databases.{name}.user: must not be empty"));
+    }
+    if let Some(pw) = &db.password {
+        let key = format!("databases.{name}.password");
+        if matches!(classify(pw), Secret::Scram(_)) {
+            errs.push(format!(
+                "{key}: a SCRAM verifier cannot log in to a server; give the plaintext password"
+            ));
+        } else {
+            check_secret_form(&key, pw, errs);
+        }
+        if db.user.is_none() && md5::is_stored_hash(pw) {
+            errs.push(format!(
+                "{key}: an md5 hash is tied to one user name; set databases.{name}.user too"
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::from_toml_str;
+    use super::ScramSecret;
+
+    /// Asserts `toml` is refused with a message containing every one of `needles`.
+    fn refused(toml: &str, needles: &[&str]) {
+        let err = from_toml_str(toml).expect_err(toml).to_string();
+        for n in needles {
+            assert!(err.contains(n), "error {err:?} does not contain {n:?}");
+        }
+    }
+
+    const USERS: &str = "[users.app]\npassword = \"app-secret\"\n";
+
+    fn general(line: &str) -> String {
+        format!("[general]\n{line}\n{USERS}")
+    }
+
+    #[test]
+    fn bad_general_values() {
+        let cases = [
+            ("listen_addr = \"nowhere\"", "general.listen_addr:"),
+            ("listen_addr = \"\"", "general.listen_addr:"),
+            (
+                "default_pool_size = 0",
+                "general.default_pool_size: must be at least 1",
+            ),
+            (
+                "max_client_conn = 0",
+                "general.max_client_conn: must be at least 1",
+            ),
+            (
+                "max_packet_size = 1023",
+                "general.max_packet_size: must be 1024..1073741824",
+            ),
+            ("max_packet_size = 1073741825", "general.max_packet_size:"),
+            (
+                "shutdown_timeout = 0",
+                "general.shutdown_timeout: must be greater than 0",
+            ),
+            (
+                "server_connect_timeout = 0",
+                "general.server_connect_timeout:",
+            ),
+            ("log_level = \"pgcorral=loud\"", "general.log_level:"),
+            ("log_level = \"\"", "general.log_level:"),
+            ("admin_users = [\"root\"]", "general.admin_users: \"root\""),
+        ];
+        for (line, needle) in cases {
+            refused(&general(line), &[needle]);
+        }
+    }
+
+    #[test]
+    fn good_general_values() {
+        for line in [
+            "listen_addr = \"*\"",
+            "listen_addr = \"localhost\"",
+            "listen_addr = \"::1\"",
+            "listen_addr = \"0.0.0.0\"",
+            "server_reset_query = \"\"",
+            "log_level = \"pgcorral=debug,warn\"",
+            "max_packet_size = 1024",
+            "query_wait_timeout = 0",
+            "admin_users = [\"app\"]",
+        ] {
+            from_toml_str(&general(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+    }
+
+    #[test]
+    fn out_of_range_types_are_refused_by_serde_with_the_key() {
+        refused("[databases.bench]\nport = 70000\n", &["port", "line 2"]);
+        refused(
+            &general("pool_mode = \"sometimes\""),
+            &["pool_mode", "line 2"],
+        );
+        refused(&general("auth_type = \"password\""), &["auth_type"]);
+    }
+
+    #[test]
+    fn users_need_passwords_unless_trust() {
+        refused(
+            "[general]\nauth_type = \"scram-sha-256\"\n",
+            &["users: auth_type = \"scram-sha-256\" needs at least one [users.NAME] entry with a password"],
+        );
+        refused("", &["users: auth_type = \"scram-sha-256\""]);
+        refused(
+            "[general]\nauth_type = \"md5\"\n",
+            &["users: auth_type = \"md5\""],
+        );
+        refused(
+            "[general]\nauth_type = \"md5\"\n[users.app]\npool_size = 3\n",
+            &["users.app.password: required with auth_type = \"md5\""],
+        );
+        let trust =
+            from_toml_str("[general]\nauth_type = \"trust\"\nadmin_users = [\"x\"]\n[users.app]\n")
+                .unwrap();
+        assert_eq!(trust.users["app"].password, None);
+        from_toml_str("[general]\nauth_type = \"trust\"\n").unwrap();
+    }
+
+    #[test]
+    fn password_forms() {
+        let md5 = pgwire::auth::md5::stored_hash("app", "secret");
+        let user = |pw: &str, auth: &str| {
+            format!("[general]\nauth_type = \"{auth}\"\n[users.app]\npassword = \"{pw}\"\n")
+        };
+        from_toml_str(&user(&md5, "md5")).unwrap();
+        from_toml_str(&user(&md5, "trust")).unwrap();
+        refused(
+            &user(&md5, "scram-sha-256"),
+            &["users.app.password: an md5 hash"],
+        );
+        refused(
+            &user("md5nothex", "md5"),
+            &["users.app.password: starts with \"md5\""],
+        );
+        refused(
+            &user(&md5.to_uppercase().replace("MD5", "md5"), "md5"),
+            &["users.app.password:"],
+        );
+        refused(&user("", "md5"), &["users.app.password: must not be empty"]);
+        refused(
+            "[users.app]\npassword = \"x\"\npool_size = 0\n",
+            &["users.app.pool_size: must be at least 1"],
+        );
+    }
+
+    #[test]
+    fn bad_database_values() {
+        let db = |body: &str| format!("{USERS}[databases.bench]\n{body}\n");
+        refused(&db("port = 0"), &["databases.bench.port: must be 1..65535"]);
+        refused(
+            &db("host = \"\""),
+            &["databases.bench.host: must not be empty"],
+        );
+        refused(
+            &db("pool_size = 0"),
+            &["databases.bench.pool_size: must be at least 1"],
+        );
+        refused(
+            &db("dbname = \"\""),
+            &["databases.bench.dbname: must not be empty"],
+        );
+        refused(
+            &db("user = \"\""),
+            &["databases.bench.user: must not be empty"],
+        );
+        let md5 = pgwire::auth::md5::stored_hash("u", "pw");
+        refused(
+            &db(&format!("password = \"{md5}\"")),
+            &["databases.bench.password: an md5 hash is tied to one user name"],
+        );
+        from_toml_str(&db(&format!("user = \"u\"\npassword = \"{md5}\""))).unwrap();
+        from_toml_str(&db("password = \"shared\"")).unwrap();
+        refused(
+            &db("user = \"u\"\npassword = \"md5zz\""),
+            &["databases.bench.password: starts with \"md5\""],
+        );
+        refused(
+            &db("user = \"u\"\npassword = \"SCRAM-SHA-256$4096:c2FsdA==$a:b\""),
+            &["databases.bench.password: a SCRAM verifier cannot log in"],
+        );
+        for reserved in ["pgbouncer", "pgcorral"] {
+            refused(
+                &format!("{USERS}[databases.{reserved}]\n"),
+                &[&format!(
+                    "databases.{reserved}: the name \"{reserved}\" is reserved"
+                )],
+            );
+        }
+        let ok = from_toml_str(&format!(
+            "{USERS}[databases.\"*\"]\nuser = \"u\"\npassword = \"pw\"\n"
+        ))
+        .unwrap();
+        assert_eq!(ok.databases["*"].port, 5432);
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let err = from_toml_str("[general]\ndefault_pool_size = 0\nmax_client_conn = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err.lines().count(), 3, "{err}");
+    }
+
+    #[test]
+    fn scram_verifier_passwords() {
+        // A well-formed verifier: 4096 iterations, 16-byte salt, two 32-byte keys.
+        let good = "SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$\
+                    WG5d8oPm3OtcPnkdi4Uo7BkeZkBFzpcXkuLmtbsT4qY=:\
+                    wfPLwcE6nTWhTAmQ7tl2KeoiWGPlZqQxSrmfPwDl2dU=";
+        let user = |pw: &str, auth: &str| {
+            format!("[general]\nauth_type = \"{auth}\"\n[users.app]\npassword = \"{pw}\"\n")
+        };
+        let derived = ScramSecret::from_password("app-secret", b"0123456789abcdef", 4096);
+        for pw in [good, &derived.to_verifier()] {
+            for auth in ["scram-sha-256", "md5", "trust"] {
+                from_toml_str(&user(pw, auth)).unwrap_or_else(|e| panic!("{auth}: {e}"));
+            }
+        }
+        for bad in [
+            "SCRAM-SHA-256$",
+            "SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$short:short",
+            "SCRAM-SHA-256$many:W22ZaJ0SNY7soEsUEjb6gQ==$WG5d8oPm3OtcPnkdi4Uo7BkeZkBFzpcXkuLmtbsT4qY=:wfPLwcE6nTWhTAmQ7tl2KeoiWGPlZqQxSrmfPwDl2dU=",
+        ] {
+            refused(
+                &user(bad, "scram-sha-256"),
+                &["users.app.password: starts with \"SCRAM-SHA-256$\" but is not a valid verifier"],
+            );
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The pooler's error: what went wrong, whose side it was on, and how it reads to a client as an
+//! ErrorResponse (SQLSTATE chosen here, at the client edge, and nowhere else).
+
+use bytes::{Bytes, BytesMut};
+use pgwire::sqlstate;
+
+/// What went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The client broke the protocol (bad length, unknown message, oversized packet).
+    ClientProtocol,
+    /// The client's socket failed or closed.
+    ClientIo,
+    /// The client failed authentication.
+    AuthFailed,
+    /// The client named a database pgcorral does not serve.
+    UnknownDatabase,
+    /// The client's user is not allowed.
+    UnknownUser,
+    /// max_client_conn reached.
+    TooManyClients,
+    /// Could not open a server connection (refused, timed out, TLS, auth to server).
+    ServerConnect,
+    /// The server's socket failed or closed mid-use.
+    ServerIo,
+    /// The server refused us with an ErrorResponse; relayed to the client as sent.
+    ServerError,
+    /// Waited longer than query_wait_timeout for a server.
+    PoolTimeout,
+    /// pgcorral is shutting down.
+    Shutdown,
+    /// A request the current pool mode cannot serve.
+    NotSupported,
+}
+
+struct Inner {
+    kind: Kind,
+    message: String,
+    /// A server's own ErrorResponse (whole message, tag included), relayed verbatim.
+    server_error: Option<Bytes>,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// A pooler error: one pointer wide, kind + message + optional cause.
+pub struct Error(Box<Inner>);
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Error {
+        Error(Box::new(Inner {
+            kind,
+            message: message.into(),
+            server_error: None,
+            source: None,
+        }))
+    }
+
+    pub fn with_source(
+        kind: Kind,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        let mut e = Error::new(kind, message);
+        e.0.source = Some(Box::new(source));
+        e
+    }
+
+    /// A server's ErrorResponse to pass on as it was sent.
+    pub fn server(message: impl Into<String>, raw: Bytes) -> Error {
+        let mut e = Error::new(Kind::ServerError, message);
+        e.0.server_error = Some(raw);
+        e
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.0.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.0.message
+    }
+
+    /// SQLSTATE a client sees for this error.
+    pub fn sqlstate(&self) -> &'static str {
+        match self.0.kind {
+            Kind::ClientProtocol => sqlstate::PROTOCOL_VIOLATION,
+            Kind::ClientIo => sqlstate::CONNECTION_FAILURE,
+            Kind::AuthFailed => sqlstate::INVALID_PASSWORD,
+            Kind::UnknownDatabase => sqlstate::INVALID_CATALOG_NAME,
+            Kind::UnknownUser => sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            Kind::TooManyClients => sqlstate::TOO_MANY_CONNECTIONS,
+            Kind::ServerConnect => sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
+            Kind::ServerIo => sqlstate::CONNECTION_FAILURE,
+            Kind::ServerError => sqlstate::CONNECTION_FAILURE,
+            Kind::PoolTimeout => sqlstate::QUERY_CANCELED,
+            Kind::Shutdown => sqlstate::ADMIN_SHUTDOWN,
+            Kind::NotSupported => sqlstate::FEATURE_NOT_SUPPORTED,
+        }
+    }
+
+    /// Appends the ErrorResponse a client should see, with the given severity.
+    pub fn write_response(&self, buf: &mut BytesMut, severity: &str) {
+        match &self.0.server_error {
+            Some(raw) => buf.extend_from_slice(raw),
+            None => pgwire::encode::error_response(buf, severity, self.sqlstate(), &self.0.message),
+        }
+    }
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.0.kind, self)
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.message)?;
+        if let Some(src) = &self.0.source {
+            write!(f, ": {src}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

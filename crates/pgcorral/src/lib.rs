@@ -1,0 +1,21 @@
+//! pgcorral: a multi-threaded PostgreSQL connection pooler.
+//!
+//! The data path, one module per hop: [`net::listener`] accepts → [`client::startup`] and
+//! [`client::auth`] admit the client → [`client`] reads whole requests through [`net::framed`] →
+//! [`pool`] checks out a server ([`server::connect`] when a new one is needed) → [`relay`]
+//! forwards the request and streams the answer back until the server is idle → the
+//! [`pool::Checkout`] guard returns the server. Cancel requests go around it via [`cancel`].
+//! Shared state lives in one [`Services`] handle built at start and passed down; nothing is global.
+
+pub mod cancel;
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod net;
+pub mod pool;
+pub mod relay;
+pub mod server;
+pub mod services;
+
+pub use net::listener::Server;
+pub use services::Services;

@@ -1,0 +1,91 @@
+//! The `pgcorral` binary: command line, logging, the runtime, and signals → graceful shutdown.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// A multi-threaded PostgreSQL connection pooler.
+///
+/// Without --config, pgcorral listens on 127.0.0.1:6432 and serves any database of the
+/// PostgreSQL server at PGHOST:PGPORT (default 127.0.0.1:5432) in transaction mode.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about)]
+struct Cli {
+    /// Configuration file (TOML); see docs/configuration.md.
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Validate the configuration and exit: 0 when it is valid, 1 when it is not.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match &cli.config {
+        Some(path) => pgcorral::config::load_file(path),
+        None => pgcorral::config::embedded_default(|k| std::env::var(k).ok()),
+    };
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("pgcorral: invalid configuration: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if cli.check {
+        println!("configuration is valid");
+        return ExitCode::SUCCESS;
+    }
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.general.log_level.clone());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .init();
+
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if config.general.workers > 0 {
+        rt.worker_threads(config.general.workers);
+    }
+    let rt = match rt.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("pgcorral: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let server = match pgcorral::Server::bind(config).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen");
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(addr = %server.local_addr(), "listening on {}", server.local_addr());
+        let shutdown = server.services().shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("received shutdown signal");
+            shutdown.cancel();
+        });
+        server.run().await;
+        tracing::info!("stopped");
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

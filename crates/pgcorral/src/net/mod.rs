@@ -1,0 +1,4 @@
+//! Sockets: accepting clients and reading whole messages off a stream.
+
+pub mod framed;
+pub mod listener;

@@ -1,0 +1,166 @@
+//! The checkout guard: a server lent to one client. Dropping it returns the server by the release
+//! policy: idle and clean goes straight back; an open transaction is rolled back and a
+//! session-mode server is reset first (in a background task); anything uncertain is closed.
+
+use std::ops::{Deref, DerefMut};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use pgwire::backend::{self, TxStatus};
+use tokio::io::AsyncWriteExt;
+
+use super::Pool;
+use crate::config::PoolMode;
+use crate::net::framed::read_message;
+use crate::server::ServerConn;
+
+/// How long a background rollback or reset may take before the server is closed instead.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Checkout {
+    server: Option<ServerConn>,
+    pool: Pool,
+}
+
+/// What a released server needs before it can serve someone else.
+enum Release {
+    Ready,
+    Clean { rollback: bool, reset: bool },
+    Close(&'static str),
+}
+
+impl Checkout {
+    pub(super) fn new(server: ServerConn, pool: Pool) -> Checkout {
+        Checkout {
+            server: Some(server),
+            pool,
+        }
+    }
+
+    pub(super) fn take(&mut self) -> ServerConn {
+        self.server.take().expect("checkout holds a server")
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    fn policy(&self, server: &ServerConn) -> Release {
+        let s = &server.state;
+        if s.broken {
+            return Release::Close("broken");
+        }
+        if s.pending > 0 || s.unsynced || server.pass > 0 {
+            return Release::Close("released with a request in flight");
+        }
+        let reset = self.pool.settings().mode == PoolMode::Session
+            && !self.pool.settings().reset_query.is_empty();
+        let rollback = s.tx != TxStatus::Idle;
+        if rollback || reset {
+            Release::Clean { rollback, reset }
+        } else {
+            Release::Ready
+        }
+    }
+}
+
+impl Deref for Checkout {
+    type Target = ServerConn;
+    fn deref(&self) -> &ServerConn {
+        self.server.as_ref().expect("checkout holds a server")
+    }
+}
+
+impl DerefMut for Checkout {
+    fn deref_mut(&mut self) -> &mut ServerConn {
+        self.server.as_mut().expect("checkout holds a server")
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        let Some(server) = self.server.take() else {
+            return;
+        };
+        match self.policy(&server) {
+            Release::Ready => self.pool.checkin(server),
+            Release::Close(why) => {
+                tracing::debug!(pid = server.key.pid, why, "closing server connection");
+                drop(server);
+                self.pool.release_slot();
+            }
+            Release::Clean { rollback, reset } => {
+                let pool = self.pool.clone();
+                match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => {
+                        rt.spawn(async move {
+                            let mut server = server;
+                            let ok = tokio::time::timeout(
+                                CLEANUP_TIMEOUT,
+                                clean(
+                                    &mut server,
+                                    rollback,
+                                    reset.then(|| pool.settings().reset_query.clone()),
+                                ),
+                            )
+                            .await
+                            .unwrap_or(false);
+                            if ok {
+                                pool.checkin(server);
+                            } else {
+                                tracing::info!(
+                                    pid = server.key.pid,
+                                    "server reset failed; closing it"
+                                );
+                                drop(server);
+                                pool.release_slot();
+                            }
+                        });
+                    }
+                    Err(_) => {
+                        drop(server);
+                        pool.release_slot();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Rolls back and/or runs the reset query; true when the server ends idle and healthy.
+pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option<String>) -> bool {
+    let mut out = BytesMut::new();
+    let mut expect = 0;
+    if rollback {
+        pgwire::encode::query(&mut out, "ROLLBACK");
+        expect += 1;
+    }
+    if let Some(q) = &reset {
+        pgwire::encode::query(&mut out, q);
+        expect += 1;
+    }
+    if server.stream.write_all(&out).await.is_err() {
+        return false;
+    }
+    let mut last = None;
+    while expect > 0 {
+        match read_message(&mut server.stream, &mut server.rbuf, 1 << 30).await {
+            Ok((backend::READY_FOR_QUERY, body)) => {
+                expect -= 1;
+                last = body.first().copied().and_then(TxStatus::from_byte);
+            }
+            Ok((backend::ERROR_RESPONSE, body)) => {
+                if backend::ErrorFields::parse(&body).is_some_and(|f| f.is_fatal()) {
+                    return false;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    if last != Some(TxStatus::Idle) || !server.rbuf.is_empty() {
+        return false;
+    }
+    server.state = Default::default();
+    true
+}

@@ -1,0 +1,47 @@
+//! The lock-guarded part of a pool: idle servers (LIFO, so hot ones are reused), the count of
+//! open ones, and the FIFO queue of waiting clients. Nothing here awaits while locked.
+
+use std::collections::VecDeque;
+
+use tokio::sync::oneshot;
+
+use super::{Checkout, Pool};
+use crate::server::ServerConn;
+
+#[derive(Default)]
+pub(super) struct Inner {
+    pub idle: Vec<ServerConn>,
+    /// Servers open or being opened, idle ones included; never above the pool size.
+    pub open: usize,
+    pub waiters: VecDeque<oneshot::Sender<Grant>>,
+}
+
+/// What a waiting client is handed.
+pub(super) enum Grant {
+    /// A server, already checked out to it.
+    Server(Checkout),
+    /// Permission to open a new server in a place that became free.
+    Slot(Slot),
+}
+
+/// A counted place in the pool with no server in it yet; dropping it gives the place back.
+pub(super) struct Slot(Option<Pool>);
+
+impl Slot {
+    pub fn new(pool: Pool) -> Slot {
+        Slot(Some(pool))
+    }
+
+    /// The place now holds a server: keep it counted.
+    pub fn fulfil(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(pool) = self.0.take() {
+            pool.release_slot();
+        }
+    }
+}

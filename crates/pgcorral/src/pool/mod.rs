@@ -1,0 +1,184 @@
+//! A pool of server connections for one (database, user): checkout with a FIFO queue of waiting
+//! clients, a global size cap shared by every worker thread, and release through the
+//! [`Checkout`] guard.
+
+mod checkout;
+mod inner;
+pub mod registry;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use checkout::Checkout;
+
+/// Rolls back an open transaction on a checked-out server; true when it ends idle.
+pub async fn rollback(server: &mut Checkout) -> bool {
+    checkout::clean(server, true, None).await
+}
+use inner::{Grant, Inner};
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use crate::config::PoolMode;
+use crate::error::{Error, Kind, Result};
+use crate::server::connect::{connect, Secret, Target};
+use crate::server::{ServerConn, ServerParams};
+
+/// Settings fixed when the pool is built.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub size: usize,
+    pub mode: PoolMode,
+    /// Run when a session-mode client leaves; empty = none.
+    pub reset_query: String,
+    /// How long a client waits for a server; `None` = forever.
+    pub wait_timeout: Option<Duration>,
+}
+
+struct Shared {
+    /// (database as the client named it, user).
+    name: (String, String),
+    settings: PoolSettings,
+    target: Mutex<Target>,
+    inner: Mutex<Inner>,
+    /// Parameters reported by the first server: what clients are told at startup.
+    params: Mutex<Option<ServerParams>>,
+}
+
+/// A cheap-to-clone handle on one pool.
+#[derive(Clone)]
+pub struct Pool(Arc<Shared>);
+
+impl Pool {
+    pub fn new(name: (String, String), target: Target, settings: PoolSettings) -> Pool {
+        Pool(Arc::new(Shared {
+            name,
+            settings,
+            target: Mutex::new(target),
+            inner: Mutex::new(Inner::default()),
+            params: Mutex::new(None),
+        }))
+    }
+
+    pub fn name(&self) -> (&str, &str) {
+        (&self.0.name.0, &self.0.name.1)
+    }
+
+    pub fn settings(&self) -> &PoolSettings {
+        &self.0.settings
+    }
+
+    /// Server parameters clients are told at startup, once any server has been connected.
+    pub fn params(&self) -> Option<ServerParams> {
+        self.0.params.lock().clone()
+    }
+
+    /// Records the ClientKey a SCRAM client revealed, so pgcorral can log in to a server that
+    /// holds the same verifier.
+    pub fn learn_client_key(&self, key: [u8; 32]) {
+        if let Secret::Scram { client_key, .. } = &mut self.0.target.lock().secret {
+            *client_key = Some(key);
+        }
+    }
+
+    /// (open, idle, waiting) counts.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let i = self.0.inner.lock();
+        (i.open, i.idle.len(), i.waiters.len())
+    }
+
+    /// Hands out a server: an idle one, a new one if under the cap, else the first to come back
+    /// (first come, first served), waiting at most the pool's wait timeout.
+    pub async fn checkout(&self) -> Result<Checkout> {
+        loop {
+            let grant = {
+                let mut inner = self.0.inner.lock();
+                if let Some(server) = inner.idle.pop() {
+                    Ok(server)
+                } else if inner.open < self.0.settings.size {
+                    inner.open += 1;
+                    Err(None)
+                } else {
+                    let (tx, rx) = oneshot::channel();
+                    inner.waiters.push_back(tx);
+                    Err(Some(rx))
+                }
+            };
+            let grant = match grant {
+                Ok(mut server) => {
+                    if server.is_closed_while_idle() {
+                        tracing::info!(pool = ?self.0.name, pid = server.key.pid, "idle server connection was closed by the server; discarding");
+                        drop(server);
+                        self.release_slot();
+                        continue;
+                    }
+                    return Ok(Checkout::new(server, self.clone()));
+                }
+                Err(None) => Grant::Slot(inner::Slot::new(self.clone())),
+                Err(Some(rx)) => self.wait(rx).await?,
+            };
+            match grant {
+                Grant::Server(checkout) => return Ok(checkout),
+                Grant::Slot(slot) => return self.open(slot).await,
+            }
+        }
+    }
+
+    async fn wait(&self, rx: oneshot::Receiver<Grant>) -> Result<Grant> {
+        let timeout = self.0.settings.wait_timeout;
+        let res = match timeout {
+            Some(t) => tokio::time::timeout(t, rx).await.map_err(|_| {
+                Error::new(
+                    Kind::PoolTimeout,
+                    format!(
+                        "query_wait_timeout: no server connection became free within {} ms",
+                        t.as_millis()
+                    ),
+                )
+            })?,
+            None => rx.await,
+        };
+        res.map_err(|_| Error::new(Kind::Shutdown, "pool closed"))
+    }
+
+    async fn open(&self, slot: inner::Slot) -> Result<Checkout> {
+        let target = self.0.target.lock().clone();
+        let server = connect(&target).await?; // on error the slot drops and is released
+        slot.fulfil();
+        tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "opened server connection");
+        {
+            let mut p = self.0.params.lock();
+            if p.is_none() {
+                *p = Some(server.params.clone());
+            }
+        }
+        Ok(Checkout::new(server, self.clone()))
+    }
+
+    /// Puts a clean server back: to the first waiter, else on the idle list.
+    fn checkin(&self, server: ServerConn) {
+        let mut server = server;
+        let mut inner = self.0.inner.lock();
+        while let Some(w) = inner.waiters.pop_front() {
+            match w.send(Grant::Server(Checkout::new(server, self.clone()))) {
+                Ok(()) => return,
+                Err(Grant::Server(mut c)) => server = c.take(),
+                Err(Grant::Slot(_)) => unreachable!("sent a server"),
+            }
+        }
+        inner.idle.push(server);
+    }
+
+    /// Gives up a server's place in the pool: a waiter may open a new one in its stead.
+    fn release_slot(&self) {
+        let mut inner = self.0.inner.lock();
+        while let Some(w) = inner.waiters.pop_front() {
+            match w.send(Grant::Slot(inner::Slot::new(self.clone()))) {
+                Ok(()) => return,
+                Err(Grant::Slot(s)) => s.fulfil(),
+                Err(Grant::Server(_)) => unreachable!("sent a slot"),
+            }
+        }
+        inner.open -= 1;
+    }
+}

@@ -1,0 +1,83 @@
+//! Finding the pool for a (database, user): resolves the database entry (or the `"*"` template),
+//! the user entry and the server login, and builds the pool on first use.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use super::{Pool, PoolSettings};
+use crate::config::Config;
+use crate::error::{Error, Kind, Result};
+use crate::server::connect::{Secret, Target};
+
+#[derive(Default)]
+pub struct Registry {
+    pools: Mutex<HashMap<(String, String), Pool>>,
+}
+
+impl Registry {
+    /// The pool serving `database` for `user`, created on first use.
+    pub fn get(&self, config: &Config, database: &str, user: &str) -> Result<Pool> {
+        let key = (database.to_string(), user.to_string());
+        if let Some(p) = self.pools.lock().get(&key) {
+            return Ok(p.clone());
+        }
+        let pool = build(config, database, user)?;
+        Ok(self.pools.lock().entry(key).or_insert(pool).clone())
+    }
+
+    /// Every pool, for statistics and shutdown.
+    pub fn all(&self) -> Vec<Pool> {
+        self.pools.lock().values().cloned().collect()
+    }
+}
+
+fn build(config: &Config, database: &str, user: &str) -> Result<Pool> {
+    let db = config
+        .databases
+        .get(database)
+        .or_else(|| config.databases.get("*"))
+        .ok_or_else(|| {
+            Error::new(
+                Kind::UnknownDatabase,
+                format!("database \"{database}\" does not exist in pgcorral's configuration"),
+            )
+        })?;
+    let user_cfg = config.users.get(user);
+    let (server_user, password) = match &db.user {
+        Some(u) => (u.clone(), db.password.clone()),
+        None => (
+            user.to_string(),
+            db.password
+                .clone()
+                .or_else(|| user_cfg.and_then(|u| u.password.clone())),
+        ),
+    };
+    let g = &config.general;
+    let target = Target {
+        host: db.host.clone(),
+        port: db.port,
+        database: db.dbname.clone().unwrap_or_else(|| database.to_string()),
+        user: server_user,
+        secret: Secret::from_config(password.as_deref()),
+        connect_timeout: g.server_connect_timeout(),
+        max_packet_size: g.max_packet_size,
+    };
+    let settings = PoolSettings {
+        size: db
+            .pool_size
+            .or(user_cfg.and_then(|u| u.pool_size))
+            .unwrap_or(g.default_pool_size),
+        mode: user_cfg
+            .and_then(|u| u.pool_mode)
+            .or(db.pool_mode)
+            .unwrap_or(g.pool_mode),
+        reset_query: g.server_reset_query.clone(),
+        wait_timeout: g.query_wait_timeout(),
+    };
+    Ok(Pool::new(
+        (database.to_string(), user.to_string()),
+        target,
+        settings,
+    ))
+}

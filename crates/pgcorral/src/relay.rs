@@ -1,0 +1,470 @@
+//! The data path while a client holds a server: bytes flow both ways at once, message bodies pass
+//! through unparsed (only headers are read, plus the few small messages that change state:
+//! ReadyForQuery and ErrorResponse), writes apply backpressure to reads, and the relay stops at
+//! the first point where the server is idle and may go back to the pool.
+
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::Poll;
+
+use bytes::Buf;
+use pgwire::backend::{self, TxStatus};
+use pgwire::frontend::{self, Kind as FeKind};
+use pgwire::{FrameError, Header};
+use tokio::io::AsyncWrite;
+use tokio_util::io::poll_read_buf;
+
+use crate::client::ClientConn;
+use crate::server::{LinkState, ServerConn};
+
+/// Read no more from a side while this much of its data waits to be written to the other.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Why the relay stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The server is idle: it may be released (transaction/statement mode, or shutdown).
+    Idle,
+    /// Statement mode: the server opened a transaction; its ReadyForQuery was held back.
+    TransactionRefused,
+    /// The client sent Terminate or closed its socket; everything before was forwarded.
+    ClientGone,
+    /// The client broke the protocol.
+    ClientProtocol(String),
+    /// The server closed or failed; `notified` when it sent the client a FATAL first.
+    ServerGone { notified: bool },
+}
+
+/// What the server-side scan found.
+#[derive(Default)]
+struct ServerScan {
+    /// Bytes from the start of the buffer that may be forwarded.
+    ready: usize,
+    stop: Option<Outcome>,
+    fatal: bool,
+}
+
+/// Scans server bytes: passes bodies, inspects ReadyForQuery and ErrorResponse. Stops after a
+/// ReadyForQuery that leaves the link idle when `stop_when_idle`, or before one that opens a
+/// transaction in statement mode.
+fn scan_server(
+    buf: &[u8],
+    pass: &mut usize,
+    st: &mut LinkState,
+    stop_when_idle: bool,
+    statement_mode: bool,
+    max: u32,
+) -> Result<ServerScan, FrameError> {
+    let mut out = ServerScan::default();
+    let mut pos = 0;
+    loop {
+        if *pass > 0 {
+            let n = (*pass).min(buf.len() - pos);
+            pos += n;
+            *pass -= n;
+            if *pass > 0 {
+                break;
+            }
+        }
+        let Some(h) = Header::parse(&buf[pos..], max)? else {
+            break;
+        };
+        match h.tag {
+            backend::READY_FOR_QUERY | backend::ERROR_RESPONSE => {
+                if buf.len() - pos < h.total_len() {
+                    break;
+                }
+                let body = &buf[pos + 5..pos + h.total_len()];
+                if h.tag == backend::ERROR_RESPONSE {
+                    if backend::ErrorFields::parse(body).is_some_and(|f| f.is_fatal()) {
+                        st.broken = true;
+                        out.fatal = true;
+                    }
+                } else {
+                    st.pending = st.pending.saturating_sub(1);
+                    st.tx = body
+                        .first()
+                        .copied()
+                        .and_then(TxStatus::from_byte)
+                        .unwrap_or(TxStatus::Failed);
+                    let quiet = st.pending == 0 && !st.unsynced;
+                    if statement_mode && quiet && st.tx != TxStatus::Idle {
+                        out.stop = Some(Outcome::TransactionRefused);
+                        break;
+                    }
+                    if stop_when_idle && st.is_idle() {
+                        pos += h.total_len();
+                        out.stop = Some(Outcome::Idle);
+                        break;
+                    }
+                }
+                pos += h.total_len();
+            }
+            _ => {
+                pos += pgwire::header::HEADER_LEN;
+                *pass = h.body_len();
+            }
+        }
+    }
+    out.ready = pos;
+    Ok(out)
+}
+
+/// What the client-side scan found.
+#[derive(Default, Debug)]
+pub(crate) struct ClientScan {
+    pub ready: usize,
+    pub terminate: bool,
+    pub bad_tag: Option<u8>,
+}
+
+/// Scans client bytes: counts requests owed a ReadyForQuery and notes unsynced extended
+/// messages. Stops before Terminate or an unknown tag.
+pub(crate) fn scan_client(
+    buf: &[u8],
+    pass: &mut usize,
+    st: &mut LinkState,
+    max: u32,
+) -> Result<ClientScan, FrameError> {
+    let mut out = ClientScan::default();
+    let mut pos = 0;
+    loop {
+        if *pass > 0 {
+            let n = (*pass).min(buf.len() - pos);
+            pos += n;
+            *pass -= n;
+            if *pass > 0 {
+                break;
+            }
+        }
+        let Some(h) = Header::parse(&buf[pos..], max)? else {
+            break;
+        };
+        match frontend::kind(h.tag) {
+            FeKind::Request => st.pending += 1,
+            FeKind::Sync => {
+                st.pending += 1;
+                st.unsynced = false;
+            }
+            FeKind::Extended => st.unsynced = true,
+            FeKind::Copy => {}
+            FeKind::Terminate => {
+                out.terminate = true;
+                break;
+            }
+            FeKind::Unknown => {
+                out.bad_tag = Some(h.tag);
+                break;
+            }
+        }
+        pos += pgwire::header::HEADER_LEN;
+        *pass = h.body_len();
+    }
+    out.ready = pos;
+    Ok(out)
+}
+
+enum Event {
+    ToServer(std::io::Result<usize>),
+    ToClient(std::io::Result<usize>),
+    FromServer(std::io::Result<usize>),
+    FromClient(std::io::Result<usize>),
+}
+
+/// Relays between `client` and `server` until the server may be released or a side is gone.
+/// `stop_when_idle` is false in session mode; `statement_mode` refuses transactions.
+pub async fn run(
+    client: &mut ClientConn,
+    server: &mut ServerConn,
+    stop_when_idle: bool,
+    statement_mode: bool,
+) -> Outcome {
+    let max = client.max_len;
+    // c_ready: client bytes scanned, to write to the server; c_stop: the client side ended
+    // (acted on once c_ready is written). s_ready/s_stop: the same for the server side.
+    // Whatever the client already sent (the request that caused checkout) goes first.
+    let (mut c_ready, mut c_stop) =
+        match scan_client(&client.buf, &mut client.pass, &mut server.state, max) {
+            Ok(s) => (s.ready, client_stop(&s)),
+            Err(e) => (0, Some(Outcome::ClientProtocol(e.to_string()))),
+        };
+    let mut s_ready = 0usize;
+    let mut s_stop: Option<Outcome> = None;
+    // Anything the server sent while idle reaches this client.
+    if !server.rbuf.is_empty() {
+        match scan_server(
+            &server.rbuf,
+            &mut server.pass,
+            &mut server.state,
+            stop_when_idle,
+            statement_mode,
+            max,
+        ) {
+            Ok(s) => {
+                s_ready = s.ready;
+                s_stop = s.stop;
+            }
+            Err(_) => s_stop = Some(Outcome::ServerGone { notified: false }),
+        }
+    }
+    let mut fatal_seen = false;
+
+    loop {
+        if s_ready == 0 {
+            if let Some(o) = s_stop.take() {
+                return o;
+            }
+        }
+        if c_ready == 0 {
+            if let Some(o) = c_stop.take() {
+                return o;
+            }
+        }
+        let read_server = s_ready == 0 && s_stop.is_none();
+        let read_client = c_ready == 0 && c_stop.is_none();
+        if read_server {
+            server.rbuf.reserve(READ_CHUNK);
+        }
+        if read_client {
+            client.buf.reserve(READ_CHUNK);
+        }
+        let ev = poll_fn(|cx| {
+            if c_ready > 0 {
+                if let Poll::Ready(r) =
+                    Pin::new(&mut server.stream).poll_write(cx, &client.buf[..c_ready])
+                {
+                    return Poll::Ready(Event::ToServer(r));
+                }
+            }
+            if s_ready > 0 {
+                if let Poll::Ready(r) =
+                    Pin::new(&mut client.stream).poll_write(cx, &server.rbuf[..s_ready])
+                {
+                    return Poll::Ready(Event::ToClient(r));
+                }
+            }
+            if read_server {
+                if let Poll::Ready(r) =
+                    poll_read_buf(Pin::new(&mut server.stream), cx, &mut server.rbuf)
+                {
+                    return Poll::Ready(Event::FromServer(r));
+                }
+            }
+            if read_client {
+                if let Poll::Ready(r) =
+                    poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.buf)
+                {
+                    return Poll::Ready(Event::FromClient(r));
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+
+        match ev {
+            Event::ToServer(Ok(n)) if n > 0 => {
+                client.buf.advance(n);
+                c_ready -= n;
+            }
+            Event::ToServer(_) => {
+                server.state.broken = true;
+                return Outcome::ServerGone {
+                    notified: fatal_seen,
+                };
+            }
+            Event::ToClient(Ok(n)) if n > 0 => {
+                server.rbuf.advance(n);
+                s_ready -= n;
+            }
+            Event::ToClient(_) => {
+                client.buf.clear();
+                return Outcome::ClientGone;
+            }
+            Event::FromServer(Ok(n)) if n > 0 => {
+                match scan_server(
+                    &server.rbuf,
+                    &mut server.pass,
+                    &mut server.state,
+                    stop_when_idle,
+                    statement_mode,
+                    max,
+                ) {
+                    Ok(s) => {
+                        s_ready = s.ready;
+                        fatal_seen |= s.fatal;
+                        s_stop = s.stop;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "server sent an invalid message");
+                        server.state.broken = true;
+                        s_stop = Some(Outcome::ServerGone { notified: false });
+                    }
+                }
+            }
+            Event::FromServer(_) => {
+                server.state.broken = true;
+                s_stop = Some(Outcome::ServerGone {
+                    notified: fatal_seen,
+                });
+            }
+            Event::FromClient(Ok(n)) if n > 0 => {
+                match scan_client(&client.buf, &mut client.pass, &mut server.state, max) {
+                    Ok(s) => {
+                        c_ready = s.ready;
+                        c_stop = client_stop(&s);
+                    }
+                    Err(e) => c_stop = Some(Outcome::ClientProtocol(e.to_string())),
+                }
+            }
+            Event::FromClient(_) => {
+                client.buf.clear();
+                c_stop = Some(Outcome::ClientGone);
+            }
+        }
+    }
+}
+
+fn client_stop(s: &ClientScan) -> Option<Outcome> {
+    if s.terminate {
+        Some(Outcome::ClientGone)
+    } else {
+        s.bad_tag.map(|t| {
+            Outcome::ClientProtocol(format!("invalid frontend message type {}", t as char))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag];
+        v.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn server_scan_stops_after_idle_ready() {
+        let mut buf = msg(b'T', b"rowdesc");
+        buf.extend(msg(b'D', b"row"));
+        buf.extend(msg(b'C', b"SELECT 1\0"));
+        let z_end = buf.len() + 6;
+        buf.extend(msg(b'Z', b"I"));
+        buf.extend(msg(b'N', b"later"));
+        let mut st = LinkState {
+            pending: 1,
+            ..Default::default()
+        };
+        let mut pass = 0;
+        let s = scan_server(&buf, &mut pass, &mut st, true, false, 1 << 20).unwrap();
+        assert_eq!(s.ready, z_end);
+        assert_eq!(s.stop, Some(Outcome::Idle));
+        assert!(st.is_idle());
+    }
+
+    #[test]
+    fn server_scan_passes_partial_bodies() {
+        let full = msg(b'D', &[7u8; 100]);
+        let mut st = LinkState {
+            pending: 1,
+            ..Default::default()
+        };
+        let mut pass = 0;
+        let s = scan_server(&full[..40], &mut pass, &mut st, true, false, 1 << 20).unwrap();
+        assert_eq!(s.ready, 40);
+        assert_eq!(pass, 104 - 40 + 1);
+        let s = scan_server(&full[40..], &mut pass, &mut st, true, false, 1 << 20).unwrap();
+        assert_eq!(s.ready, full.len() - 40);
+        assert_eq!(pass, 0);
+    }
+
+    #[test]
+    fn server_scan_waits_for_whole_ready_and_keeps_transactions() {
+        let z = msg(b'Z', b"T");
+        let mut st = LinkState {
+            pending: 1,
+            ..Default::default()
+        };
+        let mut pass = 0;
+        let s = scan_server(&z[..3], &mut pass, &mut st, true, false, 1 << 20).unwrap();
+        assert_eq!(s.ready, 0);
+        let s = scan_server(&z, &mut pass, &mut st, true, false, 1 << 20).unwrap();
+        assert_eq!(s.ready, z.len());
+        assert_eq!(s.stop, None);
+        assert_eq!(st.tx, TxStatus::InTransaction);
+    }
+
+    #[test]
+    fn statement_mode_holds_back_transaction_ready() {
+        let mut buf = msg(b'C', b"BEGIN\0");
+        let before = buf.len();
+        buf.extend(msg(b'Z', b"T"));
+        let mut st = LinkState {
+            pending: 1,
+            ..Default::default()
+        };
+        let s = scan_server(&buf, &mut 0, &mut st, true, true, 1 << 20).unwrap();
+        assert_eq!(s.ready, before);
+        assert_eq!(s.stop, Some(Outcome::TransactionRefused));
+    }
+
+    #[test]
+    fn fatal_error_marks_broken() {
+        let buf = msg(b'E', b"SFATAL\0VFATAL\0C57P01\0Mbye\0\0");
+        let mut st = LinkState {
+            pending: 1,
+            ..Default::default()
+        };
+        let s = scan_server(&buf, &mut 0, &mut st, true, false, 1 << 20).unwrap();
+        assert!(s.fatal && st.broken);
+    }
+
+    #[test]
+    fn client_scan_counts_requests_and_syncs() {
+        let mut buf = msg(b'P', b"\0select 1\0\0\0");
+        buf.extend(msg(b'B', b"\0\0\0\0\0\0\0\0"));
+        buf.extend(msg(b'E', b"\0\0\0\0\0"));
+        let mut st = LinkState::default();
+        let mut pass = 0;
+        let s = scan_client(&buf, &mut pass, &mut st, 1 << 20).unwrap();
+        assert_eq!(s.ready, buf.len());
+        assert!(st.unsynced && st.pending == 0);
+        let mut more = msg(b'S', b"");
+        more.extend(msg(b'Q', b"select 2\0"));
+        let s = scan_client(&more, &mut pass, &mut st, 1 << 20).unwrap();
+        assert_eq!(s.ready, more.len());
+        assert!(!st.unsynced);
+        assert_eq!(st.pending, 2);
+    }
+
+    #[test]
+    fn client_scan_stops_at_terminate_and_bad_tags() {
+        let mut buf = msg(b'Q', b"x\0");
+        let q = buf.len();
+        buf.extend(msg(b'X', b""));
+        let mut st = LinkState::default();
+        let s = scan_client(&buf, &mut 0, &mut st, 1 << 20).unwrap();
+        assert_eq!((s.ready, s.terminate), (q, true));
+        let bad = msg(b'?', b"");
+        let s = scan_client(&bad, &mut 0, &mut st, 1 << 20).unwrap();
+        assert_eq!((s.ready, s.bad_tag), (0, Some(b'?')));
+        assert!(scan_client(b"Q\x7f\xff\xff\xff", &mut 0, &mut st, 1 << 20).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn scans_never_overrun(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let mut st = LinkState::default();
+            let mut pass = 0;
+            if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, 1 << 16) {
+                proptest::prop_assert!(s.ready <= bytes.len());
+            }
+            let mut pass = 0;
+            if let Ok(s) = scan_server(&bytes, &mut pass, &mut st, true, true, 1 << 16) {
+                proptest::prop_assert!(s.ready <= bytes.len());
+            }
+        }
+    }
+}

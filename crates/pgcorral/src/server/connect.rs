@@ -1,0 +1,274 @@
+//! Opening a server connection: TCP connect within server_connect_timeout, StartupMessage,
+//! answering whatever authentication the server asks for, and collecting its parameters.
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use pgwire::auth::scram::{ScramClient, ScramSecret};
+use pgwire::backend::{self, auth_code};
+use pgwire::encode;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::{CancelKey, LinkState, ServerConn};
+use crate::error::{Error, Kind, Result};
+use crate::net::framed::{read_message, ReadError};
+
+/// What pgcorral holds to prove a login to the server.
+#[derive(Clone, Default)]
+pub enum Secret {
+    /// No password: only works where the server trusts us.
+    #[default]
+    None,
+    Plain(String),
+    /// A stored `md5...` hash: answers md5 challenges only.
+    Md5(String),
+    /// A SCRAM verifier; answers SCRAM once a client's proof has revealed its ClientKey.
+    Scram {
+        secret: ScramSecret,
+        client_key: Option<[u8; 32]>,
+    },
+}
+
+impl Secret {
+    /// Interprets a configured password: plaintext, `md5...` or `SCRAM-SHA-256$...`.
+    pub fn from_config(password: Option<&str>) -> Secret {
+        match password {
+            None => Secret::None,
+            Some(p) if pgwire::auth::md5::is_stored_hash(p) => Secret::Md5(p.to_string()),
+            Some(p) => match ScramSecret::parse(p) {
+                Some(secret) => Secret::Scram {
+                    secret,
+                    client_key: None,
+                },
+                None => Secret::Plain(p.to_string()),
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Secret::None => "None",
+            Secret::Plain(_) => "Plain(..)",
+            Secret::Md5(_) => "Md5(..)",
+            Secret::Scram { .. } => "Scram(..)",
+        })
+    }
+}
+
+/// Where and as whom to log in.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+    pub database: String,
+    pub user: String,
+    pub secret: Secret,
+    pub connect_timeout: Duration,
+    pub max_packet_size: u32,
+}
+
+fn io_err(target: &Target, what: &str, e: ReadError) -> Error {
+    Error::with_source(
+        Kind::ServerConnect,
+        format!("server {}:{} {what}", target.host, target.port),
+        e,
+    )
+}
+
+/// Connects and logs in; the whole exchange is bounded by the connect timeout.
+pub async fn connect(target: &Target) -> Result<ServerConn> {
+    match tokio::time::timeout(target.connect_timeout, connect_inner(target)).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::new(
+            Kind::ServerConnect,
+            format!(
+                "could not connect to server {}:{}: timed out after {} ms",
+                target.host,
+                target.port,
+                target.connect_timeout.as_millis()
+            ),
+        )),
+    }
+}
+
+async fn connect_inner(target: &Target) -> Result<ServerConn> {
+    let mut stream = TcpStream::connect((target.host.as_str(), target.port))
+        .await
+        .map_err(|e| {
+            Error::with_source(
+                Kind::ServerConnect,
+                format!(
+                    "could not connect to server {}:{}",
+                    target.host, target.port
+                ),
+                e,
+            )
+        })?;
+    let _ = stream.set_nodelay(true);
+    let addr = stream
+        .peer_addr()
+        .map_err(|e| Error::with_source(Kind::ServerConnect, "peer address", e))?;
+
+    let mut out = BytesMut::with_capacity(256);
+    encode::startup(
+        &mut out,
+        &[
+            ("user", target.user.as_str()),
+            ("database", target.database.as_str()),
+        ],
+    );
+    write(&mut stream, &out, target).await?;
+
+    let mut rbuf = BytesMut::with_capacity(8192);
+    let mut params = Vec::new();
+    let mut key = None;
+    let mut scram: Option<ScramClient> = None;
+    loop {
+        let (tag, body) = read_message(&mut stream, &mut rbuf, target.max_packet_size)
+            .await
+            .map_err(|e| io_err(target, "closed the connection during login", e))?;
+        match tag {
+            backend::AUTHENTICATION => {
+                let (code, data) = backend::authentication(&body)
+                    .ok_or_else(|| bad_server(target, "malformed authentication request"))?;
+                out.clear();
+                answer_auth(target, code, data, &mut scram, &mut out)?;
+                if !out.is_empty() {
+                    write(&mut stream, &out, target).await?;
+                }
+            }
+            backend::PARAMETER_STATUS => {
+                if let Some((k, v)) = backend::parameter_status(&body) {
+                    params.push((k.to_string(), v.to_string()));
+                }
+            }
+            backend::BACKEND_KEY_DATA => key = backend::backend_key_data(&body),
+            backend::ERROR_RESPONSE => {
+                let fields = backend::ErrorFields::parse(&body).unwrap_or_default();
+                let mut raw = BytesMut::new();
+                encode::message(&mut raw, tag, |b| b.extend_from_slice(&body));
+                return Err(Error::server(
+                    format!(
+                        "server {}:{} refused login: {} ({})",
+                        target.host, target.port, fields.message, fields.code
+                    ),
+                    raw.freeze(),
+                ));
+            }
+            backend::READY_FOR_QUERY => break,
+            // NoticeResponse and NegotiateProtocolVersion carry nothing we need.
+            _ => {}
+        }
+    }
+    let (pid, secret) = key.unwrap_or((0, 0));
+    Ok(ServerConn {
+        stream,
+        rbuf,
+        pass: 0,
+        key: CancelKey { addr, pid, secret },
+        params: std::sync::Arc::new(params),
+        state: LinkState::default(),
+        created: Instant::now(),
+    })
+}
+
+fn bad_server(target: &Target, what: &str) -> Error {
+    Error::new(
+        Kind::ServerConnect,
+        format!("server {}:{}: {what}", target.host, target.port),
+    )
+}
+
+fn no_secret(target: &Target, method: &str) -> Error {
+    Error::new(
+        Kind::ServerConnect,
+        format!(
+            "server {}:{} asks for {method} authentication for user \"{}\", and pgcorral holds no usable password for it",
+            target.host, target.port, target.user
+        ),
+    )
+}
+
+fn answer_auth(
+    target: &Target,
+    code: i32,
+    data: &[u8],
+    scram: &mut Option<ScramClient>,
+    out: &mut BytesMut,
+) -> Result<()> {
+    match code {
+        auth_code::OK => Ok(()),
+        auth_code::CLEARTEXT => match &target.secret {
+            Secret::Plain(p) => {
+                encode::password(out, p);
+                Ok(())
+            }
+            _ => Err(no_secret(target, "cleartext password")),
+        },
+        auth_code::MD5 => {
+            let salt: [u8; 4] = data
+                .get(..4)
+                .and_then(|s| s.try_into().ok())
+                .ok_or_else(|| bad_server(target, "malformed md5 request"))?;
+            let stored = match &target.secret {
+                Secret::Plain(p) => pgwire::auth::md5::stored_hash(&target.user, p),
+                Secret::Md5(h) => h.clone(),
+                _ => return Err(no_secret(target, "md5")),
+            };
+            encode::password(out, &pgwire::auth::md5::salted_response(&stored, salt));
+            Ok(())
+        }
+        auth_code::SASL => {
+            if !backend::sasl_mechanisms(data).contains(&"SCRAM-SHA-256") {
+                return Err(bad_server(
+                    target,
+                    "offers no SASL mechanism pgcorral supports",
+                ));
+            }
+            let mut client = match &target.secret {
+                Secret::Plain(p) => ScramClient::new(p),
+                Secret::Scram {
+                    secret,
+                    client_key: Some(ck),
+                } => ScramClient::with_keys(*ck, secret.server_key),
+                _ => return Err(no_secret(target, "SCRAM-SHA-256")),
+            };
+            let first = client.client_first();
+            encode::sasl_initial_response(out, "SCRAM-SHA-256", &first);
+            *scram = Some(client);
+            Ok(())
+        }
+        auth_code::SASL_CONTINUE => {
+            let client = scram
+                .as_mut()
+                .ok_or_else(|| bad_server(target, "SASL continue out of order"))?;
+            let fin = client
+                .server_first(data)
+                .map_err(|e| Error::with_source(Kind::ServerConnect, "SCRAM with server", e))?;
+            encode::sasl_response(out, &fin);
+            Ok(())
+        }
+        auth_code::SASL_FINAL => {
+            let client = scram
+                .as_mut()
+                .ok_or_else(|| bad_server(target, "SASL final out of order"))?;
+            client
+                .server_final(data)
+                .map_err(|e| Error::with_source(Kind::ServerConnect, "SCRAM with server", e))
+        }
+        other => Err(bad_server(
+            target,
+            &format!("asks for unsupported authentication method {other}"),
+        )),
+    }
+}
+
+async fn write(stream: &mut TcpStream, buf: &[u8], target: &Target) -> Result<()> {
+    stream
+        .write_all(buf)
+        .await
+        .map_err(|e| io_err(target, "write failed", ReadError::Io(e)))
+}

@@ -1,0 +1,73 @@
+//! The handle every task gets: configuration, pools, the cancel map, client accounting and the
+//! shutdown signal. Built once at start and passed down; cheap to clone.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cancel::CancelMap;
+use crate::config::Config;
+use crate::pool::registry::Registry;
+
+pub struct Inner {
+    pub config: ArcSwap<Config>,
+    pub pools: Registry,
+    pub cancel: CancelMap,
+    /// SCRAM secrets derived from plaintext passwords, reused across logins.
+    pub scram_cache: crate::client::auth::SecretCache,
+    /// Clients connected now (counted against max_client_conn).
+    pub clients: AtomicUsize,
+    /// Fired on SIGINT/SIGTERM: stop accepting, finish transactions, close.
+    pub shutdown: CancellationToken,
+    /// Every client task, so shutdown can wait for them.
+    pub tasks: TaskTracker,
+}
+
+#[derive(Clone)]
+pub struct Services(Arc<Inner>);
+
+impl std::ops::Deref for Services {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl Services {
+    pub fn new(config: Config) -> Services {
+        Services(Arc::new(Inner {
+            config: ArcSwap::from_pointee(config),
+            pools: Registry::default(),
+            cancel: CancelMap::default(),
+            scram_cache: Default::default(),
+            clients: AtomicUsize::new(0),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        }))
+    }
+
+    /// Counts a new client; the guard uncounts it. `None` when max_client_conn is reached.
+    pub fn admit_client(&self) -> ClientCount {
+        let max = self.config.load().general.max_client_conn;
+        let n = self.clients.fetch_add(1, Ordering::AcqRel) + 1;
+        ClientCount {
+            services: self.clone(),
+            over_limit: n > max,
+        }
+    }
+}
+
+/// One counted client; uncounted on drop.
+pub struct ClientCount {
+    services: Services,
+    pub over_limit: bool,
+}
+
+impl Drop for ClientCount {
+    fn drop(&mut self) {
+        self.services.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,181 @@
+//! Builders for the messages the pooler writes itself; each appends one message to a `BytesMut`
+//! and back-patches the length, so a batch of them costs one buffer and one write.
+
+use bytes::{BufMut, BytesMut};
+
+use crate::backend::{self, auth_code, TxStatus};
+use crate::startup;
+
+/// Appends one tagged message whose body `body` writes.
+#[inline]
+pub fn message(buf: &mut BytesMut, tag: u8, body: impl FnOnce(&mut BytesMut)) {
+    buf.put_u8(tag);
+    let at = buf.len();
+    buf.put_i32(0);
+    body(buf);
+    let len = (buf.len() - at) as i32;
+    buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+fn cstr(buf: &mut BytesMut, s: &str) {
+    buf.put_slice(s.as_bytes());
+    buf.put_u8(0);
+}
+
+/// StartupMessage for protocol 3.0 with the given parameters.
+pub fn startup(buf: &mut BytesMut, params: &[(&str, &str)]) {
+    let at = buf.len();
+    buf.put_i32(0);
+    buf.put_i32(startup::PROTOCOL_3_0);
+    for (k, v) in params {
+        cstr(buf, k);
+        cstr(buf, v);
+    }
+    buf.put_u8(0);
+    let len = (buf.len() - at) as i32;
+    buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// CancelRequest for a server process.
+pub fn cancel_request(buf: &mut BytesMut, pid: i32, secret: i32) {
+    buf.put_i32(16);
+    buf.put_i32(startup::CANCEL_REQUEST_CODE);
+    buf.put_i32(pid);
+    buf.put_i32(secret);
+}
+
+/// ErrorResponse (or, with `tag = b'N'`, NoticeResponse) with severity, SQLSTATE and message.
+pub fn error_fields(buf: &mut BytesMut, tag: u8, severity: &str, code: &str, msg: &str) {
+    message(buf, tag, |b| {
+        b.put_u8(b'S');
+        cstr(b, severity);
+        b.put_u8(b'V');
+        cstr(b, severity);
+        b.put_u8(b'C');
+        cstr(b, code);
+        b.put_u8(b'M');
+        cstr(b, msg);
+        b.put_u8(0);
+    });
+}
+
+/// ErrorResponse.
+pub fn error_response(buf: &mut BytesMut, severity: &str, code: &str, msg: &str) {
+    error_fields(buf, backend::ERROR_RESPONSE, severity, code, msg);
+}
+
+pub fn auth_ok(buf: &mut BytesMut) {
+    auth(buf, auth_code::OK, &[]);
+}
+
+pub fn auth_md5(buf: &mut BytesMut, salt: [u8; 4]) {
+    auth(buf, auth_code::MD5, &salt);
+}
+
+pub fn auth_cleartext(buf: &mut BytesMut) {
+    auth(buf, auth_code::CLEARTEXT, &[]);
+}
+
+/// AuthenticationSASL listing `mechanisms`.
+pub fn auth_sasl(buf: &mut BytesMut, mechanisms: &[&str]) {
+    message(buf, backend::AUTHENTICATION, |b| {
+        b.put_i32(auth_code::SASL);
+        for m in mechanisms {
+            cstr(b, m);
+        }
+        b.put_u8(0);
+    });
+}
+
+pub fn auth_sasl_continue(buf: &mut BytesMut, data: &[u8]) {
+    auth(buf, auth_code::SASL_CONTINUE, data);
+}
+
+pub fn auth_sasl_final(buf: &mut BytesMut, data: &[u8]) {
+    auth(buf, auth_code::SASL_FINAL, data);
+}
+
+fn auth(buf: &mut BytesMut, code: i32, data: &[u8]) {
+    message(buf, backend::AUTHENTICATION, |b| {
+        b.put_i32(code);
+        b.put_slice(data);
+    });
+}
+
+pub fn parameter_status(buf: &mut BytesMut, name: &str, value: &str) {
+    message(buf, backend::PARAMETER_STATUS, |b| {
+        cstr(b, name);
+        cstr(b, value);
+    });
+}
+
+pub fn backend_key_data(buf: &mut BytesMut, pid: i32, secret: i32) {
+    message(buf, backend::BACKEND_KEY_DATA, |b| {
+        b.put_i32(pid);
+        b.put_i32(secret);
+    });
+}
+
+pub fn ready_for_query(buf: &mut BytesMut, status: TxStatus) {
+    message(buf, backend::READY_FOR_QUERY, |b| {
+        b.put_u8(status.as_byte())
+    });
+}
+
+/// Simple Query.
+pub fn query(buf: &mut BytesMut, sql: &str) {
+    message(buf, crate::frontend::QUERY, |b| cstr(b, sql));
+}
+
+/// PasswordMessage (cleartext or md5 response).
+pub fn password(buf: &mut BytesMut, password: &str) {
+    message(buf, crate::frontend::PASSWORD, |b| cstr(b, password));
+}
+
+/// SASLInitialResponse.
+pub fn sasl_initial_response(buf: &mut BytesMut, mechanism: &str, data: &[u8]) {
+    message(buf, crate::frontend::PASSWORD, |b| {
+        cstr(b, mechanism);
+        b.put_i32(data.len() as i32);
+        b.put_slice(data);
+    });
+}
+
+/// SASLResponse.
+pub fn sasl_response(buf: &mut BytesMut, data: &[u8]) {
+    message(buf, crate::frontend::PASSWORD, |b| b.put_slice(data));
+}
+
+pub fn terminate(buf: &mut BytesMut) {
+    message(buf, crate::frontend::TERMINATE, |_| {});
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_for_query_bytes() {
+        let mut b = BytesMut::new();
+        ready_for_query(&mut b, TxStatus::Idle);
+        assert_eq!(&b[..], b"Z\0\0\0\x05I");
+    }
+
+    #[test]
+    fn error_round_trip() {
+        let mut b = BytesMut::new();
+        error_response(&mut b, "FATAL", "28P01", "password authentication failed");
+        let h = crate::Header::parse(&b, 1 << 20).unwrap().unwrap();
+        assert_eq!(h.total_len(), b.len());
+        let f = crate::backend::ErrorFields::parse(&b[5..]).unwrap();
+        assert_eq!(f.code, "28P01");
+        assert_eq!(f.severity, "FATAL");
+    }
+
+    #[test]
+    fn query_bytes() {
+        let mut b = BytesMut::new();
+        query(&mut b, "SELECT 1");
+        assert_eq!(&b[..], b"Q\0\0\0\x0dSELECT 1\0");
+    }
+}
