@@ -78,12 +78,14 @@ pub async fn authenticate(
     }
     let secret = match (scram_secret, password) {
         (Some(s), _) => s,
-        (None, Some(p)) if pgwire::auth::md5::is_stored_hash(p) => return Err(Error::new(
-            Kind::AuthFailed,
-            format!(
+        (None, Some(p)) if pgwire::auth::md5::is_stored_hash(p) => {
+            return Err(Error::new(
+                Kind::AuthFailed,
+                format!(
                 "user \"{user}\" has an md5 password; SCRAM authentication is impossible with it"
             ),
-        )),
+            ))
+        }
         (None, Some(p)) => cache.get(user, p),
         // Unknown user: run the exchange against a throwaway secret so the failure looks the same.
         (None, None) => {

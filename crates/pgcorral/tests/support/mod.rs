@@ -1,0 +1,452 @@
+//! Test fixtures: real PostgreSQL servers started from initdb on free ports (as the `postgres`
+//! OS user when run as root), pgcorral in-process on port 0 or as a process, and client helpers.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Directory holding PostgreSQL's server binaries (initdb, pg_ctl, postgres).
+pub fn pg_bindir() -> PathBuf {
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if dir.join("initdb").exists() {
+            return dir;
+        }
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+        .into_iter()
+        .rev()
+        .find(|d| d.join("initdb").exists())
+        .expect(
+        "no PostgreSQL server binaries found: install postgresql (Debian) or put pg_config on PATH",
+    )
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Runs a PostgreSQL binary, as the postgres OS user when we are root.
+fn pg_command(bin: &str) -> Command {
+    let path = pg_bindir().join(bin);
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(path);
+        c
+    } else {
+        Command::new(path)
+    }
+}
+
+fn run_ok(mut c: Command, what: &str) {
+    let out = c.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn scratch_root() -> PathBuf {
+    let root = std::env::temp_dir().join("pgcorral-tests");
+    std::fs::create_dir_all(&root).unwrap();
+    // The postgres user must be able to reach its data directory.
+    let _ = Command::new("chmod").args(["755"]).arg(&root).status();
+    root
+}
+
+/// One initdb per test binary; each server copies it.
+fn template() -> &'static Path {
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let dir = scratch_root().join(format!("template-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        chown_postgres(&dir);
+        let mut c = pg_command("initdb");
+        c.args(["-D"]).arg(&dir).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ]);
+        run_ok(c, "initdb");
+        watchdog(&dir, None);
+        dir
+    })
+}
+
+fn chown_postgres(dir: &Path) {
+    if is_root() {
+        run_ok(
+            {
+                let mut c = Command::new("chown");
+                c.args(["-R", "postgres:postgres"]).arg(dir);
+                c
+            },
+            "chown",
+        );
+    }
+}
+
+/// Removes `dir` (stopping its server first) once this test process has exited, even if it
+/// panicked or was killed, so no server outlives the tests.
+fn watchdog(dir: &Path, pg_ctl: Option<&Path>) {
+    let stop = match pg_ctl {
+        Some(p) => {
+            let p = p.display();
+            if is_root() {
+                format!("runuser -u postgres -- {p} -D \"$D\" stop -m immediate >/dev/null 2>&1;")
+            } else {
+                format!("{p} -D \"$D\" stop -m immediate >/dev/null 2>&1;")
+            }
+        }
+        None => String::new(),
+    };
+    let script =
+        format!("while kill -0 $TESTPID 2>/dev/null; do sleep 0.5; done; {stop} rm -rf \"$D\"");
+    let _ = Command::new("sh")
+        .args(["-c", &script])
+        .env("TESTPID", std::process::id().to_string())
+        .env("D", dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}
+
+/// A PostgreSQL server of the test's own.
+pub struct Postgres {
+    pub port: u16,
+    pub dir: PathBuf,
+}
+
+/// Options for a test server.
+pub struct PgOptions {
+    /// Method for TCP logins of roles other than `postgres` (which is always trusted).
+    pub auth: &'static str,
+    /// Extra postgresql.conf lines.
+    pub conf: String,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            auth: "trust",
+            conf: String::new(),
+        }
+    }
+}
+
+impl Postgres {
+    /// A trusting server.
+    pub fn start() -> Postgres {
+        Postgres::start_with(PgOptions::default())
+    }
+
+    pub fn start_with(opts: PgOptions) -> Postgres {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = scratch_root().join(format!("pg-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        run_ok(
+            {
+                let mut c = Command::new("cp");
+                c.arg("-a").arg(template()).arg(&dir);
+                c
+            },
+            "copy template",
+        );
+        let port = free_port();
+        let conf = format!(
+            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = ''\nfsync = off\n\
+             max_connections = 200\nshared_buffers = 32MB\npassword_encryption = 'scram-sha-256'\n{}\n",
+            opts.conf
+        );
+        append(&dir.join("postgresql.conf"), &conf);
+        let hba = format!(
+            "host all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 {}\n",
+            opts.auth
+        );
+        std::fs::write(dir.join("pg_hba.conf"), hba).unwrap();
+        chown_postgres(&dir);
+        watchdog(&dir, Some(&pg_bindir().join("pg_ctl")));
+        let pg = Postgres { port, dir };
+        pg.pg_ctl("start");
+        pg
+    }
+
+    /// Runs `pg_ctl <action>` (start, stop, restart) and waits for it.
+    pub fn pg_ctl(&self, action: &str) {
+        let mut c = pg_command("pg_ctl");
+        c.arg("-D")
+            .arg(&self.dir)
+            .args(["-w", "-t", "60", "-m", "fast"]);
+        c.arg("-l").arg(self.dir.join("log"));
+        c.arg(action);
+        run_ok(c, &format!("pg_ctl {action}"));
+    }
+
+    /// Runs SQL as the superuser through psql; returns unaligned, tuples-only output.
+    pub fn sql(&self, db: &str, sql: &str) -> String {
+        let out = psql_cmd(self.port, "postgres", db, None)
+            .args(["-Atq", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "psql {sql:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Creates a login role with a password (stored as SCRAM).
+    pub fn create_user(&self, name: &str, password: &str) {
+        self.sql(
+            "postgres",
+            &format!("CREATE ROLE \"{name}\" LOGIN SUPERUSER PASSWORD '{password}'"),
+        );
+    }
+
+    pub fn create_db(&self, name: &str) {
+        self.sql("postgres", &format!("CREATE DATABASE \"{name}\""));
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let mut c = pg_command("pg_ctl");
+        c.arg("-D")
+            .arg(&self.dir)
+            .args(["stop", "-m", "immediate", "-w"]);
+        let _ = c.output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn append(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+/// A psql command against 127.0.0.1:`port` (add `-c`/`-f` and friends).
+pub fn psql_cmd(port: u16, user: &str, db: &str, password: Option<&str>) -> Command {
+    let mut c = Command::new("psql");
+    c.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-U",
+        user,
+        "-d",
+        db,
+        "-X",
+    ]);
+    c.env_remove("PGPASSWORD").env("PGCONNECT_TIMEOUT", "10");
+    if let Some(p) = password {
+        c.env("PGPASSWORD", p);
+    }
+    c.stdin(Stdio::null());
+    c
+}
+
+/// A pgbench command against 127.0.0.1:`port`.
+pub fn pgbench_cmd(port: u16, user: &str, db: &str, password: Option<&str>) -> Command {
+    let mut c = Command::new("pgbench");
+    c.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", user]);
+    c.env_remove("PGPASSWORD");
+    if let Some(p) = password {
+        c.env("PGPASSWORD", p);
+    }
+    c.arg(db);
+    c.stdin(Stdio::null());
+    c
+}
+
+/// Runs a command, returning its output (stdout+stderr readable via helpers).
+pub fn output(mut c: Command) -> Output {
+    c.output().expect("command runs")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// pgcorral running in this process on a free port.
+pub struct Pooler {
+    pub addr: SocketAddr,
+    pub services: pgcorral::Services,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Pooler {
+    /// Starts pgcorral from TOML; `listen_port` is forced to 0 (a free port).
+    pub async fn start(toml: &str) -> Pooler {
+        let mut config = pgcorral::config::from_toml_str(toml).expect("test config is valid");
+        config.general.listen_port = 0;
+        let server = pgcorral::Server::bind(config).await.unwrap();
+        let addr = server.local_addr();
+        let services = server.services().clone();
+        let task = Some(tokio::spawn(server.run()));
+        Pooler {
+            addr,
+            services,
+            task,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Fires shutdown and waits for the drain to finish.
+    pub async fn shutdown(mut self) {
+        self.services.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(60), task).await;
+        }
+    }
+
+    /// tokio-postgres client through the pooler.
+    pub async fn connect(
+        &self,
+        user: &str,
+        password: Option<&str>,
+        db: &str,
+    ) -> tokio_postgres::Client {
+        connect(self.port(), user, password, db)
+            .await
+            .unwrap_or_else(|e| panic!("connect through pgcorral: {e}"))
+    }
+}
+
+impl Drop for Pooler {
+    fn drop(&mut self) {
+        self.services.shutdown.cancel();
+    }
+}
+
+/// Connects with tokio-postgres and drives the connection in a task.
+pub async fn connect(
+    port: u16,
+    user: &str,
+    password: Option<&str>,
+    db: &str,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host("127.0.0.1").port(port).user(user).dbname(db);
+    cfg.connect_timeout(Duration::from_secs(10));
+    if let Some(p) = password {
+        cfg.password(p);
+    }
+    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// A config for one database `db` on `pg`, with `general` lines added to [general] and
+/// users app/app-secret (and admin) in [users].
+pub fn config(pg: &Postgres, db: &str, general: &str) -> String {
+    format!(
+        "[general]\nlisten_port = 0\nauth_type = \"trust\"\n{general}\n\n\
+         [databases.{db}]\nhost = \"127.0.0.1\"\nport = {port}\n",
+        port = pg.port
+    )
+}
+
+/// The pgcorral binary built by cargo for integration tests.
+pub fn pgcorral_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_pgcorral")
+}
+
+/// pgcorral as a child process; killed on drop.
+pub struct PoolerProcess {
+    pub child: std::process::Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl PoolerProcess {
+    /// Starts the binary with `--config` at a temp file holding `toml` (on a fixed free port)
+    /// and waits until it accepts connections.
+    pub fn start(toml: &str) -> PoolerProcess {
+        let port = free_port();
+        let toml = toml.replace("listen_port = 0", &format!("listen_port = {port}"));
+        let dir = tempfile::tempdir().unwrap().keep();
+        let path = dir.join("pgcorral.toml");
+        std::fs::write(&path, toml).unwrap();
+        let log = dir.join("pgcorral.log");
+        let child = Command::new(pgcorral_bin())
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return PoolerProcess { child, port, log };
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!(
+            "pgcorral did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for PoolerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
