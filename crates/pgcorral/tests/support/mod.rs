@@ -413,6 +413,7 @@ impl PoolerProcess {
         let path = dir.join("pgcorral.toml");
         std::fs::write(&path, toml).unwrap();
         let log = dir.join("pgcorral.log");
+        #[allow(clippy::zombie_processes)] // waited for in Drop
         let child = Command::new(pgcorral_bin())
             .arg("--config")
             .arg(&path)
