@@ -35,6 +35,15 @@ pub enum Outcome {
     ServerGone { notified: bool },
 }
 
+/// Moves `pos` over what is buffered of a passing body; false when the buffer ends inside it.
+#[inline]
+fn skip_body(len: usize, pos: &mut usize, pass: &mut usize) -> bool {
+    let n = (*pass).min(len - *pos);
+    *pos += n;
+    *pass -= n;
+    *pass == 0
+}
+
 /// What the server-side scan found.
 #[derive(Default)]
 struct ServerScan {
@@ -58,13 +67,8 @@ fn scan_server(
     let mut out = ServerScan::default();
     let mut pos = 0;
     loop {
-        if *pass > 0 {
-            let n = (*pass).min(buf.len() - pos);
-            pos += n;
-            *pass -= n;
-            if *pass > 0 {
-                break;
-            }
+        if !skip_body(buf.len(), &mut pos, pass) {
+            break;
         }
         let Some(h) = Header::parse(&buf[pos..], max)? else {
             break;
@@ -129,13 +133,8 @@ pub(crate) fn scan_client(
     let mut out = ClientScan::default();
     let mut pos = 0;
     loop {
-        if *pass > 0 {
-            let n = (*pass).min(buf.len() - pos);
-            pos += n;
-            *pass -= n;
-            if *pass > 0 {
-                break;
-            }
+        if !skip_body(buf.len(), &mut pos, pass) {
+            break;
         }
         let Some(h) = Header::parse(&buf[pos..], max)? else {
             break;
