@@ -67,7 +67,8 @@ impl CancelMap {
     }
 }
 
-async fn send_cancel(key: CancelKey) -> std::io::Result<()> {
+/// Sends a CancelRequest for `key` to its server and waits until the server hangs up.
+pub(crate) async fn send_cancel(key: CancelKey) -> std::io::Result<()> {
     let mut stream = TcpStream::connect(key.addr).await?;
     let mut buf = BytesMut::with_capacity(16);
     pgwire::encode::cancel_request(&mut buf, key.pid, key.secret);

@@ -36,8 +36,8 @@ pub enum Kind {
 struct Inner {
     kind: Kind,
     message: String,
-    /// A server's own ErrorResponse (whole message, tag included), relayed verbatim.
-    server_error: Option<Bytes>,
+    /// A server's own ErrorResponse (whole message, tag included), relayed verbatim, and its code.
+    server_error: Option<(Bytes, String)>,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
@@ -66,10 +66,10 @@ impl Error {
         e
     }
 
-    /// A server's ErrorResponse to pass on as it was sent.
-    pub fn server(message: impl Into<String>, raw: Bytes) -> Error {
+    /// A server's ErrorResponse (with its SQLSTATE) to pass on as it was sent.
+    pub fn server(message: impl Into<String>, raw: Bytes, code: String) -> Error {
         let mut e = Error::new(Kind::ServerError, message);
-        e.0.server_error = Some(raw);
+        e.0.server_error = Some((raw, code));
         e
     }
 
@@ -82,7 +82,10 @@ impl Error {
     }
 
     /// SQLSTATE a client sees for this error.
-    pub fn sqlstate(&self) -> &'static str {
+    pub fn sqlstate(&self) -> &str {
+        if let Some((_, code)) = &self.0.server_error {
+            return code;
+        }
         match self.0.kind {
             Kind::ClientProtocol => sqlstate::PROTOCOL_VIOLATION,
             Kind::ClientIo => sqlstate::CONNECTION_FAILURE,
@@ -102,7 +105,7 @@ impl Error {
     /// Appends the ErrorResponse a client should see, with the given severity.
     pub fn write_response(&self, buf: &mut BytesMut, severity: &str) {
         match &self.0.server_error {
-            Some(raw) => buf.extend_from_slice(raw),
+            Some((raw, _)) => buf.extend_from_slice(raw),
             None => pgwire::encode::error_response(buf, severity, self.sqlstate(), &self.0.message),
         }
     }

@@ -104,7 +104,10 @@ fn scan_server(
                 }
                 pos += h.total_len();
             }
-            _ => {
+            tag => {
+                if tag == backend::COPY_IN_RESPONSE {
+                    st.copy_in_started();
+                }
                 pos += pgwire::header::HEADER_LEN;
                 *pass = h.body_len();
             }
@@ -140,13 +143,19 @@ pub(crate) fn scan_client(
             break;
         };
         match frontend::kind(h.tag) {
-            FeKind::Request => st.pending += 1,
+            FeKind::Request => st.on_request(),
             FeKind::Sync => {
-                st.pending += 1;
-                st.unsynced = false;
+                st.on_sync();
             }
-            FeKind::Extended => st.unsynced = true,
-            FeKind::Copy => {}
+            FeKind::Extended => {
+                st.unsynced = true;
+                if h.tag == frontend::EXECUTE {
+                    st.on_execute();
+                } else {
+                    st.on_other(h.tag == frontend::FLUSH);
+                }
+            }
+            FeKind::Copy => st.on_other(false),
             FeKind::Terminate => {
                 out.terminate = true;
                 break;

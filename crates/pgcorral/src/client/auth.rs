@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 
 use crate::config::{AuthType, Config};
 use crate::error::{Error, Kind, Result};
-use crate::net::framed::read_message;
+use crate::net::framed::{read_message, ReadError};
 
 /// Largest password or SASL message accepted during login.
 const MAX_AUTH_MESSAGE: u32 = 8192;
@@ -31,20 +31,43 @@ fn failed(user: &str) -> Error {
 }
 
 /// Derived SCRAM secrets for plaintext passwords, so each login does not rerun PBKDF2.
-#[derive(Default)]
-pub struct SecretCache(
-    parking_lot::Mutex<std::collections::HashMap<(String, String), ScramSecret>>,
-);
+pub struct SecretCache {
+    secrets: parking_lot::Mutex<std::collections::HashMap<(String, String), ScramSecret>>,
+    /// Random per process: keys the made-up salts of unknown users.
+    mock_key: [u8; 16],
+}
+
+impl Default for SecretCache {
+    fn default() -> Self {
+        SecretCache {
+            secrets: Default::default(),
+            mock_key: rand::random(),
+        }
+    }
+}
 
 impl SecretCache {
     fn get(&self, user: &str, password: &str) -> ScramSecret {
         let key = (user.to_string(), password.to_string());
-        if let Some(s) = self.0.lock().get(&key) {
+        if let Some(s) = self.secrets.lock().get(&key) {
             return s.clone();
         }
         let salt: [u8; 16] = rand::random();
         let secret = ScramSecret::from_password(password, &salt, SCRAM_ITERATIONS);
-        self.0.lock().entry(key).or_insert(secret).clone()
+        self.secrets.lock().entry(key).or_insert(secret).clone()
+    }
+
+    /// A secret for a user pgcorral does not know, that no proof matches. Its challenge looks
+    /// like a real user's: the usual iteration count, and a salt of the user's own that is the
+    /// same on every attempt (a keyed hash of the name), as PostgreSQL's mock authentication does.
+    fn mock(&self, user: &str) -> ScramSecret {
+        let keyed = ScramSecret::from_password(user, &self.mock_key, 1).stored_key;
+        ScramSecret {
+            iterations: SCRAM_ITERATIONS,
+            salt: keyed[..16].to_vec(),
+            stored_key: rand::random(),
+            server_key: rand::random(),
+        }
     }
 }
 
@@ -88,9 +111,7 @@ pub async fn authenticate(
         }
         (None, Some(p)) => cache.get(user, p),
         // Unknown user: run the exchange against a throwaway secret so the failure looks the same.
-        (None, None) => {
-            ScramSecret::from_password(&rand::random::<u64>().to_string(), &[0; 16], 16)
-        }
+        (None, None) => cache.mock(user),
     };
     let key = scram(stream, buf, out, user, secret).await?;
     if entry.is_none() {
@@ -119,6 +140,12 @@ async fn read_password(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Byt
                 "expected a password response, got message type {}",
                 tag as char
             ),
+        )),
+        // A bad length or an oversized message is the client breaking the protocol (08P01),
+        // not a failed connection.
+        Err(e @ (ReadError::Frame(_) | ReadError::Startup(_))) => Err(Error::new(
+            Kind::ClientProtocol,
+            format!("invalid password response: {e}"),
         )),
         Err(e) => Err(Error::with_source(Kind::ClientIo, "reading password", e)),
     }

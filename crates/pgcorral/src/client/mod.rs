@@ -145,7 +145,6 @@ async fn login(
             "the admin console is not available yet",
         ));
     }
-    let pool = services.pools.get(&config, database, user)?;
     let mut out = BytesMut::with_capacity(512);
     startup::negotiate(&mut out, minor, params);
     let authed = auth::authenticate(
@@ -157,6 +156,8 @@ async fn login(
         user,
     )
     .await?;
+    // Only an authenticated client learns whether the database exists, as with PostgreSQL.
+    let pool = services.pools.get(&config, database, user)?;
     if let Some(key) = authed.client_key {
         pool.learn_client_key(key);
     }

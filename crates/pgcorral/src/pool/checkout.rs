@@ -86,6 +86,11 @@ impl Drop for Checkout {
             Release::Ready => self.pool.checkin(server),
             Release::Close(why) => {
                 tracing::debug!(pid = server.key.pid, why, "closing server connection");
+                // A query still running there would hold the backend after we hang up.
+                let running = !server.state.broken && server.state.pending > 0;
+                if let (true, Ok(rt)) = (running, tokio::runtime::Handle::try_current()) {
+                    rt.spawn(crate::cancel::send_cancel(server.key));
+                }
                 drop(server);
                 self.pool.release_slot();
             }

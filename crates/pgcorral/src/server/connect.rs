@@ -156,6 +156,7 @@ async fn connect_inner(target: &Target) -> Result<ServerConn> {
                         target.host, target.port, fields.message, fields.code
                     ),
                     raw.freeze(),
+                    fields.code,
                 ));
             }
             backend::READY_FOR_QUERY => break,

@@ -25,7 +25,8 @@ pub type ServerParams = Arc<Vec<(String, String)>>;
 /// What is outstanding on a server link; both relay directions update it.
 #[derive(Debug, Clone, Copy)]
 pub struct LinkState {
-    /// ReadyForQuery messages still owed: one per Query, FunctionCall and Sync sent.
+    /// ReadyForQuery messages still owed: one per Query, FunctionCall and Sync sent, less the
+    /// Syncs PostgreSQL ignores in COPY IN mode.
     pub pending: u32,
     /// Extended-protocol messages were sent after the last Sync.
     pub unsynced: bool,
@@ -33,9 +34,98 @@ pub struct LinkState {
     pub tx: TxStatus,
     /// The connection must not be reused (I/O error, FATAL, protocol confusion).
     pub broken: bool,
+    /// Syncs that PostgreSQL will ignore because they reach it in COPY IN mode.
+    pub copy: CopyTrack,
+}
+
+/// Extended-protocol clients send Sync (or Flush) right after Execute, before they know the
+/// statement is a `COPY ... FROM STDIN`; PostgreSQL ignores the Syncs it reads in copy-in mode,
+/// so those earn no ReadyForQuery. This tracks the requests sent since the last Execute so that,
+/// when the server answers that Execute with CopyInResponse, the Syncs that followed it directly
+/// can be uncounted (see [`LinkState::copy_in_started`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CopyTrack {
+    /// An Execute was sent and no Query/FunctionCall came before the next Sync.
+    exec: bool,
+    /// Requests (Query, FunctionCall, Sync) counted since that Execute.
+    since_exec: u32,
+    /// Syncs counted directly after it, with only Flushes between.
+    run_syncs: u32,
+    /// Nothing but Sync or Flush has followed the Execute yet.
+    run_open: bool,
+    /// The server is in COPY IN for that Execute: further Syncs of the run are ignored.
+    suppress: bool,
+    /// A Sync was counted after the run ended (it reaches the server after the COPY).
+    synced_after: bool,
 }
 
 impl LinkState {
+    /// Client sent Execute.
+    pub fn on_execute(&mut self) {
+        self.copy = CopyTrack {
+            exec: true,
+            run_open: true,
+            ..CopyTrack::default()
+        };
+    }
+
+    /// Client sent Sync; false when the server will ignore it (not counted).
+    pub fn on_sync(&mut self) -> bool {
+        let c = &mut self.copy;
+        if c.run_open && c.suppress {
+            return false;
+        }
+        c.since_exec = c.since_exec.saturating_add(1);
+        if c.run_open {
+            c.run_syncs += 1;
+        } else {
+            c.synced_after = true;
+        }
+        self.pending += 1;
+        self.unsynced = false;
+        true
+    }
+
+    /// Client sent Query or FunctionCall.
+    pub fn on_request(&mut self) {
+        let c = &mut self.copy;
+        if c.since_exec == 0 {
+            // Inside the Execute's batch, before its Sync: no longer the simple pattern.
+            c.exec = false;
+        }
+        c.since_exec = c.since_exec.saturating_add(1);
+        c.run_open = false;
+        c.suppress = false;
+        self.pending += 1;
+    }
+
+    /// Client sent any other message; `flush` keeps a Sync run open.
+    pub fn on_other(&mut self, flush: bool) {
+        if !flush {
+            self.copy.run_open = false;
+            self.copy.suppress = false;
+        }
+    }
+
+    /// Server sent CopyInResponse. When it answers the batch of the last Execute (nothing sent
+    /// since was answered, nothing before it is outstanding), the Syncs right after that Execute
+    /// reached or will reach it in copy-in mode: uncount them, ignore more of them, and keep the
+    /// link unsynced until a Sync after the COPY.
+    pub fn copy_in_started(&mut self) {
+        let c = &mut self.copy;
+        if !c.exec || self.pending != c.since_exec {
+            return;
+        }
+        self.pending -= c.run_syncs;
+        c.since_exec -= c.run_syncs;
+        c.run_syncs = 0;
+        c.exec = false;
+        c.suppress = c.run_open;
+        if !c.synced_after {
+            self.unsynced = true;
+        }
+    }
+
     /// Nothing in flight and no transaction open: the server may serve another client.
     #[inline]
     pub fn is_idle(&self) -> bool {
@@ -50,6 +140,7 @@ impl Default for LinkState {
             unsynced: false,
             tx: TxStatus::Idle,
             broken: false,
+            copy: CopyTrack::default(),
         }
     }
 }

@@ -1,0 +1,509 @@
+//! Limits and failures a user can hit: max_client_conn, unknown databases, dead or silent servers, servers dying, protocol garbage, the pool cap, and abandoned transactions.
+
+#[path = "support/raw.rs"]
+mod raw;
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use raw::{backends, db_message, sqlstate, within, Raw};
+use support::*;
+
+fn cfg(pg: &Postgres, general: &str) -> String {
+    config(pg, "postgres", general)
+}
+
+/// Connect error expected: returns it.
+async fn refused(port: u16, user: &str, db: &str) -> tokio_postgres::Error {
+    match within(
+        Duration::from_secs(10),
+        "refused login",
+        connect(port, user, None, db),
+    )
+    .await
+    {
+        Ok(_) => panic!("login to {db} as {user} succeeded"),
+        Err(e) => e,
+    }
+}
+
+async fn select_one(c: &tokio_postgres::Client) -> i32 {
+    raw::one(c, "SELECT 1")
+        .await
+        .unwrap()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+async fn backend_pid(c: &tokio_postgres::Client) -> i32 {
+    raw::one(c, "SELECT pg_backend_pid()")
+        .await
+        .unwrap()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A direct superuser connection to the server, bypassing pgcorral.
+async fn direct(pg: &Postgres) -> tokio_postgres::Client {
+    connect(pg.port, "postgres", None, "postgres")
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_client_conn_refuses_extra_clients() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(&pg, "max_client_conn = 3")).await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(pooler.connect("postgres", None, "postgres").await);
+    }
+    for _ in 0..2 {
+        let err = refused(pooler.port(), "postgres", "postgres").await;
+        assert_eq!(sqlstate(&err), "53300", "{err}");
+        assert_eq!(err.as_db_error().unwrap().severity(), "FATAL");
+    }
+    let out = output({
+        let mut c = psql_cmd(pooler.port(), "postgres", "postgres", None);
+        c.args(["-c", "SELECT 1"]);
+        c
+    });
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("max_client_conn"), "{}", stderr(&out));
+    for c in &clients {
+        assert_eq!(select_one(c).await, 1);
+    }
+    // A place freed by a leaving client can be taken again.
+    drop(clients.pop());
+    let start = Instant::now();
+    let c = loop {
+        match connect(pooler.port(), "postgres", None, "postgres").await {
+            Ok(c) => break c,
+            Err(e) => {
+                assert_eq!(sqlstate(&e), "53300", "{e}");
+                assert!(start.elapsed() < Duration::from_secs(3), "place not freed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(select_one(&c).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_database_is_refused() {
+    let pg = Postgres::start();
+    pg.create_db("other");
+    let pooler = Pooler::start(&cfg(&pg, "")).await;
+    // "other" exists on the server, but not in pgcorral's configuration.
+    for db in ["other", "nope"] {
+        let err = refused(pooler.port(), "postgres", db).await;
+        assert_eq!(sqlstate(&err), "3D000", "{err}");
+        assert!(db_message(&err).contains(db), "{err}");
+    }
+    assert!(pooler
+        .services
+        .pools
+        .all()
+        .iter()
+        .all(|p| p.counts().0 == 0));
+    let c = pooler.connect("postgres", None, "postgres").await;
+    assert_eq!(select_one(&c).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wildcard_routes_any_database_and_relays_the_servers_3d000() {
+    let pg = Postgres::start();
+    pg.create_db("other db");
+    pg.create_db("third");
+    let toml = format!(
+        "[general]\nlisten_port = 0\nauth_type = \"trust\"\n\n[databases.\"*\"]\nhost = \"127.0.0.1\"\nport = {}\n",
+        pg.port
+    );
+    for mode in ["transaction", "session"] {
+        let pooler = Pooler::start(
+            &toml.replace("auth_type", &format!("pool_mode = \"{mode}\"\nauth_type")),
+        )
+        .await;
+        for db in ["other db", "third", "postgres"] {
+            let c = pooler.connect("postgres", None, db).await;
+            let name = raw::one(&c, "SELECT current_database()").await.unwrap();
+            assert_eq!(name.as_deref(), Some(db));
+        }
+        let err = refused(pooler.port(), "postgres", "doesnotexist").await;
+        assert_eq!(sqlstate(&err), "3D000", "{err}");
+        assert_eq!(
+            db_message(&err),
+            "database \"doesnotexist\" does not exist",
+            "the server's own error"
+        );
+    }
+}
+
+/// A client of a database whose server cannot be reached gets 08001 promptly, every time.
+async fn server_unreachable(port: u16, min: Duration) {
+    for mode in ["transaction", "session"] {
+        let toml = format!(
+            "[general]\nlisten_port = 0\nauth_type = \"trust\"\nserver_connect_timeout = 1000\n\
+             pool_mode = \"{mode}\"\ndefault_pool_size = 1\n\n\
+             [databases.postgres]\nhost = \"127.0.0.1\"\nport = {port}\n"
+        );
+        let pooler = Pooler::start(&toml).await;
+        // Twice: a failed connect must give its pool slot back (pool_size = 1).
+        for _ in 0..2 {
+            let start = Instant::now();
+            let err = refused(pooler.port(), "postgres", "postgres").await;
+            let took = start.elapsed();
+            assert!(took < Duration::from_secs(3), "{mode}: took {took:?}");
+            assert!(took >= min, "{mode}: took {took:?}");
+            assert_eq!(sqlstate(&err), "08001", "{mode}: {err}");
+            assert!(
+                db_message(&err).contains(&format!("127.0.0.1:{port}")),
+                "names the server: {err}"
+            );
+        }
+        assert!(pooler
+            .services
+            .pools
+            .all()
+            .iter()
+            .all(|p| p.counts() == (0, 0, 0)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_refusing_connections_fails_fast() {
+    server_unreachable(free_port(), Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_that_never_answers_fails_within_connect_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let n = accepted.clone();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            n.fetch_add(1, Ordering::SeqCst);
+            held.push(s);
+        }
+    });
+    server_unreachable(port, Duration::from_millis(900)).await;
+    assert!(accepted.load(Ordering::SeqCst) >= 4, "TCP was accepted");
+    silent.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_dying_mid_query_is_reported_and_never_reused() {
+    let pg = Postgres::start();
+    let admin = direct(&pg).await;
+    for mode in ["transaction", "session"] {
+        let pooler = Pooler::start(&cfg(
+            &pg,
+            &format!("pool_mode = \"{mode}\"\ndefault_pool_size = 1"),
+        ))
+        .await;
+        let victim = pooler.connect("postgres", None, "postgres").await;
+        let pid = backend_pid(&victim).await;
+        let query = tokio::spawn(async move { victim.simple_query("SELECT pg_sleep(30)").await });
+        // Wait for the sleep to run on that server.
+        let start = Instant::now();
+        while admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'SELECT pg_sleep%'",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+        {
+            assert!(start.elapsed() < Duration::from_secs(5));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        admin
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .unwrap();
+        let err = within(Duration::from_secs(3), "killed query", query)
+            .await
+            .unwrap()
+            .map(drop)
+            .expect_err("query on a terminated server failed");
+        assert_eq!(sqlstate(&err), "57P01", "{mode}: {err}");
+        assert_eq!(
+            db_message(&err),
+            "terminating connection due to administrator command"
+        );
+        // pool_size = 1: the next client works, on a new server.
+        let next = within(
+            Duration::from_secs(5),
+            "next client",
+            pooler.connect("postgres", None, "postgres"),
+        )
+        .await;
+        let new_pid = backend_pid(&next).await;
+        assert_ne!(new_pid, pid, "{mode}: a terminated server was reused");
+        assert_eq!(select_one(&next).await, 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_killed_while_idle_costs_a_transaction_mode_client_nothing() {
+    let pg = Postgres::start();
+    let admin = direct(&pg).await;
+    let pooler = Pooler::start(&cfg(
+        &pg,
+        "pool_mode = \"transaction\"\ndefault_pool_size = 1",
+    ))
+    .await;
+    let client = pooler.connect("postgres", None, "postgres").await;
+    let mut pid = backend_pid(&client).await;
+    for round in 0..3 {
+        admin
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let new_pid: i32 = match raw::one(&client, "SELECT pg_backend_pid()").await {
+            Ok(pid) => pid.unwrap().parse().unwrap(),
+            Err(e) => panic!("round {round}: a query after an idle server died failed: {e}"),
+        };
+        assert_ne!(new_pid, pid);
+        pid = new_pid;
+    }
+}
+
+/// Sends `bytes` after login (or as the startup packet when `login` is false) and expects a
+/// 08P01 ErrorResponse and the connection closed; then a normal client must still work.
+async fn garbage(pooler: &Pooler, login: bool, bytes: &[u8], what: &str) {
+    let mut raw = if login {
+        Raw::login(pooler.port(), "postgres", "postgres")
+            .await
+            .unwrap()
+    } else {
+        Raw::connect(pooler.port()).await
+    };
+    raw.send_lossy(bytes).await;
+    let err = within(Duration::from_secs(5), what, raw.expect_error_and_close()).await;
+    assert_eq!(err.code, "08P01", "{what}: {err:?}");
+    assert_eq!(err.severity, "FATAL", "{what}");
+    let c = pooler.connect("postgres", None, "postgres").await;
+    assert_eq!(select_one(&c).await, 1, "{what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_from_a_client_disconnects_only_that_client() {
+    let pg = Postgres::start();
+    for mode in ["transaction", "session"] {
+        let pooler = Pooler::start(&cfg(
+            &pg,
+            &format!("pool_mode = \"{mode}\"\ndefault_pool_size = 2"),
+        ))
+        .await;
+        // A bystander in the middle of a session is not disturbed.
+        let bystander = pooler.connect("postgres", None, "postgres").await;
+        bystander
+            .batch_execute("CREATE TEMP TABLE IF NOT EXISTS x(i int)")
+            .await
+            .unwrap();
+
+        let after_login: [(&[u8], &str); 5] = [
+            (b"Q\0\0\0\x02", "length below 4"),
+            (b"Q\xff\xff\xff\xff", "negative length"),
+            (b"?\0\0\0\x04", "unknown message type"),
+            (b"Q\x7f\xff\xff\xff", "2 GB length"),
+            (b"Q\x80\0\0\0", "2^31 length"),
+        ];
+        for (bytes, what) in after_login {
+            garbage(&pooler, true, bytes, &format!("{mode}: {what}")).await;
+        }
+        let startup: [(&[u8], &str); 4] = [
+            (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP request"),
+            (b"\0\0\0\x02\0\0", "startup length below 8"),
+            (b"\0\0\0\x08\x12\x34\x56\x78", "unknown protocol version"),
+            (
+                b"\0\0\0\x0e\0\x03\0\0user\0x",
+                "startup parameters without terminator",
+            ),
+        ];
+        for (bytes, what) in startup {
+            garbage(&pooler, false, bytes, &format!("{mode}: {what}")).await;
+        }
+        assert_eq!(select_one(&bystander).await, 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_size_caps_server_connections_across_worker_threads() {
+    let pg = Postgres::start();
+    pg.sql("postgres", "CREATE ROLE app LOGIN");
+    for mode in ["transaction", "session"] {
+        let toml = cfg(
+            &pg,
+            &format!("pool_mode = \"{mode}\"\ndefault_pool_size = 3\nworkers = 4"),
+        );
+        let pooler = PoolerProcess::start(&toml);
+        let port = pooler.port;
+        let admin = direct(&pg).await;
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        let watcher = tokio::spawn(async move {
+            let mut max = 0i64;
+            while !flag.load(Ordering::SeqCst) {
+                let n: i64 = admin
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app' AND datname = 'postgres'",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                max = max.max(n);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            max
+        });
+        let start = Instant::now();
+        let clients: Vec<_> = (0..20)
+            .map(|i| {
+                tokio::spawn(async move {
+                    let c = connect(port, "app", None, "postgres")
+                        .await
+                        .unwrap_or_else(|e| panic!("client {i}: {e}"));
+                    c.simple_query("SELECT pg_sleep(0.2)")
+                        .await
+                        .unwrap_or_else(|e| panic!("client {i}: {e}"));
+                })
+            })
+            .collect();
+        for c in clients {
+            within(Duration::from_secs(10), "client", c).await.unwrap();
+        }
+        let took = start.elapsed();
+        done.store(true, Ordering::SeqCst);
+        let max = watcher.await.unwrap();
+        assert!(max <= 3, "{mode}: server showed {max} backends for app");
+        assert!(max >= 2, "{mode}: the watcher saw at most {max} backends");
+        // 20 queries of 0.2 s on 3 connections need at least 7 rounds.
+        assert!(took >= Duration::from_millis(1300), "{mode}: {took:?}");
+        drop(pooler);
+        // The killed pooler's server connections go away before the next round counts.
+        let start = Instant::now();
+        while backends(&pg, "app", "postgres") > 0 {
+            assert!(start.elapsed() < Duration::from_secs(5));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A client leaves mid-transaction (with Terminate, or by just closing its socket when
+/// `raw_close`): its insert is rolled back and the next client gets the same server, clean.
+async fn abandoned_transaction(raw_close: bool) {
+    let pg = Postgres::start();
+    pg.sql("postgres", "CREATE TABLE t (i int)");
+    for mode in ["transaction", "session"] {
+        let pooler = Pooler::start(&cfg(
+            &pg,
+            &format!("pool_mode = \"{mode}\"\ndefault_pool_size = 1"),
+        ))
+        .await;
+        let pid_before: i32 = if raw_close {
+            let mut raw = Raw::login(pooler.port(), "postgres", "postgres")
+                .await
+                .unwrap();
+            let rows = raw
+                .query("BEGIN; INSERT INTO t VALUES (1); SELECT pg_backend_pid()")
+                .await
+                .unwrap();
+            // Dropped without Terminate: the socket just closes.
+            drop(raw);
+            rows[0][0].as_deref().unwrap().parse().unwrap()
+        } else {
+            let a = pooler.connect("postgres", None, "postgres").await;
+            a.batch_execute("BEGIN; INSERT INTO t VALUES (1)")
+                .await
+                .unwrap();
+            let pid = backend_pid(&a).await;
+            drop(a); // tokio-postgres sends Terminate
+            pid
+        };
+        let b = within(
+            Duration::from_secs(5),
+            "next client",
+            pooler.connect("postgres", None, "postgres"),
+        )
+        .await;
+        let q = |sql: &'static str| {
+            let b = &b;
+            async move {
+                within(Duration::from_secs(5), sql, raw::one(b, sql))
+                    .await
+                    .unwrap()
+            }
+        };
+        let count = q("SELECT count(*) FROM t").await;
+        assert_eq!(count.as_deref(), Some("0"), "{mode}: the insert is visible");
+        assert_eq!(
+            q("SELECT txid_current_if_assigned()").await,
+            None,
+            "{mode}: still inside the abandoned transaction"
+        );
+        let pid = q("SELECT pg_backend_pid()").await;
+        assert_eq!(
+            pid,
+            Some(pid_before.to_string()),
+            "{mode}: the server was not reused"
+        );
+        let iso = q("SHOW transaction_isolation").await;
+        assert_eq!(iso.as_deref(), Some("read committed"));
+        assert_eq!(pg.sql("postgres", "SELECT count(*) FROM t"), "0");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_leaving_mid_transaction_with_terminate() {
+    abandoned_transaction(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_vanishing_mid_transaction() {
+    abandoned_transaction(true).await;
+}
+
+/// A client that vanishes while its query runs: pgcorral cancels the query before closing that
+/// server connection, so the backend does not keep running it for nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vanished_clients_query_is_cancelled() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(&pg, "")).await;
+    let mut raw = Raw::login(pooler.port(), "postgres", "postgres")
+        .await
+        .unwrap();
+    let mut q = BytesMut::new();
+    pgwire::encode::query(&mut q, "SELECT pg_sleep(60) /* vanishing */");
+    raw.send(&q).await;
+    let running = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%/* vanishing */' AND pid <> pg_backend_pid()";
+    let start = Instant::now();
+    while pg.sql("postgres", running) != "1" {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "query never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(raw);
+    let start = Instant::now();
+    while pg.sql("postgres", running) != "0" {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "the abandoned query is still running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
