@@ -218,18 +218,26 @@ pub async fn run(
     let mut fatal_seen = false;
 
     loop {
-        if s_ready == 0 {
-            if let Some(o) = s_stop.take() {
-                return o;
+        if s_ready == 0 && s_stop.is_some() {
+            // The server may be released, but not while the client is part-way through a
+            // message (stray COPY data after a failed COPY): the server would take the next
+            // client's bytes for the rest of it. Forward the rest of that message first.
+            let mid_message = c_ready > 0 || client.pass > 0;
+            let releasable = matches!(s_stop, Some(Outcome::Idle | Outcome::TransactionRefused));
+            if !(mid_message && releasable && c_stop.is_none()) {
+                let o = s_stop.take().expect("checked");
+                return finish(o, client, server, c_ready);
             }
         }
         if c_ready == 0 {
             if let Some(o) = c_stop.take() {
-                return o;
+                return finish(o, client, server, c_ready);
             }
         }
         let read_server = s_ready == 0 && s_stop.is_none();
-        let read_client = c_ready == 0 && c_stop.is_none();
+        // Once the server side has stopped, the client is read only to finish the message in
+        // flight; its next request waits for the next checkout.
+        let read_client = c_ready == 0 && c_stop.is_none() && (s_stop.is_none() || client.pass > 0);
         if read_server {
             server.rbuf.reserve(READ_CHUNK);
         }
@@ -315,6 +323,13 @@ pub async fn run(
                     notified: fatal_seen,
                 });
             }
+            Event::FromClient(Ok(n)) if n > 0 && s_stop.is_some() => {
+                // Draining: only the rest of the message in flight, unscanned (it can only be
+                // COPY data the server will ignore).
+                let take = client.pass.min(client.buf.len());
+                client.pass -= take;
+                c_ready = take;
+            }
             Event::FromClient(Ok(n)) if n > 0 => {
                 match scan_client(&client.buf, &mut client.pass, &mut server.state, max) {
                     Ok(s) => {
@@ -330,6 +345,16 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Ends the relay with `o`. A client message only partly forwarded leaves the server out of
+/// frame: it must not be reused, and the client's unsent bytes of that message are dropped.
+fn finish(o: Outcome, client: &mut ClientConn, server: &mut ServerConn, c_ready: usize) -> Outcome {
+    if c_ready > 0 || client.pass > 0 {
+        server.state.broken = true;
+        client.buf.advance(c_ready);
+    }
+    o
 }
 
 fn client_stop(s: &ClientScan) -> Option<Outcome> {
@@ -459,6 +484,94 @@ mod tests {
         let s = scan_client(&bad, &mut 0, &mut st, 1 << 20).unwrap();
         assert_eq!((s.ready, s.bad_tag), (0, Some(b'?')));
         assert!(scan_client(b"Q\x7f\xff\xff\xff", &mut 0, &mut st, 1 << 20).is_err());
+    }
+
+    /// Scans one message per tag (empty bodies; ReadyForQuery says idle) from the client or server.
+    fn client_sends(st: &mut LinkState, tags: &str) {
+        let mut buf = Vec::new();
+        for t in tags.bytes() {
+            buf.extend(msg(t, b""));
+        }
+        let s = scan_client(&buf, &mut 0, st, 1 << 20).unwrap();
+        assert_eq!(s.ready, buf.len());
+    }
+
+    fn server_sends(st: &mut LinkState, tags: &str) -> Option<Outcome> {
+        let mut buf = Vec::new();
+        for t in tags.bytes() {
+            buf.extend(msg(t, if t == b'Z' { b"I" } else { b"" }));
+        }
+        scan_server(&buf, &mut 0, st, true, false, 1 << 20)
+            .unwrap()
+            .stop
+    }
+
+    #[test]
+    fn extended_copy_in_syncs_after_execute_are_uncounted() {
+        // tokio-postgres/libpq: Bind, Execute, Sync; CopyInResponse; data, CopyDone, Sync.
+        let mut st = LinkState::default();
+        client_sends(&mut st, "BES");
+        assert_eq!(st.pending, 1);
+        assert_eq!(server_sends(&mut st, "2G"), None);
+        assert_eq!((st.pending, st.unsynced), (0, true));
+        client_sends(&mut st, "ddcS");
+        assert_eq!(server_sends(&mut st, "CZ"), Some(Outcome::Idle));
+        assert!(st.is_idle());
+
+        // The same after an error in the data: one ReadyForQuery, after the last Sync.
+        client_sends(&mut st, "BES");
+        server_sends(&mut st, "2GE");
+        assert!(!st.is_idle());
+        client_sends(&mut st, "dcS");
+        assert_eq!(server_sends(&mut st, "Z"), Some(Outcome::Idle));
+    }
+
+    #[test]
+    fn extended_copy_in_pipelined_with_flush_and_extra_syncs() {
+        let mut st = LinkState::default();
+        client_sends(&mut st, "PBEHSSdcSQ");
+        assert_eq!(st.pending, 4);
+        assert_eq!(server_sends(&mut st, "12GCZ"), None);
+        assert_eq!(st.pending, 1);
+        assert_eq!(server_sends(&mut st, "TDCZ"), Some(Outcome::Idle));
+    }
+
+    #[test]
+    fn syncs_sent_in_copy_in_mode_are_ignored() {
+        let mut st = LinkState::default();
+        client_sends(&mut st, "BEH");
+        server_sends(&mut st, "2G");
+        client_sends(&mut st, "SH");
+        assert_eq!(st.pending, 0);
+        client_sends(&mut st, "dcS");
+        assert_eq!(st.pending, 1);
+        assert_eq!(server_sends(&mut st, "CZ"), Some(Outcome::Idle));
+    }
+
+    #[test]
+    fn simple_copy_in_and_copy_after_answered_batches_count_as_before() {
+        let mut st = LinkState::default();
+        client_sends(&mut st, "Q");
+        server_sends(&mut st, "G");
+        assert_eq!((st.pending, st.unsynced), (1, false));
+        client_sends(&mut st, "dc");
+        assert_eq!(server_sends(&mut st, "CZ"), Some(Outcome::Idle));
+
+        client_sends(&mut st, "BES");
+        assert_eq!(server_sends(&mut st, "2CZ"), Some(Outcome::Idle));
+        client_sends(&mut st, "Q");
+        server_sends(&mut st, "G");
+        assert_eq!((st.pending, st.unsynced), (1, false));
+        client_sends(&mut st, "c");
+        assert_eq!(server_sends(&mut st, "CZ"), Some(Outcome::Idle));
+
+        // A batch with Query pipelined behind it: its CopyInResponse is the Query's.
+        client_sends(&mut st, "BESQ");
+        assert_eq!(server_sends(&mut st, "2CZ"), None);
+        server_sends(&mut st, "G");
+        assert_eq!(st.pending, 1);
+        client_sends(&mut st, "c");
+        assert_eq!(server_sends(&mut st, "CZ"), Some(Outcome::Idle));
     }
 
     proptest::proptest! {

@@ -22,6 +22,9 @@ use crate::relay::{self, Outcome};
 use crate::services::Services;
 use startup::Opening;
 
+/// First read of a request: most requests fit; bigger ones grow the buffer in the relay.
+const IDLE_READ: usize = 4096;
+
 /// How long a client may take from connecting to finishing login.
 const LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -44,68 +47,23 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services) {
         pass: 0,
         max_len: services.config.load().general.max_packet_size,
     };
-    let opening = match tokio::time::timeout(
-        LOGIN_TIMEOUT,
-        startup::open(&mut client.stream, &mut client.buf),
-    )
-    .await
-    {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return fail(&mut client, &peer, e).await,
-        Err(_) => {
-            let e = Error::new(
-                Kind::ClientProtocol,
-                "client_login_timeout: startup took too long",
-            );
-            return fail(&mut client, &peer, e).await;
-        }
+    // Startup and login are boxed: their state is large and short-lived, and must not size the
+    // future that lives as long as the client (idle clients should cost little memory).
+    let admitted = Box::pin(admit(&mut client, &peer, &services, count.over_limit)).await;
+    let Some(Session {
+        pool,
+        server,
+        slot,
+        pid,
+        secret,
+        user,
+        database,
+    }) = admitted
+    else {
+        return;
     };
-    let (minor, params) = match opening {
-        Opening::Closed => return,
-        Opening::Cancel { pid, secret } => return services.cancel.cancel(pid, secret).await,
-        Opening::Session { minor, params } => (minor, params),
-    };
-    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let Some(user) = get("user").filter(|u| !u.is_empty()).map(str::to_string) else {
-        let e = Error::new(
-            Kind::UnknownUser,
-            "no PostgreSQL user name specified in startup packet",
-        );
-        return fail(&mut client, &peer, e).await;
-    };
-    let database = get("database")
-        .filter(|d| !d.is_empty())
-        .unwrap_or(&user)
-        .to_string();
-    if count.over_limit {
-        let e = Error::new(
-            Kind::TooManyClients,
-            "no more connections allowed (max_client_conn)",
-        );
-        return fail(&mut client, &peer, e).await;
-    }
-    if services.shutdown.is_cancelled() {
-        let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
-        return fail(&mut client, &peer, e).await;
-    }
-    let login = tokio::time::timeout(
-        LOGIN_TIMEOUT,
-        login(&mut client, &services, &user, &database, minor, &params),
-    )
-    .await
-    .unwrap_or_else(|_| {
-        Err(Error::new(
-            Kind::ClientProtocol,
-            "client_login_timeout: login took too long",
-        ))
-    });
-    let (pool, session_server, slot, pid, secret) = match login {
-        Ok(l) => l,
-        Err(e) => return fail(&mut client, &peer, e).await,
-    };
-    tracing::info!(%peer, %user, %database, "client logged in");
     let mode = pool.settings().mode;
-    let result = run(&mut client, &services, &pool, session_server, &slot, mode).await;
+    let result = run(&mut client, &services, &pool, server, &slot, mode).await;
     services.cancel.unregister(pid, secret);
     match result {
         Ok(reason) => tracing::info!(%peer, %user, %database, reason, "client disconnected"),
@@ -119,12 +77,108 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services) {
     drop(count);
 }
 
+/// A logged-in client, ready for requests.
+struct Session {
+    pool: Pool,
+    /// The server held for the whole session (session mode).
+    server: Option<Checkout>,
+    slot: Arc<CancelSlot>,
+    pid: i32,
+    secret: i32,
+    user: String,
+    database: String,
+}
+
+/// Startup packets, limits, authentication and the welcome. `None` when the client is done
+/// (a cancel request, a probe, or a failure already reported to it).
+async fn admit(
+    client: &mut ClientConn,
+    peer: &SocketAddr,
+    services: &Services,
+    over_limit: bool,
+) -> Option<Session> {
+    let opening = match tokio::time::timeout(
+        LOGIN_TIMEOUT,
+        startup::open(&mut client.stream, &mut client.buf),
+    )
+    .await
+    {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return fail(client, peer, e).await,
+        Err(_) => {
+            let e = Error::new(
+                Kind::ClientProtocol,
+                "client_login_timeout: startup took too long",
+            );
+            return fail(client, peer, e).await;
+        }
+    };
+    let (minor, params) = match opening {
+        Opening::Closed => return None,
+        Opening::Cancel { pid, secret } => {
+            services.cancel.cancel(pid, secret).await;
+            return None;
+        }
+        Opening::Session { minor, params } => (minor, params),
+    };
+    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let Some(user) = get("user").filter(|u| !u.is_empty()).map(str::to_string) else {
+        let e = Error::new(
+            Kind::UnknownUser,
+            "no PostgreSQL user name specified in startup packet",
+        );
+        return fail(client, peer, e).await;
+    };
+    let database = get("database")
+        .filter(|d| !d.is_empty())
+        .unwrap_or(&user)
+        .to_string();
+    if over_limit {
+        let e = Error::new(
+            Kind::TooManyClients,
+            "no more connections allowed (max_client_conn)",
+        );
+        return fail(client, peer, e).await;
+    }
+    if services.shutdown.is_cancelled() {
+        let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
+        return fail(client, peer, e).await;
+    }
+    let login = tokio::time::timeout(
+        LOGIN_TIMEOUT,
+        login(client, services, &user, &database, minor, &params),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(Error::new(
+            Kind::ClientProtocol,
+            "client_login_timeout: login took too long",
+        ))
+    });
+    match login {
+        Ok((pool, server, slot, pid, secret)) => {
+            tracing::info!(%peer, %user, %database, "client logged in");
+            Some(Session {
+                pool,
+                server,
+                slot,
+                pid,
+                secret,
+                user,
+                database,
+            })
+        }
+        Err(e) => fail(client, peer, e).await,
+    }
+}
+
 /// Reports a startup/login failure as FATAL and logs it.
-async fn fail(client: &mut ClientConn, peer: &SocketAddr, e: Error) {
+async fn fail<T>(client: &mut ClientConn, peer: &SocketAddr, e: Error) -> Option<T> {
     tracing::info!(%peer, error = %e, sqlstate = e.sqlstate(), "client login failed");
     let mut out = BytesMut::new();
     e.write_response(&mut out, "FATAL");
     let _ = client.stream.write_all(&out).await;
+    None
 }
 
 type Login = (Pool, Option<Checkout>, Arc<CancelSlot>, i32, i32);
@@ -223,7 +277,11 @@ async fn run(
                 }
             }
             Outcome::TransactionRefused => {
-                refuse_transaction(client, server.as_mut().expect("attached")).await?;
+                Box::pin(refuse_transaction(
+                    client,
+                    server.as_mut().expect("attached"),
+                ))
+                .await?;
                 slot.set(None);
                 server = None;
             }
@@ -281,9 +339,22 @@ async fn next_request(client: &mut ClientConn, services: &Services) -> Result<Op
                 Ok(None) => {}
             }
         }
-        if client.buf.capacity() - client.buf.len() < 1024 {
-            client.buf.reserve(4096);
+        if client.buf.is_empty() {
+            // Idle between requests: hold no buffer while waiting, so an idle client costs
+            // only its task and socket.
+            client.buf = BytesMut::new();
+            tokio::select! {
+                biased;
+                r = client.stream.readable() => r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e))?,
+                _ = services.shutdown.cancelled() => {
+                    return Err(Error::new(Kind::Shutdown, "pgcorral is shutting down"));
+                }
+            }
         }
+        if client.buf.capacity() - client.buf.len() < 1024 {
+            client.buf.reserve(IDLE_READ);
+        }
+        // Cancel-safe, and a short read clears the socket's readiness (no extra syscall later).
         let n = tokio::select! {
             biased;
             r = client.stream.read_buf(&mut client.buf) => r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e))?,

@@ -115,11 +115,11 @@ impl Pool {
                     return Ok(Checkout::new(server, self.clone()));
                 }
                 Err(None) => Grant::Slot(inner::Slot::new(self.clone())),
-                Err(Some(rx)) => self.wait(rx).await?,
+                Err(Some(rx)) => Box::pin(self.wait(rx)).await?,
             };
             match grant {
                 Grant::Server(checkout) => return Ok(checkout),
-                Grant::Slot(slot) => return self.open(slot).await,
+                Grant::Slot(slot) => return Box::pin(self.open(slot)).await,
             }
         }
     }
