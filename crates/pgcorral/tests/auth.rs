@@ -612,14 +612,12 @@ async fn password_is_checked_before_the_database_name() {
         "[users.app]\npassword = \"app-secret\"",
     ))
     .await;
-    let e = connect(pooler.port(), "app", Some("wrong"), "nosuchdb")
-        .await
-        .err()
-        .expect("wrong password refused");
+    let Err(e) = connect(pooler.port(), "app", Some("wrong"), "nosuchdb").await else {
+        panic!("wrong password accepted");
+    };
     assert_eq!(sqlstate(&e), "28P01", "{e}");
-    let e = connect(pooler.port(), "app", Some("app-secret"), "nosuchdb")
-        .await
-        .err()
-        .expect("unknown database refused");
+    let Err(e) = connect(pooler.port(), "app", Some("app-secret"), "nosuchdb").await else {
+        panic!("unknown database accepted");
+    };
     assert_eq!(sqlstate(&e), "3D000", "{e}");
 }
