@@ -20,6 +20,9 @@ use crate::server::{LinkState, ServerConn};
 /// Read no more from a side while this much of its data waits to be written to the other.
 const READ_CHUNK: usize = 16 * 1024;
 
+/// Below this much free space a buffer is grown before reading.
+const MIN_READ_ROOM: usize = 1024;
+
 /// Why the relay stopped.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -33,6 +36,14 @@ pub enum Outcome {
     ClientProtocol(String),
     /// The server closed or failed; `notified` when it sent the client a FATAL first.
     ServerGone { notified: bool },
+}
+
+/// Makes room for a read, growing the buffer only when little space is left.
+#[inline]
+fn reserve(buf: &mut bytes::BytesMut) {
+    if buf.capacity() - buf.len() < MIN_READ_ROOM {
+        buf.reserve(READ_CHUNK);
+    }
 }
 
 /// Moves `pos` over what is buffered of a passing body; false when the buffer ends inside it.
@@ -224,8 +235,12 @@ pub async fn run(
             // client's bytes for the rest of it. Forward the rest of that message first.
             let mid_message = c_ready > 0 || client.pass > 0;
             let releasable = matches!(s_stop, Some(Outcome::Idle | Outcome::TransactionRefused));
-            if !(mid_message && releasable && c_stop.is_none()) {
+            if !(mid_message && releasable) {
                 let o = s_stop.take().expect("checked");
+                return finish(o, client, server, c_ready);
+            }
+            if let Some(o) = c_stop.take() {
+                // The client left part-way through it: the server is out of frame (closed).
                 return finish(o, client, server, c_ready);
             }
         }
@@ -239,10 +254,10 @@ pub async fn run(
         // flight; its next request waits for the next checkout.
         let read_client = c_ready == 0 && c_stop.is_none() && (s_stop.is_none() || client.pass > 0);
         if read_server {
-            server.rbuf.reserve(READ_CHUNK);
+            reserve(&mut server.rbuf);
         }
         if read_client {
-            client.buf.reserve(READ_CHUNK);
+            reserve(&mut client.buf);
         }
         let ev = poll_fn(|cx| {
             if c_ready > 0 {
