@@ -507,3 +507,38 @@ async fn vanished_clients_query_is_cancelled() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// GSSENCRequest and SSLRequest are each declined with 'N' (no TLS yet), and the client may go
+/// on with a plain StartupMessage on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encryption_requests_are_declined_then_startup_proceeds() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(&pg, "")).await;
+    let mut s = tokio::net::TcpStream::connect(pooler.addr).await.unwrap();
+    for code in [
+        pgwire::startup::GSSENC_REQUEST_CODE,
+        pgwire::startup::SSL_REQUEST_CODE,
+    ] {
+        let mut req = 8i32.to_be_bytes().to_vec();
+        req.extend_from_slice(&code.to_be_bytes());
+        s.write_all(&req).await.unwrap();
+        let mut answer = [0u8; 1];
+        s.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"N");
+    }
+    let mut out = BytesMut::new();
+    pgwire::encode::startup(&mut out, &[("user", "postgres"), ("database", "postgres")]);
+    pgwire::encode::query(&mut out, "SELECT 1");
+    s.write_all(&out).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"Z\0\0\0\x05I") || !got.windows(2).any(|w| w == b"C\0") {
+        let n = within(Duration::from_secs(5), "reply", s.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(n > 0, "connection closed");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got[0], b'R', "first reply is AuthenticationOk");
+}
