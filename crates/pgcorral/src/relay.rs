@@ -56,18 +56,18 @@ fn skip_body(len: usize, pos: &mut usize, pass: &mut usize) -> bool {
 }
 
 /// What the server-side scan found.
-#[derive(Default)]
-struct ServerScan {
+#[derive(Default, Debug)]
+pub struct ServerScan {
     /// Bytes from the start of the buffer that may be forwarded.
-    ready: usize,
-    stop: Option<Outcome>,
-    fatal: bool,
+    pub ready: usize,
+    pub stop: Option<Outcome>,
+    pub fatal: bool,
 }
 
 /// Scans server bytes: passes bodies, inspects ReadyForQuery and ErrorResponse. Stops after a
 /// ReadyForQuery that leaves the link idle when `stop_when_idle`, or before one that opens a
 /// transaction in statement mode.
-fn scan_server(
+pub fn scan_server(
     buf: &[u8],
     pass: &mut usize,
     st: &mut LinkState,
@@ -130,7 +130,7 @@ fn scan_server(
 
 /// What the client-side scan found.
 #[derive(Default, Debug)]
-pub(crate) struct ClientScan {
+pub struct ClientScan {
     pub ready: usize,
     pub terminate: bool,
     pub bad_tag: Option<u8>,
@@ -138,7 +138,7 @@ pub(crate) struct ClientScan {
 
 /// Scans client bytes: counts requests owed a ReadyForQuery and notes unsynced extended
 /// messages. Stops before Terminate or an unknown tag.
-pub(crate) fn scan_client(
+pub fn scan_client(
     buf: &[u8],
     pass: &mut usize,
     st: &mut LinkState,

@@ -155,6 +155,20 @@ impl Pool {
         Ok(Checkout::new(server, self.clone()))
     }
 
+    /// Adds an open, idle connection to the pool, counted against its size; `Err` gives it back
+    /// when the pool is full. For moving idle connections between pools, and benchmarks.
+    pub fn adopt(&self, server: ServerConn) -> std::result::Result<(), ServerConn> {
+        {
+            let mut inner = self.0.inner.lock();
+            if inner.open >= self.0.settings.size {
+                return Err(server);
+            }
+            inner.open += 1;
+        }
+        self.checkin(server);
+        Ok(())
+    }
+
     /// Puts a clean server back: to the first waiter, else on the idle list.
     fn checkin(&self, server: ServerConn) {
         let mut server = server;

@@ -1,0 +1,140 @@
+//! Hot-path micro-benchmarks: the relay's scans over a pgbench -S exchange, and pool
+//! checkout/check-in with and without contention.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use pgcorral::config::PoolMode;
+use pgcorral::pool::{Pool, PoolSettings};
+use pgcorral::relay::{scan_client, scan_server};
+use pgcorral::server::connect::{Secret, Target};
+use pgcorral::server::{CancelKey, LinkState, ServerConn};
+use pgwire::encode;
+
+fn select_answer() -> BytesMut {
+    let mut b = BytesMut::new();
+    encode::message(&mut b, b'T', |b| b.extend_from_slice(&[0u8; 27]));
+    encode::message(&mut b, b'D', |b| {
+        b.extend_from_slice(b"\0\x01\0\0\0\x041234")
+    });
+    encode::message(&mut b, b'C', |b| b.extend_from_slice(b"SELECT 1\0"));
+    encode::ready_for_query(&mut b, pgwire::backend::TxStatus::Idle);
+    b
+}
+
+fn scans(c: &mut Criterion) {
+    let mut q = BytesMut::new();
+    encode::query(
+        &mut q,
+        "SELECT abalance FROM pgbench_accounts WHERE aid = 48213;",
+    );
+    let answer = select_answer();
+    c.bench_function("scan_request_and_answer", |b| {
+        b.iter(|| {
+            let mut st = LinkState::default();
+            let (mut cp, mut sp) = (0, 0);
+            let c = scan_client(black_box(&q), &mut cp, &mut st, 1 << 30).unwrap();
+            let s =
+                scan_server(black_box(&answer), &mut sp, &mut st, true, false, 1 << 30).unwrap();
+            black_box((c.ready, s.ready))
+        })
+    });
+}
+
+/// A pool holding `n` idle connections over loopback sockets (no server behind them: checkout
+/// only looks at readiness, which stays quiet).
+fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::TcpStream>) {
+    rt.block_on(async {
+        let target = Target {
+            host: "127.0.0.1".into(),
+            port: 1,
+            database: "bench".into(),
+            user: "bench".into(),
+            secret: Secret::None,
+            connect_timeout: Duration::from_secs(1),
+            max_packet_size: 1 << 30,
+        };
+        let settings = PoolSettings {
+            size: n,
+            mode: PoolMode::Transaction,
+            reset_query: String::new(),
+            wait_timeout: None,
+        };
+        let pool = Pool::new(("bench".into(), "bench".into()), target, settings);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut peers = Vec::new();
+        for _ in 0..n {
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            peers.push(listener.accept().await.unwrap().0);
+            let server = ServerConn {
+                stream,
+                rbuf: BytesMut::with_capacity(16 * 1024),
+                pass: 0,
+                key: CancelKey {
+                    addr,
+                    pid: 1,
+                    secret: 1,
+                },
+                params: Arc::new(Vec::new()),
+                state: LinkState::default(),
+                created: Instant::now(),
+            };
+            assert!(pool.adopt(server).is_ok());
+        }
+        (pool, peers)
+    })
+}
+
+fn checkout(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (pool, _peers) = pool_with(&rt, 1);
+    c.bench_function("checkout_checkin_uncontended", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    drop(black_box(pool.checkout().await.unwrap()));
+                }
+                start.elapsed()
+            })
+        })
+    });
+
+    let mt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (pool, _peers) = pool_with(&mt, 1);
+    c.bench_function("checkout_checkin_two_tasks_one_server", |b| {
+        b.iter_custom(|iters| {
+            mt.block_on(async {
+                let start = Instant::now();
+                let tasks: Vec<_> = (0..2)
+                    .map(|_| {
+                        let pool = pool.clone();
+                        tokio::spawn(async move {
+                            for _ in 0..iters / 2 {
+                                drop(pool.checkout().await.unwrap());
+                                tokio::task::yield_now().await;
+                            }
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    t.await.unwrap();
+                }
+                start.elapsed()
+            })
+        })
+    });
+}
+
+criterion_group!(benches, scans, checkout);
+criterion_main!(benches);
