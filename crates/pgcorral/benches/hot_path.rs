@@ -82,7 +82,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                 state: LinkState::default(),
                 created: Instant::now(),
             };
-            assert!(pool.adopt(server).is_ok());
+            assert!(pool.adopt(server));
         }
         (pool, peers)
     })

@@ -155,18 +155,19 @@ impl Pool {
         Ok(Checkout::new(server, self.clone()))
     }
 
-    /// Adds an open, idle connection to the pool, counted against its size; `Err` gives it back
-    /// when the pool is full. For moving idle connections between pools, and benchmarks.
-    pub fn adopt(&self, server: ServerConn) -> std::result::Result<(), ServerConn> {
+    /// Adds an open, idle connection to the pool, counted against its size; when the pool is
+    /// full the connection is closed and `false` returned. For moving idle connections between
+    /// pools, and benchmarks.
+    pub fn adopt(&self, server: ServerConn) -> bool {
         {
             let mut inner = self.0.inner.lock();
             if inner.open >= self.0.settings.size {
-                return Err(server);
+                return false;
             }
             inner.open += 1;
         }
         self.checkin(server);
-        Ok(())
+        true
     }
 
     /// Puts a clean server back: to the first waiter, else on the idle list.
