@@ -81,6 +81,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                 params: Arc::new(Vec::new()),
                 state: LinkState::default(),
                 created: Instant::now(),
+                home: 0,
             };
             assert!(pool.adopt(server));
         }
@@ -99,7 +100,7 @@ fn checkout(c: &mut Criterion) {
             rt.block_on(async {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    drop(black_box(pool.checkout().await.unwrap()));
+                    drop(black_box(pool.checkout(0).await.unwrap()));
                 }
                 start.elapsed()
             })
@@ -121,7 +122,7 @@ fn checkout(c: &mut Criterion) {
                         let pool = pool.clone();
                         tokio::spawn(async move {
                             for _ in 0..iters / 2 {
-                                drop(pool.checkout().await.unwrap());
+                                drop(pool.checkout(0).await.unwrap());
                                 tokio::task::yield_now().await;
                             }
                         })

@@ -45,11 +45,12 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if config.general.workers > 0 {
-        rt.worker_threads(config.general.workers);
-    }
-    let rt = match rt.enable_all().build() {
+    // The main thread accepts connections and handles signals; clients run on the worker
+    // threads that `Server::run` starts (see net::workers).
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("pgcorral: cannot start runtime: {e}");

@@ -24,6 +24,8 @@ pub struct Inner {
     pub shutdown: CancellationToken,
     /// Every client task, so shutdown can wait for them.
     pub tasks: TaskTracker,
+    /// Number of worker threads (each a single-threaded runtime).
+    pub workers: usize,
 }
 
 #[derive(Clone)]
@@ -37,7 +39,7 @@ impl std::ops::Deref for Services {
 }
 
 impl Services {
-    pub fn new(config: Config) -> Services {
+    pub fn new(config: Config, workers: usize) -> Services {
         Services(Arc::new(Inner {
             config: ArcSwap::from_pointee(config),
             pools: Registry::default(),
@@ -46,6 +48,7 @@ impl Services {
             clients: AtomicUsize::new(0),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            workers,
         }))
     }
 

@@ -542,3 +542,43 @@ async fn encryption_requests_are_declined_then_startup_proceeds() {
     }
     assert_eq!(got[0], b'R', "first reply is AuthenticationOk");
 }
+
+/// One server, clients spread over several worker threads: the server moves to whichever
+/// worker's client holds it, and every query still lands on that same backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_serves_clients_on_every_worker() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(&pg, "workers = 4\ndefault_pool_size = 1")).await;
+    assert_eq!(pooler.services.workers, 4);
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(pooler.connect("postgres", None, "postgres").await);
+    }
+    let first = backend_pid(&clients[0]).await;
+    for round in 0..25 {
+        for c in &clients {
+            assert_eq!(backend_pid(c).await, first, "round {round}");
+        }
+    }
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|c| {
+            tokio::spawn(async move {
+                for _ in 0..50 {
+                    select_one(&c).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        within(Duration::from_secs(20), "concurrent clients", t)
+            .await
+            .unwrap();
+    }
+    let others = pg.sql(
+        "postgres",
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = 'postgres' \
+         AND usename = 'postgres' AND pid <> pg_backend_pid()",
+    );
+    assert_eq!(others, "1", "more than the pool's one server");
+}

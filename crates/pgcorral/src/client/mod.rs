@@ -36,16 +36,19 @@ pub struct ClientConn {
     pub pass: usize,
     /// Largest message accepted from this client.
     pub max_len: u32,
+    /// The worker thread this client lives on; servers it holds are moved there.
+    pub worker: usize,
 }
 
 /// Serves one accepted connection to its end; errors are reported to the client and logged.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services) {
+pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services, worker: usize) {
     let count = services.admit_client();
     let mut client = ClientConn {
         stream,
         buf: BytesMut::new(),
         pass: 0,
         max_len: services.config.load().general.max_packet_size,
+        worker,
     };
     // Startup and login are boxed: their state is large and short-lived, and must not size the
     // future that lives as long as the client (idle clients should cost little memory).
@@ -217,14 +220,14 @@ async fn login(
     }
     let slot = Arc::new(CancelSlot::default());
     let (server, pid) = if pool.settings().mode == PoolMode::Session {
-        let server = pool.checkout().await?;
+        let server = pool.checkout(client.worker).await?;
         slot.set(Some(server.key));
         let pid = server.key.pid;
         (Some(server), pid)
     } else {
         if pool.params().is_none() {
             // Learn the server's parameters (and prove the login works) once per pool.
-            drop(pool.checkout().await?);
+            drop(pool.checkout(client.worker).await?);
         }
         (None, rand::random::<i32>() & 0x7fff_ffff)
     };
@@ -261,7 +264,7 @@ async fn run(
                 Some(()) => {}
                 None => return Ok("client closed the connection"),
             }
-            let s = pool.checkout().await?;
+            let s = pool.checkout(client.worker).await?;
             slot.set(Some(s.key));
             server = Some(s);
         }

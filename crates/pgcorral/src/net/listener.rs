@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
+use crate::net::workers::{self, Workers};
 use crate::services::Services;
 
 /// A bound pooler, ready to run.
@@ -24,9 +25,10 @@ impl Server {
             h => h,
         };
         let listener = TcpListener::bind((host, config.general.listen_port)).await?;
+        let n_workers = config.general.workers;
         Ok(Server {
             listener,
-            services: Services::new(config),
+            services: Services::new(config, workers::count(n_workers)),
         })
     }
 
@@ -41,9 +43,17 @@ impl Server {
         &self.services
     }
 
-    /// Accepts clients until `services().shutdown` fires, then drains for up to shutdown_timeout.
+    /// Starts the worker threads, accepts clients and hands each to a worker in turn until
+    /// `services().shutdown` fires, then drains for up to shutdown_timeout.
     pub async fn run(self) {
         let Server { listener, services } = self;
+        let workers = match Workers::start(services.workers) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start worker threads");
+                return;
+            }
+        };
         let shutdown = services.shutdown.clone();
         let mut backoff = Duration::from_millis(5);
         loop {
@@ -55,8 +65,24 @@ impl Server {
                 Ok((stream, peer)) => {
                     backoff = Duration::from_millis(5);
                     let _ = stream.set_nodelay(true);
+                    // Move the socket to the worker's own reactor.
+                    let std = match stream.into_std() {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not hand over a client socket");
+                            continue;
+                        }
+                    };
+                    let (worker, handle) = workers.pick();
                     let s = services.clone();
-                    services.tasks.spawn(crate::client::serve(stream, peer, s));
+                    handle.spawn(services.tasks.track_future(async move {
+                        match tokio::net::TcpStream::from_std(std) {
+                            Ok(stream) => crate::client::serve(stream, peer, s, worker).await,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "could not register a client socket")
+                            }
+                        }
+                    }));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off rather than spin.
@@ -80,5 +106,6 @@ impl Server {
         {
             tracing::warn!("shutdown_timeout reached; closing remaining connections");
         }
+        drop(workers);
     }
 }

@@ -2,3 +2,4 @@
 
 pub mod framed;
 pub mod listener;
+pub mod workers;

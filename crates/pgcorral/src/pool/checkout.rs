@@ -45,6 +45,26 @@ impl Checkout {
         &self.pool
     }
 
+    /// Moves the server to `worker`'s reactor if it lives elsewhere. False when that failed and
+    /// the server was closed (its place in the pool is given back).
+    pub(super) fn rehome(&mut self, worker: usize) -> bool {
+        if self.home == worker {
+            return true;
+        }
+        let server = self.take();
+        match server.rehome(worker) {
+            Ok(s) => {
+                self.server = Some(s);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not move a server connection between workers");
+                self.pool.release_slot();
+                false
+            }
+        }
+    }
+
     fn policy(&self, server: &ServerConn) -> Release {
         let s = &server.state;
         if s.broken {

@@ -16,6 +16,16 @@ pub(super) struct Inner {
     pub waiters: VecDeque<oneshot::Sender<Grant>>,
 }
 
+impl Inner {
+    /// The most recently used idle server on `worker`, else the most recently used one anywhere.
+    pub fn pop_idle(&mut self, worker: usize) -> Option<ServerConn> {
+        match self.idle.iter().rposition(|s| s.home == worker) {
+            Some(i) => Some(self.idle.swap_remove(i)),
+            None => self.idle.pop(),
+        }
+    }
+}
+
 /// What a waiting client is handed.
 pub(super) enum Grant {
     /// A server, already checked out to it.

@@ -87,13 +87,15 @@ impl Pool {
         (i.open, i.idle.len(), i.waiters.len())
     }
 
-    /// Hands out a server: an idle one, a new one if under the cap, else the first to come back
-    /// (first come, first served), waiting at most the pool's wait timeout.
-    pub async fn checkout(&self) -> Result<Checkout> {
+    /// Hands out a server to a client on `worker`: an idle one (preferring one already on that
+    /// worker), a new one if under the cap, else the first to come back (first come, first
+    /// served), waiting at most the pool's wait timeout. The server ends up registered with
+    /// the worker's reactor.
+    pub async fn checkout(&self, worker: usize) -> Result<Checkout> {
         loop {
             let grant = {
                 let mut inner = self.0.inner.lock();
-                if let Some(server) = inner.idle.pop() {
+                if let Some(server) = inner.pop_idle(worker) {
                     Ok(server)
                 } else if inner.open < self.0.settings.size {
                     inner.open += 1;
@@ -112,14 +114,17 @@ impl Pool {
                         self.release_slot();
                         continue;
                     }
-                    return Ok(Checkout::new(server, self.clone()));
+                    Checkout::new(server, self.clone())
                 }
-                Err(None) => Grant::Slot(inner::Slot::new(self.clone())),
-                Err(Some(rx)) => Box::pin(self.wait(rx)).await?,
+                Err(None) => return Box::pin(self.open(inner::Slot::new(self.clone()), worker)).await,
+                Err(Some(rx)) => match Box::pin(self.wait(rx)).await? {
+                    Grant::Server(checkout) => checkout,
+                    Grant::Slot(slot) => return Box::pin(self.open(slot, worker)).await,
+                },
             };
-            match grant {
-                Grant::Server(checkout) => return Ok(checkout),
-                Grant::Slot(slot) => return Box::pin(self.open(slot)).await,
+            let mut checkout = grant;
+            if checkout.rehome(worker) {
+                return Ok(checkout);
             }
         }
     }
@@ -141,9 +146,9 @@ impl Pool {
         res.map_err(|_| Error::new(Kind::Shutdown, "pool closed"))
     }
 
-    async fn open(&self, slot: inner::Slot) -> Result<Checkout> {
+    async fn open(&self, slot: inner::Slot, worker: usize) -> Result<Checkout> {
         let target = self.0.target.lock().clone();
-        let server = connect(&target).await?; // on error the slot drops and is released
+        let server = connect(&target, worker).await?; // on error the slot drops and is released
         slot.fulfil();
         tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "opened server connection");
         {

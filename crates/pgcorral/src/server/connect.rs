@@ -79,8 +79,8 @@ fn io_err(target: &Target, what: &str, e: ReadError) -> Error {
 }
 
 /// Connects and logs in; the whole exchange is bounded by the connect timeout.
-pub async fn connect(target: &Target) -> Result<ServerConn> {
-    match tokio::time::timeout(target.connect_timeout, connect_inner(target)).await {
+pub async fn connect(target: &Target, worker: usize) -> Result<ServerConn> {
+    match tokio::time::timeout(target.connect_timeout, connect_inner(target, worker)).await {
         Ok(r) => r,
         Err(_) => Err(Error::new(
             Kind::ServerConnect,
@@ -94,7 +94,7 @@ pub async fn connect(target: &Target) -> Result<ServerConn> {
     }
 }
 
-async fn connect_inner(target: &Target) -> Result<ServerConn> {
+async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
     let mut stream = TcpStream::connect((target.host.as_str(), target.port))
         .await
         .map_err(|e| {
@@ -173,6 +173,7 @@ async fn connect_inner(target: &Target) -> Result<ServerConn> {
         params: std::sync::Arc::new(params),
         state: LinkState::default(),
         created: Instant::now(),
+        home: worker,
     })
 }
 

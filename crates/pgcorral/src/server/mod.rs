@@ -156,9 +156,22 @@ pub struct ServerConn {
     pub params: ServerParams,
     pub state: LinkState,
     pub created: Instant,
+    /// The worker whose reactor the socket is registered with.
+    pub home: usize,
 }
 
 impl ServerConn {
+    /// Re-registers the socket with the current worker's reactor (`worker`), so its events wake
+    /// this thread directly. Costs two epoll_ctl calls; only done when a server changes worker.
+    pub fn rehome(self, worker: usize) -> std::io::Result<ServerConn> {
+        let std = self.stream.into_std()?;
+        Ok(ServerConn {
+            stream: TcpStream::from_std(std)?,
+            home: worker,
+            ..self
+        })
+    }
+
     /// True when the server has closed or sent something while idle in the pool (an idle server
     /// only speaks to say it is going away). Checks tokio's cached readiness first, so a healthy
     /// connection costs no system call.
