@@ -1,0 +1,564 @@
+#!/usr/bin/env bash
+# Benchmark: PostgreSQL direct vs PgBouncer vs pgcorral. See bench/README.md.
+#
+#   bench/run.sh                                   # the full matrix (~40 min)
+#   BENCH_T=3 BENCH_REPS=1 BENCH_CLIENTS="1 16" BENCH_IDLE=1000 bench/run.sh   # a quick check
+#
+# Starts its own PostgreSQL (bench/work/), PgBouncer and pgcorral on free ports of 127.0.0.1,
+# runs pgbench against the three interleaved, measures idle-client memory of the two poolers,
+# and writes bench/results/YYYY-MM-DD[-HHMM].md plus a .png chart. Everything it starts is
+# stopped on exit, whatever the reason.
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$BENCH_DIR/.." && pwd)
+WORK=$BENCH_DIR/work
+RESULTS=${BENCH_RESULTS_DIR:-$BENCH_DIR/results}
+
+# ---- knobs (see README) -----------------------------------------------------------------------
+BENCH_T=${BENCH_T:-15}
+BENCH_CLIENTS=${BENCH_CLIENTS:-"1 16 64 256 1024"}
+BENCH_REPS=${BENCH_REPS:-3}
+BENCH_PREPARED_CLIENTS=${BENCH_PREPARED_CLIENTS:-"1 16"}
+BENCH_STORM_CLIENTS=${BENCH_STORM_CLIENTS:-16}
+BENCH_IDLE=${BENCH_IDLE:-10000}
+BENCH_JOBS=${BENCH_JOBS:-2}
+BENCH_SCALE=${BENCH_SCALE:-10}
+BENCH_POOL_SIZE=${BENCH_POOL_SIZE:-20}
+BENCH_PARTS=${BENCH_PARTS:-"simple extended prepared storm memory"}
+BENCH_WARMUP=${BENCH_WARMUP:-3}
+BENCH_LOGIN_MS=${BENCH_LOGIN_MS:-20}
+BENCH_KEEP=${BENCH_KEEP:-0}
+BENCH_NOTE=${BENCH_NOTE:-}
+
+PG_MAX_CONNECTIONS=500
+PG_RESERVED=3 # superuser_reserved_connections
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+  log "ERROR: $*"
+  exit 1
+}
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+has_part() { [[ " $BENCH_PARTS " == *" $1 "* ]]; }
+
+for v in BENCH_T BENCH_REPS BENCH_IDLE BENCH_JOBS BENCH_SCALE BENCH_POOL_SIZE BENCH_WARMUP BENCH_LOGIN_MS; do
+  is_uint "${!v}" || die "$v must be a whole number, not '${!v}'"
+done
+for v in BENCH_CLIENTS BENCH_PREPARED_CLIENTS BENCH_STORM_CLIENTS; do
+  for c in ${!v}; do
+    if ! is_uint "$c" || [ "$c" -lt 1 ]; then die "$v: '$c' is not a client count"; fi
+  done
+done
+for p in $BENCH_PARTS; do
+  case $p in simple | extended | prepared | storm | memory) ;; *) die "BENCH_PARTS: unknown part '$p'" ;; esac
+done
+if [ "$BENCH_T" -lt 1 ] || [ "$BENCH_REPS" -lt 1 ] || [ "$BENCH_JOBS" -lt 1 ]; then
+  die "BENCH_T, BENCH_REPS and BENCH_JOBS must be at least 1"
+fi
+# Session mode with pool size P: more than P clients would queue for a server, not run.
+prepared_clients=()
+for c in $BENCH_PREPARED_CLIENTS; do
+  if [ "$c" -le "$BENCH_POOL_SIZE" ]; then prepared_clients+=("$c"); else log "prepared: skipping $c clients (> pool size $BENCH_POOL_SIZE)"; fi
+done
+
+# One run at a time: runs share bench/work/. The lock is on the bench/ directory itself and goes
+# away with this process.
+exec {LOCK_FD}<"$BENCH_DIR"
+flock -n "$LOCK_FD" || die "another bench/run.sh is running (it holds a lock on $BENCH_DIR)"
+
+# ---- privileges: PostgreSQL and PgBouncer refuse to run as root ---------------------------------
+if [ "$(id -u)" -eq 0 ]; then
+  id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' OS user to run PostgreSQL and PgBouncer"
+  # setpriv execs (no fork, no PAM): rlimits are kept, and a simple command "${AS_PG[@]}" cmd &
+  # gives the server's own pid in $! (a shell function run with & would be a subshell's).
+  AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+  chown_pg() { chown -R postgres:postgres "$@"; }
+else
+  AS_PG=()
+  chown_pg() { :; }
+fi
+as_pg() { "${AS_PG[@]}" "$@"; }
+
+apt_install() {
+  [ "$(id -u)" -eq 0 ] || die "missing $*: install it (apt-get install $*) or run as root"
+  log "installing $*"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q "$@" >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q "$@" >/dev/null; }
+}
+
+# ---- tools ----------------------------------------------------------------------------------------
+if [ -n "${BENCH_PG_BINDIR:-}" ]; then
+  PG_BIN=$BENCH_PG_BINDIR
+elif [ -x /usr/lib/postgresql/15/bin/initdb ]; then
+  PG_BIN=/usr/lib/postgresql/15/bin
+else
+  PG_BIN=$(find /usr/lib/postgresql -maxdepth 3 -name initdb -path '*/bin/*' 2>/dev/null | sort -V | tail -n1 | xargs -r dirname)
+fi
+if [ -z "$PG_BIN" ] || [ ! -x "$PG_BIN/initdb" ] || [ ! -x "$PG_BIN/pgbench" ]; then
+  die "PostgreSQL server binaries not found (set BENCH_PG_BINDIR)"
+fi
+PGBENCH=$PG_BIN/pgbench
+PSQL=$PG_BIN/psql
+[ -x "$PSQL" ] || PSQL=$(command -v psql) || die "psql not found"
+
+PGBOUNCER=$(command -v pgbouncer || true)
+if [ -z "$PGBOUNCER" ] && [ -x /usr/sbin/pgbouncer ]; then PGBOUNCER=/usr/sbin/pgbouncer; fi
+if [ -z "$PGBOUNCER" ]; then
+  apt_install pgbouncer
+  # The Debian package may start its own service; we use our own instance only.
+  PGBOUNCER=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+fi
+
+# report.py draws with matplotlib: use a python3 that has it (pyenv shims often don't).
+PYTHON=${BENCH_PYTHON:-}
+if [ -z "$PYTHON" ]; then
+  for py in python3 /usr/bin/python3; do
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import matplotlib' 2>/dev/null; then PYTHON=$py && break; fi
+  done
+fi
+if [ -z "$PYTHON" ]; then
+  apt_install python3-matplotlib
+  PYTHON=/usr/bin/python3
+fi
+"$PYTHON" -c 'import matplotlib' || die "$PYTHON cannot import matplotlib"
+CLK_TCK=$(getconf CLK_TCK)
+
+# ---- open files: 10k idle clients, and 1024 pgbench clients ---------------------------------------
+max_clients=1
+for c in $BENCH_CLIENTS $BENCH_STORM_CLIENTS; do [ "$c" -gt "$max_clients" ] && max_clients=$c; done
+MAX_CLIENT_CONN=$((BENCH_IDLE + 1000 > 11000 ? BENCH_IDLE + 1000 : 11000))
+# The poolers may need max_client_conn plus their server connections; clients need their own.
+need_fds=$((max_clients > MAX_CLIENT_CONN ? max_clients : MAX_CLIENT_CONN))
+need_fds=$((need_fds + 1024))
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -lt "$need_fds" ]; then
+  ulimit -Hn "$need_fds" 2>/dev/null || die "open files hard limit is $hard, need $need_fds (lower BENCH_IDLE or raise the limit)"
+fi
+ulimit -n "$need_fds"
+
+# ---- cleanup: stop everything we started, whatever happens ----------------------------------------
+PGDATA=$WORK/pgdata
+PGBENCH_PID="" SAMPLER_PID="" IDLE_PID="" IDLE_FD="" BOUNCER_PID="" CORRAL_PID="" PG_STARTED=0
+
+stop_pid() { # pid name
+  local pid=$1 i
+  [ -n "$pid" ] || return 0
+  kill -0 "$pid" 2>/dev/null || {
+    wait "$pid" 2>/dev/null || true
+    return 0
+  }
+  kill -TERM "$pid" 2>/dev/null
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "$2 (pid $pid) did not stop on SIGTERM; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true # its exit status is not ours
+  return 0
+}
+
+stop_postgres() {
+  [ "$PG_STARTED" -eq 1 ] || return 0
+  as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -m fast -w -t 30 stop >/dev/null 2>&1 ||
+    as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -m immediate -w -t 30 stop >/dev/null 2>&1
+  PG_STARTED=0
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM HUP
+  set +e
+  stop_pid "$PGBENCH_PID" pgbench
+  stop_pid "$SAMPLER_PID" sampler
+  [ -n "$IDLE_FD" ] && exec {IDLE_FD}>&-
+  stop_pid "$IDLE_PID" idle_clients
+  stop_pid "$CORRAL_PID" pgcorral
+  stop_pid "$BOUNCER_PID" pgbouncer
+  stop_postgres
+  rm -f "$WORK/idle.stdin"
+  if [ "$BENCH_KEEP" != 1 ]; then rm -rf "$PGDATA" "$WORK/runs"/*.txlog; fi
+  [ "$rc" -eq 0 ] || log "exited with status $rc; logs in $WORK/logs and $WORK/runs"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# A server of a previous run that was killed without its cleanup: stop it before wiping its files.
+if [ -f "$PGDATA/postmaster.pid" ]; then
+  log "stopping a PostgreSQL left in $PGDATA"
+  as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1 || true
+fi
+rm -rf "$WORK"
+mkdir -p "$WORK/logs" "$WORK/runs" "$WORK/bin" "$WORK/pgbouncer" "$RESULTS"
+chown_pg "$WORK/logs" "$WORK/pgbouncer"
+chmod 755 "$WORK"
+
+START_EPOCH=$(date +%s)
+RUN_DATE=$(date +%Y-%m-%d)
+REPORT=$RESULTS/$RUN_DATE.md
+[ -e "$REPORT" ] && REPORT=$RESULTS/$RUN_DATE-$(date +%H%M).md
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- build ----------------------------------------------------------------------------------------
+log "cargo build --release"
+(cd "$ROOT" && cargo build --release) || die "cargo build --release failed"
+(cd "$ROOT" && cargo build --release -p pgcorral --example idle_clients) || die "building examples/idle_clients failed"
+TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+# Private copies: other cargo builds in this tree must not swap the binary during the run.
+cp "$TARGET_DIR/release/pgcorral" "$WORK/bin/pgcorral"
+cp "$TARGET_DIR/release/examples/idle_clients" "$WORK/bin/idle_clients"
+GIT_REV=$(cd "$ROOT" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# GIT_OPTIONAL_LOCKS=0: read-only, git status must not refresh the index.
+if [ -n "$(cd "$ROOT" && GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  GIT_REV="$GIT_REV + uncommitted changes"
+fi
+
+# ---- ports ----------------------------------------------------------------------------------------
+read -r PG_PORT BOUNCER_PORT CORRAL_PORT < <("$PYTHON" -c '
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in socks])
+')
+PW=$("$PYTHON" -c 'import secrets; print(secrets.token_hex(16))')
+export PGPASSWORD=$PW # for every client below; never on a command line
+
+wait_port() { # port name pid
+  local i
+  for ((i = 0; i < 300; i++)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    if [ -n "${3:-}" ] && ! kill -0 "$3" 2>/dev/null; then die "$2 exited at start; see $WORK/logs/$2.log"; fi
+    sleep 0.1
+  done
+  die "$2 is not listening on port $1 after 30 s"
+}
+
+# ---- PostgreSQL -----------------------------------------------------------------------------------
+log "PostgreSQL: initdb, port $PG_PORT"
+mkdir -p "$PGDATA"
+chown_pg "$PGDATA"
+chmod 700 "$PGDATA"
+as_pg "$PG_BIN/initdb" -D "$PGDATA" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$WORK/logs/initdb.log" 2>&1 ||
+  die "initdb failed; see $WORK/logs/initdb.log"
+cat >>"$PGDATA/postgresql.conf" <<EOF
+
+# bench/run.sh
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = ''
+max_connections = $PG_MAX_CONNECTIONS
+superuser_reserved_connections = $PG_RESERVED
+shared_buffers = 256MB
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+password_encryption = 'scram-sha-256'
+log_connections = off
+log_disconnections = off
+EOF
+cat >"$PGDATA/pg_hba.conf" <<EOF
+# bench/run.sh: the harness's superuser is trusted; the benchmark user logs in with SCRAM.
+host all postgres 127.0.0.1/32 trust
+host all all 127.0.0.1/32 scram-sha-256
+EOF
+chown_pg "$PGDATA"
+as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$WORK/logs/postgresql.log" -w -t 60 start >/dev/null ||
+  die "PostgreSQL did not start; see $WORK/logs/postgresql.log"
+PG_STARTED=1
+psql_admin() { "$PSQL" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres "$@"; }
+# On stdin, so the password is not on a command line.
+psql_admin >/dev/null <<EOF
+CREATE ROLE bench LOGIN PASSWORD '$PW';
+CREATE DATABASE bench OWNER bench;
+EOF
+log "pgbench -i -s $BENCH_SCALE"
+"$PGBENCH" -i -q -s "$BENCH_SCALE" -h 127.0.0.1 -p "$PG_PORT" -U bench bench >"$WORK/logs/pgbench-init.log" 2>&1 ||
+  die "pgbench -i failed; see $WORK/logs/pgbench-init.log"
+psql_admin -d bench -c "VACUUM ANALYZE" -c "CHECKPOINT" >/dev/null
+
+# ---- PgBouncer ------------------------------------------------------------------------------------
+BOUNCER_INI=$WORK/pgbouncer/pgbouncer.ini
+printf '"bench" "%s"\n' "$PW" >"$WORK/pgbouncer/userlist.txt"
+cat >"$BOUNCER_INI" <<EOF
+[databases]
+bench = host=127.0.0.1 port=$PG_PORT dbname=bench pool_size=$BENCH_POOL_SIZE pool_mode=transaction
+bench_session = host=127.0.0.1 port=$PG_PORT dbname=bench pool_size=$BENCH_POOL_SIZE pool_mode=session
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $BOUNCER_PORT
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $WORK/pgbouncer/userlist.txt
+pool_mode = transaction
+default_pool_size = $BENCH_POOL_SIZE
+max_client_conn = $MAX_CLIENT_CONN
+server_reset_query = DISCARD ALL
+logfile = $WORK/logs/pgbouncer.log
+pidfile = $WORK/pgbouncer/pgbouncer.pid
+log_connections = 0
+log_disconnections = 0
+log_stats = 0
+EOF
+chown_pg "$WORK/pgbouncer"
+chmod 600 "$WORK/pgbouncer/userlist.txt"
+log "PgBouncer: port $BOUNCER_PORT"
+"${AS_PG[@]}" "$PGBOUNCER" "$BOUNCER_INI" >>"$WORK/logs/pgbouncer.stdout" 2>&1 &
+BOUNCER_PID=$!
+wait_port "$BOUNCER_PORT" pgbouncer "$BOUNCER_PID"
+
+# ---- pgcorral -------------------------------------------------------------------------------------
+CORRAL_TOML=$WORK/pgcorral.toml
+cat >"$CORRAL_TOML" <<EOF
+[general]
+listen_addr = "127.0.0.1"
+listen_port = $CORRAL_PORT
+pool_mode = "transaction"
+default_pool_size = $BENCH_POOL_SIZE
+max_client_conn = $MAX_CLIENT_CONN
+auth_type = "scram-sha-256"
+workers = 0
+server_reset_query = "DISCARD ALL"
+shutdown_timeout = 5000
+log_level = "warn"
+
+[users.bench]
+password = "$PW"
+
+[databases.bench]
+host = "127.0.0.1"
+port = $PG_PORT
+dbname = "bench"
+pool_size = $BENCH_POOL_SIZE
+pool_mode = "transaction"
+
+[databases.bench_session]
+host = "127.0.0.1"
+port = $PG_PORT
+dbname = "bench"
+pool_size = $BENCH_POOL_SIZE
+pool_mode = "session"
+EOF
+chmod 600 "$CORRAL_TOML"
+"$WORK/bin/pgcorral" --config "$CORRAL_TOML" --check >/dev/null || die "pgcorral refuses $CORRAL_TOML"
+log "pgcorral: port $CORRAL_PORT"
+env -u RUST_LOG "$WORK/bin/pgcorral" --config "$CORRAL_TOML" >"$WORK/logs/pgcorral.log" 2>&1 &
+CORRAL_PID=$!
+wait_port "$CORRAL_PORT" pgcorral "$CORRAL_PID"
+
+target_port() {
+  case $1 in direct) echo "$PG_PORT" ;; pgbouncer) echo "$BOUNCER_PORT" ;; pgcorral) echo "$CORRAL_PORT" ;; esac
+}
+target_pid() {
+  case $1 in direct) echo "" ;; pgbouncer) echo "$BOUNCER_PID" ;; pgcorral) echo "$CORRAL_PID" ;; esac
+}
+check_poolers() {
+  kill -0 "$BOUNCER_PID" 2>/dev/null || die "PgBouncer died; see $WORK/logs/pgbouncer.log"
+  kill -0 "$CORRAL_PID" 2>/dev/null || {
+    tail -n 20 "$WORK/logs/pgcorral.log" >&2
+    die "pgcorral died; see $WORK/logs/pgcorral.log"
+  }
+  # The pids must be the servers themselves: CPU and RSS are read from /proc/PID.
+  [ "$(cat "/proc/$BOUNCER_PID/comm")" = pgbouncer ] || die "pid $BOUNCER_PID is not PgBouncer"
+  [ "$(cat "/proc/$CORRAL_PID/comm")" = pgcorral ] || die "pid $CORRAL_PID is not pgcorral"
+}
+
+# Every target answers, in both pool modes, with SCRAM.
+for t in direct pgbouncer pgcorral; do
+  for db in bench bench_session; do
+    [ "$t" = direct ] && [ "$db" = bench_session ] && continue
+    got=$("$PSQL" -X -At -h 127.0.0.1 -p "$(target_port "$t")" -U bench -d "$db" -c "SELECT count(*) FROM pgbench_branches" 2>&1) ||
+      die "$t ($db) does not answer: $got"
+    [ "$got" = "$BENCH_SCALE" ] || die "$t ($db): unexpected answer: $got"
+  done
+done
+
+check_poolers
+
+# Total pool size both poolers may hold open, so direct runs never exceed max_connections.
+DIRECT_MAX=$((PG_MAX_CONNECTIONS - PG_RESERVED - 4 * BENCH_POOL_SIZE))
+CELLS=$WORK/cells.jsonl
+MEMORY=$WORK/memory.jsonl
+: >"$CELLS"
+: >"$MEMORY"
+
+cpu_ticks() { # pid → utime+stime of the whole process (all threads), in clock ticks
+  local line rest
+  read -r line <"/proc/$1/stat"
+  rest=${line##*) } # field 2 (comm) may contain spaces; fields after it start with field 3
+  # shellcheck disable=SC2086
+  set -- $rest
+  echo $((${12} + ${13})) # fields 14 and 15
+}
+vmrss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# ---- memory: RSS per idle client ------------------------------------------------------------------
+mem_run() { # target
+  local t=$1 port pid before after rc=0 i login="" lost=0 err="" out
+  port=$(target_port "$t")
+  pid=$(target_pid "$t")
+  out=$WORK/runs/idle-$t.out
+  log "memory: $BENCH_IDLE idle clients → $t"
+  sleep 1
+  before=$(vmrss_kb "$pid")
+  rm -f "$WORK/idle.stdin"
+  mkfifo "$WORK/idle.stdin"
+  exec {IDLE_FD}<>"$WORK/idle.stdin" # we hold the write end: closing it is the client's EOF
+  "$WORK/bin/idle_clients" --port "$port" --user bench --db bench --count "$BENCH_IDLE" --concurrency 64 \
+    <"$WORK/idle.stdin" >"$out" 2>&1 {IDLE_FD}>&- &
+  IDLE_PID=$!
+  for ((i = 0; i < 9000; i++)); do # up to 15 minutes
+    grep -q '^ready' "$out" 2>/dev/null && break
+    kill -0 "$IDLE_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  after=""
+  if grep -q '^ready' "$out"; then
+    sleep 2 # let the pooler settle
+    kill -0 "$pid" 2>/dev/null && after=$(vmrss_kb "$pid")
+    login=$(sed -n 's/^ready [0-9]* in \([0-9.]*\)s$/\1/p' "$out")
+  fi
+  exec {IDLE_FD}>&-
+  IDLE_FD=""
+  for ((i = 0; i < 300; i++)); do
+    kill -0 "$IDLE_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$IDLE_PID" 2>/dev/null; then
+    log "  idle_clients did not exit at end of input; killing it"
+    kill -KILL "$IDLE_PID" 2>/dev/null || true
+  fi
+  wait "$IDLE_PID" 2>/dev/null || rc=$?
+  IDLE_PID=""
+  rm -f "$WORK/idle.stdin"
+  if [ -z "$after" ]; then
+    err="idle clients did not all connect (exit $rc): $(grep -v '^ready' "$out" | head -n 3 | tr '\n' ' ')"
+  elif [ "$rc" -eq 3 ]; then
+    lost=$(sed -n 's/^lost \([0-9]*\)$/\1/p' "$out")
+  elif [ "$rc" -ne 0 ]; then
+    err="idle_clients exited with status $rc: $(head -n 3 "$out" | tr '\n' ' ')"
+  fi
+  "$PYTHON" -c 'import json,sys
+a = sys.argv[1:]
+num = lambda v, f: f(v) if v else None
+print(json.dumps({"target": a[0], "count": int(a[1]), "rss_before_kb": num(a[2], int),
+    "rss_after_kb": num(a[3], int), "login_seconds": num(a[4], float), "lost": int(a[5] or 0),
+    "error": a[6] or None}))' "$t" "$BENCH_IDLE" "$before" "$after" "$login" "${lost:-0}" "$err" >>"$MEMORY"
+  log "  $t: VmRSS ${before} kB → ${after:-?} kB${login:+, logins took ${login}s}${err:+; $err}"
+  check_poolers
+}
+
+if has_part memory && [ "$BENCH_IDLE" -gt 0 ]; then
+  mem_run pgbouncer
+  mem_run pgcorral
+fi
+
+# ---- pgbench cells --------------------------------------------------------------------------------
+run_pgbench() { # part clients target rep; also used for the warm-up (rep 0)
+  local part=$1 c=$2 t=$3 rep=$4 port pid db mode_args id out logdir j duration before="" after="" rc=0
+  port=$(target_port "$t")
+  pid=$(target_pid "$t")
+  db=bench
+  case $part in
+    simple | extended) mode_args=(-M "$part") ;;
+    prepared)
+      mode_args=(-M prepared)
+      [ "$t" = direct ] || db=bench_session
+      ;;
+    storm) mode_args=(-M simple -C) ;;
+  esac
+  j=$((BENCH_JOBS < c ? BENCH_JOBS : c))
+  # pgbench's -T clock starts before its clients log in (its tps does not count that time), so
+  # the run gets BENCH_LOGIN_MS per client on top: ~BENCH_T seconds are left to measure. Not for
+  # the storm, whose logins are the workload, nor for the warm-up.
+  duration=$BENCH_T
+  if [ "$part" != storm ] && [ "$rep" -gt 0 ]; then duration=$((BENCH_T + (c * BENCH_LOGIN_MS + 999) / 1000)); fi
+  id=$part-c$c-$t-r$rep
+  out=$WORK/runs/$id.out
+  logdir=$WORK/runs/$id.txlog
+  mkdir -p "$logdir"
+  if [ -n "$pid" ] && [ "$rep" -gt 0 ]; then
+    # Every 0.1 s, for the CPU per transaction without logins and logouts ("steady").
+    "$PYTHON" "$BENCH_DIR/report.py" sample --pid "$pid" --out "$logdir/cpu" &
+    SAMPLER_PID=$!
+  fi
+  [ -n "$pid" ] && before=$(cpu_ticks "$pid")
+  # A time limit, so a stuck target cannot hang the harness (exit 124 = killed).
+  timeout --kill-after=10 $((duration * 3 + 120)) \
+    "$PGBENCH" -n -S "${mode_args[@]}" -c "$c" -j "$j" -T "$duration" \
+    -l --log-prefix="$logdir/tx" -h 127.0.0.1 -p "$port" -U bench "$db" >"$out" 2>&1 &
+  PGBENCH_PID=$!
+  wait "$PGBENCH_PID" || rc=$?
+  PGBENCH_PID=""
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && after=$(cpu_ticks "$pid")
+  stop_pid "$SAMPLER_PID" sampler
+  SAMPLER_PID=""
+  if [ "$rep" -gt 0 ]; then
+    "$PYTHON" "$BENCH_DIR/report.py" cell --out "$out" --logs "$logdir" --part "$part" --clients "$c" \
+      --target "$t" --rep "$rep" --rc "$rc" ${before:+--cpu-before "$before"} ${after:+--cpu-after "$after"} \
+      --clk-tck "$CLK_TCK" --cpu-samples "$logdir/cpu" --duration "$duration" --bench-t "$BENCH_T" >>"$CELLS"
+  elif [ "$rc" -ne 0 ]; then
+    log "  warm-up against $t: pgbench exit $rc: $(grep -i error "$out" | head -n 2 | tr '\n' ' ')"
+  fi
+  rm -rf "$logdir"
+  check_poolers
+}
+
+cells=()
+for part in simple extended; do
+  if has_part "$part"; then for c in $BENCH_CLIENTS; do cells+=("$part $c"); done; fi
+done
+if has_part prepared; then for c in "${prepared_clients[@]}"; do cells+=("prepared $c"); done; fi
+if has_part storm; then for c in $BENCH_STORM_CLIENTS; do cells+=("storm $c"); done; fi
+
+if [ "${#cells[@]}" -gt 0 ] && [ "$BENCH_WARMUP" -gt 0 ]; then
+  log "warm-up: ${BENCH_WARMUP}s of pgbench -S, 16 clients, per target"
+  saved_t=$BENCH_T
+  BENCH_T=$BENCH_WARMUP
+  for t in direct pgbouncer pgcorral; do run_pgbench simple 16 "$t" 0; done
+  BENCH_T=$saved_t
+fi
+
+targets=(direct pgbouncer pgcorral)
+reps_to_run=$BENCH_REPS
+[ "${#cells[@]}" -gt 0 ] || reps_to_run=0 # nothing for pgbench to do
+for ((rep = 1; rep <= reps_to_run; rep++)); do
+  # Rotate the order of the targets every repetition, so none always runs first or last.
+  off=$(((rep - 1) % 3))
+  order=("${targets[@]:off}" "${targets[@]:0:off}")
+  log "repetition $rep of $BENCH_REPS (order: ${order[*]})"
+  for cell in "${cells[@]}"; do
+    read -r part c <<<"$cell"
+    for t in "${order[@]}"; do
+      if [ "$t" = direct ] && [ "$c" -gt "$DIRECT_MAX" ]; then
+        [ "$rep" -eq 1 ] && log "  $part c=$c direct: n/a (> max_connections $PG_MAX_CONNECTIONS less pools and reserved)"
+        printf '{"part": "%s", "clients": %d, "target": "direct", "rep": %d, "rc": 0, "skipped": "exceeds max_connections"}\n' \
+          "$part" "$c" "$rep" >>"$CELLS"
+        continue
+      fi
+      run_pgbench "$part" "$c" "$t" "$rep"
+    done
+  done
+done
+
+# ---- report ---------------------------------------------------------------------------------------
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+elapsed=$(($(date +%s) - START_EPOCH))
+duration=$(printf '%dm%02ds' $((elapsed / 60)) $((elapsed % 60)))
+stop_pid "$CORRAL_PID" pgcorral
+stop_pid "$BOUNCER_PID" pgbouncer
+CORRAL_PID="" BOUNCER_PID=""
+"$PYTHON" "$BENCH_DIR/report.py" report --cells "$CELLS" --memory "$MEMORY" --out "$REPORT" \
+  --date "$RUN_DATE" --duration "$duration" --t "$BENCH_T" --reps "$BENCH_REPS" --clients "$BENCH_CLIENTS" \
+  --prepared-clients "${prepared_clients[*]:-none}" --storm-clients "$BENCH_STORM_CLIENTS" --jobs "$BENCH_JOBS" \
+  --scale "$BENCH_SCALE" --pool-size "$BENCH_POOL_SIZE" --idle "$BENCH_IDLE" --max-connections "$PG_MAX_CONNECTIONS" \
+  --pg-bindir "$PG_BIN" --pgbouncer "$PGBOUNCER" --pgcorral "$WORK/bin/pgcorral" --git-rev "$GIT_REV" \
+  --load-start "$LOAD_START" --load-end "$LOAD_END" --note "$BENCH_NOTE" >/dev/null
+log "report: ${REPORT#"$ROOT"/} (+ .png), in $duration"
