@@ -11,8 +11,13 @@ use bytes::{Buf, BytesMut};
 use pgwire::backend::TxStatus;
 use pgwire::frontend::{self, Kind as FeKind};
 use pgwire::{encode, sqlstate, Header};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::Poll;
+
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio_util::io::poll_read_buf;
 
 use crate::cancel::CancelSlot;
 use crate::config::PoolMode;
@@ -346,27 +351,33 @@ async fn next_request(client: &mut ClientConn, services: &Services) -> Result<Op
             // Idle between requests: hold no buffer while waiting, so an idle client costs
             // only its task and socket.
             client.buf = BytesMut::new();
-            tokio::select! {
-                biased;
-                r = client.stream.readable() => r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e))?,
-                _ = services.shutdown.cancelled() => {
-                    return Err(Error::new(Kind::Shutdown, "pgcorral is shutting down"));
-                }
+        }
+        tokio::select! {
+            biased;
+            r = client.stream.readable() => r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e))?,
+            _ = services.shutdown.cancelled() => {
+                return Err(Error::new(Kind::Shutdown, "pgcorral is shutting down"));
             }
         }
         if client.buf.capacity() - client.buf.len() < 1024 {
             client.buf.reserve(IDLE_READ);
         }
-        // Cancel-safe, and a short read clears the socket's readiness (no extra syscall later).
-        let n = tokio::select! {
-            biased;
-            r = client.stream.read_buf(&mut client.buf) => r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e))?,
-            _ = services.shutdown.cancelled() => {
-                return Err(Error::new(Kind::Shutdown, "pgcorral is shutting down"));
-            }
-        };
-        if n == 0 {
-            return Ok(None);
+        // One read attempt. Readiness can be stale (left set by an exact-length read), so
+        // Pending just means: wait again, and the empty buffer is dropped meanwhile. A short
+        // read clears readiness, so the relay's next read costs no wasted system call.
+        let read =
+            poll_fn(
+                |cx| match poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.buf) {
+                    Poll::Pending => Poll::Ready(None),
+                    Poll::Ready(r) => Poll::Ready(Some(r)),
+                },
+            )
+            .await;
+        match read {
+            None => {}
+            Some(Ok(0)) => return Ok(None),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(Error::with_source(Kind::ClientIo, "read", e)),
         }
     }
 }

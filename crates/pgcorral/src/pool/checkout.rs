@@ -18,7 +18,8 @@ use crate::server::ServerConn;
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct Checkout {
-    server: Option<ServerConn>,
+    /// Boxed: a client's future holds a checkout, and should stay small.
+    server: Option<Box<ServerConn>>,
     pool: Pool,
 }
 
@@ -30,14 +31,14 @@ enum Release {
 }
 
 impl Checkout {
-    pub(super) fn new(server: ServerConn, pool: Pool) -> Checkout {
+    pub(super) fn new(server: Box<ServerConn>, pool: Pool) -> Checkout {
         Checkout {
             server: Some(server),
             pool,
         }
     }
 
-    pub(super) fn take(&mut self) -> ServerConn {
+    pub(super) fn take(&mut self) -> Box<ServerConn> {
         self.server.take().expect("checkout holds a server")
     }
 
@@ -54,7 +55,7 @@ impl Checkout {
         let server = self.take();
         match server.rehome(worker) {
             Ok(s) => {
-                self.server = Some(s);
+                self.server = Some(Box::new(s));
                 true
             }
             Err(e) => {

@@ -10,7 +10,10 @@ use crate::server::ServerConn;
 
 #[derive(Default)]
 pub(super) struct Inner {
-    pub idle: Vec<ServerConn>,
+    /// Boxed so a server moves between this list and a checkout without being copied or
+    /// re-allocated, and a checkout (held in every client's future) stays one pointer.
+    #[allow(clippy::vec_box)]
+    pub idle: Vec<Box<ServerConn>>,
     /// Servers open or being opened, idle ones included; never above the pool size.
     pub open: usize,
     pub waiters: VecDeque<oneshot::Sender<Grant>>,
@@ -18,7 +21,7 @@ pub(super) struct Inner {
 
 impl Inner {
     /// The most recently used idle server on `worker`, else the most recently used one anywhere.
-    pub fn pop_idle(&mut self, worker: usize) -> Option<ServerConn> {
+    pub fn pop_idle(&mut self, worker: usize) -> Option<Box<ServerConn>> {
         match self.idle.iter().rposition(|s| s.home == worker) {
             Some(i) => Some(self.idle.swap_remove(i)),
             None => self.idle.pop(),

@@ -92,37 +92,57 @@ impl Pool {
     /// served), waiting at most the pool's wait timeout. The server ends up registered with
     /// the worker's reactor.
     pub async fn checkout(&self, worker: usize) -> Result<Checkout> {
+        // The common case completes without awaiting; the rest is boxed so that every client's
+        // future stays small.
+        match self.checkout_idle(worker) {
+            Some(c) => Ok(c),
+            None => Box::pin(self.checkout_slow(worker)).await,
+        }
+    }
+
+    /// An idle server, healthy and moved to `worker`, if there is one.
+    fn checkout_idle(&self, worker: usize) -> Option<Checkout> {
         loop {
-            let grant = {
+            let mut server = self.0.inner.lock().pop_idle(worker)?;
+            if server.is_closed_while_idle() {
+                tracing::info!(pool = ?self.0.name, pid = server.key.pid, "idle server connection was closed by the server; discarding");
+                drop(server);
+                self.release_slot();
+                continue;
+            }
+            let mut checkout = Checkout::new(server, self.clone());
+            if checkout.rehome(worker) {
+                return Some(checkout);
+            }
+        }
+    }
+
+    async fn checkout_slow(&self, worker: usize) -> Result<Checkout> {
+        loop {
+            if let Some(c) = self.checkout_idle(worker) {
+                return Ok(c);
+            }
+            let rx = {
                 let mut inner = self.0.inner.lock();
-                if let Some(server) = inner.pop_idle(worker) {
-                    Ok(server)
-                } else if inner.open < self.0.settings.size {
+                if !inner.idle.is_empty() {
+                    continue;
+                }
+                if inner.open < self.0.settings.size {
                     inner.open += 1;
-                    Err(None)
+                    None
                 } else {
                     let (tx, rx) = oneshot::channel();
                     inner.waiters.push_back(tx);
-                    Err(Some(rx))
+                    Some(rx)
                 }
             };
-            let grant = match grant {
-                Ok(mut server) => {
-                    if server.is_closed_while_idle() {
-                        tracing::info!(pool = ?self.0.name, pid = server.key.pid, "idle server connection was closed by the server; discarding");
-                        drop(server);
-                        self.release_slot();
-                        continue;
-                    }
-                    Checkout::new(server, self.clone())
-                }
-                Err(None) => return Box::pin(self.open(inner::Slot::new(self.clone()), worker)).await,
-                Err(Some(rx)) => match Box::pin(self.wait(rx)).await? {
+            let mut checkout = match rx {
+                None => return self.open(inner::Slot::new(self.clone()), worker).await,
+                Some(rx) => match self.wait(rx).await? {
                     Grant::Server(checkout) => checkout,
-                    Grant::Slot(slot) => return Box::pin(self.open(slot, worker)).await,
+                    Grant::Slot(slot) => return self.open(slot, worker).await,
                 },
             };
-            let mut checkout = grant;
             if checkout.rehome(worker) {
                 return Ok(checkout);
             }
@@ -157,7 +177,7 @@ impl Pool {
                 *p = Some(server.params.clone());
             }
         }
-        Ok(Checkout::new(server, self.clone()))
+        Ok(Checkout::new(Box::new(server), self.clone()))
     }
 
     /// Adds an open, idle connection to the pool, counted against its size; when the pool is
@@ -171,12 +191,12 @@ impl Pool {
             }
             inner.open += 1;
         }
-        self.checkin(server);
+        self.checkin(Box::new(server));
         true
     }
 
     /// Puts a clean server back: to the first waiter, else on the idle list.
-    fn checkin(&self, server: ServerConn) {
+    fn checkin(&self, server: Box<ServerConn>) {
         let mut server = server;
         let mut inner = self.0.inner.lock();
         while let Some(w) = inner.waiters.pop_front() {
