@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::cancel::CancelMap;
 use crate::config::Config;
+use crate::net::balance::Balance;
 use crate::pool::registry::Registry;
 
 pub struct Inner {
@@ -24,8 +25,8 @@ pub struct Inner {
     pub shutdown: CancellationToken,
     /// Every client task, so shutdown can wait for them.
     pub tasks: TaskTracker,
-    /// Number of worker threads (each a single-threaded runtime).
-    pub workers: usize,
+    /// Worker threads: their load, runtimes, and where clients go.
+    pub balance: Arc<Balance>,
 }
 
 #[derive(Clone)]
@@ -48,7 +49,7 @@ impl Services {
             clients: AtomicUsize::new(0),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
-            workers,
+            balance: Arc::new(Balance::new(workers)),
         }))
     }
 

@@ -549,7 +549,7 @@ async fn encryption_requests_are_declined_then_startup_proceeds() {
 async fn one_server_serves_clients_on_every_worker() {
     let pg = Postgres::start();
     let pooler = Pooler::start(&cfg(&pg, "workers = 4\ndefault_pool_size = 1")).await;
-    assert_eq!(pooler.services.workers, 4);
+    assert_eq!(pooler.services.balance.len(), 4);
     let mut clients = Vec::new();
     for _ in 0..4 {
         clients.push(pooler.connect("postgres", None, "postgres").await);
@@ -581,4 +581,50 @@ async fn one_server_serves_clients_on_every_worker() {
          AND usename = 'postgres' AND pid <> pg_backend_pid()",
     );
     assert_eq!(others, "1", "more than the pool's one server");
+}
+
+/// Clients go to the lowest worker that is not busy; when it is busy, new clients go elsewhere
+/// and idle ones move at a transaction boundary, taking nothing with them but their socket:
+/// their queries keep working and land on the one pooled server, which follows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_move_off_a_busy_worker() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(&pg, "workers = 2\ndefault_pool_size = 1")).await;
+    let balance = &pooler.services.balance;
+    balance.freeze_loads(&[0, 0]);
+    assert_eq!(balance.pick(), 0);
+    let a = pooler.connect("postgres", None, "postgres").await;
+    let pid = backend_pid(&a).await;
+
+    balance.freeze_loads(&[950, 0]);
+    assert_eq!(balance.pick(), 1, "new clients avoid the busy worker");
+    let b = pooler.connect("postgres", None, "postgres").await;
+    let before = balance.moves();
+    for _ in 0..20 {
+        assert_eq!(backend_pid(&a).await, pid);
+        assert_eq!(backend_pid(&b).await, pid);
+        tokio::time::sleep(Duration::from_millis(6)).await;
+    }
+    assert!(
+        balance.moves() > before,
+        "the idle client on the busy worker moved"
+    );
+
+    // Back and forth under concurrent use.
+    balance.freeze_loads(&[0, 950]);
+    let tasks: Vec<_> = [a, b]
+        .into_iter()
+        .map(|c| {
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    select_one(&c).await;
+                }
+                c
+            })
+        })
+        .collect();
+    for t in tasks {
+        let c = within(Duration::from_secs(20), "clients", t).await.unwrap();
+        assert_eq!(backend_pid(&c).await, pid);
+    }
 }

@@ -24,7 +24,7 @@ use crate::config::PoolMode;
 use crate::error::{Error, Kind, Result};
 use crate::pool::{Checkout, Pool};
 use crate::relay::{self, Outcome};
-use crate::services::Services;
+use crate::services::{ClientCount, Services};
 use startup::Opening;
 
 /// First read of a request: most requests fit; bigger ones grow the buffer in the relay.
@@ -58,23 +58,42 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services, work
     // Startup and login are boxed: their state is large and short-lived, and must not size the
     // future that lives as long as the client (idle clients should cost little memory).
     let admitted = Box::pin(admit(&mut client, &peer, &services, count.over_limit)).await;
-    let Some(Session {
-        pool,
+    if let Some(session) = admitted {
+        live(client, session, peer, services, count).await;
+    }
+}
+
+/// Runs a logged-in client until it leaves, or hands it to a less busy worker.
+async fn live(
+    mut client: ClientConn,
+    mut session: Session,
+    peer: SocketAddr,
+    services: Services,
+    count: ClientCount,
+) {
+    let mode = session.pool.settings().mode;
+    let server = session.server.take();
+    let result = run(
+        &mut client,
+        &services,
+        &session.pool,
         server,
-        slot,
+        &session.slot,
+        mode,
+    )
+    .await;
+    let Session {
         pid,
         secret,
         user,
         database,
-    }) = admitted
-    else {
-        return;
-    };
-    let mode = pool.settings().mode;
-    let result = run(&mut client, &services, &pool, server, &slot, mode).await;
-    services.cancel.unregister(pid, secret);
+        ..
+    } = &session;
     match result {
-        Ok(reason) => tracing::info!(%peer, %user, %database, reason, "client disconnected"),
+        Ok(Exit::Move(target)) => return migrate(client, session, peer, services, count, target),
+        Ok(Exit::Left(reason)) => {
+            tracing::info!(%peer, %user, %database, reason, "client disconnected")
+        }
         Err(e) => {
             tracing::info!(%peer, %user, %database, error = %e, "client disconnected");
             let mut out = BytesMut::new();
@@ -82,7 +101,60 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services, work
             let _ = client.stream.write_all(&out).await;
         }
     }
+    services.cancel.unregister(*pid, *secret);
     drop(count);
+}
+
+/// Moves an idle client (no server held) to worker `target`: its socket is re-registered with
+/// that worker's reactor and its session goes on in a task there.
+fn migrate(
+    client: ClientConn,
+    session: Session,
+    peer: SocketAddr,
+    services: Services,
+    count: ClientCount,
+    target: usize,
+) {
+    let ClientConn {
+        stream,
+        buf,
+        pass,
+        max_len,
+        ..
+    } = client;
+    let (Some(handle), Ok(std)) = (services.balance.handle(target).cloned(), stream.into_std())
+    else {
+        tracing::warn!(%peer, "could not move a client between workers; closing it");
+        services.cancel.unregister(session.pid, session.secret);
+        return;
+    };
+    let tasks = services.tasks.clone();
+    handle.spawn(tasks.track_future(async move {
+        match TcpStream::from_std(std) {
+            Ok(stream) => {
+                let client = ClientConn {
+                    stream,
+                    buf,
+                    pass,
+                    max_len,
+                    worker: target,
+                };
+                Box::pin(live(client, session, peer, services, count)).await
+            }
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "could not move a client between workers");
+                services.cancel.unregister(session.pid, session.secret);
+            }
+        }
+    }));
+}
+
+/// How a client's request loop ended.
+enum Exit {
+    /// The client left (the reason is logged).
+    Left(&'static str),
+    /// Idle, on a busy worker: continue on worker N.
+    Move(usize),
 }
 
 /// A logged-in client, ready for requests.
@@ -261,13 +333,16 @@ async fn run(
     mut server: Option<Checkout>,
     slot: &CancelSlot,
     mode: PoolMode,
-) -> Result<&'static str> {
+) -> Result<Exit> {
     let statement = mode == PoolMode::Statement;
     loop {
         if server.is_none() {
+            if let Some(target) = services.balance.move_target(client.worker) {
+                return Ok(Exit::Move(target));
+            }
             match next_request(client, services).await? {
                 Some(()) => {}
-                None => return Ok("client closed the connection"),
+                None => return Ok(Exit::Left("client closed the connection")),
             }
             let s = pool.checkout(client.worker).await?;
             slot.set(Some(s.key));
@@ -281,7 +356,7 @@ async fn run(
                 slot.set(None);
                 server = None;
                 if mode == PoolMode::Session {
-                    return Ok("shutdown");
+                    return Ok(Exit::Left("shutdown"));
                 }
             }
             Outcome::TransactionRefused => {
@@ -295,7 +370,7 @@ async fn run(
             }
             Outcome::ClientGone => {
                 slot.set(None);
-                return Ok("client closed the connection");
+                return Ok(Exit::Left("client closed the connection"));
             }
             Outcome::ClientProtocol(msg) => {
                 slot.set(None);
@@ -305,7 +380,7 @@ async fn run(
                 slot.set(None);
                 drop(server.take());
                 if notified {
-                    return Ok("server closed the connection after an error");
+                    return Ok(Exit::Left("server closed the connection after an error"));
                 }
                 return Err(Error::new(
                     Kind::ServerIo,

@@ -47,7 +47,7 @@ impl Server {
     /// `services().shutdown` fires, then drains for up to shutdown_timeout.
     pub async fn run(self) {
         let Server { listener, services } = self;
-        let workers = match Workers::start(services.workers) {
+        let workers = match Workers::start(services.balance.clone()) {
             Ok(w) => w,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start worker threads");
@@ -55,6 +55,7 @@ impl Server {
             }
         };
         let shutdown = services.shutdown.clone();
+        tokio::spawn(sample_load(services.clone()));
         let mut backoff = Duration::from_millis(5);
         loop {
             let accepted = tokio::select! {
@@ -73,7 +74,10 @@ impl Server {
                             continue;
                         }
                     };
-                    let (worker, handle) = workers.pick();
+                    let worker = services.balance.pick();
+                    let Some(handle) = services.balance.handle(worker) else {
+                        continue;
+                    };
                     let s = services.clone();
                     handle.spawn(services.tasks.track_future(async move {
                         match tokio::net::TcpStream::from_std(std) {
@@ -107,5 +111,23 @@ impl Server {
             tracing::warn!("shutdown_timeout reached; closing remaining connections");
         }
         drop(workers);
+    }
+}
+
+/// How often worker load is sampled for client placement.
+const LOAD_SAMPLE: Duration = Duration::from_millis(100);
+
+async fn sample_load(services: Services) {
+    let mut tick = tokio::time::interval(LOAD_SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = services.shutdown.cancelled() => return,
+            now = tick.tick() => {
+                services.balance.sample(now - last);
+                last = now;
+            }
+        }
     }
 }

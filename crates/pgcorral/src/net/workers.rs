@@ -2,24 +2,24 @@
 //! one worker for its whole life, and the server it holds is registered with that worker's
 //! reactor, so no socket event ever has to wake another thread.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use tokio::runtime::Handle;
 use tokio::sync::oneshot;
+
+use super::balance::Balance;
 
 /// The worker runtimes; dropping this stops them (their remaining tasks are dropped).
 pub struct Workers {
-    handles: Vec<Handle>,
     stops: Vec<oneshot::Sender<()>>,
     threads: Vec<JoinHandle<()>>,
-    next: AtomicUsize,
 }
 
 impl Workers {
-    /// Starts `n` worker threads (at least one).
-    pub fn start(n: usize) -> std::io::Result<Workers> {
-        let n = n.max(1);
+    /// Starts one worker thread per entry of `balance`, reporting their load to it and
+    /// registering their runtimes with it.
+    pub fn start(balance: Arc<Balance>) -> std::io::Result<Workers> {
+        let n = balance.len();
         let mut handles = Vec::with_capacity(n);
         let mut stops = Vec::with_capacity(n);
         let mut threads = Vec::with_capacity(n);
@@ -27,6 +27,7 @@ impl Workers {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
+            let balance = balance.clone();
             handles.push(rt.handle().clone());
             let (stop, stopped) = oneshot::channel::<()>();
             stops.push(stop);
@@ -34,32 +35,15 @@ impl Workers {
                 std::thread::Builder::new()
                     .name(format!("pgcorral-w{i}"))
                     .spawn(move || {
+                        balance.register_thread(i);
                         rt.block_on(async {
                             let _ = stopped.await;
                         });
                     })?,
             );
         }
-        Ok(Workers {
-            handles,
-            stops,
-            threads,
-            next: AtomicUsize::new(0),
-        })
-    }
-
-    pub fn len(&self) -> usize {
-        self.handles.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.handles.is_empty()
-    }
-
-    /// The next worker in turn, for a new client.
-    pub fn pick(&self) -> (usize, &Handle) {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
-        (i, &self.handles[i])
+        balance.set_handles(handles);
+        Ok(Workers { stops, threads })
     }
 }
 
