@@ -82,13 +82,8 @@ async fn live(
         mode,
     )
     .await;
-    let Session {
-        pid,
-        secret,
-        user,
-        database,
-        ..
-    } = &session;
+    let Session { pid, secret, .. } = &session;
+    let (database, user) = session.pool.name();
     match result {
         Ok(Exit::Move(target)) => return migrate(client, session, peer, services, count, target),
         Ok(Exit::Left(reason)) => {
@@ -165,8 +160,6 @@ struct Session {
     slot: Arc<CancelSlot>,
     pid: i32,
     secret: i32,
-    user: String,
-    database: String,
 }
 
 /// Startup packets, limits, authentication and the welcome. `None` when the client is done
@@ -244,8 +237,6 @@ async fn admit(
                 slot,
                 pid,
                 secret,
-                user,
-                database,
             })
         }
         Err(e) => fail(client, peer, e).await,
