@@ -15,7 +15,7 @@ use crate::net::framed::read_message;
 use crate::server::ServerConn;
 
 /// How long a background rollback or reset may take before the server is closed instead.
-const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct Checkout {
     /// Boxed: a client's future holds a checkout, and should stay small.

@@ -11,10 +11,6 @@ use std::time::Duration;
 
 pub use checkout::Checkout;
 
-/// Rolls back an open transaction on a checked-out server; true when it ends idle.
-pub async fn rollback(server: &mut Checkout) -> bool {
-    checkout::clean(server, true, None).await
-}
 use inner::{Grant, Inner};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -23,6 +19,17 @@ use crate::config::PoolMode;
 use crate::error::{Error, Kind, Result};
 use crate::server::connect::{connect, Secret, Target};
 use crate::server::{ServerConn, ServerParams};
+
+/// Rolls back an open transaction on a checked-out server; true when it ends idle within the
+/// cleanup timeout (otherwise the caller should treat the server as broken).
+pub async fn rollback(server: &mut Checkout) -> bool {
+    tokio::time::timeout(
+        checkout::CLEANUP_TIMEOUT,
+        checkout::clean(server, true, None),
+    )
+    .await
+    .unwrap_or(false)
+}
 
 /// Settings fixed when the pool is built.
 #[derive(Debug, Clone)]
