@@ -382,41 +382,6 @@ fn assert_no_secrets(log: &str, secrets: &[String]) {
     }
 }
 
-/// Starts the pgcorral binary with its log at `rust_log`; returns it and its port.
-fn start_binary(toml: &str, rust_log: &str) -> (ChildGuard, u16, std::path::PathBuf) {
-    let port = free_port();
-    let toml = toml.replace("listen_port = 0", &format!("listen_port = {port}"));
-    let dir = tempfile::tempdir().unwrap().keep();
-    let path = dir.join("pgcorral.toml");
-    std::fs::write(&path, toml).unwrap();
-    let log = dir.join("pgcorral.log");
-    let child = std::process::Command::new(pgcorral_bin())
-        .arg("--config")
-        .arg(&path)
-        .env("RUST_LOG", rust_log)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let guard = ChildGuard(child);
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return (guard, port, log);
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("pgcorral did not start");
-}
-
-struct ChildGuard(std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Logins that succeed and fail, client side and server side, against a pgcorral on `port`.
 async fn login_attempts(port: u16, client_pw: &str, wrong: &str) {
     let c = connect(port, "app", Some(client_pw), "postgres")
@@ -487,10 +452,10 @@ async fn secrets_never_reach_the_log() {
     // Debug and trace logs too, md5 clients with a stored hash for app.
     for level in ["debug", "trace"] {
         let toml = cfg(&pg, "md5", &users(&md5_hash));
-        let (_child, port, log) = start_binary(&toml, level);
-        login_attempts(port, "App-Plain-42", wrong).await;
+        let p = PoolerProcess::start_logging(&toml, level);
+        login_attempts(p.port, "App-Plain-42", wrong).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let log = std::fs::read_to_string(log).unwrap();
+        let log = p.log();
         assert!(
             log.contains("DEBUG"),
             "{level} log has no debug lines: {log}"

@@ -405,8 +405,13 @@ pub struct PoolerProcess {
 
 impl PoolerProcess {
     /// Starts the binary with `--config` at a temp file holding `toml` (on a fixed free port)
-    /// and waits until it accepts connections.
+    /// and waits until it accepts connections. Logs at `RUST_LOG=info`.
     pub fn start(toml: &str) -> PoolerProcess {
+        PoolerProcess::start_logging(toml, "info")
+    }
+
+    /// Same, with the log filter `rust_log`.
+    pub fn start_logging(toml: &str, rust_log: &str) -> PoolerProcess {
         let port = free_port();
         let toml = toml.replace("listen_port = 0", &format!("listen_port = {port}"));
         let dir = tempfile::tempdir().unwrap().keep();
@@ -417,7 +422,7 @@ impl PoolerProcess {
         let child = Command::new(pgcorral_bin())
             .arg("--config")
             .arg(&path)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
