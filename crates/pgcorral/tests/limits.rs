@@ -628,3 +628,60 @@ async fn clients_move_off_a_busy_worker() {
         assert_eq!(backend_pid(&c).await, pid);
     }
 }
+
+/// Clients keep moving between workers (the busy worker flips every 2 ms) while they run
+/// queries, some pipelined: every query still gets its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_survive_constant_migration() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(&pg, "workers = 3\ndefault_pool_size = 2")).await;
+    let services = pooler.services.clone();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut i = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let mut loads = [0u32; 3];
+                loads[i % 3] = 990;
+                services.balance.freeze_loads(&loads);
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let mut tasks = Vec::new();
+    for n in 0..8i64 {
+        let c = pooler.connect("postgres", None, "postgres").await;
+        tasks.push(tokio::spawn(async move {
+            for i in 0..150i64 {
+                let want = n * 1000 + i;
+                // Two statements pipelined in one Query, answered in order.
+                let rows = c
+                    .simple_query(&format!("SELECT {want}; SELECT {want} + 1"))
+                    .await
+                    .unwrap();
+                let vals: Vec<i64> = rows
+                    .iter()
+                    .filter_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(vals, vec![want, want + 1]);
+            }
+        }));
+    }
+    for t in tasks {
+        within(Duration::from_secs(60), "migrating clients", t)
+            .await
+            .unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    flipper.await.unwrap();
+    assert!(
+        pooler.services.balance.moves() > 10,
+        "only {} moves",
+        pooler.services.balance.moves()
+    );
+}
