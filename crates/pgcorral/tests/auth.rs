@@ -98,41 +98,25 @@ fn assert_psql_refused(port: u16, user: &str, pw: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scram_clients_log_in_and_wrong_passwords_cost_no_server() {
-    let pg = Postgres::start();
-    pg.create_user("app", "unused-on-a-trusting-server");
-    let pooler = Pooler::start(&cfg(
-        &pg,
-        "scram-sha-256",
-        "[users.app]\npassword = \"app-secret\"",
-    ))
-    .await;
-    assert_eq!(first_auth_code(pooler.port(), "app").await, 10, "SASL");
-
-    assert_refused_without_server(&pg, &pooler, "app", "wrong").await;
-    // An unknown user fails the same way, also without a server.
-    assert_refused_without_server(&pg, &pooler, "ghost", "whatever").await;
-    assert_psql_refused(pooler.port(), "app", "wrong");
-    assert_eq!(open_servers(&pooler), 0);
-
-    assert_eq!(
-        current_user(&pooler, "app", Some("app-secret")).await,
-        "app"
-    );
-    assert_psql_ok(pooler.port(), "app", Some("app-secret"));
+    password_case("scram-sha-256", 10, |_| "app-secret".to_string()).await;
 }
 
-async fn md5_case(stored: impl FnOnce(&Postgres) -> String) {
+/// Clients authenticating with `auth` (challenge `code`) against `[users.app]` holding what
+/// `stored` returns: wrong passwords and unknown users are refused without a server; the right
+/// password works for tokio-postgres and psql.
+async fn password_case(auth: &str, code: i32, stored: impl FnOnce(&Postgres) -> String) {
     let pg = Postgres::start();
     pg.create_user("app", "unused-on-a-trusting-server");
     let password = stored(&pg);
     let pooler = Pooler::start(&cfg(
         &pg,
-        "md5",
+        auth,
         &format!("[users.app]\npassword = \"{password}\""),
     ))
     .await;
-    assert_eq!(first_auth_code(pooler.port(), "app").await, 5, "MD5");
+    assert_eq!(first_auth_code(pooler.port(), "app").await, code, "{auth}");
     assert_refused_without_server(&pg, &pooler, "app", "wrong").await;
+    // An unknown user fails the same way, also without a server.
     assert_refused_without_server(&pg, &pooler, "ghost", "app-secret").await;
     assert_psql_refused(pooler.port(), "app", "wrong");
     assert_eq!(open_servers(&pooler), 0);
@@ -145,12 +129,12 @@ async fn md5_case(stored: impl FnOnce(&Postgres) -> String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn md5_clients_with_plaintext_password() {
-    md5_case(|_| "app-secret".to_string()).await;
+    password_case("md5", 5, |_| "app-secret".to_string()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn md5_clients_with_stored_md5_hash() {
-    md5_case(|pg| {
+    password_case("md5", 5, |pg| {
         // Computed by PostgreSQL, not by the code under test.
         let hash = pg.sql("postgres", "SELECT 'md5' || md5('app-secret' || 'app')");
         assert!(hash.starts_with("md5") && hash.len() == 35, "{hash}");

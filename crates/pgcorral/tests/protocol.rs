@@ -81,6 +81,17 @@ async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Ou
 }
 
 /// The value rows of a simple query's answer, as text.
+/// Rows in table `xc` as another client of the same pooler sees them: proves the server a
+/// COPY ran on went back to the pool in frame.
+async fn rows_in_xc(other: &mut Wire, what: &str) -> String {
+    within(
+        Duration::from_secs(5),
+        what,
+        other.scalar("SELECT count(*) FROM xc"),
+    )
+    .await
+}
+
 fn simple_rows(msgs: &[SimpleQueryMessage]) -> Vec<Vec<String>> {
     msgs.iter()
         .filter_map(|m| match m {
@@ -825,12 +836,7 @@ async fn extended_copy_in_releases_the_server() {
     assert_eq!(msgs[0].text(), "COPY 2");
     assert!(w.silent_for(Duration::from_millis(200)).await);
     assert_eq!(
-        within(
-            Duration::from_secs(5),
-            "other after extended COPY",
-            other.scalar("SELECT count(*) FROM xc")
-        )
-        .await,
+        rows_in_xc(&mut other, "other after extended COPY").await,
         "2"
     );
 
@@ -853,12 +859,7 @@ async fn extended_copy_in_releases_the_server() {
     assert_eq!(msgs[6].row(), [Some("3".into())]);
     assert!(w.silent_for(Duration::from_millis(200)).await);
     assert_eq!(
-        within(
-            Duration::from_secs(5),
-            "other after pipelined COPY",
-            other.scalar("SELECT count(*) FROM xc")
-        )
-        .await,
+        rows_in_xc(&mut other, "other after pipelined COPY").await,
         "3"
     );
 
@@ -888,15 +889,7 @@ async fn extended_copy_in_releases_the_server() {
     let msgs = w.until_ready().await;
     assert_eq!(tags(&msgs), "Z", "{msgs:?}");
     assert_eq!(msgs[0].body, b"I");
-    assert_eq!(
-        within(
-            Duration::from_secs(5),
-            "other after failed COPY",
-            other.scalar("SELECT count(*) FROM xc")
-        )
-        .await,
-        "3"
-    );
+    assert_eq!(rows_in_xc(&mut other, "other after failed COPY").await, "3");
     assert_eq!(w.scalar("SELECT 'w ok'").await, "w ok");
 }
 
