@@ -34,10 +34,11 @@ fn scans(c: &mut Criterion) {
     c.bench_function("scan_request_and_answer", |b| {
         b.iter(|| {
             let mut st = LinkState::default();
+            let mut params = Default::default();
             let (mut cp, mut sp) = (0, 0);
-            let c = scan_client(black_box(&q), &mut cp, &mut st, 1 << 30).unwrap();
+            let c = scan_client(black_box(&q), &mut cp, &mut st, true, 1 << 30).unwrap();
             let s =
-                scan_server(black_box(&answer), &mut sp, &mut st, true, false, 1 << 30).unwrap();
+                scan_server(black_box(&answer), &mut sp, &mut st, &mut params, true, false, 1 << 30).unwrap();
             black_box((c.ready, s.ready))
         })
     });
@@ -56,13 +57,13 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
             connect_timeout: Duration::from_secs(1),
             max_packet_size: 1 << 30,
         };
-        let settings = PoolSettings {
-            size: n,
-            mode: PoolMode::Transaction,
-            reset_query: String::new(),
-            wait_timeout: None,
-        };
-        let pool = Pool::new(("bench".into(), "bench".into()), target, settings);
+        let settings = PoolSettings::new(n, PoolMode::Transaction);
+        let pool = Pool::new(
+            ("bench".into(), "bench".into()),
+            target,
+            settings,
+            &Default::default(),
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut peers = Vec::new();
@@ -81,7 +82,11 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                 params: Arc::new(Vec::new()),
                 state: LinkState::default(),
                 created: Instant::now(),
+                last_used: Instant::now(),
                 home: 0,
+                permit: None,
+                applied: Some(Default::default()),
+        bound: false,
             };
             assert!(pool.adopt(server));
         }

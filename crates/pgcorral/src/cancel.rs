@@ -48,8 +48,9 @@ impl CancelMap {
         self.map.lock().remove(&(pid, secret));
     }
 
-    /// Forwards a client's CancelRequest to the server it is using, if any.
-    pub async fn cancel(&self, pid: i32, secret: i32) {
+    /// Forwards a client's CancelRequest to the server it is using, if any, giving up after
+    /// `wait` (cancel_wait_timeout; `None` = no limit).
+    pub async fn cancel(&self, pid: i32, secret: i32, wait: Option<std::time::Duration>) {
         let target = {
             let map = self.map.lock();
             map.get(&(pid, secret)).and_then(|s| *s.target.lock())
@@ -61,8 +62,19 @@ impl CancelMap {
             );
             return;
         };
-        if let Err(e) = send_cancel(key).await {
-            tracing::info!(server = %key.addr, error = %e, "could not forward cancel request");
+        let sent = match wait {
+            Some(w) => tokio::time::timeout(w, send_cancel(key)).await,
+            None => Ok(send_cancel(key).await),
+        };
+        match sent {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::info!(server = %key.addr, error = %e, "could not forward cancel request")
+            }
+            Err(_) => tracing::info!(
+                server = %key.addr,
+                "cancel_wait_timeout: the cancel request could not be forwarded in time; dropped"
+            ),
         }
     }
 }

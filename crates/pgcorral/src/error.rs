@@ -31,6 +31,12 @@ pub enum Kind {
     Shutdown,
     /// A request the current pool mode cannot serve.
     NotSupported,
+    /// A query ran longer than query_timeout.
+    QueryTimeout,
+    /// Idle in a transaction longer than idle_transaction_timeout.
+    IdleInTransaction,
+    /// Idle longer than client_idle_timeout, or too slow to log in (client_login_timeout).
+    ClientIdle,
 }
 
 struct Inner {
@@ -73,6 +79,16 @@ impl Error {
         e
     }
 
+    /// The same error again (its cause folded into the message), to hand to another client.
+    pub fn replay(&self) -> Error {
+        Error(Box::new(Inner {
+            kind: self.0.kind,
+            message: self.to_string(),
+            server_error: self.0.server_error.clone(),
+            source: None,
+        }))
+    }
+
     pub fn kind(&self) -> Kind {
         self.0.kind
     }
@@ -99,6 +115,9 @@ impl Error {
             Kind::PoolTimeout => sqlstate::QUERY_CANCELED,
             Kind::Shutdown => sqlstate::ADMIN_SHUTDOWN,
             Kind::NotSupported => sqlstate::FEATURE_NOT_SUPPORTED,
+            Kind::QueryTimeout => sqlstate::QUERY_CANCELED,
+            Kind::IdleInTransaction => sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+            Kind::ClientIdle => sqlstate::IDLE_SESSION_TIMEOUT,
         }
     }
 

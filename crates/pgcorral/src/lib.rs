@@ -4,7 +4,8 @@
 //! [`client::auth`] admit the client → [`client`] reads whole requests through [`net::framed`] →
 //! [`pool`] checks out a server ([`server::connect`] when a new one is needed) → [`relay`]
 //! forwards the request and streams the answer back until the server is idle → the
-//! [`pool::Checkout`] guard returns the server. Cancel requests go around it via [`cancel`].
+//! [`pool::Checkout`] guard returns the server. [`session`] keeps each client's settings on
+//! whatever server it lands on. Cancel requests go around it via [`cancel`].
 //! Shared state lives in one [`Services`] handle built at start and passed down; nothing is global.
 
 pub mod cancel;
@@ -16,6 +17,7 @@ pub mod pool;
 pub mod relay;
 pub mod server;
 pub mod services;
+pub mod session;
 
 pub use net::listener::Server;
 pub use services::Services;

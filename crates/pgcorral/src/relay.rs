@@ -3,9 +3,10 @@
 //! ReadyForQuery and ErrorResponse), writes apply backpressure to reads, and the relay stops at
 //! the first point where the server is idle and may go back to the pool.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::Buf;
 use pgwire::backend::{self, TxStatus};
@@ -15,7 +16,8 @@ use tokio::io::AsyncWrite;
 use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
-use crate::server::{LinkState, ServerConn};
+use crate::server::{LinkState, ServerConn, ServerParams};
+use crate::session::scan::{classify, Effect};
 
 /// Read no more from a side while this much of its data waits to be written to the other.
 const READ_CHUNK: usize = 16 * 1024;
@@ -36,6 +38,65 @@ pub enum Outcome {
     ClientProtocol(String),
     /// The server closed or failed; `notified` when it sent the client a FATAL first.
     ServerGone { notified: bool },
+    /// A timeout of [`Timeouts`] expired.
+    TimedOut(Phase),
+}
+
+/// What the link is doing, for the timeouts that apply to each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Requests are outstanding on the server.
+    Query,
+    /// Nothing outstanding, inside a transaction.
+    IdleInTransaction,
+    /// Nothing outstanding, outside a transaction (session mode, or a pinned client).
+    Idle,
+}
+
+impl Phase {
+    fn of(st: &LinkState) -> Phase {
+        if st.pending > 0 {
+            Phase::Query
+        } else if st.tx != TxStatus::Idle {
+            Phase::IdleInTransaction
+        } else {
+            Phase::Idle
+        }
+    }
+}
+
+/// query_timeout, idle_transaction_timeout and client_idle_timeout; `None` = off.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timeouts {
+    pub query: Option<Duration>,
+    pub idle_in_transaction: Option<Duration>,
+    pub client_idle: Option<Duration>,
+}
+
+impl Timeouts {
+    fn any(&self) -> bool {
+        self.query.is_some() || self.idle_in_transaction.is_some() || self.client_idle.is_some()
+    }
+
+    fn of(&self, p: Phase) -> Option<Duration> {
+        match p {
+            Phase::Query => self.query,
+            Phase::IdleInTransaction => self.idle_in_transaction,
+            Phase::Idle => self.client_idle,
+        }
+    }
+}
+
+/// How a relay behaves.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Mode {
+    /// Stop when the server is idle (false in session mode).
+    pub stop_when_idle: bool,
+    /// Refuse transactions (statement mode).
+    pub statement: bool,
+    /// Watch for statements that change session state (transaction and statement mode).
+    pub track: bool,
+    pub timeouts: Timeouts,
 }
 
 /// Makes room for a read, growing the buffer only when little space is left.
@@ -71,6 +132,7 @@ pub fn scan_server(
     buf: &[u8],
     pass: &mut usize,
     st: &mut LinkState,
+    params: &mut ServerParams,
     stop_when_idle: bool,
     statement_mode: bool,
     max: u32,
@@ -85,12 +147,16 @@ pub fn scan_server(
             break;
         };
         match h.tag {
-            backend::READY_FOR_QUERY | backend::ERROR_RESPONSE => {
+            backend::READY_FOR_QUERY | backend::ERROR_RESPONSE | backend::PARAMETER_STATUS => {
                 if buf.len() - pos < h.total_len() {
                     break;
                 }
                 let body = &buf[pos + 5..pos + h.total_len()];
-                if h.tag == backend::ERROR_RESPONSE {
+                if h.tag == backend::PARAMETER_STATUS {
+                    if let Some((k, v)) = backend::parameter_status(body) {
+                        crate::session::exec::set_param(params, k, v);
+                    }
+                } else if h.tag == backend::ERROR_RESPONSE {
                     if backend::ErrorFields::parse(body).is_some_and(|f| f.is_fatal()) {
                         st.broken = true;
                         out.fatal = true;
@@ -137,11 +203,13 @@ pub struct ClientScan {
 }
 
 /// Scans client bytes: counts requests owed a ReadyForQuery and notes unsynced extended
-/// messages. Stops before Terminate or an unknown tag.
+/// messages. Stops before Terminate or an unknown tag. With `track`, the SQL of Query and
+/// Parse messages is checked for statements that may change session state.
 pub fn scan_client(
     buf: &[u8],
     pass: &mut usize,
     st: &mut LinkState,
+    track: bool,
     max: u32,
 ) -> Result<ClientScan, FrameError> {
     let mut out = ClientScan::default();
@@ -153,6 +221,9 @@ pub fn scan_client(
         let Some(h) = Header::parse(&buf[pos..], max)? else {
             break;
         };
+        if track && (h.tag == frontend::QUERY || h.tag == frontend::PARSE) && !st.dirty {
+            st.dirty = sql_effect(&buf[pos..], h) != Effect::None;
+        }
         match frontend::kind(h.tag) {
             FeKind::Request => st.on_request(),
             FeKind::Sync => {
@@ -183,27 +254,53 @@ pub fn scan_client(
     Ok(out)
 }
 
+/// What the SQL of a Query or Parse message (`msg` starts at its header) may do to the
+/// session; a message not wholly buffered counts as dirty.
+fn sql_effect(msg: &[u8], h: Header) -> Effect {
+    let Some(body) = msg.get(pgwire::header::HEADER_LEN..h.total_len()) else {
+        return Effect::Dirty;
+    };
+    let sql = if h.tag == frontend::PARSE {
+        match body.iter().position(|&b| b == 0) {
+            Some(i) => &body[i + 1..],
+            None => body,
+        }
+    } else {
+        body
+    };
+    let end = sql.iter().position(|&b| b == 0).unwrap_or(sql.len());
+    classify(&sql[..end])
+}
+
 enum Event {
     ToServer(std::io::Result<usize>),
     ToClient(std::io::Result<usize>),
     FromServer(std::io::Result<usize>),
     FromClient(std::io::Result<usize>),
+    Timeout,
 }
 
-/// Relays between `client` and `server` until the server may be released or a side is gone.
-/// `stop_when_idle` is false in session mode; `statement_mode` refuses transactions.
-pub async fn run(
-    client: &mut ClientConn,
-    server: &mut ServerConn,
-    stop_when_idle: bool,
-    statement_mode: bool,
-) -> Outcome {
+/// Relays between `client` and `server` until the server may be released, a side is gone, or
+/// a timeout expires.
+pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -> Outcome {
+    let Mode {
+        stop_when_idle,
+        statement: statement_mode,
+        track,
+        timeouts,
+    } = mode;
     let max = client.max_len;
+    // The timer exists only when some timeout is configured; it is re-armed when the phase
+    // changes.
+    let timed = timeouts.any();
+    let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut phase: Option<Phase> = None;
+    let mut armed = false;
     // c_ready: client bytes scanned, to write to the server; c_stop: the client side ended
     // (acted on once c_ready is written). s_ready/s_stop: the same for the server side.
     // Whatever the client already sent (the request that caused checkout) goes first.
     let (mut c_ready, mut c_stop) =
-        match scan_client(&client.buf, &mut client.pass, &mut server.state, max) {
+        match scan_client(&client.buf, &mut client.pass, &mut server.state, track, max) {
             Ok(s) => (s.ready, client_stop(&s)),
             Err(e) => (0, Some(Outcome::ClientProtocol(e.to_string()))),
         };
@@ -215,6 +312,7 @@ pub async fn run(
             &server.rbuf,
             &mut server.pass,
             &mut server.state,
+            &mut server.params,
             stop_when_idle,
             statement_mode,
             max,
@@ -259,6 +357,21 @@ pub async fn run(
         if read_client {
             reserve(&mut client.buf);
         }
+        if timed {
+            let p = Phase::of(&server.state);
+            if phase != Some(p) {
+                phase = Some(p);
+                armed = false;
+                if let Some(d) = timeouts.of(p) {
+                    let at = tokio::time::Instant::now() + d;
+                    match &mut timer {
+                        Some(t) => t.as_mut().reset(at),
+                        None => timer = Some(Box::pin(tokio::time::sleep_until(at))),
+                    }
+                    armed = true;
+                }
+            }
+        }
         let ev = poll_fn(|cx| {
             if c_ready > 0 {
                 if let Poll::Ready(r) =
@@ -288,6 +401,13 @@ pub async fn run(
                     return Poll::Ready(Event::FromClient(r));
                 }
             }
+            if armed {
+                if let Some(t) = timer.as_mut() {
+                    if t.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Event::Timeout);
+                    }
+                }
+            }
             Poll::Pending
         })
         .await;
@@ -311,11 +431,17 @@ pub async fn run(
                 client.buf.clear();
                 return Outcome::ClientGone;
             }
+            Event::Timeout => {
+                let p = phase.expect("armed for a phase");
+                client.buf.advance(c_ready);
+                return Outcome::TimedOut(p);
+            }
             Event::FromServer(Ok(n)) if n > 0 => {
                 match scan_server(
                     &server.rbuf,
                     &mut server.pass,
                     &mut server.state,
+                    &mut server.params,
                     stop_when_idle,
                     statement_mode,
                     max,
@@ -346,7 +472,7 @@ pub async fn run(
                 c_ready = take;
             }
             Event::FromClient(Ok(n)) if n > 0 => {
-                match scan_client(&client.buf, &mut client.pass, &mut server.state, max) {
+                match scan_client(&client.buf, &mut client.pass, &mut server.state, track, max) {
                     Ok(s) => {
                         c_ready = s.ready;
                         c_stop = client_stop(&s);
@@ -406,7 +532,7 @@ mod tests {
             ..Default::default()
         };
         let mut pass = 0;
-        let s = scan_server(&buf, &mut pass, &mut st, true, false, 1 << 20).unwrap();
+        let s = scan_server(&buf, &mut pass, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
         assert_eq!(s.ready, z_end);
         assert_eq!(s.stop, Some(Outcome::Idle));
         assert!(st.is_idle());
@@ -420,10 +546,10 @@ mod tests {
             ..Default::default()
         };
         let mut pass = 0;
-        let s = scan_server(&full[..40], &mut pass, &mut st, true, false, 1 << 20).unwrap();
+        let s = scan_server(&full[..40], &mut pass, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
         assert_eq!(s.ready, 40);
         assert_eq!(pass, 104 - 40 + 1);
-        let s = scan_server(&full[40..], &mut pass, &mut st, true, false, 1 << 20).unwrap();
+        let s = scan_server(&full[40..], &mut pass, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
         assert_eq!(s.ready, full.len() - 40);
         assert_eq!(pass, 0);
     }
@@ -436,9 +562,9 @@ mod tests {
             ..Default::default()
         };
         let mut pass = 0;
-        let s = scan_server(&z[..3], &mut pass, &mut st, true, false, 1 << 20).unwrap();
+        let s = scan_server(&z[..3], &mut pass, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
         assert_eq!(s.ready, 0);
-        let s = scan_server(&z, &mut pass, &mut st, true, false, 1 << 20).unwrap();
+        let s = scan_server(&z, &mut pass, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
         assert_eq!(s.ready, z.len());
         assert_eq!(s.stop, None);
         assert_eq!(st.tx, TxStatus::InTransaction);
@@ -453,7 +579,7 @@ mod tests {
             pending: 1,
             ..Default::default()
         };
-        let s = scan_server(&buf, &mut 0, &mut st, true, true, 1 << 20).unwrap();
+        let s = scan_server(&buf, &mut 0, &mut st, &mut Default::default(), true, true, 1 << 20).unwrap();
         assert_eq!(s.ready, before);
         assert_eq!(s.stop, Some(Outcome::TransactionRefused));
     }
@@ -465,7 +591,7 @@ mod tests {
             pending: 1,
             ..Default::default()
         };
-        let s = scan_server(&buf, &mut 0, &mut st, true, false, 1 << 20).unwrap();
+        let s = scan_server(&buf, &mut 0, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
         assert!(s.fatal && st.broken);
     }
 
@@ -476,12 +602,12 @@ mod tests {
         buf.extend(msg(b'E', b"\0\0\0\0\0"));
         let mut st = LinkState::default();
         let mut pass = 0;
-        let s = scan_client(&buf, &mut pass, &mut st, 1 << 20).unwrap();
+        let s = scan_client(&buf, &mut pass, &mut st, true, 1 << 20).unwrap();
         assert_eq!(s.ready, buf.len());
         assert!(st.unsynced && st.pending == 0);
         let mut more = msg(b'S', b"");
         more.extend(msg(b'Q', b"select 2\0"));
-        let s = scan_client(&more, &mut pass, &mut st, 1 << 20).unwrap();
+        let s = scan_client(&more, &mut pass, &mut st, true, 1 << 20).unwrap();
         assert_eq!(s.ready, more.len());
         assert!(!st.unsynced);
         assert_eq!(st.pending, 2);
@@ -493,12 +619,12 @@ mod tests {
         let q = buf.len();
         buf.extend(msg(b'X', b""));
         let mut st = LinkState::default();
-        let s = scan_client(&buf, &mut 0, &mut st, 1 << 20).unwrap();
+        let s = scan_client(&buf, &mut 0, &mut st, true, 1 << 20).unwrap();
         assert_eq!((s.ready, s.terminate), (q, true));
         let bad = msg(b'?', b"");
-        let s = scan_client(&bad, &mut 0, &mut st, 1 << 20).unwrap();
+        let s = scan_client(&bad, &mut 0, &mut st, true, 1 << 20).unwrap();
         assert_eq!((s.ready, s.bad_tag), (0, Some(b'?')));
-        assert!(scan_client(b"Q\x7f\xff\xff\xff", &mut 0, &mut st, 1 << 20).is_err());
+        assert!(scan_client(b"Q\x7f\xff\xff\xff", &mut 0, &mut st, true, 1 << 20).is_err());
     }
 
     /// Scans one message per tag (empty bodies; ReadyForQuery says idle) from the client or server.
@@ -507,7 +633,7 @@ mod tests {
         for t in tags.bytes() {
             buf.extend(msg(t, b""));
         }
-        let s = scan_client(&buf, &mut 0, st, 1 << 20).unwrap();
+        let s = scan_client(&buf, &mut 0, st, true, 1 << 20).unwrap();
         assert_eq!(s.ready, buf.len());
     }
 
@@ -516,7 +642,7 @@ mod tests {
         for t in tags.bytes() {
             buf.extend(msg(t, if t == b'Z' { b"I" } else { b"" }));
         }
-        scan_server(&buf, &mut 0, st, true, false, 1 << 20)
+        scan_server(&buf, &mut 0, st, &mut Default::default(), true, false, 1 << 20)
             .unwrap()
             .stop
     }
@@ -594,11 +720,11 @@ mod tests {
         fn scans_never_overrun(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
             let mut st = LinkState::default();
             let mut pass = 0;
-            if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, 1 << 16) {
+            if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, true, 1 << 16) {
                 proptest::prop_assert!(s.ready <= bytes.len());
             }
             let mut pass = 0;
-            if let Ok(s) = scan_server(&bytes, &mut pass, &mut st, true, true, 1 << 16) {
+            if let Ok(s) = scan_server(&bytes, &mut pass, &mut st, &mut Default::default(), true, true, 1 << 16) {
                 proptest::prop_assert!(s.ready <= bytes.len());
             }
         }

@@ -14,3 +14,5 @@ pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
 pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 pub const INTERNAL_ERROR: &str = "XX000";
 pub const CONFIGURATION_LIMIT_EXCEEDED: &str = "53400";
+pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: &str = "25P03";
+pub const IDLE_SESSION_TIMEOUT: &str = "57P05";

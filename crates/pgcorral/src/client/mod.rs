@@ -20,18 +20,17 @@ use tokio::net::TcpStream;
 use tokio_util::io::poll_read_buf;
 
 use crate::cancel::CancelSlot;
-use crate::config::PoolMode;
+use crate::config::{millis_opt, PoolMode};
 use crate::error::{Error, Kind, Result};
 use crate::pool::{Checkout, Pool};
-use crate::relay::{self, Outcome};
+use crate::relay::{self, Outcome, Phase, Timeouts};
 use crate::services::{ClientCount, Services};
+use crate::session::{apply, Settings};
 use startup::Opening;
 
 /// First read of a request: most requests fit; bigger ones grow the buffer in the relay.
 const IDLE_READ: usize = 4096;
 
-/// How long a client may take from connecting to finishing login.
-const LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The client's socket and what has been read from it but not yet forwarded.
 pub struct ClientConn {
@@ -71,17 +70,8 @@ async fn live(
     services: Services,
     count: ClientCount,
 ) {
-    let mode = session.pool.settings().mode;
     let server = session.server.take();
-    let result = run(
-        &mut client,
-        &services,
-        &session.pool,
-        server,
-        &session.slot,
-        mode,
-    )
-    .await;
+    let result = run(&mut client, &services, &mut session, server).await;
     let Session { pid, secret, .. } = &session;
     let (database, user) = session.pool.name();
     match result {
@@ -160,6 +150,11 @@ struct Session {
     slot: Arc<CancelSlot>,
     pid: i32,
     secret: i32,
+    /// The client's session settings, applied to each server it gets (transaction and
+    /// statement mode).
+    settings: Settings,
+    /// Why the client keeps its server between transactions; empty when it does not.
+    pinned: Vec<String>,
 }
 
 /// Startup packets, limits, authentication and the welcome. `None` when the client is done
@@ -170,26 +165,29 @@ async fn admit(
     services: &Services,
     over_limit: bool,
 ) -> Option<Session> {
-    let opening = match tokio::time::timeout(
-        LOGIN_TIMEOUT,
-        startup::open(&mut client.stream, &mut client.buf),
-    )
-    .await
+    let login_timeout = millis_opt(services.config.load().general.client_login_timeout)
+        .unwrap_or(std::time::Duration::MAX);
+    let deadline = tokio::time::Instant::now().checked_add(login_timeout);
+    let timed_out = || {
+        Error::new(
+            Kind::ClientIdle,
+            format!(
+                "client_login_timeout: login not completed within {} ms",
+                login_timeout.as_millis()
+            ),
+        )
+    };
+    let opening = match within(deadline, startup::open(&mut client.stream, &mut client.buf)).await
     {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return fail(client, peer, e).await,
-        Err(_) => {
-            let e = Error::new(
-                Kind::ClientProtocol,
-                "client_login_timeout: startup took too long",
-            );
-            return fail(client, peer, e).await;
-        }
+        Some(Ok(o)) => o,
+        Some(Err(e)) => return fail(client, peer, e).await,
+        None => return fail(client, peer, timed_out()).await,
     };
     let (minor, params) = match opening {
         Opening::Closed => return None,
         Opening::Cancel { pid, secret } => {
-            services.cancel.cancel(pid, secret).await;
+            let wait = millis_opt(services.config.load().general.cancel_wait_timeout);
+            services.cancel.cancel(pid, secret, wait).await;
             return None;
         }
         Opening::Session { minor, params } => (minor, params),
@@ -217,29 +215,29 @@ async fn admit(
         let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
         return fail(client, peer, e).await;
     }
-    let login = tokio::time::timeout(
-        LOGIN_TIMEOUT,
+    let login = within(
+        deadline,
         login(client, services, &user, &database, minor, &params),
     )
     .await
-    .unwrap_or_else(|_| {
-        Err(Error::new(
-            Kind::ClientProtocol,
-            "client_login_timeout: login took too long",
-        ))
-    });
+    .unwrap_or_else(|| Err(timed_out()));
     match login {
-        Ok((pool, server, slot, pid, secret)) => {
+        Ok(session) => {
             tracing::info!(%peer, %user, %database, "client logged in");
-            Some(Session {
-                pool,
-                server,
-                slot,
-                pid,
-                secret,
-            })
+            Some(session)
         }
         Err(e) => fail(client, peer, e).await,
+    }
+}
+
+/// Runs `f` until `deadline` (`None` = no deadline); `None` when it expired.
+async fn within<T>(
+    deadline: Option<tokio::time::Instant>,
+    f: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, f).await.ok(),
+        None => Some(f.await),
     }
 }
 
@@ -252,9 +250,8 @@ async fn fail<T>(client: &mut ClientConn, peer: &SocketAddr, e: Error) -> Option
     None
 }
 
-type Login = (Pool, Option<Checkout>, Arc<CancelSlot>, i32, i32);
-
-/// Authenticates, finds the pool, and sends the welcome: parameters, key, ReadyForQuery.
+/// Authenticates, finds the pool, applies the startup parameters, and sends the welcome:
+/// parameters, key, ReadyForQuery.
 async fn login(
     client: &mut ClientConn,
     services: &Services,
@@ -262,7 +259,7 @@ async fn login(
     database: &str,
     minor: u16,
     params: &[(String, String)],
-) -> Result<Login> {
+) -> Result<Session> {
     let config = services.config.load_full();
     if database == "pgbouncer" || database == "pgcorral" {
         return Err(Error::new(
@@ -286,24 +283,37 @@ async fn login(
     if let Some(key) = authed.client_key {
         pool.learn_client_key(key);
     }
+    let startup_settings = crate::session::startup::settings(params)?;
     let slot = Arc::new(CancelSlot::default());
-    let (server, pid) = if pool.settings().mode == PoolMode::Session {
-        let server = pool.checkout(client.worker).await?;
-        slot.set(Some(server.key));
-        let pid = server.key.pid;
-        (Some(server), pid)
-    } else {
-        if pool.params().is_none() {
-            // Learn the server's parameters (and prove the login works) once per pool.
-            drop(pool.checkout(client.worker).await?);
+    let session_mode = pool.settings().mode == PoolMode::Session;
+    let mut settings = Settings::default();
+    let mut server = None;
+    let mut server_params = pool.params();
+    if session_mode || !startup_settings.is_empty() || server_params.is_none() {
+        // A server applies the startup parameters, so the client is told the values as the
+        // server canonicalises them (and the first login to a pool learns its parameters).
+        let mut s = pool.checkout(client.worker).await?;
+        if startup_settings.is_empty() {
+            apply::sync(&mut s, &settings).await?;
+        } else {
+            let login_user = pool.server_user();
+            settings = apply::login(&mut s, &settings, &startup_settings, &login_user)
+                .await?
+                .settings;
         }
-        (None, rand::random::<i32>() & 0x7fff_ffff)
+        server_params = Some(s.params.clone());
+        if session_mode {
+            server = Some(s);
+        }
+    }
+    let pid = match &server {
+        Some(s) => {
+            slot.set(Some(s.key));
+            s.key.pid
+        }
+        None => rand::random::<i32>() & 0x7fff_ffff,
     };
-    let server_params = match &server {
-        Some(s) => s.params.clone(),
-        None => pool.params().unwrap_or_default(),
-    };
-    for (k, v) in server_params.iter() {
+    for (k, v) in server_params.unwrap_or_default().iter() {
         encode::parameter_status(&mut out, k, v);
     }
     let secret = services.cancel.register(pid, slot.clone());
@@ -313,42 +323,77 @@ async fn login(
         services.cancel.unregister(pid, secret);
         return Err(Error::with_source(Kind::ClientIo, "write", e));
     }
-    Ok((pool, server, slot, pid, secret))
+    Ok(Session {
+        pool,
+        server,
+        slot,
+        pid,
+        secret,
+        settings,
+        pinned: Vec::new(),
+    })
 }
 
 /// The request loop. Returns why the client left normally.
 async fn run(
     client: &mut ClientConn,
     services: &Services,
-    pool: &Pool,
+    session: &mut Session,
     mut server: Option<Checkout>,
-    slot: &CancelSlot,
-    mode: PoolMode,
 ) -> Result<Exit> {
-    let statement = mode == PoolMode::Statement;
+    let pool = session.pool.clone();
+    let slot = session.slot.clone();
+    let mode = pool.settings().mode;
+    let pooled = mode != PoolMode::Session;
+    let g = &services.config.load().general;
+    let timeouts = Timeouts {
+        query: millis_opt(g.query_timeout),
+        idle_in_transaction: millis_opt(g.idle_transaction_timeout),
+        client_idle: millis_opt(g.client_idle_timeout),
+    };
+    let relay_mode = relay::Mode {
+        stop_when_idle: pooled,
+        statement: mode == PoolMode::Statement,
+        track: pooled,
+        timeouts,
+    };
     loop {
         if server.is_none() {
             if let Some(target) = services.balance.move_target(client.worker) {
                 return Ok(Exit::Move(target));
             }
-            match next_request(client, services).await? {
+            match next_request(client, services, timeouts.client_idle).await? {
                 Some(()) => {}
                 None => return Ok(Exit::Left("client closed the connection")),
             }
-            let s = pool.checkout(client.worker).await?;
+            let mut s = pool.checkout(client.worker).await?;
+            if !crate::session::matches(&s.applied, &session.settings) {
+                restore(&mut s, &session.settings).await?;
+            }
             slot.set(Some(s.key));
             server = Some(s);
         }
         let s = server.as_mut().expect("attached");
-        let stop_when_idle = mode != PoolMode::Session || services.shutdown.is_cancelled();
-        let outcome = relay::run(client, s, stop_when_idle, statement).await;
+        let mut m = relay_mode;
+        m.stop_when_idle |= services.shutdown.is_cancelled();
+        let outcome = relay::run(client, s, m).await;
         match outcome {
             Outcome::Idle => {
+                if s.state.dirty {
+                    Box::pin(recapture(session, s)).await?;
+                }
+                if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
+                    continue;
+                }
                 slot.set(None);
                 server = None;
                 if mode == PoolMode::Session {
                     return Ok(Exit::Left("shutdown"));
                 }
+            }
+            Outcome::TimedOut(phase) => {
+                slot.set(None);
+                return Err(timed_out(phase, &timeouts));
             }
             Outcome::TransactionRefused => {
                 Box::pin(refuse_transaction(
@@ -382,9 +427,69 @@ async fn run(
     }
 }
 
+/// The error a client gets when a timeout of the relay expired.
+fn timed_out(phase: Phase, t: &Timeouts) -> Error {
+    let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis()).unwrap_or(0);
+    match phase {
+        Phase::Query => Error::new(
+            Kind::QueryTimeout,
+            format!("query_timeout: query ran longer than {} ms; connection closed", ms(t.query)),
+        ),
+        Phase::IdleInTransaction => Error::new(
+            Kind::IdleInTransaction,
+            format!(
+                "idle_transaction_timeout: idle in a transaction for longer than {} ms; the transaction was rolled back",
+                ms(t.idle_in_transaction)
+            ),
+        ),
+        Phase::Idle => client_idle_error(ms(t.client_idle)),
+    }
+}
+
+fn client_idle_error(ms: u128) -> Error {
+    Error::new(
+        Kind::ClientIdle,
+        format!("client_idle_timeout: idle for longer than {ms} ms; connection closed"),
+    )
+}
+
+/// Applies the client's settings to a server it was just given; a failure ends the session
+/// (its state cannot be restored).
+async fn restore(server: &mut Checkout, settings: &Settings) -> Result<()> {
+    apply::sync(server, settings).await.map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!("could not restore the session's settings on a server connection: {e}"),
+        )
+    })
+}
+
+/// After a transaction that may have changed the session: records the client's settings as
+/// the server now has them, and pins or unpins the client by what is bound to the server.
+async fn recapture(session: &mut Session, server: &mut Checkout) -> Result<()> {
+    let login_user = session.pool.server_user();
+    let captured = apply::capture(server, &login_user).await?;
+    session.settings = captured.settings;
+    if captured.pins != session.pinned {
+        if captured.pins.is_empty() {
+            tracing::info!(pid = session.pid, "client unpinned: its server-bound state is gone");
+        } else {
+            tracing::info!(pid = session.pid, reasons = ?captured.pins, "client pinned to its server connection until this state is released");
+        }
+        session.pinned = captured.pins;
+    }
+    server.bound = !session.pinned.is_empty();
+    Ok(())
+}
+
 /// Waits for the first message of the next request while no server is attached. Returns
 /// `None` when the client is gone; stray COPY messages (after a failed COPY) are dropped.
-async fn next_request(client: &mut ClientConn, services: &Services) -> Result<Option<()>> {
+async fn next_request(
+    client: &mut ClientConn,
+    services: &Services,
+    idle_timeout: Option<std::time::Duration>,
+) -> Result<Option<()>> {
+    let deadline = idle_timeout.map(|t| tokio::time::Instant::now() + t);
     loop {
         if client.pass > 0 {
             // Discarding the rest of a stray COPY message.
@@ -424,6 +529,9 @@ async fn next_request(client: &mut ClientConn, services: &Services) -> Result<Op
             _ = services.shutdown.cancelled() => {
                 return Err(Error::new(Kind::Shutdown, "pgcorral is shutting down"));
             }
+            _ = sleep_until(deadline) => {
+                return Err(client_idle_error(idle_timeout.unwrap_or_default().as_millis()));
+            }
         }
         if client.buf.capacity() - client.buf.len() < 1024 {
             client.buf.reserve(IDLE_READ);
@@ -445,6 +553,14 @@ async fn next_request(client: &mut ClientConn, services: &Services) -> Result<Op
             Some(Ok(_)) => {}
             Some(Err(e)) => return Err(Error::with_source(Kind::ClientIo, "read", e)),
         }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }
 

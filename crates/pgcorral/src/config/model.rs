@@ -17,6 +17,17 @@ pub enum PoolMode {
     Statement,
 }
 
+/// Statements that leave state bound to one server connection (LISTEN, session advisory locks,
+/// temporary tables, WITH HOLD cursors, SQL PREPARE) in transaction and statement mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionPinning {
+    /// Keep the client on its server until the state is gone.
+    Pin,
+    /// Refuse such statements (simple protocol) with an error.
+    Refuse,
+}
+
 /// How clients prove who they are to pgcorral.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum AuthType {
@@ -55,12 +66,44 @@ pub struct General {
     pub admin_users: Vec<String>,
     pub workers: usize,
     pub server_reset_query: String,
+    /// Idle servers kept open per pool, even when unused.
+    pub min_pool_size: usize,
+    /// Extra servers a pool may open once a client has waited `reserve_pool_timeout`.
+    pub reserve_pool_size: usize,
+    /// ms
+    pub reserve_pool_timeout: u64,
+    /// Servers per database across all its pools; 0 = no cap.
+    pub max_db_connections: usize,
+    /// Servers per user across all its pools; 0 = no cap.
+    pub max_user_connections: usize,
     /// ms
     pub server_connect_timeout: u64,
+    /// ms; after a failed server login, new logins to that pool fail at once for this long.
+    pub server_login_retry: u64,
     /// ms
     pub shutdown_timeout: u64,
     /// ms; how long a client waits for a server before an error; 0 = forever.
     pub query_wait_timeout: u64,
+    /// ms; a query running longer is cancelled and the client disconnected; 0 = off.
+    pub query_timeout: u64,
+    /// ms; a client idle (outside a transaction) longer is disconnected; 0 = off.
+    pub client_idle_timeout: u64,
+    /// ms; a client idle inside a transaction longer is disconnected; 0 = off.
+    pub idle_transaction_timeout: u64,
+    /// ms; from connecting to finishing login.
+    pub client_login_timeout: u64,
+    /// ms; an idle server unused for longer is closed (down to min_pool_size); 0 = never.
+    pub server_idle_timeout: u64,
+    /// ms; a server older than this is closed when next idle; 0 = never.
+    pub server_lifetime: u64,
+    /// ms; a server idle for longer runs `server_check_query` before reuse; 0 = always.
+    pub server_check_delay: u64,
+    /// Empty = no check.
+    pub server_check_query: String,
+    /// ms; how long forwarding a cancel request may take.
+    pub cancel_wait_timeout: u64,
+    /// What to do with statements whose state cannot move between servers in transaction mode.
+    pub session_pinning: SessionPinning,
     /// Largest message accepted from a client or server, in bytes.
     pub max_packet_size: u32,
     /// tracing filter, e.g. "info" or "pgcorral=debug"; RUST_LOG wins when set.
@@ -79,13 +122,34 @@ impl Default for General {
             admin_users: Vec::new(),
             workers: 0,
             server_reset_query: "DISCARD ALL".into(),
+            min_pool_size: 0,
+            reserve_pool_size: 0,
+            reserve_pool_timeout: 5000,
+            max_db_connections: 0,
+            max_user_connections: 0,
             server_connect_timeout: 5000,
+            server_login_retry: 15_000,
             shutdown_timeout: 30000,
             query_wait_timeout: 120_000,
+            query_timeout: 0,
+            client_idle_timeout: 0,
+            idle_transaction_timeout: 0,
+            client_login_timeout: 60_000,
+            server_idle_timeout: 600_000,
+            server_lifetime: 3_600_000,
+            server_check_delay: 30_000,
+            server_check_query: "select 1".into(),
+            cancel_wait_timeout: 10_000,
+            session_pinning: SessionPinning::Pin,
             max_packet_size: 1 << 30,
             log_level: "info".into(),
         }
     }
+}
+
+/// Milliseconds to a duration, with 0 meaning "off".
+pub fn millis_opt(ms: u64) -> Option<Duration> {
+    (ms > 0).then(|| Duration::from_millis(ms))
 }
 
 impl General {
@@ -97,7 +161,7 @@ impl General {
     }
     /// `None` means wait forever.
     pub fn query_wait_timeout(&self) -> Option<Duration> {
-        (self.query_wait_timeout > 0).then(|| Duration::from_millis(self.query_wait_timeout))
+        millis_opt(self.query_wait_timeout)
     }
 }
 
@@ -109,6 +173,8 @@ pub struct User {
     pub password: Option<String>,
     pub pool_size: Option<usize>,
     pub pool_mode: Option<PoolMode>,
+    /// Servers for this user across all databases; overrides the general cap.
+    pub max_user_connections: Option<usize>,
 }
 
 /// `[databases.NAME]`.
@@ -122,6 +188,10 @@ pub struct Database {
     /// Server-side database name; defaults to the key (for `"*"`, to the name the client asked for).
     pub dbname: Option<String>,
     pub pool_size: Option<usize>,
+    pub min_pool_size: Option<usize>,
+    pub reserve_pool_size: Option<usize>,
+    /// Servers for this database across all users; overrides the general cap.
+    pub max_db_connections: Option<usize>,
     pub pool_mode: Option<PoolMode>,
     /// Fixed server login instead of the client's own.
     pub user: Option<String>,

@@ -56,6 +56,7 @@ impl Server {
         };
         let shutdown = services.shutdown.clone();
         tokio::spawn(sample_load(services.clone()));
+        tokio::spawn(crate::pool::maintain::run(services.clone()));
         let mut backoff = Duration::from_millis(5);
         loop {
             let accepted = tokio::select! {

@@ -26,9 +26,15 @@ pub struct Checkout {
 /// What a released server needs before it can serve someone else.
 enum Release {
     Ready,
-    Clean { rollback: bool, reset: bool },
+    Clean {
+        rollback: bool,
+        reset: Option<String>,
+    },
     Close(&'static str),
 }
+
+/// Clears every kind of session state; what a server with unknown or pinned state gets.
+const DISCARD_ALL: &str = "DISCARD ALL";
 
 impl Checkout {
     pub(super) fn new(server: Box<ServerConn>, pool: Pool) -> Checkout {
@@ -74,10 +80,17 @@ impl Checkout {
         if s.pending > 0 || s.unsynced || server.pass > 0 {
             return Release::Close("released with a request in flight");
         }
-        let reset = self.pool.settings().mode == PoolMode::Session
-            && !self.pool.settings().reset_query.is_empty();
+        let settings = self.pool.settings();
+        let reset = if s.dirty || server.bound {
+            // A client changed state that was not read back, or left server-bound state.
+            Some(DISCARD_ALL.to_string())
+        } else if settings.mode == PoolMode::Session && !settings.reset_query.is_empty() {
+            Some(settings.reset_query.clone())
+        } else {
+            None
+        };
         let rollback = s.tx != TxStatus::Idle;
-        if rollback || reset {
+        if rollback || reset.is_some() {
             Release::Clean { rollback, reset }
         } else {
             Release::Ready
@@ -123,11 +136,7 @@ impl Drop for Checkout {
                             let mut server = server;
                             let ok = tokio::time::timeout(
                                 CLEANUP_TIMEOUT,
-                                clean(
-                                    &mut server,
-                                    rollback,
-                                    reset.then(|| pool.settings().reset_query.clone()),
-                                ),
+                                clean(&mut server, rollback, reset),
                             )
                             .await
                             .unwrap_or(false);
@@ -153,8 +162,18 @@ impl Drop for Checkout {
     }
 }
 
-/// Rolls back and/or runs the reset query; true when the server ends idle and healthy.
+/// Rolls back and/or runs the reset query; true when the server ends idle and healthy. After
+/// `DISCARD ALL` its session state is the default; after another reset query it is unknown.
 pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option<String>) -> bool {
+    let discards = reset.as_deref().map(|q| q.trim().eq_ignore_ascii_case(DISCARD_ALL));
+    match discards {
+        Some(true) => {
+            server.applied = None;
+            server.bound = false;
+        }
+        Some(false) => server.applied = None,
+        None => {}
+    }
     let mut out = BytesMut::new();
     let mut expect = 0;
     if rollback {
@@ -180,6 +199,11 @@ pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option
                     return false;
                 }
             }
+            Ok((backend::PARAMETER_STATUS, body)) => {
+                if let Some((k, v)) = backend::parameter_status(&body) {
+                    crate::session::exec::set_param(&mut server.params, k, v);
+                }
+            }
             Ok(_) => {}
             Err(_) => return false,
         }
@@ -188,5 +212,8 @@ pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option
         return false;
     }
     server.state = Default::default();
+    if discards == Some(true) {
+        server.applied = Some(Default::default());
+    }
     true
 }

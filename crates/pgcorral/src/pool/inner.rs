@@ -2,6 +2,7 @@
 //! open ones, and the FIFO queue of waiting clients. Nothing here awaits while locked.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 
@@ -16,7 +17,8 @@ pub(super) struct Inner {
     pub idle: Vec<Box<ServerConn>>,
     /// Servers open or being opened, idle ones included; never above the pool size.
     pub open: usize,
-    pub waiters: VecDeque<oneshot::Sender<Grant>>,
+    /// Waiting clients, each with when it started waiting.
+    pub waiters: VecDeque<(Instant, oneshot::Sender<Grant>)>,
 }
 
 impl Inner {

@@ -4,14 +4,17 @@
 
 mod checkout;
 mod inner;
+pub mod limits;
+pub mod maintain;
 pub mod registry;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use checkout::Checkout;
 
 use inner::{Grant, Inner};
+use limits::{CapKey, Limits};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
@@ -35,14 +38,53 @@ pub async fn rollback(server: &mut Checkout) -> bool {
 #[derive(Debug, Clone)]
 pub struct PoolSettings {
     pub size: usize,
+    /// Idle servers kept open.
+    pub min_size: usize,
+    /// Extra servers for clients that waited `reserve_timeout`.
+    pub reserve_size: usize,
+    pub reserve_timeout: Duration,
     pub mode: PoolMode,
     /// Run when a session-mode client leaves; empty = none.
     pub reset_query: String,
     /// How long a client waits for a server; `None` = forever.
     pub wait_timeout: Option<Duration>,
+    /// After a failed login, how long new logins fail at once with the same error.
+    pub login_retry: Duration,
+    /// Idle servers unused for longer are closed (down to `min_size`).
+    pub idle_timeout: Option<Duration>,
+    /// Servers older than this are closed when idle.
+    pub lifetime: Option<Duration>,
+    /// Servers idle for longer run `check_query` before reuse.
+    pub check_delay: Duration,
+    /// Empty = no check.
+    pub check_query: String,
+    /// Shared caps this pool's servers count against.
+    pub caps: Option<CapKey>,
 }
 
-struct Shared {
+impl PoolSettings {
+    /// A pool of `size` in `mode` with every optional behaviour off (no reserve, no timeouts,
+    /// no checks, no caps).
+    pub fn new(size: usize, mode: PoolMode) -> PoolSettings {
+        PoolSettings {
+            size,
+            min_size: 0,
+            reserve_size: 0,
+            reserve_timeout: Duration::ZERO,
+            mode,
+            reset_query: String::new(),
+            wait_timeout: None,
+            login_retry: Duration::ZERO,
+            idle_timeout: None,
+            lifetime: None,
+            check_delay: Duration::MAX,
+            check_query: String::new(),
+            caps: None,
+        }
+    }
+}
+
+pub(crate) struct Shared {
     /// (database as the client named it, user).
     name: (String, String),
     settings: PoolSettings,
@@ -50,6 +92,9 @@ struct Shared {
     inner: Mutex<Inner>,
     /// Parameters reported by the first server: what clients are told at startup.
     params: Mutex<Option<ServerParams>>,
+    /// The last failed login and when, replayed to new logins within `login_retry`.
+    login_failed: Mutex<Option<(Instant, Error)>>,
+    limits: Option<Arc<Limits>>,
 }
 
 /// A cheap-to-clone handle on one pool.
@@ -57,14 +102,26 @@ struct Shared {
 pub struct Pool(Arc<Shared>);
 
 impl Pool {
-    pub fn new(name: (String, String), target: Target, settings: PoolSettings) -> Pool {
-        Pool(Arc::new(Shared {
+    pub fn new(
+        name: (String, String),
+        target: Target,
+        settings: PoolSettings,
+        limits: &Arc<Limits>,
+    ) -> Pool {
+        let limits = settings.caps.as_ref().map(|_| limits.clone());
+        let pool = Pool(Arc::new(Shared {
             name,
             settings,
             target: Mutex::new(target),
             inner: Mutex::new(Inner::default()),
             params: Mutex::new(None),
-        }))
+            login_failed: Mutex::new(None),
+            limits,
+        }));
+        if let Some(l) = &pool.0.limits {
+            l.register(&pool);
+        }
+        pool
     }
 
     pub fn name(&self) -> (&str, &str) {
@@ -73,6 +130,11 @@ impl Pool {
 
     pub fn settings(&self) -> &PoolSettings {
         &self.0.settings
+    }
+
+    /// The user this pool's servers log in as.
+    pub fn server_user(&self) -> String {
+        self.0.target.lock().user.clone()
     }
 
     /// Server parameters clients are told at startup, once any server has been connected.
@@ -102,9 +164,37 @@ impl Pool {
         // The common case completes without awaiting; the rest is boxed so that every client's
         // future stays small.
         match self.checkout_idle(worker) {
-            Some(c) => Ok(c),
+            Some(c) if !self.needs_check(&c) => Ok(c),
+            Some(c) => Box::pin(self.check_then_slow(c, worker)).await,
             None => Box::pin(self.checkout_slow(worker)).await,
         }
+    }
+
+    /// True when an idle server has been unused long enough to be checked before reuse.
+    fn needs_check(&self, server: &ServerConn) -> bool {
+        let s = &self.0.settings;
+        !s.check_query.is_empty() && server.last_used.elapsed() >= s.check_delay
+    }
+
+    /// Runs `server_check_query` on a long-idle server; a failed check discards it and the
+    /// checkout goes on as if there had been no idle server.
+    async fn check_then_slow(&self, mut c: Checkout, worker: usize) -> Result<Checkout> {
+        let query = self.0.settings.check_query.clone();
+        let applied = c.applied.clone();
+        let ok = tokio::time::timeout(
+            checkout::CLEANUP_TIMEOUT,
+            checkout::clean(&mut c, false, Some(query)),
+        )
+        .await
+        .unwrap_or(false);
+        if ok {
+            c.applied = applied;
+            return Ok(c);
+        }
+        tracing::info!(pool = ?self.0.name, pid = c.key.pid, "server_check_query failed; closing the server connection");
+        c.state.broken = true;
+        drop(c);
+        self.checkout_slow(worker).await
     }
 
     /// An idle server, healthy and moved to `worker`, if there is one.
@@ -139,7 +229,7 @@ impl Pool {
                     None
                 } else {
                     let (tx, rx) = oneshot::channel();
-                    inner.waiters.push_back(tx);
+                    inner.waiters.push_back((Instant::now(), tx));
                     Some(rx)
                 }
             };
@@ -156,15 +246,36 @@ impl Pool {
         }
     }
 
-    async fn wait(&self, rx: oneshot::Receiver<Grant>) -> Result<Grant> {
-        let timeout = self.0.settings.wait_timeout;
-        let res = match timeout {
-            Some(t) => tokio::time::timeout(t, rx).await.map_err(|_| {
+    /// Waits for a server or a place for one; after `reserve_timeout` a place in the reserve
+    /// may be taken instead; after `wait_timeout` the client gets an error.
+    async fn wait(&self, mut rx: oneshot::Receiver<Grant>) -> Result<Grant> {
+        let s = &self.0.settings;
+        let start = tokio::time::Instant::now();
+        let deadline = s.wait_timeout.map(|t| start + t);
+        if s.reserve_size > 0 {
+            let at = start + s.reserve_timeout;
+            if deadline.is_none_or(|d| at < d) {
+                if let Ok(r) = tokio::time::timeout_at(at, &mut rx).await {
+                    return r.map_err(|_| Error::new(Kind::Shutdown, "pool closed"));
+                }
+                if let Some(slot) = self.reserve_slot() {
+                    tracing::info!(pool = ?self.0.name, "client waited reserve_pool_timeout; opening a reserve server");
+                    rx.close();
+                    if let Ok(g) = rx.try_recv() {
+                        drop(slot);
+                        return Ok(g);
+                    }
+                    return Ok(Grant::Slot(slot));
+                }
+            }
+        }
+        let res = match deadline {
+            Some(d) => tokio::time::timeout_at(d, rx).await.map_err(|_| {
                 Error::new(
                     Kind::PoolTimeout,
                     format!(
                         "query_wait_timeout: no server connection became free within {} ms",
-                        t.as_millis()
+                        (d - start).as_millis()
                     ),
                 )
             })?,
@@ -173,9 +284,42 @@ impl Pool {
         res.map_err(|_| Error::new(Kind::Shutdown, "pool closed"))
     }
 
+    /// A place above the pool size, within the reserve.
+    fn reserve_slot(&self) -> Option<inner::Slot> {
+        let s = &self.0.settings;
+        let mut inner = self.0.inner.lock();
+        if inner.open < s.size + s.reserve_size {
+            inner.open += 1;
+            Some(inner::Slot::new(self.clone()))
+        } else {
+            None
+        }
+    }
+
+    /// Opens a server in a place already counted; on error the place is given back.
     async fn open(&self, slot: inner::Slot, worker: usize) -> Result<Checkout> {
+        let retry = self.0.settings.login_retry;
+        if let Some((when, e)) = &*self.0.login_failed.lock() {
+            if when.elapsed() < retry {
+                return Err(e.replay());
+            }
+        }
+        let permit = match (&self.0.limits, &self.0.settings.caps) {
+            (Some(l), Some(k)) => Some(l.acquire(k, self).await),
+            _ => None,
+        };
         let target = self.0.target.lock().clone();
-        let server = connect(&target, worker).await?; // on error the slot drops and is released
+        let mut server = match connect(&target, worker).await {
+            Ok(s) => s,
+            Err(e) => {
+                if !retry.is_zero() {
+                    *self.0.login_failed.lock() = Some((Instant::now(), e.replay()));
+                }
+                return Err(e);
+            }
+        };
+        *self.0.login_failed.lock() = None;
+        server.permit = permit;
         slot.fulfil();
         tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "opened server connection");
         {
@@ -202,11 +346,60 @@ impl Pool {
         true
     }
 
-    /// Puts a clean server back: to the first waiter, else on the idle list.
+    /// Opens one server into the idle list (for `min_pool_size`), if the pool has room.
+    pub async fn warm(&self, worker: usize) {
+        let slot = {
+            let mut inner = self.0.inner.lock();
+            if inner.open >= self.0.settings.size {
+                return;
+            }
+            inner.open += 1;
+            inner::Slot::new(self.clone())
+        };
+        if let Err(e) = self.open(slot, worker).await {
+            tracing::debug!(pool = ?self.0.name, error = %e, "could not open a min_pool_size server");
+        }
+    }
+
+    /// Closes the least recently used idle server; false when there is none.
+    pub(crate) fn close_one_idle(&self) -> bool {
+        let server = {
+            let mut inner = self.0.inner.lock();
+            if inner.idle.is_empty() {
+                return false;
+            }
+            inner.idle.remove(0)
+        };
+        tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "closing an idle server to make room under a shared cap");
+        drop(server);
+        self.release_slot();
+        true
+    }
+
+    /// Puts a clean server back: to the first waiter, else on the idle list. A server past its
+    /// lifetime, or whose place an earlier client of another pool under a shared cap is
+    /// waiting for, is closed instead.
     fn checkin(&self, server: Box<ServerConn>) {
         let mut server = server;
+        let now = Instant::now();
+        let s = &self.0.settings;
+        let expired = s.lifetime.is_some_and(|l| now - server.created >= l);
+        let yield_cap = match (&self.0.limits, &s.caps) {
+            (Some(l), Some(k)) => {
+                let head = self.0.inner.lock().waiters.front().map(|w| w.0);
+                l.earlier_waiter(k, head)
+            }
+            _ => false,
+        };
+        if expired || yield_cap {
+            tracing::debug!(pool = ?self.0.name, pid = server.key.pid, expired, "closing server connection at check-in");
+            drop(server);
+            self.release_slot();
+            return;
+        }
+        server.last_used = now;
         let mut inner = self.0.inner.lock();
-        while let Some(w) = inner.waiters.pop_front() {
+        while let Some((_, w)) = inner.waiters.pop_front() {
             match w.send(Grant::Server(Checkout::new(server, self.clone()))) {
                 Ok(()) => return,
                 Err(Grant::Server(mut c)) => server = c.take(),
@@ -219,7 +412,7 @@ impl Pool {
     /// Gives up a server's place in the pool: a waiter may open a new one in its stead.
     fn release_slot(&self) {
         let mut inner = self.0.inner.lock();
-        while let Some(w) = inner.waiters.pop_front() {
+        while let Some((_, w)) = inner.waiters.pop_front() {
             match w.send(Grant::Slot(inner::Slot::new(self.clone()))) {
                 Ok(()) => return,
                 Err(Grant::Slot(s)) => s.fulfil(),

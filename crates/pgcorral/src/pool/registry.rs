@@ -2,17 +2,22 @@
 //! the user entry and the server login, and builds the pool on first use.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::limits::{CapKey, Limits};
 use super::{Pool, PoolSettings};
-use crate::config::Config;
+use crate::config::{millis_opt, Config};
 use crate::error::{Error, Kind, Result};
 use crate::server::connect::{Secret, Target};
 
 #[derive(Default)]
 pub struct Registry {
     pools: Mutex<HashMap<(String, String), Pool>>,
+    /// max_db_connections / max_user_connections, shared by every pool.
+    limits: Arc<Limits>,
 }
 
 impl Registry {
@@ -22,7 +27,7 @@ impl Registry {
         if let Some(p) = self.pools.lock().get(&key) {
             return Ok(p.clone());
         }
-        let pool = build(config, database, user)?;
+        let pool = build(config, database, user, &self.limits)?;
         Ok(self.pools.lock().entry(key).or_insert(pool).clone())
     }
 
@@ -32,7 +37,7 @@ impl Registry {
     }
 }
 
-fn build(config: &Config, database: &str, user: &str) -> Result<Pool> {
+fn build(config: &Config, database: &str, user: &str, limits: &Arc<Limits>) -> Result<Pool> {
     let db = config
         .databases
         .get(database)
@@ -63,21 +68,42 @@ fn build(config: &Config, database: &str, user: &str) -> Result<Pool> {
         connect_timeout: g.server_connect_timeout(),
         max_packet_size: g.max_packet_size,
     };
+    let max_db = db.max_db_connections.unwrap_or(g.max_db_connections);
+    let max_user = user_cfg
+        .and_then(|u| u.max_user_connections)
+        .unwrap_or(g.max_user_connections);
+    let caps = (max_db > 0 || max_user > 0).then(|| CapKey {
+        database: database.to_string(),
+        user: user.to_string(),
+        max_db,
+        max_user,
+    });
+    // A user's own setting wins over the database's, which wins over the default.
     let settings = PoolSettings {
-        size: db
-            .pool_size
-            .or(user_cfg.and_then(|u| u.pool_size))
+        size: user_cfg
+            .and_then(|u| u.pool_size)
+            .or(db.pool_size)
             .unwrap_or(g.default_pool_size),
+        min_size: db.min_pool_size.unwrap_or(g.min_pool_size),
+        reserve_size: db.reserve_pool_size.unwrap_or(g.reserve_pool_size),
+        reserve_timeout: Duration::from_millis(g.reserve_pool_timeout),
         mode: user_cfg
             .and_then(|u| u.pool_mode)
             .or(db.pool_mode)
             .unwrap_or(g.pool_mode),
         reset_query: g.server_reset_query.clone(),
         wait_timeout: g.query_wait_timeout(),
+        login_retry: Duration::from_millis(g.server_login_retry),
+        idle_timeout: millis_opt(g.server_idle_timeout),
+        lifetime: millis_opt(g.server_lifetime),
+        check_delay: Duration::from_millis(g.server_check_delay),
+        check_query: g.server_check_query.clone(),
+        caps,
     };
     Ok(Pool::new(
         (database.to_string(), user.to_string()),
         target,
         settings,
+        limits,
     ))
 }

@@ -173,7 +173,11 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
         params: std::sync::Arc::new(params),
         state: LinkState::default(),
         created: Instant::now(),
+        last_used: Instant::now(),
         home: worker,
+        permit: None,
+        applied: Some(Default::default()),
+        bound: false,
     })
 }
 

@@ -36,6 +36,9 @@ pub struct LinkState {
     pub broken: bool,
     /// Syncs that PostgreSQL will ignore because they reach it in COPY IN mode.
     pub copy: CopyTrack,
+    /// The client sent something that may have changed session state (see
+    /// [`crate::session::scan`]): ask the server before the connection serves anyone else.
+    pub dirty: bool,
 }
 
 /// Extended-protocol clients send Sync (or Flush) right after Execute, before they know the
@@ -141,6 +144,7 @@ impl Default for LinkState {
             tx: TxStatus::Idle,
             broken: false,
             copy: CopyTrack::default(),
+            dirty: false,
         }
     }
 }
@@ -156,8 +160,17 @@ pub struct ServerConn {
     pub params: ServerParams,
     pub state: LinkState,
     pub created: Instant,
+    /// When it last went back to the pool.
+    pub last_used: Instant,
     /// The worker whose reactor the socket is registered with.
     pub home: usize,
+    /// Its place under shared caps (max_db_connections, max_user_connections), if any.
+    pub permit: Option<crate::pool::limits::Permit>,
+    /// Session settings applied on it (see [`crate::session`]); `None` when unknown.
+    pub applied: Option<crate::session::Settings>,
+    /// Holds state a pinned client left on it (LISTEN, temporary tables, ...): reset before
+    /// anyone else uses it.
+    pub bound: bool,
 }
 
 impl ServerConn {

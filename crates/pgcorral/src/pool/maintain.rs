@@ -1,0 +1,82 @@
+//! Pool upkeep in the background: closes idle servers that the server closed, that outlived
+//! `server_lifetime` or sat unused past `server_idle_timeout`, and opens servers up to
+//! `min_pool_size`.
+
+use std::time::{Duration, Instant};
+
+use super::Pool;
+use crate::services::Services;
+
+/// How often every pool is looked at.
+pub const TICK: Duration = Duration::from_millis(250);
+
+/// Runs until shutdown.
+pub async fn run(services: Services) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_worker = 0usize;
+    loop {
+        tokio::select! {
+            _ = services.shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        for pool in services.pools.all() {
+            let warm = pool.maintain();
+            for _ in 0..warm {
+                // Spread new servers over the workers; they move to a client's worker anyway.
+                let n = services.balance.len().max(1);
+                next_worker = (next_worker + 1) % n;
+                let Some(handle) = services.balance.handle(next_worker) else {
+                    break;
+                };
+                let (p, w) = (pool.clone(), next_worker);
+                handle.spawn(async move { p.warm(w).await });
+            }
+        }
+    }
+}
+
+impl Pool {
+    /// Closes idle servers that are dead, too old or unused for too long (keeping
+    /// `min_size`), and returns how many servers to open to get back to `min_size`.
+    pub(crate) fn maintain(&self) -> usize {
+        let s = &self.0.settings;
+        let now = Instant::now();
+        let mut closed = Vec::new();
+        let warm = {
+            let mut inner = self.0.inner.lock();
+            let mut i = 0;
+            while i < inner.idle.len() {
+                let open = inner.open - closed.len();
+                let srv = &mut inner.idle[i];
+                let dead = srv.is_closed_while_idle();
+                let old = s.lifetime.is_some_and(|l| now - srv.created >= l);
+                let unused =
+                    s.idle_timeout.is_some_and(|t| now - srv.last_used >= t) && open > s.min_size;
+                if dead || old || unused {
+                    tracing::debug!(pool = ?self.0.name, pid = srv.key.pid, dead, old, unused, "closing idle server connection");
+                    closed.push(inner.idle.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+            let open = inner.open - closed.len();
+            let recently_failed = self
+                .0
+                .login_failed
+                .lock()
+                .as_ref()
+                .is_some_and(|(t, _)| t.elapsed() < s.login_retry);
+            if recently_failed {
+                0
+            } else {
+                s.min_size.min(s.size).saturating_sub(open)
+            }
+        };
+        for server in closed {
+            drop(server);
+            self.release_slot();
+        }
+        warm
+    }
+}

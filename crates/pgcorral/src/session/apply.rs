@@ -1,0 +1,46 @@
+//! Applying and reading session state on a server: the sync before a client's request, the
+//! capture after a transaction that may have changed it, and the startup parameters at login.
+
+use super::exec;
+use super::{capture_sql, parse_capture, set_sql, sync_sql, Captured, Settings};
+use crate::error::Result;
+use crate::server::ServerConn;
+
+/// Brings `server` in line with `desired`; nothing is sent when it already matches.
+pub async fn sync(server: &mut ServerConn, desired: &Settings) -> Result<()> {
+    let Some(sql) = sync_sql(&server.applied, desired) else {
+        return Ok(());
+    };
+    server.applied = None;
+    exec::query(server, &sql).await?;
+    server.applied = Some(desired.clone());
+    Ok(())
+}
+
+/// Reads the session's settings and server-bound state after the client changed them.
+pub async fn capture(server: &mut ServerConn, login_user: &str) -> Result<Captured> {
+    server.applied = None;
+    let rows = exec::query(server, &capture_sql(login_user)).await?;
+    let captured = parse_capture(rows);
+    server.applied = Some(captured.settings.clone());
+    server.state.dirty = false;
+    Ok(captured)
+}
+
+/// Applies a client's startup settings on top of `base` and reads back their canonical values.
+pub async fn login(
+    server: &mut ServerConn,
+    base: &Settings,
+    startup: &[(String, String)],
+    login_user: &str,
+) -> Result<Captured> {
+    sync(server, base).await?;
+    let mut sql = String::new();
+    set_sql(&mut sql, startup);
+    sql.push_str(&capture_sql(login_user));
+    server.applied = None;
+    let rows = exec::query(server, &sql).await?;
+    let captured = parse_capture(rows);
+    server.applied = Some(captured.settings.clone());
+    Ok(captured)
+}

@@ -1,0 +1,130 @@
+//! Running pgcorral's own simple-protocol queries on a server between clients' requests: rows
+//! are collected, ParameterStatus updates the server's known parameters, and an error is
+//! returned as the server's own ErrorResponse (after its ReadyForQuery has been read).
+
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use pgwire::backend::{self, TxStatus};
+use tokio::io::AsyncWriteExt;
+
+use crate::error::{Error, Kind, Result};
+use crate::net::framed::read_message;
+use crate::server::ServerConn;
+
+/// How long one of pgcorral's own queries may take before the server is given up.
+pub const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Rows of text values (NULL as `None`).
+pub type Rows = Vec<Vec<Option<String>>>;
+
+/// Runs `sql` (one or more statements) and returns the rows of the last result. On an I/O error
+/// or timeout the server is marked broken.
+pub async fn query(server: &mut ServerConn, sql: &str) -> Result<Rows> {
+    match tokio::time::timeout(EXEC_TIMEOUT, run(server, sql)).await {
+        Ok(Ok(rows)) => Ok(rows),
+        Ok(Err(e)) => {
+            if e.kind() != Kind::ServerError {
+                server.state.broken = true;
+            }
+            Err(e)
+        }
+        Err(_) => {
+            server.state.broken = true;
+            Err(Error::new(
+                Kind::ServerIo,
+                "server did not answer pgcorral's session query in time",
+            ))
+        }
+    }
+}
+
+async fn run(server: &mut ServerConn, sql: &str) -> Result<Rows> {
+    let mut out = BytesMut::with_capacity(sql.len() + 8);
+    pgwire::encode::query(&mut out, sql);
+    server
+        .stream
+        .write_all(&out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ServerIo, "write to server", e))?;
+    let mut rows = Vec::new();
+    let mut failed: Option<Error> = None;
+    loop {
+        let (tag, body) = read_message(&mut server.stream, &mut server.rbuf, 1 << 30)
+            .await
+            .map_err(|e| Error::with_source(Kind::ServerIo, "server closed the connection", e))?;
+        match tag {
+            backend::ROW_DESCRIPTION => rows.clear(),
+            backend::DATA_ROW => rows.push(data_row(&body)),
+            backend::PARAMETER_STATUS => {
+                if let Some((k, v)) = backend::parameter_status(&body) {
+                    set_param(&mut server.params, k, v);
+                }
+            }
+            backend::ERROR_RESPONSE => {
+                let fields = backend::ErrorFields::parse(&body).unwrap_or_default();
+                if fields.is_fatal() {
+                    server.state.broken = true;
+                }
+                let mut raw = BytesMut::new();
+                pgwire::encode::message(&mut raw, tag, |b| b.extend_from_slice(&body));
+                failed.get_or_insert(Error::server(
+                    format!("{} ({})", fields.message, fields.code),
+                    raw.freeze(),
+                    fields.code,
+                ));
+            }
+            backend::READY_FOR_QUERY => {
+                server.state.tx = body
+                    .first()
+                    .copied()
+                    .and_then(TxStatus::from_byte)
+                    .unwrap_or(TxStatus::Failed);
+                if server.state.tx != TxStatus::Idle {
+                    server.state.broken = true;
+                }
+                return match failed {
+                    Some(e) => Err(e),
+                    None => Ok(rows),
+                };
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Records a ParameterStatus value in a server's parameter list.
+pub fn set_param(params: &mut crate::server::ServerParams, name: &str, value: &str) {
+    let list = Arc::make_mut(params);
+    match list.iter_mut().find(|(k, _)| k == name) {
+        Some((_, v)) => {
+            if v != value {
+                *v = value.to_string();
+            }
+        }
+        None => list.push((name.to_string(), value.to_string())),
+    }
+}
+
+fn data_row(body: &[u8]) -> Vec<Option<String>> {
+    let mut b = body;
+    if b.len() < 2 {
+        return Vec::new();
+    }
+    let n = b.get_i16().max(0) as usize;
+    let mut row = Vec::with_capacity(n);
+    for _ in 0..n {
+        if b.len() < 4 {
+            break;
+        }
+        let len = b.get_i32();
+        if len < 0 {
+            row.push(None);
+            continue;
+        }
+        let len = (len as usize).min(b.len());
+        row.push(Some(String::from_utf8_lossy(&b[..len]).into_owned()));
+        b.advance(len);
+    }
+    row
+}

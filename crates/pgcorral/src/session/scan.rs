@@ -1,0 +1,258 @@
+//! A lexical pre-filter over a client's SQL: does a query possibly change session state
+//! (SET, RESET, DISCARD, set_config, ...) or create state bound to one server (LISTEN, SQL
+//! PREPARE, WITH HOLD cursors, temporary tables, session advisory locks)? It only decides
+//! whether pgcorral asks the server afterwards; the server's answer is the truth.
+
+/// What a query may do to the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Effect {
+    /// Nothing session-wide.
+    None,
+    /// May change settings or release server-bound state: capture after the transaction.
+    Dirty,
+    /// Creates state that cannot move to another server.
+    Pins(&'static str),
+}
+
+/// Classifies every statement of `sql` (a Query text or a Parse's statement) and returns the
+/// strongest effect found.
+pub fn classify(sql: &[u8]) -> Effect {
+    let mut effect = Effect::None;
+    let mut lex = Lexer { s: sql, i: 0 };
+    let mut first: Option<&[u8]> = None;
+    let mut prev: Option<&[u8]> = None;
+    while let Some(tok) = lex.next() {
+        let word = match tok {
+            Token::Semicolon => {
+                first = None;
+                prev = None;
+                continue;
+            }
+            Token::Word(w) => w,
+        };
+        let e = match first {
+            None => {
+                first = Some(word);
+                statement_start(word)
+            }
+            Some(f) => inside(f, prev, word),
+        };
+        effect = effect.max(e);
+        prev = Some(word);
+    }
+    effect
+}
+
+fn is(w: &[u8], kw: &str) -> bool {
+    w.eq_ignore_ascii_case(kw.as_bytes())
+}
+
+fn statement_start(w: &[u8]) -> Effect {
+    if is(w, "listen") {
+        Effect::Pins("LISTEN")
+    } else if is(w, "prepare") {
+        Effect::Pins("SQL PREPARE")
+    } else if ["set", "reset", "discard", "unlisten", "deallocate", "close", "drop"]
+        .iter()
+        .any(|k| is(w, k))
+    {
+        Effect::Dirty
+    } else {
+        Effect::None
+    }
+}
+
+fn inside(first: &[u8], prev: Option<&[u8]>, w: &[u8]) -> Effect {
+    let lower = |k: &str| is(w, k);
+    if lower("set_config") || w.len() >= 18 && w[..18].eq_ignore_ascii_case(b"pg_advisory_unlock") {
+        return Effect::Dirty;
+    }
+    if (w.len() >= 16 && w[..16].eq_ignore_ascii_case(b"pg_advisory_lock"))
+        || (w.len() >= 20 && w[..20].eq_ignore_ascii_case(b"pg_try_advisory_lock"))
+    {
+        return Effect::Pins("session advisory lock");
+    }
+    if is(first, "declare") && lower("hold") && prev.is_some_and(|p| is(p, "with")) {
+        return Effect::Pins("WITH HOLD cursor");
+    }
+    if (is(first, "create") || is(first, "select") || is(first, "with"))
+        && (lower("temp") || lower("temporary"))
+    {
+        return Effect::Pins("temporary table");
+    }
+    Effect::None
+}
+
+enum Token<'a> {
+    Word(&'a [u8]),
+    Semicolon,
+}
+
+/// Yields identifiers/keywords and statement ends; skips strings, quoted identifiers, dollar
+/// quotes, comments, numbers and operators.
+struct Lexer<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Lexer<'a> {
+    fn next(&mut self) -> Option<Token<'a>> {
+        let s = self.s;
+        while self.i < s.len() {
+            let c = s[self.i];
+            match c {
+                b';' => {
+                    self.i += 1;
+                    return Some(Token::Semicolon);
+                }
+                b'\'' => self.skip_string(false),
+                b'"' => self.skip_until(b'"'),
+                b'-' if s.get(self.i + 1) == Some(&b'-') => {
+                    while self.i < s.len() && s[self.i] != b'\n' {
+                        self.i += 1;
+                    }
+                }
+                b'/' if s.get(self.i + 1) == Some(&b'*') => self.skip_block_comment(),
+                b'$' => self.skip_dollar(),
+                c if c.is_ascii_alphabetic() || c == b'_' || c >= 0x80 => {
+                    let start = self.i;
+                    while self.i < s.len()
+                        && (s[self.i].is_ascii_alphanumeric()
+                            || s[self.i] == b'_'
+                            || s[self.i] == b'$'
+                            || s[self.i] >= 0x80)
+                    {
+                        self.i += 1;
+                    }
+                    let w = &s[start..self.i];
+                    if (w == b"E" || w == b"e") && s.get(self.i) == Some(&b'\'') {
+                        self.skip_string(true);
+                        continue;
+                    }
+                    return Some(Token::Word(w));
+                }
+                _ => self.i += 1,
+            }
+        }
+        None
+    }
+
+    /// At an opening quote: skips to after the closing one ('' is a quote inside; with
+    /// `escapes`, so is \').
+    fn skip_string(&mut self, escapes: bool) {
+        let s = self.s;
+        self.i += 1;
+        while self.i < s.len() {
+            match s[self.i] {
+                b'\\' if escapes => self.i += 2,
+                b'\'' if s.get(self.i + 1) == Some(&b'\'') => self.i += 2,
+                b'\'' => {
+                    self.i += 1;
+                    return;
+                }
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    fn skip_until(&mut self, close: u8) {
+        self.i += 1;
+        while self.i < self.s.len() && self.s[self.i] != close {
+            self.i += 1;
+        }
+        self.i += 1;
+    }
+
+    fn skip_block_comment(&mut self) {
+        let s = self.s;
+        let mut depth = 0usize;
+        while self.i < s.len() {
+            if s[self.i] == b'/' && s.get(self.i + 1) == Some(&b'*') {
+                depth += 1;
+                self.i += 2;
+            } else if s[self.i] == b'*' && s.get(self.i + 1) == Some(&b'/') {
+                depth -= 1;
+                self.i += 2;
+                if depth == 0 {
+                    return;
+                }
+            } else {
+                self.i += 1;
+            }
+        }
+    }
+
+    /// `$tag$ ... $tag$` (tag possibly empty); a `$1` parameter is skipped as a word would be.
+    fn skip_dollar(&mut self) {
+        let s = self.s;
+        let start = self.i;
+        let mut j = self.i + 1;
+        while j < s.len() && (s[j].is_ascii_alphanumeric() || s[j] == b'_') {
+            j += 1;
+        }
+        if j >= s.len() || s[j] != b'$' || s[start + 1..j].first().is_some_and(u8::is_ascii_digit)
+        {
+            self.i = j;
+            return;
+        }
+        let tag = &s[start..=j];
+        let body = j + 1;
+        match s[body..].windows(tag.len()).position(|w| w == tag) {
+            Some(p) => self.i = body + p + tag.len(),
+            None => self.i = s.len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(s: &str) -> Effect {
+        classify(s.as_bytes())
+    }
+
+    #[test]
+    fn plain_queries_are_clean() {
+        assert_eq!(c("SELECT abalance FROM pgbench_accounts WHERE aid = $1"), Effect::None);
+        assert_eq!(c("UPDATE t SET a = 1 OFFSET"), Effect::None);
+        assert_eq!(c("select 'set search_path = x; listen y'"), Effect::None);
+        assert_eq!(c("select $$; prepare x$$, \"set\""), Effect::None);
+        assert_eq!(c("insert into settings values (E'\\'; set x')"), Effect::None);
+        assert_eq!(c("select 1 -- ; set x = 1\n"), Effect::None);
+        assert_eq!(c("select /* /* nested */ ; set */ 1"), Effect::None);
+        assert_eq!(c("select pg_advisory_xact_lock(1)"), Effect::None);
+        assert_eq!(c("declare c cursor for select 1"), Effect::None);
+    }
+
+    #[test]
+    fn session_changes_are_dirty() {
+        assert_eq!(c("SET search_path = a"), Effect::Dirty);
+        assert_eq!(c("  /* hi */ reset all"), Effect::Dirty);
+        assert_eq!(c("BEGIN; SET LOCAL TimeZone = 'UTC'; COMMIT"), Effect::Dirty);
+        assert_eq!(c("select pg_catalog.set_config('a.b', 'x', false)"), Effect::Dirty);
+        assert_eq!(c("DISCARD ALL"), Effect::Dirty);
+        assert_eq!(c("select pg_advisory_unlock(1)"), Effect::Dirty);
+        assert_eq!(c("drop table t"), Effect::Dirty);
+    }
+
+    #[test]
+    fn server_bound_state_pins() {
+        assert_eq!(c("LISTEN chan"), Effect::Pins("LISTEN"));
+        assert_eq!(c("select 1; prepare p as select 1"), Effect::Pins("SQL PREPARE"));
+        assert_eq!(
+            c("DECLARE c CURSOR WITH HOLD FOR SELECT 1"),
+            Effect::Pins("WITH HOLD cursor")
+        );
+        assert_eq!(c("create temp table t (a int)"), Effect::Pins("temporary table"));
+        assert_eq!(
+            c("CREATE GLOBAL TEMPORARY TABLE t (a int)"),
+            Effect::Pins("temporary table")
+        );
+        assert_eq!(c("select pg_advisory_lock(1)"), Effect::Pins("session advisory lock"));
+        assert_eq!(
+            c("SELECT pg_try_advisory_lock_shared(1)"),
+            Effect::Pins("session advisory lock")
+        );
+    }
+}

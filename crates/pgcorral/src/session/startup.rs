@@ -1,0 +1,138 @@
+//! A client's startup parameters as session settings: every GUC it sent (application_name,
+//! client_encoding, DateStyle, search_path, ...) and those inside `options` (`-c name=value`,
+//! `--name=value`), in the order the server should apply them.
+
+use crate::error::{Error, Kind, Result};
+
+/// Startup parameters that are not settings.
+fn is_connection_param(name: &str) -> bool {
+    matches!(name, "user" | "database" | "options") || name.starts_with("_pq_.")
+}
+
+/// The settings a client asked for at startup, later ones winning.
+pub fn settings(params: &[(String, String)]) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut put = |name: String, value: String| {
+        out.retain(|(n, _)| !n.eq_ignore_ascii_case(&name));
+        out.push((name, value));
+    };
+    for (name, value) in params {
+        if name == "replication" {
+            if !matches!(value.as_str(), "false" | "off" | "no" | "0") {
+                return Err(Error::new(
+                    Kind::NotSupported,
+                    "replication connections are not supported by pgcorral",
+                ));
+            }
+            continue;
+        }
+        if name == "options" {
+            for (n, v) in options(value)? {
+                put(n, v);
+            }
+            continue;
+        }
+        if !is_connection_param(name) {
+            put(name.clone(), value.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Splits `options` as PostgreSQL does: words separated by whitespace, `\` escaping the next
+/// character; then `-c name=value`, `-cname=value` and `--name=value` (dashes in names become
+/// underscores). Other switches are refused.
+pub fn options(s: &str) -> Result<Vec<(String, String)>> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+                in_word = true;
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    let bad = |w: &str| {
+        Error::new(
+            Kind::ClientProtocol,
+            format!("invalid command-line argument in \"options\": {w} (only -c name=value and --name=value are accepted)"),
+        )
+    };
+    let mut out = Vec::new();
+    let mut it = words.into_iter();
+    while let Some(w) = it.next() {
+        let assignment = if let Some(rest) = w.strip_prefix("--") {
+            rest.to_string()
+        } else if w == "-c" {
+            it.next().ok_or_else(|| bad(&w))?
+        } else if let Some(rest) = w.strip_prefix("-c") {
+            rest.to_string()
+        } else {
+            return Err(bad(&w));
+        };
+        let (name, value) = assignment.split_once('=').ok_or_else(|| bad(&assignment))?;
+        if name.is_empty() {
+            return Err(bad(&assignment));
+        }
+        out.push((name.replace('-', "_"), value.to_string()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn gucs_and_options_become_settings() {
+        let got = settings(&p(&[
+            ("user", "u"),
+            ("database", "d"),
+            ("application_name", "psql"),
+            ("options", "-c statement_timeout=5s --search-path=a,b -csearch_path=x\\ y"),
+            ("TimeZone", "UTC"),
+            ("_pq_.foo", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            got,
+            p(&[
+                ("application_name", "psql"),
+                ("statement_timeout", "5s"),
+                ("search_path", "x y"),
+                ("TimeZone", "UTC"),
+            ])
+        );
+    }
+
+    #[test]
+    fn bad_options_and_replication_are_refused() {
+        assert!(options("-x").is_err());
+        assert!(options("-c").is_err());
+        assert!(options("-c novalue").is_err());
+        assert!(settings(&p(&[("replication", "database")])).is_err());
+        assert!(settings(&p(&[("replication", "false")])).unwrap().is_empty());
+    }
+}
