@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use pgcorral::config::PoolMode;
 use pgcorral::pool::{Pool, PoolSettings};
-use pgcorral::relay::{scan_client, scan_server};
+use pgcorral::relay::{scan_client, scan_server, Track};
 use pgcorral::server::connect::{Secret, Target};
 use pgcorral::server::{CancelKey, LinkState, ServerConn};
 use pgwire::encode;
@@ -36,7 +36,7 @@ fn scans(c: &mut Criterion) {
             let mut st = LinkState::default();
             let mut params = Default::default();
             let (mut cp, mut sp) = (0, 0);
-            let c = scan_client(black_box(&q), &mut cp, &mut st, true, 1 << 30).unwrap();
+            let c = scan_client(black_box(&q), &mut cp, &mut st, Track::Pin, 1 << 30).unwrap();
             let s =
                 scan_server(black_box(&answer), &mut sp, &mut st, &mut params, true, false, 1 << 30).unwrap();
             black_box((c.ready, s.ready))

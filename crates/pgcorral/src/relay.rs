@@ -40,6 +40,9 @@ pub enum Outcome {
     ServerGone { notified: bool },
     /// A timeout of [`Timeouts`] expired.
     TimedOut(Phase),
+    /// The next message is a Query refused by `session_pinning = "refuse"` (left unread in
+    /// the client's buffer); everything before it has been answered.
+    Refused(&'static str),
 }
 
 /// What the link is doing, for the timeouts that apply to each.
@@ -87,6 +90,18 @@ impl Timeouts {
     }
 }
 
+/// Watching clients' SQL for session state (transaction and statement mode).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Track {
+    /// Session mode: the server is the client's for good.
+    #[default]
+    Off,
+    /// Note statements that may change session state; server-bound state pins.
+    Pin,
+    /// The same, but simple-protocol statements that would pin are refused.
+    Refuse,
+}
+
 /// How a relay behaves.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Mode {
@@ -94,8 +109,7 @@ pub struct Mode {
     pub stop_when_idle: bool,
     /// Refuse transactions (statement mode).
     pub statement: bool,
-    /// Watch for statements that change session state (transaction and statement mode).
-    pub track: bool,
+    pub track: Track,
     pub timeouts: Timeouts,
 }
 
@@ -200,6 +214,8 @@ pub struct ClientScan {
     pub ready: usize,
     pub terminate: bool,
     pub bad_tag: Option<u8>,
+    /// Stopped before a Query refused by `session_pinning = "refuse"`, and why.
+    pub refuse: Option<&'static str>,
 }
 
 /// Scans client bytes: counts requests owed a ReadyForQuery and notes unsynced extended
@@ -209,7 +225,7 @@ pub fn scan_client(
     buf: &[u8],
     pass: &mut usize,
     st: &mut LinkState,
-    track: bool,
+    track: Track,
     max: u32,
 ) -> Result<ClientScan, FrameError> {
     let mut out = ClientScan::default();
@@ -221,8 +237,18 @@ pub fn scan_client(
         let Some(h) = Header::parse(&buf[pos..], max)? else {
             break;
         };
-        if track && (h.tag == frontend::QUERY || h.tag == frontend::PARSE) && !st.dirty {
-            st.dirty = sql_effect(&buf[pos..], h) != Effect::None;
+        if track != Track::Off && (h.tag == frontend::QUERY || h.tag == frontend::PARSE) {
+            let refuse = track == Track::Refuse && h.tag == frontend::QUERY;
+            if refuse || !st.dirty {
+                match sql_effect(&buf[pos..], h) {
+                    Effect::Pins(why) if refuse => {
+                        out.refuse = Some(why);
+                        break;
+                    }
+                    Effect::None => {}
+                    _ => st.dirty = true,
+                }
+            }
         }
         match frontend::kind(h.tag) {
             FeKind::Request => st.on_request(),
@@ -343,8 +369,12 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -
             }
         }
         if c_ready == 0 {
-            if let Some(o) = c_stop.take() {
-                return finish(o, client, server, c_ready);
+            // A refused Query waits until what came before it has been answered.
+            let answered = server.state.pending == 0 && s_ready == 0;
+            if !matches!(c_stop, Some(Outcome::Refused(_))) || answered {
+                if let Some(o) = c_stop.take() {
+                    return finish(o, client, server, c_ready);
+                }
             }
         }
         let read_server = s_ready == 0 && s_stop.is_none();
@@ -501,6 +531,8 @@ fn finish(o: Outcome, client: &mut ClientConn, server: &mut ServerConn, c_ready:
 fn client_stop(s: &ClientScan) -> Option<Outcome> {
     if s.terminate {
         Some(Outcome::ClientGone)
+    } else if let Some(why) = s.refuse {
+        Some(Outcome::Refused(why))
     } else {
         s.bad_tag.map(|t| {
             Outcome::ClientProtocol(format!("invalid frontend message type {}", t as char))
@@ -602,12 +634,12 @@ mod tests {
         buf.extend(msg(b'E', b"\0\0\0\0\0"));
         let mut st = LinkState::default();
         let mut pass = 0;
-        let s = scan_client(&buf, &mut pass, &mut st, true, 1 << 20).unwrap();
+        let s = scan_client(&buf, &mut pass, &mut st, Track::Pin, 1 << 20).unwrap();
         assert_eq!(s.ready, buf.len());
         assert!(st.unsynced && st.pending == 0);
         let mut more = msg(b'S', b"");
         more.extend(msg(b'Q', b"select 2\0"));
-        let s = scan_client(&more, &mut pass, &mut st, true, 1 << 20).unwrap();
+        let s = scan_client(&more, &mut pass, &mut st, Track::Pin, 1 << 20).unwrap();
         assert_eq!(s.ready, more.len());
         assert!(!st.unsynced);
         assert_eq!(st.pending, 2);
@@ -619,12 +651,12 @@ mod tests {
         let q = buf.len();
         buf.extend(msg(b'X', b""));
         let mut st = LinkState::default();
-        let s = scan_client(&buf, &mut 0, &mut st, true, 1 << 20).unwrap();
+        let s = scan_client(&buf, &mut 0, &mut st, Track::Pin, 1 << 20).unwrap();
         assert_eq!((s.ready, s.terminate), (q, true));
         let bad = msg(b'?', b"");
-        let s = scan_client(&bad, &mut 0, &mut st, true, 1 << 20).unwrap();
+        let s = scan_client(&bad, &mut 0, &mut st, Track::Pin, 1 << 20).unwrap();
         assert_eq!((s.ready, s.bad_tag), (0, Some(b'?')));
-        assert!(scan_client(b"Q\x7f\xff\xff\xff", &mut 0, &mut st, true, 1 << 20).is_err());
+        assert!(scan_client(b"Q\x7f\xff\xff\xff", &mut 0, &mut st, Track::Pin, 1 << 20).is_err());
     }
 
     /// Scans one message per tag (empty bodies; ReadyForQuery says idle) from the client or server.
@@ -633,7 +665,7 @@ mod tests {
         for t in tags.bytes() {
             buf.extend(msg(t, b""));
         }
-        let s = scan_client(&buf, &mut 0, st, true, 1 << 20).unwrap();
+        let s = scan_client(&buf, &mut 0, st, Track::Pin, 1 << 20).unwrap();
         assert_eq!(s.ready, buf.len());
     }
 
@@ -720,7 +752,7 @@ mod tests {
         fn scans_never_overrun(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
             let mut st = LinkState::default();
             let mut pass = 0;
-            if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, true, 1 << 16) {
+            if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, Track::Pin, 1 << 16) {
                 proptest::prop_assert!(s.ready <= bytes.len());
             }
             let mut pass = 0;

@@ -351,10 +351,15 @@ async fn run(
         idle_in_transaction: millis_opt(g.idle_transaction_timeout),
         client_idle: millis_opt(g.client_idle_timeout),
     };
+    let track = match (pooled, g.session_pinning) {
+        (false, _) => relay::Track::Off,
+        (true, crate::config::SessionPinning::Pin) => relay::Track::Pin,
+        (true, crate::config::SessionPinning::Refuse) => relay::Track::Refuse,
+    };
     let relay_mode = relay::Mode {
         stop_when_idle: pooled,
         statement: mode == PoolMode::Statement,
-        track: pooled,
+        track,
         timeouts,
     };
     loop {
@@ -394,6 +399,13 @@ async fn run(
             Outcome::TimedOut(phase) => {
                 slot.set(None);
                 return Err(timed_out(phase, &timeouts));
+            }
+            Outcome::Refused(why) => {
+                refuse_statement(client, s.state.tx, why).await?;
+                if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
+                    slot.set(None);
+                    server = None;
+                }
             }
             Outcome::TransactionRefused => {
                 Box::pin(refuse_transaction(
@@ -554,6 +566,28 @@ async fn next_request(
             Some(Err(e)) => return Err(Error::with_source(Kind::ClientIo, "read", e)),
         }
     }
+}
+
+/// `session_pinning = "refuse"`: drops the Query at the head of the client's buffer and answers
+/// it with an error, keeping the transaction status as it is.
+async fn refuse_statement(client: &mut ClientConn, tx: TxStatus, why: &str) -> Result<()> {
+    if let Ok(Some(h)) = Header::parse(&client.buf, client.max_len) {
+        client.buf.advance(h.total_len().min(client.buf.len()));
+    }
+    tracing::info!(worker = client.worker, why, "refused a statement that would pin the client to its server");
+    let mut out = BytesMut::new();
+    encode::error_response(
+        &mut out,
+        "ERROR",
+        sqlstate::FEATURE_NOT_SUPPORTED,
+        &format!("{why} is not allowed here: it would tie the session to one server connection (session_pinning = \"refuse\")"),
+    );
+    encode::ready_for_query(&mut out, tx);
+    client
+        .stream
+        .write_all(&out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
 }
 
 /// Sleeps until `deadline`, or forever without one.
