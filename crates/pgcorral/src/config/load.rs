@@ -170,20 +170,24 @@ pool_mode = "session"
             server_reset_query: "DISCARD ALL".into(),
             server_connect_timeout: 5000,
             shutdown_timeout: 30000,
-            query_wait_timeout: 120_000,
             max_packet_size: 1 << 30,
             log_level: "info".into(),
+            ..General::default()
         };
         let user = |pw: &str| User {
             password: Some(pw.into()),
             pool_size: None,
             pool_mode: None,
+            max_user_connections: None,
         };
         let bench = Database {
             host: "127.0.0.1".into(),
             port: 5432,
             dbname: Some("bench".into()),
             pool_size: Some(20),
+            min_pool_size: None,
+            reserve_pool_size: None,
+            max_db_connections: None,
             pool_mode: Some(PoolMode::Session),
             user: None,
             password: None,
