@@ -564,7 +564,16 @@ mod tests {
             ..Default::default()
         };
         let mut pass = 0;
-        let s = scan_server(&buf, &mut pass, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
+        let s = scan_server(
+            &buf,
+            &mut pass,
+            &mut st,
+            &mut Default::default(),
+            true,
+            false,
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(s.ready, z_end);
         assert_eq!(s.stop, Some(Outcome::Idle));
         assert!(st.is_idle());
@@ -578,10 +587,28 @@ mod tests {
             ..Default::default()
         };
         let mut pass = 0;
-        let s = scan_server(&full[..40], &mut pass, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
+        let s = scan_server(
+            &full[..40],
+            &mut pass,
+            &mut st,
+            &mut Default::default(),
+            true,
+            false,
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(s.ready, 40);
         assert_eq!(pass, 104 - 40 + 1);
-        let s = scan_server(&full[40..], &mut pass, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
+        let s = scan_server(
+            &full[40..],
+            &mut pass,
+            &mut st,
+            &mut Default::default(),
+            true,
+            false,
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(s.ready, full.len() - 40);
         assert_eq!(pass, 0);
     }
@@ -594,9 +621,27 @@ mod tests {
             ..Default::default()
         };
         let mut pass = 0;
-        let s = scan_server(&z[..3], &mut pass, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
+        let s = scan_server(
+            &z[..3],
+            &mut pass,
+            &mut st,
+            &mut Default::default(),
+            true,
+            false,
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(s.ready, 0);
-        let s = scan_server(&z, &mut pass, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
+        let s = scan_server(
+            &z,
+            &mut pass,
+            &mut st,
+            &mut Default::default(),
+            true,
+            false,
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(s.ready, z.len());
         assert_eq!(s.stop, None);
         assert_eq!(st.tx, TxStatus::InTransaction);
@@ -611,7 +656,16 @@ mod tests {
             pending: 1,
             ..Default::default()
         };
-        let s = scan_server(&buf, &mut 0, &mut st, &mut Default::default(), true, true, 1 << 20).unwrap();
+        let s = scan_server(
+            &buf,
+            &mut 0,
+            &mut st,
+            &mut Default::default(),
+            true,
+            true,
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(s.ready, before);
         assert_eq!(s.stop, Some(Outcome::TransactionRefused));
     }
@@ -623,7 +677,16 @@ mod tests {
             pending: 1,
             ..Default::default()
         };
-        let s = scan_server(&buf, &mut 0, &mut st, &mut Default::default(), true, false, 1 << 20).unwrap();
+        let s = scan_server(
+            &buf,
+            &mut 0,
+            &mut st,
+            &mut Default::default(),
+            true,
+            false,
+            1 << 20,
+        )
+        .unwrap();
         assert!(s.fatal && st.broken);
     }
 
@@ -674,9 +737,17 @@ mod tests {
         for t in tags.bytes() {
             buf.extend(msg(t, if t == b'Z' { b"I" } else { b"" }));
         }
-        scan_server(&buf, &mut 0, st, &mut Default::default(), true, false, 1 << 20)
-            .unwrap()
-            .stop
+        scan_server(
+            &buf,
+            &mut 0,
+            st,
+            &mut Default::default(),
+            true,
+            false,
+            1 << 20,
+        )
+        .unwrap()
+        .stop
     }
 
     #[test]

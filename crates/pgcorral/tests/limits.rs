@@ -149,11 +149,12 @@ async fn server_unreachable(port: u16, min: Duration) {
     for mode in ["transaction", "session"] {
         let toml = format!(
             "[general]\nlisten_port = 0\nauth_type = \"trust\"\nserver_connect_timeout = 1000\n\
-             pool_mode = \"{mode}\"\ndefault_pool_size = 1\n\n\
+             server_login_retry = 0\npool_mode = \"{mode}\"\ndefault_pool_size = 1\n\n\
              [databases.postgres]\nhost = \"127.0.0.1\"\nport = {port}\n"
         );
         let pooler = Pooler::start(&toml).await;
-        // Twice: a failed connect must give its pool slot back (pool_size = 1).
+        // Twice: a failed connect must give its pool slot back (pool_size = 1). With
+        // server_login_retry = 0 each client really tries (tests/timeouts.rs covers the retry).
         for _ in 0..2 {
             let start = Instant::now();
             let err = refused(pooler.port(), "postgres", "postgres").await;

@@ -31,7 +31,6 @@ use startup::Opening;
 /// First read of a request: most requests fit; bigger ones grow the buffer in the relay.
 const IDLE_READ: usize = 4096;
 
-
 /// The client's socket and what has been read from it but not yet forwarded.
 pub struct ClientConn {
     pub stream: TcpStream,
@@ -177,8 +176,7 @@ async fn admit(
             ),
         )
     };
-    let opening = match within(deadline, startup::open(&mut client.stream, &mut client.buf)).await
-    {
+    let opening = match within(deadline, startup::open(&mut client.stream, &mut client.buf)).await {
         Some(Ok(o)) => o,
         Some(Err(e)) => return fail(client, peer, e).await,
         None => return fail(client, peer, timed_out()).await,
@@ -484,7 +482,10 @@ async fn recapture(session: &mut Session, server: &mut Checkout) -> Result<()> {
     session.settings = captured.settings;
     if captured.pins != session.pinned {
         if captured.pins.is_empty() {
-            tracing::info!(pid = session.pid, "client unpinned: its server-bound state is gone");
+            tracing::info!(
+                pid = session.pid,
+                "client unpinned: its server-bound state is gone"
+            );
         } else {
             tracing::info!(pid = session.pid, reasons = ?captured.pins, "client pinned to its server connection until this state is released");
         }
@@ -574,7 +575,11 @@ async fn refuse_statement(client: &mut ClientConn, tx: TxStatus, why: &str) -> R
     if let Ok(Some(h)) = Header::parse(&client.buf, client.max_len) {
         client.buf.advance(h.total_len().min(client.buf.len()));
     }
-    tracing::info!(worker = client.worker, why, "refused a statement that would pin the client to its server");
+    tracing::info!(
+        worker = client.worker,
+        why,
+        "refused a statement that would pin the client to its server"
+    );
     let mut out = BytesMut::new();
     encode::error_response(
         &mut out,

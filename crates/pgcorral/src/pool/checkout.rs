@@ -165,7 +165,9 @@ impl Drop for Checkout {
 /// Rolls back and/or runs the reset query; true when the server ends idle and healthy. After
 /// `DISCARD ALL` its session state is the default; after another reset query it is unknown.
 pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option<String>) -> bool {
-    let discards = reset.as_deref().map(|q| q.trim().eq_ignore_ascii_case(DISCARD_ALL));
+    let discards = reset
+        .as_deref()
+        .map(|q| q.trim().eq_ignore_ascii_case(DISCARD_ALL));
     match discards {
         Some(true) => {
             server.applied = None;

@@ -123,7 +123,10 @@ impl Limits {
     fn evict_idle(&self, key: &CapKey, own: &Pool) {
         let pools: Vec<Pool> = {
             let st = self.0.lock();
-            st.pools.iter().filter_map(|w| w.upgrade().map(Pool)).collect()
+            st.pools
+                .iter()
+                .filter_map(|w| w.upgrade().map(Pool))
+                .collect()
         };
         for p in pools {
             if Arc::ptr_eq(&p.0, &own.0) {
@@ -141,9 +144,9 @@ impl Limits {
     /// True when a pool waiting since before `since` needs room that a server of `key` holds.
     pub(super) fn earlier_waiter(&self, key: &CapKey, since: Option<Instant>) -> bool {
         let st = self.0.lock();
-        st.waiters.iter().any(|w| {
-            since.is_none_or(|s| w.since < s) && !w.tx.is_closed() && shares(&w.key, key)
-        })
+        st.waiters
+            .iter()
+            .any(|w| since.is_none_or(|s| w.since < s) && !w.tx.is_closed() && shares(&w.key, key))
     }
 
     fn release(self: &Arc<Self>, key: &CapKey) {

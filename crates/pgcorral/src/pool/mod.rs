@@ -296,8 +296,20 @@ impl Pool {
         }
     }
 
-    /// Opens a server in a place already counted; on error the place is given back.
+    /// Opens a server in a place already counted, for a client; on error the place is given
+    /// back.
     async fn open(&self, slot: inner::Slot, worker: usize) -> Result<Checkout> {
+        self.open_for(slot, worker, true).await
+    }
+
+    /// `for_client`: a failure is remembered for `login_retry` (background warm-ups are not,
+    /// so that a failed one during a restart does not turn clients away afterwards).
+    async fn open_for(
+        &self,
+        slot: inner::Slot,
+        worker: usize,
+        for_client: bool,
+    ) -> Result<Checkout> {
         let retry = self.0.settings.login_retry;
         if let Some((when, e)) = &*self.0.login_failed.lock() {
             if when.elapsed() < retry {
@@ -305,14 +317,28 @@ impl Pool {
             }
         }
         let permit = match (&self.0.limits, &self.0.settings.caps) {
-            (Some(l), Some(k)) => Some(l.acquire(k, self).await),
+            (Some(l), Some(k)) => {
+                let acquire = l.acquire(k, self);
+                match self.0.settings.wait_timeout {
+                    None => Some(acquire.await),
+                    Some(t) => Some(tokio::time::timeout(t, acquire).await.map_err(|_| {
+                        Error::new(
+                            Kind::PoolTimeout,
+                            format!(
+                                "query_wait_timeout: no room under max_db_connections/max_user_connections within {} ms",
+                                t.as_millis()
+                            ),
+                        )
+                    })?),
+                }
+            }
             _ => None,
         };
         let target = self.0.target.lock().clone();
         let mut server = match connect(&target, worker).await {
             Ok(s) => s,
             Err(e) => {
-                if !retry.is_zero() {
+                if for_client && !retry.is_zero() {
                     *self.0.login_failed.lock() = Some((Instant::now(), e.replay()));
                 }
                 return Err(e);
@@ -356,7 +382,7 @@ impl Pool {
             inner.open += 1;
             inner::Slot::new(self.clone())
         };
-        if let Err(e) = self.open(slot, worker).await {
+        if let Err(e) = self.open_for(slot, worker, false).await {
             tracing::debug!(pool = ?self.0.name, error = %e, "could not open a min_pool_size server");
         }
     }

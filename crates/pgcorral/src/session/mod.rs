@@ -176,7 +176,11 @@ mod tests {
     use super::*;
 
     fn s(v: &[(&str, &str)]) -> Settings {
-        Arc::new(v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect())
+        Arc::new(
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+        )
     }
 
     #[test]
@@ -188,8 +192,15 @@ mod tests {
 
     #[test]
     fn differences_reset_and_set_in_order() {
-        let applied = Some(s(&[("search_path", "a"), ("role", "bob"), ("TimeZone", "UTC")]));
-        let desired = s(&[("TimeZone", "Asia/Tokyo"), ("session_authorization", "al'ice")]);
+        let applied = Some(s(&[
+            ("search_path", "a"),
+            ("role", "bob"),
+            ("TimeZone", "UTC"),
+        ]));
+        let desired = s(&[
+            ("TimeZone", "Asia/Tokyo"),
+            ("session_authorization", "al'ice"),
+        ]);
         let q = sync_sql(&applied, &desired).unwrap();
         assert_eq!(
             q,
@@ -203,14 +214,21 @@ mod tests {
     #[test]
     fn capture_rows_split_into_settings_and_pins() {
         let row = |k: &str, n: &str, v: &str| {
-            vec![Some(k.to_string()), Some(n.to_string()), Some(v.to_string())]
+            vec![
+                Some(k.to_string()),
+                Some(n.to_string()),
+                Some(v.to_string()),
+            ]
         };
         let c = parse_capture(vec![
             row("s", "TimeZone", "UTC"),
             row("p", "LISTEN", ""),
             row("s", "DateStyle", "ISO, DMY"),
         ]);
-        assert_eq!(*c.settings, *s(&[("DateStyle", "ISO, DMY"), ("TimeZone", "UTC")]));
+        assert_eq!(
+            *c.settings,
+            *s(&[("DateStyle", "ISO, DMY"), ("TimeZone", "UTC")])
+        );
         assert_eq!(c.pins, vec!["LISTEN".to_string()]);
     }
 }

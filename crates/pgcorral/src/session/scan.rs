@@ -52,9 +52,17 @@ fn statement_start(w: &[u8]) -> Effect {
         Effect::Pins("LISTEN")
     } else if is(w, "prepare") {
         Effect::Pins("SQL PREPARE")
-    } else if ["set", "reset", "discard", "unlisten", "deallocate", "close", "drop"]
-        .iter()
-        .any(|k| is(w, k))
+    } else if [
+        "set",
+        "reset",
+        "discard",
+        "unlisten",
+        "deallocate",
+        "close",
+        "drop",
+    ]
+    .iter()
+    .any(|k| is(w, k))
     {
         Effect::Dirty
     } else {
@@ -190,8 +198,7 @@ impl<'a> Lexer<'a> {
         while j < s.len() && (s[j].is_ascii_alphanumeric() || s[j] == b'_') {
             j += 1;
         }
-        if j >= s.len() || s[j] != b'$' || s[start + 1..j].first().is_some_and(u8::is_ascii_digit)
-        {
+        if j >= s.len() || s[j] != b'$' || s[start + 1..j].first().is_some_and(u8::is_ascii_digit) {
             self.i = j;
             return;
         }
@@ -214,11 +221,17 @@ mod tests {
 
     #[test]
     fn plain_queries_are_clean() {
-        assert_eq!(c("SELECT abalance FROM pgbench_accounts WHERE aid = $1"), Effect::None);
+        assert_eq!(
+            c("SELECT abalance FROM pgbench_accounts WHERE aid = $1"),
+            Effect::None
+        );
         assert_eq!(c("UPDATE t SET a = 1 OFFSET"), Effect::None);
         assert_eq!(c("select 'set search_path = x; listen y'"), Effect::None);
         assert_eq!(c("select $$; prepare x$$, \"set\""), Effect::None);
-        assert_eq!(c("insert into settings values (E'\\'; set x')"), Effect::None);
+        assert_eq!(
+            c("insert into settings values (E'\\'; set x')"),
+            Effect::None
+        );
         assert_eq!(c("select 1 -- ; set x = 1\n"), Effect::None);
         assert_eq!(c("select /* /* nested */ ; set */ 1"), Effect::None);
         assert_eq!(c("select pg_advisory_xact_lock(1)"), Effect::None);
@@ -229,8 +242,14 @@ mod tests {
     fn session_changes_are_dirty() {
         assert_eq!(c("SET search_path = a"), Effect::Dirty);
         assert_eq!(c("  /* hi */ reset all"), Effect::Dirty);
-        assert_eq!(c("BEGIN; SET LOCAL TimeZone = 'UTC'; COMMIT"), Effect::Dirty);
-        assert_eq!(c("select pg_catalog.set_config('a.b', 'x', false)"), Effect::Dirty);
+        assert_eq!(
+            c("BEGIN; SET LOCAL TimeZone = 'UTC'; COMMIT"),
+            Effect::Dirty
+        );
+        assert_eq!(
+            c("select pg_catalog.set_config('a.b', 'x', false)"),
+            Effect::Dirty
+        );
         assert_eq!(c("DISCARD ALL"), Effect::Dirty);
         assert_eq!(c("select pg_advisory_unlock(1)"), Effect::Dirty);
         assert_eq!(c("drop table t"), Effect::Dirty);
@@ -239,17 +258,26 @@ mod tests {
     #[test]
     fn server_bound_state_pins() {
         assert_eq!(c("LISTEN chan"), Effect::Pins("LISTEN"));
-        assert_eq!(c("select 1; prepare p as select 1"), Effect::Pins("SQL PREPARE"));
+        assert_eq!(
+            c("select 1; prepare p as select 1"),
+            Effect::Pins("SQL PREPARE")
+        );
         assert_eq!(
             c("DECLARE c CURSOR WITH HOLD FOR SELECT 1"),
             Effect::Pins("WITH HOLD cursor")
         );
-        assert_eq!(c("create temp table t (a int)"), Effect::Pins("temporary table"));
+        assert_eq!(
+            c("create temp table t (a int)"),
+            Effect::Pins("temporary table")
+        );
         assert_eq!(
             c("CREATE GLOBAL TEMPORARY TABLE t (a int)"),
             Effect::Pins("temporary table")
         );
-        assert_eq!(c("select pg_advisory_lock(1)"), Effect::Pins("session advisory lock"));
+        assert_eq!(
+            c("select pg_advisory_lock(1)"),
+            Effect::Pins("session advisory lock")
+        );
         assert_eq!(
             c("SELECT pg_try_advisory_lock_shared(1)"),
             Effect::Pins("session advisory lock")

@@ -102,7 +102,9 @@ mod tests {
     use super::*;
 
     fn p(v: &[(&str, &str)]) -> Vec<(String, String)> {
-        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     }
 
     #[test]
@@ -111,7 +113,10 @@ mod tests {
             ("user", "u"),
             ("database", "d"),
             ("application_name", "psql"),
-            ("options", "-c statement_timeout=5s --search-path=a,b -csearch_path=x\\ y"),
+            (
+                "options",
+                "-c statement_timeout=5s --search-path=a,b -csearch_path=x\\ y",
+            ),
             ("TimeZone", "UTC"),
             ("_pq_.foo", "1"),
         ]))
@@ -133,6 +138,8 @@ mod tests {
         assert!(options("-c").is_err());
         assert!(options("-c novalue").is_err());
         assert!(settings(&p(&[("replication", "database")])).is_err());
-        assert!(settings(&p(&[("replication", "false")])).unwrap().is_empty());
+        assert!(settings(&p(&[("replication", "false")]))
+            .unwrap()
+            .is_empty());
     }
 }
