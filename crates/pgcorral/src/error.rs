@@ -79,11 +79,11 @@ impl Error {
         e
     }
 
-    /// The same error again (its cause folded into the message), to hand to another client.
+    /// The same error again, as the first client saw it, to hand to another client.
     pub fn replay(&self) -> Error {
         Error(Box::new(Inner {
             kind: self.0.kind,
-            message: self.to_string(),
+            message: self.0.message.clone(),
             server_error: self.0.server_error.clone(),
             source: None,
         }))

@@ -190,16 +190,16 @@ pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option
         return false;
     }
     let mut last = None;
+    let mut failed = false;
     while expect > 0 {
         match read_message(&mut server.stream, &mut server.rbuf, 1 << 30).await {
             Ok((backend::READY_FOR_QUERY, body)) => {
                 expect -= 1;
                 last = body.first().copied().and_then(TxStatus::from_byte);
             }
-            Ok((backend::ERROR_RESPONSE, body)) => {
-                if backend::ErrorFields::parse(&body).is_some_and(|f| f.is_fatal()) {
-                    return false;
-                }
+            Ok((backend::ERROR_RESPONSE, _)) => {
+                // A failed check or reset: the connection is not fit to hand out.
+                failed = true;
             }
             Ok((backend::PARAMETER_STATUS, body)) => {
                 if let Some((k, v)) = backend::parameter_status(&body) {
@@ -210,7 +210,7 @@ pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option
             Err(_) => return false,
         }
     }
-    if last != Some(TxStatus::Idle) || !server.rbuf.is_empty() {
+    if failed || last != Some(TxStatus::Idle) || !server.rbuf.is_empty() {
         return false;
     }
     server.state = Default::default();
