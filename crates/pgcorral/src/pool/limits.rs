@@ -9,7 +9,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::Pool;
+use super::{Checkout, Pool};
 
 /// Which caps a pool's servers count against, and their sizes (0 = no cap).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +23,25 @@ pub struct CapKey {
 struct Waiter {
     since: Instant,
     key: CapKey,
-    tx: oneshot::Sender<Permit>,
+    tx: oneshot::Sender<CapGrant>,
+}
+
+/// What a pool waiting under a cap is given.
+pub(super) enum CapGrant {
+    /// Room to open a server.
+    Permit(Permit),
+    /// A server of its own pool, checked in while it waited (it keeps its place under the cap).
+    Server(Checkout),
+}
+
+/// What a server being checked in should do, given who waits under its caps.
+pub(super) enum Claim {
+    /// Nobody earlier under the cap: the pool's own rules apply.
+    None,
+    /// A client of another pool has waited longer: close the server to give it room.
+    Yield,
+    /// A client of the same pool waits for room: hand it this server.
+    Handoff(oneshot::Sender<CapGrant>),
 }
 
 #[derive(Default)]
@@ -92,16 +110,16 @@ impl Limits {
 
     /// Room for one more server of `key`: at once when there is some, else after idle servers
     /// of other pools under the same cap are closed, or in turn as servers close.
-    pub(super) async fn acquire(self: &Arc<Self>, key: &CapKey, own: &Pool) -> Permit {
+    pub(super) async fn acquire(self: &Arc<Self>, key: &CapKey, own: &Pool) -> CapGrant {
         let rx = {
             let mut st = self.0.lock();
             let queued = st.waiters.iter().any(|w| shares(&w.key, key));
             if !queued && st.fits(key) {
                 st.take(key);
-                return Permit {
+                return CapGrant::Permit(Permit {
                     limits: self.clone(),
                     key: Some(key.clone()),
-                };
+                });
             }
             let (tx, rx) = oneshot::channel();
             st.waiters.push_back(Waiter {
@@ -142,11 +160,23 @@ impl Limits {
     }
 
     /// True when a pool waiting since before `since` needs room that a server of `key` holds.
-    pub(super) fn earlier_waiter(&self, key: &CapKey, since: Option<Instant>) -> bool {
-        let st = self.0.lock();
-        st.waiters
-            .iter()
-            .any(|w| since.is_none_or(|s| w.since < s) && !w.tx.is_closed() && shares(&w.key, key))
+    /// Decides where a server of `key` goes when its pool's own first waiter has waited since
+    /// `since` (or there is none): the longest waiter under a shared cap goes first.
+    pub(super) fn claim(&self, key: &CapKey, since: Option<Instant>) -> Claim {
+        let mut st = self.0.lock();
+        let first = st.waiters.iter().position(|w| {
+            since.is_none_or(|s| w.since < s) && !w.tx.is_closed() && shares(&w.key, key)
+        });
+        let Some(i) = first else {
+            return Claim::None;
+        };
+        let w = &st.waiters[i];
+        if w.key.database == key.database && w.key.user == key.user {
+            let w = st.waiters.remove(i).expect("index checked");
+            Claim::Handoff(w.tx)
+        } else {
+            Claim::Yield
+        }
     }
 
     fn release(self: &Arc<Self>, key: &CapKey) {
@@ -169,7 +199,7 @@ impl Limits {
                 limits: self.clone(),
                 key: Some(w.key),
             };
-            if let Err(mut p) = w.tx.send(permit) {
+            if let Err(CapGrant::Permit(mut p)) = w.tx.send(CapGrant::Permit(permit)) {
                 // The waiter left: undo without re-entering this lock.
                 if let Some(k) = p.key.take() {
                     st.give_back(&k);

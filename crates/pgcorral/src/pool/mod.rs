@@ -319,9 +319,9 @@ impl Pool {
         let permit = match (&self.0.limits, &self.0.settings.caps) {
             (Some(l), Some(k)) => {
                 let acquire = l.acquire(k, self);
-                match self.0.settings.wait_timeout {
-                    None => Some(acquire.await),
-                    Some(t) => Some(tokio::time::timeout(t, acquire).await.map_err(|_| {
+                let grant = match self.0.settings.wait_timeout {
+                    None => acquire.await,
+                    Some(t) => tokio::time::timeout(t, acquire).await.map_err(|_| {
                         Error::new(
                             Kind::PoolTimeout,
                             format!(
@@ -329,7 +329,23 @@ impl Pool {
                                 t.as_millis()
                             ),
                         )
-                    })?),
+                    })?,
+                };
+                match grant {
+                    limits::CapGrant::Permit(p) => Some(p),
+                    limits::CapGrant::Server(mut c) => {
+                        // A server of this pool came back while we waited: take it, and give
+                        // back the place we were going to fill.
+                        drop(slot);
+                        return if c.rehome(worker) {
+                            Ok(c)
+                        } else {
+                            Err(Error::new(
+                                Kind::ServerIo,
+                                "could not move a server connection between workers",
+                            ))
+                        };
+                    }
                 }
             }
             _ => None,
@@ -410,13 +426,25 @@ impl Pool {
         let now = Instant::now();
         let s = &self.0.settings;
         let expired = s.lifetime.is_some_and(|l| now - server.created >= l);
-        let yield_cap = match (&self.0.limits, &s.caps) {
-            (Some(l), Some(k)) => {
-                let head = self.0.inner.lock().waiters.front().map(|w| w.0);
-                l.earlier_waiter(k, head)
+        let mut yield_cap = false;
+        if let (Some(l), Some(k), false) = (&self.0.limits, &s.caps, expired) {
+            let head = self.0.inner.lock().waiters.front().map(|w| w.0);
+            match l.claim(k, head) {
+                limits::Claim::None => {}
+                limits::Claim::Yield => yield_cap = true,
+                limits::Claim::Handoff(tx) => {
+                    server.last_used = now;
+                    match tx.send(limits::CapGrant::Server(Checkout::new(
+                        server,
+                        self.clone(),
+                    ))) {
+                        Ok(()) => return,
+                        Err(limits::CapGrant::Server(mut c)) => server = c.take(),
+                        Err(limits::CapGrant::Permit(_)) => unreachable!("sent a server"),
+                    }
+                }
             }
-            _ => false,
-        };
+        }
         if expired || yield_cap {
             tracing::debug!(pool = ?self.0.name, pid = server.key.pid, expired, "closing server connection at check-in");
             drop(server);
