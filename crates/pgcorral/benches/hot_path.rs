@@ -36,9 +36,25 @@ fn scans(c: &mut Criterion) {
             let mut st = LinkState::default();
             let mut params = Default::default();
             let (mut cp, mut sp) = (0, 0);
-            let c = scan_client(black_box(&q), &mut cp, &mut st, Track::Pin, 1 << 30).unwrap();
-            let s =
-                scan_server(black_box(&answer), &mut sp, &mut st, &mut params, true, false, 1 << 30).unwrap();
+            let c = scan_client(
+                black_box(&q),
+                &mut cp,
+                &mut st,
+                Track::Pin,
+                &mut Vec::new(),
+                1 << 30,
+            )
+            .unwrap();
+            let s = scan_server(
+                black_box(&answer),
+                &mut sp,
+                &mut st,
+                &mut params,
+                true,
+                false,
+                1 << 30,
+            )
+            .unwrap();
             black_box((c.ready, s.ready))
         })
     });
@@ -86,7 +102,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                 home: 0,
                 permit: None,
                 applied: Some(Default::default()),
-        bound: false,
+                bound: false,
             };
             assert!(pool.adopt(server));
         }

@@ -124,6 +124,11 @@ impl Error {
     /// Appends the ErrorResponse a client should see, with the given severity.
     pub fn write_response(&self, buf: &mut BytesMut, severity: &str) {
         match &self.0.server_error {
+            // A server's ERROR that ends the client's session (a refused startup parameter,
+            // say) reads as FATAL, as PostgreSQL's own would.
+            Some((raw, _)) if severity == "FATAL" && raw.len() > 5 => {
+                pgwire::encode::error_with_severity(buf, &raw[5..], severity)
+            }
             Some((raw, _)) => buf.extend_from_slice(raw),
             None => pgwire::encode::error_response(buf, severity, self.sqlstate(), &self.0.message),
         }

@@ -17,7 +17,7 @@ use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
 use crate::server::{LinkState, ServerConn, ServerParams};
-use crate::session::scan::{classify, Effect};
+use crate::session::scan::{classify, custom_names, Effect};
 
 /// Read no more from a side while this much of its data waits to be written to the other.
 const READ_CHUNK: usize = 16 * 1024;
@@ -226,6 +226,7 @@ pub fn scan_client(
     pass: &mut usize,
     st: &mut LinkState,
     track: Track,
+    custom: &mut Vec<String>,
     max: u32,
 ) -> Result<ClientScan, FrameError> {
     let mut out = ClientScan::default();
@@ -238,15 +239,17 @@ pub fn scan_client(
             break;
         };
         if track != Track::Off && (h.tag == frontend::QUERY || h.tag == frontend::PARSE) {
-            let refuse = track == Track::Refuse && h.tag == frontend::QUERY;
-            if refuse || !st.dirty {
-                match sql_effect(&buf[pos..], h) {
-                    Effect::Pins(why) if refuse => {
-                        out.refuse = Some(why);
-                        break;
+            match sql_effect(&buf[pos..], h) {
+                Effect::Pins(why) if track == Track::Refuse && h.tag == frontend::QUERY => {
+                    out.refuse = Some(why);
+                    break;
+                }
+                Effect::None => {}
+                _ => {
+                    st.dirty = true;
+                    if let Some(sql) = sql_text(&buf[pos..], h) {
+                        custom.extend(custom_names(sql));
                     }
-                    Effect::None => {}
-                    _ => st.dirty = true,
                 }
             }
         }
@@ -283,9 +286,15 @@ pub fn scan_client(
 /// What the SQL of a Query or Parse message (`msg` starts at its header) may do to the
 /// session; a message not wholly buffered counts as dirty.
 fn sql_effect(msg: &[u8], h: Header) -> Effect {
-    let Some(body) = msg.get(pgwire::header::HEADER_LEN..h.total_len()) else {
-        return Effect::Dirty;
-    };
+    match sql_text(msg, h) {
+        Some(sql) => classify(sql),
+        None => Effect::Dirty,
+    }
+}
+
+/// The SQL text of a wholly buffered Query or Parse message (`msg` starts at its header).
+fn sql_text(msg: &[u8], h: Header) -> Option<&[u8]> {
+    let body = msg.get(pgwire::header::HEADER_LEN..h.total_len())?;
     let sql = if h.tag == frontend::PARSE {
         match body.iter().position(|&b| b == 0) {
             Some(i) => &body[i + 1..],
@@ -295,7 +304,7 @@ fn sql_effect(msg: &[u8], h: Header) -> Effect {
         body
     };
     let end = sql.iter().position(|&b| b == 0).unwrap_or(sql.len());
-    classify(&sql[..end])
+    Some(&sql[..end])
 }
 
 enum Event {
@@ -325,11 +334,17 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -
     // c_ready: client bytes scanned, to write to the server; c_stop: the client side ended
     // (acted on once c_ready is written). s_ready/s_stop: the same for the server side.
     // Whatever the client already sent (the request that caused checkout) goes first.
-    let (mut c_ready, mut c_stop) =
-        match scan_client(&client.buf, &mut client.pass, &mut server.state, track, max) {
-            Ok(s) => (s.ready, client_stop(&s)),
-            Err(e) => (0, Some(Outcome::ClientProtocol(e.to_string()))),
-        };
+    let (mut c_ready, mut c_stop) = match scan_client(
+        &client.buf,
+        &mut client.pass,
+        &mut server.state,
+        track,
+        &mut client.custom,
+        max,
+    ) {
+        Ok(s) => (s.ready, client_stop(&s)),
+        Err(e) => (0, Some(Outcome::ClientProtocol(e.to_string()))),
+    };
     let mut s_ready = 0usize;
     let mut s_stop: Option<Outcome> = None;
     // Anything the server sent while idle reaches this client.
@@ -502,7 +517,14 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -
                 c_ready = take;
             }
             Event::FromClient(Ok(n)) if n > 0 => {
-                match scan_client(&client.buf, &mut client.pass, &mut server.state, track, max) {
+                match scan_client(
+                    &client.buf,
+                    &mut client.pass,
+                    &mut server.state,
+                    track,
+                    &mut client.custom,
+                    max,
+                ) {
                     Ok(s) => {
                         c_ready = s.ready;
                         c_stop = client_stop(&s);
@@ -697,12 +719,28 @@ mod tests {
         buf.extend(msg(b'E', b"\0\0\0\0\0"));
         let mut st = LinkState::default();
         let mut pass = 0;
-        let s = scan_client(&buf, &mut pass, &mut st, Track::Pin, 1 << 20).unwrap();
+        let s = scan_client(
+            &buf,
+            &mut pass,
+            &mut st,
+            Track::Pin,
+            &mut Vec::new(),
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(s.ready, buf.len());
         assert!(st.unsynced && st.pending == 0);
         let mut more = msg(b'S', b"");
         more.extend(msg(b'Q', b"select 2\0"));
-        let s = scan_client(&more, &mut pass, &mut st, Track::Pin, 1 << 20).unwrap();
+        let s = scan_client(
+            &more,
+            &mut pass,
+            &mut st,
+            Track::Pin,
+            &mut Vec::new(),
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(s.ready, more.len());
         assert!(!st.unsynced);
         assert_eq!(st.pending, 2);
@@ -714,12 +752,20 @@ mod tests {
         let q = buf.len();
         buf.extend(msg(b'X', b""));
         let mut st = LinkState::default();
-        let s = scan_client(&buf, &mut 0, &mut st, Track::Pin, 1 << 20).unwrap();
+        let s = scan_client(&buf, &mut 0, &mut st, Track::Pin, &mut Vec::new(), 1 << 20).unwrap();
         assert_eq!((s.ready, s.terminate), (q, true));
         let bad = msg(b'?', b"");
-        let s = scan_client(&bad, &mut 0, &mut st, Track::Pin, 1 << 20).unwrap();
+        let s = scan_client(&bad, &mut 0, &mut st, Track::Pin, &mut Vec::new(), 1 << 20).unwrap();
         assert_eq!((s.ready, s.bad_tag), (0, Some(b'?')));
-        assert!(scan_client(b"Q\x7f\xff\xff\xff", &mut 0, &mut st, Track::Pin, 1 << 20).is_err());
+        assert!(scan_client(
+            b"Q\x7f\xff\xff\xff",
+            &mut 0,
+            &mut st,
+            Track::Pin,
+            &mut Vec::new(),
+            1 << 20
+        )
+        .is_err());
     }
 
     /// Scans one message per tag (empty bodies; ReadyForQuery says idle) from the client or server.
@@ -728,7 +774,7 @@ mod tests {
         for t in tags.bytes() {
             buf.extend(msg(t, b""));
         }
-        let s = scan_client(&buf, &mut 0, st, Track::Pin, 1 << 20).unwrap();
+        let s = scan_client(&buf, &mut 0, st, Track::Pin, &mut Vec::new(), 1 << 20).unwrap();
         assert_eq!(s.ready, buf.len());
     }
 
@@ -823,7 +869,7 @@ mod tests {
         fn scans_never_overrun(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
             let mut st = LinkState::default();
             let mut pass = 0;
-            if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, Track::Pin, 1 << 16) {
+            if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, Track::Pin, &mut Vec::new(), 1 << 16) {
                 proptest::prop_assert!(s.ready <= bytes.len());
             }
             let mut pass = 0;

@@ -64,6 +64,29 @@ pub fn error_response(buf: &mut BytesMut, severity: &str, code: &str, msg: &str)
     error_fields(buf, backend::ERROR_RESPONSE, severity, code, msg);
 }
 
+/// Re-encodes an ErrorResponse body (its fields) with another severity (`S` and `V` fields),
+/// keeping every other field as it was.
+pub fn error_with_severity(buf: &mut BytesMut, body: &[u8], severity: &str) {
+    message(buf, backend::ERROR_RESPONSE, |b| {
+        let mut rest = body;
+        while let Some((&kind, tail)) = rest.split_first() {
+            if kind == 0 {
+                break;
+            }
+            let end = tail.iter().position(|&c| c == 0).unwrap_or(tail.len());
+            b.put_u8(kind);
+            if kind == b'S' || kind == b'V' {
+                b.put_slice(severity.as_bytes());
+            } else {
+                b.put_slice(&tail[..end]);
+            }
+            b.put_u8(0);
+            rest = tail.get(end + 1..).unwrap_or(&[]);
+        }
+        b.put_u8(0);
+    });
+}
+
 pub fn auth_ok(buf: &mut BytesMut) {
     auth(buf, auth_code::OK, &[]);
 }
@@ -170,6 +193,24 @@ mod tests {
         let f = crate::backend::ErrorFields::parse(&b[5..]).unwrap();
         assert_eq!(f.code, "28P01");
         assert_eq!(f.severity, "FATAL");
+    }
+
+    #[test]
+    fn severity_is_replaced_and_the_rest_kept() {
+        let mut b = BytesMut::new();
+        error_response(
+            &mut b,
+            "ERROR",
+            "42704",
+            "unrecognized configuration parameter",
+        );
+        let mut out = BytesMut::new();
+        error_with_severity(&mut out, &b[5..], "FATAL");
+        let h = crate::Header::parse(&out, 1 << 20).unwrap().unwrap();
+        assert_eq!(h.total_len(), out.len());
+        let f = crate::backend::ErrorFields::parse(&out[5..]).unwrap();
+        assert_eq!((f.severity.as_str(), f.code.as_str()), ("FATAL", "42704"));
+        assert_eq!(f.message, "unrecognized configuration parameter");
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub struct ClientConn {
     pub max_len: u32,
     /// The worker thread this client lives on; servers it holds are moved there.
     pub worker: usize,
+    /// Custom (dotted) setting names seen in the client's SET/RESET/set_config since the last
+    /// capture; empty (no allocation) for almost every client.
+    pub custom: Vec<String>,
 }
 
 /// Serves one accepted connection to its end; errors are reported to the client and logged.
@@ -52,6 +55,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services, work
         pass: 0,
         max_len: services.config.load().general.max_packet_size,
         worker,
+        custom: Vec::new(),
     };
     // Startup and login are boxed: their state is large and short-lived, and must not size the
     // future that lives as long as the client (idle clients should cost little memory).
@@ -104,6 +108,7 @@ fn migrate(
         buf,
         pass,
         max_len,
+        custom,
         ..
     } = client;
     let (Some(handle), Ok(std)) = (services.balance.handle(target).cloned(), stream.into_std())
@@ -122,6 +127,7 @@ fn migrate(
                     pass,
                     max_len,
                     worker: target,
+                    custom,
                 };
                 Box::pin(live(client, session, peer, services, count)).await
             }
@@ -152,6 +158,8 @@ struct Session {
     /// The client's session settings, applied to each server it gets (transaction and
     /// statement mode).
     settings: Settings,
+    /// Its startup parameters as the server canonicalised them: what RESET returns to.
+    startup: Vec<(String, String)>,
     /// Why the client keeps its server between transactions; empty when it does not.
     pinned: Vec<String>,
 }
@@ -285,6 +293,7 @@ async fn login(
     let slot = Arc::new(CancelSlot::default());
     let session_mode = pool.settings().mode == PoolMode::Session;
     let mut settings = Settings::default();
+    let mut startup = Vec::new();
     let mut server = None;
     let mut server_params = pool.params();
     if session_mode || !startup_settings.is_empty() || server_params.is_none() {
@@ -298,6 +307,15 @@ async fn login(
             settings = apply::login(&mut s, &settings, &startup_settings, &login_user)
                 .await?
                 .settings;
+            startup = settings
+                .iter()
+                .filter(|(n, _)| {
+                    startup_settings
+                        .iter()
+                        .any(|(k, _)| k.eq_ignore_ascii_case(n))
+                })
+                .cloned()
+                .collect();
         }
         server_params = Some(s.params.clone());
         if session_mode {
@@ -328,6 +346,7 @@ async fn login(
         pid,
         secret,
         settings,
+        startup,
         pinned: Vec::new(),
     })
 }
@@ -383,7 +402,7 @@ async fn run(
         match outcome {
             Outcome::Idle => {
                 if s.state.dirty {
-                    Box::pin(recapture(session, s)).await?;
+                    Box::pin(recapture(session, s, &mut client.custom)).await?;
                 }
                 if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
                     continue;
@@ -476,10 +495,21 @@ async fn restore(server: &mut Checkout, settings: &Settings) -> Result<()> {
 
 /// After a transaction that may have changed the session: records the client's settings as
 /// the server now has them, and pins or unpins the client by what is bound to the server.
-async fn recapture(session: &mut Session, server: &mut Checkout) -> Result<()> {
+async fn recapture(
+    session: &mut Session,
+    server: &mut Checkout,
+    seen: &mut Vec<String>,
+) -> Result<()> {
     let login_user = session.pool.server_user();
-    let captured = apply::capture(server, &login_user).await?;
-    session.settings = captured.settings;
+    let mut custom: Vec<String> = crate::session::custom_names_of(&session.settings)
+        .chain(crate::session::custom_names_of(&session.startup))
+        .chain(seen.drain(..))
+        .collect();
+    custom.sort();
+    custom.dedup();
+    *seen = Vec::new();
+    let captured = apply::capture(server, &login_user, &custom).await?;
+    session.settings = crate::session::with_startup(&captured.settings, &session.startup);
     if captured.pins != session.pinned {
         if captured.pins.is_empty() {
             tracing::info!(

@@ -17,10 +17,15 @@ pub async fn sync(server: &mut ServerConn, desired: &Settings) -> Result<()> {
     Ok(())
 }
 
-/// Reads the session's settings and server-bound state after the client changed them.
-pub async fn capture(server: &mut ServerConn, login_user: &str) -> Result<Captured> {
+/// Reads the session's settings and server-bound state after the client changed them;
+/// `custom` names the custom (dotted) settings to read back.
+pub async fn capture(
+    server: &mut ServerConn,
+    login_user: &str,
+    custom: &[String],
+) -> Result<Captured> {
     server.applied = None;
-    let rows = exec::query(server, &capture_sql(login_user)).await?;
+    let rows = exec::query(server, &capture_sql(login_user, custom)).await?;
     let captured = parse_capture(rows);
     server.applied = Some(captured.settings.clone());
     server.state.dirty = false;
@@ -37,7 +42,8 @@ pub async fn login(
     sync(server, base).await?;
     let mut sql = String::new();
     set_sql(&mut sql, startup);
-    sql.push_str(&capture_sql(login_user));
+    let custom: Vec<String> = super::custom_names_of(startup).collect();
+    sql.push_str(&capture_sql(login_user, &custom));
     server.applied = None;
     let rows = exec::query(server, &sql).await?;
     let captured = parse_capture(rows);

@@ -48,12 +48,18 @@ fn ident(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// Orders the settings whose order matters first: the session user before the role.
+/// True for the two settings that change who the session runs as.
+fn is_identity(name: &str) -> bool {
+    name == "session_authorization" || name == "role"
+}
+
+/// Applies the identity last (session user, then role), so that settings that need the login
+/// user's privileges are set while the session still has them.
 fn rank(name: &str) -> u8 {
     match name {
-        "session_authorization" => 0,
-        "role" => 1,
-        _ => 2,
+        "session_authorization" => 1,
+        "role" => 2,
+        _ => 0,
     }
 }
 
@@ -75,40 +81,37 @@ pub fn set_sql(out: &mut String, settings: &[(String, String)]) {
 }
 
 /// The statements that turn a server with `applied` into one with `desired`; `None` when it
-/// already matches.
+/// already matches. A server running as another role or session user is first brought back to
+/// its login identity, so that every setting is applied with the login user's privileges, and
+/// the client's identity is set again last.
 pub fn sync_sql(applied: &Option<Settings>, desired: &Settings) -> Option<String> {
     if matches(applied, desired) {
         return None;
     }
     let mut out = String::new();
-    let resets: Vec<&str> = match applied {
-        Some(a) => a
-            .iter()
-            .filter(|(n, _)| !desired.iter().any(|(d, _)| d == n))
-            .map(|(n, _)| n.as_str())
-            .collect(),
-        // Unknown: back to the defaults first.
-        None => vec!["session_authorization", "role", "*"],
+    let empty = Vec::new();
+    let (current, reset_all): (&Vec<(String, String)>, bool) = match applied {
+        Some(a) => (a, false),
+        None => (&empty, true),
     };
-    let mut resets = resets;
-    resets.sort_by_key(|n| rank(n));
-    for name in resets {
-        match name {
-            "session_authorization" => out.push_str("RESET SESSION AUTHORIZATION;"),
-            "role" => out.push_str("RESET ROLE;"),
-            "*" => out.push_str("RESET ALL;"),
-            n => {
-                out.push_str("RESET ");
-                ident(&mut out, n);
-                out.push(';');
-            }
+    let identity_set = reset_all || current.iter().any(|(n, _)| is_identity(n));
+    if identity_set {
+        out.push_str("RESET SESSION AUTHORIZATION;RESET ROLE;");
+    }
+    if reset_all {
+        out.push_str("RESET ALL;");
+    }
+    for (name, _) in current {
+        if !is_identity(name) && !desired.iter().any(|(d, _)| d == name) {
+            out.push_str("RESET ");
+            ident(&mut out, name);
+            out.push(';');
         }
     }
     let changed: Vec<(String, String)> = desired
         .iter()
-        .filter(|(n, v)| match applied {
-            Some(a) => !a.iter().any(|(an, av)| an == n && av == v),
-            None => true,
+        .filter(|(n, v)| {
+            (identity_set && is_identity(n)) || !current.iter().any(|(an, av)| an == n && av == v)
         })
         .cloned()
         .collect();
@@ -119,7 +122,7 @@ pub fn sync_sql(applied: &Option<Settings>, desired: &Settings) -> Option<String
 /// A query that reports the session's settings and any state bound to the server, as rows of
 /// (kind, name, value): kind `s` is a setting, `p` a reason to pin. `login_user` is the user
 /// the server connection logged in as (its default session authorization).
-pub fn capture_sql(login_user: &str) -> String {
+pub fn capture_sql(login_user: &str, custom: &[String]) -> String {
     let mut q = String::from(
         "SELECT 's', name, setting FROM pg_catalog.pg_settings WHERE source = 'session' \
          UNION ALL SELECT 's', 'role', pg_catalog.current_setting('role') \
@@ -128,6 +131,17 @@ pub fn capture_sql(login_user: &str) -> String {
          WHERE pg_catalog.current_setting('session_authorization') <> ",
     );
     literal(&mut q, login_user);
+    if !custom.is_empty() {
+        // Custom settings are not in pg_settings: read back the ones the client used.
+        q.push_str(" UNION ALL SELECT 's', n, pg_catalog.current_setting(n, true) FROM pg_catalog.unnest(ARRAY[");
+        for (i, n) in custom.iter().enumerate() {
+            if i > 0 {
+                q.push(',');
+            }
+            literal(&mut q, n);
+        }
+        q.push_str("]::text[]) AS n WHERE pg_catalog.current_setting(n, true) <> ''");
+    }
     let _ = write!(
         q,
         " UNION ALL SELECT 'p', 'LISTEN', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) \
@@ -149,6 +163,31 @@ pub struct Captured {
     pub pins: Vec<String>,
 }
 
+/// The dotted (custom) names among `settings`.
+pub fn custom_names_of(settings: &[(String, String)]) -> impl Iterator<Item = String> + '_ {
+    settings
+        .iter()
+        .filter(|(n, _)| n.contains('.'))
+        .map(|(n, _)| n.to_ascii_lowercase())
+}
+
+/// A client's settings after a capture: what the server has, plus the startup values of
+/// parameters no longer set in the session (PostgreSQL's RESET returns to the startup value;
+/// the server, which got them by set_config, would return to its default).
+pub fn with_startup(captured: &Settings, startup: &[(String, String)]) -> Settings {
+    let missing: Vec<&(String, String)> = startup
+        .iter()
+        .filter(|(n, _)| !captured.iter().any(|(c, _)| c.eq_ignore_ascii_case(n)))
+        .collect();
+    if missing.is_empty() {
+        return captured.clone();
+    }
+    let mut all: Vec<(String, String)> = captured.iter().cloned().collect();
+    all.extend(missing.into_iter().cloned());
+    all.sort();
+    Arc::new(all)
+}
+
 /// Reads a capture's rows.
 pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
     let mut settings = Vec::new();
@@ -165,6 +204,7 @@ pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
         }
     }
     settings.sort();
+    settings.dedup_by(|a, b| a.0 == b.0);
     Captured {
         settings: Arc::new(settings),
         pins,
@@ -204,11 +244,31 @@ mod tests {
         let q = sync_sql(&applied, &desired).unwrap();
         assert_eq!(
             q,
-            "RESET ROLE;RESET \"search_path\";SELECT pg_catalog.set_config('session_authorization', 'al''ice', false), \
-             pg_catalog.set_config('TimeZone', 'Asia/Tokyo', false);"
+            "RESET SESSION AUTHORIZATION;RESET ROLE;RESET \"search_path\";\
+             SELECT pg_catalog.set_config('TimeZone', 'Asia/Tokyo', false), \
+             pg_catalog.set_config('session_authorization', 'al''ice', false);"
         );
         let q = sync_sql(&None, &s(&[])).unwrap();
         assert_eq!(q, "RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL;");
+        // No identity involved: only what differs.
+        let q = sync_sql(&Some(s(&[("a.b", "1")])), &s(&[("TimeZone", "UTC")])).unwrap();
+        assert_eq!(
+            q,
+            "RESET \"a.b\";SELECT pg_catalog.set_config('TimeZone', 'UTC', false);"
+        );
+    }
+
+    #[test]
+    fn startup_values_come_back_after_reset() {
+        let captured = s(&[("TimeZone", "UTC")]);
+        let startup = vec![
+            ("statement_timeout".to_string(), "5s".to_string()),
+            ("timezone".to_string(), "Asia/Tokyo".to_string()),
+        ];
+        assert_eq!(
+            *with_startup(&captured, &startup),
+            *s(&[("TimeZone", "UTC"), ("statement_timeout", "5s")])
+        );
     }
 
     #[test]

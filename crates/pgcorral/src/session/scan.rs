@@ -18,7 +18,11 @@ pub enum Effect {
 /// strongest effect found.
 pub fn classify(sql: &[u8]) -> Effect {
     let mut effect = Effect::None;
-    let mut lex = Lexer { s: sql, i: 0 };
+    let mut lex = Lexer {
+        s: sql,
+        i: 0,
+        dotted: false,
+    };
     let mut first: Option<&[u8]> = None;
     let mut prev: Option<&[u8]> = None;
     while let Some(tok) = lex.next() {
@@ -29,6 +33,7 @@ pub fn classify(sql: &[u8]) -> Effect {
                 continue;
             }
             Token::Word(w) => w,
+            Token::Str(_) => continue,
         };
         let e = match first {
             None => {
@@ -41,6 +46,56 @@ pub fn classify(sql: &[u8]) -> Effect {
         prev = Some(word);
     }
     effect
+}
+
+/// Custom (dotted) setting names that `sql` sets or resets: `SET [SESSION|LOCAL] a.b ...`,
+/// `RESET a.b`, `set_config('a.b', ...)`. PostgreSQL does not list custom settings in
+/// pg_settings, so pgcorral must know their names to read them back. Lower-cased.
+pub fn custom_names(sql: &[u8]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut lex = Lexer {
+        s: sql,
+        i: 0,
+        dotted: true,
+    };
+    // What the last tokens say the next one is: 0 = nothing, 1 = a SET/RESET name (after an
+    // optional SESSION/LOCAL), 2 = set_config's first argument.
+    let mut expect = 0u8;
+    let mut at_start = true;
+    while let Some(tok) = lex.next() {
+        match tok {
+            Token::Semicolon => {
+                at_start = true;
+                expect = 0;
+            }
+            Token::Word(w) => {
+                let base = w.rsplit(|&b| b == b'.').next().unwrap_or(w);
+                if at_start && (is(w, "set") || is(w, "reset")) {
+                    expect = 1;
+                } else if expect == 1 && (is(w, "session") || is(w, "local")) {
+                    // SET SESSION x / SET LOCAL x
+                } else if expect == 1 && w.contains(&b'.') {
+                    names.push(String::from_utf8_lossy(w).to_ascii_lowercase());
+                    expect = 0;
+                } else if is(base, "set_config") {
+                    expect = 2;
+                } else {
+                    expect = 0;
+                }
+                at_start = false;
+            }
+            Token::Str(v) => {
+                if expect == 2 && v.contains(&b'.') {
+                    names.push(String::from_utf8_lossy(v).to_ascii_lowercase());
+                }
+                expect = 0;
+                at_start = false;
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
 }
 
 fn is(w: &[u8], kw: &str) -> bool {
@@ -93,6 +148,8 @@ fn inside(first: &[u8], prev: Option<&[u8]>, w: &[u8]) -> Effect {
 
 enum Token<'a> {
     Word(&'a [u8]),
+    /// A string literal's text (only with `dotted`).
+    Str(&'a [u8]),
     Semicolon,
 }
 
@@ -101,6 +158,8 @@ enum Token<'a> {
 struct Lexer<'a> {
     s: &'a [u8],
     i: usize,
+    /// Words may be qualified (`a.b`) and string literals are returned.
+    dotted: bool,
 }
 
 impl<'a> Lexer<'a> {
@@ -113,7 +172,14 @@ impl<'a> Lexer<'a> {
                     self.i += 1;
                     return Some(Token::Semicolon);
                 }
-                b'\'' => self.skip_string(false),
+                b'\'' => {
+                    let start = self.i + 1;
+                    self.skip_string(false);
+                    if self.dotted {
+                        let end = self.i.saturating_sub(1).max(start);
+                        return Some(Token::Str(&s[start..end]));
+                    }
+                }
                 b'"' => self.skip_until(b'"'),
                 b'-' if s.get(self.i + 1) == Some(&b'-') => {
                     while self.i < s.len() && s[self.i] != b'\n' {
@@ -128,7 +194,11 @@ impl<'a> Lexer<'a> {
                         && (s[self.i].is_ascii_alphanumeric()
                             || s[self.i] == b'_'
                             || s[self.i] == b'$'
-                            || s[self.i] >= 0x80)
+                            || s[self.i] >= 0x80
+                            || (self.dotted
+                                && s[self.i] == b'.'
+                                && s.get(self.i + 1)
+                                    .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')))
                     {
                         self.i += 1;
                     }
@@ -253,6 +323,21 @@ mod tests {
         assert_eq!(c("DISCARD ALL"), Effect::Dirty);
         assert_eq!(c("select pg_advisory_unlock(1)"), Effect::Dirty);
         assert_eq!(c("drop table t"), Effect::Dirty);
+    }
+
+    #[test]
+    fn custom_setting_names_are_found() {
+        let n = |s: &str| custom_names(s.as_bytes());
+        assert_eq!(n("SET myapp.tenant = 'acme'"), vec!["myapp.tenant"]);
+        assert_eq!(
+            n("set session MyApp.X to 1; reset a.b"),
+            vec!["a.b", "myapp.x"]
+        );
+        assert_eq!(
+            n("select pg_catalog.set_config('app.user', 'x', false), set_config('plain', 'y', false)"),
+            vec!["app.user"]
+        );
+        assert!(n("SET search_path = a.b; select 'x.y'").is_empty());
     }
 
     #[test]
