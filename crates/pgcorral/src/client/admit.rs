@@ -1,0 +1,205 @@
+//! A client's admission: startup packets, limits, authentication, its pool, its startup
+//! parameters applied on a server, and the welcome (parameters, key, ReadyForQuery).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use pgwire::backend::TxStatus;
+use pgwire::encode;
+use tokio::io::AsyncWriteExt;
+
+use super::startup::{self, Opening};
+use super::{auth, ClientConn, Session};
+use crate::cancel::CancelSlot;
+use crate::config::{millis_opt, PoolMode};
+use crate::error::{Error, Kind, Result};
+use crate::services::Services;
+use crate::session::{apply, Settings};
+
+/// Startup packets, limits, authentication and the welcome. `None` when the client is done
+/// (a cancel request, a probe, or a failure already reported to it).
+pub(super) async fn admit(
+    client: &mut ClientConn,
+    peer: &SocketAddr,
+    services: &Services,
+    over_limit: bool,
+) -> Option<Session> {
+    let login_timeout = millis_opt(services.config.load().general.client_login_timeout)
+        .unwrap_or(std::time::Duration::MAX);
+    let deadline = tokio::time::Instant::now().checked_add(login_timeout);
+    let timed_out = || {
+        Error::new(
+            Kind::ClientIdle,
+            format!(
+                "client_login_timeout: login not completed within {} ms",
+                login_timeout.as_millis()
+            ),
+        )
+    };
+    let opening = match within(deadline, startup::open(&mut client.stream, &mut client.buf)).await {
+        Some(Ok(o)) => o,
+        Some(Err(e)) => return fail(client, peer, e).await,
+        None => return fail(client, peer, timed_out()).await,
+    };
+    let (minor, params) = match opening {
+        Opening::Closed => return None,
+        Opening::Cancel { pid, secret } => {
+            let wait = millis_opt(services.config.load().general.cancel_wait_timeout);
+            services.cancel.cancel(pid, secret, wait).await;
+            return None;
+        }
+        Opening::Session { minor, params } => (minor, params),
+    };
+    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let Some(user) = get("user").filter(|u| !u.is_empty()).map(str::to_string) else {
+        let e = Error::new(
+            Kind::UnknownUser,
+            "no PostgreSQL user name specified in startup packet",
+        );
+        return fail(client, peer, e).await;
+    };
+    let database = get("database")
+        .filter(|d| !d.is_empty())
+        .unwrap_or(&user)
+        .to_string();
+    if over_limit {
+        let e = Error::new(
+            Kind::TooManyClients,
+            "no more connections allowed (max_client_conn)",
+        );
+        return fail(client, peer, e).await;
+    }
+    if services.shutdown.is_cancelled() {
+        let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
+        return fail(client, peer, e).await;
+    }
+    let login = within(
+        deadline,
+        login(client, services, &user, &database, minor, &params),
+    )
+    .await
+    .unwrap_or_else(|| Err(timed_out()));
+    match login {
+        Ok(session) => {
+            tracing::info!(%peer, %user, %database, "client logged in");
+            Some(session)
+        }
+        Err(e) => fail(client, peer, e).await,
+    }
+}
+
+/// Runs `f` until `deadline` (`None` = no deadline); `None` when it expired.
+async fn within<T>(
+    deadline: Option<tokio::time::Instant>,
+    f: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+/// Reports a startup/login failure as FATAL and logs it.
+pub(super) async fn fail<T>(client: &mut ClientConn, peer: &SocketAddr, e: Error) -> Option<T> {
+    tracing::info!(%peer, error = %e, sqlstate = e.sqlstate(), "client login failed");
+    let mut out = BytesMut::new();
+    e.write_response(&mut out, "FATAL");
+    let _ = client.stream.write_all(&out).await;
+    None
+}
+
+/// Authenticates, finds the pool, applies the startup parameters, and sends the welcome:
+/// parameters, key, ReadyForQuery.
+async fn login(
+    client: &mut ClientConn,
+    services: &Services,
+    user: &str,
+    database: &str,
+    minor: u16,
+    params: &[(String, String)],
+) -> Result<Session> {
+    let config = services.config.load_full();
+    if database == "pgbouncer" || database == "pgcorral" {
+        return Err(Error::new(
+            Kind::NotSupported,
+            "the admin console is not available yet",
+        ));
+    }
+    let mut out = BytesMut::with_capacity(512);
+    startup::negotiate(&mut out, minor, params);
+    let authed = auth::authenticate(
+        &mut client.stream,
+        &mut client.buf,
+        &mut out,
+        &config,
+        &services.scram_cache,
+        user,
+    )
+    .await?;
+    // Only an authenticated client learns whether the database exists, as with PostgreSQL.
+    let pool = services.pools.get(&config, database, user)?;
+    if let Some(key) = authed.client_key {
+        pool.learn_client_key(key);
+    }
+    let startup_settings = crate::session::startup::settings(params)?;
+    let slot = Arc::new(CancelSlot::default());
+    let session_mode = pool.settings().mode == PoolMode::Session;
+    let mut settings = Settings::default();
+    let mut startup = Vec::new();
+    let mut server = None;
+    let mut server_params = pool.params();
+    if session_mode || !startup_settings.is_empty() || server_params.is_none() {
+        // A server applies the startup parameters, so the client is told the values as the
+        // server canonicalises them (and the first login to a pool learns its parameters).
+        let mut s = pool.checkout(client.worker).await?;
+        if startup_settings.is_empty() {
+            apply::sync(&mut s, &settings).await?;
+        } else {
+            let login_user = pool.server_user();
+            settings = apply::login(&mut s, &settings, &startup_settings, &login_user)
+                .await?
+                .settings;
+            startup = settings
+                .iter()
+                .filter(|(n, _)| {
+                    startup_settings
+                        .iter()
+                        .any(|(k, _)| k.eq_ignore_ascii_case(n))
+                })
+                .cloned()
+                .collect();
+        }
+        server_params = Some(s.params.clone());
+        if session_mode {
+            server = Some(s);
+        }
+    }
+    let pid = match &server {
+        Some(s) => {
+            slot.set(Some(s.key));
+            s.key.pid
+        }
+        None => rand::random::<i32>() & 0x7fff_ffff,
+    };
+    for (k, v) in server_params.unwrap_or_default().iter() {
+        encode::parameter_status(&mut out, k, v);
+    }
+    let secret = services.cancel.register(pid, slot.clone());
+    encode::backend_key_data(&mut out, pid, secret);
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    if let Err(e) = client.stream.write_all(&out).await {
+        services.cancel.unregister(pid, secret);
+        return Err(Error::with_source(Kind::ClientIo, "write", e));
+    }
+    Ok(Session {
+        pool,
+        server,
+        slot,
+        pid,
+        secret,
+        settings,
+        startup,
+        pinned: Vec::new(),
+    })
+}

@@ -1,0 +1,102 @@
+//! Answers pgcorral gives a client itself in the request loop: timeouts, statements refused by
+//! `session_pinning = "refuse"`, and transactions refused in statement mode.
+
+use bytes::{Buf, BytesMut};
+use pgwire::backend::TxStatus;
+use pgwire::{encode, sqlstate, Header};
+use tokio::io::AsyncWriteExt;
+
+use super::ClientConn;
+use crate::error::{Error, Kind, Result};
+use crate::pool::Checkout;
+use crate::relay::{Phase, Timeouts};
+
+/// The error a client gets when a timeout of the relay expired.
+pub(super) fn timed_out(phase: Phase, t: &Timeouts) -> Error {
+    let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis()).unwrap_or(0);
+    match phase {
+        Phase::Query => Error::new(
+            Kind::QueryTimeout,
+            format!("query_timeout: query ran longer than {} ms; connection closed", ms(t.query)),
+        ),
+        Phase::IdleInTransaction => Error::new(
+            Kind::IdleInTransaction,
+            format!(
+                "idle_transaction_timeout: idle in a transaction for longer than {} ms; the transaction was rolled back",
+                ms(t.idle_in_transaction)
+            ),
+        ),
+        Phase::Idle => client_idle_error(ms(t.client_idle)),
+    }
+}
+
+pub(super) fn client_idle_error(ms: u128) -> Error {
+    Error::new(
+        Kind::ClientIdle,
+        format!("client_idle_timeout: idle for longer than {ms} ms; connection closed"),
+    )
+}
+
+/// `session_pinning = "refuse"`: drops the Query at the head of the client's buffer and answers
+/// it with an error, keeping the transaction status as it is.
+pub(super) async fn refuse_statement(
+    client: &mut ClientConn,
+    tx: TxStatus,
+    why: &str,
+) -> Result<()> {
+    if let Ok(Some(h)) = Header::parse(&client.buf, client.max_len) {
+        client.buf.advance(h.total_len().min(client.buf.len()));
+    }
+    tracing::info!(
+        worker = client.worker,
+        why,
+        "refused a statement that would pin the client to its server"
+    );
+    let mut out = BytesMut::new();
+    encode::error_response(
+        &mut out,
+        "ERROR",
+        sqlstate::FEATURE_NOT_SUPPORTED,
+        &format!("{why} is not allowed here: it would tie the session to one server connection (session_pinning = \"refuse\")"),
+    );
+    encode::ready_for_query(&mut out, tx);
+    client
+        .stream
+        .write_all(&out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
+}
+
+/// Statement mode: a request opened a transaction. Roll it back, tell the client, and give it a
+/// clean ReadyForQuery in place of the one held back.
+pub(super) async fn refuse_transaction(
+    client: &mut ClientConn,
+    server: &mut Checkout,
+) -> Result<()> {
+    // Drop the held ReadyForQuery from the server's buffer.
+    let z = Header::parse(&server.rbuf, u32::MAX)
+        .ok()
+        .flatten()
+        .map(|h| h.total_len())
+        .unwrap_or(0);
+    let z = z.min(server.rbuf.len());
+    server.rbuf.advance(z);
+    let ok = crate::pool::rollback(server).await;
+    let mut out = BytesMut::new();
+    encode::error_response(
+        &mut out,
+        "ERROR",
+        sqlstate::FEATURE_NOT_SUPPORTED,
+        "transaction blocks are not allowed in statement pooling mode; the transaction was rolled back",
+    );
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    client
+        .stream
+        .write_all(&out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    if !ok {
+        server.state.broken = true;
+    }
+    Ok(())
+}

@@ -1,0 +1,50 @@
+//! A client's session state between transactions: restored on each server it is given, read
+//! back after a transaction that may have changed it, and what pins it to its server.
+
+use super::Session;
+use crate::error::{Error, Result};
+use crate::pool::Checkout;
+use crate::session::{apply, Settings};
+
+/// Applies the client's settings to a server it was just given; a failure ends the session
+/// (its state cannot be restored).
+pub(super) async fn restore(server: &mut Checkout, settings: &Settings) -> Result<()> {
+    apply::sync(server, settings).await.map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!("could not restore the session's settings on a server connection: {e}"),
+        )
+    })
+}
+
+/// After a transaction that may have changed the session: records the client's settings as
+/// the server now has them, and pins or unpins the client by what is bound to the server.
+pub(super) async fn recapture(
+    session: &mut Session,
+    server: &mut Checkout,
+    seen: &mut Vec<String>,
+) -> Result<()> {
+    let login_user = session.pool.server_user();
+    let mut custom: Vec<String> = crate::session::custom_names_of(&session.settings)
+        .chain(crate::session::custom_names_of(&session.startup))
+        .chain(seen.drain(..))
+        .collect();
+    custom.sort();
+    custom.dedup();
+    *seen = Vec::new();
+    let captured = apply::capture(server, &login_user, &custom).await?;
+    session.settings = crate::session::with_startup(&captured.settings, &session.startup);
+    if captured.pins != session.pinned {
+        if captured.pins.is_empty() {
+            tracing::info!(
+                pid = session.pid,
+                "client unpinned: its server-bound state is gone"
+            );
+        } else {
+            tracing::info!(pid = session.pid, reasons = ?captured.pins, "client pinned to its server connection until this state is released");
+        }
+        session.pinned = captured.pins;
+    }
+    server.bound = !session.pinned.is_empty();
+    Ok(())
+}
