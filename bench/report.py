@@ -30,6 +30,7 @@ SHORT = {"direct": "direct", "pgbouncer": "PgBouncer", "pgcorral": "pgcorral"}
 PARTS = [
     ("simple", "pgbench -S, `--protocol simple`, transaction mode"),
     ("extended", "pgbench -S, `--protocol extended`, transaction mode"),
+    ("prepared_tx", "pgbench -S, `--protocol prepared`, transaction mode"),
     ("prepared", "pgbench -S, `--protocol prepared`, session mode (database `bench_session`)"),
 ]
 
@@ -180,7 +181,7 @@ def cmd_cell(a):
     # One line for the console.
     fmt = lambda v, f: (f % v) if v is not None else "-"  # noqa: E731
     msg = (
-        f"  {a.part:8} c={a.clients:<5} {a.target:9} rep {a.rep}: "
+        f"  {a.part:11} c={a.clients:<5} {a.target:9} rep {a.rep}: "
         f"tps {fmt(r['tps'], '%.0f')}, mean {fmt(r['lat_mean_ms'], '%.3f')} ms, "
         f"p99 {fmt(r['lat_p99_ms'], '%.3f')} ms, cpu/tx {fmt(r['cpu_us_per_tx'], '%.1f')} µs "
         f"(steady {fmt(r['cpu_us_per_tx_steady'], '%.1f')} µs)"
@@ -290,6 +291,11 @@ def aggregate(cells):
         if not done:
             agg[key] = {"skipped": runs[0].get("skipped"), "runs": []}
             continue
+        if all(r["rc"] != 0 or r.get("tps") is None for r in done):
+            # pgbench failed every time (clients aborted, e.g. PgBouncer without prepared
+            # statements in transaction mode): whatever it measured before is no result.
+            agg[key] = {"fails": True, "problem": True, "runs": done}
+            continue
         agg[key] = {
             "tps": med(r.get("tps") for r in done),
             "lat_mean_ms": med(r.get("lat_mean_ms") for r in done),
@@ -325,6 +331,8 @@ def tps_cell(agg, part, clients, target):
         return "–"
     if g.get("skipped"):
         return "n/a"
+    if g.get("fails"):
+        return "fails"
     return f_num(g.get("tps")) + mark(agg, part, clients, target)
 
 
@@ -336,6 +344,8 @@ def triple(agg, part, clients, field):
             vals.append("–")
         elif g.get("skipped"):
             vals.append("n/a")
+        elif g.get("fails"):
+            vals.append("fails")
         else:
             vals.append(f_lat(g.get(field)))
     return " / ".join(vals)
@@ -364,6 +374,41 @@ def part_table(agg, part, clients_list):
             f"| {cpu_pair(agg, part, c, 'pgbouncer')} | {cpu_pair(agg, part, c, 'pgcorral')} |"
         )
     return "\n".join(lines)
+
+
+def prepared_vs_extended(agg, clients_list):
+    """pgcorral's TPS with `--protocol prepared` against `--protocol extended`, both in
+    transaction mode, per client count (direct PostgreSQL's ratio beside it for reference), and
+    the median of pgcorral's ratios."""
+    lines = [
+        "| Clients | pgcorral extended TPS | pgcorral prepared TPS | pgcorral prepared / extended "
+        "| direct prepared / extended |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    ratios = []
+    for c in clients_list:
+        ext = cell_value(agg, "extended", c, "pgcorral", "tps")
+        prep = cell_value(agg, "prepared_tx", c, "pgcorral", "tps")
+        d_ext = cell_value(agg, "extended", c, "direct", "tps")
+        d_prep = cell_value(agg, "prepared_tx", c, "direct", "tps")
+        if ext and prep:
+            ratios.append(prep / ext)
+        lines.append(
+            f"| {c} | {tps_cell(agg, 'extended', c, 'pgcorral')} | {tps_cell(agg, 'prepared_tx', c, 'pgcorral')} "
+            f"| {f_ratio(prep, ext)} | {f_ratio(d_prep, d_ext)} |"
+        )
+    if ratios:
+        summary = (
+            f"pgcorral in transaction mode, `--protocol prepared` ÷ `--protocol extended` TPS: "
+            f"**{statistics.median(ratios):.2f}×** (median over {len(ratios)} client count(s); "
+            f"{min(ratios):.2f}× to {max(ratios):.2f}×)."
+        )
+    else:
+        summary = (
+            "pgcorral in transaction mode, `--protocol prepared` ÷ `--protocol extended` TPS: – "
+            "(no client count has both a prepared and an extended result)."
+        )
+    return summary, "\n".join(lines)
 
 
 def storm_table(agg, clients_list):
@@ -521,7 +566,8 @@ def cmd_report(a):
     o.append(
         f"Made by `bench/run.sh` (see [bench/README.md](../README.md)) in {a.duration}. "
         f"Settings: `BENCH_T={a.t}` s per run, `BENCH_REPS={a.reps}` (each number is the median of the "
-        f"repetitions), `BENCH_CLIENTS=\"{a.clients}\"`, prepared at `{a.prepared_clients}`, storm at "
+        f"repetitions), `BENCH_CLIENTS=\"{a.clients}\"` (also prepared in transaction mode), prepared in "
+        f"session mode at `{a.prepared_clients}`, storm at "
         f"`{a.storm_clients}` clients, pgbench `-j {a.jobs}`, scale {a.scale}, pool size {a.pool_size}, "
         f"`BENCH_IDLE={a.idle}`."
     )
@@ -557,7 +603,8 @@ def cmd_report(a):
         "*steady*: the same, sampled every 0.1 s, between the first and the last completed transaction "
         "(so without the logins and logouts) ÷ the transactions completed in that window. "
         f"n/a: not run (direct PostgreSQL beyond max_connections {a.max_connections}). "
-        "⚠: at least one repetition had errors, see below."
+        "⚠: at least one repetition had errors, see below. fails: pgbench failed (exited non-zero) in "
+        "every repetition, so there is no result."
     )
     o.append("")
     for part, title in PARTS:
@@ -565,16 +612,33 @@ def cmd_report(a):
             continue
         o.append(f"## {title}")
         o.append("")
+        if part == "prepared_tx":
+            o.append(
+                "Database `bench`, transaction mode, the clients of the simple and extended parts: each "
+                "pgbench client prepares its statement once (Parse with a name, then Bind/Execute by that "
+                "name in every transaction), and the pooler must make that name work on whichever server "
+                "the next transaction gets. PgBouncer supports this from 1.21 when `max_prepared_statements` "
+                "is set (the harness keeps PgBouncer's default, which turns it on only in later releases); "
+                "without it PgBouncer passes the statements through, a server answers `prepared statement … "
+                "does not exist` or `… already exists`, pgbench aborts the clients, and the cell says "
+                "*fails* (details under *Errors and failures*)."
+            )
+            o.append("")
         if part == "prepared":
             o.append(
                 f"Session mode, so each client keeps one of the {a.pool_size} server connections for its whole "
                 f"session; run only at `{a.prepared_clients}` clients (≤ pool size {a.pool_size}: more clients "
-                "would wait for a connection, not run). pgcorral supports `-M prepared` in session mode only. "
-                "Direct PostgreSQL uses database `bench`."
+                "would wait for a connection, not run). Direct PostgreSQL uses database `bench`."
             )
             o.append("")
         o.append(part_table(agg, part, clients_by_part[part]))
         o.append("")
+        if part == "prepared_tx":
+            summary, table = prepared_vs_extended(agg, clients_by_part[part])
+            o.append(summary)
+            o.append("")
+            o.append(table)
+            o.append("")
     if storm_clients:
         o.append("## Connection storm: `pgbench -S -C --protocol simple`, transaction mode")
         o.append("")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark: PostgreSQL direct vs PgBouncer vs pgcorral. See bench/README.md.
 #
-#   bench/run.sh                                   # the full matrix (~40 min)
+#   bench/run.sh                                   # the full matrix (~50 min)
 #   BENCH_T=3 BENCH_REPS=1 BENCH_CLIENTS="1 16" BENCH_IDLE=1000 bench/run.sh   # a quick check
 #
 # Starts its own PostgreSQL (bench/work/), PgBouncer and pgcorral on free ports of 127.0.0.1,
@@ -59,7 +59,7 @@ fi
 # Session mode with pool size P: more than P clients would queue for a server, not run.
 prepared_clients=()
 for c in $BENCH_PREPARED_CLIENTS; do
-  if [ "$c" -le "$BENCH_POOL_SIZE" ]; then prepared_clients+=("$c"); else log "prepared: skipping $c clients (> pool size $BENCH_POOL_SIZE)"; fi
+  if [ "$c" -le "$BENCH_POOL_SIZE" ]; then prepared_clients+=("$c"); else log "prepared, session mode: skipping $c clients (> pool size $BENCH_POOL_SIZE)"; fi
 done
 
 # One run at a time: runs share bench/work/. The lock is on the bench/ directory itself and goes
@@ -468,6 +468,7 @@ run_pgbench() { # part clients target rep; also used for the warm-up (rep 0)
   db=bench
   case $part in
     simple | extended) mode_args=(-M "$part") ;;
+    prepared_tx) mode_args=(-M prepared) ;; # transaction mode: database bench
     prepared)
       mode_args=(-M prepared)
       [ "$t" = direct ] || db=bench_session
@@ -515,7 +516,12 @@ cells=()
 for part in simple extended; do
   if has_part "$part"; then for c in $BENCH_CLIENTS; do cells+=("$part $c"); done; fi
 done
-if has_part prepared; then for c in "${prepared_clients[@]}"; do cells+=("prepared $c"); done; fi
+# The prepared part: transaction mode at the clients of the simple and extended parts, then
+# session mode (database bench_session) at the clients that fit in the pool.
+if has_part prepared; then
+  for c in $BENCH_CLIENTS; do cells+=("prepared_tx $c"); done
+  for c in "${prepared_clients[@]}"; do cells+=("prepared $c"); done
+fi
 if has_part storm; then for c in $BENCH_STORM_CLIENTS; do cells+=("storm $c"); done; fi
 
 if [ "${#cells[@]}" -gt 0 ] && [ "$BENCH_WARMUP" -gt 0 ]; then

@@ -43,6 +43,7 @@ fn scans(c: &mut Criterion) {
                 Track::Pin,
                 &mut Vec::new(),
                 1 << 30,
+                None,
             )
             .unwrap();
             let s = scan_server(
@@ -53,6 +54,7 @@ fn scans(c: &mut Criterion) {
                 true,
                 false,
                 1 << 30,
+                None,
             )
             .unwrap();
             black_box((c.ready, s.ready))
@@ -103,6 +105,10 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                 permit: None,
                 applied: Some(Default::default()),
                 bound: false,
+                statements: Default::default(),
+                expect: Default::default(),
+                wout: BytesMut::new(),
+                fout: BytesMut::new(),
             };
             assert!(pool.adopt(server));
         }

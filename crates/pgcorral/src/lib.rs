@@ -5,7 +5,7 @@
 //! [`pool`] checks out a server ([`server::connect`] when a new one is needed) → [`relay`]
 //! forwards the request and streams the answer back until the server is idle → the
 //! [`pool::Checkout`] guard returns the server. [`session`] keeps each client's settings on
-//! whatever server it lands on. Cancel requests go around it via [`cancel`].
+//! whatever server it lands on, and [`prepared`] its prepared statements. Cancel requests go around it via [`cancel`].
 //! Shared state lives in one [`Services`] handle built at start and passed down; nothing is global.
 
 pub mod cancel;
@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod net;
 pub mod pool;
+pub mod prepared;
 pub mod relay;
 pub mod server;
 pub mod services;

@@ -16,6 +16,9 @@ use tokio::io::AsyncWrite;
 use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
+use crate::prepared::expect::Answers;
+use crate::prepared::rewrite::{Link, Plan};
+use crate::prepared::Registry;
 use crate::server::{LinkState, ServerConn, ServerParams};
 use crate::session::scan::{classify, custom_names, Effect};
 
@@ -103,14 +106,17 @@ pub enum Track {
 }
 
 /// How a relay behaves.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Mode {
+#[derive(Clone, Copy, Default)]
+pub struct Mode<'a> {
     /// Stop when the server is idle (false in session mode).
     pub stop_when_idle: bool,
     /// Refuse transactions (statement mode).
     pub statement: bool,
     pub track: Track,
     pub timeouts: Timeouts,
+    /// Prepared statements are the client's own, moved between servers (transaction and
+    /// statement mode): the registry that shares them, and max_prepared_statements.
+    pub prepared: Option<(&'a Registry, usize)>,
 }
 
 /// Makes room for a read, growing the buffer only when little space is left.
@@ -133,8 +139,12 @@ fn skip_body(len: usize, pos: &mut usize, pass: &mut usize) -> bool {
 /// What the server-side scan found.
 #[derive(Default, Debug)]
 pub struct ServerScan {
-    /// Bytes from the start of the buffer that may be forwarded.
+    /// Bytes at the start of the buffer that are dropped (answers hidden from the client).
+    pub front: usize,
+    /// Bytes from the start of the buffer up to which `front..ready` may be forwarded.
     pub ready: usize,
+    /// Stopped where pgcorral must answer or hide something: scan again once `ready` is sent.
+    pub again: bool,
     pub stop: Option<Outcome>,
     pub fatal: bool,
 }
@@ -142,6 +152,7 @@ pub struct ServerScan {
 /// Scans server bytes: passes bodies, inspects ReadyForQuery and ErrorResponse. Stops after a
 /// ReadyForQuery that leaves the link idle when `stop_when_idle`, or before one that opens a
 /// transaction in statement mode.
+#[allow(clippy::too_many_arguments)]
 pub fn scan_server(
     buf: &[u8],
     pass: &mut usize,
@@ -150,16 +161,45 @@ pub fn scan_server(
     stop_when_idle: bool,
     statement_mode: bool,
     max: u32,
+    mut answers: Option<&mut Answers>,
 ) -> Result<ServerScan, FrameError> {
     let mut out = ServerScan::default();
     let mut pos = 0;
+    let mut front = 0;
     loop {
         if !skip_body(buf.len(), &mut pos, pass) {
             break;
         }
+        if let Some(a) = answers.as_deref_mut() {
+            if a.expect.fake_next() {
+                if pos > front {
+                    out.again = true;
+                    break;
+                }
+                while let Some(f) = a.expect.next_fake() {
+                    f.encode(a.out);
+                }
+            }
+        }
         let Some(h) = Header::parse(&buf[pos..], max)? else {
             break;
         };
+        let mut hide = false;
+        if let Some(a) = answers.as_deref_mut() {
+            // Answers are matched whole (rows and COPY data only pass through).
+            let streamed = h.tag == backend::DATA_ROW || h.tag == backend::COPY_DATA;
+            if !streamed && buf.len() - pos < h.total_len() {
+                break;
+            }
+            hide = a.expect.hides(h.tag);
+            if hide && pos > front {
+                out.again = true;
+                break;
+            }
+            if h.tag != backend::READY_FOR_QUERY {
+                a.expect.answer(h.tag, a.server, a.client);
+            }
+        }
         match h.tag {
             backend::READY_FOR_QUERY | backend::ERROR_RESPONSE | backend::PARAMETER_STATUS => {
                 if buf.len() - pos < h.total_len() {
@@ -171,9 +211,15 @@ pub fn scan_server(
                         crate::session::exec::set_param(params, k, v);
                     }
                 } else if h.tag == backend::ERROR_RESPONSE {
-                    if backend::ErrorFields::parse(body).is_some_and(|f| f.is_fatal()) {
+                    let fields = backend::ErrorFields::parse(body);
+                    if fields.as_ref().is_some_and(|f| f.is_fatal()) {
                         st.broken = true;
                         out.fatal = true;
+                    }
+                    if let (Some(a), Some(f)) = (answers.as_deref_mut(), &fields) {
+                        if f.code == "0A000" && f.message.starts_with("cached plan must not") {
+                            a.server.mark_stale();
+                        }
                     }
                 } else {
                     st.pending = st.pending.saturating_sub(1);
@@ -182,22 +228,35 @@ pub fn scan_server(
                         .copied()
                         .and_then(TxStatus::from_byte)
                         .unwrap_or(TxStatus::Failed);
+                    if let Some(a) = answers.as_deref_mut() {
+                        a.expect.answer(h.tag, a.server, a.client);
+                    }
                     let quiet = st.pending == 0 && !st.unsynced;
-                    if statement_mode && quiet && st.tx != TxStatus::Idle {
+                    if !hide && statement_mode && quiet && st.tx != TxStatus::Idle {
                         out.stop = Some(Outcome::TransactionRefused);
                         break;
                     }
-                    if stop_when_idle && st.is_idle() {
+                    if !hide && stop_when_idle && st.is_idle() {
                         pos += h.total_len();
                         out.stop = Some(Outcome::Idle);
                         break;
                     }
                 }
                 pos += h.total_len();
+                if hide {
+                    front = pos;
+                }
+            }
+            _ if hide => {
+                pos += h.total_len();
+                front = pos;
             }
             tag => {
                 if tag == backend::COPY_IN_RESPONSE {
-                    st.copy_in_started();
+                    let ignored = st.copy_in_started();
+                    if let Some(a) = answers.as_deref_mut() {
+                        a.expect.drop_syncs_after_head(ignored);
+                    }
                 }
                 pos += pgwire::header::HEADER_LEN;
                 *pass = h.body_len();
@@ -205,13 +264,19 @@ pub fn scan_server(
         }
     }
     out.ready = pos;
+    out.front = front;
     Ok(out)
 }
 
 /// What the client-side scan found.
 #[derive(Default, Debug)]
 pub struct ClientScan {
+    /// Bytes at the start of the buffer replaced by rewritten messages (see [`Link`]).
+    pub front: usize,
+    /// Bytes from the start of the buffer up to which `front..ready` may be forwarded as they are.
     pub ready: usize,
+    /// Stopped before a message to rewrite: scan again once `ready` is sent.
+    pub again: bool,
     pub terminate: bool,
     pub bad_tag: Option<u8>,
     /// Stopped before a Query refused by `session_pinning = "refuse"`, and why.
@@ -228,9 +293,11 @@ pub fn scan_client(
     track: Track,
     custom: &mut Vec<String>,
     max: u32,
+    mut link: Option<&mut Link>,
 ) -> Result<ClientScan, FrameError> {
     let mut out = ClientScan::default();
     let mut pos = 0;
+    let mut front = 0;
     loop {
         if !skip_body(buf.len(), &mut pos, pass) {
             break;
@@ -238,6 +305,26 @@ pub fn scan_client(
         let Some(h) = Header::parse(&buf[pos..], max)? else {
             break;
         };
+        if let Some(l) = link.as_deref_mut() {
+            match l.plan(h, &buf[pos..]) {
+                Plan::NeedMore => break,
+                Plan::Rewrite if pos > front => {
+                    out.again = true;
+                    break;
+                }
+                Plan::Rewrite => {
+                    if h.tag == frontend::PARSE && sql_effect(&buf[pos..], h) != Effect::None {
+                        st.dirty = true;
+                    }
+                    let a = l.apply(h, &buf[pos..], st);
+                    pos += a.consume;
+                    front = pos;
+                    *pass = a.pass;
+                    continue;
+                }
+                Plan::Raw => {}
+            }
+        }
         if track != Track::Off && (h.tag == frontend::QUERY || h.tag == frontend::PARSE) {
             match sql_effect(&buf[pos..], h) {
                 Effect::Pins(why) if track == Track::Refuse && h.tag == frontend::QUERY => {
@@ -253,13 +340,15 @@ pub fn scan_client(
                 }
             }
         }
+        let mut counted = true;
         match frontend::kind(h.tag) {
             FeKind::Request => st.on_request(),
             FeKind::Sync => {
-                st.on_sync();
+                counted = st.on_sync();
             }
             FeKind::Extended => {
-                st.unsynced = true;
+                // A Flush asks for nothing of its own: after a Sync it leaves the link synced.
+                st.unsynced |= h.tag != frontend::FLUSH;
                 if h.tag == frontend::EXECUTE {
                     st.on_execute();
                 } else {
@@ -276,10 +365,14 @@ pub fn scan_client(
                 break;
             }
         }
+        if let Some(l) = link.as_deref_mut() {
+            l.raw(h, &buf[pos..], counted);
+        }
         pos += pgwire::header::HEADER_LEN;
         *pass = h.body_len();
     }
     out.ready = pos;
+    out.front = front;
     Ok(out)
 }
 
@@ -309,70 +402,148 @@ fn sql_text(msg: &[u8], h: Header) -> Option<&[u8]> {
 
 enum Event {
     ToServer(std::io::Result<usize>),
+    /// pgcorral's rewritten or added messages written to the server.
+    ToServerOwn(std::io::Result<usize>),
     ToClient(std::io::Result<usize>),
+    /// pgcorral's own answers written to the client.
+    ToClientOwn(std::io::Result<usize>),
     FromServer(std::io::Result<usize>),
     FromClient(std::io::Result<usize>),
     Timeout,
 }
 
+/// The client side's scan: bytes to forward (after dropping what was rewritten), a stop, and
+/// whether to scan again once those bytes are written.
+struct ClientSide {
+    ready: usize,
+    stop: Option<Outcome>,
+    again: bool,
+}
+
+fn scan_c(
+    client: &mut ClientConn,
+    server: &mut ServerConn,
+    mode: &Mode,
+    unnamed_here: &mut bool,
+) -> ClientSide {
+    let mut link = mode.prepared.map(|(registry, max)| Link {
+        registry,
+        max,
+        client: &mut client.statements,
+        server: &mut server.statements,
+        expect: &mut server.expect,
+        out: &mut server.wout,
+        unnamed_here,
+    });
+    match scan_client(
+        &client.buf,
+        &mut client.pass,
+        &mut server.state,
+        mode.track,
+        &mut client.custom,
+        client.max_len,
+        link.as_mut(),
+    ) {
+        Ok(s) => {
+            client.buf.advance(s.front);
+            ClientSide {
+                ready: s.ready - s.front,
+                stop: client_stop(&s),
+                again: s.again,
+            }
+        }
+        Err(e) => ClientSide {
+            ready: 0,
+            stop: Some(Outcome::ClientProtocol(e.to_string())),
+            again: false,
+        },
+    }
+}
+
+/// The server side's scan; answers pgcorral gives itself go to `server.fout`.
+fn scan_s(
+    client: &mut ClientConn,
+    server: &mut ServerConn,
+    mode: &Mode,
+) -> Result<ServerScan, FrameError> {
+    let mut answers = mode.prepared.map(|_| Answers {
+        expect: &mut server.expect,
+        server: &mut server.statements,
+        client: &mut client.statements,
+        out: &mut server.fout,
+    });
+    let mut s = scan_server(
+        &server.rbuf,
+        &mut server.pass,
+        &mut server.state,
+        &mut server.params,
+        mode.stop_when_idle,
+        mode.statement,
+        client.max_len,
+        answers.as_mut(),
+    )?;
+    server.rbuf.advance(s.front);
+    s.ready -= s.front;
+    Ok(s)
+}
+
 /// Relays between `client` and `server` until the server may be released, a side is gone, or
 /// a timeout expires.
-pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -> Outcome {
-    let Mode {
-        stop_when_idle,
-        statement: statement_mode,
-        track,
-        timeouts,
-    } = mode;
-    let max = client.max_len;
+pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_>) -> Outcome {
+    let timeouts = mode.timeouts;
+    if server.state.pending == 0 && !server.state.unsynced {
+        // Nothing outstanding: nothing is owed either.
+        server.expect.clear();
+    }
+    // The client's unnamed statement is not on this server until it is parsed here.
+    let mut unnamed_here = false;
     // The timer exists only when some timeout is configured; it is re-armed when the phase
     // changes.
     let timed = timeouts.any();
     let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut phase: Option<Phase> = None;
     let mut armed = false;
-    // c_ready: client bytes scanned, to write to the server; c_stop: the client side ended
-    // (acted on once c_ready is written). s_ready/s_stop: the same for the server side.
+    // c_ready: client bytes scanned, to write to the server after `server.wout` (rewritten
+    // messages); c_stop: the client side ended (acted on once both are written); c_again: scan
+    // again once they are. s_ready/s_stop/s_again: the same for the server side, whose bytes
+    // follow `server.fout` (answers pgcorral gives).
     // Whatever the client already sent (the request that caused checkout) goes first.
-    let (mut c_ready, mut c_stop) = match scan_client(
-        &client.buf,
-        &mut client.pass,
-        &mut server.state,
-        track,
-        &mut client.custom,
-        max,
-    ) {
-        Ok(s) => (s.ready, client_stop(&s)),
-        Err(e) => (0, Some(Outcome::ClientProtocol(e.to_string()))),
-    };
+    let c = scan_c(client, server, &mode, &mut unnamed_here);
+    let (mut c_ready, mut c_stop, mut c_again) = (c.ready, c.stop, c.again);
     let mut s_ready = 0usize;
     let mut s_stop: Option<Outcome> = None;
-    // Anything the server sent while idle reaches this client.
-    if !server.rbuf.is_empty() {
-        match scan_server(
-            &server.rbuf,
-            &mut server.pass,
-            &mut server.state,
-            &mut server.params,
-            stop_when_idle,
-            statement_mode,
-            max,
-        ) {
-            Ok(s) => {
-                s_ready = s.ready;
-                s_stop = s.stop;
-            }
-            Err(_) => s_stop = Some(Outcome::ServerGone { notified: false }),
-        }
-    }
+    // Anything the server sent while idle reaches this client; answers pgcorral owes go out.
+    let mut s_again = !server.rbuf.is_empty() || server.expect.fake_next();
     let mut fatal_seen = false;
 
     loop {
-        if s_ready == 0 && s_stop.is_some() {
+        if c_again && c_ready == 0 && c_stop.is_none() {
+            let c = scan_c(client, server, &mode, &mut unnamed_here);
+            (c_ready, c_stop, c_again) = (c.ready, c.stop, c.again);
+            s_again |= server.expect.fake_next();
+        }
+        if s_again && s_ready == 0 && s_stop.is_none() {
+            s_again = false;
+            match scan_s(client, server, &mode) {
+                Ok(s) => {
+                    s_ready = s.ready;
+                    fatal_seen |= s.fatal;
+                    s_stop = s.stop;
+                    s_again = s.again;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "server sent an invalid message");
+                    server.state.broken = true;
+                    s_stop = Some(Outcome::ServerGone { notified: false });
+                }
+            }
+        }
+        let c_sent = c_ready == 0 && server.wout.is_empty();
+        if s_ready == 0 && server.fout.is_empty() && s_stop.is_some() {
             // The server may be released, but not while the client is part-way through a
             // message (stray COPY data after a failed COPY): the server would take the next
             // client's bytes for the rest of it. Forward the rest of that message first.
-            let mid_message = c_ready > 0 || client.pass > 0;
+            let mid_message = !c_sent || client.pass > 0;
             let releasable = matches!(s_stop, Some(Outcome::Idle | Outcome::TransactionRefused));
             if !(mid_message && releasable) {
                 let o = s_stop.take().expect("checked");
@@ -383,7 +554,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -
                 return finish(o, client, server, c_ready);
             }
         }
-        if c_ready == 0 {
+        if c_sent {
             // A refused Query waits until what came before it has been answered.
             let answered = server.state.pending == 0 && s_ready == 0;
             if !matches!(c_stop, Some(Outcome::Refused(_))) || answered {
@@ -392,10 +563,11 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -
                 }
             }
         }
-        let read_server = s_ready == 0 && s_stop.is_none();
+        let read_server = s_ready == 0 && s_stop.is_none() && !s_again;
         // Once the server side has stopped, the client is read only to finish the message in
         // flight; its next request waits for the next checkout.
-        let read_client = c_ready == 0 && c_stop.is_none() && (s_stop.is_none() || client.pass > 0);
+        let read_client =
+            c_sent && !c_again && c_stop.is_none() && (s_stop.is_none() || client.pass > 0);
         if read_server {
             reserve(&mut server.rbuf);
         }
@@ -418,14 +590,22 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -
             }
         }
         let ev = poll_fn(|cx| {
-            if c_ready > 0 {
+            if !server.wout.is_empty() {
+                if let Poll::Ready(r) = Pin::new(&mut server.stream).poll_write(cx, &server.wout) {
+                    return Poll::Ready(Event::ToServerOwn(r));
+                }
+            } else if c_ready > 0 {
                 if let Poll::Ready(r) =
                     Pin::new(&mut server.stream).poll_write(cx, &client.buf[..c_ready])
                 {
                     return Poll::Ready(Event::ToServer(r));
                 }
             }
-            if s_ready > 0 {
+            if !server.fout.is_empty() {
+                if let Poll::Ready(r) = Pin::new(&mut client.stream).poll_write(cx, &server.fout) {
+                    return Poll::Ready(Event::ToClientOwn(r));
+                }
+            } else if s_ready > 0 {
                 if let Poll::Ready(r) =
                     Pin::new(&mut client.stream).poll_write(cx, &server.rbuf[..s_ready])
                 {
@@ -462,7 +642,8 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -
                 client.buf.advance(n);
                 c_ready -= n;
             }
-            Event::ToServer(_) => {
+            Event::ToServerOwn(Ok(n)) if n > 0 => server.wout.advance(n),
+            Event::ToServer(_) | Event::ToServerOwn(_) => {
                 server.state.broken = true;
                 return Outcome::ServerGone {
                     notified: fatal_seen,
@@ -472,7 +653,8 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -
                 server.rbuf.advance(n);
                 s_ready -= n;
             }
-            Event::ToClient(_) => {
+            Event::ToClientOwn(Ok(n)) if n > 0 => server.fout.advance(n),
+            Event::ToClient(_) | Event::ToClientOwn(_) => {
                 client.buf.clear();
                 return Outcome::ClientGone;
             }
@@ -481,28 +663,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -
                 client.buf.advance(c_ready);
                 return Outcome::TimedOut(p);
             }
-            Event::FromServer(Ok(n)) if n > 0 => {
-                match scan_server(
-                    &server.rbuf,
-                    &mut server.pass,
-                    &mut server.state,
-                    &mut server.params,
-                    stop_when_idle,
-                    statement_mode,
-                    max,
-                ) {
-                    Ok(s) => {
-                        s_ready = s.ready;
-                        fatal_seen |= s.fatal;
-                        s_stop = s.stop;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "server sent an invalid message");
-                        server.state.broken = true;
-                        s_stop = Some(Outcome::ServerGone { notified: false });
-                    }
-                }
-            }
+            Event::FromServer(Ok(n)) if n > 0 => s_again = true,
             Event::FromServer(_) => {
                 server.state.broken = true;
                 s_stop = Some(Outcome::ServerGone {
@@ -516,22 +677,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode) -
                 client.pass -= take;
                 c_ready = take;
             }
-            Event::FromClient(Ok(n)) if n > 0 => {
-                match scan_client(
-                    &client.buf,
-                    &mut client.pass,
-                    &mut server.state,
-                    track,
-                    &mut client.custom,
-                    max,
-                ) {
-                    Ok(s) => {
-                        c_ready = s.ready;
-                        c_stop = client_stop(&s);
-                    }
-                    Err(e) => c_stop = Some(Outcome::ClientProtocol(e.to_string())),
-                }
-            }
+            Event::FromClient(Ok(n)) if n > 0 => c_again = true,
             Event::FromClient(_) => {
                 client.buf.clear();
                 c_stop = Some(Outcome::ClientGone);
@@ -594,6 +740,7 @@ mod tests {
             true,
             false,
             1 << 20,
+            None,
         )
         .unwrap();
         assert_eq!(s.ready, z_end);
@@ -617,6 +764,7 @@ mod tests {
             true,
             false,
             1 << 20,
+            None,
         )
         .unwrap();
         assert_eq!(s.ready, 40);
@@ -629,6 +777,7 @@ mod tests {
             true,
             false,
             1 << 20,
+            None,
         )
         .unwrap();
         assert_eq!(s.ready, full.len() - 40);
@@ -651,6 +800,7 @@ mod tests {
             true,
             false,
             1 << 20,
+            None,
         )
         .unwrap();
         assert_eq!(s.ready, 0);
@@ -662,6 +812,7 @@ mod tests {
             true,
             false,
             1 << 20,
+            None,
         )
         .unwrap();
         assert_eq!(s.ready, z.len());
@@ -686,6 +837,7 @@ mod tests {
             true,
             true,
             1 << 20,
+            None,
         )
         .unwrap();
         assert_eq!(s.ready, before);
@@ -707,6 +859,7 @@ mod tests {
             true,
             false,
             1 << 20,
+            None,
         )
         .unwrap();
         assert!(s.fatal && st.broken);
@@ -726,6 +879,7 @@ mod tests {
             Track::Pin,
             &mut Vec::new(),
             1 << 20,
+            None,
         )
         .unwrap();
         assert_eq!(s.ready, buf.len());
@@ -739,6 +893,7 @@ mod tests {
             Track::Pin,
             &mut Vec::new(),
             1 << 20,
+            None,
         )
         .unwrap();
         assert_eq!(s.ready, more.len());
@@ -752,10 +907,28 @@ mod tests {
         let q = buf.len();
         buf.extend(msg(b'X', b""));
         let mut st = LinkState::default();
-        let s = scan_client(&buf, &mut 0, &mut st, Track::Pin, &mut Vec::new(), 1 << 20).unwrap();
+        let s = scan_client(
+            &buf,
+            &mut 0,
+            &mut st,
+            Track::Pin,
+            &mut Vec::new(),
+            1 << 20,
+            None,
+        )
+        .unwrap();
         assert_eq!((s.ready, s.terminate), (q, true));
         let bad = msg(b'?', b"");
-        let s = scan_client(&bad, &mut 0, &mut st, Track::Pin, &mut Vec::new(), 1 << 20).unwrap();
+        let s = scan_client(
+            &bad,
+            &mut 0,
+            &mut st,
+            Track::Pin,
+            &mut Vec::new(),
+            1 << 20,
+            None,
+        )
+        .unwrap();
         assert_eq!((s.ready, s.bad_tag), (0, Some(b'?')));
         assert!(scan_client(
             b"Q\x7f\xff\xff\xff",
@@ -763,7 +936,8 @@ mod tests {
             &mut st,
             Track::Pin,
             &mut Vec::new(),
-            1 << 20
+            1 << 20,
+            None
         )
         .is_err());
     }
@@ -774,7 +948,7 @@ mod tests {
         for t in tags.bytes() {
             buf.extend(msg(t, b""));
         }
-        let s = scan_client(&buf, &mut 0, st, Track::Pin, &mut Vec::new(), 1 << 20).unwrap();
+        let s = scan_client(&buf, &mut 0, st, Track::Pin, &mut Vec::new(), 1 << 20, None).unwrap();
         assert_eq!(s.ready, buf.len());
     }
 
@@ -791,6 +965,7 @@ mod tests {
             true,
             false,
             1 << 20,
+            None,
         )
         .unwrap()
         .stop
@@ -869,11 +1044,11 @@ mod tests {
         fn scans_never_overrun(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
             let mut st = LinkState::default();
             let mut pass = 0;
-            if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, Track::Pin, &mut Vec::new(), 1 << 16) {
+            if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, Track::Pin, &mut Vec::new(), 1 << 16, None) {
                 proptest::prop_assert!(s.ready <= bytes.len());
             }
             let mut pass = 0;
-            if let Ok(s) = scan_server(&bytes, &mut pass, &mut st, &mut Default::default(), true, true, 1 << 16) {
+            if let Ok(s) = scan_server(&bytes, &mut pass, &mut st, &mut Default::default(), true, true, 1 << 16, None) {
                 proptest::prop_assert!(s.ready <= bytes.len());
             }
         }

@@ -27,6 +27,8 @@ pub struct Inner {
     pub tasks: TaskTracker,
     /// Worker threads: their load, runtimes, and where clients go.
     pub balance: Arc<Balance>,
+    /// Prepared statements by text, shared by the clients that prepare the same one.
+    pub statements: crate::prepared::Registry,
 }
 
 #[derive(Clone)]
@@ -50,6 +52,7 @@ impl Services {
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
             balance: Arc::new(Balance::new(workers)),
+            statements: Default::default(),
         }))
     }
 

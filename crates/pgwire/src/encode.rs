@@ -169,6 +169,41 @@ pub fn sasl_response(buf: &mut BytesMut, data: &[u8]) {
     message(buf, crate::frontend::PASSWORD, |b| b.put_slice(data));
 }
 
+/// Parse of a statement named `name`; `rest` is the body after the name (query text with its
+/// NUL, then the parameter type count and types), as a client sent it.
+pub fn parse(buf: &mut BytesMut, name: &[u8], rest: &[u8]) {
+    message(buf, crate::frontend::PARSE, |b| {
+        b.put_slice(name);
+        b.put_u8(0);
+        b.put_slice(rest);
+    });
+}
+
+/// Close of a prepared statement (`kind` b'S') or portal (b'P').
+pub fn close(buf: &mut BytesMut, kind: u8, name: &[u8]) {
+    message(buf, crate::frontend::CLOSE, |b| {
+        b.put_u8(kind);
+        b.put_slice(name);
+        b.put_u8(0);
+    });
+}
+
+/// Sync.
+pub fn sync(buf: &mut BytesMut) {
+    message(buf, crate::frontend::SYNC, |_| {});
+}
+
+/// A backend message without a body: ParseComplete, BindComplete, CloseComplete, NoData, ...
+pub fn empty(buf: &mut BytesMut, tag: u8) {
+    message(buf, tag, |_| {});
+}
+
+/// CommandComplete with its tag (e.g. `PREPARE`).
+pub fn command_complete(buf: &mut BytesMut, tag: &str) {
+    message(buf, backend::COMMAND_COMPLETE, |b| cstr(b, tag));
+}
+
+/// Terminate.
 pub fn terminate(buf: &mut BytesMut) {
     message(buf, crate::frontend::TERMINATE, |_| {});
 }

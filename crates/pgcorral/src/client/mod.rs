@@ -41,6 +41,8 @@ pub struct ClientConn {
     /// Custom (dotted) setting names seen in the client's SET/RESET/set_config since the last
     /// capture; empty (no allocation) for almost every client.
     pub custom: Vec<String>,
+    /// Its prepared statements (transaction and statement mode); empty until it prepares one.
+    pub statements: crate::prepared::ClientStatements,
 }
 
 /// Serves one accepted connection to its end; errors are reported to the client and logged.
@@ -53,6 +55,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services, work
         max_len: services.config.load().general.max_packet_size,
         worker,
         custom: Vec::new(),
+        statements: Default::default(),
     };
     // Startup and login are boxed: their state is large and short-lived, and must not size the
     // future that lives as long as the client (idle clients should cost little memory).
@@ -106,6 +109,7 @@ fn migrate(
         pass,
         max_len,
         custom,
+        statements,
         ..
     } = client;
     let (Some(handle), Ok(std)) = (services.balance.handle(target).cloned(), stream.into_std())
@@ -125,6 +129,7 @@ fn migrate(
                     max_len,
                     worker: target,
                     custom,
+                    statements,
                 };
                 Box::pin(live(client, session, peer, services, count)).await
             }
@@ -188,6 +193,7 @@ async fn run(
         statement: mode == PoolMode::Statement,
         track,
         timeouts,
+        prepared: pooled.then_some((&services.statements, g.max_prepared_statements)),
     };
     loop {
         if server.is_none() {

@@ -106,6 +106,9 @@ pub struct General {
     pub session_pinning: SessionPinning,
     /// Largest message accepted from a client or server, in bytes.
     pub max_packet_size: u32,
+    /// Prepared statements kept on each server connection in transaction and statement mode
+    /// (least recently used ones are closed beyond it); 0 = no limit.
+    pub max_prepared_statements: usize,
     /// tracing filter, e.g. "info" or "pgcorral=debug"; RUST_LOG wins when set.
     pub log_level: String,
 }
@@ -142,6 +145,7 @@ impl Default for General {
             cancel_wait_timeout: 10_000,
             session_pinning: SessionPinning::Pin,
             max_packet_size: 1 << 30,
+            max_prepared_statements: 200,
             log_level: "info".into(),
         }
     }

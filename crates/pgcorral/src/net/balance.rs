@@ -41,6 +41,9 @@ pub struct Balance {
     moves: AtomicU64,
     /// Loads set by hand (tests); sampling leaves them alone.
     frozen: AtomicBool,
+    /// Held by a sample and by `freeze_loads`, so a sample already under way cannot overwrite
+    /// loads set by hand. Off the hot path: taken ten times a second.
+    sampling: parking_lot::Mutex<()>,
 }
 
 impl Balance {
@@ -51,6 +54,7 @@ impl Balance {
             epoch: Instant::now(),
             moves: AtomicU64::new(0),
             frozen: AtomicBool::new(false),
+            sampling: parking_lot::Mutex::new(()),
         }
     }
 
@@ -79,6 +83,7 @@ impl Balance {
 
     /// Updates every worker's load: CPU time used over the `interval` since the last call.
     pub fn sample(&self, interval: Duration) {
+        let _sampling = self.sampling.lock();
         if self.frozen.load(Relaxed) {
             return;
         }
@@ -154,6 +159,7 @@ impl Balance {
     /// busy worker on demand.
     #[doc(hidden)]
     pub fn freeze_loads(&self, loads: &[u32]) {
+        let _sampling = self.sampling.lock();
         self.frozen.store(true, Relaxed);
         for (l, &v) in self.loads.iter().zip(loads) {
             l.load.store(v, Relaxed);

@@ -168,6 +168,14 @@ pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option
     let discards = reset
         .as_deref()
         .map(|q| q.trim().eq_ignore_ascii_case(DISCARD_ALL));
+    if reset
+        .as_deref()
+        .is_some_and(|q| q.to_ascii_lowercase().contains("deallocate"))
+        || discards == Some(true)
+    {
+        // Its prepared statements are gone (or about to be).
+        server.statements.clear();
+    }
     match discards {
         Some(true) => {
             server.applied = None;

@@ -178,6 +178,10 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
         permit: None,
         applied: Some(Default::default()),
         bound: false,
+        statements: Default::default(),
+        expect: Default::default(),
+        wout: BytesMut::new(),
+        fout: BytesMut::new(),
     })
 }
 

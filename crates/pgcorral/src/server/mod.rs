@@ -114,11 +114,13 @@ impl LinkState {
     /// since was answered, nothing before it is outstanding), the Syncs right after that Execute
     /// reached or will reach it in copy-in mode: uncount them, ignore more of them, and keep the
     /// link unsynced until a Sync after the COPY.
-    pub fn copy_in_started(&mut self) {
+    /// Returns how many Syncs were uncounted.
+    pub fn copy_in_started(&mut self) -> u32 {
         let c = &mut self.copy;
         if !c.exec || self.pending != c.since_exec {
-            return;
+            return 0;
         }
+        let uncounted = c.run_syncs;
         self.pending -= c.run_syncs;
         c.since_exec -= c.run_syncs;
         c.run_syncs = 0;
@@ -127,6 +129,7 @@ impl LinkState {
         if !c.synced_after {
             self.unsynced = true;
         }
+        uncounted
     }
 
     /// Nothing in flight and no transaction open: the server may serve another client.
@@ -171,6 +174,14 @@ pub struct ServerConn {
     /// Holds state a pinned client left on it (LISTEN, temporary tables, ...): reset before
     /// anyone else uses it.
     pub bound: bool,
+    /// Prepared statements pgcorral made on it (transaction and statement mode).
+    pub statements: crate::prepared::ServerStatements,
+    /// What it owes for the messages sent to it, when messages are rewritten.
+    pub expect: crate::prepared::expect::Expected,
+    /// Rewritten or added client messages, sent before the client's next unchanged bytes.
+    pub wout: BytesMut,
+    /// Answers pgcorral gives the client itself, sent before the server's next bytes.
+    pub fout: BytesMut,
 }
 
 impl ServerConn {

@@ -28,6 +28,7 @@ pub async fn capture(
     let rows = exec::query(server, &capture_sql(login_user, custom)).await?;
     let captured = parse_capture(rows);
     server.applied = Some(captured.settings.clone());
+    server.statements.retain_names(&captured.statements);
     server.state.dirty = false;
     Ok(captured)
 }

@@ -150,7 +150,9 @@ pub fn capture_sql(login_user: &str, custom: &[String]) -> String {
          UNION ALL SELECT 'p', 'temporary table', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_class \
          WHERE relnamespace = pg_catalog.pg_my_temp_schema()) \
          UNION ALL SELECT 'p', 'WITH HOLD cursor', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) \
-         UNION ALL SELECT 'p', 'SQL PREPARE', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql);"
+         UNION ALL SELECT 'p', 'SQL PREPARE', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_prepared_statements \
+         WHERE from_sql AND name NOT LIKE 'pgcorral\\_%') \
+         UNION ALL SELECT 'q', name, '' FROM pg_catalog.pg_prepared_statements WHERE name LIKE 'pgcorral\\_%';"
     );
     q
 }
@@ -161,6 +163,8 @@ pub struct Captured {
     pub settings: Settings,
     /// Why the session cannot leave its server; empty when it can.
     pub pins: Vec<String>,
+    /// pgcorral's prepared statements present on the server.
+    pub statements: Vec<String>,
 }
 
 /// The dotted (custom) names among `settings`.
@@ -192,6 +196,7 @@ pub fn with_startup(captured: &Settings, startup: &[(String, String)]) -> Settin
 pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
     let mut settings = Vec::new();
     let mut pins = Vec::new();
+    let mut statements = Vec::new();
     for row in rows {
         let mut it = row.into_iter();
         let (Some(Some(kind)), Some(Some(name)), Some(value)) = (it.next(), it.next(), it.next())
@@ -200,6 +205,7 @@ pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
         };
         match kind.as_str() {
             "s" => settings.push((name, value.unwrap_or_default())),
+            "q" => statements.push(name),
             _ => pins.push(name),
         }
     }
@@ -208,6 +214,7 @@ pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
     Captured {
         settings: Arc::new(settings),
         pins,
+        statements,
     }
 }
 

@@ -1,0 +1,385 @@
+//! What a server owes for the messages sent to it, in the order it will answer: each client
+//! message (and each one pgcorral slipped in) has an entry saying whether its answer reaches the
+//! client, and the answers pgcorral gives itself (a ParseComplete for a statement already
+//! prepared, a CloseComplete, ...) wait in the same queue for their turn. After an error in an
+//! extended-protocol batch PostgreSQL skips everything up to Sync, and so does the queue.
+
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
+use pgwire::backend as be;
+
+use super::{ClientStatements, ServerStatements};
+
+/// An answer pgcorral gives the client itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fake {
+    ParseComplete,
+    CloseComplete,
+    /// CommandComplete with this tag.
+    Command(&'static str),
+    /// An ErrorResponse (whole message).
+    Error(Bytes),
+}
+
+impl Fake {
+    pub fn encode(&self, out: &mut BytesMut) {
+        match self {
+            Fake::ParseComplete => pgwire::encode::empty(out, be::PARSE_COMPLETE),
+            Fake::CloseComplete => pgwire::encode::empty(out, be::CLOSE_COMPLETE),
+            Fake::Command(tag) => pgwire::encode::command_complete(out, tag),
+            Fake::Error(msg) => out.extend_from_slice(msg),
+        }
+    }
+}
+
+/// A message the server will answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg {
+    Parse,
+    Bind,
+    DescribeStatement,
+    DescribePortal,
+    Execute,
+    Close,
+    Sync,
+    /// Query or FunctionCall: everything up to ReadyForQuery.
+    Query,
+}
+
+/// What to undo when a Parse fails or is skipped: the statement is not on the server, and the
+/// client's name for it (when the Parse was the client's own) does not exist either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undo {
+    pub stmt: u64,
+    /// The client's protocol-level name for it.
+    pub client_name: Option<Box<[u8]>>,
+    /// The client's SQL-level name for it.
+    pub client_sql: Option<String>,
+}
+
+impl Undo {
+    fn apply(&self, server: &mut ServerStatements, client: &mut ClientStatements) {
+        server.remove(self.stmt);
+        if let Some(name) = &self.client_name {
+            client.remove_named(name);
+        }
+        if let Some(name) = &self.client_sql {
+            client.remove_sql(name);
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// `forward`: the answer reaches the client (false for messages pgcorral slipped in).
+    Msg {
+        msg: Msg,
+        forward: bool,
+        undo: Option<Box<Undo>>,
+    },
+    Fake(Fake),
+}
+
+/// The queue of one server link. Empty whenever the link is idle.
+#[derive(Debug, Default)]
+pub struct Expected {
+    q: VecDeque<Expect>,
+    /// The server reported an error in an extended batch whose Sync has not been sent yet:
+    /// it ignores everything until that Sync.
+    pub skipping: bool,
+    /// pgcorral answered a message of the client's batch with an error of its own: the rest of
+    /// the batch, up to Sync, is dropped (as PostgreSQL would skip it).
+    pub dropping: bool,
+}
+
+/// What the server-side scan touches when answers are matched.
+pub struct Answers<'a> {
+    pub expect: &'a mut Expected,
+    pub server: &'a mut ServerStatements,
+    pub client: &'a mut ClientStatements,
+    /// Answers pgcorral gives, to write to the client before the server's next bytes.
+    pub out: &'a mut BytesMut,
+}
+
+/// What to do with one server message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Forward,
+    Suppress,
+}
+
+impl Expected {
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.q.clear();
+        self.skipping = false;
+        self.dropping = false;
+    }
+
+    /// A message sent to the server, answered to the client.
+    #[inline]
+    pub fn push(&mut self, msg: Msg) {
+        self.push_entry(msg, true, None);
+    }
+
+    pub fn push_entry(&mut self, msg: Msg, forward: bool, undo: Option<Box<Undo>>) {
+        if msg == Msg::Sync {
+            self.skipping = false;
+        } else if self.skipping {
+            // The server ignores it: nothing will come back for it.
+            return;
+        }
+        self.q.push_back(Expect::Msg { msg, forward, undo });
+    }
+
+    pub fn push_fake(&mut self, f: Fake) {
+        if !self.skipping {
+            self.q.push_back(Expect::Fake(f));
+        }
+    }
+
+    /// The answer pgcorral owes now, if it comes before anything more from the server.
+    pub fn next_fake(&mut self) -> Option<Fake> {
+        match self.q.front() {
+            Some(Expect::Fake(_)) => match self.q.pop_front() {
+                Some(Expect::Fake(f)) => Some(f),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether the answer to the head message is hidden from the client (checked before
+    /// [`Expected::answer`], which changes the queue).
+    pub fn hides(&self, tag: u8) -> bool {
+        !matches!(
+            tag,
+            be::NOTICE_RESPONSE
+                | be::NOTIFICATION_RESPONSE
+                | be::PARAMETER_STATUS
+                | be::ERROR_RESPONSE
+        ) && matches!(self.q.front(), Some(Expect::Msg { forward: false, .. }))
+    }
+
+    /// Whether an answer pgcorral owes is next.
+    pub fn fake_next(&self) -> bool {
+        matches!(self.q.front(), Some(Expect::Fake(_)))
+    }
+
+    /// Drops `n` Sync entries right after the head (an Execute whose COPY IN makes PostgreSQL
+    /// ignore them).
+    pub fn drop_syncs_after_head(&mut self, n: u32) {
+        for _ in 0..n {
+            if matches!(self.q.get(1), Some(Expect::Msg { msg: Msg::Sync, .. })) {
+                self.q.remove(1);
+            }
+        }
+    }
+
+    /// Matches one server message (by tag) to the queue; called with the answers pgcorral owes
+    /// already taken (see [`Expected::next_fake`]).
+    pub fn answer(
+        &mut self,
+        tag: u8,
+        server: &mut ServerStatements,
+        client: &mut ClientStatements,
+    ) -> Verdict {
+        // Asynchronous messages belong to no request.
+        if matches!(tag, be::NOTICE_RESPONSE | be::NOTIFICATION_RESPONSE)
+            || tag == be::PARAMETER_STATUS
+        {
+            return Verdict::Forward;
+        }
+        let Some(Expect::Msg { msg, forward, undo }) = self.q.front_mut() else {
+            return Verdict::Forward;
+        };
+        let (msg, forward) = (*msg, *forward);
+        if tag == be::ERROR_RESPONSE && matches!(msg, Msg::Query | Msg::Sync) {
+            // Part of the answer, which ReadyForQuery ends. Shown even for a query pgcorral
+            // slipped in: the client must see why its own request will fail.
+            if let Some(u) = undo.take() {
+                u.apply(server, client);
+            }
+            return Verdict::Forward;
+        }
+        let verdict = if forward {
+            Verdict::Forward
+        } else {
+            Verdict::Suppress
+        };
+        if tag == be::ERROR_RESPONSE {
+            // The message failed; the server skips the rest of the batch up to Sync.
+            self.pop_failed(server, client);
+            while let Some(e) = self.q.front() {
+                if matches!(e, Expect::Msg { msg: Msg::Sync, .. }) {
+                    break;
+                }
+                self.pop_failed(server, client);
+            }
+            if self.q.is_empty() {
+                self.skipping = true;
+            }
+            return Verdict::Forward;
+        }
+        let ends = match (msg, tag) {
+            (Msg::Parse, be::PARSE_COMPLETE) => true,
+            (Msg::Bind, be::BIND_COMPLETE) => true,
+            (Msg::Close, be::CLOSE_COMPLETE) => true,
+            (Msg::DescribeStatement | Msg::DescribePortal, be::ROW_DESCRIPTION | be::NO_DATA) => {
+                true
+            }
+            (
+                Msg::Execute,
+                be::COMMAND_COMPLETE | be::EMPTY_QUERY_RESPONSE | be::PORTAL_SUSPENDED,
+            ) => true,
+            (Msg::Sync | Msg::Query, be::READY_FOR_QUERY) => true,
+            (_, be::READY_FOR_QUERY) => {
+                // Out of step (should not happen): resynchronise on the next Sync or Query.
+                while let Some(Expect::Msg { msg, .. }) = self.q.front() {
+                    if matches!(msg, Msg::Sync | Msg::Query) {
+                        break;
+                    }
+                    self.q.pop_front();
+                }
+                return self.answer(tag, server, client);
+            }
+            _ => false,
+        };
+        if ends {
+            self.q.pop_front();
+        }
+        verdict
+    }
+
+    /// Removes the head entry, whose message failed or was skipped by the server.
+    fn pop_failed(&mut self, server: &mut ServerStatements, client: &mut ClientStatements) {
+        if let Some(Expect::Msg {
+            undo: Some(undo), ..
+        }) = self.q.pop_front()
+        {
+            undo.apply(server, client);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(e: &mut Expected, tags: &[u8]) -> Vec<String> {
+        let mut s = ServerStatements::default();
+        let mut c = ClientStatements::default();
+        let mut out = Vec::new();
+        for &t in tags {
+            while let Some(f) = e.next_fake() {
+                out.push(format!("fake {f:?}"));
+            }
+            let v = e.answer(t, &mut s, &mut c);
+            out.push(format!("{} {:?}", t as char, v));
+        }
+        while let Some(f) = e.next_fake() {
+            out.push(format!("fake {f:?}"));
+        }
+        out
+    }
+
+    #[test]
+    fn fake_parse_complete_comes_before_the_bind_answer() {
+        let mut e = Expected::default();
+        e.push_fake(Fake::ParseComplete);
+        e.push(Msg::Bind);
+        e.push(Msg::Execute);
+        e.push(Msg::Sync);
+        let got = run(&mut e, b"2DDCZ");
+        assert_eq!(
+            got,
+            [
+                "fake ParseComplete",
+                "2 Forward",
+                "D Forward",
+                "D Forward",
+                "C Forward",
+                "Z Forward"
+            ]
+        );
+        assert!(e.is_empty());
+    }
+
+    #[test]
+    fn injected_parse_is_hidden() {
+        let mut e = Expected::default();
+        e.push_entry(Msg::Parse, false, None);
+        e.push(Msg::Bind);
+        e.push(Msg::Sync);
+        assert_eq!(
+            run(&mut e, b"12Z"),
+            ["1 Suppress", "2 Forward", "Z Forward"]
+        );
+    }
+
+    #[test]
+    fn error_skips_to_sync_with_its_fakes_and_undoes_parses() {
+        let mut s = ServerStatements::default();
+        let mut c = ClientStatements::default();
+        let reg = super::super::Registry::default();
+        let st = reg.intern(super::super::Source::Parse(Bytes::from_static(b"x\0\0\0")));
+        s.insert(&st, 10);
+        assert!(c.add_named(b"a", st.clone()));
+        let mut e = Expected::default();
+        e.push(Msg::Bind); // fails
+        e.push_entry(
+            Msg::Parse,
+            true,
+            Some(Box::new(Undo {
+                stmt: st.id,
+                client_name: Some(b"a".to_vec().into()),
+                client_sql: None,
+            })),
+        );
+        e.push_fake(Fake::CloseComplete);
+        e.push(Msg::Sync);
+        assert_eq!(e.answer(b'E', &mut s, &mut c), Verdict::Forward);
+        assert_eq!(e.next_fake(), None, "the fake after the error is dropped");
+        assert!(!s.touch(&st), "the skipped Parse did not prepare it");
+        assert!(c.named(b"a").is_none());
+        assert_eq!(e.answer(b'Z', &mut s, &mut c), Verdict::Forward);
+        assert!(e.is_empty());
+    }
+
+    #[test]
+    fn error_before_the_sync_is_sent_skips_what_follows() {
+        let mut e = Expected::default();
+        e.push(Msg::Parse);
+        let mut s = ServerStatements::default();
+        let mut c = ClientStatements::default();
+        assert_eq!(e.answer(b'E', &mut s, &mut c), Verdict::Forward);
+        assert!(e.skipping);
+        e.push(Msg::Bind);
+        e.push_fake(Fake::ParseComplete);
+        e.push(Msg::Sync);
+        assert!(!e.skipping);
+        assert_eq!(run(&mut e, b"Z"), ["Z Forward"]);
+    }
+
+    #[test]
+    fn simple_query_answers_end_at_ready_for_query() {
+        let mut e = Expected::default();
+        e.push_entry(Msg::Query, false, None);
+        e.push(Msg::Query);
+        assert_eq!(
+            run(&mut e, b"CZTDCZ"),
+            [
+                "C Suppress",
+                "Z Suppress",
+                "T Forward",
+                "D Forward",
+                "C Forward",
+                "Z Forward"
+            ]
+        );
+    }
+}

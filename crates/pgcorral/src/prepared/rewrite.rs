@@ -1,0 +1,437 @@
+//! Client messages that name prepared statements, changed on their way to the server: a Parse
+//! with a name is sent under pgcorral's name (or answered by pgcorral when the server has the
+//! statement already), Bind and Describe get pgcorral's name and a Parse before them when the
+//! server lacks the statement, Close of a statement touches only the client's own names, and
+//! SQL `PREPARE`/`EXECUTE`/`DEALLOCATE` are handled the same way. Unnamed statements parsed in
+//! one batch and used in a later one are parsed again on the server the later one runs on.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use pgwire::frontend as fe;
+use pgwire::header::HEADER_LEN;
+use pgwire::Header;
+
+use super::expect::{Expected, Fake, Msg, Undo};
+use super::sql::{self, Command};
+use super::{ClientStatements, Registry, ServerStatements, Source, Statement};
+use crate::server::LinkState;
+
+/// Everything the rewriting of one client message touches.
+pub struct Link<'a> {
+    pub registry: &'a Registry,
+    /// max_prepared_statements per server (0: no limit).
+    pub max: usize,
+    pub client: &'a mut ClientStatements,
+    pub server: &'a mut ServerStatements,
+    pub expect: &'a mut Expected,
+    /// Bytes for the server, sent before the client's next raw bytes.
+    pub out: &'a mut BytesMut,
+    /// The client's unnamed statement was parsed on this server during this relay.
+    pub unnamed_here: &'a mut bool,
+}
+
+/// What a client message at the start of the buffer needs.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Forward it unchanged.
+    Raw,
+    /// More of it must be buffered first.
+    NeedMore,
+    /// It is rewritten: see [`Link::apply`].
+    Rewrite,
+}
+
+/// The outcome of [`Link::apply`]: drop `consume` bytes of the client's message (what replaced
+/// them is in `out`), then forward `pass` more unchanged.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub consume: usize,
+    pub pass: usize,
+}
+
+/// The NUL-terminated string at the start of `b`, and what follows it.
+fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let i = b.iter().position(|&c| c == 0)?;
+    Some((&b[..i], &b[i + 1..]))
+}
+
+impl Link<'_> {
+    /// Decides what the message at the start of `buf` (header `h`) needs, without changing
+    /// anything.
+    pub fn plan(&self, h: Header, buf: &[u8]) -> Plan {
+        if self.expect.dropping {
+            return if h.tag == fe::SYNC {
+                Plan::Raw
+            } else if buf.len() < h.total_len() {
+                Plan::NeedMore
+            } else {
+                Plan::Rewrite
+            };
+        }
+        if self.expect.skipping && h.tag != fe::SYNC {
+            // The server ignores everything until Sync: pass it on as it is.
+            return Plan::Raw;
+        }
+        let whole = buf.len() >= h.total_len();
+        match h.tag {
+            fe::PARSE | fe::DESCRIBE | fe::CLOSE if !whole => Plan::NeedMore,
+            fe::PARSE => {
+                if buf.get(HEADER_LEN) == Some(&0) {
+                    Plan::Raw // unnamed: only remembered
+                } else {
+                    Plan::Rewrite
+                }
+            }
+            fe::BIND => {
+                let body = &buf[HEADER_LEN..buf.len().min(h.total_len())];
+                match cstr(body).and_then(|(_, r)| cstr(r)) {
+                    None if whole => Plan::Raw, // malformed: the server says so
+                    None => Plan::NeedMore,
+                    Some((stmt, _)) => self.statement_plan(stmt),
+                }
+            }
+            fe::DESCRIBE => match buf.get(HEADER_LEN) {
+                Some(b'S') => match cstr(&buf[HEADER_LEN + 1..h.total_len()]) {
+                    Some((stmt, _)) => self.statement_plan(stmt),
+                    None => Plan::Raw,
+                },
+                _ => Plan::Raw,
+            },
+            fe::CLOSE => match (buf.get(HEADER_LEN), buf.get(HEADER_LEN + 1)) {
+                (Some(b'S'), Some(&c)) if c != 0 => Plan::Rewrite,
+                _ => Plan::Raw,
+            },
+            fe::QUERY => {
+                let body = &buf[HEADER_LEN..buf.len().min(h.total_len())];
+                if !sql::maybe(&body[..body.len().min(16)]) {
+                    Plan::Raw
+                } else if !whole {
+                    Plan::NeedMore
+                } else {
+                    match query_command(body) {
+                        Some(Command::DiscardAll) | None => Plan::Raw,
+                        Some(Command::Execute { name, .. }) if self.lookup(&name).is_none() => {
+                            Plan::Raw // not the client's: the server answers
+                        }
+                        Some(Command::Deallocate { name: Some(name) })
+                            if self.lookup(&name).is_none() =>
+                        {
+                            Plan::Raw
+                        }
+                        Some(_) => Plan::Rewrite,
+                    }
+                }
+            }
+            _ => Plan::Raw,
+        }
+    }
+
+    fn statement_plan(&self, stmt: &[u8]) -> Plan {
+        if stmt.is_empty() {
+            if !*self.unnamed_here && self.client.unnamed().is_some() {
+                Plan::Rewrite
+            } else {
+                Plan::Raw
+            }
+        } else if self.client.named(stmt).is_some() {
+            Plan::Rewrite
+        } else {
+            Plan::Raw // unknown to pgcorral: the server reports it does not exist
+        }
+    }
+
+    fn lookup(&self, name: &str) -> Option<&Arc<Statement>> {
+        self.client
+            .sql(name)
+            .or_else(|| self.client.named(name.as_bytes()))
+    }
+
+    /// Records a message forwarded unchanged (after [`Plan::Raw`]); `counted` is false for a
+    /// Sync that PostgreSQL will ignore (COPY IN).
+    pub fn raw(&mut self, h: Header, buf: &[u8], counted: bool) {
+        let msg = match h.tag {
+            fe::PARSE => {
+                if let Some((_, rest)) = buf.get(HEADER_LEN..h.total_len()).and_then(cstr) {
+                    if !self.expect.skipping {
+                        self.client.set_unnamed(rest);
+                        *self.unnamed_here = true;
+                    }
+                }
+                Msg::Parse
+            }
+            fe::BIND => Msg::Bind,
+            fe::DESCRIBE if buf.get(HEADER_LEN) == Some(&b'S') => Msg::DescribeStatement,
+            fe::DESCRIBE => Msg::DescribePortal,
+            fe::EXECUTE => Msg::Execute,
+            fe::CLOSE => Msg::Close,
+            fe::SYNC if counted => {
+                self.expect.dropping = false;
+                Msg::Sync
+            }
+            fe::QUERY | fe::FUNCTION_CALL => Msg::Query,
+            _ => return, // Flush, COPY messages, an ignored Sync: no answer of their own
+        };
+        if h.tag == fe::QUERY && sql::maybe(&buf[HEADER_LEN..buf.len().min(HEADER_LEN + 16)]) {
+            if let Some(Command::DiscardAll) =
+                buf.get(HEADER_LEN..h.total_len()).and_then(query_command)
+            {
+                // The server drops every statement; the client forgets its own.
+                self.client.clear();
+                self.server.clear();
+            }
+        }
+        self.expect.push(msg);
+    }
+
+    /// Rewrites the message at the start of `buf` (after [`Plan::Rewrite`]).
+    pub fn apply(&mut self, h: Header, buf: &[u8], st: &mut LinkState) -> Applied {
+        let whole = || Applied {
+            consume: h.total_len(),
+            pass: 0,
+        };
+        if self.expect.dropping {
+            return whole(); // after pgcorral's own error, until Sync
+        }
+        let body = &buf[HEADER_LEN..buf.len().min(h.total_len())];
+        match h.tag {
+            fe::PARSE => {
+                st.unsynced = true;
+                let Some((name, rest)) = cstr(body) else {
+                    return whole();
+                };
+                let stmt = self
+                    .registry
+                    .intern(Source::Parse(Bytes::copy_from_slice(rest)));
+                if !self.client.add_named(name, stmt.clone()) {
+                    self.own_error(
+                        "42P05",
+                        &format!(
+                            "prepared statement \"{}\" already exists",
+                            String::from_utf8_lossy(name)
+                        ),
+                    );
+                    return whole();
+                }
+                if self.server.touch(&stmt) {
+                    self.expect.push_fake(Fake::ParseComplete);
+                } else {
+                    self.prepare_on_server(&stmt, st, true, Some(name));
+                }
+                whole()
+            }
+            fe::BIND => {
+                st.unsynced = true;
+                let (portal, rest) = cstr(body).expect("planned");
+                let (name, _) = cstr(rest).expect("planned");
+                let prefix = HEADER_LEN + portal.len() + 1 + name.len() + 1;
+                let new_name = self.ensure(name, st);
+                let new_len = h.total_len() - 1 - name.len() + new_name.len();
+                self.out.put_u8(fe::BIND);
+                self.out.put_i32(new_len as i32);
+                self.out.put_slice(portal);
+                self.out.put_u8(0);
+                self.out.put_slice(new_name.as_bytes());
+                self.out.put_u8(0);
+                self.expect.push(Msg::Bind);
+                Applied {
+                    consume: prefix,
+                    pass: h.total_len() - prefix,
+                }
+            }
+            fe::DESCRIBE => {
+                st.unsynced = true;
+                let (name, _) = cstr(&body[1..]).expect("planned");
+                let new_name = self.ensure(name, st);
+                pgwire::encode::message(self.out, fe::DESCRIBE, |b| {
+                    b.put_u8(b'S');
+                    b.put_slice(new_name.as_bytes());
+                    b.put_u8(0);
+                });
+                self.expect.push(Msg::DescribeStatement);
+                whole()
+            }
+            fe::CLOSE => {
+                // Only the client's name goes; the server keeps the statement for others.
+                st.unsynced = true;
+                if let Some((name, _)) = cstr(&body[1..]) {
+                    self.client.remove_named(name);
+                }
+                self.expect.push_fake(Fake::CloseComplete);
+                whole()
+            }
+            fe::QUERY => {
+                match query_command(body) {
+                    Some(Command::Prepare { name, rest }) => self.sql_prepare(name, rest, st),
+                    Some(Command::Execute { name, rest }) => {
+                        let stmt = self.lookup(&name).cloned().expect("planned");
+                        self.make_present(&stmt, st);
+                        let q = format!(
+                            "EXECUTE {}{}{}",
+                            stmt.name,
+                            if rest.is_empty() { "" } else { " " },
+                            rest
+                        );
+                        pgwire::encode::query(self.out, &q);
+                        st.on_request();
+                        self.expect.push(Msg::Query);
+                    }
+                    Some(Command::Deallocate { name }) => {
+                        let tag = match name {
+                            Some(n) => {
+                                self.client.remove_sql(&n);
+                                "DEALLOCATE"
+                            }
+                            None => {
+                                self.client.clear();
+                                "DEALLOCATE ALL"
+                            }
+                        };
+                        self.answer_locally(Fake::Command(tag), st);
+                    }
+                    Some(Command::DiscardAll) | None => unreachable!("planned as raw"),
+                }
+                whole()
+            }
+            _ => unreachable!("planned as raw"),
+        }
+    }
+
+    /// `PREPARE name ...`: sent under pgcorral's name unless this server has it already.
+    fn sql_prepare(&mut self, name: String, rest: &str, st: &mut LinkState) {
+        let stmt = self.registry.intern(Source::Sql(rest.to_string()));
+        if !self.client.add_sql(name.clone(), stmt.clone()) {
+            let msg = format!("prepared statement \"{name}\" already exists");
+            let mut e = BytesMut::new();
+            pgwire::encode::error_response(&mut e, "ERROR", "42P05", &msg);
+            self.answer_locally(Fake::Error(e.freeze()), st);
+            return;
+        }
+        if self.server.touch(&stmt) {
+            self.answer_locally(Fake::Command("PREPARE"), st);
+            return;
+        }
+        self.evict_for(&stmt, st);
+        pgwire::encode::query(self.out, &format!("PREPARE {} {rest}", stmt.name));
+        st.on_request();
+        self.expect.push_entry(
+            Msg::Query,
+            true,
+            Some(Box::new(Undo {
+                stmt: stmt.id,
+                client_name: None,
+                client_sql: Some(name),
+            })),
+        );
+    }
+
+    /// Answers a simple Query with `fake`, then a Sync so the server supplies ReadyForQuery
+    /// with the real transaction status.
+    fn answer_locally(&mut self, fake: Fake, st: &mut LinkState) {
+        self.expect.push_fake(fake);
+        pgwire::encode::sync(self.out);
+        st.on_sync();
+        self.expect.push(Msg::Sync);
+    }
+
+    /// An error of pgcorral's own in an extended batch: like PostgreSQL, the rest of the batch
+    /// up to Sync is dropped.
+    fn own_error(&mut self, code: &str, msg: &str) {
+        let mut e = BytesMut::new();
+        pgwire::encode::error_response(&mut e, "ERROR", code, msg);
+        self.expect.push_fake(Fake::Error(e.freeze()));
+        self.expect.dropping = true;
+    }
+
+    /// The server-side name for the client's statement `name` (empty: unnamed), prepared there
+    /// first if needed.
+    fn ensure(&mut self, name: &[u8], st: &mut LinkState) -> String {
+        if name.is_empty() {
+            if !*self.unnamed_here {
+                if let Some(body) = self.client.unnamed() {
+                    pgwire::encode::parse(self.out, b"", body);
+                    self.expect.push_entry(Msg::Parse, false, None);
+                    *self.unnamed_here = true;
+                }
+            }
+            return String::new();
+        }
+        let stmt = self.client.named(name).cloned().expect("planned");
+        if !self.server.touch(&stmt) {
+            self.prepare_on_server(&stmt, st, false, None);
+        }
+        stmt.name.clone()
+    }
+
+    /// Makes `stmt` exist on the server before an SQL EXECUTE of it.
+    fn make_present(&mut self, stmt: &Arc<Statement>, st: &mut LinkState) {
+        if self.server.touch(stmt) {
+            return;
+        }
+        match &stmt.source {
+            Source::Parse(_) => {
+                self.prepare_on_server(stmt, st, false, None);
+                // A Sync, so an error in that Parse does not make the server skip the query.
+                pgwire::encode::sync(self.out);
+                st.on_sync();
+                self.expect.push_entry(Msg::Sync, false, None);
+            }
+            Source::Sql(rest) => {
+                self.evict_for(stmt, st);
+                pgwire::encode::query(self.out, &format!("PREPARE {} {rest}", stmt.name));
+                st.on_request();
+                self.expect
+                    .push_entry(Msg::Query, false, Some(undo(stmt, None)));
+            }
+        }
+    }
+
+    /// Sends a Parse of `stmt` under its server name; its answer reaches the client when the
+    /// Parse is the client's own (`client_name`).
+    fn prepare_on_server(
+        &mut self,
+        stmt: &Arc<Statement>,
+        st: &mut LinkState,
+        forward: bool,
+        client_name: Option<&[u8]>,
+    ) {
+        let Source::Parse(body) = &stmt.source else {
+            // An SQL-level statement used by Bind: prepare it the SQL way first.
+            return self.make_present(stmt, st);
+        };
+        self.evict_for(stmt, st);
+        pgwire::encode::parse(self.out, stmt.name.as_bytes(), body);
+        st.unsynced = true;
+        self.expect
+            .push_entry(Msg::Parse, forward, Some(undo(stmt, client_name)));
+    }
+
+    /// Records `stmt` as prepared on the server, closing the least recently used statement
+    /// there first when the server is at max_prepared_statements.
+    fn evict_for(&mut self, stmt: &Arc<Statement>, st: &mut LinkState) {
+        for name in self.server.take_stale() {
+            pgwire::encode::close(self.out, b'S', name.as_bytes());
+            st.unsynced = true;
+            self.expect.push_entry(Msg::Close, false, None);
+        }
+        if let Some(old) = self.server.insert(stmt, self.max) {
+            pgwire::encode::close(self.out, b'S', old.name.as_bytes());
+            st.unsynced = true;
+            self.expect.push_entry(Msg::Close, false, None);
+        }
+    }
+}
+
+fn undo(stmt: &Statement, client_name: Option<&[u8]>) -> Box<Undo> {
+    Box::new(Undo {
+        stmt: stmt.id,
+        client_name: client_name.map(Into::into),
+        client_sql: None,
+    })
+}
+
+/// The command of a Query body, when it is one pgcorral handles.
+fn query_command(body: &[u8]) -> Option<Command<'_>> {
+    let text = fe::query_text(body)?;
+    sql::parse(text)
+}

@@ -1,0 +1,395 @@
+//! Prepared statements through a transaction-mode pool smaller than the number of clients, with
+//! real drivers: pgbench `-M prepared` (200 clients over 10 servers; 64 for the TPC-B-like
+//! script), and, 40 connections over 4 servers each, asyncpg with its statement cache on, psycopg 3 with `prepare_threshold=0`, and
+//! node-postgres named queries. Each driver prepares named statements on the server its client
+//! happens to hold and uses them again in later transactions, on other servers.
+//!
+//! The driver scripts are in tests/drivers/ (see the top of each): they check every result,
+//! print one line `<driver> ok: ...` and exit 0, or print the errors and exit 1. Server
+//! connections are counted on the PostgreSQL side (pg_stat_activity), sampled during the run,
+//! never through pgcorral's own counters.
+//!
+//! The drivers are required, not optional: a missing one fails its test with the command that
+//! installs it (`.ci/run` installs them all): `python3 -m pip install asyncpg 'psycopg[binary]'`
+//! and `npm ci` in tests/drivers/. `PGCORRAL_TEST_PYTHON` and `PGCORRAL_TEST_NODE` name other
+//! interpreters than `python3` and `node`.
+//!
+//! `PGCORRAL_DRIVERS_POOL_MODE=session` runs the same in session mode, with a pool as large as the
+//! client count: a check of the harness itself, to tell a broken script from a pooler bug.
+
+mod support;
+
+use std::collections::HashSet;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::*;
+
+/// tests/drivers/: the driver scripts, and node-postgres in node_modules/.
+const DRIVERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/drivers");
+
+// ---- helpers --------------------------------------------------------------------------------
+
+/// How the pooler is set up for one test: transaction mode with `pool_size` servers for
+/// `clients` clients, or (`PGCORRAL_DRIVERS_POOL_MODE=session`) session mode with a server per
+/// client.
+struct Setup {
+    session: bool,
+    pool_size: usize,
+    clients: usize,
+}
+
+impl Setup {
+    fn new(pool_size: usize, clients: usize) -> Setup {
+        let session = match std::env::var("PGCORRAL_DRIVERS_POOL_MODE").as_deref() {
+            Ok("session") => true,
+            Ok("transaction") | Err(_) => false,
+            Ok(other) => panic!("PGCORRAL_DRIVERS_POOL_MODE={other}: use session or transaction"),
+        };
+        if session {
+            // A server per client; the test server allows 200 connections.
+            let clients = clients.min(150);
+            Setup {
+                session,
+                pool_size: clients,
+                clients,
+            }
+        } else {
+            assert!(pool_size < clients);
+            Setup {
+                session,
+                pool_size,
+                clients,
+            }
+        }
+    }
+
+    fn mode(&self) -> &'static str {
+        if self.session {
+            "session"
+        } else {
+            "transaction"
+        }
+    }
+
+    /// The pooler's config: trust, one database `postgres`. No client should wait 30 s for a
+    /// server here: a stuck run fails then instead of after the default two minutes.
+    fn config(&self, pg: &Postgres) -> String {
+        config(
+            pg,
+            "postgres",
+            &format!(
+                "pool_mode = \"{}\"\ndefault_pool_size = {}\nmax_client_conn = {}\n\
+                 query_wait_timeout = 30000",
+                self.mode(),
+                self.pool_size,
+                self.clients + 100
+            ),
+        )
+    }
+
+    /// In transaction mode: at most `pool_size` servers were open at once (fewer than the
+    /// clients), and `moved` clients (of the driver's own count) ran on more than one.
+    fn assert_pooled(&self, what: &str, peak: i64, moved: Option<usize>) {
+        if self.session {
+            return;
+        }
+        assert!(
+            (1..=self.pool_size as i64).contains(&peak),
+            "{what}: {peak} server connections at once, for a pool of {}",
+            self.pool_size
+        );
+        if let Some(moved) = moved {
+            assert!(
+                moved > 0,
+                "{what}: no client ran on more than one server, so nothing was re-prepared"
+            );
+        }
+    }
+}
+
+/// The highest number of server connections pgcorral held at once, sampled every 20 ms until
+/// `finish`: client backends on `pg` (other than the sampling one; everything else reaches
+/// PostgreSQL through the pooler) whose client socket is still open. A backend pgcorral just
+/// hung up on stays in pg_stat_activity for a moment while it exits; that overlap with its
+/// replacement is not pgcorral holding more than its pool, so it is not counted (as in
+/// tests/pools.rs).
+struct Peak {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<i64>,
+}
+
+/// Local ports of the TCP connections to 127.0.0.1:`port` whose connecting side has not closed
+/// them (ESTABLISHED in /proc/net/tcp).
+fn established_to(port: u16) -> HashSet<u16> {
+    let text = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let hex_port = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
+            let (local, remote) = (hex_port(f.get(1)?)?, hex_port(f.get(2)?)?);
+            (remote == port && *f.get(3)? == "01").then_some(local)
+        })
+        .collect()
+}
+
+impl Peak {
+    async fn watch(pg: &Postgres) -> Peak {
+        let admin = connect(pg.port, "postgres", None, "postgres")
+            .await
+            .expect("direct connection to PostgreSQL");
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let pg_port = pg.port;
+        let task = tokio::spawn(async move {
+            let mut max = 0;
+            while !flag.load(Ordering::SeqCst) {
+                let ports: Vec<i32> = admin
+                    .query(
+                        "SELECT client_port FROM pg_stat_activity \
+                         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                        &[],
+                    )
+                    .await
+                    .expect("list server connections")
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                let open = established_to(pg_port);
+                let held = ports
+                    .iter()
+                    .filter(|p| u16::try_from(**p).is_ok_and(|p| open.contains(&p)))
+                    .count() as i64;
+                max = max.max(held);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            max
+        });
+        Peak { stop, task }
+    }
+
+    async fn finish(self) -> i64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.unwrap()
+    }
+}
+
+/// Runs a blocking command off the async workers (pgcorral runs in this process).
+async fn run_blocking(mut c: Command, what: &str) -> std::process::Output {
+    let what = what.to_string();
+    tokio::task::spawn_blocking(move || {
+        c.output()
+            .unwrap_or_else(|e| panic!("{what}: cannot run {:?}: {e}", c.get_program()))
+    })
+    .await
+    .expect("command thread")
+}
+
+fn python() -> String {
+    std::env::var("PGCORRAL_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+fn node() -> String {
+    std::env::var("PGCORRAL_TEST_NODE").unwrap_or_else(|_| "node".to_string())
+}
+
+/// Fails unless `python3 -c "import <module>"` works, saying how to install it.
+fn require_python_module(module: &str, package: &str) {
+    let py = python();
+    let install = format!("{py} -m pip install '{package}'");
+    let out = Command::new(&py)
+        .args(["-c", &format!("import {module}")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {py} ({e}): install Python 3 and pip, then `{install}` (.ci/run does this)")
+        });
+    assert!(
+        out.status.success(),
+        "the Python module {module} is not installed for {py}: run `{install}` (.ci/run does this)\n{}",
+        stderr(&out)
+    );
+}
+
+/// Fails unless node runs and node-postgres is installed in tests/drivers/node_modules.
+fn require_node_pg() {
+    let node = node();
+    let install = "cd crates/pgcorral/tests/drivers && npm ci";
+    let out = Command::new(&node)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {node} ({e}): install Node.js and npm, then `{install}` (.ci/run does this)")
+        });
+    assert!(
+        out.status.success(),
+        "{node} --version failed: {}",
+        stderr(&out)
+    );
+    assert!(
+        std::path::Path::new(DRIVERS)
+            .join("node_modules/pg/package.json")
+            .exists(),
+        "node-postgres (npm package pg) is not installed in {DRIVERS}/node_modules: run `{install}` \
+         (.ci/run does this)"
+    );
+}
+
+/// Runs a driver script from tests/drivers against the pooler with `setup.clients` clients;
+/// returns its summary line (`<name> ok: ...`), after failing with its whole output unless it
+/// exited 0 and printed one.
+async fn run_driver(
+    name: &str,
+    program: String,
+    script: &str,
+    port: u16,
+    setup: &Setup,
+    rounds: usize,
+) -> String {
+    let mut c = Command::new(&program);
+    c.current_dir(DRIVERS)
+        .arg(script)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--user", "postgres", "--database", "postgres"])
+        .args(["--clients", &setup.clients.to_string()])
+        .args(["--rounds", &rounds.to_string(), "--timeout", "90"])
+        .env_remove("PGPASSWORD")
+        .stdin(Stdio::null());
+    let out = run_blocking(c, name).await;
+    let (o, e) = (stdout(&out), stderr(&out));
+    let mode = setup.mode();
+    assert!(
+        out.status.success(),
+        "{name} ({program} {script}) failed with {}, {mode} mode, pool {} for {} clients\n\
+         --- stdout\n{o}--- stderr\n{e}",
+        out.status,
+        setup.pool_size,
+        setup.clients
+    );
+    o.lines()
+        .find(|l| l.starts_with(&format!("{name} ok: ")))
+        .unwrap_or_else(|| panic!("{name}: no summary line\n--- stdout\n{o}--- stderr\n{e}"))
+        .to_string()
+}
+
+/// `K` of "K/N ... on more than one" in a driver's summary line.
+fn moved(summary: &str) -> usize {
+    summary
+        .rsplit(", ")
+        .next()
+        .and_then(|s| s.split('/').next())
+        .and_then(|k| k.parse().ok())
+        .unwrap_or_else(|| panic!("no 'K/N ... on more than one' in {summary:?}"))
+}
+
+/// Runs one driver script through a fresh pooler: 40 connections over 4 servers.
+async fn driver_through_small_pool(name: &str, program: String, script: &str) {
+    let pg = Postgres::start();
+    let setup = Setup::new(4, 40);
+    let pooler = Pooler::start(&setup.config(&pg)).await;
+    let peak = Peak::watch(&pg).await;
+    let summary = run_driver(name, program, script, pooler.port(), &setup, 30).await;
+    let peak = peak.finish().await;
+    eprintln!("{summary} ({} mode, peak {peak} servers)", setup.mode());
+    setup.assert_pooled(name, peak, Some(moved(&summary)));
+    pooler.shutdown().await;
+}
+
+// ---- pgbench -M prepared --------------------------------------------------------------------
+
+/// Checks a pgbench run: exit 0, transactions processed, none failed, no client aborted.
+fn assert_pgbench_ok(what: &str, o: &std::process::Output) -> u64 {
+    let (out, err) = (stdout(o), stderr(o));
+    assert!(
+        o.status.success(),
+        "{what}: pgbench exited with {}\n{out}\n{err}",
+        o.status
+    );
+    assert!(
+        !err.contains("aborted") && !out.contains("aborted"),
+        "{what}: clients aborted\n{out}\n{err}"
+    );
+    assert!(
+        out.contains("number of failed transactions: 0 "),
+        "{what}: failed transactions\n{out}\n{err}"
+    );
+    let tx: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: no transaction count in\n{out}\n{err}"));
+    assert!(tx > 0, "{what}: no transactions\n{out}\n{err}");
+    tx
+}
+
+/// pgbench `-M prepared`: select-only with 200 clients on 2 threads over 10 servers, then the
+/// TPC-B-like script (BEGIN, three UPDATEs, a SELECT, an INSERT, END, every one of them
+/// prepared) with 64 clients over the same 10 servers.
+///
+/// The TPC-B-like run has a thread per client (`-j` = `-c`) because pgbench prepares each
+/// statement on its first use with a blocking PQprepare (Parse, Sync, wait): with many clients
+/// per thread, a client preparing its BEGIN while every server is held by a transaction of
+/// another client of the same thread blocks the thread that would finish those transactions.
+/// That deadlock (until query_wait_timeout) would be pgbench's, not the pooler's, unless the
+/// pooler answered a lone Parse without a server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbench_prepared_200_clients_over_10_servers() {
+    let pg = Postgres::start();
+    let setup = Setup::new(10, 200);
+    let pooler = Pooler::start(&setup.config(&pg)).await;
+    let mut init = pgbench_cmd(pooler.port(), "postgres", "postgres", None);
+    init.args(["-i", "-q", "-s", "1"]);
+    let o = run_blocking(init, "pgbench -i").await;
+    assert!(
+        o.status.success(),
+        "pgbench -i: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+
+    let all = setup.clients.to_string();
+    let tpcb = setup.clients.min(64).to_string();
+    for (what, clients, jobs, script) in [
+        ("pgbench -M prepared -S", &all, "2", Some("-S")),
+        ("pgbench -M prepared (tpcb-like)", &tpcb, &tpcb, None),
+    ] {
+        let peak = Peak::watch(&pg).await;
+        let mut run = pgbench_cmd(pooler.port(), "postgres", "postgres", None);
+        run.args(["-n", "-c", clients, "-j", jobs, "-T", "5", "-M", "prepared"]);
+        run.args(script);
+        let o = run_blocking(run, what).await;
+        let peak = peak.finish().await;
+        let tx = assert_pgbench_ok(what, &o);
+        eprintln!(
+            "{what}: {tx} transactions, {clients} clients, {} mode, peak {peak} servers",
+            setup.mode()
+        );
+        setup.assert_pooled(what, peak, None);
+    }
+    pooler.shutdown().await;
+}
+
+// ---- drivers --------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asyncpg_statement_cache_40_connections_over_4_servers() {
+    require_python_module("asyncpg", "asyncpg");
+    driver_through_small_pool("asyncpg", python(), "asyncpg_check.py").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psycopg_prepare_threshold_0_40_connections_over_4_servers() {
+    require_python_module("psycopg", "psycopg[binary]");
+    driver_through_small_pool("psycopg", python(), "psycopg_check.py").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_postgres_named_queries_40_clients_over_4_servers() {
+    require_node_pg();
+    driver_through_small_pool("node-postgres", node(), "pg_named.js").await;
+}

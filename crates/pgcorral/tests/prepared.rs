@@ -1,0 +1,262 @@
+//! Prepared statements in transaction mode against a real PostgreSQL: named and unnamed
+//! statements follow their client to whatever server it gets, are shared on the server by text,
+//! closed per client, bounded per server, and SQL PREPARE/EXECUTE/DEALLOCATE work without pinning.
+
+mod support;
+#[path = "support/wire.rs"]
+mod wire;
+
+use support::*;
+use wire::{tags, Msg, Param, Wire};
+
+async fn pooler(pg: &Postgres, general: &str) -> Pooler {
+    Pooler::start(&config(pg, "postgres", general)).await
+}
+
+async fn wire(p: &Pooler) -> Wire {
+    Wire::connect(p.port(), "postgres", "postgres").await
+}
+
+/// The first column of every DataRow.
+fn values(msgs: &[Msg]) -> Vec<String> {
+    msgs.iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| m.row()[0].clone().unwrap_or_default())
+        .collect()
+}
+
+fn error_code(msgs: &[Msg]) -> Option<String> {
+    msgs.iter().find(|m| m.tag == b'E').map(|m| m.code())
+}
+
+/// Runs the client's statement `stmt` with one text parameter: Bind, Execute, Sync.
+async fn run(c: &mut Wire, stmt: &str, arg: &str) -> Vec<Msg> {
+    c.send_all(&[
+        wire::bind("", stmt, &[Param::Text(arg)], false),
+        wire::execute("", 0),
+        wire::sync(),
+    ])
+    .await;
+    c.until_ready().await
+}
+
+async fn prepare(c: &mut Wire, name: &str, sql: &str) -> Vec<Msg> {
+    c.send_all(&[wire::parse(name, sql, &[]), wire::sync()])
+        .await;
+    c.until_ready().await
+}
+
+/// Terminates every backend of database "postgres" but the caller's, so the pool must open new
+/// servers.
+fn kill_servers(pg: &Postgres) {
+    pg.sql(
+        "template1",
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = 'postgres' AND pid <> pg_backend_pid()",
+    );
+}
+
+#[tokio::test]
+async fn named_statements_follow_the_client_to_new_servers() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 1").await;
+    let mut a = wire(&p).await;
+    let got = prepare(&mut a, "s1", "SELECT $1::int + 1").await;
+    assert_eq!(tags(&got), "1Z");
+    assert_eq!(values(&run(&mut a, "s1", "41").await), ["42"]);
+    let first = a.scalar("SELECT pg_backend_pid()").await;
+    kill_servers(&pg);
+    // The next use lands on a new server, where pgcorral prepares it first.
+    let got = run(&mut a, "s1", "1").await;
+    assert_eq!(tags(&got), "2DCZ", "{got:?}");
+    assert_eq!(values(&got), ["2"]);
+    assert_ne!(a.scalar("SELECT pg_backend_pid()").await, first);
+    // Describe of the statement on yet another server.
+    kill_servers(&pg);
+    a.send_all(&[wire::describe(b'S', "s1"), wire::sync()])
+        .await;
+    let got = a.until_ready().await;
+    assert_eq!(tags(&got), "tTZ", "{got:?}");
+}
+
+#[tokio::test]
+async fn clients_share_server_statements_and_close_only_their_own() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 1").await;
+    let mut a = wire(&p).await;
+    let mut b = wire(&p).await;
+    assert_eq!(
+        tags(&prepare(&mut a, "q", "SELECT $1::text || '!'").await),
+        "1Z"
+    );
+    assert_eq!(
+        tags(&prepare(&mut b, "q", "SELECT $1::text || '!'").await),
+        "1Z"
+    );
+    // Different names for the same text: still one statement on the server.
+    assert_eq!(
+        tags(&prepare(&mut b, "other", "SELECT $1::text || '!'").await),
+        "1Z"
+    );
+    let n = a
+        .scalar("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'pgcorral%'")
+        .await;
+    assert_eq!(n, "1");
+    assert_eq!(values(&run(&mut b, "other", "x").await), ["x!"]);
+
+    a.send_all(&[wire::close(b'S', "q"), wire::sync()]).await;
+    assert_eq!(tags(&a.until_ready().await), "3Z");
+    let got = run(&mut a, "q", "a").await;
+    assert_eq!(error_code(&got).as_deref(), Some("26000"), "{got:?}");
+    assert_eq!(values(&run(&mut b, "q", "b").await), ["b!"]);
+
+    // The client's names are its own: a reuses "q" for another text, b is unaffected.
+    assert_eq!(tags(&prepare(&mut a, "q", "SELECT 'a:' || $1").await), "1Z");
+    assert_eq!(values(&run(&mut a, "q", "1").await), ["a:1"]);
+    assert_eq!(values(&run(&mut b, "q", "2").await), ["2!"]);
+}
+
+#[tokio::test]
+async fn unnamed_statements_across_batches_and_mixed_pipelines() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 1").await;
+    let mut a = wire(&p).await;
+    let mut b = wire(&p).await;
+    // Parse and Describe in one batch, Bind and Execute in the next, with another client's
+    // unnamed statement and a server restart in between.
+    a.send_all(&[
+        wire::parse("", "SELECT $1::int * 10", &[]),
+        wire::describe(b'S', ""),
+        wire::sync(),
+    ])
+    .await;
+    assert_eq!(tags(&a.until_ready().await), "1tTZ");
+    b.send_all(&[wire::parse("", "SELECT 'b'", &[]), wire::sync()])
+        .await;
+    assert_eq!(tags(&b.until_ready().await), "1Z");
+    assert_eq!(values(&run(&mut a, "", "4").await), ["40"]);
+    kill_servers(&pg);
+    assert_eq!(values(&run(&mut a, "", "5").await), ["50"]);
+
+    // Parse and Bind in different flushes of one batch.
+    a.send_all(&[wire::parse("", "SELECT $1::int + 100", &[]), wire::flush()])
+        .await;
+    assert_eq!(a.recv().await.tag, b'1');
+    let got = run(&mut a, "", "1").await;
+    assert_eq!(values(&got), ["101"]);
+
+    // One pipeline mixing named and unnamed statements.
+    a.send_all(&[
+        wire::parse("n1", "SELECT 'named ' || $1", &[]),
+        wire::parse("", "SELECT 'unnamed ' || $1", &[]),
+        wire::bind("", "", &[Param::Text("u")], false),
+        wire::execute("", 0),
+        wire::bind("", "n1", &[Param::Text("n")], false),
+        wire::execute("", 0),
+        wire::sync(),
+    ])
+    .await;
+    let got = a.until_ready().await;
+    assert_eq!(tags(&got), "112DC2DCZ", "{got:?}");
+    assert_eq!(values(&got), ["unnamed u", "named n"]);
+}
+
+#[tokio::test]
+async fn errors_leave_no_stale_names() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 1").await;
+    let mut a = wire(&p).await;
+    // A Parse that fails: the name does not exist afterwards, and can be used again.
+    let got = prepare(&mut a, "bad", "SELEC 1").await;
+    assert_eq!(error_code(&got).as_deref(), Some("42601"));
+    let got = run(&mut a, "bad", "1").await;
+    assert_eq!(error_code(&got).as_deref(), Some("26000"));
+    assert_eq!(tags(&prepare(&mut a, "bad", "SELECT $1::int").await), "1Z");
+    assert_eq!(values(&run(&mut a, "bad", "7").await), ["7"]);
+    // A name prepared twice: PostgreSQL's error, and the rest of the batch is skipped.
+    a.send_all(&[
+        wire::parse("bad", "SELECT 2", &[]),
+        wire::bind("", "bad", &[Param::Text("1")], false),
+        wire::execute("", 0),
+        wire::sync(),
+    ])
+    .await;
+    let got = a.until_ready().await;
+    assert_eq!(tags(&got), "EZ", "{got:?}");
+    assert_eq!(error_code(&got).as_deref(), Some("42P05"));
+    assert_eq!(values(&run(&mut a, "bad", "8").await), ["8"]);
+}
+
+#[tokio::test]
+async fn sql_prepare_execute_deallocate_without_pinning() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 1").await;
+    let mut a = wire(&p).await;
+    let mut b = wire(&p).await;
+    let got = a.simple("PREPARE p(int) AS SELECT $1 * 2").await;
+    assert_eq!(tags(&got), "CZ");
+    // Not pinned: the other client gets the only server.
+    assert_eq!(b.scalar("SELECT 1").await, "1");
+    assert_eq!(a.scalar("EXECUTE p(21)").await, "42");
+    // b may use the same name for something else.
+    assert_eq!(tags(&b.simple("PREPARE p AS SELECT 'b'").await), "CZ");
+    assert_eq!(b.scalar("EXECUTE p").await, "b");
+    kill_servers(&pg);
+    assert_eq!(a.scalar("execute P (5)").await, "10");
+    let got = a.simple("PREPARE p AS SELECT 1").await;
+    assert_eq!(error_code(&got).as_deref(), Some("42P05"));
+    assert_eq!(tags(&a.simple("DEALLOCATE p").await), "CZ");
+    let got = a.simple("EXECUTE p(1)").await;
+    assert_eq!(error_code(&got).as_deref(), Some("26000"));
+    assert_eq!(b.scalar("EXECUTE p").await, "b");
+    // A protocol-level statement can be run by SQL EXECUTE too.
+    assert_eq!(
+        tags(&prepare(&mut a, "proto", "SELECT 'proto'").await),
+        "1Z"
+    );
+    assert_eq!(a.scalar("EXECUTE proto").await, "proto");
+    assert_eq!(tags(&b.simple("DEALLOCATE ALL").await), "CZ");
+    let got = b.simple("EXECUTE p").await;
+    assert_eq!(error_code(&got).as_deref(), Some("26000"));
+    assert_eq!(a.scalar("EXECUTE proto").await, "proto");
+}
+
+#[tokio::test]
+async fn discard_all_clears_only_the_clients_statements() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 1").await;
+    let mut a = wire(&p).await;
+    let mut b = wire(&p).await;
+    for c in [&mut a, &mut b] {
+        assert_eq!(tags(&prepare(c, "x", "SELECT $1::int - 1").await), "1Z");
+        assert_eq!(tags(&c.simple("PREPARE y AS SELECT 'y'").await), "CZ");
+    }
+    assert_eq!(tags(&a.simple("DISCARD ALL").await), "CZ");
+    let got = run(&mut a, "x", "1").await;
+    assert_eq!(error_code(&got).as_deref(), Some("26000"));
+    let got = a.simple("EXECUTE y").await;
+    assert_eq!(error_code(&got).as_deref(), Some("26000"));
+    // b's statements still work, though the server dropped them.
+    assert_eq!(values(&run(&mut b, "x", "10").await), ["9"]);
+    assert_eq!(b.scalar("EXECUTE y").await, "y");
+}
+
+#[tokio::test]
+async fn max_prepared_statements_bounds_each_server() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 1\nmax_prepared_statements = 2").await;
+    let mut a = wire(&p).await;
+    for i in 0..5 {
+        let sql = format!("SELECT $1::int + {i}");
+        assert_eq!(tags(&prepare(&mut a, &format!("s{i}"), &sql).await), "1Z");
+    }
+    let count = "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'pgcorral%'";
+    assert_eq!(a.scalar(count).await, "2");
+    for round in 0..2 {
+        for i in 0..5 {
+            let got = run(&mut a, &format!("s{i}"), "100").await;
+            assert_eq!(values(&got), [format!("{}", 100 + i)], "round {round}");
+        }
+    }
+    assert_eq!(a.scalar(count).await, "2");
+}
