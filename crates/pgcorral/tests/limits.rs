@@ -597,10 +597,12 @@ async fn clients_move_off_a_busy_worker() {
     let a = pooler.connect("postgres", None, "postgres").await;
     let pid = backend_pid(&a).await;
 
+    // Counted before the load changes: `a` may reach its transaction boundary (and move) only
+    // after the freeze below, since its answer reaches this test before its task loops.
+    let before = balance.moves();
     balance.freeze_loads(&[950, 0]);
     assert_eq!(balance.pick(), 1, "new clients avoid the busy worker");
     let b = pooler.connect("postgres", None, "postgres").await;
-    let before = balance.moves();
     for _ in 0..20 {
         assert_eq!(backend_pid(&a).await, pid);
         assert_eq!(backend_pid(&b).await, pid);
