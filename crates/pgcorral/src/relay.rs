@@ -17,6 +17,7 @@ use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
 use crate::prepared::expect::Answers;
+use crate::prepared::replay::AtReady;
 use crate::prepared::rewrite::{Link, Plan};
 use crate::prepared::Registry;
 use crate::server::{LinkState, ServerConn, ServerParams};
@@ -147,6 +148,9 @@ pub struct ServerScan {
     pub again: bool,
     pub stop: Option<Outcome>,
     pub fatal: bool,
+    /// A batch's stale-plan error was hidden: the batch is due to be sent again (see
+    /// [`crate::prepared::replay`]).
+    pub replay: bool,
 }
 
 /// Scans server bytes: passes bodies, inspects ReadyForQuery and ErrorResponse. Stops after a
@@ -192,9 +196,46 @@ pub fn scan_server(
                 break;
             }
             hide = a.expect.hides(h.tag);
-            if hide && pos > front {
+            let msg = &buf[pos..];
+            let retry = match h.tag {
+                backend::ERROR_RESPONSE => stale_plan(&msg[5..h.total_len()])
+                    .then(|| {
+                        a.expect
+                            .replay
+                            .retries(st, a.expect.head_is_clients_bind_or_query())
+                    })
+                    .unwrap_or(false),
+                backend::READY_FOR_QUERY => {
+                    let after = LinkState {
+                        pending: st.pending.saturating_sub(1),
+                        ..*st
+                    };
+                    a.expect.replay.hides_ready(&after)
+                }
+                _ => false,
+            };
+            hide |= retry;
+            // A hidden error shown after all goes out just before its ReadyForQuery.
+            let show = h.tag == backend::READY_FOR_QUERY && a.expect.replay.at_ready_pending();
+            if (hide || show) && pos > front {
                 out.again = true;
                 break;
+            }
+            if retry && h.tag == backend::ERROR_RESPONSE {
+                a.expect.replay.hide_error(&msg[..h.total_len()]);
+            }
+            if matches!(
+                h.tag,
+                backend::BIND_COMPLETE
+                    | backend::DATA_ROW
+                    | backend::COMMAND_COMPLETE
+                    | backend::EMPTY_QUERY_RESPONSE
+                    | backend::PORTAL_SUSPENDED
+                    | backend::COPY_IN_RESPONSE
+                    | backend::COPY_OUT_RESPONSE
+                    | backend::COPY_BOTH_RESPONSE
+            ) {
+                a.expect.replay.progress();
             }
             if h.tag != backend::READY_FOR_QUERY {
                 a.expect.answer(h.tag, a.server, a.client);
@@ -216,8 +257,8 @@ pub fn scan_server(
                         st.broken = true;
                         out.fatal = true;
                     }
-                    if let (Some(a), Some(f)) = (answers.as_deref_mut(), &fields) {
-                        if f.code == "0A000" && f.message.starts_with("cached plan must not") {
+                    if let Some(a) = answers.as_deref_mut() {
+                        if stale_plan(body) {
                             a.server.mark_stale();
                         }
                     }
@@ -230,6 +271,11 @@ pub fn scan_server(
                         .unwrap_or(TxStatus::Failed);
                     if let Some(a) = answers.as_deref_mut() {
                         a.expect.answer(h.tag, a.server, a.client);
+                        match a.expect.replay.at_ready(st) {
+                            AtReady::Forward => {}
+                            AtReady::Retry => out.replay = true,
+                            AtReady::ShowError(e) => a.out.extend_from_slice(&e),
+                        }
                     }
                     let quiet = st.pending == 0 && !st.unsynced;
                     if !hide && statement_mode && quiet && st.tx != TxStatus::Idle {
@@ -316,6 +362,7 @@ pub fn scan_client(
                     if h.tag == frontend::PARSE && sql_effect(&buf[pos..], h) != Effect::None {
                         st.dirty = true;
                     }
+                    l.expect.replay.client_message(h, &buf[pos..], st, true);
                     let a = l.apply(h, &buf[pos..], st);
                     pos += a.consume;
                     front = pos;
@@ -339,6 +386,9 @@ pub fn scan_client(
                     }
                 }
             }
+        }
+        if let Some(l) = link.as_deref_mut() {
+            l.expect.replay.client_message(h, &buf[pos..], st, false);
         }
         let mut counted = true;
         match frontend::kind(h.tag) {
@@ -374,6 +424,12 @@ pub fn scan_client(
     out.ready = pos;
     out.front = front;
     Ok(out)
+}
+
+/// Whether an ErrorResponse body says a prepared statement's result type changed under it.
+fn stale_plan(body: &[u8]) -> bool {
+    backend::ErrorFields::parse(body)
+        .is_some_and(|f| f.code == "0A000" && f.message.starts_with("cached plan must not"))
 }
 
 /// What the SQL of a Query or Parse message (`msg` starts at its header) may do to the
@@ -515,8 +571,23 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_
     // Anything the server sent while idle reaches this client; answers pgcorral owes go out.
     let mut s_again = !server.rbuf.is_empty() || server.expect.fake_next();
     let mut fatal_seen = false;
+    // A batch whose stale-plan error was hidden goes to the server again, ahead of anything
+    // the client sent since, once nothing of the client's is part-way out.
+    let mut replay_due = false;
 
     loop {
+        if replay_due && c_ready == 0 && client.pass == 0 {
+            replay_due = false;
+            if let Some(batch) = server.expect.replay.take_due() {
+                let mut buf = bytes::BytesMut::with_capacity(batch.len() + client.buf.len());
+                buf.extend_from_slice(&batch);
+                buf.extend_from_slice(&client.buf);
+                client.buf = buf;
+                // The unnamed statement may have gone stale too: parse it again.
+                unnamed_here = false;
+                c_again = true;
+            }
+        }
         if c_again && c_ready == 0 && c_stop.is_none() {
             let c = scan_c(client, server, &mode, &mut unnamed_here);
             (c_ready, c_stop, c_again) = (c.ready, c.stop, c.again);
@@ -530,6 +601,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_
                     fatal_seen |= s.fatal;
                     s_stop = s.stop;
                     s_again = s.again;
+                    replay_due |= s.replay;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "server sent an invalid message");

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 use pgwire::backend as be;
 
+use super::replay::Replay;
 use super::{ClientStatements, ServerStatements};
 
 /// An answer pgcorral gives the client itself.
@@ -91,6 +92,8 @@ pub struct Expected {
     /// pgcorral answered a message of the client's batch with an error of its own: the rest of
     /// the batch, up to Sync, is dropped (as PostgreSQL would skip it).
     pub dropping: bool,
+    /// The batch kept for a retry after a stale plan.
+    pub replay: Replay,
 }
 
 /// What the server-side scan touches when answers are matched.
@@ -118,6 +121,19 @@ impl Expected {
         self.q.clear();
         self.skipping = false;
         self.dropping = false;
+        self.replay.clear();
+    }
+
+    /// Whether the head entry is a client's own Bind or Query (its answer is the client's).
+    pub fn head_is_clients_bind_or_query(&self) -> bool {
+        matches!(
+            self.q.front(),
+            Some(Expect::Msg {
+                msg: Msg::Bind | Msg::Query,
+                forward: true,
+                ..
+            })
+        )
     }
 
     /// A message sent to the server, answered to the client.

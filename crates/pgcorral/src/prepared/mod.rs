@@ -3,9 +3,11 @@
 //! whichever server the client lands on, under names of pgcorral's own that clients preparing
 //! the same text share; each server keeps at most `max_prepared_statements` (least recently
 //! used ones are closed). [`rewrite`] changes client messages, [`expect`] matches the server's
-//! answers to them so that answers pgcorral owes or must hide come out in order.
+//! answers to them so that answers pgcorral owes or must hide come out in order, and
+//! [`replay`] retries a batch whose statement a schema change made stale.
 
 pub mod expect;
+pub mod replay;
 pub mod rewrite;
 mod sql;
 
