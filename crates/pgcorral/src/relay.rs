@@ -198,13 +198,12 @@ pub fn scan_server(
             hide = a.expect.hides(h.tag);
             let msg = &buf[pos..];
             let retry = match h.tag {
-                backend::ERROR_RESPONSE => stale_plan(&msg[5..h.total_len()])
-                    .then(|| {
-                        a.expect
+                backend::ERROR_RESPONSE => {
+                    stale_plan(&msg[5..h.total_len()])
+                        && a.expect
                             .replay
                             .retries(st, a.expect.head_is_clients_bind_or_query())
-                    })
-                    .unwrap_or(false),
+                }
                 backend::READY_FOR_QUERY => {
                     let after = LinkState {
                         pending: st.pending.saturating_sub(1),
@@ -576,18 +575,6 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_
     let mut replay_due = false;
 
     loop {
-        if replay_due && c_ready == 0 && client.pass == 0 {
-            replay_due = false;
-            if let Some(batch) = server.expect.replay.take_due() {
-                let mut buf = bytes::BytesMut::with_capacity(batch.len() + client.buf.len());
-                buf.extend_from_slice(&batch);
-                buf.extend_from_slice(&client.buf);
-                client.buf = buf;
-                // The unnamed statement may have gone stale too: parse it again.
-                unnamed_here = false;
-                c_again = true;
-            }
-        }
         if c_again && c_ready == 0 && c_stop.is_none() {
             let c = scan_c(client, server, &mode, &mut unnamed_here);
             (c_ready, c_stop, c_again) = (c.ready, c.stop, c.again);
@@ -608,6 +595,19 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_
                     server.state.broken = true;
                     s_stop = Some(Outcome::ServerGone { notified: false });
                 }
+            }
+        }
+        if replay_due && c_ready == 0 && client.pass == 0 {
+            replay_due = false;
+            if let Some(batch) = server.expect.replay.take_due() {
+                let mut buf = bytes::BytesMut::with_capacity(batch.len() + client.buf.len());
+                buf.extend_from_slice(&batch);
+                buf.extend_from_slice(&client.buf);
+                client.buf = buf;
+                // The unnamed statement may have gone stale too: parse it again.
+                unnamed_here = false;
+                c_again = true;
+                continue;
             }
         }
         let c_sent = c_ready == 0 && server.wout.is_empty();

@@ -393,3 +393,112 @@ async fn node_postgres_named_queries_40_clients_over_4_servers() {
     require_node_pg();
     driver_through_small_pool("node-postgres", node(), "pg_named.js").await;
 }
+
+/// psycopg's pipeline mode and executemany end with Sync then Flush: afterwards the idle
+/// connection holds no server, so another connection gets the pool's only server at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psycopg_pipeline_then_idle_frees_the_only_server() {
+    require_python_module("psycopg", "psycopg[binary]");
+    let pg = Postgres::start();
+    let setup = Setup::new(1, 2);
+    let pooler = Pooler::start(&setup.config(&pg)).await;
+    let mut c = Command::new(python());
+    c.current_dir(DRIVERS)
+        .arg("psycopg_pipeline_idle.py")
+        .args(["--host", "127.0.0.1", "--port", &pooler.port().to_string()])
+        .env_remove("PGPASSWORD")
+        .stdin(Stdio::null());
+    let out = run_blocking(c, "psycopg pipeline").await;
+    assert!(
+        out.status.success() && stdout(&out).contains("psycopg-pipeline ok: "),
+        "psycopg pipeline: {}\n{}{}",
+        out.status,
+        stdout(&out),
+        stderr(&out)
+    );
+    eprintln!("{}", stdout(&out).trim());
+    pooler.shutdown().await;
+}
+
+// ---- schema changes under prepared statements -----------------------------------------------
+
+/// Runs pgbench `-M prepared` with a script selecting every column of table `t`, 16 clients,
+/// for `secs`, while the table gains a column every 250 ms (directly on PostgreSQL).
+async fn pgbench_while_columns_are_added(
+    pg: &Postgres,
+    port: u16,
+    secs: u64,
+) -> std::process::Output {
+    let script =
+        std::env::temp_dir().join(format!("pgcorral-stale-{}-{port}.sql", std::process::id()));
+    std::fs::write(
+        &script,
+        "\\set x random(1, 10)\nSELECT * FROM t WHERE a = :x;\n",
+    )
+    .unwrap();
+    let mut run = pgbench_cmd(port, "postgres", "postgres", None);
+    run.args([
+        "-n",
+        "-c",
+        "16",
+        "-j",
+        "2",
+        "-T",
+        &secs.to_string(),
+        "-M",
+        "prepared",
+        "-f",
+    ]);
+    run.arg(&script);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let pg_port = pg.port;
+    let alter = tokio::spawn(async move {
+        let admin = connect(pg_port, "postgres", None, "postgres")
+            .await
+            .expect("direct connection");
+        let mut n = 0;
+        while !flag.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            n += 1;
+            admin
+                .batch_execute(&format!(
+                    "ALTER TABLE t ADD COLUMN c{port}_{n} int DEFAULT {n}"
+                ))
+                .await
+                .expect("ALTER TABLE");
+        }
+        n
+    });
+    let out = run_blocking(run, "pgbench -M prepared (schema changes)").await;
+    stop.store(true, Ordering::SeqCst);
+    let altered = alter.await.unwrap();
+    let _ = std::fs::remove_file(&script);
+    assert!(altered >= 2, "only {altered} ALTER TABLEs during the run");
+    out
+}
+
+/// Columns added under pgbench `-M prepared` ("cached plan must not change result type" on the
+/// servers): through pgcorral no transaction fails, as pgcorral prepares the statement again
+/// and retries; directly against PostgreSQL the same run fails (the check that the test bites).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbench_prepared_survives_columns_added_under_it() {
+    let pg = Postgres::start();
+    pg.sql(
+        "postgres",
+        "CREATE TABLE t (a int); INSERT INTO t SELECT generate_series(1, 10)",
+    );
+    let setup = Setup::new(4, 16);
+    let pooler = Pooler::start(&setup.config(&pg)).await;
+    let out = pgbench_while_columns_are_added(&pg, pooler.port(), 4).await;
+    let tx = assert_pgbench_ok("pgbench -M prepared, columns added", &out);
+    eprintln!("through pgcorral: {tx} transactions, 0 failed");
+
+    let direct = pgbench_while_columns_are_added(&pg, pg.port, 2).await;
+    let text = format!("{}{}", stdout(&direct), stderr(&direct));
+    assert!(
+        text.contains("cached plan must not change result type"),
+        "directly against PostgreSQL the run was expected to fail:\n{text}"
+    );
+    pooler.shutdown().await;
+}

@@ -277,7 +277,10 @@ fn widths(msgs: &[Msg]) -> Vec<usize> {
 #[tokio::test]
 async fn statements_made_stale_by_a_schema_change_are_prepared_again_and_retried() {
     let pg = Postgres::start();
-    pg.sql("postgres", "CREATE TABLE t (a int); INSERT INTO t VALUES (1)");
+    pg.sql(
+        "postgres",
+        "CREATE TABLE t (a int); INSERT INTO t VALUES (1)",
+    );
     let p = pooler(&pg, "default_pool_size = 1").await;
     let mut a = wire(&p).await;
     let mut b = wire(&p).await;
@@ -286,10 +289,7 @@ async fn statements_made_stale_by_a_schema_change_are_prepared_again_and_retried
     assert_eq!(tags(&prepare(&mut b, "s", all).await), "1Z");
     assert_eq!(widths(&run(&mut a, "s", "1").await), [1]);
     assert_eq!(widths(&run(&mut b, "s", "1").await), [1]);
-    assert_eq!(
-        tags(&a.simple("PREPARE q AS SELECT * FROM t").await),
-        "CZ"
-    );
+    assert_eq!(tags(&a.simple("PREPARE q AS SELECT * FROM t").await), "CZ");
     assert_eq!(widths(&a.simple("EXECUTE q").await), [1]);
     // The unnamed statement, parsed in one batch and bound in the next.
     a.send_all(&[wire::parse("", all, &[]), wire::sync()]).await;
