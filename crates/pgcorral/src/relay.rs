@@ -16,7 +16,7 @@ use tokio::io::AsyncWrite;
 use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
-use crate::prepared::expect::Answers;
+use crate::prepared::expect::{stale_plan, Answers};
 use crate::prepared::replay::AtReady;
 use crate::prepared::rewrite::{Link, Plan};
 use crate::prepared::Registry;
@@ -237,7 +237,12 @@ pub fn scan_server(
                 a.expect.replay.progress();
             }
             if h.tag != backend::READY_FOR_QUERY {
-                a.expect.answer(h.tag, a.server, a.client);
+                let body = if streamed {
+                    &[][..]
+                } else {
+                    &msg[5..h.total_len()]
+                };
+                a.expect.answer(h.tag, body, a.server, a.client);
             }
         }
         match h.tag {
@@ -256,11 +261,6 @@ pub fn scan_server(
                         st.broken = true;
                         out.fatal = true;
                     }
-                    if let Some(a) = answers.as_deref_mut() {
-                        if stale_plan(body) {
-                            a.server.mark_stale();
-                        }
-                    }
                 } else {
                     st.pending = st.pending.saturating_sub(1);
                     st.tx = body
@@ -269,7 +269,7 @@ pub fn scan_server(
                         .and_then(TxStatus::from_byte)
                         .unwrap_or(TxStatus::Failed);
                     if let Some(a) = answers.as_deref_mut() {
-                        a.expect.answer(h.tag, a.server, a.client);
+                        a.expect.answer(h.tag, body, a.server, a.client);
                         match a.expect.replay.at_ready(st) {
                             AtReady::Forward => {}
                             AtReady::Retry => out.replay = true,
@@ -361,8 +361,16 @@ pub fn scan_client(
                     if h.tag == frontend::PARSE && sql_effect(&buf[pos..], h) != Effect::None {
                         st.dirty = true;
                     }
-                    l.expect.replay.client_message(h, &buf[pos..], st, true);
+                    let before = *st;
                     let a = l.apply(h, &buf[pos..], st);
+                    if a.consume == 0 {
+                        // It waits for the server to describe a statement.
+                        out.again = true;
+                        break;
+                    }
+                    l.expect
+                        .replay
+                        .client_message(h, &buf[pos..], &before, true);
                     pos += a.consume;
                     front = pos;
                     *pass = a.pass;
@@ -423,12 +431,6 @@ pub fn scan_client(
     out.ready = pos;
     out.front = front;
     Ok(out)
-}
-
-/// Whether an ErrorResponse body says a prepared statement's result type changed under it.
-fn stale_plan(body: &[u8]) -> bool {
-    backend::ErrorFields::parse(body)
-        .is_some_and(|f| f.code == "0A000" && f.message.starts_with("cached plan must not"))
 }
 
 /// What the SQL of a Query or Parse message (`msg` starts at its header) may do to the
@@ -580,6 +582,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_
             (c_ready, c_stop, c_again) = (c.ready, c.stop, c.again);
             s_again |= server.expect.fake_next();
         }
+        let verifying = server.expect.verifying;
         if s_again && s_ready == 0 && s_stop.is_none() {
             s_again = false;
             match scan_s(client, server, &mode) {
@@ -596,6 +599,10 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_
                     s_stop = Some(Outcome::ServerGone { notified: false });
                 }
             }
+        }
+        if verifying && !server.expect.verifying && c_again {
+            // The client's message that waited for a description goes on.
+            continue;
         }
         if replay_due && c_ready == 0 && client.pass == 0 {
             replay_due = false;

@@ -269,11 +269,26 @@ fn widths(msgs: &[Msg]) -> Vec<usize> {
         .collect()
 }
 
+/// Runs `stmt` as drivers that describe every execution do (psycopg, JDBC, node-postgres):
+/// Bind, Describe portal, Execute, Sync.
+async fn run_described(c: &mut Wire, stmt: &str, arg: &str) -> Vec<Msg> {
+    c.send_all(&[
+        wire::bind("", stmt, &[Param::Text(arg)], false),
+        wire::describe(b'P', ""),
+        wire::execute("", 0),
+        wire::sync(),
+    ])
+    .await;
+    c.until_ready().await
+}
+
 /// A table changed under a prepared statement ("cached plan must not change result type"):
-/// outside a transaction pgcorral prepares it again and retries, for protocol-level named and
-/// unnamed statements and SQL EXECUTE, and a client sharing the statement on the same server is
-/// retried too; inside a transaction the error reaches the client (the transaction is lost
-/// anyway), and the statement works again after it.
+/// outside a transaction, for a batch that describes its portal (so the client learns the new
+/// row shape) pgcorral prepares the statement again and retries, for protocol-level named and
+/// unnamed statements and SQL EXECUTE; a client sharing the statement on the same server is
+/// retried too. A batch without Describe (the client may decode by a description it got
+/// earlier), one with more pipelined behind it, and one inside a transaction get the error as
+/// from PostgreSQL; the statement works again after it.
 #[tokio::test]
 async fn statements_made_stale_by_a_schema_change_are_prepared_again_and_retried() {
     let pg = Postgres::start();
@@ -296,42 +311,106 @@ async fn statements_made_stale_by_a_schema_change_are_prepared_again_and_retried
     assert_eq!(tags(&a.until_ready().await), "1Z");
 
     pg.sql("postgres", "ALTER TABLE t ADD COLUMN b int DEFAULT 7");
-    let got = run(&mut a, "s", "1").await;
-    assert_eq!(tags(&got), "2DCZ", "retried: {got:?}");
+    let got = run_described(&mut a, "s", "1").await;
+    assert_eq!(tags(&got), "2TDCZ", "retried: {got:?}");
     assert_eq!(widths(&got), [2]);
     // b shares the server statement, now prepared afresh: no error either.
-    let got = run(&mut b, "s", "1").await;
-    assert_eq!(tags(&got), "2DCZ", "{got:?}");
+    let got = run_described(&mut b, "s", "1").await;
+    assert_eq!(tags(&got), "2TDCZ", "{got:?}");
     assert_eq!(widths(&got), [2]);
 
     pg.sql("postgres", "ALTER TABLE t ADD COLUMN c int DEFAULT 8");
     let got = a.simple("EXECUTE q").await;
     assert_eq!(error_code(&got), None, "{got:?}");
     assert_eq!(widths(&got), [3]);
-    let got = run(&mut a, "", "1").await;
-    assert_eq!(tags(&got), "2DCZ", "unnamed statement retried: {got:?}");
+    let got = run_described(&mut a, "", "1").await;
+    assert_eq!(tags(&got), "2TDCZ", "unnamed statement retried: {got:?}");
     assert_eq!(widths(&got), [3]);
+
+    // No Describe in the batch: the client sees the error, then the statement works.
+    pg.sql("postgres", "ALTER TABLE t ADD COLUMN d int DEFAULT 9");
+    let got = run(&mut a, "s", "1").await;
+    assert_eq!(error_code(&got).as_deref(), Some("0A000"), "{got:?}");
+    assert_eq!(widths(&run(&mut a, "s", "1").await), [4]);
 
     // Several requests in one pipeline before the answer: the error cannot be hidden without
     // reordering, so the client sees it; the next use works.
-    pg.sql("postgres", "ALTER TABLE t ADD COLUMN d int DEFAULT 9");
+    pg.sql("postgres", "ALTER TABLE t ADD COLUMN e int DEFAULT 10");
     let one = [
         wire::bind("", "s", &[Param::Text("1")], false),
+        wire::describe(b'P', ""),
         wire::execute("", 0),
         wire::sync(),
     ];
     a.send_all(&[one.clone(), one].concat()).await;
     let got = a.until_ready_n(2).await;
     assert_eq!(error_code(&got).as_deref(), Some("0A000"), "{got:?}");
-    assert_eq!(widths(&run(&mut a, "s", "1").await), [4]);
+    assert_eq!(widths(&run_described(&mut a, "s", "1").await), [5]);
 
     // Inside a transaction: no retry.
     assert_eq!(tags(&a.simple("BEGIN").await), "CZ");
-    pg.sql("postgres", "ALTER TABLE t ADD COLUMN e int DEFAULT 10");
-    let got = run(&mut a, "s", "1").await;
+    pg.sql("postgres", "ALTER TABLE t ADD COLUMN f int DEFAULT 11");
+    let got = run_described(&mut a, "s", "1").await;
     assert_eq!(error_code(&got).as_deref(), Some("0A000"), "{got:?}");
     assert_eq!(tags(&a.simple("ROLLBACK").await), "CZ");
+    let got = run_described(&mut a, "s", "1").await;
+    assert_eq!(tags(&got), "2TDCZ", "{got:?}");
+    assert_eq!(widths(&got), [6]);
+}
+
+/// A statement whose description the client was given is checked where pgcorral prepares it
+/// again: on a new server it is described first; unchanged, the client's Bind goes on; after
+/// its table changed, the client gets PostgreSQL's "cached plan must not change result type"
+/// (with the routine drivers recognise it by) rather than rows of another shape, and a new
+/// Parse of the text gets the new shape.
+#[tokio::test]
+async fn a_described_statement_is_checked_where_it_is_prepared_again() {
+    let pg = Postgres::start();
+    pg.sql(
+        "postgres",
+        "CREATE TABLE t (a int); INSERT INTO t VALUES (1)",
+    );
+    let p = pooler(&pg, "default_pool_size = 1").await;
+    let mut a = wire(&p).await;
+    let all = "SELECT * FROM t WHERE $1::int IS NOT NULL";
+    a.send_all(&[
+        wire::parse("s", all, &[]),
+        wire::describe(b'S', "s"),
+        wire::sync(),
+    ])
+    .await;
+    assert_eq!(tags(&a.until_ready().await), "1tTZ");
+
+    kill_servers(&pg);
     let got = run(&mut a, "s", "1").await;
+    assert_eq!(tags(&got), "2DCZ", "unchanged on the new server: {got:?}");
+    assert_eq!(widths(&got), [1]);
+
+    kill_servers(&pg);
+    pg.sql("postgres", "ALTER TABLE t ADD COLUMN b int DEFAULT 7");
+    let got = run(&mut a, "s", "1").await;
+    assert_eq!(tags(&got), "EZ", "{got:?}");
+    assert_eq!(got[0].code(), "0A000");
+    assert_eq!(
+        got[0].field(b'M').as_deref(),
+        Some("cached plan must not change result type")
+    );
+    assert_eq!(got[0].field(b'R').as_deref(), Some("RevalidateCachedQuery"));
+    // Still refused on the next try (the client still has the old description)...
+    assert_eq!(
+        error_code(&run(&mut a, "s", "1").await).as_deref(),
+        Some("0A000")
+    );
+    // ...until it prepares the text again.
+    a.send_all(&[
+        wire::parse("s2", all, &[]),
+        wire::describe(b'S', "s2"),
+        wire::sync(),
+    ])
+    .await;
+    let got = a.until_ready().await;
+    assert_eq!(tags(&got), "1tTZ", "{got:?}");
+    let got = run(&mut a, "s2", "1").await;
     assert_eq!(tags(&got), "2DCZ", "{got:?}");
-    assert_eq!(widths(&got), [5]);
+    assert_eq!(widths(&got), [2]);
 }

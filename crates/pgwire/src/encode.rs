@@ -59,6 +59,32 @@ pub fn error_fields(buf: &mut BytesMut, tag: u8, severity: &str, code: &str, msg
     });
 }
 
+/// ErrorResponse with severity, SQLSTATE, message and further fields (`(type, value)`: `R`
+/// routine, `F` file, ...), for errors that drivers recognise by those fields.
+pub fn error_response_with(
+    buf: &mut BytesMut,
+    severity: &str,
+    code: &str,
+    msg: &str,
+    more: &[(u8, &str)],
+) {
+    message(buf, backend::ERROR_RESPONSE, |b| {
+        for (kind, value) in [
+            (b'S', severity),
+            (b'V', severity),
+            (b'C', code),
+            (b'M', msg),
+        ]
+        .iter()
+        .chain(more)
+        {
+            b.put_u8(*kind);
+            cstr(b, value);
+        }
+        b.put_u8(0);
+    });
+}
+
 /// ErrorResponse.
 pub fn error_response(buf: &mut BytesMut, severity: &str, code: &str, msg: &str) {
     error_fields(buf, backend::ERROR_RESPONSE, severity, code, msg);
@@ -191,6 +217,20 @@ pub fn close(buf: &mut BytesMut, kind: u8, name: &[u8]) {
 /// Sync.
 pub fn sync(buf: &mut BytesMut) {
     message(buf, crate::frontend::SYNC, |_| {});
+}
+
+/// Describe of a prepared statement (`kind` b'S') or portal (b'P').
+pub fn describe(buf: &mut BytesMut, kind: u8, name: &[u8]) {
+    message(buf, crate::frontend::DESCRIBE, |b| {
+        b.put_u8(kind);
+        b.put_slice(name);
+        b.put_u8(0);
+    });
+}
+
+/// Flush.
+pub fn flush(buf: &mut BytesMut) {
+    message(buf, crate::frontend::FLUSH, |_| {});
 }
 
 /// A backend message without a body: ParseComplete, BindComplete, CloseComplete, NoData, ...

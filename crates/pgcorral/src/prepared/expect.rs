@@ -12,6 +12,12 @@ use pgwire::backend as be;
 use super::replay::Replay;
 use super::{ClientStatements, ServerStatements};
 
+/// Whether an ErrorResponse body says a prepared statement's result type changed under it.
+pub fn stale_plan(body: &[u8]) -> bool {
+    be::ErrorFields::parse(body)
+        .is_some_and(|f| f.code == "0A000" && f.message.starts_with("cached plan must not"))
+}
+
 /// An answer pgcorral gives the client itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fake {
@@ -46,6 +52,9 @@ pub enum Msg {
     Sync,
     /// Query or FunctionCall: everything up to ReadyForQuery.
     Query,
+    /// pgcorral's Describe of a statement it just prepared, whose description must match the
+    /// one clients were given (see [`super::Statement::shape`]).
+    Verify,
 }
 
 /// What to undo when a Parse fails or is skipped: the statement is not on the server, and the
@@ -78,6 +87,8 @@ pub enum Expect {
         msg: Msg,
         forward: bool,
         undo: Option<Box<Undo>>,
+        /// The statement (id) a Bind, Describe, SQL EXECUTE or Verify is about.
+        stmt: Option<u64>,
     },
     Fake(Fake),
 }
@@ -94,6 +105,11 @@ pub struct Expected {
     pub dropping: bool,
     /// The batch kept for a retry after a stale plan.
     pub replay: Replay,
+    /// A [`Msg::Verify`] is outstanding: the client's message that needs the statement waits.
+    pub verifying: bool,
+    /// The statement whose description did not match: the client's message that waited gets
+    /// "cached plan must not change result type".
+    pub verify_failed: Option<u64>,
 }
 
 /// What the server-side scan touches when answers are matched.
@@ -122,6 +138,8 @@ impl Expected {
         self.skipping = false;
         self.dropping = false;
         self.replay.clear();
+        self.verifying = false;
+        self.verify_failed = None;
     }
 
     /// Whether the head entry is a client's own Bind or Query (its answer is the client's).
@@ -143,13 +161,33 @@ impl Expected {
     }
 
     pub fn push_entry(&mut self, msg: Msg, forward: bool, undo: Option<Box<Undo>>) {
+        self.push_full(msg, forward, undo, None);
+    }
+
+    /// A client's message about statement `stmt`, answered to the client.
+    pub fn push_about(&mut self, msg: Msg, stmt: u64) {
+        self.push_full(msg, true, None, Some(stmt));
+    }
+
+    /// pgcorral's Describe of statement `stmt`, to check its description (hidden).
+    pub fn push_verify(&mut self, stmt: u64) {
+        self.push_full(Msg::Verify, false, None, Some(stmt));
+        self.verifying = true;
+    }
+
+    fn push_full(&mut self, msg: Msg, forward: bool, undo: Option<Box<Undo>>, stmt: Option<u64>) {
         if msg == Msg::Sync {
             self.skipping = false;
         } else if self.skipping {
             // The server ignores it: nothing will come back for it.
             return;
         }
-        self.q.push_back(Expect::Msg { msg, forward, undo });
+        self.q.push_back(Expect::Msg {
+            msg,
+            forward,
+            undo,
+            stmt,
+        });
     }
 
     pub fn push_fake(&mut self, f: Fake) {
@@ -196,11 +234,36 @@ impl Expected {
         }
     }
 
-    /// Matches one server message (by tag) to the queue; called with the answers pgcorral owes
-    /// already taken (see [`Expected::next_fake`]).
+    /// Matches one server message (by tag; `body` is its body, empty for rows and COPY data)
+    /// to the queue; called with the answers pgcorral owes already taken (see
+    /// [`Expected::next_fake`]).
     pub fn answer(
         &mut self,
         tag: u8,
+        body: &[u8],
+        server: &mut ServerStatements,
+        client: &mut ClientStatements,
+    ) -> Verdict {
+        let verdict = self.answer_inner(tag, body, server, client);
+        if self.verifying && tag == be::ERROR_RESPONSE {
+            // The server skipped the Describe: nothing left to wait for.
+            self.verifying = self.q.iter().any(|e| {
+                matches!(
+                    e,
+                    Expect::Msg {
+                        msg: Msg::Verify,
+                        ..
+                    }
+                )
+            });
+        }
+        verdict
+    }
+
+    fn answer_inner(
+        &mut self,
+        tag: u8,
+        body: &[u8],
         server: &mut ServerStatements,
         client: &mut ClientStatements,
     ) -> Verdict {
@@ -210,10 +273,23 @@ impl Expected {
         {
             return Verdict::Forward;
         }
-        let Some(Expect::Msg { msg, forward, undo }) = self.q.front_mut() else {
+        let Some(Expect::Msg {
+            msg,
+            forward,
+            undo,
+            stmt,
+        }) = self.q.front_mut()
+        else {
             return Verdict::Forward;
         };
-        let (msg, forward) = (*msg, *forward);
+        let (msg, forward, stmt) = (*msg, *forward, *stmt);
+        if tag == be::ERROR_RESPONSE && stale_plan(body) {
+            // A table changed under the statement: it is not used again where a client was
+            // given its old description.
+            if let Some(id) = stmt {
+                server.retire(id);
+            }
+        }
         if tag == be::ERROR_RESPONSE && matches!(msg, Msg::Query | Msg::Sync) {
             // Part of the answer, which ReadyForQuery ends. Shown even for a query pgcorral
             // slipped in: the client must see why its own request will fail.
@@ -245,9 +321,26 @@ impl Expected {
             (Msg::Parse, be::PARSE_COMPLETE) => true,
             (Msg::Bind, be::BIND_COMPLETE) => true,
             (Msg::Close, be::CLOSE_COMPLETE) => true,
-            (Msg::DescribeStatement | Msg::DescribePortal, be::ROW_DESCRIPTION | be::NO_DATA) => {
+            (Msg::DescribeStatement, be::ROW_DESCRIPTION | be::NO_DATA) => {
+                if let Some(s) = stmt.and_then(|id| server.get(id)) {
+                    s.shape.get_or_init(|| super::shape_of(tag, body));
+                }
                 true
             }
+            (Msg::Verify, be::ROW_DESCRIPTION | be::NO_DATA) => {
+                self.verifying = false;
+                let id = stmt.expect("a Verify names its statement");
+                let differs = server
+                    .get(id)
+                    .and_then(|s| s.shape.get())
+                    .is_some_and(|&known| known != super::shape_of(tag, body));
+                if differs {
+                    server.retire(id);
+                    self.verify_failed = Some(id);
+                }
+                true
+            }
+            (Msg::DescribePortal, be::ROW_DESCRIPTION | be::NO_DATA) => true,
             (
                 Msg::Execute,
                 be::COMMAND_COMPLETE | be::EMPTY_QUERY_RESPONSE | be::PORTAL_SUSPENDED,
@@ -261,7 +354,7 @@ impl Expected {
                     }
                     self.q.pop_front();
                 }
-                return self.answer(tag, server, client);
+                return self.answer_inner(tag, body, server, client);
             }
             _ => false,
         };
@@ -294,7 +387,7 @@ mod tests {
             while let Some(f) = e.next_fake() {
                 out.push(format!("fake {f:?}"));
             }
-            let v = e.answer(t, &mut s, &mut c);
+            let v = e.answer(t, b"", &mut s, &mut c);
             out.push(format!("{} {:?}", t as char, v));
         }
         while let Some(f) = e.next_fake() {
@@ -358,11 +451,11 @@ mod tests {
         );
         e.push_fake(Fake::CloseComplete);
         e.push(Msg::Sync);
-        assert_eq!(e.answer(b'E', &mut s, &mut c), Verdict::Forward);
+        assert_eq!(e.answer(b'E', b"", &mut s, &mut c), Verdict::Forward);
         assert_eq!(e.next_fake(), None, "the fake after the error is dropped");
         assert!(!s.touch(&st), "the skipped Parse did not prepare it");
         assert!(c.named(b"a").is_none());
-        assert_eq!(e.answer(b'Z', &mut s, &mut c), Verdict::Forward);
+        assert_eq!(e.answer(b'Z', b"", &mut s, &mut c), Verdict::Forward);
         assert!(e.is_empty());
     }
 
@@ -372,7 +465,7 @@ mod tests {
         e.push(Msg::Parse);
         let mut s = ServerStatements::default();
         let mut c = ClientStatements::default();
-        assert_eq!(e.answer(b'E', &mut s, &mut c), Verdict::Forward);
+        assert_eq!(e.answer(b'E', b"", &mut s, &mut c), Verdict::Forward);
         assert!(e.skipping);
         e.push(Msg::Bind);
         e.push_fake(Fake::ParseComplete);

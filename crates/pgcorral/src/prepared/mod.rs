@@ -12,7 +12,8 @@ pub mod rewrite;
 mod sql;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, Weak};
 
 use bytes::Bytes;
 
@@ -36,6 +37,33 @@ pub struct Statement {
     /// Its name on servers: `pgcorral_<id>`.
     pub name: String,
     pub source: Source,
+    /// A digest of the row description a client was first given for it (Describe of the
+    /// statement): when it is prepared on another server, the description there must match.
+    pub shape: OnceLock<u64>,
+    /// Its result type changed on a server (a schema change): clients that prepare the text
+    /// from now on get a new statement, and this one is not prepared anywhere again for a
+    /// client that was given its description.
+    retired: AtomicBool,
+}
+
+impl Statement {
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Relaxed)
+    }
+
+    pub fn retire(&self) {
+        self.retired.store(true, Relaxed);
+    }
+}
+
+/// The digest of a row description (RowDescription or NoData, tag and body) kept in
+/// [`Statement::shape`].
+pub fn shape_of(tag: u8, body: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    tag.hash(&mut h);
+    body.hash(&mut h);
+    h.finish()
 }
 
 /// Every statement any client holds, by text: clients that prepare the same text share one
@@ -58,7 +86,9 @@ impl Registry {
     pub fn intern(&self, source: Source) -> Arc<Statement> {
         let mut r = self.inner.lock();
         if let Some(s) = r.by_source.get(&source).and_then(Weak::upgrade) {
-            return s;
+            if !s.is_retired() {
+                return s;
+            }
         }
         if r.by_source.len() >= 2 * r.swept_at.max(512) {
             r.by_source.retain(|_, w| w.strong_count() > 0);
@@ -74,9 +104,19 @@ impl Registry {
                 Source::Parse(b) => Source::Parse(b.clone()),
                 Source::Sql(s) => Source::Sql(s.clone()),
             },
+            shape: OnceLock::new(),
+            retired: AtomicBool::new(false),
         });
         r.by_source.insert(key, Arc::downgrade(&stmt));
         stmt
+    }
+
+    /// The live statement for the text of `stmt` (a new one if `stmt` is retired).
+    pub fn renew(&self, stmt: &Statement) -> Arc<Statement> {
+        self.intern(match &stmt.source {
+            Source::Parse(b) => Source::Parse(b.clone()),
+            Source::Sql(s) => Source::Sql(s.clone()),
+        })
     }
 
     /// Statements known (alive or not yet swept), for tests and statistics.
@@ -164,6 +204,17 @@ impl ClientStatements {
         })
     }
 
+    /// Makes every name of the client's for statement `old` stand for `new`.
+    pub fn replace(&mut self, old: u64, new: &Arc<Statement>) {
+        if let Some(c) = self.0.as_mut() {
+            for s in c.named.values_mut().chain(c.sql.values_mut()) {
+                if s.id == old {
+                    *s = new.clone();
+                }
+            }
+        }
+    }
+
     /// `DEALLOCATE ALL` / `DISCARD ALL`: forgets every statement of this client (only).
     pub fn clear(&mut self) {
         if let Some(c) = self.0.as_mut() {
@@ -231,12 +282,23 @@ impl ServerStatements {
         self.stale.clear();
     }
 
-    /// The server said "cached plan must not change result type": a table changed under the
-    /// statements. Every statement is prepared afresh on next use (the old ones are closed
-    /// first), so clients do not keep failing on a shared statement.
-    pub fn mark_stale(&mut self) {
-        let names = self.map.drain().map(|(_, (s, _))| s.name.clone());
-        self.stale.extend(names);
+    /// Whether statement `id` is prepared here (without marking it used).
+    pub fn has(&self, id: u64) -> bool {
+        self.map.contains_key(&id)
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Arc<Statement>> {
+        self.map.get(&id).map(|(s, _)| s)
+    }
+
+    /// The server said "cached plan must not change result type" for statement `id` (or its
+    /// description here differs from the one clients were given): a table changed under it.
+    /// It is retired (see [`Statement::retire`]) and closed here before the next prepare.
+    pub fn retire(&mut self, id: u64) {
+        if let Some((s, _)) = self.map.remove(&id) {
+            s.retire();
+            self.stale.push(s.name.clone());
+        }
     }
 
     /// Names to close before preparing anything on the server.

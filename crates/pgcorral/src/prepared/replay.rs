@@ -5,9 +5,11 @@
 //!
 //! The client's bytes are kept from the batch's first Bind (or a single SQL `EXECUTE`) through
 //! its Sync, when the batch began with nothing outstanding and no transaction open. The retry
-//! happens only if that batch is the last one sent when its error arrives; anything else the
-//! client sent in the meantime would otherwise run before it, and then the error is shown as
-//! it was.
+//! happens only if that batch is the last one sent when its error arrives (anything else the
+//! client sent in the meantime would otherwise run before it) and if the batch describes its
+//! portal: the statement parsed again returns rows of the table's new shape, which a client
+//! decoding by a row description it got earlier would misread. Otherwise the error is shown as
+//! it was (drivers such as asyncpg then prepare again themselves).
 
 use bytes::{Bytes, BytesMut};
 use pgwire::backend::TxStatus;
@@ -42,8 +44,14 @@ enum State {
 pub struct Replay {
     state: State,
     batch: BytesMut,
-    /// The current batch is itself a retry: it is not retried again.
+    /// The next batch is a retry.
     retried: bool,
+    /// The current batch is a retry: it is not retried again.
+    in_retry: bool,
+    /// The kept batch tells the client the result's shape again (a Describe of a portal, or it
+    /// is an SQL `EXECUTE`, whose answer has a RowDescription): only then is a retry safe, as
+    /// the retried statement's rows have the table's new shape.
+    describes: bool,
 }
 
 /// What to do with a ReadyForQuery.
@@ -61,6 +69,13 @@ impl Replay {
         self.state = State::Off;
         self.batch.clear();
         self.retried = false;
+        self.in_retry = false;
+        self.describes = false;
+    }
+
+    /// Whether the batch being sent is a retry.
+    pub fn in_retry(&self) -> bool {
+        self.in_retry
     }
 
     /// A client message (`msg` starts at its header `h`, possibly not wholly buffered) is about
@@ -70,7 +85,9 @@ impl Replay {
         if st.pending == 0 && !st.unsynced && !matches!(self.state, State::Hidden(_) | State::Due) {
             // A batch begins.
             self.batch.clear();
-            self.state = if st.tx == TxStatus::Idle && !std::mem::take(&mut self.retried) {
+            self.describes = false;
+            self.in_retry = std::mem::take(&mut self.retried);
+            self.state = if st.tx == TxStatus::Idle && !self.in_retry {
                 State::Armed
             } else {
                 State::Off
@@ -98,6 +115,11 @@ impl Replay {
     }
 
     fn keep(&mut self, msg: &[u8], last: bool) {
+        self.describes |= match msg[0] {
+            fe::QUERY => true,
+            fe::DESCRIBE => msg.get(pgwire::header::HEADER_LEN) == Some(&b'P'),
+            _ => false,
+        };
         self.batch.extend_from_slice(msg);
         self.state = if last { State::Kept } else { State::Copying };
     }
@@ -115,6 +137,7 @@ impl Replay {
     /// is the link as it stands. Changes nothing: see [`Replay::hide_error`].
     pub fn retries(&self, st: &LinkState, client_request: bool) -> bool {
         matches!(self.state, State::Kept)
+            && self.describes
             && client_request
             && st.pending == 1
             && !st.unsynced
@@ -196,6 +219,7 @@ mod tests {
     fn batch() -> Vec<Vec<u8>> {
         vec![
             msg(fe::BIND, b"\0s1\0\0\0\0\0\0\0"),
+            msg(fe::DESCRIBE, b"P\0"),
             msg(fe::EXECUTE, b"\0\0\0\0\0"),
             msg(fe::SYNC, b""),
         ]
@@ -260,6 +284,16 @@ mod tests {
             AtReady::ShowError(Bytes::from_static(b"E!"))
         );
         assert!(r.take_due().is_none());
+    }
+
+    #[test]
+    fn a_batch_that_does_not_describe_its_portal_is_not_retried() {
+        let mut r = Replay::default();
+        let mut st = LinkState::default();
+        for m in batch().iter().filter(|m| m[0] != fe::DESCRIBE) {
+            feed(&mut r, &mut st, m);
+        }
+        assert!(!r.stale_plan(b"E", &st, true));
     }
 
     #[test]

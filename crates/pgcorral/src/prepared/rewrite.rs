@@ -43,11 +43,22 @@ pub enum Plan {
 }
 
 /// The outcome of [`Link::apply`]: drop `consume` bytes of the client's message (what replaced
-/// them is in `out`), then forward `pass` more unchanged.
+/// them is in `out`), then forward `pass` more unchanged. `consume` 0: the message waits (for
+/// the server to describe a statement pgcorral just prepared) and is applied again later.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Applied {
     pub consume: usize,
     pub pass: usize,
+}
+
+/// Whether a statement a Bind or Describe names can be used on the server now.
+enum Use {
+    /// Under this server name (`stmt`: pgcorral's statement, none for the unnamed one).
+    Ready { name: String, stmt: Option<u64> },
+    /// Not before pgcorral has checked its description there.
+    Wait,
+    /// Its result type changed since the client was given its description.
+    Changed,
 }
 
 /// The NUL-terminated string at the start of `b`, and what follows it.
@@ -88,7 +99,11 @@ impl Link<'_> {
                 match cstr(body).and_then(|(_, r)| cstr(r)) {
                     None if whole => Plan::Raw, // malformed: the server says so
                     None => Plan::NeedMore,
-                    Some((stmt, _)) => self.statement_plan(stmt),
+                    Some((stmt, _)) => match self.statement_plan(stmt) {
+                        // It may have to be answered by pgcorral (dropped whole).
+                        Plan::Rewrite if !whole && !self.present(stmt) => Plan::NeedMore,
+                        plan => plan,
+                    },
                 }
             }
             fe::DESCRIBE => match buf.get(HEADER_LEN) {
@@ -139,6 +154,13 @@ impl Link<'_> {
         } else {
             Plan::Raw // unknown to pgcorral: the server reports it does not exist
         }
+    }
+
+    /// Whether the client's named statement `stmt` is prepared on this server.
+    fn present(&self, stmt: &[u8]) -> bool {
+        self.client
+            .named(stmt)
+            .is_some_and(|s| self.server.has(s.id))
     }
 
     fn lookup(&self, name: &str) -> Option<&Arc<Statement>> {
@@ -221,11 +243,15 @@ impl Link<'_> {
                 whole()
             }
             fe::BIND => {
-                st.unsynced = true;
                 let (portal, rest) = cstr(body).expect("planned");
                 let (name, _) = cstr(rest).expect("planned");
                 let prefix = HEADER_LEN + portal.len() + 1 + name.len() + 1;
-                let new_name = self.ensure(name, st);
+                let (new_name, stmt) = match self.ensure(name, st) {
+                    Use::Ready { name, stmt } => (name, stmt),
+                    Use::Wait => return WAIT,
+                    Use::Changed => return self.changed(h),
+                };
+                st.unsynced = true;
                 let new_len = h.total_len() - 1 - name.len() + new_name.len();
                 self.out.put_u8(fe::BIND);
                 self.out.put_i32(new_len as i32);
@@ -233,22 +259,28 @@ impl Link<'_> {
                 self.out.put_u8(0);
                 self.out.put_slice(new_name.as_bytes());
                 self.out.put_u8(0);
-                self.expect.push(Msg::Bind);
+                match stmt {
+                    Some(id) => self.expect.push_about(Msg::Bind, id),
+                    None => self.expect.push(Msg::Bind),
+                }
                 Applied {
                     consume: prefix,
                     pass: h.total_len() - prefix,
                 }
             }
             fe::DESCRIBE => {
-                st.unsynced = true;
                 let (name, _) = cstr(&body[1..]).expect("planned");
-                let new_name = self.ensure(name, st);
-                pgwire::encode::message(self.out, fe::DESCRIBE, |b| {
-                    b.put_u8(b'S');
-                    b.put_slice(new_name.as_bytes());
-                    b.put_u8(0);
-                });
-                self.expect.push(Msg::DescribeStatement);
+                let (new_name, stmt) = match self.ensure(name, st) {
+                    Use::Ready { name, stmt } => (name, stmt),
+                    Use::Wait => return WAIT,
+                    Use::Changed => return self.changed(h),
+                };
+                st.unsynced = true;
+                pgwire::encode::describe(self.out, b'S', new_name.as_bytes());
+                match stmt {
+                    Some(id) => self.expect.push_about(Msg::DescribeStatement, id),
+                    None => self.expect.push(Msg::DescribeStatement),
+                }
                 whole()
             }
             fe::CLOSE => {
@@ -274,7 +306,7 @@ impl Link<'_> {
                         );
                         pgwire::encode::query(self.out, &q);
                         st.on_request();
-                        self.expect.push(Msg::Query);
+                        self.expect.push_about(Msg::Query, stmt.id);
                     }
                     Some(Command::Deallocate { name }) => {
                         let tag = match name {
@@ -345,7 +377,15 @@ impl Link<'_> {
 
     /// The server-side name for the client's statement `name` (empty: unnamed), prepared there
     /// first if needed.
-    fn ensure(&mut self, name: &[u8], st: &mut LinkState) -> String {
+    ///
+    /// A statement whose description a client was given is not silently prepared with another
+    /// one: PostgreSQL would answer "cached plan must not change result type" in the client's
+    /// own session, and so does pgcorral. Where it prepares such a statement, it describes it
+    /// there first ([`Use::Wait`]) and compares; a retired statement (see
+    /// [`Statement::retire`]) is not prepared again for such a client, except in a batch
+    /// pgcorral retries (whose client is given the new description), where the client's names
+    /// move to the statement's new version.
+    fn ensure(&mut self, name: &[u8], st: &mut LinkState) -> Use {
         if name.is_empty() {
             if !*self.unnamed_here {
                 if let Some(body) = self.client.unnamed() {
@@ -354,13 +394,68 @@ impl Link<'_> {
                     *self.unnamed_here = true;
                 }
             }
-            return String::new();
+            return Use::Ready {
+                name: String::new(),
+                stmt: None,
+            };
         }
-        let stmt = self.client.named(name).cloned().expect("planned");
+        if self.expect.verifying {
+            return Use::Wait;
+        }
+        let mut stmt = self.client.named(name).cloned().expect("planned");
+        if self
+            .expect
+            .verify_failed
+            .take_if(|id| *id == stmt.id)
+            .is_some()
+        {
+            return Use::Changed;
+        }
         if !self.server.touch(&stmt) {
-            self.prepare_on_server(&stmt, st, false, None);
+            if stmt.is_retired() {
+                if self.expect.replay.in_retry() {
+                    let fresh = self.registry.renew(&stmt);
+                    self.client.replace(stmt.id, &fresh);
+                    stmt = fresh;
+                } else if stmt.shape.get().is_some() {
+                    return Use::Changed;
+                }
+            }
+            if !self.server.touch(&stmt) {
+                self.prepare_on_server(&stmt, st, false, None);
+                if stmt.shape.get().is_some() {
+                    pgwire::encode::describe(self.out, b'S', stmt.name.as_bytes());
+                    pgwire::encode::flush(self.out);
+                    self.expect.push_verify(stmt.id);
+                    return Use::Wait;
+                }
+            }
         }
-        stmt.name.clone()
+        Use::Ready {
+            name: stmt.name.clone(),
+            stmt: Some(stmt.id),
+        }
+    }
+
+    /// The client's Bind or Describe (header `h`, wholly buffered) of a statement whose result
+    /// type changed: answered with PostgreSQL's error, the rest of the batch dropped.
+    fn changed(&mut self, h: Header) -> Applied {
+        // As PostgreSQL words it: drivers (asyncpg, pgjdbc) recognise it by its routine, and
+        // prepare the statement again.
+        let mut e = BytesMut::new();
+        pgwire::encode::error_response_with(
+            &mut e,
+            "ERROR",
+            "0A000",
+            "cached plan must not change result type",
+            &[(b'F', "plancache.c"), (b'R', "RevalidateCachedQuery")],
+        );
+        self.expect.push_fake(Fake::Error(e.freeze()));
+        self.expect.dropping = true;
+        Applied {
+            consume: h.total_len(),
+            pass: 0,
+        }
     }
 
     /// Makes `stmt` exist on the server before an SQL EXECUTE of it.
@@ -421,6 +516,12 @@ impl Link<'_> {
         }
     }
 }
+
+/// [`Applied`] for a message that waits.
+const WAIT: Applied = Applied {
+    consume: 0,
+    pass: 0,
+};
 
 fn undo(stmt: &Statement, client_name: Option<&[u8]>) -> Box<Undo> {
     Box::new(Undo {
