@@ -8,6 +8,7 @@
 //! whatever server it lands on, and [`prepared`] its prepared statements. Cancel requests go around it via [`cancel`].
 //! Shared state lives in one [`Services`] handle built at start and passed down; nothing is global.
 
+pub mod admin;
 pub mod cancel;
 pub mod client;
 pub mod config;

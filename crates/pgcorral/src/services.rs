@@ -29,6 +29,8 @@ pub struct Inner {
     pub balance: Arc<Balance>,
     /// Prepared statements by text, shared by the clients that prepare the same one.
     pub statements: crate::prepared::Registry,
+    /// Admin console sessions open now.
+    pub consoles: AtomicUsize,
 }
 
 #[derive(Clone)]
@@ -53,6 +55,7 @@ impl Services {
             tasks: TaskTracker::new(),
             balance: Arc::new(Balance::new(workers)),
             statements: Default::default(),
+            consoles: AtomicUsize::new(0),
         }))
     }
 

@@ -11,11 +11,20 @@ use tokio::io::AsyncWriteExt;
 
 use super::startup::{self, Opening};
 use super::{auth, ClientConn, Session};
+use crate::admin;
 use crate::cancel::CancelSlot;
 use crate::config::{millis_opt, PoolMode};
 use crate::error::{Error, Kind, Result};
 use crate::services::Services;
 use crate::session::{apply, Settings};
+
+/// A client past login.
+pub(super) enum Admitted {
+    /// A client of a pool.
+    Pool(Session),
+    /// An admin console user.
+    Console(admin::Role),
+}
 
 /// Startup packets, limits, authentication and the welcome. `None` when the client is done
 /// (a cancel request, a probe, or a failure already reported to it).
@@ -24,7 +33,7 @@ pub(super) async fn admit(
     peer: &SocketAddr,
     services: &Services,
     over_limit: bool,
-) -> Option<Session> {
+) -> Option<Admitted> {
     let login_timeout = millis_opt(services.config.load().general.client_login_timeout)
         .unwrap_or(std::time::Duration::MAX);
     let deadline = tokio::time::Instant::now().checked_add(login_timeout);
@@ -81,9 +90,9 @@ pub(super) async fn admit(
     .await
     .unwrap_or_else(|| Err(timed_out()));
     match login {
-        Ok(session) => {
+        Ok(admitted) => {
             tracing::info!(%peer, %user, %database, "client logged in");
-            Some(session)
+            Some(admitted)
         }
         Err(e) => fail(client, peer, e).await,
     }
@@ -118,16 +127,13 @@ async fn login(
     database: &str,
     minor: u16,
     params: &[(String, String)],
-) -> Result<Session> {
+) -> Result<Admitted> {
     let config = services.config.load_full();
-    if database == "pgbouncer" || database == "pgcorral" {
-        return Err(Error::new(
-            Kind::NotSupported,
-            "the admin console is not available yet",
-        ));
-    }
     let mut out = BytesMut::with_capacity(512);
     startup::negotiate(&mut out, minor, params);
+    if admin::is_console(database) {
+        return console_login(client, services, user, out).await;
+    }
     let authed = auth::authenticate(
         &mut client.stream,
         &mut client.buf,
@@ -192,7 +198,8 @@ async fn login(
         services.cancel.unregister(pid, secret);
         return Err(Error::with_source(Kind::ClientIo, "write", e));
     }
-    Ok(Session {
+    pool.client_joined();
+    Ok(Admitted::Pool(Session {
         pool,
         server,
         slot,
@@ -201,5 +208,58 @@ async fn login(
         settings,
         startup,
         pinned: Vec::new(),
-    })
+    }))
+}
+
+/// Logs an admin or stats user in to the console: authenticated like any client, then
+/// welcomed without a server.
+async fn console_login(
+    client: &mut ClientConn,
+    services: &Services,
+    user: &str,
+    mut out: BytesMut,
+) -> Result<Admitted> {
+    let config = services.config.load_full();
+    auth::authenticate(
+        &mut client.stream,
+        &mut client.buf,
+        &mut out,
+        &config,
+        &services.scram_cache,
+        user,
+    )
+    .await?;
+    let Some(role) = admin::role(services, user) else {
+        return Err(Error::new(
+            Kind::UnknownUser,
+            format!("not allowed: user \"{user}\" is in neither admin_users nor stats_users"),
+        ));
+    };
+    for (k, v) in [
+        (
+            "server_version",
+            concat!(env!("CARGO_PKG_VERSION"), "/pgcorral"),
+        ),
+        ("server_encoding", "UTF8"),
+        ("client_encoding", "UTF8"),
+        ("DateStyle", "ISO"),
+        ("TimeZone", "UTC"),
+        ("standard_conforming_strings", "on"),
+        ("integer_datetimes", "on"),
+        ("application_name", ""),
+    ] {
+        encode::parameter_status(&mut out, k, v);
+    }
+    encode::backend_key_data(
+        &mut out,
+        rand::random::<i32>() & 0x7fff_ffff,
+        rand::random(),
+    );
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    client
+        .stream
+        .write_all(&out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    Ok(Admitted::Console(role))
 }

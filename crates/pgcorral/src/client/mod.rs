@@ -60,8 +60,13 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services, work
     // Startup and login are boxed: their state is large and short-lived, and must not size the
     // future that lives as long as the client (idle clients should cost little memory).
     let admitted = Box::pin(admit(&mut client, &peer, &services, count.over_limit)).await;
-    if let Some(session) = admitted {
-        live(client, session, peer, services, count).await;
+    match admitted {
+        Some(admit::Admitted::Pool(session)) => live(client, session, peer, services, count).await,
+        Some(admit::Admitted::Console(role)) => {
+            crate::admin::serve(&mut client, &services, role).await;
+            drop(count);
+        }
+        None => {}
     }
 }
 
@@ -139,6 +144,12 @@ fn migrate(
             }
         }
     }));
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.pool.client_left();
+    }
 }
 
 /// How a client's request loop ended.

@@ -3,10 +3,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// When a server connection goes back to the pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PoolMode {
     /// For the client's whole session.
@@ -19,7 +19,7 @@ pub enum PoolMode {
 
 /// Statements that leave state bound to one server connection (LISTEN, session advisory locks,
 /// temporary tables, WITH HOLD cursors, SQL PREPARE) in transaction and statement mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SessionPinning {
     /// Keep the client on its server until the state is gone.
@@ -29,7 +29,7 @@ pub enum SessionPinning {
 }
 
 /// How clients prove who they are to pgcorral.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 pub enum AuthType {
     #[serde(rename = "scram-sha-256")]
     ScramSha256,
@@ -54,7 +54,7 @@ pub struct Config {
 }
 
 /// `[general]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct General {
     pub listen_addr: String,
@@ -64,6 +64,8 @@ pub struct General {
     pub max_client_conn: usize,
     pub auth_type: AuthType,
     pub admin_users: Vec<String>,
+    /// Users who may connect to the admin console for SHOW commands only.
+    pub stats_users: Vec<String>,
     pub workers: usize,
     pub server_reset_query: String,
     /// Idle servers kept open per pool, even when unused.
@@ -123,6 +125,7 @@ impl Default for General {
             max_client_conn: 5000,
             auth_type: AuthType::ScramSha256,
             admin_users: Vec::new(),
+            stats_users: Vec::new(),
             workers: 0,
             server_reset_query: "DISCARD ALL".into(),
             min_pool_size: 0,

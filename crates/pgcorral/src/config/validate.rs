@@ -91,11 +91,16 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
                 "users: auth_type = \"{auth}\" needs at least one [users.NAME] entry with a password"
             ));
         }
-        for admin in &g.admin_users {
-            if !cfg.users.contains_key(admin) {
-                errs.push(format!(
-                    "general.admin_users: {admin:?} is not a [users.NAME] entry (required with auth_type = \"{auth}\")"
-                ));
+        for (key, list) in [
+            ("admin_users", &g.admin_users),
+            ("stats_users", &g.stats_users),
+        ] {
+            for admin in list {
+                if !cfg.users.contains_key(admin) {
+                    errs.push(format!(
+                        "general.{key}: {admin:?} is not a [users.NAME] entry (required with auth_type = \"{auth}\")"
+                    ));
+                }
             }
         }
     }

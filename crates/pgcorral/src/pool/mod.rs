@@ -95,6 +95,22 @@ pub(crate) struct Shared {
     /// The last failed login and when, replayed to new logins within `login_retry`.
     login_failed: Mutex<Option<(Instant, Error)>>,
     limits: Option<Arc<Limits>>,
+    /// Clients logged in to this pool.
+    clients: std::sync::atomic::AtomicUsize,
+}
+
+/// A pool's numbers at one moment (admin console).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Snapshot {
+    /// Clients logged in.
+    pub clients: usize,
+    /// Servers open or being opened.
+    pub open: usize,
+    pub idle: usize,
+    /// Clients waiting for a server.
+    pub waiting: usize,
+    /// How long the longest-waiting client has waited.
+    pub max_wait: Duration,
 }
 
 /// A cheap-to-clone handle on one pool.
@@ -117,6 +133,7 @@ impl Pool {
             params: Mutex::new(None),
             login_failed: Mutex::new(None),
             limits,
+            clients: Default::default(),
         }));
         if let Some(l) = &pool.0.limits {
             l.register(&pool);
@@ -154,6 +171,35 @@ impl Pool {
     pub fn counts(&self) -> (usize, usize, usize) {
         let i = self.0.inner.lock();
         (i.open, i.idle.len(), i.waiters.len())
+    }
+
+    /// What the admin console shows of this pool now.
+    pub fn snapshot(&self) -> Snapshot {
+        let i = self.0.inner.lock();
+        Snapshot {
+            clients: self.0.clients.load(std::sync::atomic::Ordering::Relaxed),
+            open: i.open,
+            idle: i.idle.len(),
+            waiting: i.waiters.len(),
+            max_wait: i
+                .waiters
+                .front()
+                .map(|(since, _)| since.elapsed())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A client logged in to this pool (until [`Pool::client_left`]).
+    pub fn client_joined(&self) {
+        self.0
+            .clients
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn client_left(&self) {
+        self.0
+            .clients
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Hands out a server to a client on `worker`: an idle one (preferring one already on that

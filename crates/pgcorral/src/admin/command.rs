@@ -1,0 +1,143 @@
+//! The admin console's commands, parsed from a query's text (PgBouncer's grammar: a keyword,
+//! an optional argument, case-insensitive, an optional trailing semicolon).
+
+/// One console command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `SHOW what` (upper-cased).
+    Show(String),
+    Pause(Option<String>),
+    Resume(Option<String>),
+    Suspend,
+    Disable(String),
+    Enable(String),
+    Reconnect(Option<String>),
+    Kill(String),
+    KillClient(String),
+    WaitClose(Option<String>),
+    Reload,
+    Shutdown,
+    /// `SET key = value`.
+    Set {
+        key: String,
+        value: String,
+    },
+}
+
+impl Command {
+    /// Whether a stats user (SHOW only) may run it.
+    pub fn read_only(&self) -> bool {
+        matches!(self, Command::Show(_))
+    }
+}
+
+/// Parses one command; `Err` says what is wrong, for the client.
+pub fn parse(text: &str) -> Result<Command, String> {
+    let text = text.trim().trim_end_matches(';').trim();
+    let (word, rest) = match text.find(char::is_whitespace) {
+        Some(i) => (&text[..i], text[i..].trim()),
+        None => (text, ""),
+    };
+    let arg = || (!rest.is_empty()).then(|| unquote(rest));
+    let need = |what: &str| -> Result<String, String> {
+        arg().ok_or_else(|| format!("{what} needs a database name"))
+    };
+    let none = |cmd: Command| -> Result<Command, String> {
+        if rest.is_empty() {
+            Ok(cmd)
+        } else {
+            Err(format!("{} takes no argument", word.to_uppercase()))
+        }
+    };
+    match word.to_ascii_uppercase().as_str() {
+        "SHOW" if !rest.is_empty() && !rest.contains(char::is_whitespace) => {
+            Ok(Command::Show(rest.to_ascii_uppercase()))
+        }
+        "SHOW" => Err("SHOW needs one thing to show: see SHOW HELP".into()),
+        "PAUSE" => Ok(Command::Pause(arg())),
+        "RESUME" => Ok(Command::Resume(arg())),
+        "SUSPEND" => none(Command::Suspend),
+        "DISABLE" => Ok(Command::Disable(need("DISABLE")?)),
+        "ENABLE" => Ok(Command::Enable(need("ENABLE")?)),
+        "RECONNECT" => Ok(Command::Reconnect(arg())),
+        "KILL" => Ok(Command::Kill(need("KILL")?)),
+        "KILL_CLIENT" => Ok(Command::KillClient(
+            arg().ok_or("KILL_CLIENT needs a client id")?,
+        )),
+        "WAIT_CLOSE" => Ok(Command::WaitClose(arg())),
+        "RELOAD" => none(Command::Reload),
+        "SHUTDOWN" => none(Command::Shutdown),
+        "SET" => {
+            let (key, value) = rest
+                .split_once('=')
+                .or_else(|| rest.split_once(" TO "))
+                .or_else(|| rest.split_once(" to "))
+                .ok_or("SET needs key = value")?;
+            let key = key.trim().to_ascii_lowercase();
+            if key.is_empty() {
+                return Err("SET needs key = value".into());
+            }
+            Ok(Command::Set {
+                key,
+                value: unquote(value.trim()),
+            })
+        }
+        "" => Err("empty command: see SHOW HELP".into()),
+        _ => Err(format!("invalid command '{text}', use SHOW HELP;")),
+    }
+}
+
+/// A name or value as written, without surrounding single or double quotes.
+fn unquote(s: &str) -> String {
+    for q in ['\'', '"'] {
+        if let Some(inner) = s.strip_prefix(q).and_then(|r| r.strip_suffix(q)) {
+            return inner.replace(&format!("{q}{q}"), &q.to_string());
+        }
+    }
+    s.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands() {
+        assert_eq!(parse("show pools;"), Ok(Command::Show("POOLS".into())));
+        assert_eq!(
+            parse("  SHOW  stats_totals "),
+            Ok(Command::Show("STATS_TOTALS".into()))
+        );
+        assert_eq!(parse("PAUSE"), Ok(Command::Pause(None)));
+        assert_eq!(parse("pause app"), Ok(Command::Pause(Some("app".into()))));
+        assert_eq!(
+            parse("resume \"My Db\""),
+            Ok(Command::Resume(Some("My Db".into())))
+        );
+        assert_eq!(
+            parse("kill_client 42"),
+            Ok(Command::KillClient("42".into()))
+        );
+        assert_eq!(
+            parse("SET default_pool_size = 30"),
+            Ok(Command::Set {
+                key: "default_pool_size".into(),
+                value: "30".into()
+            })
+        );
+        assert_eq!(
+            parse("set pool_mode='session'"),
+            Ok(Command::Set {
+                key: "pool_mode".into(),
+                value: "session".into()
+            })
+        );
+        assert!(parse("DISABLE").is_err());
+        assert!(parse("SHOW").is_err());
+        assert!(parse("SHOW a b").is_err());
+        assert!(parse("SUSPEND now").is_err());
+        assert!(parse("SELECT 1").unwrap_err().contains("invalid command"));
+        assert!(!parse("PAUSE").unwrap().read_only());
+        assert!(parse("SHOW x").unwrap().read_only());
+    }
+}

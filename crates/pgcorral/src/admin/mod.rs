@@ -1,0 +1,301 @@
+//! The admin console: clients that connect to database `pgbouncer` or `pgcorral` as one of
+//! `admin_users` (everything) or `stats_users` (SHOW only) get PgBouncer's console, over the
+//! simple and the extended protocol. [`command`] parses, [`show`] answers SHOW, [`table`]
+//! encodes result sets.
+
+mod command;
+mod show;
+mod table;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use bytes::{Buf, BytesMut};
+use pgwire::backend::{self as be, TxStatus};
+use pgwire::frontend as fe;
+use tokio::io::AsyncWriteExt;
+
+use crate::client::ClientConn;
+use crate::net::framed::{read_message, ReadError};
+use crate::services::Services;
+use command::Command;
+use table::Table;
+
+/// Database names that open the console.
+pub fn is_console(database: &str) -> bool {
+    database == "pgbouncer" || database == "pgcorral"
+}
+
+/// What a console user may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Admin,
+    Stats,
+}
+
+/// The role `user` has in the console, if any.
+pub fn role(services: &Services, user: &str) -> Option<Role> {
+    let config = services.config.load();
+    let g = &config.general;
+    if g.admin_users.iter().any(|u| u == user) {
+        Some(Role::Admin)
+    } else if g.stats_users.iter().any(|u| u == user) {
+        Some(Role::Stats)
+    } else {
+        None
+    }
+}
+
+/// What running one command produced.
+enum Answer {
+    Table(Table),
+    /// A command tag, with a notice before it (SHOW HELP).
+    Done {
+        tag: &'static str,
+        notice: Option<(String, String)>,
+    },
+}
+
+/// Serves a logged-in console client until it leaves.
+pub async fn serve(client: &mut ClientConn, services: &Services, role: Role) {
+    services.consoles.fetch_add(1, Ordering::Relaxed);
+    let _ = session(client, services, role).await;
+    services.consoles.fetch_sub(1, Ordering::Relaxed);
+}
+
+async fn session(
+    client: &mut ClientConn,
+    services: &Services,
+    role: Role,
+) -> Result<(), ReadError> {
+    let mut out = BytesMut::new();
+    // Extended protocol: statement and portal texts by name; skipping after an error.
+    let mut statements: HashMap<Vec<u8>, String> = HashMap::new();
+    let mut portals: HashMap<Vec<u8>, String> = HashMap::new();
+    let mut skipping = false;
+    loop {
+        if !out.is_empty() && client.buf.is_empty() {
+            client.stream.write_all(&out).await.map_err(ReadError::Io)?;
+            out.clear();
+        }
+        let (tag, mut body) =
+            match read_message(&mut client.stream, &mut client.buf, client.max_len).await {
+                Ok(m) => m,
+                Err(ReadError::Closed) => return Ok(()),
+                Err(e) => return Err(e),
+            };
+        if skipping && tag != fe::SYNC && tag != fe::QUERY && tag != fe::TERMINATE {
+            continue;
+        }
+        match tag {
+            fe::QUERY => {
+                skipping = false;
+                let text = fe::query_text(&body).unwrap_or_default().to_string();
+                if text.trim().trim_end_matches(';').trim().is_empty() {
+                    pgwire::encode::empty(&mut out, be::EMPTY_QUERY_RESPONSE);
+                } else {
+                    match run(services, role, &text) {
+                        Ok(a) => answer(&mut out, &a, true),
+                        Err(e) => error(&mut out, &e),
+                    }
+                }
+                pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
+            }
+            fe::PARSE => {
+                let name = cstr(&mut body);
+                let text = String::from_utf8_lossy(&cstr(&mut body)).into_owned();
+                statements.insert(name, text);
+                pgwire::encode::empty(&mut out, be::PARSE_COMPLETE);
+            }
+            fe::BIND => {
+                let portal = cstr(&mut body);
+                let stmt = cstr(&mut body);
+                match statements.get(&stmt) {
+                    Some(text) => {
+                        portals.insert(portal, text.clone());
+                        pgwire::encode::empty(&mut out, be::BIND_COMPLETE);
+                    }
+                    None => {
+                        skipping = true;
+                        error_code(&mut out, "26000", "prepared statement does not exist");
+                    }
+                }
+            }
+            fe::DESCRIBE => {
+                let kind = if body.has_remaining() {
+                    body.get_u8()
+                } else {
+                    0
+                };
+                let name = cstr(&mut body);
+                let text = if kind == b'S' {
+                    statements.get(&name)
+                } else {
+                    portals.get(&name)
+                };
+                match text {
+                    None => {
+                        skipping = true;
+                        error_code(
+                            &mut out,
+                            "26000",
+                            "prepared statement or portal does not exist",
+                        );
+                    }
+                    Some(text) => {
+                        if kind == b'S' {
+                            // No parameters.
+                            pgwire::encode::message(&mut out, be::PARAMETER_DESCRIPTION, |b| {
+                                bytes::BufMut::put_i16(b, 0)
+                            });
+                        }
+                        match describe(services, text) {
+                            Some(t) => t.describe(&mut out),
+                            None => pgwire::encode::empty(&mut out, be::NO_DATA),
+                        }
+                    }
+                }
+            }
+            fe::EXECUTE => {
+                let portal = cstr(&mut body);
+                match portals.get(&portal) {
+                    None => {
+                        skipping = true;
+                        error_code(&mut out, "34000", "portal does not exist");
+                    }
+                    Some(text) => match run(services, role, text) {
+                        Ok(a) => answer(&mut out, &a, false),
+                        Err(e) => {
+                            skipping = true;
+                            error(&mut out, &e);
+                        }
+                    },
+                }
+            }
+            fe::CLOSE => {
+                let kind = if body.has_remaining() {
+                    body.get_u8()
+                } else {
+                    0
+                };
+                let name = cstr(&mut body);
+                if kind == b'S' {
+                    statements.remove(&name);
+                } else {
+                    portals.remove(&name);
+                }
+                pgwire::encode::empty(&mut out, be::CLOSE_COMPLETE);
+            }
+            fe::SYNC => {
+                skipping = false;
+                portals.remove(&Vec::new());
+                pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
+            }
+            fe::FLUSH => {
+                client.stream.write_all(&out).await.map_err(ReadError::Io)?;
+                out.clear();
+            }
+            fe::TERMINATE => return Ok(()),
+            other => {
+                error_code(
+                    &mut out,
+                    "08P01",
+                    &format!(
+                        "message type {} is not supported by the admin console",
+                        other as char
+                    ),
+                );
+                pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
+            }
+        }
+    }
+}
+
+/// The NUL-terminated string at the front of `body`, consumed.
+fn cstr(body: &mut BytesMut) -> Vec<u8> {
+    let end = body.iter().position(|&b| b == 0).unwrap_or(body.len());
+    let s = body.split_to(end).to_vec();
+    if body.has_remaining() {
+        body.advance(1);
+    }
+    s
+}
+
+/// The columns a command would answer with (None: it answers no rows).
+fn describe(services: &Services, text: &str) -> Option<Table> {
+    match command::parse(text) {
+        Ok(Command::Show(what)) if what != "HELP" => show::table(services, &what).ok(),
+        _ => None,
+    }
+}
+
+/// Runs one command for a user of `role`.
+fn run(services: &Services, role: Role, text: &str) -> Result<Answer, (&'static str, String)> {
+    let cmd = command::parse(text).map_err(|e| ("42601", e))?;
+    if role == Role::Stats && !cmd.read_only() {
+        return Err(("42501", "admin access needed".to_string()));
+    }
+    match cmd {
+        Command::Show(what) if what == "HELP" => Ok(Answer::Done {
+            tag: "SHOW",
+            notice: Some((
+                "Console usage".to_string(),
+                format!("\n\tSHOW {}\n\tSHUTDOWN", show::TOPICS),
+            )),
+        }),
+        Command::Show(what) => show::table(services, &what)
+            .map(Answer::Table)
+            .map_err(|e| ("0A000", e)),
+        Command::Shutdown => {
+            tracing::info!("SHUTDOWN from the admin console");
+            services.shutdown.cancel();
+            Ok(Answer::Done {
+                tag: "SHUTDOWN",
+                notice: None,
+            })
+        }
+        other => Err((
+            "0A000",
+            format!("{other:?} is not available in this version of pgcorral yet: see SHOW HELP"),
+        )),
+    }
+}
+
+/// Writes an answer; `described`: the RowDescription goes first (simple protocol).
+fn answer(out: &mut BytesMut, a: &Answer, described: bool) {
+    match a {
+        Answer::Table(t) => {
+            if described {
+                t.describe(out);
+            }
+            t.rows(out);
+        }
+        Answer::Done { tag, notice } => {
+            if let Some((msg, detail)) = notice {
+                pgwire::encode::message(out, be::NOTICE_RESPONSE, |b| {
+                    for (k, v) in [
+                        (b'S', "NOTICE"),
+                        (b'V', "NOTICE"),
+                        (b'C', "00000"),
+                        (b'M', msg.as_str()),
+                        (b'D', detail.as_str()),
+                    ] {
+                        bytes::BufMut::put_u8(b, k);
+                        bytes::BufMut::put_slice(b, v.as_bytes());
+                        bytes::BufMut::put_u8(b, 0);
+                    }
+                    bytes::BufMut::put_u8(b, 0);
+                });
+            }
+            pgwire::encode::command_complete(out, tag);
+        }
+    }
+}
+
+fn error(out: &mut BytesMut, (code, msg): &(&'static str, String)) {
+    error_code(out, code, msg);
+}
+
+fn error_code(out: &mut BytesMut, code: &str, msg: &str) {
+    pgwire::encode::error_response(out, "ERROR", code, msg);
+}

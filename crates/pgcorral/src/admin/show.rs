@@ -1,0 +1,249 @@
+//! The console's SHOW commands, with PgBouncer's column names in PgBouncer's order (1.18), so
+//! that scripts and exporters written for PgBouncer read them unchanged.
+
+use super::table::{Cell, Table, Ty};
+use crate::config::{Config, General, PoolMode};
+use crate::services::Services;
+
+/// The console's own database, as PgBouncer lists it.
+const CONSOLE_DB: &str = "pgbouncer";
+
+/// Every SHOW pgcorral answers, for SHOW HELP and errors.
+pub const TOPICS: &str = "HELP|CONFIG|DATABASES|POOLS|USERS|LISTS|STATE|VERSION";
+
+/// The answer to `SHOW what`, or why there is none.
+pub fn table(services: &Services, what: &str) -> Result<Table, String> {
+    let config = services.config.load();
+    Ok(match what {
+        "VERSION" => version(),
+        "CONFIG" => show_config(&config.general),
+        "DATABASES" => databases(services, &config),
+        "POOLS" => pools(services),
+        "USERS" => users(services, &config),
+        "LISTS" => lists(services, &config),
+        "STATE" => state(),
+        "STATS" | "STATS_TOTALS" | "STATS_AVERAGES" | "TOTALS" | "CLIENTS" | "SERVERS" => {
+            return Err(format!(
+                "SHOW {what} is not available in this version of pgcorral yet"
+            ))
+        }
+        _ => return Err(format!("unknown SHOW topic '{what}': use SHOW {TOPICS}")),
+    })
+}
+
+fn mode_name(m: PoolMode) -> &'static str {
+    match m {
+        PoolMode::Session => "session",
+        PoolMode::Transaction => "transaction",
+        PoolMode::Statement => "statement",
+    }
+}
+
+fn version() -> Table {
+    let mut t = Table::text(&["version"]);
+    // Tools that read PgBouncer's version to pick their queries find the one matched here.
+    t.row(vec![format!(
+        "pgcorral {} (PgBouncer 1.18.0 compatible)",
+        env!("CARGO_PKG_VERSION")
+    )
+    .into()]);
+    t
+}
+
+/// `[general]` settings as key, value, default, changeable (`no` until live reload exists).
+fn show_config(general: &General) -> Table {
+    let mut t = Table::text(&["key", "value", "default", "changeable"]);
+    let flat = |g: &General| -> Vec<(String, String)> {
+        match toml::Value::try_from(g) {
+            Ok(toml::Value::Table(m)) => m
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        toml::Value::String(s) => s,
+                        toml::Value::Array(a) => a
+                            .iter()
+                            .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        other => other.to_string(),
+                    };
+                    (k, v)
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let defaults = flat(&General::default());
+    for (k, v) in flat(general) {
+        let d = defaults
+            .iter()
+            .find(|(dk, _)| *dk == k)
+            .map(|(_, dv)| dv.clone())
+            .unwrap_or_default();
+        t.row(vec![k.into(), v.into(), d.into(), "no".into()]);
+    }
+    t
+}
+
+fn databases(services: &Services, config: &Config) -> Table {
+    let mut t = Table::new(&[
+        ("name", Ty::Text),
+        ("host", Ty::Text),
+        ("port", Ty::Int),
+        ("database", Ty::Text),
+        ("force_user", Ty::Text),
+        ("pool_size", Ty::Int),
+        ("min_pool_size", Ty::Int),
+        ("reserve_pool", Ty::Int),
+        ("pool_mode", Ty::Text),
+        ("max_connections", Ty::Int),
+        ("current_connections", Ty::Int),
+        ("paused", Ty::Int),
+        ("disabled", Ty::Int),
+    ]);
+    let pools = services.pools.all();
+    let g = &config.general;
+    for (name, db) in &config.databases {
+        let current: usize = pools
+            .iter()
+            .filter(|p| p.name().0 == name)
+            .map(|p| p.snapshot().open)
+            .sum();
+        t.row(vec![
+            name.as_str().into(),
+            db.host.as_str().into(),
+            db.port.into(),
+            db.dbname.clone().unwrap_or_else(|| name.clone()).into(),
+            db.user.clone().map_or(Cell::Null, Cell::from),
+            db.pool_size.unwrap_or(g.default_pool_size).into(),
+            db.min_pool_size.unwrap_or(g.min_pool_size).into(),
+            db.reserve_pool_size.unwrap_or(g.reserve_pool_size).into(),
+            db.pool_mode.map_or(Cell::Null, |m| mode_name(m).into()),
+            db.max_db_connections.unwrap_or(g.max_db_connections).into(),
+            current.into(),
+            0u8.into(),
+            0u8.into(),
+        ]);
+    }
+    t.row(vec![
+        CONSOLE_DB.into(),
+        Cell::Null,
+        g.listen_port.into(),
+        CONSOLE_DB.into(),
+        CONSOLE_DB.into(),
+        2u8.into(),
+        0u8.into(),
+        0u8.into(),
+        "statement".into(),
+        0u8.into(),
+        0u8.into(),
+        0u8.into(),
+        0u8.into(),
+    ]);
+    t
+}
+
+fn pools(services: &Services) -> Table {
+    let mut t = Table::new(&[
+        ("database", Ty::Text),
+        ("user", Ty::Text),
+        ("cl_active", Ty::Int),
+        ("cl_waiting", Ty::Int),
+        ("cl_active_cancel_req", Ty::Int),
+        ("cl_waiting_cancel_req", Ty::Int),
+        ("sv_active", Ty::Int),
+        ("sv_active_cancel", Ty::Int),
+        ("sv_being_canceled", Ty::Int),
+        ("sv_idle", Ty::Int),
+        ("sv_used", Ty::Int),
+        ("sv_tested", Ty::Int),
+        ("sv_login", Ty::Int),
+        ("maxwait", Ty::Int),
+        ("maxwait_us", Ty::Int),
+        ("pool_mode", Ty::Text),
+    ]);
+    let mut pools = services.pools.all();
+    pools.sort_by(|a, b| a.name().cmp(&b.name()));
+    for p in pools {
+        let s = p.snapshot();
+        let (db, user) = p.name();
+        t.row(vec![
+            db.into(),
+            user.into(),
+            s.clients.saturating_sub(s.waiting).into(),
+            s.waiting.into(),
+            0u8.into(),
+            0u8.into(),
+            s.open.saturating_sub(s.idle).into(),
+            0u8.into(),
+            0u8.into(),
+            s.idle.into(),
+            0u8.into(),
+            0u8.into(),
+            0u8.into(),
+            s.max_wait.as_secs().into(),
+            s.max_wait.subsec_micros().into(),
+            mode_name(p.settings().mode).into(),
+        ]);
+    }
+    let consoles = services.consoles.load(std::sync::atomic::Ordering::Relaxed);
+    let mut row: Vec<Cell> = vec![CONSOLE_DB.into(), CONSOLE_DB.into(), consoles.into()];
+    row.extend((0..12).map(|_| Cell::from(0u8)));
+    row.push("statement".into());
+    t.row(row);
+    t
+}
+
+fn users(services: &Services, config: &Config) -> Table {
+    let mut t = Table::text(&["name", "pool_mode"]);
+    let mut names: Vec<String> = config.users.keys().cloned().collect();
+    names.extend(services.pools.all().iter().map(|p| p.name().1.to_string()));
+    names.extend(config.general.admin_users.iter().cloned());
+    names.extend(config.general.stats_users.iter().cloned());
+    names.push(CONSOLE_DB.to_string());
+    names.sort();
+    names.dedup();
+    for n in names {
+        let mode = config.users.get(&n).and_then(|u| u.pool_mode);
+        t.row(vec![
+            n.into(),
+            mode.map_or(Cell::Null, |m| mode_name(m).into()),
+        ]);
+    }
+    t
+}
+
+fn lists(services: &Services, config: &Config) -> Table {
+    let mut t = Table::new(&[("list", Ty::Text), ("items", Ty::Int)]);
+    let pools = services.pools.all();
+    let used_servers: usize = pools.iter().map(|p| p.snapshot().open).sum();
+    let users = users(services, config).len();
+    let clients = services.clients.load(std::sync::atomic::Ordering::Relaxed);
+    // pgcorral keeps no free lists of client or server objects, and no DNS cache: those
+    // entries are 0, as PgBouncer shows them when it has none.
+    for (name, n) in [
+        ("databases", config.databases.len() + 1),
+        ("users", users),
+        ("pools", pools.len() + 1),
+        ("free_clients", 0),
+        ("used_clients", clients),
+        ("login_clients", 0),
+        ("free_servers", 0),
+        ("used_servers", used_servers),
+        ("dns_names", 0),
+        ("dns_zones", 0),
+        ("dns_queries", 0),
+        ("dns_pending", 0),
+    ] {
+        t.row(vec![name.into(), n.into()]);
+    }
+    t
+}
+
+fn state() -> Table {
+    let mut t = Table::text(&["key", "value"]);
+    for (k, v) in [("active", "yes"), ("paused", "no"), ("suspended", "no")] {
+        t.row(vec![k.into(), v.into()]);
+    }
+    t
+}
