@@ -19,6 +19,7 @@ use crate::client::ClientConn;
 use crate::prepared::expect::{stale_plan, Answers};
 use crate::prepared::replay::AtReady;
 use crate::prepared::rewrite::{Link, Plan};
+use crate::pool::stats::{Meter, Stats, Totals};
 use crate::prepared::Registry;
 use crate::server::{LinkState, ServerConn, ServerParams};
 use crate::session::scan::{classify, custom_names, Effect};
@@ -118,6 +119,8 @@ pub struct Mode<'a> {
     /// Prepared statements are the client's own, moved between servers (transaction and
     /// statement mode): the registry that shares them, and max_prepared_statements.
     pub prepared: Option<(&'a Registry, usize)>,
+    /// Where queries, transactions and bytes are counted, and the worker's shard.
+    pub stats: Option<(&'a Stats, usize)>,
 }
 
 /// Makes room for a read, growing the buffer only when little space is left.
@@ -545,8 +548,33 @@ fn scan_s(
 }
 
 /// Relays between `client` and `server` until the server may be released, a side is gone, or
-/// a timeout expires.
+/// a timeout expires; counts what passed in `mode.stats`.
 pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_>) -> Outcome {
+    let mut meter = Meter::default();
+    let outcome = relay(client, server, mode, &mut meter).await;
+    if let Some((stats, w)) = mode.stats {
+        stats.record(w, &meter.delta);
+    }
+    outcome
+}
+
+/// Records what the meter saw once the server is idle again.
+#[inline]
+fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState) {
+    if let Some((stats, w)) = mode.stats {
+        if meter.observe(st) {
+            stats.record(w, &meter.delta);
+            meter.delta = Totals::default();
+        }
+    }
+}
+
+async fn relay(
+    client: &mut ClientConn,
+    server: &mut ServerConn,
+    mode: Mode<'_>,
+    meter: &mut Meter,
+) -> Outcome {
     let timeouts = mode.timeouts;
     if server.state.pending == 0 && !server.state.unsynced {
         // Nothing outstanding: nothing is owed either.
@@ -581,6 +609,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_
             let c = scan_c(client, server, &mode, &mut unnamed_here);
             (c_ready, c_stop, c_again) = (c.ready, c.stop, c.again);
             s_again |= server.expect.fake_next();
+            metered(&mode, meter, &server.state);
         }
         let verifying = server.expect.verifying;
         if s_again && s_ready == 0 && s_stop.is_none() {
@@ -592,6 +621,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_
                     s_stop = s.stop;
                     s_again = s.again;
                     replay_due |= s.replay;
+                    metered(&mode, meter, &server.state);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "server sent an invalid message");
@@ -720,6 +750,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_
             Event::ToServer(Ok(n)) if n > 0 => {
                 client.buf.advance(n);
                 c_ready -= n;
+                meter.delta.bytes_received += n as u64;
             }
             Event::ToServerOwn(Ok(n)) if n > 0 => server.wout.advance(n),
             Event::ToServer(_) | Event::ToServerOwn(_) => {
@@ -731,8 +762,12 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_
             Event::ToClient(Ok(n)) if n > 0 => {
                 server.rbuf.advance(n);
                 s_ready -= n;
+                meter.delta.bytes_sent += n as u64;
             }
-            Event::ToClientOwn(Ok(n)) if n > 0 => server.fout.advance(n),
+            Event::ToClientOwn(Ok(n)) if n > 0 => {
+                server.fout.advance(n);
+                meter.delta.bytes_sent += n as u64;
+            }
             Event::ToClient(_) | Event::ToClientOwn(_) => {
                 client.buf.clear();
                 return Outcome::ClientGone;

@@ -1,7 +1,10 @@
 //! The console's SHOW commands, with PgBouncer's column names in PgBouncer's order (1.18), so
 //! that scripts and exporters written for PgBouncer read them unchanged.
 
+use std::collections::BTreeMap;
+
 use super::table::{Cell, Table, Ty};
+use crate::pool::stats::{Averages, Totals};
 use crate::config::{Config, General, PoolMode};
 use crate::services::Services;
 
@@ -9,7 +12,8 @@ use crate::services::Services;
 const CONSOLE_DB: &str = "pgbouncer";
 
 /// Every SHOW pgcorral answers, for SHOW HELP and errors.
-pub const TOPICS: &str = "HELP|CONFIG|DATABASES|POOLS|USERS|LISTS|STATE|VERSION";
+pub const TOPICS: &str =
+    "HELP|CONFIG|DATABASES|POOLS|USERS|LISTS|STATE|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS";
 
 /// The answer to `SHOW what`, or why there is none.
 pub fn table(services: &Services, what: &str) -> Result<Table, String> {
@@ -22,7 +26,11 @@ pub fn table(services: &Services, what: &str) -> Result<Table, String> {
         "USERS" => users(services, &config),
         "LISTS" => lists(services, &config),
         "STATE" => state(),
-        "STATS" | "STATS_TOTALS" | "STATS_AVERAGES" | "TOTALS" | "CLIENTS" | "SERVERS" => {
+        "STATS" => stats(services),
+        "STATS_TOTALS" => stats_part(services, false),
+        "STATS_AVERAGES" => stats_part(services, true),
+        "TOTALS" => totals(services),
+        "CLIENTS" | "SERVERS" => {
             return Err(format!(
                 "SHOW {what} is not available in this version of pgcorral yet"
             ))
@@ -244,6 +252,127 @@ fn state() -> Table {
     let mut t = Table::text(&["key", "value"]);
     for (k, v) in [("active", "yes"), ("paused", "no"), ("suspended", "no")] {
         t.row(vec![k.into(), v.into()]);
+    }
+    t
+}
+
+/// Statistics per database (its pools summed): totals since start, averages of the last
+/// stats_period.
+fn per_database(services: &Services) -> BTreeMap<String, (Totals, Averages)> {
+    let mut by_db: BTreeMap<String, (Totals, Averages)> = BTreeMap::new();
+    for p in services.pools.all() {
+        let e = by_db.entry(p.name().0.to_string()).or_default();
+        e.0.add(&p.stats().totals());
+        e.1.merge(&p.stats().averages());
+    }
+    by_db
+}
+
+fn totals_cells(t: &Totals) -> [Cell; 7] {
+    [
+        t.xact_count.into(),
+        t.query_count.into(),
+        t.bytes_received.into(),
+        t.bytes_sent.into(),
+        t.xact_time.into(),
+        t.query_time.into(),
+        t.wait_time.into(),
+    ]
+}
+
+fn averages_cells(a: &Averages) -> [Cell; 7] {
+    [
+        a.xact_count.into(),
+        a.query_count.into(),
+        a.bytes_received.into(),
+        a.bytes_sent.into(),
+        a.xact_time.into(),
+        a.query_time.into(),
+        a.wait_time.into(),
+    ]
+}
+
+fn stats(services: &Services) -> Table {
+    let mut cols = vec![("database", Ty::Text)];
+    cols.extend(
+        [
+            "total_xact_count",
+            "total_query_count",
+            "total_received",
+            "total_sent",
+            "total_xact_time",
+            "total_query_time",
+            "total_wait_time",
+            "avg_xact_count",
+            "avg_query_count",
+            "avg_recv",
+            "avg_sent",
+            "avg_xact_time",
+            "avg_query_time",
+            "avg_wait_time",
+        ]
+        .map(|c| (c, Ty::Int)),
+    );
+    let mut t = Table::new(&cols);
+    for (db, (tot, avg)) in per_database(services) {
+        let mut row = vec![Cell::from(db)];
+        row.extend(totals_cells(&tot));
+        row.extend(averages_cells(&avg));
+        t.row(row);
+    }
+    t
+}
+
+/// SHOW STATS_TOTALS, or SHOW STATS_AVERAGES with `averages`.
+fn stats_part(services: &Services, averages: bool) -> Table {
+    let mut cols = vec![("database", Ty::Text)];
+    cols.extend(
+        [
+            "xact_count",
+            "query_count",
+            "bytes_received",
+            "bytes_sent",
+            "xact_time",
+            "query_time",
+            "wait_time",
+        ]
+        .map(|c| (c, Ty::Int)),
+    );
+    let mut t = Table::new(&cols);
+    for (db, (tot, avg)) in per_database(services) {
+        let mut row = vec![Cell::from(db)];
+        if averages {
+            row.extend(averages_cells(&avg));
+        } else {
+            row.extend(totals_cells(&tot));
+        }
+        t.row(row);
+    }
+    t
+}
+
+fn totals(services: &Services) -> Table {
+    let mut tot = Totals::default();
+    let mut avg = Averages::default();
+    for (t, a) in per_database(services).values() {
+        tot.add(t);
+        avg.merge(a);
+    }
+    let mut t = Table::new(&[("name", Ty::Text), ("value", Ty::Int)]);
+    let names = [
+        "xact_count",
+        "query_count",
+        "client_bytes",
+        "server_bytes",
+        "xact_time",
+        "query_time",
+        "wait_time",
+    ];
+    for (name, v) in names.iter().zip(totals_cells(&tot)) {
+        t.row(vec![format!("total_{name}").into(), v]);
+    }
+    for (name, v) in names.iter().zip(averages_cells(&avg)) {
+        t.row(vec![format!("avg_{name}").into(), v]);
     }
     t
 }

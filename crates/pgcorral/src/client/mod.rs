@@ -205,6 +205,7 @@ async fn run(
         track,
         timeouts,
         prepared: pooled.then_some((&services.statements, g.max_prepared_statements)),
+        stats: Some((pool.stats(), client.worker)),
     };
     loop {
         if server.is_none() {
@@ -215,7 +216,9 @@ async fn run(
                 Some(()) => {}
                 None => return Ok(Exit::Left("client closed the connection")),
             }
+            let asked = std::time::Instant::now();
             let mut s = pool.checkout(client.worker).await?;
+            pool.stats().waited(client.worker, asked.elapsed());
             if !crate::session::matches(&s.applied, &session.settings) {
                 restore(&mut s, &session.settings).await?;
             }

@@ -66,6 +66,8 @@ pub struct General {
     pub admin_users: Vec<String>,
     /// Users who may connect to the admin console for SHOW commands only.
     pub stats_users: Vec<String>,
+    /// Seconds over which SHOW STATS averages are taken.
+    pub stats_period: u64,
     pub workers: usize,
     pub server_reset_query: String,
     /// Idle servers kept open per pool, even when unused.
@@ -126,6 +128,7 @@ impl Default for General {
             auth_type: AuthType::ScramSha256,
             admin_users: Vec::new(),
             stats_users: Vec::new(),
+            stats_period: 60,
             workers: 0,
             server_reset_query: "DISCARD ALL".into(),
             min_pool_size: 0,

@@ -1,6 +1,6 @@
 //! Pool upkeep in the background: closes idle servers that the server closed, that outlived
 //! `server_lifetime` or sat unused past `server_idle_timeout`, and opens servers up to
-//! `min_pool_size`.
+//! `min_pool_size`; ends statistics periods.
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,9 @@ pub async fn run(services: Services) {
             _ = services.shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
+        let period = Duration::from_secs(services.config.load().general.stats_period.max(1));
         for pool in services.pools.all() {
+            pool.stats().roll(period);
             let warm = pool.maintain();
             for _ in 0..warm {
                 // Spread new servers over the workers; they move to a client's worker anyway.

@@ -7,6 +7,7 @@ mod inner;
 pub mod limits;
 pub mod maintain;
 pub mod registry;
+pub mod stats;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,6 +98,7 @@ pub(crate) struct Shared {
     limits: Option<Arc<Limits>>,
     /// Clients logged in to this pool.
     clients: std::sync::atomic::AtomicUsize,
+    stats: stats::Stats,
 }
 
 /// A pool's numbers at one moment (admin console).
@@ -134,6 +136,7 @@ impl Pool {
             login_failed: Mutex::new(None),
             limits,
             clients: Default::default(),
+            stats: Default::default(),
         }));
         if let Some(l) = &pool.0.limits {
             l.register(&pool);
@@ -187,6 +190,10 @@ impl Pool {
                 .map(|(since, _)| since.elapsed())
                 .unwrap_or_default(),
         }
+    }
+
+    pub fn stats(&self) -> &stats::Stats {
+        &self.0.stats
     }
 
     /// A client logged in to this pool (until [`Pool::client_left`]).
