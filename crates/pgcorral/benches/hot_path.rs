@@ -81,6 +81,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
             target,
             settings,
             &Default::default(),
+            &Default::default(),
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -109,6 +110,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                 expect: Default::default(),
                 wout: BytesMut::new(),
                 fout: BytesMut::new(),
+                listed: None,
             };
             assert!(pool.adopt(server));
         }

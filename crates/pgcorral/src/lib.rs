@@ -12,6 +12,7 @@ pub mod admin;
 pub mod cancel;
 pub mod client;
 pub mod config;
+pub mod conns;
 pub mod error;
 pub mod net;
 pub mod pool;

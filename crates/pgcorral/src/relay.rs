@@ -16,10 +16,10 @@ use tokio::io::AsyncWrite;
 use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
+use crate::pool::stats::{Meter, Stats, Totals};
 use crate::prepared::expect::{stale_plan, Answers};
 use crate::prepared::replay::AtReady;
 use crate::prepared::rewrite::{Link, Plan};
-use crate::pool::stats::{Meter, Stats, Totals};
 use crate::prepared::Registry;
 use crate::server::{LinkState, ServerConn, ServerParams};
 use crate::session::scan::{classify, custom_names, Effect};
@@ -595,6 +595,7 @@ async fn relay(
     // Whatever the client already sent (the request that caused checkout) goes first.
     let c = scan_c(client, server, &mode, &mut unnamed_here);
     let (mut c_ready, mut c_stop, mut c_again) = (c.ready, c.stop, c.again);
+    metered(&mode, meter, &server.state);
     let mut s_ready = 0usize;
     let mut s_stop: Option<Outcome> = None;
     // Anything the server sent while idle reaches this client; answers pgcorral owes go out.

@@ -198,9 +198,35 @@ async fn login(
         services.cancel.unregister(pid, secret);
         return Err(Error::with_source(Kind::ClientIo, "write", e));
     }
+    let addr = client.stream.peer_addr();
+    let local = client.stream.local_addr();
+    let (Ok(addr), Ok(local)) = (addr, local) else {
+        services.cancel.unregister(pid, secret);
+        return Err(Error::new(
+            Kind::ClientIo,
+            "client connection closed during login",
+        ));
+    };
+    let listed = services.pools.lists.add(
+        crate::conns::Kind::Client,
+        crate::conns::New {
+            user: user.to_string(),
+            database: database.to_string(),
+            addr,
+            local,
+            application_name: params
+                .iter()
+                .find(|(k, _)| k == "application_name")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default(),
+            state: crate::conns::State::Active,
+            remote_pid: pid,
+        },
+    );
     pool.client_joined();
     Ok(Admitted::Pool(Session {
         pool,
+        listed,
         server,
         slot,
         pid,

@@ -18,6 +18,7 @@ use tokio::net::TcpStream;
 
 use crate::cancel::CancelSlot;
 use crate::config::{millis_opt, PoolMode};
+use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
 use crate::pool::{Checkout, Pool};
 use crate::relay::{self, Outcome, Timeouts};
@@ -163,6 +164,8 @@ enum Exit {
 /// A logged-in client, ready for requests.
 struct Session {
     pool: Pool,
+    /// Its entry in SHOW CLIENTS.
+    listed: crate::conns::Listed,
     /// The server held for the whole session (session mode).
     server: Option<Checkout>,
     slot: Arc<CancelSlot>,
@@ -217,8 +220,15 @@ async fn run(
                 None => return Ok(Exit::Left("client closed the connection")),
             }
             let asked = std::time::Instant::now();
+            session.listed.requested();
+            session.listed.set_state(ListState::Waiting);
             let mut s = pool.checkout(client.worker).await?;
             pool.stats().waited(client.worker, asked.elapsed());
+            session.listed.set_state(ListState::Active);
+            if let Some(l) = &s.listed {
+                l.set_link(session.listed.id);
+                session.listed.set_link(l.id);
+            }
             if !crate::session::matches(&s.applied, &session.settings) {
                 restore(&mut s, &session.settings).await?;
             }
@@ -239,6 +249,7 @@ async fn run(
                 }
                 slot.set(None);
                 server = None;
+                session.listed.set_link(0);
                 if mode == PoolMode::Session {
                     return Ok(Exit::Left("shutdown"));
                 }

@@ -38,6 +38,10 @@ const DISCARD_ALL: &str = "DISCARD ALL";
 
 impl Checkout {
     pub(super) fn new(server: Box<ServerConn>, pool: Pool) -> Checkout {
+        if let Some(l) = &server.listed {
+            l.set_state(crate::conns::State::Active);
+            l.requested();
+        }
         Checkout {
             server: Some(server),
             pool,

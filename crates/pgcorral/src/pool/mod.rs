@@ -99,6 +99,8 @@ pub(crate) struct Shared {
     /// Clients logged in to this pool.
     clients: std::sync::atomic::AtomicUsize,
     stats: stats::Stats,
+    /// Where its servers are listed for SHOW SERVERS.
+    lists: Arc<crate::conns::Lists>,
 }
 
 /// A pool's numbers at one moment (admin console).
@@ -125,6 +127,7 @@ impl Pool {
         target: Target,
         settings: PoolSettings,
         limits: &Arc<Limits>,
+        lists: &Arc<crate::conns::Lists>,
     ) -> Pool {
         let limits = settings.caps.as_ref().map(|_| limits.clone());
         let pool = Pool(Arc::new(Shared {
@@ -137,6 +140,7 @@ impl Pool {
             limits,
             clients: Default::default(),
             stats: Default::default(),
+            lists: lists.clone(),
         }));
         if let Some(l) = &pool.0.limits {
             l.register(&pool);
@@ -415,6 +419,20 @@ impl Pool {
         };
         *self.0.login_failed.lock() = None;
         server.permit = permit;
+        if let (Ok(addr), Ok(local)) = (server.stream.peer_addr(), server.stream.local_addr()) {
+            server.listed = Some(self.0.lists.add(
+                crate::conns::Kind::Server,
+                crate::conns::New {
+                    user: target.user.clone(),
+                    database: self.0.name.0.clone(),
+                    addr,
+                    local,
+                    application_name: String::new(),
+                    state: crate::conns::State::Active,
+                    remote_pid: server.key.pid,
+                },
+            ));
+        }
         slot.fulfil();
         tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "opened server connection");
         {
@@ -505,6 +523,10 @@ impl Pool {
             return;
         }
         server.last_used = now;
+        if let Some(l) = &server.listed {
+            l.set_state(crate::conns::State::Idle);
+            l.set_link(0);
+        }
         let mut inner = self.0.inner.lock();
         while let Some((_, w)) = inner.waiters.pop_front() {
             match w.send(Grant::Server(Checkout::new(server, self.clone()))) {

@@ -18,6 +18,8 @@ pub struct Registry {
     pools: Mutex<HashMap<(String, String), Pool>>,
     /// max_db_connections / max_user_connections, shared by every pool.
     limits: Arc<Limits>,
+    /// Client and server connections, for the admin console.
+    pub lists: Arc<crate::conns::Lists>,
 }
 
 impl Registry {
@@ -27,7 +29,7 @@ impl Registry {
         if let Some(p) = self.pools.lock().get(&key) {
             return Ok(p.clone());
         }
-        let pool = build(config, database, user, &self.limits)?;
+        let pool = build(config, database, user, &self.limits, &self.lists)?;
         Ok(self.pools.lock().entry(key).or_insert(pool).clone())
     }
 
@@ -37,7 +39,13 @@ impl Registry {
     }
 }
 
-fn build(config: &Config, database: &str, user: &str, limits: &Arc<Limits>) -> Result<Pool> {
+fn build(
+    config: &Config,
+    database: &str,
+    user: &str,
+    limits: &Arc<Limits>,
+    lists: &Arc<crate::conns::Lists>,
+) -> Result<Pool> {
     let db = config
         .databases
         .get(database)
@@ -105,5 +113,6 @@ fn build(config: &Config, database: &str, user: &str, limits: &Arc<Limits>) -> R
         target,
         settings,
         limits,
+        lists,
     ))
 }

@@ -79,7 +79,12 @@ impl Averages {
             (a * na + b * nb).checked_div(na + nb).unwrap_or(a.max(b))
         };
         self.xact_time = w(self.xact_time, self.xact_count, o.xact_time, o.xact_count);
-        self.query_time = w(self.query_time, self.query_count, o.query_time, o.query_count);
+        self.query_time = w(
+            self.query_time,
+            self.query_count,
+            o.query_time,
+            o.query_count,
+        );
         self.wait_time = w(self.wait_time, self.xact_count, o.wait_time, o.xact_count);
         self.xact_count += o.xact_count;
         self.query_count += o.query_count;
@@ -248,8 +253,10 @@ mod tests {
     #[test]
     fn meter_counts_queries_and_transactions() {
         let mut m = Meter::default();
-        let mut st = LinkState::default();
-        st.pending = 1;
+        let mut st = LinkState {
+            pending: 1,
+            ..Default::default()
+        };
         assert!(!m.observe(&st));
         st.pending = 0;
         st.tx = TxStatus::InTransaction;
@@ -276,8 +283,20 @@ mod tests {
         s.record(17, &d);
         s.waited(3, Duration::from_micros(40));
         let t = s.totals();
-        assert_eq!((t.xact_count, t.query_count, t.wait_time, t.waits), (20, 40, 40, 1));
+        assert_eq!(
+            (t.xact_count, t.query_count, t.wait_time, t.waits),
+            (20, 40, 40, 1)
+        );
         let a = Averages::over(&t, Duration::from_secs(2));
-        assert_eq!((a.xact_count, a.query_count, a.xact_time, a.query_time, a.wait_time), (10, 20, 100, 50, 40));
+        assert_eq!(
+            (
+                a.xact_count,
+                a.query_count,
+                a.xact_time,
+                a.query_time,
+                a.wait_time
+            ),
+            (10, 20, 100, 50, 40)
+        );
     }
 }

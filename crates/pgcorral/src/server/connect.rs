@@ -182,6 +182,7 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
         expect: Default::default(),
         wout: BytesMut::new(),
         fout: BytesMut::new(),
+        listed: None,
     })
 }
 

@@ -182,6 +182,8 @@ pub struct ServerConn {
     pub wout: BytesMut,
     /// Answers pgcorral gives the client itself, sent before the server's next bytes.
     pub fout: BytesMut,
+    /// Its entry in SHOW SERVERS (set by the pool that opened it).
+    pub listed: Option<crate::conns::Listed>,
 }
 
 impl ServerConn {

@@ -1,0 +1,217 @@
+//! The lists of client and server connections that the admin console shows (SHOW CLIENTS, SHOW
+//! SERVERS): each connection registers an entry when it is established and its handle removes
+//! it when dropped. Entries hold what does not change plus a few atomics (state, link, request
+//! time) that the data path sets with plain stores, once per transaction at most.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+/// A connection's state, as PgBouncer names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    /// Logged in; a client may or may not hold a server, a server is lent to a client.
+    Active = 0,
+    /// A client waiting for a server.
+    Waiting = 1,
+    /// A server in the pool, unused.
+    Idle = 2,
+    /// A server logging in.
+    Login = 3,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Active => "active",
+            State::Waiting => "waiting",
+            State::Idle => "idle",
+            State::Login => "login",
+        }
+    }
+
+    fn from_u8(v: u8) -> State {
+        match v {
+            1 => State::Waiting,
+            2 => State::Idle,
+            3 => State::Login,
+            _ => State::Active,
+        }
+    }
+}
+
+/// One listed connection.
+#[derive(Debug)]
+pub struct Entry {
+    /// Unique among clients and servers; what KILL_CLIENT and `link` name.
+    pub id: u64,
+    pub user: String,
+    pub database: String,
+    /// The other end: the client's address, or the server's.
+    pub addr: SocketAddr,
+    pub local: SocketAddr,
+    pub connect_time: SystemTime,
+    pub application_name: String,
+    state: AtomicU8,
+    /// Microseconds since the epoch of the last request (clients) or checkout (servers).
+    request_time: AtomicU64,
+    /// The connection it is paired with (a client's server or a server's client), 0 for none.
+    link: AtomicU64,
+    /// The server's backend process id (servers), or the one the client was told (clients).
+    pub remote_pid: AtomicI32,
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl Entry {
+    pub fn state(&self) -> State {
+        State::from_u8(self.state.load(Relaxed))
+    }
+
+    pub fn set_state(&self, s: State) {
+        self.state.store(s as u8, Relaxed);
+    }
+
+    /// A request starts (the time is shown as request_time; waits are measured from it).
+    pub fn requested(&self) {
+        self.request_time.store(now_us(), Relaxed);
+    }
+
+    pub fn request_time(&self) -> SystemTime {
+        UNIX_EPOCH + std::time::Duration::from_micros(self.request_time.load(Relaxed))
+    }
+
+    pub fn link(&self) -> u64 {
+        self.link.load(Relaxed)
+    }
+
+    pub fn set_link(&self, id: u64) {
+        self.link.store(id, Relaxed);
+    }
+}
+
+/// What a new entry is made of.
+pub struct New {
+    pub user: String,
+    pub database: String,
+    pub addr: SocketAddr,
+    pub local: SocketAddr,
+    pub application_name: String,
+    pub state: State,
+    pub remote_pid: i32,
+}
+
+/// The lists of clients and servers.
+#[derive(Default)]
+pub struct Lists {
+    next_id: AtomicU64,
+    clients: Mutex<HashMap<u64, Arc<Entry>>>,
+    servers: Mutex<HashMap<u64, Arc<Entry>>>,
+}
+
+/// Which list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Client,
+    Server,
+}
+
+/// A listed connection; dropping it removes the entry.
+pub struct Listed {
+    lists: Arc<Lists>,
+    kind: Kind,
+    pub entry: Arc<Entry>,
+}
+
+impl std::ops::Deref for Listed {
+    type Target = Entry;
+    fn deref(&self) -> &Entry {
+        &self.entry
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        self.lists.list(self.kind).lock().remove(&self.entry.id);
+    }
+}
+
+impl Lists {
+    fn list(&self, kind: Kind) -> &Mutex<HashMap<u64, Arc<Entry>>> {
+        match kind {
+            Kind::Client => &self.clients,
+            Kind::Server => &self.servers,
+        }
+    }
+
+    /// Lists a new connection.
+    pub fn add(self: &Arc<Self>, kind: Kind, n: New) -> Listed {
+        let id = self.next_id.fetch_add(1, Relaxed) + 1;
+        let now = now_us();
+        let entry = Arc::new(Entry {
+            id,
+            user: n.user,
+            database: n.database,
+            addr: n.addr,
+            local: n.local,
+            connect_time: UNIX_EPOCH + std::time::Duration::from_micros(now),
+            application_name: n.application_name,
+            state: AtomicU8::new(n.state as u8),
+            request_time: AtomicU64::new(now),
+            link: AtomicU64::new(0),
+            remote_pid: AtomicI32::new(n.remote_pid),
+        });
+        self.list(kind).lock().insert(id, entry.clone());
+        Listed {
+            lists: self.clone(),
+            kind,
+            entry,
+        }
+    }
+
+    /// Every entry of a list, oldest first.
+    pub fn all(&self, kind: Kind) -> Vec<Arc<Entry>> {
+        let mut v: Vec<_> = self.list(kind).lock().values().cloned().collect();
+        v.sort_by_key(|e| e.id);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_leave_when_dropped() {
+        let lists = Arc::new(Lists::default());
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let new = |db: &str| New {
+            user: "u".into(),
+            database: db.into(),
+            addr: a,
+            local: a,
+            application_name: String::new(),
+            state: State::Active,
+            remote_pid: 7,
+        };
+        let c = lists.add(Kind::Client, new("x"));
+        let s = lists.add(Kind::Server, new("y"));
+        c.set_link(s.id);
+        s.set_state(State::Idle);
+        assert_eq!(lists.all(Kind::Client).len(), 1);
+        assert_eq!(lists.all(Kind::Server)[0].state(), State::Idle);
+        assert_eq!(lists.all(Kind::Client)[0].link(), s.id);
+        drop(c);
+        assert!(lists.all(Kind::Client).is_empty());
+        assert_eq!(lists.all(Kind::Server).len(), 1);
+    }
+}
