@@ -5,7 +5,9 @@
 //! [`pool`] checks out a server ([`server::connect`] when a new one is needed) → [`relay`]
 //! forwards the request and streams the answer back until the server is idle → the
 //! [`pool::Checkout`] guard returns the server. [`session`] keeps each client's settings on
-//! whatever server it lands on, and [`prepared`] its prepared statements. Cancel requests go around it via [`cancel`].
+//! whatever server it lands on, and [`prepared`] its prepared statements. Cancel requests go
+//! around it via [`cancel`]. Clients of database `pgbouncer` get the [`admin`] console, which
+//! reads [`pool::stats`] and the connection lists of [`conns`].
 //! Shared state lives in one [`Services`] handle built at start and passed down; nothing is global.
 
 pub mod admin;

@@ -47,13 +47,25 @@ async fn prepare(c: &mut Wire, name: &str, sql: &str) -> Vec<Msg> {
 }
 
 /// Terminates every backend of database "postgres" but the caller's, so the pool must open new
-/// servers.
+/// servers; returns once they have exited (their sockets are closed, so pgcorral sees them
+/// gone before it would hand them out).
 fn kill_servers(pg: &Postgres) {
     pg.sql(
         "template1",
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
          WHERE datname = 'postgres' AND pid <> pg_backend_pid()",
     );
+    for _ in 0..200 {
+        let left = pg.sql(
+            "template1",
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = 'postgres'",
+        );
+        if left == "0" {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("terminated backends did not exit within 2 s");
 }
 
 #[tokio::test]

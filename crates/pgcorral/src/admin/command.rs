@@ -25,6 +25,25 @@ pub enum Command {
 }
 
 impl Command {
+    /// The command's keyword.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Show(_) => "SHOW",
+            Command::Pause(_) => "PAUSE",
+            Command::Resume(_) => "RESUME",
+            Command::Suspend => "SUSPEND",
+            Command::Disable(_) => "DISABLE",
+            Command::Enable(_) => "ENABLE",
+            Command::Reconnect(_) => "RECONNECT",
+            Command::Kill(_) => "KILL",
+            Command::KillClient(_) => "KILL_CLIENT",
+            Command::WaitClose(_) => "WAIT_CLOSE",
+            Command::Reload => "RELOAD",
+            Command::Shutdown => "SHUTDOWN",
+            Command::Set { .. } => "SET",
+        }
+    }
+
     /// Whether a stats user (SHOW only) may run it.
     pub fn read_only(&self) -> bool {
         matches!(self, Command::Show(_))

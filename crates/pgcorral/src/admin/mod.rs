@@ -256,7 +256,10 @@ fn run(services: &Services, role: Role, text: &str) -> Result<Answer, (&'static 
         }
         other => Err((
             "0A000",
-            format!("{other:?} is not available in this version of pgcorral yet: see SHOW HELP"),
+            format!(
+                "{} is not available in this version of pgcorral yet: see SHOW HELP",
+                other.name()
+            ),
         )),
     }
 }

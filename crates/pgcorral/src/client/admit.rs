@@ -220,7 +220,8 @@ async fn login(
                 .map(|(_, v)| v.clone())
                 .unwrap_or_default(),
             state: crate::conns::State::Active,
-            remote_pid: pid,
+            // As PgBouncer: a client's process id is known only over a Unix socket.
+            remote_pid: 0,
         },
     );
     pool.client_joined();
