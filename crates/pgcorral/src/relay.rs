@@ -154,6 +154,9 @@ pub struct ServerScan {
     /// A batch's stale-plan error was hidden: the batch is due to be sent again (see
     /// [`crate::prepared::replay`]).
     pub replay: bool,
+    /// SQLSTATE classes of the errors seen (the first few), for statistics.
+    pub errors: [[u8; 2]; 4],
+    pub n_errors: usize,
 }
 
 /// Scans server bytes: passes bodies, inspects ReadyForQuery and ErrorResponse. Stops after a
@@ -260,6 +263,14 @@ pub fn scan_server(
                     }
                 } else if h.tag == backend::ERROR_RESPONSE {
                     let fields = backend::ErrorFields::parse(body);
+                    if let Some(f) = &fields {
+                        if let (Some(slot), [a, b, ..]) =
+                            (out.errors.get_mut(out.n_errors), f.code.as_bytes())
+                        {
+                            *slot = [*a, *b];
+                            out.n_errors += 1;
+                        }
+                    }
                     if fields.as_ref().is_some_and(|f| f.is_fatal()) {
                         st.broken = true;
                         out.fatal = true;
@@ -564,6 +575,7 @@ fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState) {
     if let Some((stats, w)) = mode.stats {
         if meter.observe(st) {
             stats.record(w, &meter.delta);
+            stats.query_hist.record(w, meter.last_query);
             meter.delta = Totals::default();
         }
     }
@@ -623,6 +635,11 @@ async fn relay(
                     s_again = s.again;
                     replay_due |= s.replay;
                     metered(&mode, meter, &server.state);
+                    if let Some((stats, _)) = mode.stats {
+                        for class in &s.errors[..s.n_errors] {
+                            stats.error(*class);
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "server sent an invalid message");

@@ -575,6 +575,18 @@ async fn stats_count_what_clients_ran() {
     assert_eq!(total("total_xact_count"), 12);
     assert_eq!(total("total_query_count"), 14);
 
+    // pgcorral's own: percentiles of query and wait times.
+    let lat = rows_of(&mut w, "SHOW LATENCY").await;
+    let l = lat
+        .iter()
+        .find(|r| r["database"] == "postgres" && r["user"] == "postgres")
+        .unwrap_or_else(|| panic!("{lat:?}"));
+    assert_eq!(num(l, "queries"), 14, "{l:?}");
+    assert!(num(l, "query_p99_us") >= 1000, "10 of 14 slept 1 ms: {l:?}");
+    assert!(num(l, "query_p50_us") >= 1000, "{l:?}");
+    assert!(num(l, "query_p50_us") <= num(l, "query_p95_us"), "{l:?}");
+    assert!(num(l, "waits") >= 12, "a checkout per transaction: {l:?}");
+
     // A period with traffic, then one more tick: its averages are shown.
     for _ in 0..20 {
         c.simple_query("SELECT 1").await.unwrap();

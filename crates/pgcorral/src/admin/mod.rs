@@ -5,6 +5,8 @@
 
 mod command;
 mod show;
+mod show_conns;
+mod show_stats;
 mod table;
 
 use std::collections::HashMap;

@@ -1,12 +1,11 @@
 //! The console's SHOW commands, with PgBouncer's column names in PgBouncer's order (1.18), so
 //! that scripts and exporters written for PgBouncer read them unchanged.
 
-use std::collections::BTreeMap;
-
+use super::show_conns::connections;
+use super::show_stats::{latency, stats, stats_part, totals};
 use super::table::{Cell, Table, Ty};
 use crate::config::{Config, General, PoolMode};
-use crate::conns::{Kind, State};
-use crate::pool::stats::{Averages, Totals};
+use crate::conns::Kind;
 use crate::services::Services;
 
 /// The console's own database, as PgBouncer lists it.
@@ -14,7 +13,7 @@ const CONSOLE_DB: &str = "pgbouncer";
 
 /// Every SHOW pgcorral answers, for SHOW HELP and errors.
 pub const TOPICS: &str =
-    "HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|LISTS|STATE|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS";
+    "HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|LISTS|STATE|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LATENCY";
 
 /// The answer to `SHOW what`, or why there is none.
 pub fn table(services: &Services, what: &str) -> Result<Table, String> {
@@ -31,6 +30,7 @@ pub fn table(services: &Services, what: &str) -> Result<Table, String> {
         "STATS_TOTALS" => stats_part(services, false),
         "STATS_AVERAGES" => stats_part(services, true),
         "TOTALS" => totals(services),
+        "LATENCY" => latency(services),
         "CLIENTS" => connections(services, Kind::Client),
         "SERVERS" => connections(services, Kind::Server),
         _ => return Err(format!("unknown SHOW topic '{what}': use SHOW {TOPICS}")),
@@ -252,225 +252,4 @@ fn state() -> Table {
         t.row(vec![k.into(), v.into()]);
     }
     t
-}
-
-/// Statistics per database (its pools summed): totals since start, averages of the last
-/// stats_period.
-fn per_database(services: &Services) -> BTreeMap<String, (Totals, Averages)> {
-    let mut by_db: BTreeMap<String, (Totals, Averages)> = BTreeMap::new();
-    for p in services.pools.all() {
-        let e = by_db.entry(p.name().0.to_string()).or_default();
-        e.0.add(&p.stats().totals());
-        e.1.merge(&p.stats().averages());
-    }
-    by_db
-}
-
-fn totals_cells(t: &Totals) -> [Cell; 7] {
-    [
-        t.xact_count.into(),
-        t.query_count.into(),
-        t.bytes_received.into(),
-        t.bytes_sent.into(),
-        t.xact_time.into(),
-        t.query_time.into(),
-        t.wait_time.into(),
-    ]
-}
-
-fn averages_cells(a: &Averages) -> [Cell; 7] {
-    [
-        a.xact_count.into(),
-        a.query_count.into(),
-        a.bytes_received.into(),
-        a.bytes_sent.into(),
-        a.xact_time.into(),
-        a.query_time.into(),
-        a.wait_time.into(),
-    ]
-}
-
-fn stats(services: &Services) -> Table {
-    let mut cols = vec![("database", Ty::Text)];
-    cols.extend(
-        [
-            "total_xact_count",
-            "total_query_count",
-            "total_received",
-            "total_sent",
-            "total_xact_time",
-            "total_query_time",
-            "total_wait_time",
-            "avg_xact_count",
-            "avg_query_count",
-            "avg_recv",
-            "avg_sent",
-            "avg_xact_time",
-            "avg_query_time",
-            "avg_wait_time",
-        ]
-        .map(|c| (c, Ty::Int)),
-    );
-    let mut t = Table::new(&cols);
-    for (db, (tot, avg)) in per_database(services) {
-        let mut row = vec![Cell::from(db)];
-        row.extend(totals_cells(&tot));
-        row.extend(averages_cells(&avg));
-        t.row(row);
-    }
-    t
-}
-
-/// SHOW STATS_TOTALS, or SHOW STATS_AVERAGES with `averages`.
-fn stats_part(services: &Services, averages: bool) -> Table {
-    let mut cols = vec![("database", Ty::Text)];
-    cols.extend(
-        [
-            "xact_count",
-            "query_count",
-            "bytes_received",
-            "bytes_sent",
-            "xact_time",
-            "query_time",
-            "wait_time",
-        ]
-        .map(|c| (c, Ty::Int)),
-    );
-    let mut t = Table::new(&cols);
-    for (db, (tot, avg)) in per_database(services) {
-        let mut row = vec![Cell::from(db)];
-        if averages {
-            row.extend(averages_cells(&avg));
-        } else {
-            row.extend(totals_cells(&tot));
-        }
-        t.row(row);
-    }
-    t
-}
-
-fn totals(services: &Services) -> Table {
-    let mut tot = Totals::default();
-    let mut avg = Averages::default();
-    for (t, a) in per_database(services).values() {
-        tot.add(t);
-        avg.merge(a);
-    }
-    let mut t = Table::new(&[("name", Ty::Text), ("value", Ty::Int)]);
-    let names = [
-        "xact_count",
-        "query_count",
-        "client_bytes",
-        "server_bytes",
-        "xact_time",
-        "query_time",
-        "wait_time",
-    ];
-    for (name, v) in names.iter().zip(totals_cells(&tot)) {
-        t.row(vec![format!("total_{name}").into(), v]);
-    }
-    for (name, v) in names.iter().zip(averages_cells(&avg)) {
-        t.row(vec![format!("avg_{name}").into(), v]);
-    }
-    t
-}
-
-/// SHOW CLIENTS or SHOW SERVERS: one row per connection, PgBouncer's columns. `ptr` is the
-/// connection's id (in hex, as PgBouncer shows its pointers) and `link` the id of the
-/// connection it is paired with.
-fn connections(services: &Services, kind: Kind) -> Table {
-    let mut t = Table::new(&[
-        ("type", Ty::Text),
-        ("user", Ty::Text),
-        ("database", Ty::Text),
-        ("state", Ty::Text),
-        ("addr", Ty::Text),
-        ("port", Ty::Int),
-        ("local_addr", Ty::Text),
-        ("local_port", Ty::Int),
-        ("connect_time", Ty::Text),
-        ("request_time", Ty::Text),
-        ("wait", Ty::Int),
-        ("wait_us", Ty::Int),
-        ("close_needed", Ty::Int),
-        ("ptr", Ty::Text),
-        ("link", Ty::Text),
-        ("remote_pid", Ty::Int),
-        ("tls", Ty::Text),
-        ("application_name", Ty::Text),
-    ]);
-    let now = std::time::SystemTime::now();
-    for e in services.pools.lists.all(kind) {
-        let state = e.state();
-        let waited = if state == State::Waiting {
-            now.duration_since(e.request_time()).unwrap_or_default()
-        } else {
-            std::time::Duration::ZERO
-        };
-        let link = e.link();
-        t.row(vec![
-            if kind == Kind::Client { "C" } else { "S" }.into(),
-            e.user.as_str().into(),
-            e.database.as_str().into(),
-            state.name().into(),
-            e.addr.ip().to_string().into(),
-            e.addr.port().into(),
-            e.local.ip().to_string().into(),
-            e.local.port().into(),
-            timestamp(e.connect_time).into(),
-            timestamp(e.request_time()).into(),
-            waited.as_secs().into(),
-            waited.subsec_micros().into(),
-            0u8.into(),
-            format!("{:#x}", e.id).into(),
-            if link == 0 {
-                Cell::Text(String::new())
-            } else {
-                format!("{link:#x}").into()
-            },
-            e.remote_pid
-                .load(std::sync::atomic::Ordering::Relaxed)
-                .into(),
-            Cell::Text(String::new()),
-            e.application_name.as_str().into(),
-        ]);
-    }
-    t
-}
-
-/// `YYYY-MM-DD HH:MM:SS UTC`, as PgBouncer prints times.
-fn timestamp(t: std::time::SystemTime) -> String {
-    let secs = t
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn timestamps_are_utc_dates() {
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_337_437);
-        assert_eq!(super::timestamp(t), "2026-11-22 08:50:37 UTC");
-        assert_eq!(
-            super::timestamp(std::time::UNIX_EPOCH),
-            "1970-01-01 00:00:00 UTC"
-        );
-    }
 }

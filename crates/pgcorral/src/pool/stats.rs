@@ -2,7 +2,8 @@
 //! time spent in transactions, in queries and waiting for a server. Counters are sharded by
 //! worker thread (each shard on its own cache line), so that recording one costs a few
 //! uncontended atomic adds; readers sum the shards. Averages per second are taken over the last
-//! full `stats_period`, as PgBouncer does.
+//! full `stats_period`, as PgBouncer does. Beyond PgBouncer: histograms of query and wait times
+//! (for percentiles and Prometheus) and errors counted by SQLSTATE class.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -121,9 +122,97 @@ struct Shard {
     waits: AtomicU64,
 }
 
+/// Sub-buckets per power of two in a [`Histogram`] (about 19% wide each).
+const SUB: u32 = 4;
+/// Values below this many microseconds get a bucket each.
+const LINEAR: u64 = 16;
+/// Buckets: the linear ones, then `SUB` per power of two up to 2^40 µs (12 days).
+pub const BUCKETS: usize = LINEAR as usize + (SUB as usize) * (40 - 4);
+/// Histogram shards (fewer than counter shards: they are larger).
+const HIST_SHARDS: usize = 8;
+
+/// The bucket of a value in microseconds.
+fn bucket(us: u64) -> usize {
+    if us < LINEAR {
+        return us as usize;
+    }
+    let exp = 63 - us.leading_zeros(); // >= 4
+    let sub = ((us >> (exp - 2)) & (SUB as u64 - 1)) as usize;
+    (LINEAR as usize + (exp as usize - 4) * SUB as usize + sub).min(BUCKETS - 1)
+}
+
+/// The largest value (µs) that falls in bucket `i`.
+pub fn bucket_upper(i: usize) -> u64 {
+    if i < LINEAR as usize {
+        return i as u64;
+    }
+    let k = i - LINEAR as usize;
+    let exp = (k / SUB as usize) as u32 + 4;
+    let sub = (k % SUB as usize) as u64;
+    ((SUB as u64 + sub + 1) << (exp - 2)) - 1
+}
+
+/// A latency histogram in microseconds, sharded like the counters.
+pub struct Histogram {
+    shards: Box<[HistShard]>,
+}
+
+#[repr(align(128))]
+struct HistShard([AtomicU64; BUCKETS]);
+
+impl Default for Histogram {
+    fn default() -> Histogram {
+        Histogram {
+            shards: (0..HIST_SHARDS)
+                .map(|_| HistShard(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
+        }
+    }
+}
+
+impl Histogram {
+    pub fn record(&self, w: usize, us: u64) {
+        self.shards[w % HIST_SHARDS].0[bucket(us)].fetch_add(1, Relaxed);
+    }
+
+    /// Counts per bucket (see [`bucket_upper`]), summed over shards.
+    pub fn counts(&self) -> Vec<u64> {
+        let mut c = vec![0u64; BUCKETS];
+        for s in self.shards.iter() {
+            for (i, b) in s.0.iter().enumerate() {
+                c[i] += b.load(Relaxed);
+            }
+        }
+        c
+    }
+}
+
+/// The value (µs, a bucket's upper bound) below which fraction `q` of `counts` lie; 0 when
+/// empty.
+pub fn quantile(counts: &[u64], q: f64) -> u64 {
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return 0;
+    }
+    let rank = ((total as f64) * q).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (i, &c) in counts.iter().enumerate() {
+        seen += c;
+        if seen >= rank {
+            return bucket_upper(i);
+        }
+    }
+    bucket_upper(counts.len() - 1)
+}
+
 /// One pool's statistics.
 pub struct Stats {
     shards: Box<[Shard]>,
+    /// Time of each query (round trip), and of each wait for a server.
+    pub query_hist: Histogram,
+    pub wait_hist: Histogram,
+    /// Errors servers sent to clients, by SQLSTATE class (its first two characters).
+    errors: Mutex<std::collections::BTreeMap<[u8; 2], u64>>,
     /// The totals at the start of the current period, and the averages of the last one.
     period: Mutex<(Instant, Totals, Averages)>,
 }
@@ -132,6 +221,9 @@ impl Default for Stats {
     fn default() -> Stats {
         Stats {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            query_hist: Histogram::default(),
+            wait_hist: Histogram::default(),
+            errors: Default::default(),
             period: Mutex::new((Instant::now(), Totals::default(), Averages::default())),
         }
     }
@@ -160,8 +252,20 @@ impl Stats {
     /// A client on worker `w` waited `waited` for a server.
     pub fn waited(&self, w: usize, waited: Duration) {
         let s = &self.shards[w % SHARDS];
-        s.wait_time.fetch_add(waited.as_micros() as u64, Relaxed);
+        let us = waited.as_micros() as u64;
+        s.wait_time.fetch_add(us, Relaxed);
         s.waits.fetch_add(1, Relaxed);
+        self.wait_hist.record(w, us);
+    }
+
+    /// A server sent a client an error of SQLSTATE class `class`.
+    pub fn error(&self, class: [u8; 2]) {
+        *self.errors.lock().entry(class).or_default() += 1;
+    }
+
+    /// Errors by SQLSTATE class so far.
+    pub fn errors(&self) -> Vec<([u8; 2], u64)> {
+        self.errors.lock().iter().map(|(k, v)| (*k, *v)).collect()
     }
 
     /// Totals since start.
@@ -210,6 +314,8 @@ pub struct Meter {
     query_start: Option<Instant>,
     xact_start: Option<Instant>,
     pub delta: Totals,
+    /// The time of the query that just ended (µs), when [`Meter::observe`] returns true.
+    pub last_query: u64,
 }
 
 impl Meter {
@@ -227,8 +333,9 @@ impl Meter {
             Some(start) if !busy => {
                 let now = Instant::now();
                 self.query_start = None;
+                self.last_query = micros(now - start);
                 self.delta.query_count += 1;
-                self.delta.query_time += micros(now - start);
+                self.delta.query_time += self.last_query;
                 if st.tx == TxStatus::Idle {
                     if let Some(x) = self.xact_start.take() {
                         self.delta.xact_count += 1;
@@ -249,6 +356,56 @@ fn micros(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_cover_values_in_order() {
+        let mut last = 0;
+        for v in [
+            0u64,
+            1,
+            15,
+            16,
+            17,
+            19,
+            20,
+            31,
+            32,
+            100,
+            1000,
+            12_345,
+            1 << 30,
+        ] {
+            let b = bucket(v);
+            assert!(b >= last, "{v}");
+            assert!(
+                bucket_upper(b) >= v,
+                "{v} in bucket {b} up to {}",
+                bucket_upper(b)
+            );
+            if b > 0 {
+                assert!(
+                    bucket_upper(b - 1) < v,
+                    "{v}: bucket {b} is the first that holds it"
+                );
+            }
+            last = b;
+        }
+        assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn quantiles_from_counts() {
+        let h = Histogram::default();
+        for v in 1..=100u64 {
+            h.record(v as usize, v * 10);
+        }
+        let c = h.counts();
+        let p50 = quantile(&c, 0.5);
+        assert!((500..=600).contains(&p50), "{p50}");
+        let p99 = quantile(&c, 0.99);
+        assert!((990..=1200).contains(&p99), "{p99}");
+        assert_eq!(quantile(&vec![0; BUCKETS], 0.5), 0);
+    }
 
     #[test]
     fn meter_counts_queries_and_transactions() {

@@ -1,0 +1,106 @@
+//! SHOW CLIENTS and SHOW SERVERS: the connection lists of [`crate::conns`] with PgBouncer's
+//! columns.
+
+use super::table::{Cell, Table, Ty};
+use crate::conns::{Kind, State};
+use crate::services::Services;
+
+/// SHOW CLIENTS or SHOW SERVERS: one row per connection, PgBouncer's columns. `ptr` is the
+/// connection's id (in hex, as PgBouncer shows its pointers) and `link` the id of the
+/// connection it is paired with.
+pub fn connections(services: &Services, kind: Kind) -> Table {
+    let mut t = Table::new(&[
+        ("type", Ty::Text),
+        ("user", Ty::Text),
+        ("database", Ty::Text),
+        ("state", Ty::Text),
+        ("addr", Ty::Text),
+        ("port", Ty::Int),
+        ("local_addr", Ty::Text),
+        ("local_port", Ty::Int),
+        ("connect_time", Ty::Text),
+        ("request_time", Ty::Text),
+        ("wait", Ty::Int),
+        ("wait_us", Ty::Int),
+        ("close_needed", Ty::Int),
+        ("ptr", Ty::Text),
+        ("link", Ty::Text),
+        ("remote_pid", Ty::Int),
+        ("tls", Ty::Text),
+        ("application_name", Ty::Text),
+    ]);
+    let now = std::time::SystemTime::now();
+    for e in services.pools.lists.all(kind) {
+        let state = e.state();
+        let waited = if state == State::Waiting {
+            now.duration_since(e.request_time()).unwrap_or_default()
+        } else {
+            std::time::Duration::ZERO
+        };
+        let link = e.link();
+        t.row(vec![
+            if kind == Kind::Client { "C" } else { "S" }.into(),
+            e.user.as_str().into(),
+            e.database.as_str().into(),
+            state.name().into(),
+            e.addr.ip().to_string().into(),
+            e.addr.port().into(),
+            e.local.ip().to_string().into(),
+            e.local.port().into(),
+            timestamp(e.connect_time).into(),
+            timestamp(e.request_time()).into(),
+            waited.as_secs().into(),
+            waited.subsec_micros().into(),
+            0u8.into(),
+            format!("{:#x}", e.id).into(),
+            if link == 0 {
+                Cell::Text(String::new())
+            } else {
+                format!("{link:#x}").into()
+            },
+            e.remote_pid
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .into(),
+            Cell::Text(String::new()),
+            e.application_name.as_str().into(),
+        ]);
+    }
+    t
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC`, as PgBouncer prints times.
+fn timestamp(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn timestamps_are_utc_dates() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_337_437);
+        assert_eq!(super::timestamp(t), "2026-11-22 08:50:37 UTC");
+        assert_eq!(
+            super::timestamp(std::time::UNIX_EPOCH),
+            "1970-01-01 00:00:00 UTC"
+        );
+    }
+}
