@@ -16,6 +16,7 @@ pub mod client;
 pub mod config;
 pub mod conns;
 pub mod error;
+pub mod metrics;
 pub mod net;
 pub mod pool;
 pub mod prepared;

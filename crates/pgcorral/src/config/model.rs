@@ -68,6 +68,9 @@ pub struct General {
     pub stats_users: Vec<String>,
     /// Seconds over which SHOW STATS averages are taken.
     pub stats_period: u64,
+    /// `host:port` of the HTTP listener serving Prometheus `/metrics` and `/healthz`; empty
+    /// (the default) turns it off.
+    pub metrics_addr: String,
     pub workers: usize,
     pub server_reset_query: String,
     /// Idle servers kept open per pool, even when unused.
@@ -129,6 +132,7 @@ impl Default for General {
             admin_users: Vec::new(),
             stats_users: Vec::new(),
             stats_period: 60,
+            metrics_addr: String::new(),
             workers: 0,
             server_reset_query: "DISCARD ALL".into(),
             min_pool_size: 0,

@@ -13,6 +13,8 @@ use crate::services::Services;
 /// A bound pooler, ready to run.
 pub struct Server {
     listener: TcpListener,
+    /// The Prometheus endpoint's listener, when `metrics_addr` is set.
+    metrics: Option<TcpListener>,
     services: Services,
 }
 
@@ -25,11 +27,21 @@ impl Server {
             h => h,
         };
         let listener = TcpListener::bind((host, config.general.listen_port)).await?;
+        let metrics = match config.general.metrics_addr.as_str() {
+            "" => None,
+            addr => Some(TcpListener::bind(addr).await?),
+        };
         let n_workers = config.general.workers;
         Ok(Server {
             listener,
+            metrics,
             services: Services::new(config, workers::count(n_workers)),
         })
+    }
+
+    /// Where the Prometheus endpoint listens, when it is on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -46,7 +58,11 @@ impl Server {
     /// Starts the worker threads, accepts clients and hands each to a worker in turn until
     /// `services().shutdown` fires, then drains for up to shutdown_timeout.
     pub async fn run(self) {
-        let Server { listener, services } = self;
+        let Server {
+            listener,
+            metrics,
+            services,
+        } = self;
         let workers = match Workers::start(services.balance.clone()) {
             Ok(w) => w,
             Err(e) => {
@@ -57,6 +73,9 @@ impl Server {
         let shutdown = services.shutdown.clone();
         tokio::spawn(sample_load(services.clone()));
         tokio::spawn(crate::pool::maintain::run(services.clone()));
+        if let Some(m) = metrics {
+            tokio::spawn(crate::metrics::serve(m, services.clone()));
+        }
         let mut backoff = Duration::from_millis(5);
         loop {
             let accepted = tokio::select! {

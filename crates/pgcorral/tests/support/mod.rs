@@ -310,6 +310,9 @@ pub fn stderr(o: &Output) -> String {
 /// pgcorral running in this process on a free port.
 pub struct Pooler {
     pub addr: SocketAddr,
+    /// The Prometheus endpoint, when `metrics_addr` is set (use `metrics_addr =
+    /// "127.0.0.1:0"` for a free port).
+    pub metrics: Option<SocketAddr>,
     pub services: pgcorral::Services,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -321,10 +324,12 @@ impl Pooler {
         config.general.listen_port = 0;
         let server = pgcorral::Server::bind(config).await.unwrap();
         let addr = server.local_addr();
+        let metrics = server.metrics_addr();
         let services = server.services().clone();
         let task = Some(tokio::spawn(server.run()));
         Pooler {
             addr,
+            metrics,
             services,
             task,
         }
