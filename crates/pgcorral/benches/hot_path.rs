@@ -111,6 +111,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                 wout: BytesMut::new(),
                 fout: BytesMut::new(),
                 listed: None,
+                generation: 0,
             };
             assert!(pool.adopt(server));
         }

@@ -62,8 +62,12 @@ pub struct Entry {
     request_time: AtomicU64,
     /// The connection it is paired with (a client's server or a server's client), 0 for none.
     link: AtomicU64,
-    /// The server's backend process id (servers), or the one the client was told (clients).
+    /// The server's backend process id (servers); 0 for clients.
     pub remote_pid: AtomicI32,
+    /// The pool generation a server was opened in (0 for clients).
+    pub generation: u64,
+    /// Fired to end the connection (KILL, KILL_CLIENT): a client's task stops and reports it.
+    pub kill: tokio_util::sync::CancellationToken,
 }
 
 fn now_us() -> u64 {
@@ -108,6 +112,7 @@ pub struct New {
     pub application_name: String,
     pub state: State,
     pub remote_pid: i32,
+    pub generation: u64,
 }
 
 /// The lists of clients and servers.
@@ -169,6 +174,8 @@ impl Lists {
             request_time: AtomicU64::new(now),
             link: AtomicU64::new(0),
             remote_pid: AtomicI32::new(n.remote_pid),
+            generation: n.generation,
+            kill: Default::default(),
         });
         self.list(kind).lock().insert(id, entry.clone());
         Listed {
@@ -202,6 +209,7 @@ mod tests {
             application_name: String::new(),
             state: State::Active,
             remote_pid: 7,
+            generation: 0,
         };
         let c = lists.add(Kind::Client, new("x"));
         let s = lists.add(Kind::Server, new("y"));

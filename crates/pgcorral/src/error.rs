@@ -37,6 +37,8 @@ pub enum Kind {
     IdleInTransaction,
     /// Idle longer than client_idle_timeout, or too slow to log in (client_login_timeout).
     ClientIdle,
+    /// The database was disabled from the admin console (DISABLE).
+    Disabled,
 }
 
 struct Inner {
@@ -118,6 +120,7 @@ impl Error {
             Kind::QueryTimeout => sqlstate::QUERY_CANCELED,
             Kind::IdleInTransaction => sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
             Kind::ClientIdle => sqlstate::IDLE_SESSION_TIMEOUT,
+            Kind::Disabled => sqlstate::CANNOT_CONNECT_NOW,
         }
     }
 

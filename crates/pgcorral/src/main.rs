@@ -57,6 +57,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let path = cli.config.clone();
     rt.block_on(async move {
         let server = match pgcorral::Server::bind(config).await {
             Ok(s) => s,
@@ -72,10 +73,29 @@ fn main() -> ExitCode {
             tracing::info!("received shutdown signal");
             shutdown.cancel();
         });
+        if let Some(p) = path {
+            let _ = server.services().config_path.set(p);
+        }
+        tokio::spawn(reload_on_sighup(server.services().clone()));
         server.run().await;
         tracing::info!("stopped");
         ExitCode::SUCCESS
     })
+}
+
+/// SIGHUP reads the config file again (see `pgcorral::reload`); a bad file is logged and the
+/// running configuration stays.
+async fn reload_on_sighup(services: pgcorral::Services) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("received SIGHUP: reloading the configuration");
+        if let Err(e) = pgcorral::reload::reload(&services) {
+            tracing::error!(error = %e, "reload refused; the running configuration stays");
+        }
+    }
 }
 
 async fn wait_for_signal() {

@@ -31,6 +31,12 @@ pub struct Inner {
     pub statements: crate::prepared::Registry,
     /// Admin console sessions open now.
     pub consoles: AtomicUsize,
+    /// Paused and disabled databases (admin console).
+    pub control: crate::control::Control,
+    /// The file the configuration came from (RELOAD, SIGHUP), when there is one.
+    pub config_path: std::sync::OnceLock<std::path::PathBuf>,
+    /// Bumped when the configuration is replaced; clients re-read it at their next transaction.
+    pub config_gen: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Clone)]
@@ -56,6 +62,9 @@ impl Services {
             balance: Arc::new(Balance::new(workers)),
             statements: Default::default(),
             consoles: AtomicUsize::new(0),
+            control: Default::default(),
+            config_path: Default::default(),
+            config_gen: Default::default(),
         }))
     }
 

@@ -301,32 +301,6 @@ async fn driver_through_small_pool(name: &str, program: String, script: &str) {
 
 // ---- pgbench -M prepared --------------------------------------------------------------------
 
-/// Checks a pgbench run: exit 0, transactions processed, none failed, no client aborted.
-fn assert_pgbench_ok(what: &str, o: &std::process::Output) -> u64 {
-    let (out, err) = (stdout(o), stderr(o));
-    assert!(
-        o.status.success(),
-        "{what}: pgbench exited with {}\n{out}\n{err}",
-        o.status
-    );
-    assert!(
-        !err.contains("aborted") && !out.contains("aborted"),
-        "{what}: clients aborted\n{out}\n{err}"
-    );
-    assert!(
-        out.contains("number of failed transactions: 0 "),
-        "{what}: failed transactions\n{out}\n{err}"
-    );
-    let tx: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
-        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{what}: no transaction count in\n{out}\n{err}"));
-    assert!(tx > 0, "{what}: no transactions\n{out}\n{err}");
-    tx
-}
-
 /// pgbench `-M prepared`: select-only with 200 clients on 2 threads over 10 servers, then the
 /// TPC-B-like script (BEGIN, three UPDATEs, a SELECT, an INSERT, END, every one of them
 /// prepared) with 64 clients over the same 10 servers.

@@ -1341,22 +1341,6 @@ async fn run_cmd(c: std::process::Command) -> std::process::Output {
         .unwrap()
 }
 
-fn assert_pgbench_ok(what: &str, o: &std::process::Output) {
-    let all = format!("{}{}", stdout(o), stderr(o));
-    assert!(o.status.success(), "{what}: pgbench failed: {all}");
-    assert!(
-        all.contains("number of failed transactions: 0"),
-        "{what}: {all}"
-    );
-    let tx: u64 = all
-        .lines()
-        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{what}: no transaction count in {all}"));
-    assert!(tx > 0, "{what}: {all}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgbench_transaction_mode_simple_and_extended() {
     let pg = Postgres::start();

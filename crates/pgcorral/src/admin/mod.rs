@@ -3,6 +3,7 @@
 //! simple and the extended protocol. [`command`] parses, [`show`] answers SHOW, [`table`]
 //! encodes result sets.
 
+mod actions;
 mod command;
 mod show;
 mod show_conns;
@@ -20,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 use crate::client::ClientConn;
 use crate::net::framed::{read_message, ReadError};
 use crate::services::Services;
+use actions::Refusal;
 use command::Command;
 use table::Table;
 
@@ -96,7 +98,7 @@ async fn session(
                 if text.trim().trim_end_matches(';').trim().is_empty() {
                     pgwire::encode::empty(&mut out, be::EMPTY_QUERY_RESPONSE);
                 } else {
-                    match run(services, role, &text) {
+                    match run(services, role, &text).await {
                         Ok(a) => answer(&mut out, &a, true),
                         Err(e) => error(&mut out, &e),
                     }
@@ -165,7 +167,7 @@ async fn session(
                         skipping = true;
                         error_code(&mut out, "34000", "portal does not exist");
                     }
-                    Some(text) => match run(services, role, text) {
+                    Some(text) => match run(services, role, text).await {
                         Ok(a) => answer(&mut out, &a, false),
                         Err(e) => {
                             skipping = true;
@@ -232,38 +234,68 @@ fn describe(services: &Services, text: &str) -> Option<Table> {
 }
 
 /// Runs one command for a user of `role`.
-fn run(services: &Services, role: Role, text: &str) -> Result<Answer, (&'static str, String)> {
+async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refusal> {
     let cmd = command::parse(text).map_err(|e| ("42601", e))?;
     if role == Role::Stats && !cmd.read_only() {
         return Err(("42501", "admin access needed".to_string()));
     }
+    let tag = cmd.name();
+    let done = |notice: Option<(String, String)>| Answer::Done { tag, notice };
     match cmd {
-        Command::Show(what) if what == "HELP" => Ok(Answer::Done {
-            tag: "SHOW",
-            notice: Some((
-                "Console usage".to_string(),
-                format!("\n\tSHOW {}\n\tSHUTDOWN", show::TOPICS),
-            )),
-        }),
+        Command::Show(what) if what == "HELP" => Ok(done(Some((
+            "Console usage".to_string(),
+            format!("\n\tSHOW {}\n{HELP}", show::TOPICS),
+        )))),
         Command::Show(what) => show::table(services, &what)
             .map(Answer::Table)
             .map_err(|e| ("0A000", e)),
+        Command::Pause(db) => actions::pause(services, db.as_deref())
+            .await
+            .map(|()| done(None)),
+        Command::Resume(db) => actions::resume(services, db.as_deref()).map(|()| done(None)),
+        Command::Disable(db) => actions::disable(services, &db).map(|()| done(None)),
+        Command::Enable(db) => actions::enable(services, &db).map(|()| done(None)),
+        Command::Reconnect(db) => actions::reconnect(services, db.as_deref()).map(|()| done(None)),
+        Command::Kill(db) => actions::kill(services, &db).map(|()| done(None)),
+        Command::KillClient(id) => actions::kill_client(services, &id).map(|()| done(None)),
+        Command::WaitClose(db) => actions::wait_close(services, db.as_deref())
+            .await
+            .map(|()| done(None)),
+        Command::Reload => match crate::reload::reload(services) {
+            Ok(a) => Ok(done(kept_notice(&a))),
+            Err(e) => Err(("F0000", e)),
+        },
+        Command::Set { key, value } => match crate::reload::set(services, &key, &value) {
+            Ok(a) => Ok(done(kept_notice(&a))),
+            Err(e) => Err(("22023", e)),
+        },
         Command::Shutdown => {
             tracing::info!("SHUTDOWN from the admin console");
             services.shutdown.cancel();
-            Ok(Answer::Done {
-                tag: "SHUTDOWN",
-                notice: None,
-            })
+            Ok(done(None))
         }
-        other => Err((
+        Command::Suspend => Err((
             "0A000",
-            format!(
-                "{} is not available in this version of pgcorral yet: see SHOW HELP",
-                other.name()
-            ),
+            "SUSPEND is not supported: pgcorral has no online restart that hands sockets over"
+                .to_string(),
         )),
     }
+}
+
+/// The commands that act, for SHOW HELP.
+const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL <db>\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN";
+
+/// A notice naming the settings a reload could not change.
+fn kept_notice(a: &crate::reload::Applied) -> Option<(String, String)> {
+    (!a.kept.is_empty()).then(|| {
+        (
+            format!(
+                "needs a restart (running value kept): {}",
+                a.kept.join(", ")
+            ),
+            String::new(),
+        )
+    })
 }
 
 /// Writes an answer; `described`: the RowDescription goes first (simple protocol).

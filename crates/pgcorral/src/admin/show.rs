@@ -25,7 +25,7 @@ pub fn table(services: &Services, what: &str) -> Result<Table, String> {
         "POOLS" => pools(services),
         "USERS" => users(services, &config),
         "LISTS" => lists(services, &config),
-        "STATE" => state(),
+        "STATE" => state(services),
         "STATS" => stats(services),
         "STATS_TOTALS" => stats_part(services, false),
         "STATS_AVERAGES" => stats_part(services, true),
@@ -56,7 +56,7 @@ fn version() -> Table {
     t
 }
 
-/// `[general]` settings as key, value, default, changeable (`no` until live reload exists).
+/// `[general]` settings as key, value, default, changeable (by RELOAD or SET).
 fn show_config(general: &General) -> Table {
     let mut t = Table::text(&["key", "value", "default", "changeable"]);
     let flat = |g: &General| -> Vec<(String, String)> {
@@ -86,7 +86,12 @@ fn show_config(general: &General) -> Table {
             .find(|(dk, _)| *dk == k)
             .map(|(_, dv)| dv.clone())
             .unwrap_or_default();
-        t.row(vec![k.into(), v.into(), d.into(), "no".into()]);
+        let changeable = if crate::reload::RESTART_ONLY.contains(&k.as_str()) {
+            "no"
+        } else {
+            "yes"
+        };
+        t.row(vec![k.into(), v.into(), d.into(), changeable.into()]);
     }
     t
 }
@@ -127,8 +132,8 @@ fn databases(services: &Services, config: &Config) -> Table {
             db.pool_mode.map_or(Cell::Null, |m| mode_name(m).into()),
             db.max_db_connections.unwrap_or(g.max_db_connections).into(),
             current.into(),
-            0u8.into(),
-            0u8.into(),
+            services.control.is_paused(name).into(),
+            services.control.is_disabled(name).into(),
         ]);
     }
     t.row(vec![
@@ -246,9 +251,15 @@ fn lists(services: &Services, config: &Config) -> Table {
     t
 }
 
-fn state() -> Table {
+fn state(services: &Services) -> Table {
     let mut t = Table::text(&["key", "value"]);
-    for (k, v) in [("active", "yes"), ("paused", "no"), ("suspended", "no")] {
+    let paused = services.control.all_paused();
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    for (k, v) in [
+        ("active", yes(!paused)),
+        ("paused", yes(paused)),
+        ("suspended", "no"),
+    ] {
         t.row(vec![k.into(), v.into()]);
     }
     t

@@ -145,6 +145,12 @@ async fn login(
     .await?;
     // Only an authenticated client learns whether the database exists, as with PostgreSQL.
     let pool = services.pools.get(&config, database, user)?;
+    if services.control.is_disabled(database) {
+        return Err(Error::new(
+            Kind::Disabled,
+            format!("database \"{database}\" does not allow connections (DISABLE)"),
+        ));
+    }
     if let Some(key) = authed.client_key {
         pool.learn_client_key(key);
     }
@@ -158,7 +164,12 @@ async fn login(
     if session_mode || !startup_settings.is_empty() || server_params.is_none() {
         // A server applies the startup parameters, so the client is told the values as the
         // server canonicalises them (and the first login to a pool learns its parameters).
+        if services.control.is_paused(database) {
+            services.control.wait_resumed(database).await;
+        }
+        let asked = std::time::Instant::now();
         let mut s = pool.checkout(client.worker).await?;
+        pool.stats().waited(client.worker, asked.elapsed());
         if startup_settings.is_empty() {
             apply::sync(&mut s, &settings).await?;
         } else {
@@ -222,6 +233,7 @@ async fn login(
             state: crate::conns::State::Active,
             // As PgBouncer: a client's process id is known only over a Unix socket.
             remote_pid: 0,
+            generation: 0,
         },
     );
     pool.client_joined();

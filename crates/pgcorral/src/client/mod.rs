@@ -10,6 +10,7 @@ pub mod startup;
 mod state;
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -80,7 +81,17 @@ async fn live(
     count: ClientCount,
 ) {
     let server = session.server.take();
-    let result = run(&mut client, &services, &mut session, server).await;
+    let kill = session.listed.kill.clone();
+    // KILL and KILL_CLIENT end the client wherever it is; its server goes back through the
+    // checkout guard (closed if it was mid-request).
+    let result = tokio::select! {
+        biased;
+        r = run(&mut client, &services, &mut session, server) => r,
+        _ = kill.cancelled() => Err(Error::new(
+            Kind::Shutdown,
+            "terminating connection due to administrator command (KILL)",
+        )),
+    };
     let Session { pid, secret, .. } = &session;
     let (database, user) = session.pool.name();
     match result {
@@ -180,6 +191,35 @@ struct Session {
     pinned: Vec<String>,
 }
 
+/// How the relay runs for a client of `pool` in `mode` on `worker`, under the configuration now.
+fn relay_mode<'a>(
+    services: &'a Services,
+    pool: &'a Pool,
+    mode: PoolMode,
+    worker: usize,
+) -> relay::Mode<'a> {
+    let pooled = mode != PoolMode::Session;
+    let config = services.config.load();
+    let g = &config.general;
+    let track = match (pooled, g.session_pinning) {
+        (false, _) => relay::Track::Off,
+        (true, crate::config::SessionPinning::Pin) => relay::Track::Pin,
+        (true, crate::config::SessionPinning::Refuse) => relay::Track::Refuse,
+    };
+    relay::Mode {
+        stop_when_idle: pooled,
+        statement: mode == PoolMode::Statement,
+        track,
+        timeouts: Timeouts {
+            query: millis_opt(g.query_timeout),
+            idle_in_transaction: millis_opt(g.idle_transaction_timeout),
+            client_idle: millis_opt(g.client_idle_timeout),
+        },
+        prepared: pooled.then_some((&services.statements, g.max_prepared_statements)),
+        stats: Some((pool.stats(), worker)),
+    }
+}
+
 /// The request loop. Returns why the client left normally.
 async fn run(
     client: &mut ClientConn,
@@ -189,29 +229,19 @@ async fn run(
 ) -> Result<Exit> {
     let pool = session.pool.clone();
     let slot = session.slot.clone();
+    // The pool mode is the client's for its whole connection; the rest follows reloads.
     let mode = pool.settings().mode;
-    let pooled = mode != PoolMode::Session;
-    let g = &services.config.load().general;
-    let timeouts = Timeouts {
-        query: millis_opt(g.query_timeout),
-        idle_in_transaction: millis_opt(g.idle_transaction_timeout),
-        client_idle: millis_opt(g.client_idle_timeout),
-    };
-    let track = match (pooled, g.session_pinning) {
-        (false, _) => relay::Track::Off,
-        (true, crate::config::SessionPinning::Pin) => relay::Track::Pin,
-        (true, crate::config::SessionPinning::Refuse) => relay::Track::Refuse,
-    };
-    let relay_mode = relay::Mode {
-        stop_when_idle: pooled,
-        statement: mode == PoolMode::Statement,
-        track,
-        timeouts,
-        prepared: pooled.then_some((&services.statements, g.max_prepared_statements)),
-        stats: Some((pool.stats(), client.worker)),
-    };
+    let mut config_gen = services.config_gen.load(Ordering::Relaxed);
+    let mut relay_mode = relay_mode(services, &pool, mode, client.worker);
+    let mut timeouts = relay_mode.timeouts;
     loop {
         if server.is_none() {
+            let gen = services.config_gen.load(Ordering::Relaxed);
+            if gen != config_gen {
+                config_gen = gen;
+                relay_mode = self::relay_mode(services, &pool, mode, client.worker);
+                timeouts = relay_mode.timeouts;
+            }
             if let Some(target) = services.balance.move_target(client.worker) {
                 return Ok(Exit::Move(target));
             }
@@ -222,6 +252,10 @@ async fn run(
             let asked = std::time::Instant::now();
             session.listed.requested();
             session.listed.set_state(ListState::Waiting);
+            if services.control.is_paused(pool.name().0) {
+                // PAUSE: the transaction waits for RESUME before it gets a server.
+                services.control.wait_resumed(pool.name().0).await;
+            }
             let mut s = pool.checkout(client.worker).await?;
             pool.stats().waited(client.worker, asked.elapsed());
             session.listed.set_state(ListState::Active);

@@ -150,7 +150,8 @@ impl Limits {
             if Arc::ptr_eq(&p.0, &own.0) {
                 continue;
             }
-            let Some(k) = p.settings().caps.as_ref() else {
+            let settings = p.settings();
+            let Some(k) = settings.caps.as_ref() else {
                 continue;
             };
             if shares(k, key) && p.close_one_idle() {

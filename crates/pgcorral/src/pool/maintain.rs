@@ -42,7 +42,7 @@ impl Pool {
     /// Closes idle servers that are dead, too old or unused for too long (keeping
     /// `min_size`), and returns how many servers to open to get back to `min_size`.
     pub(crate) fn maintain(&self) -> usize {
-        let s = &self.0.settings;
+        let s = self.0.settings.load();
         let now = Instant::now();
         let mut closed = Vec::new();
         let warm = {
@@ -55,8 +55,10 @@ impl Pool {
                 let old = s.lifetime.is_some_and(|l| now - srv.created >= l);
                 let unused =
                     s.idle_timeout.is_some_and(|t| now - srv.last_used >= t) && open > s.min_size;
-                if dead || old || unused {
-                    tracing::debug!(pool = ?self.0.name, pid = srv.key.pid, dead, old, unused, "closing idle server connection");
+                // The pool was made smaller (reload): idle servers beyond its size go.
+                let over = open > s.size;
+                if dead || old || unused || over {
+                    tracing::debug!(pool = ?self.0.name, pid = srv.key.pid, dead, old, unused, over, "closing idle server connection");
                     closed.push(inner.idle.remove(i));
                 } else {
                     i += 1;

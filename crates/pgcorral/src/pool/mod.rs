@@ -6,6 +6,7 @@ mod checkout;
 mod inner;
 pub mod limits;
 pub mod maintain;
+mod ops;
 pub mod registry;
 pub mod stats;
 
@@ -88,7 +89,8 @@ impl PoolSettings {
 pub(crate) struct Shared {
     /// (database as the client named it, user).
     name: (String, String),
-    settings: PoolSettings,
+    /// Replaced whole on reload.
+    settings: arc_swap::ArcSwap<PoolSettings>,
     target: Mutex<Target>,
     inner: Mutex<Inner>,
     /// Parameters reported by the first server: what clients are told at startup.
@@ -101,6 +103,8 @@ pub(crate) struct Shared {
     stats: stats::Stats,
     /// Where its servers are listed for SHOW SERVERS.
     lists: Arc<crate::conns::Lists>,
+    /// Bumped by RECONNECT: servers of older generations are closed when they come back.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 /// A pool's numbers at one moment (admin console).
@@ -132,7 +136,7 @@ impl Pool {
         let limits = settings.caps.as_ref().map(|_| limits.clone());
         let pool = Pool(Arc::new(Shared {
             name,
-            settings,
+            settings: arc_swap::ArcSwap::from_pointee(settings),
             target: Mutex::new(target),
             inner: Mutex::new(Inner::default()),
             params: Mutex::new(None),
@@ -141,6 +145,7 @@ impl Pool {
             clients: Default::default(),
             stats: Default::default(),
             lists: lists.clone(),
+            generation: Default::default(),
         }));
         if let Some(l) = &pool.0.limits {
             l.register(&pool);
@@ -152,8 +157,14 @@ impl Pool {
         (&self.0.name.0, &self.0.name.1)
     }
 
-    pub fn settings(&self) -> &PoolSettings {
-        &self.0.settings
+    /// The pool's settings now (replaced on reload).
+    pub fn settings(&self) -> arc_swap::Guard<Arc<PoolSettings>> {
+        self.0.settings.load()
+    }
+
+    /// Replaces the settings (reload); takes effect from each pool operation on.
+    pub fn set_settings(&self, settings: PoolSettings) {
+        self.0.settings.store(Arc::new(settings));
     }
 
     /// The user this pool's servers log in as.
@@ -229,14 +240,14 @@ impl Pool {
 
     /// True when an idle server has been unused long enough to be checked before reuse.
     fn needs_check(&self, server: &ServerConn) -> bool {
-        let s = &self.0.settings;
+        let s = self.0.settings.load();
         !s.check_query.is_empty() && server.last_used.elapsed() >= s.check_delay
     }
 
     /// Runs `server_check_query` on a long-idle server; a failed check discards it and the
     /// checkout goes on as if there had been no idle server.
     async fn check_then_slow(&self, mut c: Checkout, worker: usize) -> Result<Checkout> {
-        let query = self.0.settings.check_query.clone();
+        let query = self.0.settings.load().check_query.clone();
         let applied = c.applied.clone();
         let ok = tokio::time::timeout(
             checkout::CLEANUP_TIMEOUT,
@@ -281,7 +292,7 @@ impl Pool {
                 if !inner.idle.is_empty() {
                     continue;
                 }
-                if inner.open < self.0.settings.size {
+                if inner.open < self.0.settings.load().size {
                     inner.open += 1;
                     None
                 } else {
@@ -306,7 +317,7 @@ impl Pool {
     /// Waits for a server or a place for one; after `reserve_timeout` a place in the reserve
     /// may be taken instead; after `wait_timeout` the client gets an error.
     async fn wait(&self, mut rx: oneshot::Receiver<Grant>) -> Result<Grant> {
-        let s = &self.0.settings;
+        let s = self.0.settings.load();
         let start = tokio::time::Instant::now();
         let deadline = s.wait_timeout.map(|t| start + t);
         if s.reserve_size > 0 {
@@ -343,7 +354,7 @@ impl Pool {
 
     /// A place above the pool size, within the reserve.
     fn reserve_slot(&self) -> Option<inner::Slot> {
-        let s = &self.0.settings;
+        let s = self.0.settings.load();
         let mut inner = self.0.inner.lock();
         if inner.open < s.size + s.reserve_size {
             inner.open += 1;
@@ -367,16 +378,17 @@ impl Pool {
         worker: usize,
         for_client: bool,
     ) -> Result<Checkout> {
-        let retry = self.0.settings.login_retry;
+        let settings = self.0.settings.load_full();
+        let retry = settings.login_retry;
         if let Some((when, e)) = &*self.0.login_failed.lock() {
             if when.elapsed() < retry {
                 return Err(e.replay());
             }
         }
-        let permit = match (&self.0.limits, &self.0.settings.caps) {
+        let permit = match (&self.0.limits, &settings.caps) {
             (Some(l), Some(k)) => {
                 let acquire = l.acquire(k, self);
-                let grant = match self.0.settings.wait_timeout {
+                let grant = match settings.wait_timeout {
                     None => acquire.await,
                     Some(t) => tokio::time::timeout(t, acquire).await.map_err(|_| {
                         Error::new(
@@ -419,6 +431,7 @@ impl Pool {
         };
         *self.0.login_failed.lock() = None;
         server.permit = permit;
+        server.generation = self.generation();
         if let (Ok(addr), Ok(local)) = (server.stream.peer_addr(), server.stream.local_addr()) {
             server.listed = Some(self.0.lists.add(
                 crate::conns::Kind::Server,
@@ -430,6 +443,7 @@ impl Pool {
                     application_name: String::new(),
                     state: crate::conns::State::Active,
                     remote_pid: server.key.pid,
+                    generation: server.generation,
                 },
             ));
         }
@@ -450,7 +464,7 @@ impl Pool {
     pub fn adopt(&self, server: ServerConn) -> bool {
         {
             let mut inner = self.0.inner.lock();
-            if inner.open >= self.0.settings.size {
+            if inner.open >= self.0.settings.load().size {
                 return false;
             }
             inner.open += 1;
@@ -463,7 +477,7 @@ impl Pool {
     pub async fn warm(&self, worker: usize) {
         let slot = {
             let mut inner = self.0.inner.lock();
-            if inner.open >= self.0.settings.size {
+            if inner.open >= self.0.settings.load().size {
                 return;
             }
             inner.open += 1;
@@ -495,8 +509,9 @@ impl Pool {
     fn checkin(&self, server: Box<ServerConn>) {
         let mut server = server;
         let now = Instant::now();
-        let s = &self.0.settings;
-        let expired = s.lifetime.is_some_and(|l| now - server.created >= l);
+        let s = self.0.settings.load();
+        let expired = s.lifetime.is_some_and(|l| now - server.created >= l)
+            || server.generation < self.generation();
         let mut yield_cap = false;
         if let (Some(l), Some(k), false) = (&self.0.limits, &s.caps, expired) {
             let head = self.0.inner.lock().waiters.front().map(|w| w.0);

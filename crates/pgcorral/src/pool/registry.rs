@@ -37,6 +37,34 @@ impl Registry {
     pub fn all(&self) -> Vec<Pool> {
         self.pools.lock().values().cloned().collect()
     }
+
+    /// Brings every pool in line with a new `config` (reload): new settings in place, servers
+    /// replaced when where they connect changed. A pool whose database or user is gone, or
+    /// whose shared caps changed, leaves the registry: its clients go on with it, new logins
+    /// get a new pool. Returns (updated, removed).
+    pub fn reconfigure(&self, config: &Config) -> (usize, usize) {
+        let mut pools = self.pools.lock();
+        let (mut updated, mut removed) = (0, 0);
+        pools.retain(
+            |(database, user), pool| match resolve(config, database, user) {
+                Ok((target, settings)) if settings.caps == pool.settings().caps => {
+                    if pool.set_target(target) {
+                        pool.reconnect();
+                    }
+                    pool.set_settings(settings);
+                    pool.grow();
+                    updated += 1;
+                    true
+                }
+                _ => {
+                    pool.reconnect();
+                    removed += 1;
+                    false
+                }
+            },
+        );
+        (updated, removed)
+    }
 }
 
 fn build(
@@ -46,6 +74,22 @@ fn build(
     limits: &Arc<Limits>,
     lists: &Arc<crate::conns::Lists>,
 ) -> Result<Pool> {
+    let (target, settings) = resolve(config, database, user)?;
+    Ok(Pool::new(
+        (database.to_string(), user.to_string()),
+        target,
+        settings,
+        limits,
+        lists,
+    ))
+}
+
+/// Where a pool for (`database`, `user`) connects and how it behaves under `config`.
+pub(crate) fn resolve(
+    config: &Config,
+    database: &str,
+    user: &str,
+) -> Result<(Target, PoolSettings)> {
     let db = config
         .databases
         .get(database)
@@ -108,11 +152,5 @@ fn build(
         check_query: g.server_check_query.clone(),
         caps,
     };
-    Ok(Pool::new(
-        (database.to_string(), user.to_string()),
-        target,
-        settings,
-        limits,
-        lists,
-    ))
+    Ok((target, settings))
 }

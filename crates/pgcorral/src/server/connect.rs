@@ -31,6 +31,17 @@ pub enum Secret {
 }
 
 impl Secret {
+    /// Whether two secrets come from the same configured password (a ClientKey learnt later
+    /// does not count).
+    pub fn same_password(&self, other: &Secret) -> bool {
+        match (self, other) {
+            (Secret::None, Secret::None) => true,
+            (Secret::Plain(a), Secret::Plain(b)) | (Secret::Md5(a), Secret::Md5(b)) => a == b,
+            (Secret::Scram { secret: a, .. }, Secret::Scram { secret: b, .. }) => a == b,
+            _ => false,
+        }
+    }
+
     /// Interprets a configured password: plaintext, `md5...` or `SCRAM-SHA-256$...`.
     pub fn from_config(password: Option<&str>) -> Secret {
         match password {
@@ -183,6 +194,7 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
         wout: BytesMut::new(),
         fout: BytesMut::new(),
         listed: None,
+        generation: 0,
     })
 }
 

@@ -184,6 +184,8 @@ pub struct ServerConn {
     pub fout: BytesMut,
     /// Its entry in SHOW SERVERS (set by the pool that opened it).
     pub listed: Option<crate::conns::Listed>,
+    /// The pool generation it was opened in (see `Pool::reconnect`).
+    pub generation: u64,
 }
 
 impl ServerConn {

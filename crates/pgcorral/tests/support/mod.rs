@@ -294,6 +294,32 @@ pub fn pgbench_cmd(port: u16, user: &str, db: &str, password: Option<&str>) -> C
     c
 }
 
+/// Checks a pgbench run: exit 0, transactions processed, none failed, no client aborted.
+pub fn assert_pgbench_ok(what: &str, o: &std::process::Output) -> u64 {
+    let (out, err) = (stdout(o), stderr(o));
+    assert!(
+        o.status.success(),
+        "{what}: pgbench exited with {}\n{out}\n{err}",
+        o.status
+    );
+    assert!(
+        !err.contains("aborted") && !out.contains("aborted"),
+        "{what}: clients aborted\n{out}\n{err}"
+    );
+    assert!(
+        out.contains("number of failed transactions: 0 "),
+        "{what}: failed transactions\n{out}\n{err}"
+    );
+    let tx: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: no transaction count in\n{out}\n{err}"));
+    assert!(tx > 0, "{what}: no transactions\n{out}\n{err}");
+    tx
+}
+
 /// Runs a command, returning its output (stdout+stderr readable via helpers).
 pub fn output(mut c: Command) -> Output {
     c.output().expect("command runs")

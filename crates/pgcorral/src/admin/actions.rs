@@ -1,0 +1,159 @@
+//! The console's commands that act: PAUSE, RESUME, DISABLE, ENABLE, RECONNECT, KILL,
+//! KILL_CLIENT, WAIT_CLOSE, SHUTDOWN (RELOAD and SET are in [`super::reload`]).
+
+use std::time::Duration;
+
+use crate::conns::Kind;
+use crate::pool::Pool;
+use crate::services::Services;
+
+/// How often PAUSE and WAIT_CLOSE look again.
+const POLL: Duration = Duration::from_millis(10);
+
+/// An error for the console user: (SQLSTATE, message).
+pub type Refusal = (&'static str, String);
+
+/// The pools of `db`, or every pool.
+fn pools_of(services: &Services, db: Option<&str>) -> Vec<Pool> {
+    services
+        .pools
+        .all()
+        .into_iter()
+        .filter(|p| db.is_none_or(|d| p.name().0 == d))
+        .collect()
+}
+
+/// Refuses a database name pgcorral does not know.
+fn known(services: &Services, db: &str) -> Result<(), Refusal> {
+    let config = services.config.load();
+    if config.databases.contains_key(db) || services.pools.all().iter().any(|p| p.name().0 == db) {
+        Ok(())
+    } else {
+        Err(("3D000", format!("no such database: {db}")))
+    }
+}
+
+/// PAUSE [db]: new transactions wait; returns once every server is back in the pool, then
+/// closes them all (so that PostgreSQL can restart under it).
+pub async fn pause(services: &Services, db: Option<&str>) -> Result<(), Refusal> {
+    if let Some(d) = db {
+        known(services, d)?;
+    }
+    services.control.pause(db);
+    tracing::info!(
+        database = db.unwrap_or("*"),
+        "PAUSE: waiting for transactions to finish"
+    );
+    loop {
+        let pools = pools_of(services, db);
+        if pools.iter().all(|p| p.active_servers() == 0) {
+            for p in &pools {
+                p.close_idle();
+            }
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    tracing::info!(database = db.unwrap_or("*"), "paused");
+    Ok(())
+}
+
+/// RESUME [db].
+pub fn resume(services: &Services, db: Option<&str>) -> Result<(), Refusal> {
+    if services.control.resume(db) {
+        tracing::info!(database = db.unwrap_or("*"), "RESUME");
+        Ok(())
+    } else {
+        Err((
+            "55000",
+            format!("{} is not paused", db.unwrap_or("pgcorral")),
+        ))
+    }
+}
+
+/// DISABLE db: new logins to it are refused; connected clients go on.
+pub fn disable(services: &Services, db: &str) -> Result<(), Refusal> {
+    known(services, db)?;
+    services.control.disable(db);
+    Ok(())
+}
+
+/// ENABLE db.
+pub fn enable(services: &Services, db: &str) -> Result<(), Refusal> {
+    known(services, db)?;
+    services.control.enable(db);
+    Ok(())
+}
+
+/// RECONNECT [db]: every server is closed and replaced once its client is done with it.
+pub fn reconnect(services: &Services, db: Option<&str>) -> Result<(), Refusal> {
+    if let Some(d) = db {
+        known(services, d)?;
+    }
+    for p in pools_of(services, db) {
+        p.reconnect();
+    }
+    Ok(())
+}
+
+/// KILL db: ends every client of it and closes its servers; new transactions wait for RESUME
+/// (as in PgBouncer).
+pub fn kill(services: &Services, db: &str) -> Result<(), Refusal> {
+    known(services, db)?;
+    services.control.pause(Some(db));
+    let mut n = 0;
+    for c in services.pools.lists.all(Kind::Client) {
+        if c.database == db {
+            c.kill.cancel();
+            n += 1;
+        }
+    }
+    for p in pools_of(services, Some(db)) {
+        p.reconnect();
+    }
+    tracing::info!(database = db, clients = n, "KILL");
+    Ok(())
+}
+
+/// KILL_CLIENT id: ends one client (`id` as SHOW CLIENTS' `ptr`, hex or decimal).
+pub fn kill_client(services: &Services, id: &str) -> Result<(), Refusal> {
+    let parsed = match id.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => id.parse().ok(),
+    };
+    let client = parsed.and_then(|id| {
+        services
+            .pools
+            .lists
+            .all(Kind::Client)
+            .into_iter()
+            .find(|c| c.id == id)
+    });
+    match client {
+        Some(c) => {
+            c.kill.cancel();
+            tracing::info!(client = id, "KILL_CLIENT");
+            Ok(())
+        }
+        None => Err(("42704", format!("no such client: {id}"))),
+    }
+}
+
+/// WAIT_CLOSE [db]: waits until every server retired by RECONNECT (or KILL) is closed.
+pub async fn wait_close(services: &Services, db: Option<&str>) -> Result<(), Refusal> {
+    if let Some(d) = db {
+        known(services, d)?;
+    }
+    loop {
+        let pools = pools_of(services, db);
+        let old = services.pools.lists.all(Kind::Server).into_iter().any(|s| {
+            pools
+                .iter()
+                .any(|p| p.name().0 == s.database && s.generation < p.generation())
+        });
+        if !old {
+            return Ok(());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}

@@ -1,0 +1,324 @@
+//! What `/metrics` shows: a `prometheus-client` collector that reads the pools' own counters
+//! (`pool::stats`, `Pool::snapshot`) at scrape time, so nothing is counted twice.
+
+use std::fmt;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, MetricEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
+
+use super::buckets::{self, Folded};
+use crate::config::PoolMode;
+use crate::pool::stats::Totals;
+use crate::pool::Snapshot;
+use crate::services::Services;
+
+/// Reads everything on each scrape.
+pub struct Pgcorral(pub Services);
+
+impl fmt::Debug for Pgcorral {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Pgcorral")
+    }
+}
+
+/// One pool's numbers, read once per scrape.
+struct PoolData {
+    database: String,
+    user: String,
+    mode: &'static str,
+    size: usize,
+    now: Snapshot,
+    totals: Totals,
+    query: Folded,
+    wait: Folded,
+    errors: Vec<(String, u64)>,
+}
+
+impl PoolData {
+    fn labels(&self) -> [(&str, &str); 2] {
+        [("database", &self.database), ("user", &self.user)]
+    }
+
+    fn with<'a>(&'a self, key: &'a str, value: &'a str) -> [(&'a str, &'a str); 3] {
+        let [d, u] = self.labels();
+        [d, u, (key, value)]
+    }
+}
+
+fn read(services: &Services) -> Vec<PoolData> {
+    let mut pools: Vec<PoolData> = services
+        .pools
+        .all()
+        .iter()
+        .map(|p| {
+            let (database, user) = p.name();
+            let stats = p.stats();
+            PoolData {
+                database: database.to_string(),
+                user: user.to_string(),
+                mode: mode_name(p.settings().mode),
+                size: p.settings().size,
+                now: p.snapshot(),
+                totals: stats.totals(),
+                query: buckets::fold(&stats.query_hist.counts()),
+                wait: buckets::fold(&stats.wait_hist.counts()),
+                errors: stats
+                    .errors()
+                    .into_iter()
+                    .map(|(c, n)| (String::from_utf8_lossy(&c).into_owned(), n))
+                    .collect(),
+            }
+        })
+        .collect();
+    pools.sort_by(|a, b| (&a.database, &a.user).cmp(&(&b.database, &b.user)));
+    pools
+}
+
+fn mode_name(m: PoolMode) -> &'static str {
+    match m {
+        PoolMode::Session => "session",
+        PoolMode::Transaction => "transaction",
+        PoolMode::Statement => "statement",
+    }
+}
+
+fn secs(us: u64) -> f64 {
+    us as f64 / 1e6
+}
+
+fn gauge(m: &mut MetricEncoder, v: impl EncodeGaugeValue) -> fmt::Result {
+    m.encode_gauge(&v)
+}
+
+fn counter<V: EncodeCounterValue>(m: &mut MetricEncoder, v: V) -> fmt::Result {
+    m.encode_counter::<NoLabelSet, V, u64>(&v, None)
+}
+
+fn histogram(m: &mut MetricEncoder, sum_us: u64, h: &Folded) -> fmt::Result {
+    m.encode_histogram::<NoLabelSet>(secs(sum_us), h.count, &h.buckets, None)
+}
+
+/// One metric family with a sample per pool, labelled `database` and `user`.
+fn per_pool(
+    enc: &mut DescriptorEncoder,
+    pools: &[PoolData],
+    (name, unit, kind, help): (&str, Option<Unit>, MetricType, &str),
+    each: impl Fn(&mut MetricEncoder, &PoolData) -> fmt::Result,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, unit.as_ref(), kind)?;
+    for p in pools {
+        each(&mut m.encode_family(&p.labels())?, p)?;
+    }
+    Ok(())
+}
+
+/// A per-pool counter from its totals.
+fn total(
+    enc: &mut DescriptorEncoder,
+    pools: &[PoolData],
+    name: &str,
+    unit: Option<Unit>,
+    help: &str,
+    v: impl Fn(&Totals) -> u64,
+) -> fmt::Result {
+    let secs_unit = matches!(unit, Some(Unit::Seconds));
+    per_pool(
+        enc,
+        pools,
+        (name, unit, MetricType::Counter, help),
+        |m, p| {
+            let n = v(&p.totals);
+            if secs_unit {
+                counter(m, secs(n))
+            } else {
+                counter(m, n)
+            }
+        },
+    )
+}
+
+/// Reads one count from a pool's snapshot.
+type Count = fn(&Snapshot) -> usize;
+
+/// A per-pool gauge split by `state`.
+fn by_state(
+    enc: &mut DescriptorEncoder,
+    pools: &[PoolData],
+    name: &str,
+    help: &str,
+    states: [(&str, Count); 2],
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for p in pools {
+        for (state, v) in states {
+            gauge(&mut m.encode_family(&p.with("state", state))?, v(&p.now))?;
+        }
+    }
+    Ok(())
+}
+
+impl Collector for Pgcorral {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        use std::sync::atomic::Ordering::Relaxed;
+        let services = &self.0;
+        let pools = read(services);
+        let e = &mut enc;
+
+        gauge(
+            &mut e.encode_descriptor(
+                "pgcorral_up",
+                "1 while pgcorral serves",
+                None,
+                MetricType::Gauge,
+            )?,
+            1i64,
+        )?;
+        e.encode_descriptor(
+            "pgcorral_build",
+            "The running version",
+            None,
+            MetricType::Info,
+        )?
+        .encode_info(&[("version", env!("CARGO_PKG_VERSION"))])?;
+        gauge(
+            &mut e.encode_descriptor(
+                "pgcorral_clients_connected",
+                "Client connections open now, logged in or not (counted against max_client_conn)",
+                None,
+                MetricType::Gauge,
+            )?,
+            services.clients.load(Relaxed) as u64,
+        )?;
+
+        let mut m = e.encode_descriptor(
+            "pgcorral_pool",
+            "Each pool (database, user) and its pool_mode",
+            None,
+            MetricType::Info,
+        )?;
+        for p in &pools {
+            m.encode_info(&p.with("mode", p.mode))?;
+        }
+        per_pool(
+            e,
+            &pools,
+            (
+                "pgcorral_pool_size",
+                None,
+                MetricType::Gauge,
+                "The pool's configured size (servers)",
+            ),
+            |m, p| gauge(m, p.size as u64),
+        )?;
+        by_state(
+            e,
+            &pools,
+            "pgcorral_client_connections",
+            "Logged-in clients of the pool: waiting for a server, or active (all others)",
+            [
+                ("active", |s| s.clients.saturating_sub(s.waiting)),
+                ("waiting", |s| s.waiting),
+            ],
+        )?;
+        by_state(
+            e,
+            &pools,
+            "pgcorral_server_connections",
+            "Server connections of the pool: idle, or active (in use or being opened)",
+            [
+                ("active", |s| s.open.saturating_sub(s.idle)),
+                ("idle", |s| s.idle),
+            ],
+        )?;
+        per_pool(
+            e,
+            &pools,
+            (
+                "pgcorral_client_wait_max",
+                Some(Unit::Seconds),
+                MetricType::Gauge,
+                "How long the longest-waiting client of the pool has waited so far",
+            ),
+            |m, p| gauge(m, p.now.max_wait.as_secs_f64()),
+        )?;
+
+        total(
+            e,
+            &pools,
+            "pgcorral_transactions",
+            None,
+            "Transactions completed",
+            |t| t.xact_count,
+        )?;
+        total(
+            e,
+            &pools,
+            "pgcorral_queries",
+            None,
+            "Queries completed",
+            |t| t.query_count,
+        )?;
+        total(
+            e,
+            &pools,
+            "pgcorral_received",
+            Some(Unit::Bytes),
+            "Bytes received from clients",
+            |t| t.bytes_received,
+        )?;
+        total(
+            e,
+            &pools,
+            "pgcorral_sent",
+            Some(Unit::Bytes),
+            "Bytes sent to clients",
+            |t| t.bytes_sent,
+        )?;
+        total(
+            e,
+            &pools,
+            "pgcorral_transaction",
+            Some(Unit::Seconds),
+            "Time spent in transactions",
+            |t| t.xact_time,
+        )?;
+        let mut m = e.encode_descriptor(
+            "pgcorral_errors",
+            "Errors servers sent to clients, by SQLSTATE class (its first two characters)",
+            None,
+            MetricType::Counter,
+        )?;
+        for p in &pools {
+            for (class, n) in &p.errors {
+                counter(&mut m.encode_family(&p.with("class", class))?, *n)?;
+            }
+        }
+
+        per_pool(
+            e,
+            &pools,
+            (
+                "pgcorral_query_duration",
+                Some(Unit::Seconds),
+                MetricType::Histogram,
+                "Query round trips through the pool (le exact to within 20%)",
+            ),
+            |m, p| histogram(m, p.totals.query_time, &p.query),
+        )?;
+        per_pool(
+            e,
+            &pools,
+            (
+                "pgcorral_wait_duration",
+                Some(Unit::Seconds),
+                MetricType::Histogram,
+                "Time clients waited for a server, per request (le exact to within 20%)",
+            ),
+            |m, p| histogram(m, p.totals.wait_time, &p.wait),
+        )
+    }
+}

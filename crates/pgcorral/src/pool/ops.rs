@@ -1,0 +1,74 @@
+//! What the admin console does to a pool: count the servers lent out, close the idle ones, and
+//! retire every server opened so far (RECONNECT: each is closed when it comes back).
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::Pool;
+
+impl Pool {
+    /// Servers lent to clients or being opened now.
+    pub fn active_servers(&self) -> usize {
+        let i = self.0.inner.lock();
+        i.open - i.idle.len()
+    }
+
+    /// Closes every idle server (their places are given back).
+    pub fn close_idle(&self) {
+        let idle = std::mem::take(&mut self.0.inner.lock().idle);
+        for server in idle {
+            drop(server);
+            self.release_slot();
+        }
+    }
+
+    /// Servers opened from now on belong to a new generation; older ones are closed when they
+    /// come back, idle ones at once.
+    pub fn reconnect(&self) {
+        self.0.generation.fetch_add(1, Relaxed);
+        self.close_idle();
+    }
+
+    /// Replaces where new servers connect; true when it changed.
+    pub fn set_target(&self, target: crate::server::connect::Target) -> bool {
+        let mut t = self.0.target.lock();
+        let changed = (&t.host, t.port, &t.database, &t.user)
+            != (&target.host, target.port, &target.database, &target.user)
+            || !t.secret.same_password(&target.secret);
+        // Keep a SCRAM ClientKey learnt from clients when the secret is the same.
+        if changed {
+            *t = target;
+        } else {
+            t.connect_timeout = target.connect_timeout;
+            t.max_packet_size = target.max_packet_size;
+        }
+        changed
+    }
+
+    /// After the pool grew (reload): waiting clients get the new places to open servers in.
+    pub fn grow(&self) {
+        let size = self.settings().size;
+        let mut inner = self.0.inner.lock();
+        while inner.open < size {
+            let Some((_, w)) = inner.waiters.pop_front() else {
+                break;
+            };
+            inner.open += 1;
+            match w.send(super::inner::Grant::Slot(super::inner::Slot::new(
+                self.clone(),
+            ))) {
+                Ok(()) => {}
+                Err(super::inner::Grant::Slot(s)) => {
+                    // That client gave up: its place is not taken after all.
+                    s.fulfil();
+                    inner.open -= 1;
+                }
+                Err(super::inner::Grant::Server(_)) => unreachable!("sent a slot"),
+            }
+        }
+    }
+
+    /// The current generation (see [`Pool::reconnect`]).
+    pub fn generation(&self) -> u64 {
+        self.0.generation.load(Relaxed)
+    }
+}

@@ -1,0 +1,113 @@
+//! Live reload: SIGHUP and the console's RELOAD read the config file again, and SET changes one
+//! `[general]` setting; a configuration that fails validation is refused and the running one
+//! stays. Pools take their new settings in place (servers are replaced where what they connect
+//! to changed), clients stay connected, and each client picks up the new timeouts at its next
+//! transaction.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::config::{self, Config};
+use crate::services::Services;
+
+/// `[general]` settings read only at start: a reload keeps their running values.
+pub const RESTART_ONLY: &[&str] = &["listen_addr", "listen_port", "workers", "metrics_addr"];
+
+/// What a reload did, for the log and the console.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Settings that changed in the file but need a restart (their running value is kept).
+    pub kept: Vec<String>,
+    /// Pools updated in place, and pools retired (their database or user is gone, or their
+    /// shared caps changed).
+    pub updated: usize,
+    pub retired: usize,
+}
+
+/// Reads the config file again and applies it.
+pub fn reload(services: &Services) -> Result<Applied, String> {
+    let Some(path) = services.config_path.get() else {
+        return Err("pgcorral was started without --config: there is no file to reload".into());
+    };
+    let new = config::load_file(path).map_err(|e| e.to_string())?;
+    let applied = apply(services, new);
+    tracing::info!(
+        path = %path.display(),
+        updated = applied.updated,
+        retired = applied.retired,
+        kept = ?applied.kept,
+        "configuration reloaded"
+    );
+    Ok(applied)
+}
+
+/// SET key = value: one `[general]` setting changed in the running configuration.
+pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, String> {
+    if RESTART_ONLY.contains(&key) {
+        return Err(format!("{key} cannot be changed without a restart"));
+    }
+    let current = services.config.load_full();
+    let mut general = match toml::Value::try_from(&current.general) {
+        Ok(toml::Value::Table(t)) => t,
+        _ => return Err("cannot read the running configuration".into()),
+    };
+    let Some(old) = general.get(key) else {
+        return Err(format!("unknown setting: {key}"));
+    };
+    let parsed = match old {
+        toml::Value::Integer(_) => value
+            .parse::<i64>()
+            .map(toml::Value::Integer)
+            .map_err(|_| format!("{key}: {value:?} is not an integer"))?,
+        toml::Value::Boolean(_) => match value.to_ascii_lowercase().as_str() {
+            "1" | "on" | "true" | "yes" => toml::Value::Boolean(true),
+            "0" | "off" | "false" | "no" => toml::Value::Boolean(false),
+            _ => return Err(format!("{key}: {value:?} is not a boolean")),
+        },
+        toml::Value::Array(_) => toml::Value::Array(
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(|v| toml::Value::String(v.to_string()))
+                .collect(),
+        ),
+        _ => toml::Value::String(value.to_string()),
+    };
+    general.insert(key.to_string(), parsed);
+    let general: config::General = toml::Value::Table(general)
+        .try_into()
+        .map_err(|e| format!("{key}: {e}"))?;
+    let new = Config {
+        general,
+        ..(*current).clone()
+    };
+    config::validate(&new).map_err(|e| e.to_string())?;
+    let applied = apply(services, new);
+    tracing::info!(key, value, "setting changed from the admin console");
+    Ok(applied)
+}
+
+/// Swaps in a validated configuration (restart-only settings keep their running values) and
+/// brings the pools in line.
+fn apply(services: &Services, mut new: Config) -> Applied {
+    let old = services.config.load_full();
+    let mut applied = Applied::default();
+    let (o, n) = (&old.general, &mut new.general);
+    macro_rules! keep {
+        ($($f:ident),*) => {$(
+            if o.$f != n.$f {
+                applied.kept.push(stringify!($f).to_string());
+                n.$f = o.$f.clone();
+            }
+        )*};
+    }
+    keep!(listen_addr, listen_port, workers, metrics_addr);
+    for k in &applied.kept {
+        tracing::warn!(setting = %k, "changed in the configuration, but needs a restart; the running value is kept");
+    }
+    services.config.store(Arc::new(new));
+    (applied.updated, applied.retired) = services.pools.reconfigure(&services.config.load());
+    services.config_gen.fetch_add(1, Ordering::Relaxed);
+    applied
+}

@@ -1,0 +1,382 @@
+//! The admin console's commands that act, against a real PostgreSQL: PAUSE holds new
+//! transactions until RESUME (and `PAUSE; restart PostgreSQL; RESUME` under pgbench loses no
+//! transaction), DISABLE/ENABLE, RECONNECT and WAIT_CLOSE, KILL and KILL_CLIENT, RELOAD (and
+//! SIGHUP) with a refused bad file, and SET.
+
+mod support;
+#[path = "support/wire.rs"]
+mod wire;
+
+use std::time::Duration;
+
+use support::*;
+use wire::Wire;
+
+const ADMIN: &str = "admin_users = [\"postgres\"]";
+
+async fn pooler(pg: &Postgres, general: &str) -> Pooler {
+    Pooler::start(&config(pg, "postgres", &format!("{ADMIN}\n{general}"))).await
+}
+
+async fn console(p: &Pooler) -> Wire {
+    Wire::connect(p.port(), "postgres", "pgbouncer").await
+}
+
+/// Runs a console command: Ok(command tag) or Err((SQLSTATE, message)).
+async fn admin(w: &mut Wire, sql: &str) -> Result<String, (String, String)> {
+    let msgs = w.simple(sql).await;
+    if let Some(e) = msgs.iter().find(|m| m.tag == b'E') {
+        return Err((e.code(), e.field(b'M').unwrap_or_default()));
+    }
+    Ok(msgs
+        .iter()
+        .find(|m| m.tag == b'C')
+        .map(|m| m.text())
+        .unwrap_or_default())
+}
+
+/// The value of `column` in the row of SHOW `what` whose first column is `key`.
+async fn shown(w: &mut Wire, what: &str, key: &str, column: &str) -> String {
+    let msgs = w.simple(&format!("SHOW {what}")).await;
+    let desc = msgs.iter().find(|m| m.tag == b'T').expect("RowDescription");
+    let names = column_names(&desc.body);
+    let i = names
+        .iter()
+        .position(|n| n == column)
+        .unwrap_or_else(|| panic!("no column {column} in {names:?}"));
+    msgs.iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| m.row())
+        .find(|r| r[0].as_deref() == Some(key))
+        .and_then(|r| r[i].clone())
+        .unwrap_or_else(|| panic!("no row {key} in SHOW {what}"))
+}
+
+fn column_names(b: &[u8]) -> Vec<String> {
+    let n = i16::from_be_bytes([b[0], b[1]]) as usize;
+    let mut pos = 2;
+    (0..n)
+        .map(|_| {
+            let end = pos + b[pos..].iter().position(|&c| c == 0).unwrap();
+            let name = String::from_utf8_lossy(&b[pos..end]).into_owned();
+            pos = end + 19;
+            name
+        })
+        .collect()
+}
+
+async fn scalar(c: &tokio_postgres::Client, sql: &str) -> String {
+    let msgs = c.simple_query(sql).await.unwrap();
+    msgs.iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// PAUSE waits for the open transaction, then holds new ones; RESUME lets them through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_waits_for_transactions_and_holds_new_ones_until_resume() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 2").await;
+    let a = p.connect("postgres", None, "postgres").await;
+    let b = p.connect("postgres", None, "postgres").await;
+    a.simple_query("BEGIN").await.unwrap();
+    let mut w = console(&p).await;
+    let pause = tokio::spawn(async move {
+        let r = admin(&mut w, "PAUSE").await;
+        (w, r)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !pause.is_finished(),
+        "PAUSE returned while a transaction was open"
+    );
+    a.simple_query("COMMIT").await.unwrap();
+    let (mut w, r) = tokio::time::timeout(Duration::from_secs(10), pause)
+        .await
+        .expect("PAUSE returns once the transaction ended")
+        .unwrap();
+    assert_eq!(r, Ok("PAUSE".into()));
+    assert_eq!(shown(&mut w, "STATE", "paused", "value").await, "yes");
+
+    let held = tokio::spawn(async move { scalar(&b, "SELECT 42").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!held.is_finished(), "a query ran while paused");
+    assert_eq!(admin(&mut w, "RESUME").await, Ok("RESUME".into()));
+    let got = tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .expect("RESUME releases it")
+        .unwrap();
+    assert_eq!(got, "42");
+    assert!(admin(&mut w, "RESUME").await.is_err(), "nothing is paused");
+}
+
+/// PAUSE; restart PostgreSQL; RESUME under pgbench (50 clients, transaction mode): no
+/// transaction fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_restart_resume_under_pgbench_fails_nothing() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 10\nmax_client_conn = 200").await;
+    let mut init = pgbench_cmd(p.port(), "postgres", "postgres", None);
+    init.args(["-i", "-q", "-s", "1"]);
+    let o = tokio::task::spawn_blocking(move || output(init))
+        .await
+        .unwrap();
+    assert!(o.status.success(), "pgbench -i: {}", stderr(&o));
+    let mut run = pgbench_cmd(p.port(), "postgres", "postgres", None);
+    run.args(["-n", "-c", "50", "-j", "4", "-T", "8"]);
+    let bench = tokio::task::spawn_blocking(move || output(run));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut w = console(&p).await;
+    assert_eq!(admin(&mut w, "PAUSE").await, Ok("PAUSE".into()));
+    let dir_pg = &pg;
+    tokio::task::block_in_place(|| dir_pg.pg_ctl("restart"));
+    assert_eq!(admin(&mut w, "RESUME").await, Ok("RESUME".into()));
+    let o = bench.await.unwrap();
+    let tx = assert_pgbench_ok("pgbench across PAUSE/restart/RESUME", &o);
+    eprintln!("{tx} transactions, 0 failed, across a PostgreSQL restart");
+}
+
+/// DISABLE refuses new logins (57P03) while connected clients go on; ENABLE lets them in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_refuses_new_logins_and_enable_admits_them() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "").await;
+    let a = p.connect("postgres", None, "postgres").await;
+    let mut w = console(&p).await;
+    assert_eq!(
+        admin(&mut w, "DISABLE postgres").await,
+        Ok("DISABLE".into())
+    );
+    assert_eq!(
+        shown(&mut w, "DATABASES", "postgres", "disabled").await,
+        "1"
+    );
+    let e = connect(p.port(), "postgres", None, "postgres")
+        .await
+        .map(|_| ())
+        .expect_err("login refused while disabled");
+    assert_eq!(
+        e.as_db_error().map(|d| d.code().code()),
+        Some("57P03"),
+        "{e}"
+    );
+    assert_eq!(scalar(&a, "SELECT 1").await, "1", "connected clients go on");
+    assert_eq!(admin(&mut w, "ENABLE postgres").await, Ok("ENABLE".into()));
+    let b = p.connect("postgres", None, "postgres").await;
+    assert_eq!(scalar(&b, "SELECT 2").await, "2");
+    assert_eq!(
+        admin(&mut w, "DISABLE nosuchdb").await.unwrap_err().0,
+        "3D000"
+    );
+}
+
+/// RECONNECT replaces every server once its client is done with it; WAIT_CLOSE returns when
+/// the old ones are all closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_replaces_servers_and_wait_close_waits_for_it() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 2").await;
+    let a = p.connect("postgres", None, "postgres").await;
+    let b = p.connect("postgres", None, "postgres").await;
+    a.simple_query("BEGIN").await.unwrap();
+    b.simple_query("BEGIN").await.unwrap();
+    let busy_pid = scalar(&a, "SELECT pg_backend_pid()").await;
+    let idle_pid = scalar(&b, "SELECT pg_backend_pid()").await;
+    b.simple_query("COMMIT").await.unwrap();
+    assert_ne!(idle_pid, busy_pid);
+    let mut w = console(&p).await;
+    assert_eq!(
+        admin(&mut w, "RECONNECT postgres").await,
+        Ok("RECONNECT".into())
+    );
+    let mut w2 = console(&p).await;
+    let wait = tokio::spawn(async move { admin(&mut w2, "WAIT_CLOSE").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !wait.is_finished(),
+        "a server from before RECONNECT is still lent out"
+    );
+    // The transaction goes on on its old server.
+    assert_eq!(scalar(&a, "SELECT pg_backend_pid()").await, busy_pid);
+    a.simple_query("COMMIT").await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), wait)
+        .await
+        .expect("WAIT_CLOSE returns once the old servers are closed")
+        .unwrap();
+    assert_eq!(r, Ok("WAIT_CLOSE".into()));
+    for c in [&a, &b] {
+        let pid = scalar(c, "SELECT pg_backend_pid()").await;
+        assert!(pid != idle_pid && pid != busy_pid, "still on an old server");
+    }
+}
+
+/// KILL_CLIENT ends one client with 57P01; KILL ends every client of the database and
+/// holds new transactions until RESUME.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_client_and_kill_database() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "").await;
+    let mut a = Wire::connect(p.port(), "postgres", "postgres").await;
+    let b = p.connect("postgres", None, "postgres").await;
+    let mut w = console(&p).await;
+    let msgs = w.simple("SHOW CLIENTS").await;
+    let ptrs: Vec<String> = msgs
+        .iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| m.row()[13].clone().unwrap())
+        .collect();
+    assert_eq!(ptrs.len(), 2, "{msgs:?}");
+    assert_eq!(
+        admin(&mut w, &format!("KILL_CLIENT {}", ptrs[0])).await,
+        Ok("KILL_CLIENT".into())
+    );
+    let fatal = a.recv().await;
+    assert_eq!((fatal.tag, fatal.code()), (b'E', "57P01".to_string()));
+    a.expect_closed().await;
+    assert_eq!(
+        scalar(&b, "SELECT 1").await,
+        "1",
+        "the other client goes on"
+    );
+    assert!(admin(&mut w, "KILL_CLIENT 0xfffff").await.is_err());
+
+    assert_eq!(admin(&mut w, "KILL postgres").await, Ok("KILL".into()));
+    let e = b.simple_query("SELECT 1").await.unwrap_err();
+    assert!(e.is_closed() || e.as_db_error().is_some(), "{e}");
+    // New clients (their login needs a server for its parameters) and their transactions
+    // wait for RESUME, as in PgBouncer.
+    let port = p.port();
+    let held = tokio::spawn(async move {
+        let c = connect(port, "postgres", None, "postgres").await.unwrap();
+        scalar(&c, "SELECT 3").await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!held.is_finished(), "new transactions wait after KILL");
+    assert_eq!(admin(&mut w, "RESUME postgres").await, Ok("RESUME".into()));
+    assert_eq!(held.await.unwrap(), "3");
+}
+
+/// RELOAD applies a changed file to connected clients' pools (pool size grows, timeouts),
+/// refuses a bad file keeping the running configuration, and reports restart-only settings.
+/// SET changes one setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_and_set_change_the_running_configuration() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pgcorral.toml");
+    let write = |general: &str| {
+        std::fs::write(
+            &path,
+            config(&pg, "postgres", &format!("{ADMIN}\n{general}")),
+        )
+        .unwrap()
+    };
+    write("default_pool_size = 1");
+    let p = pooler(&pg, "default_pool_size = 1").await;
+    p.services.config_path.set(path.clone()).unwrap();
+    let a = p.connect("postgres", None, "postgres").await;
+    let b = p.connect("postgres", None, "postgres").await;
+    a.simple_query("BEGIN").await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let v = scalar(&b, "SELECT 7").await;
+        (b, v)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "pool of 1 is held");
+
+    let mut w = console(&p).await;
+    write("default_pool_size = 2\nquery_timeout = 500");
+    assert_eq!(admin(&mut w, "RELOAD").await, Ok("RELOAD".into()));
+    let (b, v) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the pool grew at RELOAD")
+        .unwrap();
+    assert_eq!(v, "7");
+    assert_eq!(
+        shown(&mut w, "CONFIG", "default_pool_size", "value").await,
+        "2"
+    );
+    // The new query_timeout reaches a client that was connected before.
+    let e = b.simple_query("SELECT pg_sleep(3)").await.unwrap_err();
+    let why = e
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_default();
+    assert!(why.contains("query_timeout") || e.is_closed(), "{e:?}");
+    a.simple_query("COMMIT").await.unwrap();
+
+    // A bad file is refused and the running configuration stays.
+    std::fs::write(&path, "[general]\ndefault_pool_size = \"many\"\n").unwrap();
+    let err = admin(&mut w, "RELOAD").await.unwrap_err();
+    assert!(err.1.contains("default_pool_size"), "{err:?}");
+    assert_eq!(
+        shown(&mut w, "CONFIG", "default_pool_size", "value").await,
+        "2"
+    );
+    assert_eq!(scalar(&a, "SELECT 8").await, "8");
+
+    // Restart-only settings keep their running value.
+    write("default_pool_size = 2\nworkers = 3");
+    let msgs = w.simple("RELOAD").await;
+    let notice = msgs.iter().find(|m| m.tag == b'N').expect("a notice");
+    assert!(
+        notice.field(b'M').unwrap().contains("workers"),
+        "{notice:?}"
+    );
+    assert_eq!(
+        shown(&mut w, "CONFIG", "listen_port", "changeable").await,
+        "no"
+    );
+
+    assert_eq!(
+        admin(&mut w, "SET query_timeout = 0").await,
+        Ok("SET".into())
+    );
+    assert_eq!(shown(&mut w, "CONFIG", "query_timeout", "value").await, "0");
+    assert_eq!(
+        admin(&mut w, "SET default_pool_size = lots")
+            .await
+            .unwrap_err()
+            .0,
+        "22023"
+    );
+    assert!(admin(&mut w, "SET listen_port = 7").await.is_err());
+    assert!(admin(&mut w, "SET no_such_key = 1").await.is_err());
+}
+
+/// SIGHUP reloads the file of a running pgcorral process.
+#[test]
+fn sighup_reloads_the_config_file() {
+    let pg = Postgres::start();
+    let toml = config(&pg, "postgres", &format!("{ADMIN}\ndefault_pool_size = 3"));
+    let p = PoolerProcess::start(&toml);
+    let path = p.log.parent().unwrap().join("pgcorral.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("default_pool_size = 3", "default_pool_size = 5"),
+    )
+    .unwrap();
+    let pid = p.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut value = String::new();
+    for _ in 0..50 {
+        value = rt.block_on(async {
+            let mut w = Wire::connect(p.port, "postgres", "pgbouncer").await;
+            shown(&mut w, "CONFIG", "default_pool_size", "value").await
+        });
+        if value == "5" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(value, "5");
+}
