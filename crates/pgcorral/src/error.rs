@@ -99,6 +99,47 @@ impl Error {
         &self.0.message
     }
 
+    /// Whether the server was down rather than refusing us: the connection was refused, reset
+    /// or timed out, or PostgreSQL said it is starting up or shutting down. Worth waiting for.
+    pub fn server_unavailable(&self) -> bool {
+        use std::io::ErrorKind as K;
+        let io_down = |k: K| {
+            matches!(
+                k,
+                K::ConnectionRefused
+                    | K::ConnectionReset
+                    | K::ConnectionAborted
+                    | K::UnexpectedEof
+                    | K::BrokenPipe
+                    | K::TimedOut
+            )
+        };
+        match self.0.kind {
+            Kind::ServerError => self
+                .0
+                .server_error
+                .as_ref()
+                .is_some_and(|(_, code)| matches!(code.as_str(), "57P01" | "57P02" | "57P03")),
+            Kind::ServerConnect => match self.0.source.as_deref() {
+                None => self.0.message.contains("timed out"),
+                Some(src) => {
+                    if let Some(e) = src.downcast_ref::<std::io::Error>() {
+                        io_down(e.kind())
+                    } else if let Some(e) = src.downcast_ref::<crate::net::framed::ReadError>() {
+                        match e {
+                            crate::net::framed::ReadError::Closed => true,
+                            crate::net::framed::ReadError::Io(e) => io_down(e.kind()),
+                            _ => false,
+                        }
+                    } else {
+                        false
+                    }
+                }
+            },
+            _ => false,
+        }
+    }
+
     /// SQLSTATE a client sees for this error.
     pub fn sqlstate(&self) -> &str {
         if let Some((_, code)) = &self.0.server_error {

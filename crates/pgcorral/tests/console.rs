@@ -380,3 +380,47 @@ fn sighup_reloads_the_config_file() {
     }
     assert_eq!(value, "5");
 }
+
+/// PostgreSQL restarted under pgbench (50 clients over 10 servers, transaction mode) without
+/// PAUSE: clients whose transaction was on a server at that instant may fail (pgbench aborts
+/// them), at most one per server; every other client waits for PostgreSQL to come back
+/// (server_unavailable_wait) and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_without_pause_fails_only_transactions_on_a_server() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 10\nmax_client_conn = 200").await;
+    let mut init = pgbench_cmd(p.port(), "postgres", "postgres", None);
+    init.args(["-i", "-q", "-s", "1"]);
+    let o = tokio::task::spawn_blocking(move || output(init))
+        .await
+        .unwrap();
+    assert!(o.status.success(), "pgbench -i: {}", stderr(&o));
+    let mut run = pgbench_cmd(p.port(), "postgres", "postgres", None);
+    run.args(["-n", "-c", "50", "-j", "4", "-T", "10"]);
+    let bench = tokio::task::spawn_blocking(move || output(run));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let restarted = std::time::Instant::now();
+    tokio::task::block_in_place(|| pg.pg_ctl("restart"));
+    eprintln!("PostgreSQL restarted in {:?}", restarted.elapsed());
+    let o = bench.await.unwrap();
+    let (out, err) = (stdout(&o), stderr(&o));
+    let aborted = err
+        .lines()
+        .filter(|l| l.contains("pgbench: error: client ") && l.contains(" aborted "))
+        .count();
+    eprintln!("{aborted} clients aborted\n{out}");
+    assert!(
+        aborted <= 10,
+        "{aborted} clients failed, more than the 10 servers that could have been mid-transaction\n{err}"
+    );
+    let tx: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no transaction count\n{out}\n{err}"));
+    assert!(tx > 0, "{out}\n{err}");
+    // The clients that went on ran transactions after the restart too.
+    let c = p.connect("postgres", None, "postgres").await;
+    assert_eq!(scalar(&c, "SELECT 1").await, "1");
+}

@@ -149,7 +149,7 @@ async fn server_unreachable(port: u16, min: Duration) {
     for mode in ["transaction", "session"] {
         let toml = format!(
             "[general]\nlisten_port = 0\nauth_type = \"trust\"\nserver_connect_timeout = 1000\n\
-             server_login_retry = 0\npool_mode = \"{mode}\"\ndefault_pool_size = 1\n\n\
+             server_login_retry = 0\nserver_unavailable_wait = 0\npool_mode = \"{mode}\"\ndefault_pool_size = 1\n\n\
              [databases.postgres]\nhost = \"127.0.0.1\"\nport = {port}\n"
         );
         let pooler = Pooler::start(&toml).await;

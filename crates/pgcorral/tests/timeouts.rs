@@ -215,7 +215,7 @@ async fn server_connect_timeout_silent_server_fails_login() {
     let pooler = Pooler::start(&config_at(
         silent.port,
         "postgres",
-        "server_connect_timeout = 500\nserver_login_retry = 0",
+        "server_connect_timeout = 500\nserver_login_retry = 0\nserver_unavailable_wait = 0",
     ))
     .await;
     for round in 0..2 {
@@ -246,7 +246,8 @@ async fn server_connect_timeout_on_a_query() {
     let pooler = Pooler::start(&config_at(
         proxy.port,
         "postgres",
-        "pool_mode = \"transaction\"\ndefault_pool_size = 2\nserver_connect_timeout = 500",
+        "pool_mode = \"transaction\"\ndefault_pool_size = 2\nserver_connect_timeout = 500\n\
+         server_unavailable_wait = 0",
     ))
     .await;
     let a = pooler.connect("postgres", None, "postgres").await;
@@ -291,7 +292,10 @@ async fn server_login_retry_replays_the_failure_then_tries_again() {
     let pooler = Pooler::start(&config_at(
         proxy.port,
         "postgres",
-        &format!("server_login_retry = {}", RETRY.as_millis()),
+        &format!(
+            "server_login_retry = {}\nserver_unavailable_wait = 0",
+            RETRY.as_millis()
+        ),
     ))
     .await;
     let t0 = Instant::now();

@@ -68,6 +68,9 @@ pub struct General {
     pub stats_users: Vec<String>,
     /// Seconds over which SHOW STATS averages are taken.
     pub stats_period: u64,
+    /// Milliseconds a client's transaction waits for a server that is down (refusing
+    /// connections or starting up: a restart, a failover) before it fails.
+    pub server_unavailable_wait: u64,
     /// `host:port` of the HTTP listener serving Prometheus `/metrics` and `/healthz`; empty
     /// (the default) turns it off.
     pub metrics_addr: String,
@@ -133,6 +136,7 @@ impl Default for General {
             stats_users: Vec::new(),
             stats_period: 60,
             metrics_addr: String::new(),
+            server_unavailable_wait: 15_000,
             workers: 0,
             server_reset_query: "DISCARD ALL".into(),
             min_pool_size: 0,

@@ -60,6 +60,8 @@ pub struct PoolSettings {
     pub check_delay: Duration,
     /// Empty = no check.
     pub check_query: String,
+    /// How long a client's checkout waits for a server that is down (server_unavailable_wait).
+    pub unavailable_wait: Duration,
     /// Shared caps this pool's servers count against.
     pub caps: Option<CapKey>,
 }
@@ -81,6 +83,7 @@ impl PoolSettings {
             lifetime: None,
             check_delay: Duration::MAX,
             check_query: String::new(),
+            unavailable_wait: Duration::ZERO,
             caps: None,
         }
     }
@@ -420,13 +423,27 @@ impl Pool {
             _ => None,
         };
         let target = self.0.target.lock().clone();
-        let mut server = match connect(&target, worker).await {
-            Ok(s) => s,
-            Err(e) => {
-                if for_client && !retry.is_zero() {
-                    *self.0.login_failed.lock() = Some((Instant::now(), e.replay()));
+        // A server that is down (restarting, failing over) is waited for, up to
+        // server_unavailable_wait, so that clients whose transaction has not started see no
+        // error; anything else fails at once.
+        let give_up = Instant::now() + settings.unavailable_wait;
+        let mut pause = Duration::from_millis(50);
+        let mut server = loop {
+            match connect(&target, worker).await {
+                Ok(s) => break s,
+                Err(e) if for_client && e.server_unavailable() && Instant::now() < give_up => {
+                    tracing::debug!(pool = ?self.0.name, error = %e, "server unavailable; waiting for it");
+                    tokio::time::sleep(pause.min(give_up - Instant::now())).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                return Err(e);
+                Err(e) => {
+                    // Replayed to new logins for server_login_retry (for a server that is
+                    // down: once a client has waited server_unavailable_wait for it in vain).
+                    if for_client && !retry.is_zero() {
+                        *self.0.login_failed.lock() = Some((Instant::now(), e.replay()));
+                    }
+                    return Err(e);
+                }
             }
         };
         *self.0.login_failed.lock() = None;

@@ -150,6 +150,7 @@ pub(crate) fn resolve(
         lifetime: millis_opt(g.server_lifetime),
         check_delay: Duration::from_millis(g.server_check_delay),
         check_query: g.server_check_query.clone(),
+        unavailable_wait: Duration::from_millis(g.server_unavailable_wait),
         caps,
     };
     Ok((target, settings))
