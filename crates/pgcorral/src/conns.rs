@@ -68,6 +68,8 @@ pub struct Entry {
     pub generation: u64,
     /// Fired to end the connection (KILL, KILL_CLIENT): a client's task stops and reports it.
     pub kill: tokio_util::sync::CancellationToken,
+    /// Why a client keeps its server between transactions (empty when it does not).
+    pinned: Mutex<String>,
 }
 
 fn now_us() -> u64 {
@@ -92,6 +94,14 @@ impl Entry {
 
     pub fn request_time(&self) -> SystemTime {
         UNIX_EPOCH + std::time::Duration::from_micros(self.request_time.load(Relaxed))
+    }
+
+    pub fn pinned(&self) -> String {
+        self.pinned.lock().clone()
+    }
+
+    pub fn set_pinned(&self, why: String) {
+        *self.pinned.lock() = why;
     }
 
     pub fn link(&self) -> u64 {
@@ -176,6 +186,7 @@ impl Lists {
             remote_pid: AtomicI32::new(n.remote_pid),
             generation: n.generation,
             kill: Default::default(),
+            pinned: Mutex::new(String::new()),
         });
         self.list(kind).lock().insert(id, entry.clone());
         Listed {

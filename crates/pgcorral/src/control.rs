@@ -1,6 +1,6 @@
 //! What the admin console switches: paused databases (their clients' next transactions wait
-//! until RESUME) and disabled ones (new logins refused). Checking costs one relaxed load while
-//! nothing is paused.
+//! until RESUME), disabled ones (new logins refused), and SUSPEND (everything paused and no new
+//! connections accepted). Checking costs one relaxed load while nothing is paused.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -16,6 +16,8 @@ pub struct Control {
     paused: Mutex<Paused>,
     resumed: Notify,
     disabled: Mutex<HashSet<String>>,
+    /// SUSPEND: no new connections are accepted until RESUME.
+    suspended: AtomicBool,
 }
 
 #[derive(Default)]
@@ -49,6 +51,9 @@ impl Control {
             }
             Some(d) => p.dbs.remove(d),
         };
+        // RESUME (of everything) ends SUSPEND too.
+        let was_suspended = db.is_none() && self.suspended.swap(false, Relaxed);
+        let was = was || was_suspended;
         self.any_paused.store(p.all || !p.dbs.is_empty(), Relaxed);
         drop(p);
         self.resumed.notify_waiters();
@@ -76,6 +81,29 @@ impl Control {
             tokio::pin!(resumed);
             resumed.as_mut().enable();
             if !self.is_paused(db) {
+                return;
+            }
+            resumed.await;
+        }
+    }
+
+    /// SUSPEND: pauses everything and stops accepting connections (until RESUME).
+    pub fn suspend(&self) {
+        self.pause(None);
+        self.suspended.store(true, Relaxed);
+    }
+
+    pub fn is_suspended(&self) -> bool {
+        self.suspended.load(Relaxed)
+    }
+
+    /// Waits until SUSPEND is lifted.
+    pub async fn wait_unsuspended(&self) {
+        loop {
+            let resumed = self.resumed.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
+            if !self.is_suspended() {
                 return;
             }
             resumed.await;

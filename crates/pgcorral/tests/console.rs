@@ -424,3 +424,78 @@ async fn restart_without_pause_fails_only_transactions_on_a_server() {
     let c = p.connect("postgres", None, "postgres").await;
     assert_eq!(scalar(&c, "SELECT 1").await, "1");
 }
+
+/// SUSPEND pauses everything and stops accepting connections; RESUME ends both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_stops_accepting_until_resume() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "").await;
+    let a = p.connect("postgres", None, "postgres").await;
+    let mut w = console(&p).await;
+    assert_eq!(admin(&mut w, "SUSPEND").await, Ok("SUSPEND".into()));
+    assert_eq!(shown(&mut w, "STATE", "suspended", "value").await, "yes");
+    let port = p.port();
+    let late = tokio::spawn(async move {
+        let c = connect(port, "postgres", None, "postgres").await.unwrap();
+        scalar(&c, "SELECT 5").await
+    });
+    let held = tokio::spawn(async move { scalar(&a, "SELECT 6").await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !late.is_finished(),
+        "a connection was served while suspended"
+    );
+    assert!(!held.is_finished(), "a transaction ran while suspended");
+    assert_eq!(admin(&mut w, "RESUME").await, Ok("RESUME".into()));
+    assert_eq!(shown(&mut w, "STATE", "suspended", "value").await, "no");
+    assert_eq!(held.await.unwrap(), "6");
+    assert_eq!(late.await.unwrap(), "5");
+}
+
+/// SHOW CLIENTS says why a client keeps its server (pgcorral's extra column).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_clients_says_why_a_client_is_pinned() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "").await;
+    let a = p.connect("postgres", None, "postgres").await;
+    a.batch_execute("LISTEN pgcorral_news").await.unwrap();
+    let mut w = console(&p).await;
+    let msgs = w.simple("SHOW CLIENTS").await;
+    let desc = msgs.iter().find(|m| m.tag == b'T').unwrap();
+    let names = column_names(&desc.body);
+    let i = names
+        .iter()
+        .position(|n| n == "pinned")
+        .expect("pinned column");
+    assert_eq!(
+        names[i - 1],
+        "application_name",
+        "after PgBouncer's columns"
+    );
+    let why: Vec<String> = msgs
+        .iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| m.row()[i].clone().unwrap_or_default())
+        .collect();
+    assert!(
+        why.iter()
+            .any(|w| w.to_ascii_uppercase().contains("LISTEN")),
+        "{why:?}"
+    );
+    a.batch_execute("UNLISTEN *").await.unwrap();
+    // The state is read back right after the client's answer: allow it a moment.
+    let mut why = Vec::new();
+    for _ in 0..50 {
+        let msgs = w.simple("SHOW CLIENTS").await;
+        why = msgs
+            .iter()
+            .filter(|m| m.tag == b'D')
+            .map(|m| m.row()[i].clone().unwrap_or_default())
+            .collect();
+        if why.iter().all(|w| w.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(why.iter().all(|w| w.is_empty()), "unpinned: {why:?}");
+}

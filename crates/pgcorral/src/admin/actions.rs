@@ -58,6 +58,13 @@ pub async fn pause(services: &Services, db: Option<&str>) -> Result<(), Refusal>
     Ok(())
 }
 
+/// SUSPEND: everything pauses as for PAUSE, and no new connection is accepted; returns once
+/// every server is back in the pool. RESUME ends it.
+pub async fn suspend(services: &Services) -> Result<(), Refusal> {
+    services.control.suspend();
+    pause(services, None).await
+}
+
 /// RESUME [db].
 pub fn resume(services: &Services, db: Option<&str>) -> Result<(), Refusal> {
     if services.control.resume(db) {

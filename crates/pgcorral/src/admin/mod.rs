@@ -274,16 +274,12 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
             services.shutdown.cancel();
             Ok(done(None))
         }
-        Command::Suspend => Err((
-            "0A000",
-            "SUSPEND is not supported: pgcorral has no online restart that hands sockets over"
-                .to_string(),
-        )),
+        Command::Suspend => actions::suspend(services).await.map(|()| done(None)),
     }
 }
 
 /// The commands that act, for SHOW HELP.
-const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL <db>\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN";
+const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL <db>\n\tSUSPEND\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN";
 
 /// A notice naming the settings a reload could not change.
 fn kept_notice(a: &crate::reload::Applied) -> Option<(String, String)> {

@@ -258,7 +258,7 @@ fn state(services: &Services) -> Table {
     for (k, v) in [
         ("active", yes(!paused)),
         ("paused", yes(paused)),
-        ("suspended", "no"),
+        ("suspended", yes(services.control.is_suspended())),
     ] {
         t.row(vec![k.into(), v.into()]);
     }

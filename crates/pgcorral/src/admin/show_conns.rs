@@ -1,5 +1,5 @@
 //! SHOW CLIENTS and SHOW SERVERS: the connection lists of [`crate::conns`] with PgBouncer's
-//! columns.
+//! columns, then pgcorral's own (`pinned`: why a client keeps its server).
 
 use super::table::{Cell, Table, Ty};
 use crate::conns::{Kind, State};
@@ -28,6 +28,8 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
         ("remote_pid", Ty::Int),
         ("tls", Ty::Text),
         ("application_name", Ty::Text),
+        // pgcorral's own, after PgBouncer's columns.
+        ("pinned", Ty::Text),
     ]);
     let now = std::time::SystemTime::now();
     for e in services.pools.lists.all(kind) {
@@ -63,6 +65,7 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
                 .into(),
             Cell::Text(String::new()),
             e.application_name.as_str().into(),
+            e.pinned().into(),
         ]);
     }
     t

@@ -44,6 +44,7 @@ pub(super) async fn recapture(
             tracing::info!(pid = session.pid, reasons = ?captured.pins, "client pinned to its server connection until this state is released");
         }
         session.pinned = captured.pins;
+        session.listed.set_pinned(session.pinned.join(", "));
     }
     server.bound = !session.pinned.is_empty();
     Ok(())

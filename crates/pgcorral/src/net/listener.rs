@@ -78,6 +78,13 @@ impl Server {
         }
         let mut backoff = Duration::from_millis(5);
         loop {
+            if services.control.is_suspended() {
+                // SUSPEND: new connections wait in the kernel's backlog until RESUME.
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = services.control.wait_unsuspended() => {}
+                }
+            }
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 r = listener.accept() => r,
