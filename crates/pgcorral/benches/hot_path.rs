@@ -112,6 +112,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                 fout: BytesMut::new(),
                 listed: None,
                 generation: 0,
+                meter: Default::default(),
             };
             assert!(pool.adopt(server));
         }

@@ -9,6 +9,10 @@ use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use parking_lot::Mutex;
 
 /// A connection's state, as PgBouncer names them.
@@ -50,8 +54,9 @@ impl State {
 pub struct Entry {
     /// Unique among clients and servers; what KILL_CLIENT and `link` name.
     pub id: u64,
-    pub user: String,
-    pub database: String,
+    /// Shared with the pool (no copy per client).
+    pub user: Arc<str>,
+    pub database: Arc<str>,
     /// The other end: the client's address, or the server's.
     pub addr: SocketAddr,
     pub local: SocketAddr,
@@ -66,8 +71,10 @@ pub struct Entry {
     pub remote_pid: AtomicI32,
     /// The pool generation a server was opened in (0 for clients).
     pub generation: u64,
-    /// Fired to end the connection (KILL, KILL_CLIENT): a client's task stops and reports it.
-    pub kill: tokio_util::sync::CancellationToken,
+    /// Set to end the connection (KILL, KILL_CLIENT): a client's task stops and reports it.
+    killed: std::sync::atomic::AtomicBool,
+    /// The client task to wake when it is killed (see [`Killable`]).
+    waker: atomic_waker::AtomicWaker,
     /// Why a client keeps its server between transactions (empty when it does not).
     pinned: Mutex<String>,
 }
@@ -96,6 +103,19 @@ impl Entry {
         UNIX_EPOCH + std::time::Duration::from_micros(self.request_time.load(Relaxed))
     }
 
+    /// Ends the connection: its [`Killable`] future stops at its next poll, and is woken for it.
+    pub fn kill(&self) {
+        self.killed.store(true, Relaxed);
+        self.waker.wake();
+    }
+
+    /// Runs `fut` until it completes or the connection is killed (`None`). Costs a waker
+    /// registration per poll and one pointer in the future, rather than a second future to
+    /// select on (every idle client holds this).
+    pub fn killable<F: Future>(&self, fut: F) -> Killable<'_, F> {
+        Killable { entry: self, fut }
+    }
+
     pub fn pinned(&self) -> String {
         self.pinned.lock().clone()
     }
@@ -113,10 +133,35 @@ impl Entry {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// See [`Entry::killable`].
+    pub struct Killable<'a, F> {
+        entry: &'a Entry,
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F: Future> Future for Killable<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if this.entry.killed.load(Relaxed) {
+            return Poll::Ready(None);
+        }
+        this.entry.waker.register(cx.waker());
+        if this.entry.killed.load(Relaxed) {
+            return Poll::Ready(None);
+        }
+        this.fut.poll(cx).map(Some)
+    }
+}
+
 /// What a new entry is made of.
 pub struct New {
-    pub user: String,
-    pub database: String,
+    pub user: Arc<str>,
+    pub database: Arc<str>,
     pub addr: SocketAddr,
     pub local: SocketAddr,
     pub application_name: String,
@@ -185,7 +230,8 @@ impl Lists {
             link: AtomicU64::new(0),
             remote_pid: AtomicI32::new(n.remote_pid),
             generation: n.generation,
-            kill: Default::default(),
+            killed: Default::default(),
+            waker: Default::default(),
             pinned: Mutex::new(String::new()),
         });
         self.list(kind).lock().insert(id, entry.clone());
@@ -213,8 +259,8 @@ mod tests {
         let lists = Arc::new(Lists::default());
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let new = |db: &str| New {
-            user: "u".into(),
-            database: db.into(),
+            user: Arc::from("u"),
+            database: Arc::from(db),
             addr: a,
             local: a,
             application_name: String::new(),

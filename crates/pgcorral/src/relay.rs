@@ -558,15 +558,12 @@ fn scan_s(
     Ok(s)
 }
 
-/// Relays between `client` and `server` until the server may be released, a side is gone, or
-/// a timeout expires; counts what passed in `mode.stats`.
-pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: Mode<'_>) -> Outcome {
-    let mut meter = Meter::default();
-    let outcome = relay(client, server, mode, &mut meter).await;
+/// Records what the meter holds still (bytes of a transaction not finished), once a relay
+/// ended.
+pub fn record_rest(mode: &Mode, server: &mut ServerConn) {
     if let Some((stats, w)) = mode.stats {
-        stats.record(w, &meter.delta);
+        stats.record(w, &std::mem::take(&mut server.meter.delta));
     }
-    outcome
 }
 
 /// Records what the meter saw once the server is idle again.
@@ -581,12 +578,10 @@ fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState) {
     }
 }
 
-async fn relay(
-    client: &mut ClientConn,
-    server: &mut ServerConn,
-    mode: Mode<'_>,
-    meter: &mut Meter,
-) -> Outcome {
+/// Relays between `client` and `server` until the server may be released, a side is gone, or
+/// a timeout expires; counts what passed in `mode.stats` (the caller records the rest with
+/// [`record_rest`]: no wrapper future, so that every client's future stays small).
+pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'_>) -> Outcome {
     let timeouts = mode.timeouts;
     if server.state.pending == 0 && !server.state.unsynced {
         // Nothing outstanding: nothing is owed either.
@@ -605,9 +600,9 @@ async fn relay(
     // again once they are. s_ready/s_stop/s_again: the same for the server side, whose bytes
     // follow `server.fout` (answers pgcorral gives).
     // Whatever the client already sent (the request that caused checkout) goes first.
-    let c = scan_c(client, server, &mode, &mut unnamed_here);
+    let c = scan_c(client, server, mode, &mut unnamed_here);
     let (mut c_ready, mut c_stop, mut c_again) = (c.ready, c.stop, c.again);
-    metered(&mode, meter, &server.state);
+    metered(mode, &mut server.meter, &server.state);
     let mut s_ready = 0usize;
     let mut s_stop: Option<Outcome> = None;
     // Anything the server sent while idle reaches this client; answers pgcorral owes go out.
@@ -619,22 +614,22 @@ async fn relay(
 
     loop {
         if c_again && c_ready == 0 && c_stop.is_none() {
-            let c = scan_c(client, server, &mode, &mut unnamed_here);
+            let c = scan_c(client, server, mode, &mut unnamed_here);
             (c_ready, c_stop, c_again) = (c.ready, c.stop, c.again);
             s_again |= server.expect.fake_next();
-            metered(&mode, meter, &server.state);
+            metered(mode, &mut server.meter, &server.state);
         }
         let verifying = server.expect.verifying;
         if s_again && s_ready == 0 && s_stop.is_none() {
             s_again = false;
-            match scan_s(client, server, &mode) {
+            match scan_s(client, server, mode) {
                 Ok(s) => {
                     s_ready = s.ready;
                     fatal_seen |= s.fatal;
                     s_stop = s.stop;
                     s_again = s.again;
                     replay_due |= s.replay;
-                    metered(&mode, meter, &server.state);
+                    metered(mode, &mut server.meter, &server.state);
                     if let Some((stats, _)) = mode.stats {
                         for class in &s.errors[..s.n_errors] {
                             stats.error(*class);
@@ -768,7 +763,7 @@ async fn relay(
             Event::ToServer(Ok(n)) if n > 0 => {
                 client.buf.advance(n);
                 c_ready -= n;
-                meter.delta.bytes_received += n as u64;
+                server.meter.delta.bytes_received += n as u64;
             }
             Event::ToServerOwn(Ok(n)) if n > 0 => server.wout.advance(n),
             Event::ToServer(_) | Event::ToServerOwn(_) => {
@@ -780,11 +775,11 @@ async fn relay(
             Event::ToClient(Ok(n)) if n > 0 => {
                 server.rbuf.advance(n);
                 s_ready -= n;
-                meter.delta.bytes_sent += n as u64;
+                server.meter.delta.bytes_sent += n as u64;
             }
             Event::ToClientOwn(Ok(n)) if n > 0 => {
                 server.fout.advance(n);
-                meter.delta.bytes_sent += n as u64;
+                server.meter.delta.bytes_sent += n as u64;
             }
             Event::ToClient(_) | Event::ToClientOwn(_) => {
                 client.buf.clear();

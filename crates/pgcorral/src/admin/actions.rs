@@ -110,8 +110,8 @@ pub fn kill(services: &Services, db: &str) -> Result<(), Refusal> {
     services.control.pause(Some(db));
     let mut n = 0;
     for c in services.pools.lists.all(Kind::Client) {
-        if c.database == db {
-            c.kill.cancel();
+        if &*c.database == db {
+            c.kill();
             n += 1;
         }
     }
@@ -138,7 +138,7 @@ pub fn kill_client(services: &Services, id: &str) -> Result<(), Refusal> {
     });
     match client {
         Some(c) => {
-            c.kill.cancel();
+            c.kill();
             tracing::info!(client = id, "KILL_CLIENT");
             Ok(())
         }
@@ -156,7 +156,7 @@ pub async fn wait_close(services: &Services, db: Option<&str>) -> Result<(), Ref
         let old = services.pools.lists.all(Kind::Server).into_iter().any(|s| {
             pools
                 .iter()
-                .any(|p| p.name().0 == s.database && s.generation < p.generation())
+                .any(|p| p.name().0 == &*s.database && s.generation < p.generation())
         });
         if !old {
             return Ok(());

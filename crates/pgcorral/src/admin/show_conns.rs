@@ -42,8 +42,8 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
         let link = e.link();
         t.row(vec![
             if kind == Kind::Client { "C" } else { "S" }.into(),
-            e.user.as_str().into(),
-            e.database.as_str().into(),
+            (&*e.user).into(),
+            (&*e.database).into(),
             state.name().into(),
             e.addr.ip().to_string().into(),
             e.addr.port().into(),

@@ -221,8 +221,8 @@ async fn login(
     let listed = services.pools.lists.add(
         crate::conns::Kind::Client,
         crate::conns::New {
-            user: user.to_string(),
-            database: database.to_string(),
+            user: pool.listed_names().1,
+            database: pool.listed_names().0,
             addr,
             local,
             application_name: params

@@ -65,7 +65,8 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services, work
     match admitted {
         Some(admit::Admitted::Pool(session)) => live(client, session, peer, services, count).await,
         Some(admit::Admitted::Console(role)) => {
-            crate::admin::serve(&mut client, &services, role).await;
+            // Boxed: the console's state must not size every client's future.
+            Box::pin(crate::admin::serve(&mut client, &services, role)).await;
             drop(count);
         }
         None => {}
@@ -81,17 +82,18 @@ async fn live(
     count: ClientCount,
 ) {
     let server = session.server.take();
-    let kill = session.listed.kill.clone();
+    let entry = session.listed.entry.clone();
     // KILL and KILL_CLIENT end the client wherever it is; its server goes back through the
     // checkout guard (closed if it was mid-request).
-    let result = tokio::select! {
-        biased;
-        r = run(&mut client, &services, &mut session, server) => r,
-        _ = kill.cancelled() => Err(Error::new(
-            Kind::Shutdown,
-            "terminating connection due to administrator command (KILL)",
-        )),
-    };
+    let result = entry
+        .killable(run(&mut client, &services, &mut session, server))
+        .await
+        .unwrap_or_else(|| {
+            Err(Error::new(
+                Kind::Shutdown,
+                "terminating connection due to administrator command (KILL)",
+            ))
+        });
     let Session { pid, secret, .. } = &session;
     let (database, user) = session.pool.name();
     match result {
@@ -272,7 +274,8 @@ async fn run(
         let s = server.as_mut().expect("attached");
         let mut m = relay_mode;
         m.stop_when_idle |= services.shutdown.is_cancelled();
-        let outcome = relay::run(client, s, m).await;
+        let outcome = relay::run(client, s, &m).await;
+        relay::record_rest(&m, s);
         match outcome {
             Outcome::Idle => {
                 if s.state.dirty {

@@ -108,6 +108,8 @@ pub(crate) struct Shared {
     lists: Arc<crate::conns::Lists>,
     /// Bumped by RECONNECT: servers of older generations are closed when they come back.
     generation: std::sync::atomic::AtomicU64,
+    /// (database, user) once more, shared by the pool's entries in SHOW CLIENTS/SERVERS.
+    listed_names: (Arc<str>, Arc<str>),
 }
 
 /// A pool's numbers at one moment (admin console).
@@ -137,6 +139,7 @@ impl Pool {
         lists: &Arc<crate::conns::Lists>,
     ) -> Pool {
         let limits = settings.caps.as_ref().map(|_| limits.clone());
+        let listed_names = (Arc::from(name.0.as_str()), Arc::from(name.1.as_str()));
         let pool = Pool(Arc::new(Shared {
             name,
             settings: arc_swap::ArcSwap::from_pointee(settings),
@@ -149,11 +152,17 @@ impl Pool {
             stats: Default::default(),
             lists: lists.clone(),
             generation: Default::default(),
+            listed_names,
         }));
         if let Some(l) = &pool.0.limits {
             l.register(&pool);
         }
         pool
+    }
+
+    /// [`Pool::name`], shared (for connection lists).
+    pub fn listed_names(&self) -> (Arc<str>, Arc<str>) {
+        self.0.listed_names.clone()
     }
 
     pub fn name(&self) -> (&str, &str) {
@@ -453,8 +462,8 @@ impl Pool {
             server.listed = Some(self.0.lists.add(
                 crate::conns::Kind::Server,
                 crate::conns::New {
-                    user: target.user.clone(),
-                    database: self.0.name.0.clone(),
+                    user: Arc::from(target.user.as_str()),
+                    database: self.0.listed_names.0.clone(),
                     addr,
                     local,
                     application_name: String::new(),

@@ -195,6 +195,7 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
         fout: BytesMut::new(),
         listed: None,
         generation: 0,
+        meter: Default::default(),
     })
 }
 

@@ -186,6 +186,8 @@ pub struct ServerConn {
     pub listed: Option<crate::conns::Listed>,
     /// The pool generation it was opened in (see `Pool::reconnect`).
     pub generation: u64,
+    /// What the relay measures on this link (kept here rather than in each client's future).
+    pub meter: crate::pool::stats::Meter,
 }
 
 impl ServerConn {
