@@ -75,6 +75,16 @@ async fn scalar(c: &tokio_postgres::Client, sql: &str) -> String {
         .unwrap_or_default()
 }
 
+/// pgbench -i -s 1 through the pooler.
+async fn pgbench_init(port: u16) {
+    let mut init = pgbench_cmd(port, "postgres", "postgres", None);
+    init.args(["-i", "-q", "-s", "1"]);
+    let o = tokio::task::spawn_blocking(move || output(init))
+        .await
+        .unwrap();
+    assert!(o.status.success(), "pgbench -i: {}", stderr(&o));
+}
+
 /// PAUSE waits for the open transaction, then holds new ones; RESUME lets them through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_waits_for_transactions_and_holds_new_ones_until_resume() {
@@ -119,12 +129,7 @@ async fn pause_waits_for_transactions_and_holds_new_ones_until_resume() {
 async fn pause_restart_resume_under_pgbench_fails_nothing() {
     let pg = Postgres::start();
     let p = pooler(&pg, "default_pool_size = 10\nmax_client_conn = 200").await;
-    let mut init = pgbench_cmd(p.port(), "postgres", "postgres", None);
-    init.args(["-i", "-q", "-s", "1"]);
-    let o = tokio::task::spawn_blocking(move || output(init))
-        .await
-        .unwrap();
-    assert!(o.status.success(), "pgbench -i: {}", stderr(&o));
+    pgbench_init(p.port()).await;
     let mut run = pgbench_cmd(p.port(), "postgres", "postgres", None);
     run.args(["-n", "-c", "50", "-j", "4", "-T", "8"]);
     let bench = tokio::task::spawn_blocking(move || output(run));
@@ -389,12 +394,7 @@ fn sighup_reloads_the_config_file() {
 async fn restart_without_pause_fails_only_transactions_on_a_server() {
     let pg = Postgres::start();
     let p = pooler(&pg, "default_pool_size = 10\nmax_client_conn = 200").await;
-    let mut init = pgbench_cmd(p.port(), "postgres", "postgres", None);
-    init.args(["-i", "-q", "-s", "1"]);
-    let o = tokio::task::spawn_blocking(move || output(init))
-        .await
-        .unwrap();
-    assert!(o.status.success(), "pgbench -i: {}", stderr(&o));
+    pgbench_init(p.port()).await;
     let mut run = pgbench_cmd(p.port(), "postgres", "postgres", None);
     run.args(["-n", "-c", "50", "-j", "4", "-T", "10"]);
     let bench = tokio::task::spawn_blocking(move || output(run));
@@ -472,11 +472,20 @@ async fn show_clients_says_why_a_client_is_pinned() {
         "application_name",
         "after PgBouncer's columns"
     );
-    let why: Vec<String> = msgs
-        .iter()
-        .filter(|m| m.tag == b'D')
-        .map(|m| m.row()[i].clone().unwrap_or_default())
-        .collect();
+    // The state is read back right after the client's answer: allow it a moment.
+    let mut why: Vec<String> = Vec::new();
+    for _ in 0..50 {
+        let msgs = w.simple("SHOW CLIENTS").await;
+        why = msgs
+            .iter()
+            .filter(|m| m.tag == b'D')
+            .map(|m| m.row()[i].clone().unwrap_or_default())
+            .collect();
+        if why.iter().any(|w| !w.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(
         why.iter()
             .any(|w| w.to_ascii_uppercase().contains("LISTEN")),

@@ -19,7 +19,6 @@
 
 mod support;
 
-use std::collections::HashSet;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -119,21 +118,6 @@ impl Setup {
 struct Peak {
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<i64>,
-}
-
-/// Local ports of the TCP connections to 127.0.0.1:`port` whose connecting side has not closed
-/// them (ESTABLISHED in /proc/net/tcp).
-fn established_to(port: u16) -> HashSet<u16> {
-    let text = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    text.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let hex_port = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
-            let (local, remote) = (hex_port(f.get(1)?)?, hex_port(f.get(2)?)?);
-            (remote == port && *f.get(3)? == "01").then_some(local)
-        })
-        .collect()
 }
 
 impl Peak {

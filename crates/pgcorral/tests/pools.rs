@@ -118,21 +118,6 @@ async fn wait_count(admin: &Client, cond: &str, want: i64, limit: Duration, what
     }
 }
 
-/// Local ports of the TCP connections to 127.0.0.1:`port` whose connecting side has not closed
-/// them (ESTABLISHED in /proc/net/tcp).
-fn established_to(port: u16) -> HashSet<u16> {
-    let text = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    text.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let hex_port = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
-            let (local, remote) = (hex_port(f.get(1)?)?, hex_port(f.get(2)?)?);
-            (remote == port && *f.get(3)? == "01").then_some(local)
-        })
-        .collect()
-}
-
 /// Server connections matching `cond` that pgcorral holds: backends PostgreSQL lists whose
 /// client socket pgcorral has not closed yet. A backend pgcorral just hung up on stays in
 /// pg_stat_activity for a moment while it exits; pgcorral's replacement may already be there.

@@ -131,9 +131,6 @@ async fn login(
     let config = services.config.load_full();
     let mut out = BytesMut::with_capacity(512);
     startup::negotiate(&mut out, minor, params);
-    if admin::is_console(database) {
-        return console_login(client, services, user, out).await;
-    }
     let authed = auth::authenticate(
         &mut client.stream,
         &mut client.buf,
@@ -143,6 +140,9 @@ async fn login(
         user,
     )
     .await?;
+    if admin::is_console(database) {
+        return console_login(client, services, user, out).await;
+    }
     // Only an authenticated client learns whether the database exists, as with PostgreSQL.
     let pool = services.pools.get(&config, database, user)?;
     if services.control.is_disabled(database) {
@@ -250,24 +250,13 @@ async fn login(
     }))
 }
 
-/// Logs an admin or stats user in to the console: authenticated like any client, then
-/// welcomed without a server.
+/// Welcomes an authenticated admin or stats user to the console, without a server.
 async fn console_login(
     client: &mut ClientConn,
     services: &Services,
     user: &str,
     mut out: BytesMut,
 ) -> Result<Admitted> {
-    let config = services.config.load_full();
-    auth::authenticate(
-        &mut client.stream,
-        &mut client.buf,
-        &mut out,
-        &config,
-        &services.scram_cache,
-        user,
-    )
-    .await?;
     let Some(role) = admin::role(services, user) else {
         return Err(Error::new(
             Kind::UnknownUser,

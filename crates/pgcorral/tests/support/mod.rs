@@ -320,6 +320,21 @@ pub fn assert_pgbench_ok(what: &str, o: &std::process::Output) -> u64 {
     tx
 }
 
+/// Local ports of the TCP connections to 127.0.0.1:`port` whose connecting side has not closed
+/// them (ESTABLISHED in /proc/net/tcp).
+pub fn established_to(port: u16) -> std::collections::HashSet<u16> {
+    let text = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let hex_port = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
+            let (local, remote) = (hex_port(f.get(1)?)?, hex_port(f.get(2)?)?);
+            (remote == port && *f.get(3)? == "01").then_some(local)
+        })
+        .collect()
+}
+
 /// Runs a command, returning its output (stdout+stderr readable via helpers).
 pub fn output(mut c: Command) -> Output {
     c.output().expect("command runs")
