@@ -204,6 +204,13 @@ async fn reconnect_replaces_servers_and_wait_close_waits_for_it() {
         !wait.is_finished(),
         "a server from before RECONNECT is still lent out"
     );
+    // SHOW SERVERS says which servers are on their way out (pgcorral's extra columns).
+    let health = shown(&mut w, "SERVERS", "S", "health").await;
+    assert_eq!(
+        health, "retiring",
+        "the lent-out server from before RECONNECT"
+    );
+    assert_eq!(shown(&mut w, "SERVERS", "S", "role").await, "primary");
     // The transaction goes on on its old server.
     assert_eq!(scalar(&a, "SELECT pg_backend_pid()").await, busy_pid);
     a.simple_query("COMMIT").await.unwrap();

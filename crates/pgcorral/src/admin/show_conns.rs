@@ -1,5 +1,6 @@
 //! SHOW CLIENTS and SHOW SERVERS: the connection lists of [`crate::conns`] with PgBouncer's
-//! columns, then pgcorral's own (`pinned`: why a client keeps its server).
+//! columns, then pgcorral's own (clients: `pinned`, why a client keeps its server; servers:
+//! `role` and `health`).
 
 use super::table::{Cell, Table, Ty};
 use crate::conns::{Kind, State};
@@ -9,7 +10,7 @@ use crate::services::Services;
 /// connection's id (in hex, as PgBouncer shows its pointers) and `link` the id of the
 /// connection it is paired with.
 pub fn connections(services: &Services, kind: Kind) -> Table {
-    let mut t = Table::new(&[
+    let mut cols = vec![
         ("type", Ty::Text),
         ("user", Ty::Text),
         ("database", Ty::Text),
@@ -28,9 +29,14 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
         ("remote_pid", Ty::Int),
         ("tls", Ty::Text),
         ("application_name", Ty::Text),
-        // pgcorral's own, after PgBouncer's columns.
-        ("pinned", Ty::Text),
-    ]);
+    ];
+    // pgcorral's own, after PgBouncer's columns.
+    match kind {
+        Kind::Client => cols.push(("pinned", Ty::Text)),
+        Kind::Server => cols.extend([("role", Ty::Text), ("health", Ty::Text)]),
+    }
+    let mut t = Table::new(&cols);
+    let pools = services.pools.all();
     let now = std::time::SystemTime::now();
     for e in services.pools.lists.all(kind) {
         let state = e.state();
@@ -40,7 +46,7 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
             std::time::Duration::ZERO
         };
         let link = e.link();
-        t.row(vec![
+        let mut row = vec![
             if kind == Kind::Client { "C" } else { "S" }.into(),
             (&*e.user).into(),
             (&*e.database).into(),
@@ -65,8 +71,21 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
                 .into(),
             Cell::Text(String::new()),
             e.application_name.as_str().into(),
-            e.pinned().into(),
-        ]);
+        ];
+        match kind {
+            Kind::Client => row.push(e.pinned().into()),
+            Kind::Server => {
+                // Until replicas exist, a database has one server address: its primary. A
+                // server from before RECONNECT (or a changed address) is retiring: closed
+                // when its client is done with it.
+                let retiring = pools
+                    .iter()
+                    .any(|p| p.name().0 == &*e.database && e.generation < p.generation());
+                row.push("primary".into());
+                row.push(if retiring { "retiring" } else { "ok" }.into());
+            }
+        }
+        t.row(row);
     }
     t
 }
