@@ -18,6 +18,8 @@ pub struct Control {
     disabled: Mutex<HashSet<String>>,
     /// SUSPEND: no new connections are accepted until RESUME.
     suspended: AtomicBool,
+    /// Wakes the accept loop when SUSPEND begins.
+    suspending: Notify,
 }
 
 #[derive(Default)]
@@ -91,6 +93,20 @@ impl Control {
     pub fn suspend(&self) {
         self.pause(None);
         self.suspended.store(true, Relaxed);
+        self.suspending.notify_waiters();
+    }
+
+    /// Completes when SUSPEND begins (or at once if it has).
+    pub async fn wait_suspended(&self) {
+        loop {
+            let n = self.suspending.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.is_suspended() {
+                return;
+            }
+            n.await;
+        }
     }
 
     pub fn is_suspended(&self) -> bool {

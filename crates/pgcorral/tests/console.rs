@@ -442,6 +442,8 @@ async fn suspend_stops_accepting_until_resume() {
     assert_eq!(admin(&mut w, "SUSPEND").await, Ok("SUSPEND".into()));
     assert_eq!(shown(&mut w, "STATE", "suspended", "value").await, "yes");
     let port = p.port();
+    // A raw login needs no server: only not being accepted keeps it waiting.
+    let raw = tokio::spawn(async move { Wire::connect(port, "postgres", "postgres").await });
     let late = tokio::spawn(async move {
         let c = connect(port, "postgres", None, "postgres").await.unwrap();
         scalar(&c, "SELECT 5").await
@@ -453,10 +455,16 @@ async fn suspend_stops_accepting_until_resume() {
         "a connection was served while suspended"
     );
     assert!(!held.is_finished(), "a transaction ran while suspended");
+    assert!(
+        !raw.is_finished(),
+        "a connection was accepted while suspended"
+    );
     assert_eq!(admin(&mut w, "RESUME").await, Ok("RESUME".into()));
     assert_eq!(shown(&mut w, "STATE", "suspended", "value").await, "no");
     assert_eq!(held.await.unwrap(), "6");
     assert_eq!(late.await.unwrap(), "5");
+    let mut raw = raw.await.unwrap();
+    assert_eq!(raw.scalar("SELECT 9").await, "9");
 }
 
 /// SHOW CLIENTS says why a client keeps its server (pgcorral's extra column).

@@ -87,6 +87,7 @@ impl Server {
             }
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => break,
+                _ = services.control.wait_suspended() => continue,
                 r = listener.accept() => r,
             };
             match accepted {
