@@ -89,31 +89,17 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
         for _ in 0..n {
             let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
             peers.push(listener.accept().await.unwrap().0);
-            let server = ServerConn {
+            let server = ServerConn::new(
                 stream,
-                rbuf: BytesMut::with_capacity(16 * 1024),
-                pass: 0,
-                key: CancelKey {
+                BytesMut::with_capacity(16 * 1024),
+                CancelKey {
                     addr,
                     pid: 1,
                     secret: 1,
                 },
-                params: Arc::new(Vec::new()),
-                state: LinkState::default(),
-                created: Instant::now(),
-                last_used: Instant::now(),
-                home: 0,
-                permit: None,
-                applied: Some(Default::default()),
-                bound: false,
-                statements: Default::default(),
-                expect: Default::default(),
-                wout: BytesMut::new(),
-                fout: BytesMut::new(),
-                listed: None,
-                generation: 0,
-                meter: Default::default(),
-            };
+                Arc::new(Vec::new()),
+                0,
+            );
             assert!(pool.adopt(server));
         }
         (pool, peers)

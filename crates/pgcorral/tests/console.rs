@@ -85,6 +85,15 @@ async fn pgbench_init(port: u16) {
     assert!(o.status.success(), "pgbench -i: {}", stderr(&o));
 }
 
+/// pgbench (TPC-B-like) through the pooler with 50 clients for `secs`, started in the
+/// background after initialising its tables.
+async fn pgbench_load(port: u16, secs: &str) -> tokio::task::JoinHandle<std::process::Output> {
+    pgbench_init(port).await;
+    let mut run = pgbench_cmd(port, "postgres", "postgres", None);
+    run.args(["-n", "-c", "50", "-j", "4", "-T", secs]);
+    tokio::task::spawn_blocking(move || output(run))
+}
+
 /// PAUSE waits for the open transaction, then holds new ones; RESUME lets them through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_waits_for_transactions_and_holds_new_ones_until_resume() {
@@ -129,10 +138,7 @@ async fn pause_waits_for_transactions_and_holds_new_ones_until_resume() {
 async fn pause_restart_resume_under_pgbench_fails_nothing() {
     let pg = Postgres::start();
     let p = pooler(&pg, "default_pool_size = 10\nmax_client_conn = 200").await;
-    pgbench_init(p.port()).await;
-    let mut run = pgbench_cmd(p.port(), "postgres", "postgres", None);
-    run.args(["-n", "-c", "50", "-j", "4", "-T", "8"]);
-    let bench = tokio::task::spawn_blocking(move || output(run));
+    let bench = pgbench_load(p.port(), "8").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut w = console(&p).await;
     assert_eq!(admin(&mut w, "PAUSE").await, Ok("PAUSE".into()));
@@ -401,10 +407,7 @@ fn sighup_reloads_the_config_file() {
 async fn restart_without_pause_fails_only_transactions_on_a_server() {
     let pg = Postgres::start();
     let p = pooler(&pg, "default_pool_size = 10\nmax_client_conn = 200").await;
-    pgbench_init(p.port()).await;
-    let mut run = pgbench_cmd(p.port(), "postgres", "postgres", None);
-    run.args(["-n", "-c", "50", "-j", "4", "-T", "10"]);
-    let bench = tokio::task::spawn_blocking(move || output(run));
+    let bench = pgbench_load(p.port(), "10").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let restarted = std::time::Instant::now();
     tokio::task::block_in_place(|| pg.pg_ctl("restart"));

@@ -1,7 +1,7 @@
 //! Opening a server connection: TCP connect within server_connect_timeout, StartupMessage,
 //! answering whatever authentication the server asks for, and collecting its parameters.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use pgwire::auth::scram::{ScramClient, ScramSecret};
@@ -10,7 +10,7 @@ use pgwire::encode;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::{CancelKey, LinkState, ServerConn};
+use super::{CancelKey, ServerConn};
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_message, ReadError};
 
@@ -176,27 +176,13 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
         }
     }
     let (pid, secret) = key.unwrap_or((0, 0));
-    Ok(ServerConn {
+    Ok(ServerConn::new(
         stream,
         rbuf,
-        pass: 0,
-        key: CancelKey { addr, pid, secret },
-        params: std::sync::Arc::new(params),
-        state: LinkState::default(),
-        created: Instant::now(),
-        last_used: Instant::now(),
-        home: worker,
-        permit: None,
-        applied: Some(Default::default()),
-        bound: false,
-        statements: Default::default(),
-        expect: Default::default(),
-        wout: BytesMut::new(),
-        fout: BytesMut::new(),
-        listed: None,
-        generation: 0,
-        meter: Default::default(),
-    })
+        CancelKey { addr, pid, secret },
+        std::sync::Arc::new(params),
+        worker,
+    ))
 }
 
 fn bad_server(target: &Target, what: &str) -> Error {

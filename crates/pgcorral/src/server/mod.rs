@@ -191,6 +191,39 @@ pub struct ServerConn {
 }
 
 impl ServerConn {
+    /// A logged-in connection, registered with worker `home`'s reactor, with nothing
+    /// outstanding and nothing known about it yet.
+    pub fn new(
+        stream: TcpStream,
+        rbuf: BytesMut,
+        key: CancelKey,
+        params: ServerParams,
+        home: usize,
+    ) -> ServerConn {
+        let now = Instant::now();
+        ServerConn {
+            stream,
+            rbuf,
+            pass: 0,
+            key,
+            params,
+            state: LinkState::default(),
+            created: now,
+            last_used: now,
+            home,
+            permit: None,
+            applied: Some(Default::default()),
+            bound: false,
+            statements: Default::default(),
+            expect: Default::default(),
+            wout: BytesMut::new(),
+            fout: BytesMut::new(),
+            listed: None,
+            generation: 0,
+            meter: Default::default(),
+        }
+    }
+
     /// Re-registers the socket with the current worker's reactor (`worker`), so its events wake
     /// this thread directly. Costs two epoll_ctl calls; only done when a server changes worker.
     pub fn rehome(self, worker: usize) -> std::io::Result<ServerConn> {

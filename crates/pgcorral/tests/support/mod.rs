@@ -33,7 +33,7 @@ pub fn pg_bindir() -> PathBuf {
     )
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
