@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod cancel;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod conns;
 pub mod control;
@@ -23,6 +24,7 @@ pub mod pool;
 pub mod prepared;
 pub mod relay;
 pub mod reload;
+pub mod route;
 pub mod server;
 pub mod services;
 pub mod session;

@@ -29,6 +29,8 @@ pub struct Inner {
     pub balance: Arc<Balance>,
     /// Prepared statements by text, shared by the clients that prepare the same one.
     pub statements: crate::prepared::Registry,
+    /// Routing decisions by query text (databases with replicas).
+    pub router: crate::route::classify::Cache,
     /// Admin console sessions open now.
     pub consoles: AtomicUsize,
     /// Paused and disabled databases (admin console).
@@ -61,6 +63,7 @@ impl Services {
             tasks: TaskTracker::new(),
             balance: Arc::new(Balance::new(workers)),
             statements: Default::default(),
+            router: Default::default(),
             consoles: AtomicUsize::new(0),
             control: Default::default(),
             config_path: Default::default(),

@@ -8,7 +8,7 @@ mod command;
 mod show;
 mod show_conns;
 mod show_stats;
-mod table;
+pub(crate) mod table;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

@@ -172,12 +172,22 @@ fn pools(services: &Services) -> Table {
         ("maxwait", Ty::Int),
         ("maxwait_us", Ty::Int),
         ("pool_mode", Ty::Text),
+        // pgcorral's own: which server of the database the pool connects to, and how routing
+        // sees it.
+        ("server", Ty::Text),
+        ("role", Ty::Text),
+        ("status", Ty::Text),
+        ("lag_bytes", Ty::Int),
+        ("lag_ms", Ty::Int),
     ]);
     let mut pools = services.pools.all();
     pools.sort_by(|a, b| a.name().cmp(&b.name()));
     for p in pools {
         let s = p.snapshot();
         let (db, user) = p.name();
+        let node = p.node();
+        let state = node.map(|n| n.state());
+        let text = |v: Option<String>| v.map_or(Cell::Null, Cell::from);
         t.row(vec![
             db.into(),
             user.into(),
@@ -195,12 +205,28 @@ fn pools(services: &Services) -> Table {
             s.max_wait.as_secs().into(),
             s.max_wait.subsec_micros().into(),
             mode_name(p.settings().mode).into(),
+            text(node.map(|n| n.addr())),
+            text(node.map(|n| n.role().name().to_string())),
+            text(node.map(|n| crate::cluster::topology::status(n).to_string())),
+            text(
+                state
+                    .as_ref()
+                    .and_then(|s| s.lag_bytes)
+                    .map(|b| b.to_string()),
+            ),
+            text(
+                state
+                    .as_ref()
+                    .and_then(|s| s.lag_time)
+                    .map(|t| t.as_millis().to_string()),
+            ),
         ]);
     }
     let consoles = services.consoles.load(std::sync::atomic::Ordering::Relaxed);
     let mut row: Vec<Cell> = vec![CONSOLE_DB.into(), CONSOLE_DB.into(), consoles.into()];
     row.extend((0..12).map(|_| Cell::from(0u8)));
     row.push("statement".into());
+    row.extend((0..5).map(|_| Cell::Null));
     t.row(row);
     t
 }

@@ -75,19 +75,38 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
         match kind {
             Kind::Client => row.push(e.pinned().into()),
             Kind::Server => {
-                // Until replicas exist, a database has one server address: its primary. A
-                // server from before RECONNECT (or a changed address) is retiring: closed
-                // when its client is done with it.
+                // The server's role as routing sees it now. A server from before RECONNECT
+                // (or a changed address) is retiring: closed when its client is done with it.
+                let node = pools
+                    .iter()
+                    .filter(|p| p.name().0 == &*e.database)
+                    .filter_map(|p| p.node())
+                    .find(|n| serves(n, e.addr));
                 let retiring = pools
                     .iter()
                     .any(|p| p.name().0 == &*e.database && e.generation < p.generation());
-                row.push("primary".into());
-                row.push(if retiring { "retiring" } else { "ok" }.into());
+                row.push(node.map_or("primary", |n| n.role().name()).into());
+                let health = match node.map(|n| crate::cluster::topology::status(n)) {
+                    _ if retiring => "retiring",
+                    Some(s) => s,
+                    None => "ok",
+                };
+                row.push(health.into());
             }
         }
         t.row(row);
     }
     t
+}
+
+/// Whether a server connection to `addr` is one of `node`'s (by port, and address when the
+/// node's host is written as one).
+fn serves(node: &crate::cluster::topology::Node, addr: std::net::SocketAddr) -> bool {
+    node.port == addr.port()
+        && node
+            .host
+            .parse::<std::net::IpAddr>()
+            .map_or(true, |ip| ip == addr.ip())
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC`, as PgBouncer prints times.

@@ -144,7 +144,8 @@ async fn login(
         return console_login(client, services, user, out).await;
     }
     // Only an authenticated client learns whether the database exists, as with PostgreSQL.
-    let pool = services.pools.get(&config, database, user)?;
+    let cluster = services.pools.get(&config, database, user)?;
+    let pool = cluster.home().clone();
     if services.control.is_disabled(database) {
         return Err(Error::new(
             Kind::Disabled,
@@ -152,7 +153,9 @@ async fn login(
         ));
     }
     if let Some(key) = authed.client_key {
-        pool.learn_client_key(key);
+        for p in cluster.pools() {
+            p.learn_client_key(key);
+        }
     }
     let startup_settings = crate::session::startup::settings(params)?;
     let slot = Arc::new(CancelSlot::default());
@@ -168,8 +171,10 @@ async fn login(
             services.control.wait_resumed(database).await;
         }
         let asked = std::time::Instant::now();
-        let mut s = pool.checkout(client.worker).await?;
-        pool.stats().waited(client.worker, asked.elapsed());
+        let mut s = cluster
+            .checkout(session_want(&cluster), client.worker, 0)
+            .await?;
+        s.pool().stats().waited(client.worker, asked.elapsed());
         if startup_settings.is_empty() {
             apply::sync(&mut s, &settings).await?;
         } else {
@@ -239,6 +244,8 @@ async fn login(
     pool.client_joined();
     Ok(Admitted::Pool(Session {
         pool,
+        cluster,
+        route: Default::default(),
         listed,
         server,
         slot,
@@ -248,6 +255,17 @@ async fn login(
         startup,
         pinned: Vec::new(),
     }))
+}
+
+/// Where a server for the whole session (session mode), or for the login's parameters, comes
+/// from: the database's default role (the query parser cannot route a whole session).
+fn session_want(cluster: &crate::cluster::Cluster) -> crate::cluster::Want {
+    use crate::cluster::Want;
+    match cluster.topology().settings().default_role {
+        crate::config::DefaultRole::Primary => Want::Primary,
+        crate::config::DefaultRole::Replica => Want::Replica,
+        crate::config::DefaultRole::Any => Want::Any,
+    }
 }
 
 /// Welcomes an authenticated admin or stats user to the console, without a server.

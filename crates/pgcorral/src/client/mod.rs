@@ -176,7 +176,12 @@ enum Exit {
 
 /// A logged-in client, ready for requests.
 struct Session {
+    /// The pool that counts the client (its cluster's first).
     pool: Pool,
+    /// Every server's pool of its (database, user).
+    cluster: crate::cluster::Cluster,
+    /// Its SET SERVER ROLE and read-your-writes position.
+    route: crate::route::ClientRoute,
     /// Its entry in SHOW CLIENTS.
     listed: crate::conns::Listed,
     /// The server held for the whole session (session mode).
@@ -223,6 +228,38 @@ fn relay_mode<'a>(
 }
 
 /// The request loop. Returns why the client left normally.
+/// A server of the client's cluster for the request in its buffer, chosen by the router; `None`
+/// when pgcorral answered the request itself (SET/SHOW SERVER ROLE). Notes in `session.route` whether it may write.
+async fn routed_checkout(
+    client: &mut ClientConn,
+    services: &Services,
+    session: &mut Session,
+) -> Result<Option<Checkout>> {
+    let decision = crate::route::decide(
+        client,
+        &session.cluster,
+        &services.router,
+        &mut session.route,
+    )
+    .await?;
+    let crate::route::Decision::Route { want, writes } = decision else {
+        session.listed.set_state(ListState::Idle);
+        return Ok(None);
+    };
+    session.route.writes = writes;
+    let ryw = session.cluster.topology().settings().read_your_writes;
+    let min_lsn = if ryw && want != crate::cluster::Want::Primary {
+        session.route.min_lsn
+    } else {
+        0
+    };
+    session
+        .cluster
+        .checkout(want, client.worker, min_lsn)
+        .await
+        .map(Some)
+}
+
 async fn run(
     client: &mut ClientConn,
     services: &Services,
@@ -258,8 +295,15 @@ async fn run(
                 // PAUSE: the transaction waits for RESUME before it gets a server.
                 services.control.wait_resumed(pool.name().0).await;
             }
-            let mut s = pool.checkout(client.worker).await?;
-            pool.stats().waited(client.worker, asked.elapsed());
+            let mut s = if session.cluster.routed() {
+                match Box::pin(routed_checkout(client, services, session)).await? {
+                    Some(s) => s,
+                    None => continue,
+                }
+            } else {
+                pool.checkout(client.worker).await?
+            };
+            s.pool().stats().waited(client.worker, asked.elapsed());
             session.listed.set_state(ListState::Active);
             if let Some(l) = &s.listed {
                 l.set_link(session.listed.id);
@@ -274,10 +318,19 @@ async fn run(
         let s = server.as_mut().expect("attached");
         let mut m = relay_mode;
         m.stop_when_idle |= services.shutdown.is_cancelled();
+        // With several servers, the statistics are those of the server's own pool.
+        let used = session.cluster.routed().then(|| s.pool().clone());
+        if let Some(p) = &used {
+            m.stats = Some((p.stats(), client.worker));
+        }
         let outcome = relay::run(client, s, &m).await;
         relay::record_rest(&m, s);
         match outcome {
             Outcome::Idle => {
+                if session.route.writes && session.cluster.topology().settings().read_your_writes {
+                    let at = Box::pin(crate::cluster::wal_position(s)).await;
+                    session.route.min_lsn = session.route.min_lsn.max(at);
+                }
                 if s.state.dirty {
                     Box::pin(recapture(session, s, &mut client.custom)).await?;
                 }

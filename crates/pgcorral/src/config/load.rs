@@ -117,6 +117,7 @@ pub fn embedded_default(env: impl Fn(&str) -> Option<String>) -> Result<Config, 
         pool_mode: None,
         user: server_user,
         password,
+        ..Database::default()
     };
     cfg.databases.insert("*".into(), db);
     validate(&cfg).map_err(|e| ConfigError(format!("embedded default (no config file): {e}")))?;
@@ -191,6 +192,7 @@ pool_mode = "session"
             pool_mode: Some(PoolMode::Session),
             user: None,
             password: None,
+            ..Database::default()
         };
         let expected = Config {
             general,

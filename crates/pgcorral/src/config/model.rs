@@ -121,6 +121,118 @@ pub struct General {
     pub max_prepared_statements: usize,
     /// tracing filter, e.g. "info" or "pgcorral=debug"; RUST_LOG wins when set.
     pub log_level: String,
+    /// Defaults for databases with several servers (each may be set per database).
+    pub load_balancing: LoadBalancing,
+    pub default_role: DefaultRole,
+    pub query_parser_enabled: bool,
+    pub primary_reads_enabled: bool,
+    /// ms a health check (`SELECT 1`) may take before the server is banned.
+    pub healthcheck_timeout: u64,
+    /// ms; a server connection used within this long is not checked at checkout.
+    pub healthcheck_delay: u64,
+    /// ms between the background checks of every server (role, lag, liveness).
+    pub healthcheck_interval: u64,
+    /// ms a failed replica stays out of rotation.
+    pub ban_time: u64,
+    /// Replicas further behind leave rotation until they catch up: a size ("16MB"), a time
+    /// ("10s"), or both ("16MB 10s"); empty = no limit.
+    pub max_replica_lag: String,
+    /// After a client's write commits, its reads go only to servers that have replayed it.
+    pub read_your_writes: bool,
+    /// Functions whose call makes a SELECT a write (routed to the primary).
+    pub writing_functions: Vec<String>,
+}
+
+/// How reads are spread over the servers that may take them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadBalancing {
+    /// Weighted random choice.
+    Random,
+    /// Weighted round robin.
+    RoundRobin,
+    /// The server with the fewest connections checked out, relative to its weight.
+    LeastOutstanding,
+}
+
+/// Where a client's queries go when neither the parser, a hint nor `SET SERVER ROLE` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DefaultRole {
+    /// Any server: the query parser (when enabled) sends reads to replicas, the rest to the
+    /// primary; without it, every server takes turns.
+    Any,
+    Primary,
+    Replica,
+}
+
+/// A server's role in a database's `servers` list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerRole {
+    Primary,
+    Replica,
+    /// Detected with `pg_is_in_recovery()` by the health checks.
+    Auto,
+}
+
+/// One server of a database with replicas.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntry {
+    pub host: String,
+    #[serde(default = "default_port")]
+    pub port: u16,
+    #[serde(default = "default_role")]
+    pub role: ServerRole,
+    /// Share of reads relative to the other servers.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+fn default_role() -> ServerRole {
+    ServerRole::Auto
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// The functions that write although called from a SELECT, by default.
+pub fn default_writing_functions() -> Vec<String> {
+    [
+        "nextval",
+        "setval",
+        "pg_advisory_lock",
+        "pg_advisory_xact_lock",
+        "pg_try_advisory_lock",
+        "pg_try_advisory_xact_lock",
+        "pg_advisory_lock_shared",
+        "pg_advisory_xact_lock_shared",
+        "pg_try_advisory_lock_shared",
+        "pg_try_advisory_xact_lock_shared",
+        "pg_advisory_unlock",
+        "pg_advisory_unlock_shared",
+        "pg_advisory_unlock_all",
+        "lo_create",
+        "lo_import",
+        "lo_unlink",
+        "lo_put",
+        "lo_from_bytea",
+        "pg_notify",
+        "set_config",
+        "txid_current",
+        "pg_current_xact_id",
+        "pg_switch_wal",
+        "pg_create_restore_point",
+        "pg_terminate_backend",
+        "pg_cancel_backend",
+        "pg_reload_conf",
+        "pg_logical_emit_message",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect()
 }
 
 impl Default for General {
@@ -161,6 +273,17 @@ impl Default for General {
             max_packet_size: 1 << 30,
             max_prepared_statements: 200,
             log_level: "info".into(),
+            load_balancing: LoadBalancing::Random,
+            default_role: DefaultRole::Any,
+            query_parser_enabled: true,
+            primary_reads_enabled: true,
+            healthcheck_timeout: 1000,
+            healthcheck_delay: 30_000,
+            healthcheck_interval: 1000,
+            ban_time: 60_000,
+            max_replica_lag: String::new(),
+            read_your_writes: false,
+            writing_functions: default_writing_functions(),
         }
     }
 }
@@ -214,6 +337,109 @@ pub struct Database {
     /// Fixed server login instead of the client's own.
     pub user: Option<String>,
     pub password: Option<String>,
+    /// A primary and its replicas, instead of `host` and `port`.
+    #[serde(default)]
+    pub servers: Vec<ServerEntry>,
+    pub load_balancing: Option<LoadBalancing>,
+    pub default_role: Option<DefaultRole>,
+    pub query_parser_enabled: Option<bool>,
+    pub primary_reads_enabled: Option<bool>,
+    pub healthcheck_timeout: Option<u64>,
+    pub healthcheck_delay: Option<u64>,
+    pub healthcheck_interval: Option<u64>,
+    pub ban_time: Option<u64>,
+    pub max_replica_lag: Option<String>,
+    pub read_your_writes: Option<bool>,
+}
+
+impl Default for Database {
+    fn default() -> Self {
+        Database {
+            host: default_host(),
+            port: default_port(),
+            dbname: None,
+            pool_size: None,
+            min_pool_size: None,
+            reserve_pool_size: None,
+            max_db_connections: None,
+            pool_mode: None,
+            user: None,
+            password: None,
+            servers: Vec::new(),
+            load_balancing: None,
+            default_role: None,
+            query_parser_enabled: None,
+            primary_reads_enabled: None,
+            healthcheck_timeout: None,
+            healthcheck_delay: None,
+            healthcheck_interval: None,
+            ban_time: None,
+            max_replica_lag: None,
+            read_your_writes: None,
+        }
+    }
+}
+
+impl Database {
+    /// The servers clients of this database reach: `servers`, or the one at `host`/`port`
+    /// (a primary).
+    pub fn server_list(&self) -> Vec<ServerEntry> {
+        if self.servers.is_empty() {
+            vec![ServerEntry {
+                host: self.host.clone(),
+                port: self.port,
+                role: ServerRole::Primary,
+                weight: 1,
+            }]
+        } else {
+            self.servers.clone()
+        }
+    }
+}
+
+/// `max_replica_lag` parsed: bytes of WAL and/or time behind the primary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LagLimit {
+    pub bytes: Option<u64>,
+    pub time: Option<Duration>,
+}
+
+impl LagLimit {
+    /// Parses "16MB", "10s", "16MB 10s" (also comma-separated); empty = no limit. Sizes take
+    /// B, kB, MB, GB, TB (powers of 1024, as PostgreSQL's); times ms, s, min, h.
+    pub fn parse(text: &str) -> Result<LagLimit, String> {
+        let mut limit = LagLimit::default();
+        for part in text.split([',', ' ']).filter(|p| !p.is_empty()) {
+            let digits = part
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(part.len());
+            let (num, unit) = part.split_at(digits);
+            let n: u64 = num
+                .parse()
+                .map_err(|_| format!("{part:?} does not start with a number"))?;
+            let bytes = |m: u64| {
+                n.checked_mul(m)
+                    .ok_or_else(|| format!("{part:?} is too large"))
+            };
+            match unit.trim() {
+                "B" => limit.bytes = Some(n),
+                "kB" | "KB" => limit.bytes = Some(bytes(1 << 10)?),
+                "MB" => limit.bytes = Some(bytes(1 << 20)?),
+                "GB" => limit.bytes = Some(bytes(1 << 30)?),
+                "TB" => limit.bytes = Some(bytes(1 << 40)?),
+                "ms" => limit.time = Some(Duration::from_millis(n)),
+                "s" => limit.time = Some(Duration::from_secs(n)),
+                "min" => limit.time = Some(Duration::from_secs(n * 60)),
+                "h" => limit.time = Some(Duration::from_secs(n * 3600)),
+                u => {
+                    return Err(format!(
+                        "unknown unit {u:?} in {part:?} (sizes: B, kB, MB, GB, TB; times: ms, s, min, h)"
+                    ))
+                }
+            }
+        }
+        Ok(limit)
+    }
 }
 
 fn default_host() -> String {

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use pgwire::auth::{md5, scram::ScramSecret};
 
-use super::{AuthType, Config, ConfigError, Database, User};
+use super::{AuthType, Config, ConfigError, Database, LagLimit, ServerRole, User};
 
 /// Database names the admin console answers to; they cannot be `[databases.NAME]` keys.
 pub const RESERVED_DATABASES: [&str; 2] = ["pgbouncer", "pgcorral"];
@@ -75,6 +75,15 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
     }
     if g.shutdown_timeout == 0 {
         errs.push("general.shutdown_timeout: must be greater than 0 (milliseconds)".into());
+    }
+    if let Err(e) = LagLimit::parse(&g.max_replica_lag) {
+        errs.push(format!("general.max_replica_lag: {e}"));
+    }
+    if g.healthcheck_timeout == 0 {
+        errs.push("general.healthcheck_timeout: must be greater than 0 (milliseconds)".into());
+    }
+    if g.healthcheck_interval == 0 {
+        errs.push("general.healthcheck_interval: must be greater than 0 (milliseconds)".into());
     }
     if g.log_level.trim().is_empty() {
         errs.push("general.log_level: must not be empty (use \"off\" to silence logging)".into());
@@ -188,6 +197,7 @@ fn check_database(name: &str, db: &Database, errs: &mut Vec<String>) {
     if db.port == 0 {
         errs.push(format!("databases.{name}.port: must be 1..65535"));
     }
+    check_servers(name, db, errs);
     if db.pool_size == Some(0) {
         errs.push(format!("databases.{name}.pool_size: must be at least 1"));
     }
@@ -211,6 +221,69 @@ fn check_database(name: &str, db: &Database, errs: &mut Vec<String>) {
                 "{key}: an md5 hash is tied to one user name; set databases.{name}.user too"
             ));
         }
+    }
+}
+
+/// `servers`, and the settings of a database with replicas.
+fn check_servers(name: &str, db: &Database, errs: &mut Vec<String>) {
+    if !db.servers.is_empty() && (db.host != "127.0.0.1" || db.port != 5432) {
+        errs.push(format!(
+            "databases.{name}.servers: give either servers or host/port, not both"
+        ));
+    }
+    for (i, s) in db.servers.iter().enumerate() {
+        if s.host.trim().is_empty() {
+            errs.push(format!(
+                "databases.{name}.servers[{i}].host: must not be empty"
+            ));
+        }
+        if s.port == 0 {
+            errs.push(format!(
+                "databases.{name}.servers[{i}].port: must be 1..65535"
+            ));
+        }
+        if s.weight == 0 && s.role != ServerRole::Primary {
+            errs.push(format!(
+                "databases.{name}.servers[{i}].weight: must be at least 1"
+            ));
+        }
+    }
+    let primaries = db
+        .servers
+        .iter()
+        .filter(|s| s.role == ServerRole::Primary)
+        .count();
+    if primaries > 1 {
+        errs.push(format!(
+            "databases.{name}.servers: at most one server may have role = \"primary\" (use \"auto\" to follow failovers)"
+        ));
+    }
+    if !db.servers.is_empty() && db.servers.iter().all(|s| s.role == ServerRole::Replica) {
+        errs.push(format!(
+            "databases.{name}.servers: writes need a server with role = \"primary\" or \"auto\""
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for s in &db.servers {
+        if !seen.insert((&s.host, s.port)) {
+            errs.push(format!(
+                "databases.{name}.servers: {}:{} is listed twice",
+                s.host, s.port
+            ));
+        }
+    }
+    if let Some(Err(e)) = db.max_replica_lag.as_deref().map(LagLimit::parse) {
+        errs.push(format!("databases.{name}.max_replica_lag: {e}"));
+    }
+    if db.healthcheck_timeout == Some(0) {
+        errs.push(format!(
+            "databases.{name}.healthcheck_timeout: must be greater than 0 (milliseconds)"
+        ));
+    }
+    if db.healthcheck_interval == Some(0) {
+        errs.push(format!(
+            "databases.{name}.healthcheck_interval: must be greater than 0 (milliseconds)"
+        ));
     }
 }
 
@@ -283,6 +356,57 @@ mod tests {
         ] {
             from_toml_str(&general(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
+    }
+
+    #[test]
+    fn servers_lists() {
+        let db = |servers: &str, extra: &str| {
+            format!(
+                "[general]\nauth_type = \"trust\"\n[databases.app]\nservers = [{servers}]\n{extra}"
+            )
+        };
+        let p = "{ host = \"10.0.0.1\", role = \"primary\" }";
+        let r = "{ host = \"10.0.0.2\", port = 5433, role = \"replica\", weight = 2 }";
+        let cfg =
+            from_toml_str(&db(&format!("{p}, {r}"), "max_replica_lag = \"16MB 10s\"")).unwrap();
+        let list = cfg.databases["app"].server_list();
+        assert_eq!(list.len(), 2);
+        assert_eq!((list[1].port, list[1].weight), (5433, 2));
+        assert_eq!(list[0].port, 5432);
+        refused(
+            &db(&format!("{p}, {p}"), ""),
+            &["servers: at most one server", "listed twice"],
+        );
+        refused(&db(r, ""), &["writes need a server"]);
+        refused(
+            &db(&format!("{p}, {r}"), "host = \"db\""),
+            &["either servers or host/port"],
+        );
+        refused(
+            &db(p, "max_replica_lag = \"16 parsecs\""),
+            &["databases.app.max_replica_lag: unknown unit"],
+        );
+        refused(&db("{ host = \"x\", role = \"leader\" }", ""), &["role"]);
+        refused(
+            &general("healthcheck_timeout = 0"),
+            &["general.healthcheck_timeout"],
+        );
+    }
+
+    #[test]
+    fn lag_limits() {
+        use super::LagLimit;
+        use std::time::Duration;
+        assert_eq!(LagLimit::parse("").unwrap(), LagLimit::default());
+        let l = LagLimit::parse("16MB, 1500ms").unwrap();
+        assert_eq!(l.bytes, Some(16 << 20));
+        assert_eq!(l.time, Some(Duration::from_millis(1500)));
+        assert_eq!(
+            LagLimit::parse("2min").unwrap().time,
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(LagLimit::parse("100B").unwrap().bytes, Some(100));
+        assert!(LagLimit::parse("MB").is_err());
     }
 
     #[test]

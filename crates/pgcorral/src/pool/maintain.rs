@@ -1,6 +1,7 @@
 //! Pool upkeep in the background: closes idle servers that the server closed, that outlived
 //! `server_lifetime` or sat unused past `server_idle_timeout`, and opens servers up to
-//! `min_pool_size`; ends statistics periods.
+//! `min_pool_size`; ends statistics periods; starts the health checks of databases with
+//! replicas when due.
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,14 @@ pub async fn run(services: Services) {
         tokio::select! {
             _ = services.shutdown.cancelled() => return,
             _ = tick.tick() => {}
+        }
+        for topology in services.pools.topologies() {
+            if topology.round_due() {
+                // Always on the first worker: the monitor's connections are registered there.
+                if let Some(handle) = services.balance.handle(0) {
+                    handle.spawn(topology.round(0));
+                }
+            }
         }
         let period = Duration::from_secs(services.config.load().general.stats_period.max(1));
         for pool in services.pools.all() {

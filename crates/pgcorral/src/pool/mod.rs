@@ -64,6 +64,11 @@ pub struct PoolSettings {
     pub unavailable_wait: Duration,
     /// Shared caps this pool's servers count against.
     pub caps: Option<CapKey>,
+    /// How long `check_query` may take.
+    pub check_timeout: Duration,
+    /// A failed check fails the checkout (so that the cluster bans the server and tries
+    /// another) instead of opening a new connection to the same server.
+    pub fail_on_check: bool,
 }
 
 impl PoolSettings {
@@ -85,6 +90,8 @@ impl PoolSettings {
             check_query: String::new(),
             unavailable_wait: Duration::ZERO,
             caps: None,
+            check_timeout: checkout::CLEANUP_TIMEOUT,
+            fail_on_check: false,
         }
     }
 }
@@ -110,6 +117,8 @@ pub(crate) struct Shared {
     generation: std::sync::atomic::AtomicU64,
     /// (database, user) once more, shared by the pool's entries in SHOW CLIENTS/SERVERS.
     listed_names: (Arc<str>, Arc<str>),
+    /// The server it connects to, as routing knows it (set by its cluster).
+    node: std::sync::OnceLock<Arc<crate::cluster::topology::Node>>,
 }
 
 /// A pool's numbers at one moment (admin console).
@@ -153,11 +162,22 @@ impl Pool {
             lists: lists.clone(),
             generation: Default::default(),
             listed_names,
+            node: Default::default(),
         }));
         if let Some(l) = &pool.0.limits {
             l.register(&pool);
         }
         pool
+    }
+
+    /// Tells the pool which server of its database it serves (once, by its cluster).
+    pub fn set_node(&self, node: Arc<crate::cluster::topology::Node>) {
+        let _ = self.0.node.set(node);
+    }
+
+    /// The server it serves, with its role, ban and lag.
+    pub fn node(&self) -> Option<&Arc<crate::cluster::topology::Node>> {
+        self.0.node.get()
     }
 
     /// [`Pool::name`], shared (for connection lists).
@@ -259,11 +279,11 @@ impl Pool {
     /// Runs `server_check_query` on a long-idle server; a failed check discards it and the
     /// checkout goes on as if there had been no idle server.
     async fn check_then_slow(&self, mut c: Checkout, worker: usize) -> Result<Checkout> {
-        let query = self.0.settings.load().check_query.clone();
+        let s = self.0.settings.load_full();
         let applied = c.applied.clone();
         let ok = tokio::time::timeout(
-            checkout::CLEANUP_TIMEOUT,
-            checkout::clean(&mut c, false, Some(query)),
+            s.check_timeout,
+            checkout::clean(&mut c, false, Some(s.check_query.clone())),
         )
         .await
         .unwrap_or(false);
@@ -274,6 +294,16 @@ impl Pool {
         tracing::info!(pool = ?self.0.name, pid = c.key.pid, "server_check_query failed; closing the server connection");
         c.state.broken = true;
         drop(c);
+        if s.fail_on_check {
+            return Err(Error::new(
+                Kind::ServerIo,
+                format!(
+                    "health check failed: {:?} did not answer within {} ms",
+                    s.check_query,
+                    s.check_timeout.as_millis()
+                ),
+            ));
+        }
         self.checkout_slow(worker).await
     }
 

@@ -9,13 +9,17 @@ use parking_lot::Mutex;
 
 use super::limits::{CapKey, Limits};
 use super::{Pool, PoolSettings};
-use crate::config::{millis_opt, Config};
+use crate::cluster::topology::{RouteSettings, Topology};
+use crate::cluster::Cluster;
+use crate::config::{millis_opt, Config, ServerEntry, ServerRole};
 use crate::error::{Error, Kind, Result};
 use crate::server::connect::{Secret, Target};
 
 #[derive(Default)]
 pub struct Registry {
-    pools: Mutex<HashMap<(String, String), Pool>>,
+    clusters: Mutex<HashMap<(String, String), Cluster>>,
+    /// What is known of each database's servers, shared by its users' clusters.
+    topologies: Mutex<HashMap<String, Arc<Topology>>>,
     /// max_db_connections / max_user_connections, shared by every pool.
     limits: Arc<Limits>,
     /// Client and server connections, for the admin console.
@@ -23,73 +27,116 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The pool serving `database` for `user`, created on first use.
-    pub fn get(&self, config: &Config, database: &str, user: &str) -> Result<Pool> {
+    /// The pools serving `database` for `user`, created on first use.
+    pub fn get(&self, config: &Config, database: &str, user: &str) -> Result<Cluster> {
         let key = (database.to_string(), user.to_string());
-        if let Some(p) = self.pools.lock().get(&key) {
-            return Ok(p.clone());
+        if let Some(c) = self.clusters.lock().get(&key) {
+            return Ok(c.clone());
         }
-        let pool = build(config, database, user, &self.limits, &self.lists)?;
-        Ok(self.pools.lock().entry(key).or_insert(pool).clone())
+        let cluster = self.build(config, database, user)?;
+        Ok(self.clusters.lock().entry(key).or_insert(cluster).clone())
     }
 
     /// Every pool, for statistics and shutdown.
     pub fn all(&self) -> Vec<Pool> {
-        self.pools.lock().values().cloned().collect()
+        self.clusters
+            .lock()
+            .values()
+            .flat_map(|c| c.pools().iter().cloned())
+            .collect()
+    }
+
+    /// Every database's servers as routing knows them.
+    pub fn topologies(&self) -> Vec<Arc<Topology>> {
+        self.topologies.lock().values().cloned().collect()
+    }
+
+    fn build(&self, config: &Config, database: &str, user: &str) -> Result<Cluster> {
+        let r = resolve(config, database, user)?;
+        let topology = {
+            let mut t = self.topologies.lock();
+            let entry = t
+                .entry(database.to_string())
+                .or_insert_with(|| Arc::new(Topology::new(database, &r.servers, r.route.clone())));
+            if !entry.same_servers(&r.servers) {
+                *entry = Arc::new(Topology::new(database, &r.servers, r.route.clone()));
+            }
+            entry.clone()
+        };
+        topology.offer_login(r.targets.first());
+        let pools = r
+            .targets
+            .into_iter()
+            .map(|target| {
+                Pool::new(
+                    (database.to_string(), user.to_string()),
+                    target,
+                    r.settings.clone(),
+                    &self.limits,
+                    &self.lists,
+                )
+            })
+            .collect();
+        Ok(Cluster::new(pools, topology))
     }
 
     /// Brings every pool in line with a new `config` (reload): new settings in place, servers
-    /// replaced when where they connect changed. A pool whose database or user is gone, or
-    /// whose shared caps changed, leaves the registry: its clients go on with it, new logins
-    /// get a new pool. Returns (updated, removed).
+    /// replaced when where they connect changed. A cluster whose database or user is gone, or
+    /// whose shared caps or server list changed, leaves the registry: its clients go on with
+    /// it, new logins get a new one. Returns (updated, removed) pools.
     pub fn reconfigure(&self, config: &Config) -> (usize, usize) {
-        let mut pools = self.pools.lock();
+        let mut clusters = self.clusters.lock();
         let (mut updated, mut removed) = (0, 0);
-        pools.retain(
-            |(database, user), pool| match resolve(config, database, user) {
-                Ok((target, settings)) if settings.caps == pool.settings().caps => {
-                    if pool.set_target(target) {
-                        pool.reconnect();
+        clusters.retain(|(database, user), cluster| {
+            let n = cluster.pools().len();
+            match resolve(config, database, user) {
+                Ok(r)
+                    if r.settings.caps == cluster.home().settings().caps
+                        && cluster.topology().same_servers(&r.servers) =>
+                {
+                    for (pool, target) in cluster.pools().iter().zip(r.targets) {
+                        if pool.set_target(target) {
+                            pool.reconnect();
+                        }
+                        pool.set_settings(r.settings.clone());
+                        pool.grow();
                     }
-                    pool.set_settings(settings);
-                    pool.grow();
-                    updated += 1;
+                    cluster.topology().set_settings(r.route);
+                    updated += n;
                     true
                 }
                 _ => {
-                    pool.reconnect();
-                    removed += 1;
+                    for pool in cluster.pools() {
+                        pool.reconnect();
+                    }
+                    removed += n;
                     false
                 }
-            },
-        );
+            }
+        });
+        let mut topologies = self.topologies.lock();
+        topologies.retain(|database, t| {
+            let db = config
+                .databases
+                .get(database)
+                .or_else(|| config.databases.get("*"));
+            db.is_some_and(|db| t.same_servers(&db.server_list()))
+        });
         (updated, removed)
     }
 }
 
-fn build(
-    config: &Config,
-    database: &str,
-    user: &str,
-    limits: &Arc<Limits>,
-    lists: &Arc<crate::conns::Lists>,
-) -> Result<Pool> {
-    let (target, settings) = resolve(config, database, user)?;
-    Ok(Pool::new(
-        (database.to_string(), user.to_string()),
-        target,
-        settings,
-        limits,
-        lists,
-    ))
+/// Where a (database, user)'s pools connect and how they behave.
+pub(crate) struct Resolved {
+    /// One per server, in the order of [`Resolved::servers`].
+    pub targets: Vec<Target>,
+    pub servers: Vec<ServerEntry>,
+    pub settings: PoolSettings,
+    pub route: RouteSettings,
 }
 
-/// Where a pool for (`database`, `user`) connects and how it behaves under `config`.
-pub(crate) fn resolve(
-    config: &Config,
-    database: &str,
-    user: &str,
-) -> Result<(Target, PoolSettings)> {
+/// Where the pools for (`database`, `user`) connect and how they behave under `config`.
+pub(crate) fn resolve(config: &Config, database: &str, user: &str) -> Result<Resolved> {
     let db = config
         .databases
         .get(database)
@@ -111,15 +158,20 @@ pub(crate) fn resolve(
         ),
     };
     let g = &config.general;
-    let target = Target {
-        host: db.host.clone(),
-        port: db.port,
-        database: db.dbname.clone().unwrap_or_else(|| database.to_string()),
-        user: server_user,
-        secret: Secret::from_config(password.as_deref()),
-        connect_timeout: g.server_connect_timeout(),
-        max_packet_size: g.max_packet_size,
-    };
+    let servers = db.server_list();
+    let targets = servers
+        .iter()
+        .map(|s| Target {
+            host: s.host.clone(),
+            port: s.port,
+            database: db.dbname.clone().unwrap_or_else(|| database.to_string()),
+            user: server_user.clone(),
+            secret: Secret::from_config(password.as_deref()),
+            connect_timeout: g.server_connect_timeout(),
+            max_packet_size: g.max_packet_size,
+        })
+        .collect();
+    let route = RouteSettings::of(config, db);
     let max_db = db.max_db_connections.unwrap_or(g.max_db_connections);
     let max_user = user_cfg
         .and_then(|u| u.max_user_connections)
@@ -131,7 +183,7 @@ pub(crate) fn resolve(
         max_user,
     });
     // A user's own setting wins over the database's, which wins over the default.
-    let settings = PoolSettings {
+    let mut settings = PoolSettings {
         size: user_cfg
             .and_then(|u| u.pool_size)
             .or(db.pool_size)
@@ -152,6 +204,24 @@ pub(crate) fn resolve(
         check_query: g.server_check_query.clone(),
         unavailable_wait: Duration::from_millis(g.server_unavailable_wait),
         caps,
+        check_timeout: super::checkout::CLEANUP_TIMEOUT,
+        fail_on_check: false,
     };
-    Ok((target, settings))
+    if servers.len() > 1 || servers.iter().any(|s| s.role == ServerRole::Auto) {
+        // Several servers: a server that fails its check is banned and the request moves on
+        // (the cluster retries, and waits for a primary, itself).
+        settings.check_delay = settings.check_delay.min(route.healthcheck_delay);
+        settings.check_timeout = route.healthcheck_timeout;
+        settings.fail_on_check = true;
+        if settings.check_query.is_empty() {
+            settings.check_query = "SELECT 1".into();
+        }
+        settings.unavailable_wait = Duration::ZERO;
+    }
+    Ok(Resolved {
+        targets,
+        servers,
+        settings,
+        route,
+    })
 }

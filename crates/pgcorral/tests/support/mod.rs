@@ -8,6 +8,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+pub mod replicas;
+
 /// Directory holding PostgreSQL's server binaries (initdb, pg_ctl, postgres).
 pub fn pg_bindir() -> PathBuf {
     if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {

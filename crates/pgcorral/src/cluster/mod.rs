@@ -1,0 +1,218 @@
+//! A (database, user)'s pools, one per server of the database, and the choice between them: a
+//! request that needs the primary gets it, reads are spread over the replicas (and the primary
+//! when `primary_reads_enabled`) by the database's load-balancing algorithm, and a server that
+//! fails is banned and the request tried on the next one. [`topology`] holds what is known of
+//! the servers, [`monitor`] keeps it current.
+
+pub mod monitor;
+pub mod topology;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Kind, Result};
+use crate::pool::{Checkout, Pool};
+use topology::{Node, Role, Topology, View};
+
+/// What a request needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// Writes, and anything not known to be a plain read.
+    Primary,
+    /// A replica (`SET SERVER ROLE TO 'replica'`, `default_role = "replica"`).
+    Replica,
+    /// A plain read: a replica, or the primary when primary reads are enabled.
+    Read,
+    /// Any server.
+    Any,
+}
+
+impl Want {
+    pub fn name(self) -> &'static str {
+        match self {
+            Want::Primary => "primary",
+            Want::Replica => "replica",
+            Want::Read => "read",
+            Want::Any => "any",
+        }
+    }
+}
+
+struct Inner {
+    /// One per node of the topology, in the same order.
+    pools: Vec<Pool>,
+    topology: Arc<Topology>,
+}
+
+/// A cheap-to-clone handle on one (database, user)'s pools.
+#[derive(Clone)]
+pub struct Cluster(Arc<Inner>);
+
+impl Cluster {
+    pub fn new(pools: Vec<Pool>, topology: Arc<Topology>) -> Cluster {
+        for (pool, node) in pools.iter().zip(&topology.nodes) {
+            pool.set_node(node.clone());
+        }
+        Cluster(Arc::new(Inner { pools, topology }))
+    }
+
+    /// The pool that names the cluster and counts its clients (the first server's).
+    pub fn home(&self) -> &Pool {
+        &self.0.pools[0]
+    }
+
+    pub fn pools(&self) -> &[Pool] {
+        &self.0.pools
+    }
+
+    pub fn topology(&self) -> &Arc<Topology> {
+        &self.0.topology
+    }
+
+    /// Requests need routing: the database has several servers, or one of detected role.
+    pub fn routed(&self) -> bool {
+        self.0.topology.monitored()
+    }
+
+    /// A server for a request that needs `want`, on `worker`. `min_lsn` > 0: only servers that
+    /// have replayed that far (read-your-writes). A server that cannot be reached is banned
+    /// (the primary never is) and the next one tried; a request for the primary waits up to
+    /// `server_unavailable_wait` for one to be reachable (a restart, a failover).
+    pub async fn checkout(&self, want: Want, worker: usize, min_lsn: u64) -> Result<Checkout> {
+        if !self.routed() {
+            return self.0.pools[0].checkout(worker).await;
+        }
+        Box::pin(self.checkout_routed(want, worker, min_lsn)).await
+    }
+
+    async fn checkout_routed(&self, want: Want, worker: usize, min_lsn: u64) -> Result<Checkout> {
+        let topology = &self.0.topology;
+        let give_up = Instant::now() + topology.settings().unavailable_wait;
+        let mut tried: Vec<usize> = Vec::new();
+        let mut last: Option<Error> = None;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let Some(i) = self.pick(want, &tried, min_lsn) else {
+                if want == Want::Primary && Instant::now() < give_up {
+                    // No primary reachable now: wait for it to come back or for a replica to
+                    // be promoted (the monitor detects it).
+                    tokio::time::sleep(pause.min(give_up - Instant::now())).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                    tried.clear();
+                    continue;
+                }
+                return Err(last.unwrap_or_else(|| {
+                    Error::new(
+                        Kind::ServerConnect,
+                        format!(
+                            "no server of database \"{}\" can take this request ({}): every candidate is down, banned or lagging",
+                            topology.database,
+                            want.name()
+                        ),
+                    )
+                }));
+            };
+            let node = &topology.nodes[i];
+            match self.0.pools[i].checkout(worker).await {
+                Ok(c) => return Ok(c),
+                Err(e) if takes_server_down(&e) => {
+                    tracing::info!(database = %topology.database, server = %node.addr(), error = %e, want = want.name(), "server failed; trying another");
+                    node.ban(topology.settings().ban_time, e.message());
+                    tried.push(i);
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The server to try next for `want`, skipping `tried`.
+    pub fn pick(&self, want: Want, tried: &[usize], min_lsn: u64) -> Option<usize> {
+        let topology = &self.0.topology;
+        let settings = topology.settings();
+        let now = Instant::now();
+        let views: Vec<(&Arc<Node>, View)> = topology
+            .nodes
+            .iter()
+            .filter(|n| !tried.contains(&n.index))
+            .map(|n| (n, n.view(now)))
+            .collect();
+        if want == Want::Primary {
+            return views
+                .iter()
+                .find(|(_, v)| v.role == Role::Primary)
+                .map(|(n, _)| n.index);
+        }
+        let eligible = |n: &Node, v: &View| match want {
+            Want::Replica => v.role == Role::Replica,
+            Want::Read => {
+                v.role == Role::Replica
+                    || (v.role == Role::Primary && settings.primary_reads_enabled && n.weight > 0)
+            }
+            Want::Any => v.role != Role::Unknown,
+            Want::Primary => unreachable!(),
+        };
+        let fresh = |v: &View| v.role == Role::Primary || (v.lsn >= min_lsn && !v.lagging);
+        let mut candidates: Vec<&Arc<Node>> = views
+            .iter()
+            .filter(|(n, v)| eligible(n, v) && !v.banned && fresh(v))
+            .map(|(n, _)| *n)
+            .collect();
+        if candidates.is_empty() {
+            // Every replica banned: lift the bans, a guard against false positives.
+            let replicas: Vec<_> = views
+                .iter()
+                .filter(|(_, v)| v.role == Role::Replica)
+                .collect();
+            if !replicas.is_empty() && replicas.iter().all(|(_, v)| v.banned) {
+                tracing::warn!(database = %topology.database, "every replica is banned; lifting the bans");
+                for (n, _) in &replicas {
+                    n.unban();
+                }
+                candidates = replicas
+                    .iter()
+                    .filter(|(n, v)| eligible(n, v) && fresh(v))
+                    .map(|(n, _)| *n)
+                    .collect();
+            }
+        }
+        if candidates.is_empty() && want != Want::Replica {
+            // Reads fall back to the primary rather than fail.
+            return views
+                .iter()
+                .find(|(_, v)| v.role == Role::Primary)
+                .map(|(n, _)| n.index);
+        }
+        topology.choose(&candidates, |i| {
+            let (open, idle, _) = self.0.pools[i].counts();
+            open.saturating_sub(idle)
+        })
+    }
+}
+
+/// The primary's WAL insert position after a client's write on `server` (read-your-writes):
+/// its later reads go to servers that have replayed this far. 0 when the server is not the
+/// primary or the query fails (the client then reads where routing sends it).
+pub async fn wal_position(server: &mut Checkout) -> u64 {
+    if server.pool().node().map(|n| n.role()) != Some(Role::Primary) {
+        return 0;
+    }
+    match crate::session::exec::query(server, "SELECT pg_current_wal_insert_lsn()").await {
+        Ok(rows) => rows
+            .first()
+            .and_then(|r| r.first())
+            .and_then(|v| v.as_deref())
+            .and_then(monitor::parse_lsn)
+            .unwrap_or(0),
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read the primary's WAL position");
+            0
+        }
+    }
+}
+
+/// The error says the server is down or failing (not: the pool is busy, or the client's
+/// own doing).
+fn takes_server_down(e: &Error) -> bool {
+    matches!(e.kind(), Kind::ServerConnect | Kind::ServerIo) || e.server_unavailable()
+}

@@ -1,0 +1,283 @@
+//! Routing requests the parser cannot see: leading comment hints and `SET/SHOW SERVER ROLE`.
+
+/// Which servers a client wants its queries to go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleChoice {
+    Primary,
+    Replica,
+    Auto,
+    Any,
+    Default,
+}
+
+impl RoleChoice {
+    fn from_word(word: &str) -> Option<Self> {
+        [
+            ("primary", Self::Primary),
+            ("replica", Self::Replica),
+            ("auto", Self::Auto),
+            ("any", Self::Any),
+            ("default", Self::Default),
+        ]
+        .into_iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(word))
+        .map(|(_, role)| role)
+    }
+}
+
+/// A per-query override found in the comments at the start of the text:
+/// `/* pgcorral: role=primary */` or `role=replica` (spaces optional around ':' and '=', any
+/// case), or pgpool's `/*NO LOAD BALANCE*/` (primary). Only comments before the first token of
+/// SQL count; the first hint found wins.
+pub fn comment_hint(sql: &str) -> Option<RoleChoice> {
+    let mut rest = sql;
+    while let Some((body, after)) = leading_comment(rest) {
+        if let Some(role) = hint_in(body) {
+            return Some(role);
+        }
+        rest = after;
+    }
+    None
+}
+
+fn hint_in(body: &str) -> Option<RoleChoice> {
+    let mut words = body.split_ascii_whitespace();
+    if ["no", "load", "balance"].iter().all(|w| {
+        words
+            .next()
+            .is_some_and(|word| word.eq_ignore_ascii_case(w))
+    }) && words.next().is_none()
+    {
+        return Some(RoleChoice::Primary);
+    }
+    let rest = strip_word(body.trim_ascii_start(), "pgcorral")?;
+    let rest = rest
+        .trim_ascii_start()
+        .strip_prefix(':')?
+        .trim_ascii_start();
+    let rest = strip_word(rest, "role")?
+        .trim_ascii_start()
+        .strip_prefix('=')?;
+    match RoleChoice::from_word(rest.trim_ascii())? {
+        role @ (RoleChoice::Primary | RoleChoice::Replica) => Some(role),
+        _ => None,
+    }
+}
+
+fn strip_word<'a>(s: &'a str, word: &str) -> Option<&'a str> {
+    let head = s.get(..word.len())?;
+    head.eq_ignore_ascii_case(word).then(|| &s[word.len()..])
+}
+
+/// PostgreSQL's whitespace.
+fn skip_space(s: &str) -> &str {
+    s.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c'])
+}
+
+/// The body of the comment that starts `sql` (after whitespace) and the text after it. Block
+/// comments nest, as in PostgreSQL; an unterminated one is not a comment.
+fn leading_comment(sql: &str) -> Option<(&str, &str)> {
+    let s = skip_space(sql);
+    if let Some(line) = s.strip_prefix("--") {
+        let end = line.find(['\n', '\r']).unwrap_or(line.len());
+        return Some(line.split_at(end));
+    }
+    let block = s.strip_prefix("/*")?;
+    let bytes = block.as_bytes();
+    let (mut depth, mut i) = (1, 0);
+    while i + 1 < bytes.len() {
+        match &bytes[i..i + 2] {
+            b"/*" => (depth, i) = (depth + 1, i + 2),
+            b"*/" if depth == 1 => return Some((&block[..i], &block[i + 2..])),
+            b"*/" => (depth, i) = (depth - 1, i + 2),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// pgcorral's own commands, recognised when they are the whole query (leading comments,
+/// surrounding whitespace and a trailing ';' allowed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    SetRole(RoleChoice),
+    ShowRole,
+}
+
+const USAGE: &str =
+    "expected SET SERVER ROLE TO primary|replica|auto|any|default, or SHOW SERVER ROLE";
+
+/// `SET SERVER ROLE TO 'primary'` / `SET SERVER ROLE = replica` (quotes optional; values
+/// primary, replica, auto, any, default) and `SHOW SERVER ROLE`, keywords in any case. `Err`
+/// (a message for the client) for a text that starts like one of them but is not well formed,
+/// such as `SET SERVER ROLE TO 'bogus'`; `Ok(None)` for ordinary SQL.
+pub fn command(sql: &str) -> Result<Option<Command>, String> {
+    let mut rest = sql;
+    while let Some((_, after)) = leading_comment(rest) {
+        rest = after;
+    }
+    let text = skip_space(rest).trim_ascii_end();
+    let mut tokens = Tokens(text.strip_suffix(';').unwrap_or(text));
+    let is = |token: Option<Token>, word: &str| matches!(token, Some(Token::Word(w)) if w.eq_ignore_ascii_case(word));
+    let first = tokens.next();
+    let set = is(first, "set");
+    if !(set || is(first, "show")) || !is(tokens.next(), "server") || !is(tokens.next(), "role") {
+        return Ok(None);
+    }
+    if !set {
+        return match tokens.next() {
+            None => Ok(Some(Command::ShowRole)),
+            Some(_) => Err(USAGE.to_string()),
+        };
+    }
+    let value = match (tokens.next(), tokens.next(), tokens.next()) {
+        (Some(Token::Equals), Some(Token::Word(v) | Token::Quoted(v)), None) => v,
+        (Some(Token::Word(to)), Some(Token::Word(v) | Token::Quoted(v)), None)
+            if to.eq_ignore_ascii_case("to") =>
+        {
+            v
+        }
+        _ => return Err(USAGE.to_string()),
+    };
+    match RoleChoice::from_word(value) {
+        Some(role) => Ok(Some(Command::SetRole(role))),
+        None => Err(format!(
+            "invalid value for SERVER ROLE: \"{value}\"; {USAGE}"
+        )),
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Token<'a> {
+    Word(&'a str),
+    Quoted(&'a str),
+    Equals,
+    Other,
+}
+
+/// Words, '…' or "…" strings and '=' of a command's text.
+struct Tokens<'a>(&'a str);
+
+impl<'a> Iterator for Tokens<'a> {
+    type Item = Token<'a>;
+
+    fn next(&mut self) -> Option<Token<'a>> {
+        let s = skip_space(self.0);
+        let word_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let (token, len) = match s.chars().next()? {
+            c if word_char(c) => {
+                let n = s.find(|c| !word_char(c)).unwrap_or(s.len());
+                (Token::Word(&s[..n]), n)
+            }
+            '=' => (Token::Equals, 1),
+            q @ ('\'' | '"') => match s[1..].find(q) {
+                Some(n) => (Token::Quoted(&s[1..n + 1]), n + 2),
+                None => (Token::Other, s.len()),
+            },
+            c => (Token::Other, c.len_utf8()),
+        };
+        self.0 = &s[len..];
+        Some(token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pgcorral_comment_hints() {
+        assert_eq!(
+            comment_hint("/* pgcorral: role=primary */ SELECT 1"),
+            Some(RoleChoice::Primary)
+        );
+        assert_eq!(
+            comment_hint("/*PGCORRAL:ROLE=REPLICA*/SELECT 1"),
+            Some(RoleChoice::Replica)
+        );
+        assert_eq!(
+            comment_hint("  /* pgcorral : role = replica */\nSELECT 1"),
+            Some(RoleChoice::Replica)
+        );
+        assert_eq!(
+            comment_hint("-- pgcorral: role=primary\nSELECT 1"),
+            Some(RoleChoice::Primary)
+        );
+        assert_eq!(
+            comment_hint("-- app: x\n/* note */ /* pgcorral: role=replica */ SELECT 1"),
+            Some(RoleChoice::Replica)
+        );
+        assert_eq!(
+            comment_hint("/* outer /* inner */ still */ /* pgcorral: role=primary */ SELECT"),
+            Some(RoleChoice::Primary)
+        );
+    }
+
+    #[test]
+    fn pgpool_hint() {
+        assert_eq!(
+            comment_hint("/*NO LOAD BALANCE*/ SELECT 1"),
+            Some(RoleChoice::Primary)
+        );
+        assert_eq!(
+            comment_hint("/*no  load   balance*/SELECT 1"),
+            Some(RoleChoice::Primary)
+        );
+        assert_eq!(comment_hint("/*NO LOAD BALANCING*/ SELECT 1"), None);
+    }
+
+    #[test]
+    fn not_hints() {
+        assert_eq!(comment_hint("SELECT '/* pgcorral: role=primary */'"), None);
+        assert_eq!(comment_hint("SELECT /* pgcorral: role=primary */ 1"), None);
+        assert_eq!(comment_hint("SELECT 1 /*NO LOAD BALANCE*/"), None);
+        assert_eq!(comment_hint("/* pgcorral: role=auto */ SELECT 1"), None);
+        assert_eq!(comment_hint("/* pgcorral: role=primary SELECT 1"), None);
+        assert_eq!(comment_hint("/* pgcorralx: role=primary */ SELECT 1"), None);
+        assert_eq!(comment_hint(""), None);
+    }
+
+    #[test]
+    fn set_server_role() {
+        let set = |role| Ok(Some(Command::SetRole(role)));
+        assert_eq!(
+            command("SET SERVER ROLE TO 'replica';"),
+            set(RoleChoice::Replica)
+        );
+        assert_eq!(command("set   server  role='auto'"), set(RoleChoice::Auto));
+        assert_eq!(
+            command("SET SERVER ROLE = primary"),
+            set(RoleChoice::Primary)
+        );
+        assert_eq!(command("Set Server Role To Any ; "), set(RoleChoice::Any));
+        assert_eq!(
+            command("/* c */ -- d\n SET\tSERVER\nROLE TO \"default\""),
+            set(RoleChoice::Default)
+        );
+    }
+
+    #[test]
+    fn show_server_role() {
+        assert_eq!(command("SHOW SERVER ROLE;"), Ok(Some(Command::ShowRole)));
+        assert_eq!(command("  show server role  "), Ok(Some(Command::ShowRole)));
+    }
+
+    #[test]
+    fn bad_server_role_commands() {
+        let err = command("SET SERVER ROLE TO 'nope'").unwrap_err();
+        assert!(err.contains("nope") && err.contains("primary|replica|auto|any|default"));
+        assert!(command("SET SERVER ROLE TO").is_err());
+        assert!(command("SET SERVER ROLE TO primary extra").is_err());
+        assert!(command("SET SERVER ROLE TO primary; SELECT 1").is_err());
+        assert!(command("SHOW SERVER ROLE x").is_err());
+    }
+
+    #[test]
+    fn ordinary_sql_is_not_a_command() {
+        assert_eq!(command("SET search_path TO x"), Ok(None));
+        assert_eq!(command("SHOW server_version"), Ok(None));
+        assert_eq!(command("SET ROLE alice"), Ok(None));
+        assert_eq!(command("SELECT 'SET SERVER ROLE TO primary'"), Ok(None));
+        assert_eq!(command(""), Ok(None));
+    }
+}

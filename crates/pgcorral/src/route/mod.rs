@@ -1,0 +1,230 @@
+//! Query routing for databases with replicas: what a request needs (a primary, or any server
+//! that may serve reads), from PostgreSQL's own parser ([`classify`]), comment hints and
+//! pgcorral's `SET SERVER ROLE` / `SHOW SERVER ROLE` commands ([`hint`]). A transaction is
+//! routed by its first request; everything in it then stays on that server.
+
+pub mod classify;
+pub mod hint;
+
+use bytes::{Buf, BytesMut};
+use pgwire::backend::TxStatus;
+use pgwire::frontend::query_text;
+use pgwire::Header;
+use tokio::io::AsyncWriteExt;
+
+use crate::client::ClientConn;
+use crate::cluster::topology::RouteSettings;
+use crate::cluster::{Cluster, Want};
+use crate::config::DefaultRole;
+use crate::error::{Error, Kind, Result};
+use classify::Class;
+use hint::{Command, RoleChoice};
+
+/// A client's routing state: its `SET SERVER ROLE` and its read-your-writes position.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientRoute {
+    /// `None`: the database's default.
+    pub role: Option<RoleChoice>,
+    /// End of the client's last write in the primary's WAL (read-your-writes); 0 = none.
+    pub min_lsn: u64,
+    /// The transaction now running was routed as one that may write.
+    pub writes: bool,
+}
+
+/// What to do with the client's next request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Check out a server for `want`; `writes`: the request may write (read-your-writes
+    /// notes the primary's position after it).
+    Route { want: Want, writes: bool },
+    /// pgcorral answered it (SET/SHOW SERVER ROLE): wait for the next one.
+    Answered,
+}
+
+/// Decides where the request at the start of `client.buf` goes.
+pub async fn decide(
+    client: &mut ClientConn,
+    cluster: &Cluster,
+    cache: &classify::Cache,
+    route: &mut ClientRoute,
+) -> Result<Decision> {
+    let settings = cluster.topology().settings();
+    if let Some(answer) = own_command(client, route, &settings)? {
+        client
+            .stream
+            .write_all(&answer)
+            .await
+            .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+        return Ok(Decision::Answered);
+    }
+    let first = first_text(client);
+    let hinted = first.as_deref().and_then(hint::comment_hint);
+    let choice = hinted.or(route.role).unwrap_or(RoleChoice::Default);
+    let by_parser = |client: &ClientConn| match classify_batch(client, cache, &settings) {
+        Class::Write => Decision::Route {
+            want: Want::Primary,
+            writes: true,
+        },
+        Class::Read | Class::ReadOnlyBegin => Decision::Route {
+            want: Want::Read,
+            writes: false,
+        },
+    };
+    let fixed = |want: Want| Decision::Route {
+        want,
+        writes: want == Want::Primary,
+    };
+    Ok(match choice {
+        RoleChoice::Primary => fixed(Want::Primary),
+        RoleChoice::Replica => fixed(Want::Replica),
+        RoleChoice::Any => fixed(Want::Any),
+        RoleChoice::Auto => by_parser(client),
+        RoleChoice::Default => match settings.default_role {
+            DefaultRole::Primary => fixed(Want::Primary),
+            DefaultRole::Replica => fixed(Want::Replica),
+            DefaultRole::Any if settings.query_parser_enabled => by_parser(client),
+            DefaultRole::Any => fixed(Want::Any),
+        },
+    })
+}
+
+/// The SQL of the first message, when it is a complete Query or Parse.
+fn first_text(client: &ClientConn) -> Option<String> {
+    let h = Header::parse(&client.buf, client.max_len).ok()??;
+    let body = client.buf.get(pgwire::header::HEADER_LEN..h.total_len())?;
+    match h.tag {
+        b'Q' => query_text(body).map(str::to_string),
+        b'P' => parse_text(body).map(str::to_string),
+        _ => None,
+    }
+}
+
+/// The query of a Parse body (statement name, NUL, query, NUL, ...).
+fn parse_text(body: &[u8]) -> Option<&str> {
+    let name_end = body.iter().position(|&b| b == 0)?;
+    query_text(&body[name_end + 1..])
+}
+
+/// Answers `SET SERVER ROLE` / `SHOW SERVER ROLE` (a whole simple Query), consuming it.
+fn own_command(
+    client: &mut ClientConn,
+    route: &mut ClientRoute,
+    settings: &RouteSettings,
+) -> Result<Option<BytesMut>> {
+    let Ok(Some(h)) = Header::parse(&client.buf, client.max_len) else {
+        return Ok(None);
+    };
+    if h.tag != b'Q' || client.buf.len() < h.total_len() {
+        return Ok(None);
+    }
+    let body = &client.buf[pgwire::header::HEADER_LEN..h.total_len()];
+    let Some(text) = query_text(body) else {
+        return Ok(None);
+    };
+    let mut out = BytesMut::new();
+    match hint::command(text) {
+        Ok(None) => return Ok(None),
+        Ok(Some(Command::SetRole(choice))) => {
+            route.role = (choice != RoleChoice::Default).then_some(choice);
+            pgwire::encode::command_complete(&mut out, "SET");
+        }
+        Ok(Some(Command::ShowRole)) => {
+            let mut t = crate::admin::table::Table::text(&["server_role"]);
+            t.row(vec![role_name(route.role, settings).into()]);
+            t.describe(&mut out);
+            t.rows(&mut out);
+        }
+        Err(msg) => pgwire::encode::error_response(&mut out, "ERROR", "22023", &msg),
+    }
+    pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
+    client.buf.advance(h.total_len());
+    Ok(Some(out))
+}
+
+/// What `SHOW SERVER ROLE` says: the client's choice, or the database's default.
+fn role_name(role: Option<RoleChoice>, settings: &RouteSettings) -> &'static str {
+    match role {
+        Some(RoleChoice::Primary) => "primary",
+        Some(RoleChoice::Replica) => "replica",
+        Some(RoleChoice::Auto) => "auto",
+        Some(RoleChoice::Any) => "any",
+        Some(RoleChoice::Default) | None => match settings.default_role {
+            DefaultRole::Primary => "primary",
+            DefaultRole::Replica => "replica",
+            DefaultRole::Any if settings.query_parser_enabled => "auto",
+            DefaultRole::Any => "any",
+        },
+    }
+}
+
+/// Classifies the statements of the client's first batch (up to its Sync, or its Query):
+/// a read only when every statement in it is one. Incomplete or unknown → a write.
+fn classify_batch(client: &ClientConn, cache: &classify::Cache, settings: &RouteSettings) -> Class {
+    let fns = &settings.writing_functions;
+    let buf = &client.buf[..];
+    let mut pos = 0;
+    let mut class = Class::Read;
+    let mut seen_parse_unnamed = false;
+    let mut any = false;
+    loop {
+        let Ok(Some(h)) = Header::parse(&buf[pos..], client.max_len) else {
+            break;
+        };
+        if buf.len() - pos < h.total_len() {
+            break;
+        }
+        let body = &buf[pos + pgwire::header::HEADER_LEN..pos + h.total_len()];
+        pos += h.total_len();
+        let this = match h.tag {
+            b'Q' => query_text(body).map(|t| cache.classify(t, fns)),
+            b'P' => {
+                seen_parse_unnamed |= body.first() == Some(&0);
+                parse_text(body).map(|t| cache.classify(t, fns))
+            }
+            b'B' => bound_text(client, body, seen_parse_unnamed).map(|t| cache.classify(&t, fns)),
+            b'D' | b'E' | b'C' | b'H' => Some(Class::Read),
+            b'S' => {
+                any = true;
+                break;
+            }
+            _ => None,
+        };
+        any = true;
+        match this {
+            Some(Class::Write) | None => return Class::Write,
+            Some(Class::ReadOnlyBegin) => class = Class::ReadOnlyBegin,
+            Some(Class::Read) => {}
+        }
+        if h.tag == b'Q' {
+            break;
+        }
+    }
+    if any {
+        class
+    } else {
+        Class::Write
+    }
+}
+
+/// The text of the statement a Bind names: the client's named statement, or its unnamed one
+/// when no Parse of this batch replaced it (`None` when already classified in the batch).
+fn bound_text(client: &ClientConn, body: &[u8], parsed_unnamed: bool) -> Option<String> {
+    let portal_end = body.iter().position(|&b| b == 0)?;
+    let rest = &body[portal_end + 1..];
+    let name_end = rest.iter().position(|&b| b == 0)?;
+    let name = &rest[..name_end];
+    if name.is_empty() {
+        if parsed_unnamed {
+            return Some(String::new());
+        }
+        return client
+            .statements
+            .unnamed()
+            .and_then(query_text)
+            .map(str::to_string);
+    }
+    match &client.statements.named(name)?.source {
+        crate::prepared::Source::Parse(b) => query_text(b).map(str::to_string),
+        crate::prepared::Source::Sql(_) => None,
+    }
+}
