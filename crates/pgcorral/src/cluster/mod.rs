@@ -14,6 +14,9 @@ use crate::error::{Error, Kind, Result};
 use crate::pool::{Checkout, Pool};
 use topology::{Node, Role, Topology, View};
 
+/// How long a request waits for the first check of servers whose role is detected.
+const FIRST_CHECK_WAIT: Duration = Duration::from_secs(10);
+
 /// What a request needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Want {
@@ -87,13 +90,16 @@ impl Cluster {
 
     async fn checkout_routed(&self, want: Want, worker: usize, min_lsn: u64) -> Result<Checkout> {
         let topology = &self.0.topology;
-        let give_up = Instant::now() + topology.settings().unavailable_wait;
+        let started = Instant::now();
+        let give_up = started + topology.settings().unavailable_wait;
         let mut tried: Vec<usize> = Vec::new();
         let mut last: Option<Error> = None;
         let mut pause = Duration::from_millis(50);
         loop {
             let Some(i) = self.pick(want, &tried, min_lsn) else {
-                if want == Want::Primary && Instant::now() < give_up {
+                // Roles of `auto` servers are not known until their first check: wait for it.
+                let first_check = topology.unchecked() && started.elapsed() < FIRST_CHECK_WAIT;
+                if (want == Want::Primary && Instant::now() < give_up) || first_check {
                     // No primary reachable now: wait for it to come back or for a replica to
                     // be promoted (the monitor detects it).
                     tokio::time::sleep(pause.min(give_up - Instant::now())).await;

@@ -269,6 +269,13 @@ impl Topology {
         self.nodes.iter().find(|n| n.role() == Role::Primary)
     }
 
+    /// Some `auto` server has not been checked yet (its role is unknown until then).
+    pub fn unchecked(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.configured == ServerRole::Auto && n.state.lock().checked_at.is_none())
+    }
+
     /// Monitoring is needed: several servers, or one whose role must be detected.
     pub fn monitored(&self) -> bool {
         self.nodes.len() > 1 || self.nodes.iter().any(|n| n.configured == ServerRole::Auto)

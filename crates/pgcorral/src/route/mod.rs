@@ -166,10 +166,7 @@ fn classify_batch(client: &ClientConn, cache: &classify::Cache, settings: &Route
     let mut class = Class::Read;
     let mut seen_parse_unnamed = false;
     let mut any = false;
-    loop {
-        let Ok(Some(h)) = Header::parse(&buf[pos..], client.max_len) else {
-            break;
-        };
+    while let Ok(Some(h)) = Header::parse(&buf[pos..], client.max_len) {
         if buf.len() - pos < h.total_len() {
             break;
         }

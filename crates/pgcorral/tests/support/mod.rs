@@ -399,7 +399,7 @@ impl Pooler {
     ) -> tokio_postgres::Client {
         connect(self.port(), user, password, db)
             .await
-            .unwrap_or_else(|e| panic!("connect through pgcorral: {e}"))
+            .unwrap_or_else(|e| panic!("connect through pgcorral: {e:?}"))
     }
 }
 
