@@ -121,6 +121,8 @@ pub struct Mode<'a> {
     pub prepared: Option<(&'a Registry, usize)>,
     /// Where queries, transactions and bytes are counted, and the worker's shard.
     pub stats: Option<(&'a Stats, usize)>,
+    /// One request batch in flight at a time (see [`LinkState::one_batch`]).
+    pub one_batch: bool,
 }
 
 /// Makes room for a read, growing the buffer only when little space is left.
@@ -340,6 +342,8 @@ pub struct ClientScan {
     pub bad_tag: Option<u8>,
     /// Stopped before a Query refused by `session_pinning = "refuse"`, and why.
     pub refuse: Option<&'static str>,
+    /// Stopped before a batch that must wait for the answer to the last (`one_batch`).
+    pub held: bool,
 }
 
 /// Scans client bytes: counts requests owed a ReadyForQuery and notes unsynced extended
@@ -364,6 +368,11 @@ pub fn scan_client(
         let Some(h) = Header::parse(&buf[pos..], max)? else {
             break;
         };
+        if st.one_batch && st.pending > 0 && !st.unsynced {
+            // The next batch waits for the answer to this one: it may be routed elsewhere.
+            out.held = true;
+            break;
+        }
         if let Some(l) = link.as_deref_mut() {
             match l.plan(h, &buf[pos..]) {
                 Plan::NeedMore => break,
@@ -489,6 +498,7 @@ struct ClientSide {
     ready: usize,
     stop: Option<Outcome>,
     again: bool,
+    held: bool,
 }
 
 fn scan_c(
@@ -521,12 +531,14 @@ fn scan_c(
                 ready: s.ready - s.front,
                 stop: client_stop(&s),
                 again: s.again,
+                held: s.held,
             }
         }
         Err(e) => ClientSide {
             ready: 0,
             stop: Some(Outcome::ClientProtocol(e.to_string())),
             again: false,
+            held: false,
         },
     }
 }
@@ -599,9 +611,12 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     // messages); c_stop: the client side ended (acted on once both are written); c_again: scan
     // again once they are. s_ready/s_stop/s_again: the same for the server side, whose bytes
     // follow `server.fout` (answers pgcorral gives).
+    server.state.one_batch = mode.one_batch;
     // Whatever the client already sent (the request that caused checkout) goes first.
     let c = scan_c(client, server, mode, &mut unnamed_here);
     let (mut c_ready, mut c_stop, mut c_again) = (c.ready, c.stop, c.again);
+    // The client's next batch waits for the answer to the last (one_batch).
+    let mut c_held = c.held;
     metered(mode, &mut server.meter, &server.state);
     let mut s_ready = 0usize;
     let mut s_stop: Option<Outcome> = None;
@@ -613,9 +628,15 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     let mut replay_due = false;
 
     loop {
+        if c_held && server.state.pending == 0 && s_ready == 0 && s_stop.is_none() {
+            // Answered, and still in a transaction: the next batch belongs to it.
+            c_held = false;
+            c_again = true;
+        }
         if c_again && c_ready == 0 && c_stop.is_none() {
             let c = scan_c(client, server, mode, &mut unnamed_here);
             (c_ready, c_stop, c_again) = (c.ready, c.stop, c.again);
+            c_held = c.held;
             s_again |= server.expect.fake_next();
             metered(mode, &mut server.meter, &server.state);
         }
@@ -688,8 +709,11 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         let read_server = s_ready == 0 && s_stop.is_none() && !s_again;
         // Once the server side has stopped, the client is read only to finish the message in
         // flight; its next request waits for the next checkout.
-        let read_client =
-            c_sent && !c_again && c_stop.is_none() && (s_stop.is_none() || client.pass > 0);
+        let read_client = c_sent
+            && !c_again
+            && !c_held
+            && c_stop.is_none()
+            && (s_stop.is_none() || client.pass > 0);
         if read_server {
             reserve(&mut server.rbuf);
         }

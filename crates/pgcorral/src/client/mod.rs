@@ -224,6 +224,7 @@ fn relay_mode<'a>(
         },
         prepared: pooled.then_some((&services.statements, g.max_prepared_statements)),
         stats: Some((pool.stats(), worker)),
+        one_batch: false,
     }
 }
 
@@ -322,6 +323,8 @@ async fn run(
         let used = session.cluster.routed().then(|| s.pool().clone());
         if let Some(p) = &used {
             m.stats = Some((p.stats(), client.worker));
+            // Each transaction is routed on its own: a pipelined next one must wait.
+            m.one_batch = true;
         }
         let outcome = relay::run(client, s, &m).await;
         relay::record_rest(&m, s);

@@ -26,6 +26,8 @@ pub struct RouteSettings {
     pub max_lag: LagLimit,
     pub read_your_writes: bool,
     pub writing_functions: Arc<Vec<String>>,
+    /// A digest of `writing_functions` (part of the routing cache's key).
+    pub writing_key: u64,
     /// How long a request for the primary waits for one (server_unavailable_wait).
     pub unavailable_wait: Duration,
 }
@@ -48,6 +50,12 @@ impl RouteSettings {
                 .unwrap_or_default(),
             read_your_writes: db.read_your_writes.unwrap_or(g.read_your_writes),
             writing_functions: Arc::new(g.writing_functions.clone()),
+            writing_key: {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                g.writing_functions.hash(&mut h);
+                h.finish()
+            },
             unavailable_wait: ms(g.server_unavailable_wait),
         }
     }
@@ -176,14 +184,15 @@ impl Node {
     }
 }
 
-/// How routing treats a node now, in a word (SHOW POOLS, SHOW SERVERS): `ok`, `down`,
-/// `banned` or `lagging`.
+/// How routing treats a node now, in a word (SHOW POOLS, SHOW SERVERS): `banned` (out of
+/// rotation for `ban_time`), `down` (the last check failed; the primary is never banned),
+/// `lagging`, or `ok`.
 pub fn status(node: &Node) -> &'static str {
     let v = node.view(Instant::now());
-    if node.state().down {
-        "down"
-    } else if v.banned {
+    if v.banned {
         "banned"
+    } else if node.state().down {
+        "down"
     } else if v.lagging {
         "lagging"
     } else {

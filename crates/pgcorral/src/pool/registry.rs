@@ -217,6 +217,9 @@ pub(crate) fn resolve(config: &Config, database: &str, user: &str) -> Result<Res
             settings.check_query = "SELECT 1".into();
         }
         settings.unavailable_wait = Duration::ZERO;
+        // A failed login is not replayed: the ban keeps the server out of rotation, and a
+        // server back up (ban lifted or expired) must be usable at once.
+        settings.login_retry = Duration::ZERO;
     }
     Ok(Resolved {
         targets,

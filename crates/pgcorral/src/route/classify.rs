@@ -1,7 +1,7 @@
 //! Decides with PostgreSQL's own parser whether SQL text may run on a replica.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 
 use parking_lot::Mutex;
 use pg_query::protobuf::{
@@ -224,9 +224,18 @@ impl Cache {
         }
     }
 
-    /// [`classify`], remembered.
-    pub fn classify(&self, sql: &str, writing_functions: &[String]) -> Class {
-        let key = self.hasher.hash_one((sql, writing_functions));
+    /// [`classify`], remembered by the text's skeleton (its constants left out, see
+    /// [`super::skeleton`]) and `functions_key`, a digest of `writing_functions`.
+    pub fn classify(&self, sql: &str, writing_functions: &[String], functions_key: u64) -> Class {
+        let mut h = self.hasher.build_hasher();
+        h.write_u64(functions_key);
+        if !super::skeleton::hash(sql, &mut h) {
+            h = self.hasher.build_hasher();
+            h.write_u64(functions_key);
+            h.write_u8(0xff);
+            h.write(sql.as_bytes());
+        }
+        let key = h.finish();
         if let Some(&class) = self.answers.lock().get(&key) {
             return class;
         }
@@ -364,10 +373,12 @@ mod tests {
     fn cache_answers_and_stays_bounded() {
         let cache = Cache::new(2);
         let wf = vec!["nextval".to_string()];
-        assert_eq!(cache.classify("SELECT 1", &wf), Class::Read);
-        assert_eq!(cache.classify("SELECT 1", &wf), Class::Read);
-        assert_eq!(cache.classify("SELECT nextval('s')", &wf), Class::Write);
-        assert_eq!(cache.classify("SELECT nextval('s')", &[]), Class::Read);
+        assert_eq!(cache.classify("SELECT 1", &wf, 1), Class::Read);
+        assert_eq!(cache.classify("SELECT 2", &wf, 1), Class::Read);
+        assert_eq!(cache.answers.lock().len(), 1, "constants share an entry");
+        assert_eq!(cache.classify("SELECT nextval('s')", &wf, 1), Class::Write);
+        assert_eq!(cache.classify("SELECT nextval('t')", &wf, 1), Class::Write);
+        assert_eq!(cache.classify("SELECT nextval('s')", &[], 2), Class::Read);
         assert!(cache.answers.lock().len() <= 2);
     }
 }

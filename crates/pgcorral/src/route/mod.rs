@@ -5,6 +5,7 @@
 
 pub mod classify;
 pub mod hint;
+mod skeleton;
 
 use bytes::{Buf, BytesMut};
 use pgwire::backend::TxStatus;
@@ -160,7 +161,7 @@ fn role_name(role: Option<RoleChoice>, settings: &RouteSettings) -> &'static str
 /// Classifies the statements of the client's first batch (up to its Sync, or its Query):
 /// a read only when every statement in it is one. Incomplete or unknown → a write.
 fn classify_batch(client: &ClientConn, cache: &classify::Cache, settings: &RouteSettings) -> Class {
-    let fns = &settings.writing_functions;
+    let (fns, key) = (&settings.writing_functions, settings.writing_key);
     let buf = &client.buf[..];
     let mut pos = 0;
     let mut class = Class::Read;
@@ -173,12 +174,14 @@ fn classify_batch(client: &ClientConn, cache: &classify::Cache, settings: &Route
         let body = &buf[pos + pgwire::header::HEADER_LEN..pos + h.total_len()];
         pos += h.total_len();
         let this = match h.tag {
-            b'Q' => query_text(body).map(|t| cache.classify(t, fns)),
+            b'Q' => query_text(body).map(|t| cache.classify(t, fns, key)),
             b'P' => {
                 seen_parse_unnamed |= body.first() == Some(&0);
-                parse_text(body).map(|t| cache.classify(t, fns))
+                parse_text(body).map(|t| cache.classify(t, fns, key))
             }
-            b'B' => bound_text(client, body, seen_parse_unnamed).map(|t| cache.classify(&t, fns)),
+            b'B' => {
+                bound_text(client, body, seen_parse_unnamed).map(|t| cache.classify(&t, fns, key))
+            }
             b'D' | b'E' | b'C' | b'H' => Some(Class::Read),
             b'S' => {
                 any = true;

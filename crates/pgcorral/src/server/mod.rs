@@ -39,6 +39,9 @@ pub struct LinkState {
     /// The client sent something that may have changed session state (see
     /// [`crate::session::scan`]): ask the server before the connection serves anyone else.
     pub dirty: bool,
+    /// One request batch at a time (databases with replicas): a client's next batch is not
+    /// sent before the last one is answered, as it may need another server.
+    pub one_batch: bool,
 }
 
 /// Extended-protocol clients send Sync (or Flush) right after Execute, before they know the
@@ -148,6 +151,7 @@ impl Default for LinkState {
             broken: false,
             copy: CopyTrack::default(),
             dirty: false,
+            one_batch: false,
         }
     }
 }
