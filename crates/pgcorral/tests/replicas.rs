@@ -309,8 +309,45 @@ async fn a_lagging_replica_leaves_rotation_until_it_catches_up() {
     );
 }
 
+/// What one writer of the promotion test saw: (when, the port that took the write) or an error.
+type Outcomes = Vec<(Instant, Result<u16, String>)>;
+
+/// Inserts in a loop until `stop`, reconnecting after an error, as an application would.
+async fn writer(port: u16, stop: Instant) -> Outcomes {
+    let insert = "INSERT INTO t (v) VALUES (1) RETURNING inet_server_port()";
+    let mut seen = Vec::new();
+    let mut c = None;
+    while Instant::now() < stop {
+        if c.is_none() {
+            match support::connect(port, "postgres", None, "app").await {
+                Ok(client) => c = Some(client),
+                Err(e) => {
+                    seen.push((Instant::now(), Err(format!("connect: {e:?}"))));
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            }
+        }
+        let client = c.as_ref().expect("connected");
+        match client.simple_query(insert).await {
+            Ok(msgs) => {
+                let port = msgs.iter().find_map(|m| match m {
+                    SimpleQueryMessage::Row(r) => r.get(0).map(|v| v.parse().unwrap()),
+                    _ => None,
+                });
+                seen.push((Instant::now(), Ok(port.expect("a row"))));
+            }
+            Err(e) => {
+                seen.push((Instant::now(), Err(format!("{e:?}"))));
+                c = None;
+            }
+        }
+    }
+    seen
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_follow_a_promoted_replica_with_role_auto() {
+async fn writes_follow_a_promoted_replica_with_role_auto_under_load() {
     let r = Replicated::start(1);
     setup_table(&r);
     let p = Pooler::start(&config(
@@ -320,53 +357,63 @@ async fn writes_follow_a_promoted_replica_with_role_auto() {
         "",
     ))
     .await;
-    let c = p.connect("postgres", None, "app").await;
-    let insert = "INSERT INTO t (v) VALUES (1) RETURNING inet_server_port()";
+    // The pools (and the checks of their servers) start with the first login.
+    let _first = p.connect("postgres", None, "app").await;
     eventually("roles detected", || async {
-        pools(&p).await.iter().all(|(_, role, _)| role != "unknown")
+        let rows = pools(&p).await;
+        rows.contains(&(r.primary.port, "primary".into(), "ok".into()))
+            && rows.contains(&(r.replicas[0].port, "replica".into(), "ok".into()))
     })
     .await;
-    assert_eq!(port(&c, insert).await, r.primary.port);
-    let roles = pools(&p).await;
-    assert!(
-        roles.contains(&(r.replicas[0].port, "replica".into(), "ok".into())),
-        "{roles:?}"
-    );
 
+    // 8 clients writing in a loop; the primary is killed at 1 s and the replica promoted
+    // 0.3 s later; the writers go on until 4 s.
+    let stop = Instant::now() + Duration::from_secs(4);
+    let writers: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(writer(p.port(), stop)))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
     kill(&r.primary);
-    // A write sent while there is no primary waits for one (server_unavailable_wait).
-    let writer = {
-        let c = support::connect(p.port(), "postgres", None, "app")
-            .await
-            .unwrap_or_else(|e| panic!("{e:?}"));
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let port = port(&c, insert).await;
-            (port, started.elapsed())
-        })
-    };
+    // Writes may complete while pg_ctl stops it; none once it has returned.
+    let killed_at = Instant::now();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let promoted_at = Instant::now();
     promote(&r.replicas[0]);
-    let (port_after, _) = writer.await.unwrap();
-    assert_eq!(
-        port_after, r.replicas[0].port,
-        "the waiting write reached the new primary"
-    );
-    let reached = promoted_at.elapsed();
+    let (old, new) = (r.primary.port, r.replicas[0].port);
+    let mut first_on_new: Option<Instant> = None;
+    for (i, w) in writers.into_iter().enumerate() {
+        let seen = w.await.unwrap();
+        let errors: Vec<_> = seen.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
+        assert!(
+            errors.len() <= 1,
+            "writer {i}: at most the write in flight when the primary died fails: {errors:?}"
+        );
+        assert!(
+            seen.iter().any(|(at, r)| *at < killed_at && r == &Ok(old)),
+            "writer {i} wrote to the old primary before it was killed"
+        );
+        let last = seen.iter().rev().find_map(|(_, r)| r.as_ref().ok());
+        assert_eq!(last, Some(&new), "writer {i} ends on the new primary");
+        assert!(
+            seen.iter().all(|(at, r)| *at < killed_at || r != &Ok(old)),
+            "writer {i}: no write reached the old primary after the kill"
+        );
+        if let Some(at) = seen.iter().find(|(_, r)| r == &Ok(new)).map(|(at, _)| *at) {
+            first_on_new = Some(first_on_new.map_or(at, |f: Instant| f.min(at)));
+        }
+    }
+    let reached = first_on_new.expect("writes reached the new primary") - promoted_at;
+    eprintln!("writes reached the new primary {reached:?} after pg_ctl promote returned");
+    // healthcheck_interval is 100 ms; generous for a loaded machine.
     assert!(
-        reached < Duration::from_secs(5),
+        reached < Duration::from_secs(3),
         "writes reached the new primary {reached:?} after the promotion"
     );
-    // The first client's server is gone; a new transaction gets the new primary.
-    let c2 = p.connect("postgres", None, "app").await;
-    assert_eq!(port(&c2, insert).await, r.replicas[0].port);
     let roles = pools(&p).await;
     assert!(
-        roles.contains(&(r.replicas[0].port, "primary".into(), "ok".into())),
+        roles.contains(&(new, "primary".into(), "ok".into())),
         "{roles:?}"
     );
-    drop(c);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
