@@ -200,7 +200,33 @@ async fn the_parser_sends_reads_to_replicas_and_the_rest_to_the_primary() {
         .unwrap_err();
     assert_eq!(bad.code().map(|c| c.code()), Some("22023"), "{bad}");
 
-    // The console shows each server's role.
+    // The console shows each server's role: per pool, and per server connection.
+    let admin = p.connect("postgres", None, "pgcorral").await;
+    let mut by_port = HashMap::new();
+    for m in admin.simple_query("SHOW SERVERS").await.unwrap() {
+        if let SimpleQueryMessage::Row(r) = m {
+            let port: u16 = r.get("port").unwrap().parse().unwrap();
+            by_port.insert(
+                port,
+                (
+                    r.get("role").unwrap().to_string(),
+                    r.get("health").unwrap().to_string(),
+                ),
+            );
+        }
+    }
+    assert_eq!(
+        by_port.get(&primary),
+        Some(&("primary".to_string(), "ok".to_string())),
+        "{by_port:?}"
+    );
+    for r in replicas {
+        assert_eq!(
+            by_port.get(&r),
+            Some(&("replica".to_string(), "ok".to_string())),
+            "{by_port:?}"
+        );
+    }
     let rows = pools(&p).await;
     assert_eq!(rows.len(), 3, "{rows:?}");
     for (port, role, status) in rows {
