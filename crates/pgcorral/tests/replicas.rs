@@ -484,3 +484,61 @@ async fn read_your_writes_never_reads_older_than_the_clients_own_write() {
     );
     resume_replay(&r.replicas[0]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_adds_replicas_and_changes_routing_live() {
+    let r = Replicated::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pgcorral.toml");
+    let single = format!(
+        "[general]\nlisten_port = 0\nauth_type = \"trust\"\nadmin_users = [\"postgres\"]\n\
+         healthcheck_interval = 100\n\n[databases.app]\ndbname = \"postgres\"\n\
+         host = \"127.0.0.1\"\nport = {}\n",
+        r.primary.port
+    );
+    std::fs::write(&path, &single).unwrap();
+    let p = Pooler::start(&single).await;
+    p.services.config_path.set(path.clone()).unwrap();
+    let c = p.connect("postgres", None, "app").await;
+    let seen = spread(&c, "SELECT inet_server_port()", 10).await;
+    assert_eq!(
+        seen.keys().copied().collect::<Vec<_>>(),
+        vec![r.primary.port]
+    );
+
+    // RELOAD with a replica added: new logins get the new pools and read from the replica.
+    let both = config(
+        &r,
+        &["primary", "replica"],
+        "",
+        "primary_reads_enabled = false",
+    );
+    std::fs::write(&path, &both).unwrap();
+    let admin = p.connect("postgres", None, "pgcorral").await;
+    admin.simple_query("RELOAD").await.unwrap();
+    let c2 = p.connect("postgres", None, "app").await;
+    let seen = spread(&c2, "SELECT inet_server_port()", 10).await;
+    assert_eq!(
+        seen.keys().copied().collect::<Vec<_>>(),
+        vec![r.replicas[0].port],
+        "after RELOAD, reads go to the new replica"
+    );
+
+    // A routing setting changes for connected clients at once.
+    std::fs::write(
+        &path,
+        both.replace(
+            "primary_reads_enabled = false",
+            "default_role = \"primary\"",
+        ),
+    )
+    .unwrap();
+    admin.simple_query("RELOAD").await.unwrap();
+    let seen = spread(&c2, "SELECT inet_server_port()", 10).await;
+    assert_eq!(
+        seen.keys().copied().collect::<Vec<_>>(),
+        vec![r.primary.port],
+        "default_role = primary applies to a connected client"
+    );
+    drop(c);
+}
