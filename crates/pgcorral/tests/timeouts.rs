@@ -448,10 +448,24 @@ async fn query_wait_timeout_when_the_pool_is_busy() {
     )
     .await;
 
-    // A login needs a server too (tokio-postgres sends settings to apply).
-    let (err, took) = failed_login(pooler.port(), "postgres", "postgres").await;
+    // A login with startup parameters not seen before needs a server to apply them.
+    let start = Instant::now();
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host("127.0.0.1")
+        .port(pooler.port())
+        .user("postgres")
+        .dbname("postgres")
+        .application_name("never seen");
+    let err = within(HANG, "login", cfg.connect(tokio_postgres::NoTls))
+        .await
+        .map(drop)
+        .expect_err("no server was free for the login");
+    let took = start.elapsed();
     assert_eq!(sqlstate(&err), "57014", "{err}");
     assert!(took >= Duration::from_millis(450), "{took:?}");
+    // One with the parameters an earlier login sent does not: their outcome is known.
+    let known = pooler.connect("postgres", None, "postgres").await;
+    drop(known);
 
     // The holder was never disturbed, and after it commits others get the server.
     let v = raw::one(&a, "SELECT 41 + 1").await.unwrap();

@@ -161,10 +161,19 @@ async fn login(
     let slot = Arc::new(CancelSlot::default());
     let session_mode = pool.settings().mode == PoolMode::Session;
     let mut settings = Settings::default();
-    let mut startup = Vec::new();
+    let mut startup = Settings::default();
     let mut server = None;
     let mut server_params = pool.params();
-    if session_mode || !startup_settings.is_empty() || server_params.is_none() {
+    // A login with parameters sent before reuses what they came to: no server needed.
+    let known = match (&server_params, session_mode || startup_settings.is_empty()) {
+        (Some(_), false) => pool.logins().get(&startup_settings),
+        _ => None,
+    };
+    if let Some(login) = known {
+        settings = login.settings;
+        startup = login.startup;
+        server_params = Some(login.params);
+    } else if session_mode || !startup_settings.is_empty() || server_params.is_none() {
         // A server applies the startup parameters, so the client is told the values as the
         // server canonicalises them (and the first login to a pool learns its parameters).
         if services.control.is_paused(database) {
@@ -182,15 +191,27 @@ async fn login(
             settings = apply::login(&mut s, &settings, &startup_settings, &login_user)
                 .await?
                 .settings;
-            startup = settings
-                .iter()
-                .filter(|(n, _)| {
-                    startup_settings
-                        .iter()
-                        .any(|(k, _)| k.eq_ignore_ascii_case(n))
-                })
-                .cloned()
-                .collect();
+            startup = Arc::new(
+                settings
+                    .iter()
+                    .filter(|(n, _)| {
+                        startup_settings
+                            .iter()
+                            .any(|(k, _)| k.eq_ignore_ascii_case(n))
+                    })
+                    .cloned()
+                    .collect(),
+            );
+            if !session_mode {
+                pool.logins().put(
+                    startup_settings,
+                    crate::pool::logins::Login {
+                        settings: settings.clone(),
+                        startup: startup.clone(),
+                        params: s.params.clone(),
+                    },
+                );
+            }
         }
         server_params = Some(s.params.clone());
         if session_mode {

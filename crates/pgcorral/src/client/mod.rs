@@ -192,8 +192,9 @@ struct Session {
     /// The client's session settings, applied to each server it gets (transaction and
     /// statement mode).
     settings: Settings,
-    /// Its startup parameters as the server canonicalised them: what RESET returns to.
-    startup: Vec<(String, String)>,
+    /// Its startup parameters as the server canonicalised them: what RESET returns to
+    /// (shared by clients that sent the same).
+    startup: crate::session::Settings,
     /// Why the client keeps its server between transactions; empty when it does not.
     pinned: Vec<String>,
 }

@@ -5,6 +5,7 @@
 mod checkout;
 mod inner;
 pub mod limits;
+pub mod logins;
 pub mod maintain;
 mod ops;
 pub mod registry;
@@ -119,6 +120,8 @@ pub(crate) struct Shared {
     listed_names: (Arc<str>, Arc<str>),
     /// The server it connects to, as routing knows it (set by its cluster).
     node: std::sync::OnceLock<Arc<crate::cluster::topology::Node>>,
+    /// Outcomes of logins with startup parameters, reused by later logins with the same.
+    logins: logins::Logins,
 }
 
 /// A pool's numbers at one moment (admin console).
@@ -163,11 +166,17 @@ impl Pool {
             generation: Default::default(),
             listed_names,
             node: Default::default(),
+            logins: Default::default(),
         }));
         if let Some(l) = &pool.0.limits {
             l.register(&pool);
         }
         pool
+    }
+
+    /// Logins with startup parameters seen before.
+    pub fn logins(&self) -> &logins::Logins {
+        &self.0.logins
     }
 
     /// Tells the pool which server of its database it serves (once, by its cluster).

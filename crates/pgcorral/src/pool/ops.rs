@@ -25,6 +25,7 @@ impl Pool {
     /// come back, idle ones at once.
     pub fn reconnect(&self) {
         self.0.generation.fetch_add(1, Relaxed);
+        self.0.logins.clear();
         self.close_idle();
     }
 
