@@ -760,40 +760,44 @@ async fn stopped_primary_fails_primary_requests_and_is_never_banned() {
     let status = assert_primary_not_banned(&p, "on_on", primary, row).await;
     println!("[{row}] primary status {status:?}");
 
-    let row = "read | primary | parser off | primary_reads off | down (primary stopped)";
-    let c = client_as(&p, "off_off", "primary").await;
-    let e = answered(&c, PORT_SQL)
-        .await
-        .map(|port| panic!("[{row}] read succeeded on {port}"))
-        .unwrap_err();
-    assert_unavailable(&e, row);
-    assert_primary_not_banned(&p, "off_off", primary, row).await;
-
-    let row = "write | unset | parser on | primary_reads off | down (primary stopped)";
-    let c = client(&p, "on_off").await;
-    let e = answered(&c, WRITE_SQL)
-        .await
-        .map(|port| panic!("[{row}] write succeeded on {port}"))
-        .unwrap_err();
-    assert_unavailable(&e, row);
-    assert_primary_not_banned(&p, "on_off", primary, row).await;
-
-    let row = "write | unset | parser on | primary_reads on | down (primary stopped)";
-    let c = client(&p, "on_on").await;
-    let e = answered(&c, WRITE_SQL)
-        .await
-        .map(|port| panic!("[{row}] write succeeded on {port}"))
-        .unwrap_err();
-    assert_unavailable(&e, row);
-    assert_primary_not_banned(&p, "on_on", primary, row).await;
-
-    let row = "write | primary | parser off | primary_reads off | down (primary stopped)";
-    let c = client_as(&p, "off_off", "primary").await;
-    let e = answered(&c, WRITE_SQL)
-        .await
-        .map(|port| panic!("[{row}] write succeeded on {port}"))
-        .unwrap_err();
-    assert_unavailable(&e, row);
+    for (row, db, role, sql) in [
+        (
+            "read | primary | parser off | primary_reads off | down (primary stopped)",
+            "off_off",
+            Some("primary"),
+            PORT_SQL,
+        ),
+        (
+            "write | unset | parser on | primary_reads off | down (primary stopped)",
+            "on_off",
+            None,
+            WRITE_SQL,
+        ),
+        (
+            "write | unset | parser on | primary_reads on | down (primary stopped)",
+            "on_on",
+            None,
+            WRITE_SQL,
+        ),
+        (
+            "write | primary | parser off | primary_reads off | down (primary stopped)",
+            "off_off",
+            Some("primary"),
+            WRITE_SQL,
+        ),
+    ] {
+        let c = match role {
+            Some(role) => client_as(&p, db, role).await,
+            None => client(&p, db).await,
+        };
+        let e = answered(&c, sql)
+            .await
+            .map(|port| panic!("[{row}] succeeded on {port}"))
+            .unwrap_err();
+        assert_unavailable(&e, row);
+        assert_primary_not_banned(&p, db, primary, row).await;
+    }
+    let row = "every request for the primary";
     for db in dbs {
         assert_primary_not_banned(&p, db, primary, row).await;
     }

@@ -109,12 +109,6 @@ pub fn embedded_default(env: impl Fn(&str) -> Option<String>) -> Result<Config, 
     let db = Database {
         host,
         port,
-        dbname: None,
-        pool_size: None,
-        min_pool_size: None,
-        reserve_pool_size: None,
-        max_db_connections: None,
-        pool_mode: None,
         user: server_user,
         password,
         ..Database::default()
@@ -182,16 +176,9 @@ pool_mode = "session"
             max_user_connections: None,
         };
         let bench = Database {
-            host: "127.0.0.1".into(),
-            port: 5432,
             dbname: Some("bench".into()),
             pool_size: Some(20),
-            min_pool_size: None,
-            reserve_pool_size: None,
-            max_db_connections: None,
             pool_mode: Some(PoolMode::Session),
-            user: None,
-            password: None,
             ..Database::default()
         };
         let expected = Config {
