@@ -120,10 +120,12 @@ fn databases(services: &Services, config: &Config) -> Table {
             .filter(|p| p.name().0 == name)
             .map(|p| p.snapshot().open)
             .sum();
+        // With several servers: the first listed (PgBouncer has one host per database).
+        let first = db.server_list().swap_remove(0);
         t.row(vec![
             name.as_str().into(),
-            db.host.as_str().into(),
-            db.port.into(),
+            first.host.into(),
+            first.port.into(),
             db.dbname.clone().unwrap_or_else(|| name.clone()).into(),
             db.user.clone().map_or(Cell::Null, Cell::from),
             db.pool_size.unwrap_or(g.default_pool_size).into(),
