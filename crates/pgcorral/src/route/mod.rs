@@ -58,8 +58,7 @@ pub async fn decide(
             .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
         return Ok(Decision::Answered);
     }
-    let first = first_text(client);
-    let hinted = first.as_deref().and_then(hint::comment_hint);
+    let hinted = first_text(client).and_then(hint::comment_hint);
     let choice = hinted.or(route.role).unwrap_or(RoleChoice::Default);
     let by_parser = |client: &ClientConn| match classify_batch(client, cache, &settings) {
         Class::Write => Decision::Route {
@@ -90,12 +89,12 @@ pub async fn decide(
 }
 
 /// The SQL of the first message, when it is a complete Query or Parse.
-fn first_text(client: &ClientConn) -> Option<String> {
+fn first_text(client: &ClientConn) -> Option<&str> {
     let h = Header::parse(&client.buf, client.max_len).ok()??;
     let body = client.buf.get(pgwire::header::HEADER_LEN..h.total_len())?;
     match h.tag {
-        b'Q' => query_text(body).map(str::to_string),
-        b'P' => parse_text(body).map(str::to_string),
+        b'Q' => query_text(body),
+        b'P' => parse_text(body),
         _ => None,
     }
 }
@@ -208,23 +207,19 @@ fn classify_batch(client: &ClientConn, cache: &classify::Cache, settings: &Route
 
 /// The text of the statement a Bind names: the client's named statement, or its unnamed one
 /// when no Parse of this batch replaced it (`None` when already classified in the batch).
-fn bound_text(client: &ClientConn, body: &[u8], parsed_unnamed: bool) -> Option<String> {
+fn bound_text<'a>(client: &'a ClientConn, body: &[u8], parsed_unnamed: bool) -> Option<&'a str> {
     let portal_end = body.iter().position(|&b| b == 0)?;
     let rest = &body[portal_end + 1..];
     let name_end = rest.iter().position(|&b| b == 0)?;
     let name = &rest[..name_end];
     if name.is_empty() {
         if parsed_unnamed {
-            return Some(String::new());
+            return Some("");
         }
-        return client
-            .statements
-            .unnamed()
-            .and_then(query_text)
-            .map(str::to_string);
+        return client.statements.unnamed().and_then(query_text);
     }
     match &client.statements.named(name)?.source {
-        crate::prepared::Source::Parse(b) => query_text(b).map(str::to_string),
+        crate::prepared::Source::Parse(b) => query_text(b),
         crate::prepared::Source::Sql(_) => None,
     }
 }
