@@ -225,10 +225,15 @@ mod tests {
         let b = Balance::new(1);
         b.register_thread(0);
         b.sample(Duration::from_millis(50));
-        let start = Instant::now();
+        // Busy until this thread has used 50 ms of CPU (however long that takes on a loaded
+        // machine), then sampled as if 50 ms had passed: the load is the CPU time measured.
+        let tid = b.loads[0].tid.load(Relaxed);
+        let start = thread_cpu_ns(tid).expect("schedstat");
         let mut x = 0u64;
-        while start.elapsed() < Duration::from_millis(50) {
-            x = std::hint::black_box(x.wrapping_add(1));
+        while thread_cpu_ns(tid).expect("schedstat") < start + 50_000_000 {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
         }
         b.sample(Duration::from_millis(50));
         assert!(b.load(0) >= 500, "busy loop load {}", b.load(0));
