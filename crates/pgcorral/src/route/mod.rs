@@ -179,7 +179,7 @@ fn classify_batch(client: &ClientConn, cache: &classify::Cache, settings: &Route
                 parse_text(body).map(|t| cache.classify(t, fns, key))
             }
             b'B' => {
-                bound_text(client, body, seen_parse_unnamed).map(|t| cache.classify(&t, fns, key))
+                bound_text(client, body, seen_parse_unnamed).map(|t| cache.classify(t, fns, key))
             }
             b'D' | b'E' | b'C' | b'H' => Some(Class::Read),
             b'S' => {
