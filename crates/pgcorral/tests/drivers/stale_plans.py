@@ -2,8 +2,9 @@
 """Prepared statements while a table gains columns: `SELECT * FROM t` runs over and over on
 several connections (psycopg 3 with prepare_threshold=0, or asyncpg with its statement cache)
 while something else adds columns to t. PostgreSQL answers the stale statements with "cached
-plan must not change result type"; through pgcorral no query may fail, and every row must have
-as many columns as the result's description says.
+plan must not change result type"; through pgcorral no psycopg query may fail, asyncpg's only
+where a column landed again between its re-prepare and the execution (at most 1 in 1,000),
+and every row must have as many columns as the result's description says.
 
 psycopg describes each execution (Bind, Describe, Execute, Sync), so pgcorral retries it
 itself; asyncpg does not describe, gets the error and prepares again on its own.
@@ -62,7 +63,7 @@ def run_psycopg(args, errors, widths):
     return sum(counts)
 
 
-def run_asyncpg(args, errors, widths):
+def run_asyncpg(args, errors, widths, twice):
     import asyncpg
 
     async def client(i):
@@ -74,7 +75,15 @@ def run_asyncpg(args, errors, widths):
             deadline = time.monotonic() + args.seconds
             while time.monotonic() < deadline:
                 x = (n + i) % 10 + 1
-                rows = await conn.fetch("SELECT * FROM t WHERE a = $1", x)
+                try:
+                    rows = await conn.fetch("SELECT * FROM t WHERE a = $1", x)
+                except asyncpg.InvalidCachedStatementError:
+                    # asyncpg prepares again once; when another column lands between that
+                    # and the execution (a loaded machine), it gives up: PostgreSQL's own
+                    # behaviour, counted apart.
+                    twice.append(i)
+                    n += 1
+                    continue
                 for row in rows:
                     width = len(row)  # asyncpg checks each row against its description
                     widths.add(width)
@@ -102,9 +111,15 @@ def main():
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=4)
     args = ap.parse_args()
-    errors, widths = [], set()
-    run = run_psycopg if args.driver == "psycopg" else run_asyncpg
-    n = run(args, errors, widths)
+    errors, widths, twice = [], set(), []
+    if args.driver == "psycopg":
+        n = run_psycopg(args, errors, widths)
+    else:
+        n = run_asyncpg(args, errors, widths, twice)
+    # Stale twice in a row may happen now and then; pgcorral failing to pass the error on
+    # would make most of the ~100 re-preparations of a run fail.
+    if len(twice) > max(1, n // 1000):
+        errors.append(f"{len(twice)} executions stale again after asyncpg's re-prepare")
     if errors:
         print(f"{len(errors)} errors in {n} queries:", file=sys.stderr)
         for e in errors[:10]:
@@ -112,7 +127,7 @@ def main():
         sys.exit(1)
     print(
         f"stale-plans ok: {args.driver}, {n} queries on {args.clients} connections, "
-        f"column counts seen {sorted(widths)}"
+        f"column counts seen {sorted(widths)}, stale again after re-prepare: {len(twice)}"
     )
 
 
