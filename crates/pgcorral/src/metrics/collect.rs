@@ -29,6 +29,8 @@ impl fmt::Debug for Pgcorral {
 struct PoolData {
     database: String,
     user: String,
+    /// `host:port`: a database with replicas has one pool per server.
+    server: String,
     mode: &'static str,
     size: usize,
     now: Snapshot,
@@ -39,13 +41,17 @@ struct PoolData {
 }
 
 impl PoolData {
-    fn labels(&self) -> [(&str, &str); 2] {
-        [("database", &self.database), ("user", &self.user)]
+    fn labels(&self) -> [(&str, &str); 3] {
+        [
+            ("database", &self.database),
+            ("user", &self.user),
+            ("server", &self.server),
+        ]
     }
 
-    fn with<'a>(&'a self, key: &'a str, value: &'a str) -> [(&'a str, &'a str); 3] {
-        let [d, u] = self.labels();
-        [d, u, (key, value)]
+    fn with<'a>(&'a self, key: &'a str, value: &'a str) -> [(&'a str, &'a str); 4] {
+        let [d, u, s] = self.labels();
+        [d, u, s, (key, value)]
     }
 }
 
@@ -60,6 +66,7 @@ fn read(services: &Services) -> Vec<PoolData> {
             PoolData {
                 database: database.to_string(),
                 user: user.to_string(),
+                server: p.node().map(|n| n.addr()).unwrap_or_default(),
                 mode: mode_name(p.settings().mode),
                 size: p.settings().size,
                 now: p.snapshot(),
@@ -74,7 +81,7 @@ fn read(services: &Services) -> Vec<PoolData> {
             }
         })
         .collect();
-    pools.sort_by(|a, b| (&a.database, &a.user).cmp(&(&b.database, &b.user)));
+    pools.sort_by(|a, b| (&a.database, &a.user, &a.server).cmp(&(&b.database, &b.user, &b.server)));
     pools
 }
 
@@ -102,7 +109,7 @@ fn histogram(m: &mut MetricEncoder, sum_us: u64, h: &Folded) -> fmt::Result {
     m.encode_histogram::<NoLabelSet>(secs(sum_us), h.count, &h.buckets, None)
 }
 
-/// One metric family with a sample per pool, labelled `database` and `user`.
+/// One metric family with a sample per pool, labelled `database`, `user` and `server`.
 fn per_pool(
     enc: &mut DescriptorEncoder,
     pools: &[PoolData],
