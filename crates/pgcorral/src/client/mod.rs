@@ -27,7 +27,7 @@ use crate::services::{ClientCount, Services};
 use crate::session::Settings;
 use admit::admit;
 use replies::{refuse_statement, refuse_transaction, timed_out};
-use request::next_request;
+use request::{next_request, IdleTimer};
 use state::{recapture, restore};
 
 /// The client's socket and what has been read from it but not yet forwarded.
@@ -275,6 +275,7 @@ async fn run(
     let mut config_gen = services.config_gen.load(Ordering::Relaxed);
     let mut relay_mode = relay_mode(services, &pool, mode, client.worker);
     let mut timeouts = relay_mode.timeouts;
+    let mut idle_timer = IdleTimer::default();
     loop {
         if server.is_none() {
             let gen = services.config_gen.load(Ordering::Relaxed);
@@ -286,7 +287,7 @@ async fn run(
             if let Some(target) = services.balance.move_target(client.worker) {
                 return Ok(Exit::Move(target));
             }
-            match next_request(client, services, timeouts.client_idle).await? {
+            match next_request(client, services, timeouts.client_idle, &mut idle_timer).await? {
                 Some(()) => {}
                 None => return Ok(Exit::Left("client closed the connection")),
             }

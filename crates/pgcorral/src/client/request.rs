@@ -1,13 +1,14 @@
 //! Waiting for a client's next request while it holds no server: no buffer kept while idle,
 //! one read per readiness, client_idle_timeout, and stray COPY data dropped.
 
-use std::future::poll_fn;
-use std::pin::Pin;
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
 use std::task::Poll;
 
 use bytes::{Buf, BytesMut};
 use pgwire::frontend::{self, Kind as FeKind};
 use pgwire::Header;
+use tokio::time::Sleep;
 use tokio_util::io::poll_read_buf;
 
 use super::replies::client_idle_error;
@@ -24,8 +25,9 @@ pub(super) async fn next_request(
     client: &mut ClientConn,
     services: &Services,
     idle_timeout: Option<std::time::Duration>,
+    idle_timer: &mut IdleTimer,
 ) -> Result<Option<()>> {
-    let deadline = idle_timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut timer = idle_timeout.map(|t| idle_timer.arm(tokio::time::Instant::now() + t));
     loop {
         if client.pass > 0 {
             // Discarding the rest of a stray COPY message.
@@ -59,16 +61,26 @@ pub(super) async fn next_request(
             // only its task and socket.
             client.buf = BytesMut::new();
         }
-        tokio::select! {
-            biased;
-            r = client.stream.readable() => r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e))?,
-            _ = services.shutdown.cancelled() => {
-                return Err(Error::new(Kind::Shutdown, "pgcorral is shutting down"));
+        // Readable, else shutdown, else the idle timeout, in that order. The socket's readiness
+        // is polled in place: no future is kept for it while the client is idle.
+        let shutdown = services.shutdown.cancelled();
+        let mut shutdown = pin!(shutdown);
+        poll_fn(|cx| {
+            if let Poll::Ready(r) = client.stream.poll_read_ready(cx) {
+                return Poll::Ready(r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e)));
             }
-            _ = sleep_until(deadline) => {
-                return Err(client_idle_error(idle_timeout.unwrap_or_default().as_millis()));
+            if shutdown.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(Error::new(Kind::Shutdown, "pgcorral is shutting down")));
             }
-        }
+            if let Some(t) = &mut timer {
+                if t.as_mut().poll(cx).is_ready() {
+                    let ms = idle_timeout.unwrap_or_default().as_millis();
+                    return Poll::Ready(Err(client_idle_error(ms)));
+                }
+            }
+            Poll::Pending
+        })
+        .await?;
         if client.buf.capacity() - client.buf.len() < 1024 {
             client.buf.reserve(IDLE_READ);
         }
@@ -92,10 +104,19 @@ pub(super) async fn next_request(
     }
 }
 
-/// Sleeps until `deadline`, or forever without one.
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
+/// client_idle_timeout's timer, kept for the client's life on its worker: allocated at the first
+/// wait with a timeout and reset for each later one, so a client without the timeout carries no
+/// timer, and one with it allocates once rather than per request.
+#[derive(Default)]
+pub(super) struct IdleTimer(Option<Pin<Box<Sleep>>>);
+
+impl IdleTimer {
+    /// The timer, set to fire at `deadline`.
+    fn arm(&mut self, deadline: tokio::time::Instant) -> Pin<&mut Sleep> {
+        match &mut self.0 {
+            Some(s) => s.as_mut().reset(deadline),
+            None => self.0 = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        }
+        self.0.as_mut().expect("set above").as_mut()
     }
 }
