@@ -9,6 +9,7 @@ mod request;
 pub mod startup;
 mod state;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -47,46 +48,124 @@ pub struct ClientConn {
     pub statements: crate::prepared::ClientStatements,
 }
 
-/// Serves one accepted connection to its end; errors are reported to the client and logged.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services, worker: usize) {
-    let count = services.admit_client();
-    let mut client = ClientConn {
-        stream,
-        buf: BytesMut::new(),
-        pass: 0,
-        max_len: services.config.load().general.max_packet_size,
-        worker,
-        custom: Vec::new(),
-        statements: Default::default(),
-    };
-    // Startup and login are boxed: their state is large and short-lived, and must not size the
-    // future that lives as long as the client (idle clients should cost little memory).
-    let admitted = Box::pin(admit(&mut client, &peer, &services, count.over_limit)).await;
-    match admitted {
-        Some(admit::Admitted::Pool(session)) => live(client, session, peer, services, count).await,
-        Some(admit::Admitted::Console(role)) => {
-            // Boxed: the console's state must not size every client's future.
-            Box::pin(crate::admin::serve(&mut client, &services, role)).await;
-            drop(count);
+/// The task of one accepted connection, to its end: registers the socket with the reactor of
+/// the worker that polls it, admits the client and serves it. Errors are reported to the
+/// client and logged.
+pub fn serve(
+    socket: std::net::TcpStream,
+    peer: SocketAddr,
+    services: Services,
+    worker: usize,
+) -> impl Future<Output = ()> + Send + 'static {
+    task(socket, peer, services, worker, None)
+}
+
+/// A logged-in client on its way to another worker (see [`migrate`]): all of it but its socket.
+struct Moved {
+    buf: BytesMut,
+    pass: usize,
+    max_len: u32,
+    custom: Vec<String>,
+    statements: crate::prepared::ClientStatements,
+    session: Session,
+    count: ClientCount,
+}
+
+/// A client's task on `worker`: a new connection (`moved` is `None`), or a logged-in client
+/// moved from another worker. Idle clients cost this future, so it keeps the client's state
+/// in one place: not an `async fn` (whose arguments are kept twice, as passed and as
+/// locals), the connection and session are its locals, and what it awaits borrows them.
+#[allow(clippy::manual_async_fn)]
+fn task(
+    socket: std::net::TcpStream,
+    peer: SocketAddr,
+    services: Services,
+    worker: usize,
+    moved: Option<Box<Moved>>,
+) -> impl Future<Output = ()> + Send + 'static {
+    async move {
+        let stream = match TcpStream::from_std(socket) {
+            Ok(s) => s,
+            Err(e) => {
+                match moved {
+                    None => tracing::warn!(error = %e, "could not register a client socket"),
+                    Some(m) => {
+                        tracing::warn!(%peer, error = %e, "could not move a client between workers");
+                        services.cancel.unregister(m.session.pid, m.session.secret);
+                    }
+                }
+                return;
+            }
+        };
+        let mut client = ClientConn {
+            stream,
+            buf: BytesMut::new(),
+            pass: 0,
+            max_len: 0,
+            worker,
+            custom: Vec::new(),
+            statements: Default::default(),
+        };
+        let count;
+        let mut admitted;
+        match moved {
+            None => {
+                count = services.admit_client();
+                client.max_len = services.config.load().general.max_packet_size;
+                // Startup and login are boxed: their state is large and short-lived, and must
+                // not size the future that lives as long as the client (idle clients should
+                // cost little memory).
+                admitted = Box::pin(admit(&mut client, &peer, &services, count.over_limit)).await;
+            }
+            Some(m) => {
+                let Moved {
+                    buf,
+                    pass,
+                    max_len,
+                    custom,
+                    statements,
+                    session,
+                    count: c,
+                } = *m;
+                (client.buf, client.pass, client.max_len) = (buf, pass, max_len);
+                (client.custom, client.statements) = (custom, statements);
+                count = c;
+                admitted = Some(admit::Admitted::Pool(session));
+            }
         }
-        None => {}
+        match &mut admitted {
+            Some(admit::Admitted::Pool(session)) => {
+                if let Some(target) = live(&mut client, session, &peer, &services).await {
+                    let Some(admit::Admitted::Pool(session)) = admitted else {
+                        unreachable!("a pool client")
+                    };
+                    return migrate(client, session, peer, services, count, target);
+                }
+                drop(count);
+            }
+            Some(admit::Admitted::Console(role)) => {
+                // Boxed: the console's state must not size every client's future.
+                Box::pin(crate::admin::serve(&mut client, &services, *role)).await;
+                drop(count);
+            }
+            None => {}
+        }
     }
 }
 
-/// Runs a logged-in client until it leaves, or hands it to a less busy worker.
+/// Runs a logged-in client until it leaves (`None`), or until it is idle on a busy worker:
+/// `Some(N)`, to go on on worker N.
 async fn live(
-    mut client: ClientConn,
-    mut session: Session,
-    peer: SocketAddr,
-    services: Services,
-    count: ClientCount,
-) {
-    let server = session.server.take();
+    client: &mut ClientConn,
+    session: &mut Session,
+    peer: &SocketAddr,
+    services: &Services,
+) -> Option<usize> {
     let entry = session.listed.entry.clone();
     // KILL and KILL_CLIENT end the client wherever it is; its server goes back through the
     // checkout guard (closed if it was mid-request).
     let result = entry
-        .killable(run(&mut client, &services, &mut session, server))
+        .killable(run(client, services, session))
         .await
         .unwrap_or_else(|| {
             Err(Error::new(
@@ -94,10 +173,10 @@ async fn live(
                 "terminating connection due to administrator command (KILL)",
             ))
         });
-    let Session { pid, secret, .. } = &session;
+    drop(session.server.take());
     let (database, user) = session.pool.name();
     match result {
-        Ok(Exit::Move(target)) => return migrate(client, session, peer, services, count, target),
+        Ok(Exit::Move(target)) => return Some(target),
         Ok(Exit::Left(reason)) => {
             tracing::info!(%peer, %user, %database, reason, "client disconnected")
         }
@@ -108,8 +187,8 @@ async fn live(
             let _ = client.stream.write_all(&out).await;
         }
     }
-    services.cancel.unregister(*pid, *secret);
-    drop(count);
+    services.cancel.unregister(session.pid, session.secret);
+    None
 }
 
 /// Moves an idle client (no server held) to worker `target`: its socket is re-registered with
@@ -131,33 +210,23 @@ fn migrate(
         statements,
         ..
     } = client;
-    let (Some(handle), Ok(std)) = (services.balance.handle(target).cloned(), stream.into_std())
+    let (Some(handle), Ok(socket)) = (services.balance.handle(target).cloned(), stream.into_std())
     else {
         tracing::warn!(%peer, "could not move a client between workers; closing it");
         services.cancel.unregister(session.pid, session.secret);
         return;
     };
+    let moved = Box::new(Moved {
+        buf,
+        pass,
+        max_len,
+        custom,
+        statements,
+        session,
+        count,
+    });
     let tasks = services.tasks.clone();
-    handle.spawn(tasks.track_future(async move {
-        match TcpStream::from_std(std) {
-            Ok(stream) => {
-                let client = ClientConn {
-                    stream,
-                    buf,
-                    pass,
-                    max_len,
-                    worker: target,
-                    custom,
-                    statements,
-                };
-                Box::pin(live(client, session, peer, services, count)).await
-            }
-            Err(e) => {
-                tracing::warn!(%peer, error = %e, "could not move a client between workers");
-                services.cancel.unregister(session.pid, session.secret);
-            }
-        }
-    }));
+    handle.spawn(tasks.track_future(task(socket, peer, services, target, Some(moved))));
 }
 
 impl Drop for Session {
@@ -229,7 +298,6 @@ fn relay_mode<'a>(
     }
 }
 
-/// The request loop. Returns why the client left normally.
 /// A server of the client's cluster for the request in its buffer, chosen by the router; `None`
 /// when pgcorral answered the request itself (SET/SHOW SERVER ROLE). Notes in `session.route` whether it may write.
 async fn routed_checkout(
@@ -262,32 +330,27 @@ async fn routed_checkout(
         .map(Some)
 }
 
-async fn run(
-    client: &mut ClientConn,
-    services: &Services,
-    session: &mut Session,
-    mut server: Option<Checkout>,
-) -> Result<Exit> {
+/// The request loop, with the server the client holds in `session.server` (kept there between
+/// transactions in session mode, or while pinned). Returns why the client left normally.
+async fn run(client: &mut ClientConn, services: &Services, session: &mut Session) -> Result<Exit> {
     let pool = session.pool.clone();
-    let slot = session.slot.clone();
     // The pool mode is the client's for its whole connection; the rest follows reloads.
     let mode = pool.settings().mode;
     let mut config_gen = services.config_gen.load(Ordering::Relaxed);
     let mut relay_mode = relay_mode(services, &pool, mode, client.worker);
-    let mut timeouts = relay_mode.timeouts;
     let mut idle_timer = IdleTimer::default();
     loop {
-        if server.is_none() {
+        if session.server.is_none() {
             let gen = services.config_gen.load(Ordering::Relaxed);
             if gen != config_gen {
                 config_gen = gen;
                 relay_mode = self::relay_mode(services, &pool, mode, client.worker);
-                timeouts = relay_mode.timeouts;
             }
             if let Some(target) = services.balance.move_target(client.worker) {
                 return Ok(Exit::Move(target));
             }
-            match next_request(client, services, timeouts.client_idle, &mut idle_timer).await? {
+            let idle_timeout = relay_mode.timeouts.client_idle;
+            match next_request(client, services, idle_timeout, &mut idle_timer).await? {
                 Some(()) => {}
                 None => return Ok(Exit::Left("client closed the connection")),
             }
@@ -313,12 +376,14 @@ async fn run(
                 session.listed.set_link(l.id);
             }
             if !crate::session::matches(&s.applied, &session.settings) {
-                restore(&mut s, &session.settings).await?;
+                // Boxed: a round trip to the server, which allocates its query anyway; its
+                // state must not size every client's future.
+                Box::pin(restore(&mut s, &session.settings)).await?;
             }
-            slot.set(Some(s.key));
-            server = Some(s);
+            session.slot.set(Some(s.key));
+            session.server = Some(s);
         }
-        let s = server.as_mut().expect("attached");
+        let s = session.server.as_mut().expect("attached");
         let mut m = relay_mode;
         m.stop_when_idle |= services.shutdown.is_cancelled();
         // With several servers, the statistics are those of the server's own pool.
@@ -337,49 +402,49 @@ async fn run(
                     session.route.min_lsn = session.route.min_lsn.max(at);
                 }
                 if s.state.dirty {
-                    Box::pin(recapture(session, s, &mut client.custom)).await?;
+                    // Taken out of the session while it is recaptured (on error, it is dropped
+                    // as the request loop ends).
+                    let mut s = session.server.take().expect("attached");
+                    Box::pin(recapture(session, &mut s, &mut client.custom)).await?;
+                    session.server = Some(s);
                 }
                 if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
                     continue;
                 }
-                slot.set(None);
-                server = None;
+                session.slot.set(None);
+                session.server = None;
                 session.listed.set_link(0);
                 if mode == PoolMode::Session {
                     return Ok(Exit::Left("shutdown"));
                 }
             }
             Outcome::TimedOut(phase) => {
-                slot.set(None);
-                return Err(timed_out(phase, &timeouts));
+                session.slot.set(None);
+                return Err(timed_out(phase, &relay_mode.timeouts));
             }
             Outcome::Refused(why) => {
                 refuse_statement(client, s.state.tx, why).await?;
                 if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
-                    slot.set(None);
-                    server = None;
+                    session.slot.set(None);
+                    session.server = None;
                 }
             }
             Outcome::TransactionRefused => {
-                Box::pin(refuse_transaction(
-                    client,
-                    server.as_mut().expect("attached"),
-                ))
-                .await?;
-                slot.set(None);
-                server = None;
+                Box::pin(refuse_transaction(client, s)).await?;
+                session.slot.set(None);
+                session.server = None;
             }
             Outcome::ClientGone => {
-                slot.set(None);
+                session.slot.set(None);
                 return Ok(Exit::Left("client closed the connection"));
             }
             Outcome::ClientProtocol(msg) => {
-                slot.set(None);
+                session.slot.set(None);
                 return Err(Error::new(Kind::ClientProtocol, msg));
             }
             Outcome::ServerGone { notified } => {
-                slot.set(None);
-                drop(server.take());
+                session.slot.set(None);
+                drop(session.server.take());
                 if notified {
                     return Ok(Exit::Left("server closed the connection after an error"));
                 }
