@@ -135,12 +135,29 @@ fn task(
         }
         match &mut admitted {
             Some(admit::Admitted::Pool(session)) => {
-                if let Some(target) = live(&mut client, session, &peer, &services).await {
+                // KILL and KILL_CLIENT end the client wherever it is; its server goes back
+                // through the checkout guard (closed if it was mid-request).
+                let entry = session.listed.entry.clone();
+                let exit = entry
+                    .killable(run(&mut client, &services, session))
+                    .await
+                    .unwrap_or_else(|| {
+                        Err(Error::new(
+                            Kind::Shutdown,
+                            "terminating connection due to administrator command (KILL)",
+                        ))
+                    });
+                drop(session.server.take());
+                if let Ok(Exit::Move(target)) = exit {
                     let Some(admit::Admitted::Pool(session)) = admitted else {
                         unreachable!("a pool client")
                     };
                     return migrate(client, session, peer, services, count, target);
                 }
+                if let Some(fatal) = left(exit, session, &peer) {
+                    let _ = client.stream.write_all(&fatal).await;
+                }
+                services.cancel.unregister(session.pid, session.secret);
                 drop(count);
             }
             Some(admit::Admitted::Console(role)) => {
@@ -153,42 +170,23 @@ fn task(
     }
 }
 
-/// Runs a logged-in client until it leaves (`None`), or until it is idle on a busy worker:
-/// `Some(N)`, to go on on worker N.
-async fn live(
-    client: &mut ClientConn,
-    session: &mut Session,
-    peer: &SocketAddr,
-    services: &Services,
-) -> Option<usize> {
-    let entry = session.listed.entry.clone();
-    // KILL and KILL_CLIENT end the client wherever it is; its server goes back through the
-    // checkout guard (closed if it was mid-request).
-    let result = entry
-        .killable(run(client, services, session))
-        .await
-        .unwrap_or_else(|| {
-            Err(Error::new(
-                Kind::Shutdown,
-                "terminating connection due to administrator command (KILL)",
-            ))
-        });
-    drop(session.server.take());
+/// Logs why a logged-in client left; for an error, returns the FATAL message to send it.
+fn left(exit: Result<Exit>, session: &Session, peer: &SocketAddr) -> Option<BytesMut> {
     let (database, user) = session.pool.name();
-    match result {
-        Ok(Exit::Move(target)) => return Some(target),
+    match exit {
         Ok(Exit::Left(reason)) => {
-            tracing::info!(%peer, %user, %database, reason, "client disconnected")
+            tracing::info!(%peer, %user, %database, reason, "client disconnected");
+            None
         }
+        // Not a departure: the caller moves the client.
+        Ok(Exit::Move(_)) => None,
         Err(e) => {
             tracing::info!(%peer, %user, %database, error = %e, "client disconnected");
             let mut out = BytesMut::new();
             e.write_response(&mut out, "FATAL");
-            let _ = client.stream.write_all(&out).await;
+            Some(out)
         }
     }
-    services.cancel.unregister(session.pid, session.secret);
-    None
 }
 
 /// Moves an idle client (no server held) to worker `target`: its socket is re-registered with
@@ -332,126 +330,136 @@ async fn routed_checkout(
 
 /// The request loop, with the server the client holds in `session.server` (kept there between
 /// transactions in session mode, or while pinned). Returns why the client left normally.
-async fn run(client: &mut ClientConn, services: &Services, session: &mut Session) -> Result<Exit> {
-    let pool = session.pool.clone();
-    // The pool mode is the client's for its whole connection; the rest follows reloads.
-    let mode = pool.settings().mode;
-    let mut config_gen = services.config_gen.load(Ordering::Relaxed);
-    let mut relay_mode = relay_mode(services, &pool, mode, client.worker);
-    let mut idle_timer = IdleTimer::default();
-    loop {
-        if session.server.is_none() {
-            let gen = services.config_gen.load(Ordering::Relaxed);
-            if gen != config_gen {
-                config_gen = gen;
-                relay_mode = self::relay_mode(services, &pool, mode, client.worker);
-            }
-            if let Some(target) = services.balance.move_target(client.worker) {
-                return Ok(Exit::Move(target));
-            }
-            let idle_timeout = relay_mode.timeouts.client_idle;
-            match next_request(client, services, idle_timeout, &mut idle_timer).await? {
-                Some(()) => {}
-                None => return Ok(Exit::Left("client closed the connection")),
-            }
-            let asked = std::time::Instant::now();
-            session.listed.requested();
-            session.listed.set_state(ListState::Waiting);
-            if services.control.is_paused(pool.name().0) {
-                // PAUSE: the transaction waits for RESUME before it gets a server.
-                services.control.wait_resumed(pool.name().0).await;
-            }
-            let mut s = if session.cluster.routed() {
-                match Box::pin(routed_checkout(client, services, session)).await? {
-                    Some(s) => s,
-                    None => continue,
+/// Not an `async fn`, whose arguments would be kept twice in every client's future.
+#[allow(clippy::manual_async_fn)]
+fn run<'a>(
+    client: &'a mut ClientConn,
+    services: &'a Services,
+    session: &'a mut Session,
+) -> impl Future<Output = Result<Exit>> + 'a {
+    async move {
+        let pool = session.pool.clone();
+        // The pool mode is the client's for its whole connection; the rest follows reloads.
+        let mode = pool.settings().mode;
+        let mut config_gen = services.config_gen.load(Ordering::Relaxed);
+        let mut relay_mode = relay_mode(services, &pool, mode, client.worker);
+        let mut idle_timer = IdleTimer::default();
+        loop {
+            if session.server.is_none() {
+                let gen = services.config_gen.load(Ordering::Relaxed);
+                if gen != config_gen {
+                    config_gen = gen;
+                    relay_mode = self::relay_mode(services, &pool, mode, client.worker);
                 }
-            } else {
-                pool.checkout(client.worker).await?
-            };
-            s.pool().stats().waited(client.worker, asked.elapsed());
-            session.listed.set_state(ListState::Active);
-            if let Some(l) = &s.listed {
-                l.set_link(session.listed.id);
-                session.listed.set_link(l.id);
-            }
-            if !crate::session::matches(&s.applied, &session.settings) {
-                // Boxed: a round trip to the server, which allocates its query anyway; its
-                // state must not size every client's future.
-                Box::pin(restore(&mut s, &session.settings)).await?;
-            }
-            session.slot.set(Some(s.key));
-            session.server = Some(s);
-        }
-        let s = session.server.as_mut().expect("attached");
-        let mut m = relay_mode;
-        m.stop_when_idle |= services.shutdown.is_cancelled();
-        // With several servers, the statistics are those of the server's own pool.
-        let used = session.cluster.routed().then(|| s.pool().clone());
-        if let Some(p) = &used {
-            m.stats = Some((p.stats(), client.worker));
-            // Each transaction is routed on its own: a pipelined next one must wait.
-            m.one_batch = true;
-        }
-        let outcome = relay::run(client, s, &m).await;
-        relay::record_rest(&m, s);
-        match outcome {
-            Outcome::Idle => {
-                if session.route.writes && session.cluster.topology().settings().read_your_writes {
-                    let at = Box::pin(crate::cluster::wal_position(s)).await;
-                    session.route.min_lsn = session.route.min_lsn.max(at);
+                if let Some(target) = services.balance.move_target(client.worker) {
+                    return Ok(Exit::Move(target));
                 }
-                if s.state.dirty {
-                    // Taken out of the session while it is recaptured (on error, it is dropped
-                    // as the request loop ends).
-                    let mut s = session.server.take().expect("attached");
-                    Box::pin(recapture(session, &mut s, &mut client.custom)).await?;
-                    session.server = Some(s);
+                let idle_timeout = relay_mode.timeouts.client_idle;
+                match next_request(client, services, idle_timeout, &mut idle_timer).await? {
+                    Some(()) => {}
+                    None => return Ok(Exit::Left("client closed the connection")),
                 }
-                if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
-                    continue;
+                let asked = std::time::Instant::now();
+                session.listed.requested();
+                session.listed.set_state(ListState::Waiting);
+                if services.control.is_paused(pool.name().0) {
+                    // PAUSE: the transaction waits for RESUME before it gets a server.
+                    services.control.wait_resumed(pool.name().0).await;
                 }
-                session.slot.set(None);
-                session.server = None;
-                session.listed.set_link(0);
-                if mode == PoolMode::Session {
-                    return Ok(Exit::Left("shutdown"));
+                let mut s = if session.cluster.routed() {
+                    match Box::pin(routed_checkout(client, services, session)).await? {
+                        Some(s) => s,
+                        None => continue,
+                    }
+                } else {
+                    pool.checkout(client.worker).await?
+                };
+                s.pool().stats().waited(client.worker, asked.elapsed());
+                session.listed.set_state(ListState::Active);
+                if let Some(l) = &s.listed {
+                    l.set_link(session.listed.id);
+                    session.listed.set_link(l.id);
                 }
+                if !crate::session::matches(&s.applied, &session.settings) {
+                    // Boxed: a round trip to the server, which allocates its query anyway; its
+                    // state must not size every client's future.
+                    Box::pin(restore(&mut s, &session.settings)).await?;
+                }
+                session.slot.set(Some(s.key));
+                session.server = Some(s);
             }
-            Outcome::TimedOut(phase) => {
-                session.slot.set(None);
-                return Err(timed_out(phase, &relay_mode.timeouts));
+            let s = session.server.as_mut().expect("attached");
+            let mut m = relay_mode;
+            m.stop_when_idle |= services.shutdown.is_cancelled();
+            // With several servers, the statistics are those of the server's own pool.
+            let used = session.cluster.routed().then(|| s.pool().clone());
+            if let Some(p) = &used {
+                m.stats = Some((p.stats(), client.worker));
+                // Each transaction is routed on its own: a pipelined next one must wait.
+                m.one_batch = true;
             }
-            Outcome::Refused(why) => {
-                refuse_statement(client, s.state.tx, why).await?;
-                if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
+            let outcome = relay::run(client, s, &m).await;
+            relay::record_rest(&m, s);
+            match outcome {
+                Outcome::Idle => {
+                    if session.route.writes
+                        && session.cluster.topology().settings().read_your_writes
+                    {
+                        let at = Box::pin(crate::cluster::wal_position(s)).await;
+                        session.route.min_lsn = session.route.min_lsn.max(at);
+                    }
+                    if s.state.dirty {
+                        // Taken out of the session while it is recaptured (on error, it is dropped
+                        // as the request loop ends).
+                        let mut s = session.server.take().expect("attached");
+                        Box::pin(recapture(session, &mut s, &mut client.custom)).await?;
+                        session.server = Some(s);
+                    }
+                    if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
+                        continue;
+                    }
+                    session.slot.set(None);
+                    session.server = None;
+                    session.listed.set_link(0);
+                    if mode == PoolMode::Session {
+                        return Ok(Exit::Left("shutdown"));
+                    }
+                }
+                Outcome::TimedOut(phase) => {
+                    session.slot.set(None);
+                    return Err(timed_out(phase, &relay_mode.timeouts));
+                }
+                Outcome::Refused(why) => {
+                    refuse_statement(client, s.state.tx, why).await?;
+                    if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
+                        session.slot.set(None);
+                        session.server = None;
+                    }
+                }
+                Outcome::TransactionRefused => {
+                    Box::pin(refuse_transaction(client, s)).await?;
                     session.slot.set(None);
                     session.server = None;
                 }
-            }
-            Outcome::TransactionRefused => {
-                Box::pin(refuse_transaction(client, s)).await?;
-                session.slot.set(None);
-                session.server = None;
-            }
-            Outcome::ClientGone => {
-                session.slot.set(None);
-                return Ok(Exit::Left("client closed the connection"));
-            }
-            Outcome::ClientProtocol(msg) => {
-                session.slot.set(None);
-                return Err(Error::new(Kind::ClientProtocol, msg));
-            }
-            Outcome::ServerGone { notified } => {
-                session.slot.set(None);
-                drop(session.server.take());
-                if notified {
-                    return Ok(Exit::Left("server closed the connection after an error"));
+                Outcome::ClientGone => {
+                    session.slot.set(None);
+                    return Ok(Exit::Left("client closed the connection"));
                 }
-                return Err(Error::new(
-                    Kind::ServerIo,
-                    "server closed the connection unexpectedly",
-                ));
+                Outcome::ClientProtocol(msg) => {
+                    session.slot.set(None);
+                    return Err(Error::new(Kind::ClientProtocol, msg));
+                }
+                Outcome::ServerGone { notified } => {
+                    session.slot.set(None);
+                    drop(session.server.take());
+                    if notified {
+                        return Ok(Exit::Left("server closed the connection after an error"));
+                    }
+                    return Err(Error::new(
+                        Kind::ServerIo,
+                        "server closed the connection unexpectedly",
+                    ));
+                }
             }
         }
     }
