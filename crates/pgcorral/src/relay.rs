@@ -594,7 +594,6 @@ fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState) {
 /// a timeout expires; counts what passed in `mode.stats` (the caller records the rest with
 /// [`record_rest`]: no wrapper future, so that every client's future stays small).
 pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'_>) -> Outcome {
-    let timeouts = mode.timeouts;
     if server.state.pending == 0 && !server.state.unsynced {
         // Nothing outstanding: nothing is owed either.
         server.expect.clear();
@@ -603,7 +602,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     let mut unnamed_here = false;
     // The timer exists only when some timeout is configured; it is re-armed when the phase
     // changes.
-    let timed = timeouts.any();
+    let timed = mode.timeouts.any();
     let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut phase: Option<Phase> = None;
     let mut armed = false;
@@ -725,7 +724,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
             if phase != Some(p) {
                 phase = Some(p);
                 armed = false;
-                if let Some(d) = timeouts.of(p) {
+                if let Some(d) = mode.timeouts.of(p) {
                     let at = tokio::time::Instant::now() + d;
                     match &mut timer {
                         Some(t) => t.as_mut().reset(at),
@@ -735,53 +734,62 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 }
             }
         }
-        let ev = poll_fn(|cx| {
-            if !server.wout.is_empty() {
-                if let Poll::Ready(r) = Pin::new(&mut server.stream).poll_write(cx, &server.wout) {
-                    return Poll::Ready(Event::ToServerOwn(r));
-                }
-            } else if c_ready > 0 {
-                if let Poll::Ready(r) =
-                    Pin::new(&mut server.stream).poll_write(cx, &client.buf[..c_ready])
-                {
-                    return Poll::Ready(Event::ToServer(r));
-                }
-            }
-            if !server.fout.is_empty() {
-                if let Poll::Ready(r) = Pin::new(&mut client.stream).poll_write(cx, &server.fout) {
-                    return Poll::Ready(Event::ToClientOwn(r));
-                }
-            } else if s_ready > 0 {
-                if let Poll::Ready(r) =
-                    Pin::new(&mut client.stream).poll_write(cx, &server.rbuf[..s_ready])
-                {
-                    return Poll::Ready(Event::ToClient(r));
-                }
-            }
-            if read_server {
-                if let Poll::Ready(r) =
-                    poll_read_buf(Pin::new(&mut server.stream), cx, &mut server.rbuf)
-                {
-                    return Poll::Ready(Event::FromServer(r));
-                }
-            }
-            if read_client {
-                if let Poll::Ready(r) =
-                    poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.buf)
-                {
-                    return Poll::Ready(Event::FromClient(r));
-                }
-            }
-            if armed {
-                if let Some(t) = timer.as_mut() {
-                    if t.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Event::Timeout);
+        // A `move` closure holds the two connections and the timer whole, and copies of the
+        // counts: one pointer per field it reads would make every client's future bigger.
+        let ev = {
+            let (client, server, timer) = (&mut *client, &mut *server, &mut timer);
+            poll_fn(move |cx| {
+                if !server.wout.is_empty() {
+                    if let Poll::Ready(r) =
+                        Pin::new(&mut server.stream).poll_write(cx, &server.wout)
+                    {
+                        return Poll::Ready(Event::ToServerOwn(r));
+                    }
+                } else if c_ready > 0 {
+                    if let Poll::Ready(r) =
+                        Pin::new(&mut server.stream).poll_write(cx, &client.buf[..c_ready])
+                    {
+                        return Poll::Ready(Event::ToServer(r));
                     }
                 }
-            }
-            Poll::Pending
-        })
-        .await;
+                if !server.fout.is_empty() {
+                    if let Poll::Ready(r) =
+                        Pin::new(&mut client.stream).poll_write(cx, &server.fout)
+                    {
+                        return Poll::Ready(Event::ToClientOwn(r));
+                    }
+                } else if s_ready > 0 {
+                    if let Poll::Ready(r) =
+                        Pin::new(&mut client.stream).poll_write(cx, &server.rbuf[..s_ready])
+                    {
+                        return Poll::Ready(Event::ToClient(r));
+                    }
+                }
+                if read_server {
+                    if let Poll::Ready(r) =
+                        poll_read_buf(Pin::new(&mut server.stream), cx, &mut server.rbuf)
+                    {
+                        return Poll::Ready(Event::FromServer(r));
+                    }
+                }
+                if read_client {
+                    if let Poll::Ready(r) =
+                        poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.buf)
+                    {
+                        return Poll::Ready(Event::FromClient(r));
+                    }
+                }
+                if armed {
+                    if let Some(t) = timer.as_mut() {
+                        if t.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(Event::Timeout);
+                        }
+                    }
+                }
+                Poll::Pending
+            })
+            .await
+        };
 
         match ev {
             Event::ToServer(Ok(n)) if n > 0 => {
