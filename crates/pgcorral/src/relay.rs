@@ -17,6 +17,7 @@ use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
 use crate::pool::stats::{Meter, Stats, Totals};
+use crate::pool::Pool;
 use crate::prepared::expect::{stale_plan, Answers};
 use crate::prepared::replay::AtReady;
 use crate::prepared::rewrite::{Link, Plan};
@@ -108,7 +109,7 @@ pub enum Track {
 }
 
 /// How a relay behaves.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 pub struct Mode<'a> {
     /// Stop when the server is idle (false in session mode).
     pub stop_when_idle: bool,
@@ -119,10 +120,20 @@ pub struct Mode<'a> {
     /// Prepared statements are the client's own, moved between servers (transaction and
     /// statement mode): the registry that shares them, and max_prepared_statements.
     pub prepared: Option<(&'a Registry, usize)>,
-    /// Where queries, transactions and bytes are counted, and the worker's shard.
-    pub stats: Option<(&'a Stats, usize)>,
+    /// The pool whose statistics count queries, transactions and bytes, and the worker's
+    /// shard. A pool rather than its statistics, so that a request loop keeps one `Mode` and
+    /// points it at each server's pool (several servers).
+    pub stats: Option<(Pool, usize)>,
     /// One request batch in flight at a time (see [`LinkState::one_batch`]).
     pub one_batch: bool,
+}
+
+impl Mode<'_> {
+    /// Where queries, transactions and bytes are counted, and the worker's shard.
+    #[inline]
+    fn stats(&self) -> Option<(&Stats, usize)> {
+        self.stats.as_ref().map(|(p, w)| (p.stats(), *w))
+    }
 }
 
 /// Makes room for a read, growing the buffer only when little space is left.
@@ -573,7 +584,7 @@ fn scan_s(
 /// Records what the meter holds still (bytes of a transaction not finished), once a relay
 /// ended.
 pub fn record_rest(mode: &Mode, server: &mut ServerConn) {
-    if let Some((stats, w)) = mode.stats {
+    if let Some((stats, w)) = mode.stats() {
         stats.record(w, &std::mem::take(&mut server.meter.delta));
     }
 }
@@ -581,7 +592,7 @@ pub fn record_rest(mode: &Mode, server: &mut ServerConn) {
 /// Records what the meter saw once the server is idle again.
 #[inline]
 fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState) {
-    if let Some((stats, w)) = mode.stats {
+    if let Some((stats, w)) = mode.stats() {
         if meter.observe(st) {
             stats.record(w, &meter.delta);
             stats.query_hist.record(w, meter.last_query);
@@ -650,7 +661,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     s_again = s.again;
                     replay_due |= s.replay;
                     metered(mode, &mut server.meter, &server.state);
-                    if let Some((stats, _)) = mode.stats {
+                    if let Some((stats, _)) = mode.stats() {
                         for class in &s.errors[..s.n_errors] {
                             stats.error(*class);
                         }

@@ -269,7 +269,7 @@ struct Session {
 /// How the relay runs for a client of `pool` in `mode` on `worker`, under the configuration now.
 fn relay_mode<'a>(
     services: &'a Services,
-    pool: &'a Pool,
+    pool: &Pool,
     mode: PoolMode,
     worker: usize,
 ) -> relay::Mode<'a> {
@@ -291,7 +291,7 @@ fn relay_mode<'a>(
             client_idle: millis_opt(g.client_idle_timeout),
         },
         prepared: pooled.then_some((&services.statements, g.max_prepared_statements)),
-        stats: Some((pool.stats(), worker)),
+        stats: Some((pool.clone(), worker)),
         one_batch: false,
     }
 }
@@ -389,17 +389,18 @@ fn run<'a>(
                 session.server = Some(s);
             }
             let s = session.server.as_mut().expect("attached");
-            let mut m = relay_mode;
-            m.stop_when_idle |= services.shutdown.is_cancelled();
-            // With several servers, the statistics are those of the server's own pool.
-            let used = session.cluster.routed().then(|| s.pool().clone());
-            if let Some(p) = &used {
-                m.stats = Some((p.stats(), client.worker));
-                // Each transaction is routed on its own: a pipelined next one must wait.
-                m.one_batch = true;
+            // Set for this relay in place (no second Mode kept in every client's future).
+            relay_mode.stop_when_idle |= services.shutdown.is_cancelled();
+            // With several servers, the statistics are those of the server's own pool, and
+            // each transaction is routed on its own: a pipelined next one must wait.
+            let routed = session.cluster.routed();
+            relay_mode.one_batch = routed;
+            let home = routed.then(|| relay_mode.stats.replace((s.pool().clone(), client.worker)));
+            let outcome = relay::run(client, s, &relay_mode).await;
+            relay::record_rest(&relay_mode, s);
+            if let Some(home) = home {
+                relay_mode.stats = home;
             }
-            let outcome = relay::run(client, s, &m).await;
-            relay::record_rest(&m, s);
             match outcome {
                 Outcome::Idle => {
                     if session.route.writes
