@@ -111,8 +111,9 @@ impl Entry {
 
     /// Runs `fut` until it completes or the connection is killed (`None`). Costs a waker
     /// registration per poll and one pointer in the future, rather than a second future to
-    /// select on (every idle client holds this).
-    pub fn killable<F: Future>(&self, fut: F) -> Killable<'_, F> {
+    /// select on (every idle client holds this). Holds the entry itself, so `fut` may borrow
+    /// what lists it mutably.
+    pub fn killable<F: Future>(self: Arc<Self>, fut: F) -> Killable<F> {
         Killable { entry: self, fut }
     }
 
@@ -135,14 +136,14 @@ impl Entry {
 
 pin_project_lite::pin_project! {
     /// See [`Entry::killable`].
-    pub struct Killable<'a, F> {
-        entry: &'a Entry,
+    pub struct Killable<F> {
+        entry: Arc<Entry>,
         #[pin]
         fut: F,
     }
 }
 
-impl<F: Future> Future for Killable<'_, F> {
+impl<F: Future> Future for Killable<F> {
     type Output = Option<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

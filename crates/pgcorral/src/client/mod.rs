@@ -110,12 +110,13 @@ fn task(
         let mut admitted;
         match moved {
             None => {
-                count = services.admit_client();
+                let over_limit;
+                (count, over_limit) = services.admit_client();
                 client.max_len = services.config.load().general.max_packet_size;
                 // Startup and login are boxed: their state is large and short-lived, and must
                 // not size the future that lives as long as the client (idle clients should
                 // cost little memory).
-                admitted = Box::pin(admit(&mut client, &peer, &services, count.over_limit)).await;
+                admitted = Box::pin(admit(&mut client, &peer, &services, over_limit)).await;
             }
             Some(m) => {
                 let Moved {
@@ -137,8 +138,10 @@ fn task(
             Some(admit::Admitted::Pool(session)) => {
                 // KILL and KILL_CLIENT end the client wherever it is; its server goes back
                 // through the checkout guard (closed if it was mid-request).
-                let entry = session.listed.entry.clone();
-                let exit = entry
+                let exit = session
+                    .listed
+                    .entry
+                    .clone()
                     .killable(run(&mut client, &services, session))
                     .await
                     .unwrap_or_else(|| {
