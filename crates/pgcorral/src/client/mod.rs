@@ -341,18 +341,17 @@ fn run<'a>(
     session: &'a mut Session,
 ) -> impl Future<Output = Result<Exit>> + 'a {
     async move {
-        let pool = session.pool.clone();
         // The pool mode is the client's for its whole connection; the rest follows reloads.
-        let mode = pool.settings().mode;
+        let mode = session.pool.settings().mode;
         let mut config_gen = services.config_gen.load(Ordering::Relaxed);
-        let mut relay_mode = relay_mode(services, &pool, mode, client.worker);
+        let mut relay_mode = relay_mode(services, &session.pool, mode, client.worker);
         let mut idle_timer = IdleTimer::default();
         loop {
             if session.server.is_none() {
                 let gen = services.config_gen.load(Ordering::Relaxed);
                 if gen != config_gen {
                     config_gen = gen;
-                    relay_mode = self::relay_mode(services, &pool, mode, client.worker);
+                    relay_mode = self::relay_mode(services, &session.pool, mode, client.worker);
                 }
                 if let Some(target) = services.balance.move_target(client.worker) {
                     return Ok(Exit::Move(target));
@@ -365,9 +364,9 @@ fn run<'a>(
                 let asked = std::time::Instant::now();
                 session.listed.requested();
                 session.listed.set_state(ListState::Waiting);
-                if services.control.is_paused(pool.name().0) {
+                if services.control.is_paused(session.pool.name().0) {
                     // PAUSE: the transaction waits for RESUME before it gets a server.
-                    services.control.wait_resumed(pool.name().0).await;
+                    services.control.wait_resumed(session.pool.name().0).await;
                 }
                 let mut s = if session.cluster.routed() {
                     match Box::pin(routed_checkout(client, services, session)).await? {
@@ -375,7 +374,7 @@ fn run<'a>(
                         None => continue,
                     }
                 } else {
-                    pool.checkout(client.worker).await?
+                    session.pool.checkout(client.worker).await?
                 };
                 s.pool().stats().waited(client.worker, asked.elapsed());
                 session.listed.set_state(ListState::Active);
@@ -398,10 +397,13 @@ fn run<'a>(
             // each transaction is routed on its own: a pipelined next one must wait.
             let routed = session.cluster.routed();
             relay_mode.one_batch = routed;
-            let home = routed.then(|| relay_mode.stats.replace((s.pool().clone(), client.worker)));
+            let mut home = None;
+            if routed {
+                home = relay_mode.stats.replace((s.pool().clone(), client.worker));
+            }
             let outcome = relay::run(client, s, &relay_mode).await;
             relay::record_rest(&relay_mode, s);
-            if let Some(home) = home {
+            if routed {
                 relay_mode.stats = home;
             }
             match outcome {

@@ -21,85 +21,93 @@ const IDLE_READ: usize = 4096;
 
 /// Waits for the first message of the next request while no server is attached. Returns
 /// `None` when the client is gone; stray COPY messages (after a failed COPY) are dropped.
-pub(super) async fn next_request(
-    client: &mut ClientConn,
-    services: &Services,
+/// Not an `async fn`, whose arguments would be kept twice in every client's future.
+#[allow(clippy::manual_async_fn)]
+pub(super) fn next_request<'a>(
+    client: &'a mut ClientConn,
+    services: &'a Services,
     idle_timeout: Option<std::time::Duration>,
-    idle_timer: &mut IdleTimer,
-) -> Result<Option<()>> {
-    let mut timer = idle_timeout.map(|t| idle_timer.arm(tokio::time::Instant::now() + t));
-    loop {
-        if client.pass > 0 {
-            // Discarding the rest of a stray COPY message.
-            let n = client.pass.min(client.buf.len());
-            client.buf.advance(n);
-            client.pass -= n;
-        }
-        if client.pass == 0 {
-            match Header::parse(&client.buf, client.max_len) {
-                Err(e) => return Err(Error::new(Kind::ClientProtocol, e.to_string())),
-                Ok(Some(h)) => match frontend::kind(h.tag) {
-                    FeKind::Terminate => return Ok(None),
-                    FeKind::Copy => {
-                        client.buf.advance(pgwire::header::HEADER_LEN);
-                        client.pass = h.body_len();
-                        continue;
-                    }
-                    FeKind::Unknown => {
-                        return Err(Error::new(
-                            Kind::ClientProtocol,
-                            format!("invalid frontend message type {}", h.tag as char),
-                        ))
-                    }
-                    _ => return Ok(Some(())),
-                },
-                Ok(None) => {}
+    idle_timer: &'a mut IdleTimer,
+) -> impl Future<Output = Result<Option<()>>> + 'a {
+    async move {
+        let mut timer = idle_timeout.map(|t| idle_timer.arm(tokio::time::Instant::now() + t));
+        loop {
+            if client.pass > 0 {
+                // Discarding the rest of a stray COPY message.
+                let n = client.pass.min(client.buf.len());
+                client.buf.advance(n);
+                client.pass -= n;
             }
-        }
-        if client.buf.is_empty() {
-            // Idle between requests: hold no buffer while waiting, so an idle client costs
-            // only its task and socket.
-            client.buf = BytesMut::new();
-        }
-        // Readable, else shutdown, else the idle timeout, in that order. The socket's readiness
-        // is polled in place: no future is kept for it while the client is idle.
-        let shutdown = services.shutdown.cancelled();
-        let mut shutdown = pin!(shutdown);
-        poll_fn(|cx| {
-            if let Poll::Ready(r) = client.stream.poll_read_ready(cx) {
-                return Poll::Ready(r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e)));
-            }
-            if shutdown.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Err(Error::new(Kind::Shutdown, "pgcorral is shutting down")));
-            }
-            if let Some(t) = &mut timer {
-                if t.as_mut().poll(cx).is_ready() {
-                    let ms = idle_timeout.unwrap_or_default().as_millis();
-                    return Poll::Ready(Err(client_idle_error(ms)));
+            if client.pass == 0 {
+                match Header::parse(&client.buf, client.max_len) {
+                    Err(e) => return Err(Error::new(Kind::ClientProtocol, e.to_string())),
+                    Ok(Some(h)) => match frontend::kind(h.tag) {
+                        FeKind::Terminate => return Ok(None),
+                        FeKind::Copy => {
+                            client.buf.advance(pgwire::header::HEADER_LEN);
+                            client.pass = h.body_len();
+                            continue;
+                        }
+                        FeKind::Unknown => {
+                            return Err(Error::new(
+                                Kind::ClientProtocol,
+                                format!("invalid frontend message type {}", h.tag as char),
+                            ))
+                        }
+                        _ => return Ok(Some(())),
+                    },
+                    Ok(None) => {}
                 }
             }
-            Poll::Pending
-        })
-        .await?;
-        if client.buf.capacity() - client.buf.len() < 1024 {
-            client.buf.reserve(IDLE_READ);
-        }
-        // One read attempt. Readiness can be stale (left set by an exact-length read), so
-        // Pending just means: wait again, and the empty buffer is dropped meanwhile. A short
-        // read clears readiness, so the relay's next read costs no wasted system call.
-        let read =
-            poll_fn(
-                |cx| match poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.buf) {
+            if client.buf.is_empty() {
+                // Idle between requests: hold no buffer while waiting, so an idle client costs
+                // only its task and socket.
+                client.buf = BytesMut::new();
+            }
+            // Readable, else shutdown, else the idle timeout, in that order. The socket's readiness
+            // is polled in place: no future is kept for it while the client is idle.
+            let shutdown = services.shutdown.cancelled();
+            let mut shutdown = pin!(shutdown);
+            poll_fn(|cx| {
+                if let Poll::Ready(r) = client.stream.poll_read_ready(cx) {
+                    return Poll::Ready(
+                        r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e)),
+                    );
+                }
+                if shutdown.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(Error::new(
+                        Kind::Shutdown,
+                        "pgcorral is shutting down",
+                    )));
+                }
+                if let Some(t) = &mut timer {
+                    if t.as_mut().poll(cx).is_ready() {
+                        let ms = idle_timeout.unwrap_or_default().as_millis();
+                        return Poll::Ready(Err(client_idle_error(ms)));
+                    }
+                }
+                Poll::Pending
+            })
+            .await?;
+            if client.buf.capacity() - client.buf.len() < 1024 {
+                client.buf.reserve(IDLE_READ);
+            }
+            // One read attempt. Readiness can be stale (left set by an exact-length read), so
+            // Pending just means: wait again, and the empty buffer is dropped meanwhile. A short
+            // read clears readiness, so the relay's next read costs no wasted system call.
+            let read = poll_fn(|cx| {
+                match poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.buf) {
                     Poll::Pending => Poll::Ready(None),
                     Poll::Ready(r) => Poll::Ready(Some(r)),
-                },
-            )
+                }
+            })
             .await;
-        match read {
-            None => {}
-            Some(Ok(0)) => return Ok(None),
-            Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(Error::with_source(Kind::ClientIo, "read", e)),
+            match read {
+                None => {}
+                Some(Ok(0)) => return Ok(None),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(Error::with_source(Kind::ClientIo, "read", e)),
+            }
         }
     }
 }
