@@ -60,7 +60,8 @@ pub struct Entry {
     /// The other end: the client's address, or the server's.
     pub addr: SocketAddr,
     pub local: SocketAddr,
-    pub connect_time: SystemTime,
+    /// Microseconds since the epoch of the connection (see [`Entry::connect_time`]).
+    connect_time: u64,
     pub application_name: String,
     state: AtomicU8,
     /// Microseconds since the epoch of the last request (clients) or checkout (servers).
@@ -76,7 +77,7 @@ pub struct Entry {
     /// The client task to wake when it is killed (see [`Killable`]).
     waker: atomic_waker::AtomicWaker,
     /// Why a client keeps its server between transactions (empty when it does not).
-    pinned: Mutex<String>,
+    pinned: Mutex<Box<str>>,
 }
 
 fn now_us() -> u64 {
@@ -111,17 +112,22 @@ impl Entry {
 
     /// Runs `fut` until it completes or the connection is killed (`None`). Costs a waker
     /// registration per poll and one pointer in the future, rather than a second future to
-    /// select on (every idle client holds this).
-    pub fn killable<F: Future>(&self, fut: F) -> Killable<'_, F> {
+    /// select on (every idle client holds this). Holds the entry itself, so `fut` may borrow
+    /// what lists it mutably.
+    pub fn killable<F: Future>(self: Arc<Self>, fut: F) -> Killable<F> {
         Killable { entry: self, fut }
     }
 
+    pub fn connect_time(&self) -> SystemTime {
+        UNIX_EPOCH + std::time::Duration::from_micros(self.connect_time)
+    }
+
     pub fn pinned(&self) -> String {
-        self.pinned.lock().clone()
+        self.pinned.lock().to_string()
     }
 
     pub fn set_pinned(&self, why: String) {
-        *self.pinned.lock() = why;
+        *self.pinned.lock() = why.into_boxed_str();
     }
 
     pub fn link(&self) -> u64 {
@@ -135,14 +141,14 @@ impl Entry {
 
 pin_project_lite::pin_project! {
     /// See [`Entry::killable`].
-    pub struct Killable<'a, F> {
-        entry: &'a Entry,
+    pub struct Killable<F> {
+        entry: Arc<Entry>,
         #[pin]
         fut: F,
     }
 }
 
-impl<F: Future> Future for Killable<'_, F> {
+impl<F: Future> Future for Killable<F> {
     type Output = Option<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -223,7 +229,7 @@ impl Lists {
             database: n.database,
             addr: n.addr,
             local: n.local,
-            connect_time: UNIX_EPOCH + std::time::Duration::from_micros(now),
+            connect_time: now,
             application_name: n.application_name,
             state: AtomicU8::new(n.state as u8),
             request_time: AtomicU64::new(now),
@@ -232,7 +238,7 @@ impl Lists {
             generation: n.generation,
             killed: Default::default(),
             waker: Default::default(),
-            pinned: Mutex::new(String::new()),
+            pinned: Mutex::default(),
         });
         self.list(kind).lock().insert(id, entry.clone());
         Listed {

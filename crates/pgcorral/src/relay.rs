@@ -17,6 +17,7 @@ use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
 use crate::pool::stats::{Meter, Stats, Totals};
+use crate::pool::Pool;
 use crate::prepared::expect::{stale_plan, Answers};
 use crate::prepared::replay::AtReady;
 use crate::prepared::rewrite::{Link, Plan};
@@ -108,7 +109,7 @@ pub enum Track {
 }
 
 /// How a relay behaves.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 pub struct Mode<'a> {
     /// Stop when the server is idle (false in session mode).
     pub stop_when_idle: bool,
@@ -119,10 +120,20 @@ pub struct Mode<'a> {
     /// Prepared statements are the client's own, moved between servers (transaction and
     /// statement mode): the registry that shares them, and max_prepared_statements.
     pub prepared: Option<(&'a Registry, usize)>,
-    /// Where queries, transactions and bytes are counted, and the worker's shard.
-    pub stats: Option<(&'a Stats, usize)>,
+    /// The pool whose statistics count queries, transactions and bytes, and the worker's
+    /// shard. A pool rather than its statistics, so that a request loop keeps one `Mode` and
+    /// points it at each server's pool (several servers).
+    pub stats: Option<(Pool, usize)>,
     /// One request batch in flight at a time (see [`LinkState::one_batch`]).
     pub one_batch: bool,
+}
+
+impl Mode<'_> {
+    /// Where queries, transactions and bytes are counted, and the worker's shard.
+    #[inline]
+    fn stats(&self) -> Option<(&Stats, usize)> {
+        self.stats.as_ref().map(|(p, w)| (p.stats(), *w))
+    }
 }
 
 /// Makes room for a read, growing the buffer only when little space is left.
@@ -573,7 +584,7 @@ fn scan_s(
 /// Records what the meter holds still (bytes of a transaction not finished), once a relay
 /// ended.
 pub fn record_rest(mode: &Mode, server: &mut ServerConn) {
-    if let Some((stats, w)) = mode.stats {
+    if let Some((stats, w)) = mode.stats() {
         stats.record(w, &std::mem::take(&mut server.meter.delta));
     }
 }
@@ -581,7 +592,7 @@ pub fn record_rest(mode: &Mode, server: &mut ServerConn) {
 /// Records what the meter saw once the server is idle again.
 #[inline]
 fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState) {
-    if let Some((stats, w)) = mode.stats {
+    if let Some((stats, w)) = mode.stats() {
         if meter.observe(st) {
             stats.record(w, &meter.delta);
             stats.query_hist.record(w, meter.last_query);
@@ -594,7 +605,6 @@ fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState) {
 /// a timeout expires; counts what passed in `mode.stats` (the caller records the rest with
 /// [`record_rest`]: no wrapper future, so that every client's future stays small).
 pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'_>) -> Outcome {
-    let timeouts = mode.timeouts;
     if server.state.pending == 0 && !server.state.unsynced {
         // Nothing outstanding: nothing is owed either.
         server.expect.clear();
@@ -603,7 +613,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     let mut unnamed_here = false;
     // The timer exists only when some timeout is configured; it is re-armed when the phase
     // changes.
-    let timed = timeouts.any();
+    let timed = mode.timeouts.any();
     let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut phase: Option<Phase> = None;
     let mut armed = false;
@@ -651,7 +661,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     s_again = s.again;
                     replay_due |= s.replay;
                     metered(mode, &mut server.meter, &server.state);
-                    if let Some((stats, _)) = mode.stats {
+                    if let Some((stats, _)) = mode.stats() {
                         for class in &s.errors[..s.n_errors] {
                             stats.error(*class);
                         }
@@ -725,7 +735,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
             if phase != Some(p) {
                 phase = Some(p);
                 armed = false;
-                if let Some(d) = timeouts.of(p) {
+                if let Some(d) = mode.timeouts.of(p) {
                     let at = tokio::time::Instant::now() + d;
                     match &mut timer {
                         Some(t) => t.as_mut().reset(at),
@@ -735,53 +745,62 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 }
             }
         }
-        let ev = poll_fn(|cx| {
-            if !server.wout.is_empty() {
-                if let Poll::Ready(r) = Pin::new(&mut server.stream).poll_write(cx, &server.wout) {
-                    return Poll::Ready(Event::ToServerOwn(r));
-                }
-            } else if c_ready > 0 {
-                if let Poll::Ready(r) =
-                    Pin::new(&mut server.stream).poll_write(cx, &client.buf[..c_ready])
-                {
-                    return Poll::Ready(Event::ToServer(r));
-                }
-            }
-            if !server.fout.is_empty() {
-                if let Poll::Ready(r) = Pin::new(&mut client.stream).poll_write(cx, &server.fout) {
-                    return Poll::Ready(Event::ToClientOwn(r));
-                }
-            } else if s_ready > 0 {
-                if let Poll::Ready(r) =
-                    Pin::new(&mut client.stream).poll_write(cx, &server.rbuf[..s_ready])
-                {
-                    return Poll::Ready(Event::ToClient(r));
-                }
-            }
-            if read_server {
-                if let Poll::Ready(r) =
-                    poll_read_buf(Pin::new(&mut server.stream), cx, &mut server.rbuf)
-                {
-                    return Poll::Ready(Event::FromServer(r));
-                }
-            }
-            if read_client {
-                if let Poll::Ready(r) =
-                    poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.buf)
-                {
-                    return Poll::Ready(Event::FromClient(r));
-                }
-            }
-            if armed {
-                if let Some(t) = timer.as_mut() {
-                    if t.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(Event::Timeout);
+        // A `move` closure holds the two connections and the timer whole, and copies of the
+        // counts: one pointer per field it reads would make every client's future bigger.
+        let ev = {
+            let (client, server, timer) = (&mut *client, &mut *server, &mut timer);
+            poll_fn(move |cx| {
+                if !server.wout.is_empty() {
+                    if let Poll::Ready(r) =
+                        Pin::new(&mut server.stream).poll_write(cx, &server.wout)
+                    {
+                        return Poll::Ready(Event::ToServerOwn(r));
+                    }
+                } else if c_ready > 0 {
+                    if let Poll::Ready(r) =
+                        Pin::new(&mut server.stream).poll_write(cx, &client.buf[..c_ready])
+                    {
+                        return Poll::Ready(Event::ToServer(r));
                     }
                 }
-            }
-            Poll::Pending
-        })
-        .await;
+                if !server.fout.is_empty() {
+                    if let Poll::Ready(r) =
+                        Pin::new(&mut client.stream).poll_write(cx, &server.fout)
+                    {
+                        return Poll::Ready(Event::ToClientOwn(r));
+                    }
+                } else if s_ready > 0 {
+                    if let Poll::Ready(r) =
+                        Pin::new(&mut client.stream).poll_write(cx, &server.rbuf[..s_ready])
+                    {
+                        return Poll::Ready(Event::ToClient(r));
+                    }
+                }
+                if read_server {
+                    if let Poll::Ready(r) =
+                        poll_read_buf(Pin::new(&mut server.stream), cx, &mut server.rbuf)
+                    {
+                        return Poll::Ready(Event::FromServer(r));
+                    }
+                }
+                if read_client {
+                    if let Poll::Ready(r) =
+                        poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.buf)
+                    {
+                        return Poll::Ready(Event::FromClient(r));
+                    }
+                }
+                if armed {
+                    if let Some(t) = timer.as_mut() {
+                        if t.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(Event::Timeout);
+                        }
+                    }
+                }
+                Poll::Pending
+            })
+            .await
+        };
 
         match ev {
             Event::ToServer(Ok(n)) if n > 0 => {

@@ -71,21 +71,23 @@ impl Services {
         }))
     }
 
-    /// Counts a new client; the guard uncounts it. `None` when max_client_conn is reached.
-    pub fn admit_client(&self) -> ClientCount {
+    /// Counts a new client; the guard uncounts it. Also returns whether the client is over
+    /// max_client_conn.
+    pub fn admit_client(&self) -> (ClientCount, bool) {
         let max = self.config.load().general.max_client_conn;
         let n = self.clients.fetch_add(1, Ordering::AcqRel) + 1;
-        ClientCount {
-            services: self.clone(),
-            over_limit: n > max,
-        }
+        (
+            ClientCount {
+                services: self.clone(),
+            },
+            n > max,
+        )
     }
 }
 
-/// One counted client; uncounted on drop.
+/// One counted client; uncounted on drop. A pointer: every client's task holds one.
 pub struct ClientCount {
     services: Services,
-    pub over_limit: bool,
 }
 
 impl Drop for ClientCount {

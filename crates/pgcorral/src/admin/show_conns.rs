@@ -55,7 +55,7 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
             e.addr.port().into(),
             e.local.ip().to_string().into(),
             e.local.port().into(),
-            timestamp(e.connect_time).into(),
+            timestamp(e.connect_time()).into(),
             timestamp(e.request_time()).into(),
             waited.as_secs().into(),
             waited.subsec_micros().into(),

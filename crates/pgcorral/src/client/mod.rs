@@ -9,6 +9,7 @@ mod request;
 pub mod startup;
 mod state;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use crate::services::{ClientCount, Services};
 use crate::session::Settings;
 use admit::admit;
 use replies::{refuse_statement, refuse_transaction, timed_out};
-use request::next_request;
+use request::{next_request, IdleTimer};
 use state::{recapture, restore};
 
 /// The client's socket and what has been read from it but not yet forwarded.
@@ -47,69 +48,148 @@ pub struct ClientConn {
     pub statements: crate::prepared::ClientStatements,
 }
 
-/// Serves one accepted connection to its end; errors are reported to the client and logged.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, services: Services, worker: usize) {
-    let count = services.admit_client();
-    let mut client = ClientConn {
-        stream,
-        buf: BytesMut::new(),
-        pass: 0,
-        max_len: services.config.load().general.max_packet_size,
-        worker,
-        custom: Vec::new(),
-        statements: Default::default(),
-    };
-    // Startup and login are boxed: their state is large and short-lived, and must not size the
-    // future that lives as long as the client (idle clients should cost little memory).
-    let admitted = Box::pin(admit(&mut client, &peer, &services, count.over_limit)).await;
-    match admitted {
-        Some(admit::Admitted::Pool(session)) => live(client, session, peer, services, count).await,
-        Some(admit::Admitted::Console(role)) => {
-            // Boxed: the console's state must not size every client's future.
-            Box::pin(crate::admin::serve(&mut client, &services, role)).await;
-            drop(count);
+/// The task of one accepted connection, to its end: registers the socket with the reactor of
+/// the worker that polls it, admits the client and serves it. Errors are reported to the
+/// client and logged.
+pub fn serve(
+    socket: std::net::TcpStream,
+    peer: SocketAddr,
+    services: Services,
+    worker: usize,
+) -> impl Future<Output = ()> + Send + 'static {
+    task(socket, peer, services, worker, None)
+}
+
+/// A logged-in client on its way to another worker (see [`migrate`]): all of it but its socket.
+struct Moved {
+    buf: BytesMut,
+    pass: usize,
+    max_len: u32,
+    custom: Vec<String>,
+    statements: crate::prepared::ClientStatements,
+    session: Session,
+    count: ClientCount,
+}
+
+/// A client's task on `worker`: a new connection (`moved` is `None`), or a logged-in client
+/// moved from another worker. Idle clients cost this future, so it keeps the client's state
+/// in one place: not an `async fn` (whose arguments are kept twice, as passed and as
+/// locals), the connection and session are its locals, and what it awaits borrows them.
+#[allow(clippy::manual_async_fn)]
+fn task(
+    socket: std::net::TcpStream,
+    peer: SocketAddr,
+    services: Services,
+    worker: usize,
+    moved: Option<Box<Moved>>,
+) -> impl Future<Output = ()> + Send + 'static {
+    async move {
+        let stream = match TcpStream::from_std(socket) {
+            Ok(s) => s,
+            Err(e) => {
+                match moved {
+                    None => tracing::warn!(error = %e, "could not register a client socket"),
+                    Some(m) => {
+                        tracing::warn!(%peer, error = %e, "could not move a client between workers");
+                        services.cancel.unregister(m.session.pid, m.session.secret);
+                    }
+                }
+                return;
+            }
+        };
+        let mut client = ClientConn {
+            stream,
+            buf: BytesMut::new(),
+            pass: 0,
+            max_len: 0,
+            worker,
+            custom: Vec::new(),
+            statements: Default::default(),
+        };
+        let count;
+        let mut admitted;
+        match moved {
+            None => {
+                let over_limit;
+                (count, over_limit) = services.admit_client();
+                client.max_len = services.config.load().general.max_packet_size;
+                // Startup and login are boxed: their state is large and short-lived, and must
+                // not size the future that lives as long as the client (idle clients should
+                // cost little memory).
+                admitted = Box::pin(admit(&mut client, &peer, &services, over_limit)).await;
+            }
+            Some(m) => {
+                let Moved {
+                    buf,
+                    pass,
+                    max_len,
+                    custom,
+                    statements,
+                    session,
+                    count: c,
+                } = *m;
+                (client.buf, client.pass, client.max_len) = (buf, pass, max_len);
+                (client.custom, client.statements) = (custom, statements);
+                count = c;
+                admitted = Some(admit::Admitted::Pool(session));
+            }
         }
-        None => {}
+        match &mut admitted {
+            Some(admit::Admitted::Pool(session)) => {
+                // KILL and KILL_CLIENT end the client wherever it is; its server goes back
+                // through the checkout guard (closed if it was mid-request).
+                let exit = session
+                    .listed
+                    .entry
+                    .clone()
+                    .killable(run(&mut client, &services, session))
+                    .await
+                    .unwrap_or_else(|| {
+                        Err(Error::new(
+                            Kind::Shutdown,
+                            "terminating connection due to administrator command (KILL)",
+                        ))
+                    });
+                drop(session.server.take());
+                if let Ok(Exit::Move(target)) = exit {
+                    let Some(admit::Admitted::Pool(session)) = admitted else {
+                        unreachable!("a pool client")
+                    };
+                    return migrate(client, session, peer, services, count, target);
+                }
+                if let Some(fatal) = left(exit, session, &peer) {
+                    let _ = client.stream.write_all(&fatal).await;
+                }
+                services.cancel.unregister(session.pid, session.secret);
+                drop(count);
+            }
+            Some(admit::Admitted::Console(role)) => {
+                // Boxed: the console's state must not size every client's future.
+                Box::pin(crate::admin::serve(&mut client, &services, *role)).await;
+                drop(count);
+            }
+            None => {}
+        }
     }
 }
 
-/// Runs a logged-in client until it leaves, or hands it to a less busy worker.
-async fn live(
-    mut client: ClientConn,
-    mut session: Session,
-    peer: SocketAddr,
-    services: Services,
-    count: ClientCount,
-) {
-    let server = session.server.take();
-    let entry = session.listed.entry.clone();
-    // KILL and KILL_CLIENT end the client wherever it is; its server goes back through the
-    // checkout guard (closed if it was mid-request).
-    let result = entry
-        .killable(run(&mut client, &services, &mut session, server))
-        .await
-        .unwrap_or_else(|| {
-            Err(Error::new(
-                Kind::Shutdown,
-                "terminating connection due to administrator command (KILL)",
-            ))
-        });
-    let Session { pid, secret, .. } = &session;
+/// Logs why a logged-in client left; for an error, returns the FATAL message to send it.
+fn left(exit: Result<Exit>, session: &Session, peer: &SocketAddr) -> Option<BytesMut> {
     let (database, user) = session.pool.name();
-    match result {
-        Ok(Exit::Move(target)) => return migrate(client, session, peer, services, count, target),
+    match exit {
         Ok(Exit::Left(reason)) => {
-            tracing::info!(%peer, %user, %database, reason, "client disconnected")
+            tracing::info!(%peer, %user, %database, reason, "client disconnected");
+            None
         }
+        // Not a departure: the caller moves the client.
+        Ok(Exit::Move(_)) => None,
         Err(e) => {
             tracing::info!(%peer, %user, %database, error = %e, "client disconnected");
             let mut out = BytesMut::new();
             e.write_response(&mut out, "FATAL");
-            let _ = client.stream.write_all(&out).await;
+            Some(out)
         }
     }
-    services.cancel.unregister(*pid, *secret);
-    drop(count);
 }
 
 /// Moves an idle client (no server held) to worker `target`: its socket is re-registered with
@@ -131,33 +211,23 @@ fn migrate(
         statements,
         ..
     } = client;
-    let (Some(handle), Ok(std)) = (services.balance.handle(target).cloned(), stream.into_std())
+    let (Some(handle), Ok(socket)) = (services.balance.handle(target).cloned(), stream.into_std())
     else {
         tracing::warn!(%peer, "could not move a client between workers; closing it");
         services.cancel.unregister(session.pid, session.secret);
         return;
     };
+    let moved = Box::new(Moved {
+        buf,
+        pass,
+        max_len,
+        custom,
+        statements,
+        session,
+        count,
+    });
     let tasks = services.tasks.clone();
-    handle.spawn(tasks.track_future(async move {
-        match TcpStream::from_std(std) {
-            Ok(stream) => {
-                let client = ClientConn {
-                    stream,
-                    buf,
-                    pass,
-                    max_len,
-                    worker: target,
-                    custom,
-                    statements,
-                };
-                Box::pin(live(client, session, peer, services, count)).await
-            }
-            Err(e) => {
-                tracing::warn!(%peer, error = %e, "could not move a client between workers");
-                services.cancel.unregister(session.pid, session.secret);
-            }
-        }
-    }));
+    handle.spawn(tasks.track_future(task(socket, peer, services, target, Some(moved))));
 }
 
 impl Drop for Session {
@@ -202,7 +272,7 @@ struct Session {
 /// How the relay runs for a client of `pool` in `mode` on `worker`, under the configuration now.
 fn relay_mode<'a>(
     services: &'a Services,
-    pool: &'a Pool,
+    pool: &Pool,
     mode: PoolMode,
     worker: usize,
 ) -> relay::Mode<'a> {
@@ -224,12 +294,11 @@ fn relay_mode<'a>(
             client_idle: millis_opt(g.client_idle_timeout),
         },
         prepared: pooled.then_some((&services.statements, g.max_prepared_statements)),
-        stats: Some((pool.stats(), worker)),
+        stats: Some((pool.clone(), worker)),
         one_batch: false,
     }
 }
 
-/// The request loop. Returns why the client left normally.
 /// A server of the client's cluster for the request in its buffer, chosen by the router; `None`
 /// when pgcorral answered the request itself (SET/SHOW SERVER ROLE). Notes in `session.route` whether it may write.
 async fn routed_checkout(
@@ -262,130 +331,141 @@ async fn routed_checkout(
         .map(Some)
 }
 
-async fn run(
-    client: &mut ClientConn,
-    services: &Services,
-    session: &mut Session,
-    mut server: Option<Checkout>,
-) -> Result<Exit> {
-    let pool = session.pool.clone();
-    let slot = session.slot.clone();
-    // The pool mode is the client's for its whole connection; the rest follows reloads.
-    let mode = pool.settings().mode;
-    let mut config_gen = services.config_gen.load(Ordering::Relaxed);
-    let mut relay_mode = relay_mode(services, &pool, mode, client.worker);
-    let mut timeouts = relay_mode.timeouts;
-    loop {
-        if server.is_none() {
-            let gen = services.config_gen.load(Ordering::Relaxed);
-            if gen != config_gen {
-                config_gen = gen;
-                relay_mode = self::relay_mode(services, &pool, mode, client.worker);
-                timeouts = relay_mode.timeouts;
-            }
-            if let Some(target) = services.balance.move_target(client.worker) {
-                return Ok(Exit::Move(target));
-            }
-            match next_request(client, services, timeouts.client_idle).await? {
-                Some(()) => {}
-                None => return Ok(Exit::Left("client closed the connection")),
-            }
-            let asked = std::time::Instant::now();
-            session.listed.requested();
-            session.listed.set_state(ListState::Waiting);
-            if services.control.is_paused(pool.name().0) {
-                // PAUSE: the transaction waits for RESUME before it gets a server.
-                services.control.wait_resumed(pool.name().0).await;
-            }
-            let mut s = if session.cluster.routed() {
-                match Box::pin(routed_checkout(client, services, session)).await? {
-                    Some(s) => s,
-                    None => continue,
+/// The request loop, with the server the client holds in `session.server` (kept there between
+/// transactions in session mode, or while pinned). Returns why the client left normally.
+/// Not an `async fn`, whose arguments would be kept twice in every client's future.
+#[allow(clippy::manual_async_fn)]
+fn run<'a>(
+    client: &'a mut ClientConn,
+    services: &'a Services,
+    session: &'a mut Session,
+) -> impl Future<Output = Result<Exit>> + 'a {
+    async move {
+        // The pool mode is the client's for its whole connection; the rest follows reloads.
+        let mode = session.pool.settings().mode;
+        let mut config_gen = services.config_gen.load(Ordering::Relaxed);
+        let mut relay_mode = relay_mode(services, &session.pool, mode, client.worker);
+        let mut idle_timer = IdleTimer::default();
+        loop {
+            if session.server.is_none() {
+                let gen = services.config_gen.load(Ordering::Relaxed);
+                if gen != config_gen {
+                    config_gen = gen;
+                    relay_mode = self::relay_mode(services, &session.pool, mode, client.worker);
                 }
-            } else {
-                pool.checkout(client.worker).await?
-            };
-            s.pool().stats().waited(client.worker, asked.elapsed());
-            session.listed.set_state(ListState::Active);
-            if let Some(l) = &s.listed {
-                l.set_link(session.listed.id);
-                session.listed.set_link(l.id);
-            }
-            if !crate::session::matches(&s.applied, &session.settings) {
-                restore(&mut s, &session.settings).await?;
-            }
-            slot.set(Some(s.key));
-            server = Some(s);
-        }
-        let s = server.as_mut().expect("attached");
-        let mut m = relay_mode;
-        m.stop_when_idle |= services.shutdown.is_cancelled();
-        // With several servers, the statistics are those of the server's own pool.
-        let used = session.cluster.routed().then(|| s.pool().clone());
-        if let Some(p) = &used {
-            m.stats = Some((p.stats(), client.worker));
-            // Each transaction is routed on its own: a pipelined next one must wait.
-            m.one_batch = true;
-        }
-        let outcome = relay::run(client, s, &m).await;
-        relay::record_rest(&m, s);
-        match outcome {
-            Outcome::Idle => {
-                if session.route.writes && session.cluster.topology().settings().read_your_writes {
-                    let at = Box::pin(crate::cluster::wal_position(s)).await;
-                    session.route.min_lsn = session.route.min_lsn.max(at);
+                if let Some(target) = services.balance.move_target(client.worker) {
+                    return Ok(Exit::Move(target));
                 }
-                if s.state.dirty {
-                    Box::pin(recapture(session, s, &mut client.custom)).await?;
+                let idle_timeout = relay_mode.timeouts.client_idle;
+                match next_request(client, services, idle_timeout, &mut idle_timer).await? {
+                    Some(()) => {}
+                    None => return Ok(Exit::Left("client closed the connection")),
                 }
-                if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
-                    continue;
+                let asked = std::time::Instant::now();
+                session.listed.requested();
+                session.listed.set_state(ListState::Waiting);
+                if services.control.is_paused(session.pool.name().0) {
+                    // PAUSE: the transaction waits for RESUME before it gets a server.
+                    services.control.wait_resumed(session.pool.name().0).await;
                 }
-                slot.set(None);
-                server = None;
-                session.listed.set_link(0);
-                if mode == PoolMode::Session {
-                    return Ok(Exit::Left("shutdown"));
+                let mut s = if session.cluster.routed() {
+                    match Box::pin(routed_checkout(client, services, session)).await? {
+                        Some(s) => s,
+                        None => continue,
+                    }
+                } else {
+                    session.pool.checkout(client.worker).await?
+                };
+                s.pool().stats().waited(client.worker, asked.elapsed());
+                session.listed.set_state(ListState::Active);
+                if let Some(l) = &s.listed {
+                    l.set_link(session.listed.id);
+                    session.listed.set_link(l.id);
                 }
-            }
-            Outcome::TimedOut(phase) => {
-                slot.set(None);
-                return Err(timed_out(phase, &timeouts));
-            }
-            Outcome::Refused(why) => {
-                refuse_statement(client, s.state.tx, why).await?;
-                if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
-                    slot.set(None);
-                    server = None;
+                if !crate::session::matches(&s.applied, &session.settings) {
+                    // Boxed: a round trip to the server, which allocates its query anyway; its
+                    // state must not size every client's future.
+                    Box::pin(restore(&mut s, &session.settings)).await?;
                 }
+                session.slot.set(Some(s.key));
+                session.server = Some(s);
             }
-            Outcome::TransactionRefused => {
-                Box::pin(refuse_transaction(
-                    client,
-                    server.as_mut().expect("attached"),
-                ))
-                .await?;
-                slot.set(None);
-                server = None;
+            let s = session.server.as_mut().expect("attached");
+            // Set for this relay in place (no second Mode kept in every client's future).
+            relay_mode.stop_when_idle |= services.shutdown.is_cancelled();
+            // With several servers, the statistics are those of the server's own pool, and
+            // each transaction is routed on its own: a pipelined next one must wait.
+            let routed = session.cluster.routed();
+            relay_mode.one_batch = routed;
+            let mut home = None;
+            if routed {
+                home = relay_mode.stats.replace((s.pool().clone(), client.worker));
             }
-            Outcome::ClientGone => {
-                slot.set(None);
-                return Ok(Exit::Left("client closed the connection"));
+            let outcome = relay::run(client, s, &relay_mode).await;
+            relay::record_rest(&relay_mode, s);
+            if routed {
+                relay_mode.stats = home;
             }
-            Outcome::ClientProtocol(msg) => {
-                slot.set(None);
-                return Err(Error::new(Kind::ClientProtocol, msg));
-            }
-            Outcome::ServerGone { notified } => {
-                slot.set(None);
-                drop(server.take());
-                if notified {
-                    return Ok(Exit::Left("server closed the connection after an error"));
+            match outcome {
+                Outcome::Idle => {
+                    if session.route.writes
+                        && session.cluster.topology().settings().read_your_writes
+                    {
+                        let at = Box::pin(crate::cluster::wal_position(s)).await;
+                        session.route.min_lsn = session.route.min_lsn.max(at);
+                    }
+                    if s.state.dirty {
+                        // Taken out of the session while it is recaptured (on error, it is dropped
+                        // as the request loop ends).
+                        let mut s = session.server.take().expect("attached");
+                        Box::pin(recapture(session, &mut s, &mut client.custom)).await?;
+                        session.server = Some(s);
+                    }
+                    if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
+                        continue;
+                    }
+                    session.slot.set(None);
+                    session.server = None;
+                    session.listed.set_link(0);
+                    if mode == PoolMode::Session {
+                        return Ok(Exit::Left("shutdown"));
+                    }
                 }
-                return Err(Error::new(
-                    Kind::ServerIo,
-                    "server closed the connection unexpectedly",
-                ));
+                Outcome::TimedOut(phase) => {
+                    session.slot.set(None);
+                    return Err(timed_out(phase, &relay_mode.timeouts));
+                }
+                Outcome::Refused(why) => {
+                    refuse_statement(client, s.state.tx, why).await?;
+                    if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
+                        session.slot.set(None);
+                        session.server = None;
+                    }
+                }
+                Outcome::TransactionRefused => {
+                    Box::pin(refuse_transaction(client, s)).await?;
+                    session.slot.set(None);
+                    session.server = None;
+                }
+                Outcome::ClientGone => {
+                    session.slot.set(None);
+                    return Ok(Exit::Left("client closed the connection"));
+                }
+                Outcome::ClientProtocol(msg) => {
+                    session.slot.set(None);
+                    return Err(Error::new(Kind::ClientProtocol, msg));
+                }
+                Outcome::ServerGone { notified } => {
+                    session.slot.set(None);
+                    drop(session.server.take());
+                    if notified {
+                        return Ok(Exit::Left("server closed the connection after an error"));
+                    }
+                    return Err(Error::new(
+                        Kind::ServerIo,
+                        "server closed the connection unexpectedly",
+                    ));
+                }
             }
         }
     }

@@ -106,15 +106,8 @@ impl Server {
                     let Some(handle) = services.balance.handle(worker) else {
                         continue;
                     };
-                    let s = services.clone();
-                    handle.spawn(services.tasks.track_future(async move {
-                        match tokio::net::TcpStream::from_std(std) {
-                            Ok(stream) => crate::client::serve(stream, peer, s, worker).await,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "could not register a client socket")
-                            }
-                        }
-                    }));
+                    let client = crate::client::serve(std, peer, services.clone(), worker);
+                    handle.spawn(services.tasks.track_future(client));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off rather than spin.
