@@ -75,6 +75,25 @@ async fn scalar(c: &tokio_postgres::Client, sql: &str) -> String {
         .unwrap_or_default()
 }
 
+/// SHOW CLIENTS' column `i` (pinned) for every client, polled until `done` holds or 2.5 s
+/// pass: the state is read back right after the client's answer, so allow it a moment.
+async fn pinned_until(w: &mut Wire, i: usize, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let mut why = Vec::new();
+    for _ in 0..50 {
+        let msgs = w.simple("SHOW CLIENTS").await;
+        why = msgs
+            .iter()
+            .filter(|m| m.tag == b'D')
+            .map(|m| m.row()[i].clone().unwrap_or_default())
+            .collect();
+        if done(&why) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    why
+}
+
 /// pgbench -i -s 1 through the pooler.
 async fn pgbench_init(port: u16) {
     let mut init = pgbench_cmd(port, "postgres", "postgres", None);
@@ -490,39 +509,13 @@ async fn show_clients_says_why_a_client_is_pinned() {
         "application_name",
         "after PgBouncer's columns"
     );
-    // The state is read back right after the client's answer: allow it a moment.
-    let mut why: Vec<String> = Vec::new();
-    for _ in 0..50 {
-        let msgs = w.simple("SHOW CLIENTS").await;
-        why = msgs
-            .iter()
-            .filter(|m| m.tag == b'D')
-            .map(|m| m.row()[i].clone().unwrap_or_default())
-            .collect();
-        if why.iter().any(|w| !w.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let why = pinned_until(&mut w, i, |why| why.iter().any(|w| !w.is_empty())).await;
     assert!(
         why.iter()
             .any(|w| w.to_ascii_uppercase().contains("LISTEN")),
         "{why:?}"
     );
     a.batch_execute("UNLISTEN *").await.unwrap();
-    // The state is read back right after the client's answer: allow it a moment.
-    let mut why = Vec::new();
-    for _ in 0..50 {
-        let msgs = w.simple("SHOW CLIENTS").await;
-        why = msgs
-            .iter()
-            .filter(|m| m.tag == b'D')
-            .map(|m| m.row()[i].clone().unwrap_or_default())
-            .collect();
-        if why.iter().all(|w| w.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let why = pinned_until(&mut w, i, |why| why.iter().all(|w| w.is_empty())).await;
     assert!(why.iter().all(|w| w.is_empty()), "unpinned: {why:?}");
 }

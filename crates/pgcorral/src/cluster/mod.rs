@@ -45,6 +45,8 @@ struct Inner {
     /// One per node of the topology, in the same order.
     pools: Vec<Pool>,
     topology: Arc<Topology>,
+    /// [`Topology::monitored`], fixed with its servers.
+    routed: bool,
 }
 
 /// A cheap-to-clone handle on one (database, user)'s pools.
@@ -56,7 +58,12 @@ impl Cluster {
         for (pool, node) in pools.iter().zip(&topology.nodes) {
             pool.set_node(node.clone());
         }
-        Cluster(Arc::new(Inner { pools, topology }))
+        let routed = topology.monitored();
+        Cluster(Arc::new(Inner {
+            pools,
+            topology,
+            routed,
+        }))
     }
 
     /// The pool that names the cluster and counts its clients (the first server's).
@@ -74,7 +81,7 @@ impl Cluster {
 
     /// Requests need routing: the database has several servers, or one of detected role.
     pub fn routed(&self) -> bool {
-        self.0.topology.monitored()
+        self.0.routed
     }
 
     /// A server for a request that needs `want`, on `worker`. `min_lsn` > 0: only servers that
