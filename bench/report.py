@@ -275,6 +275,14 @@ def machine_info(a):
     info.append(("PgBouncer", run_cmd([a.pgbouncer, "--version"]).splitlines()[0]))
     info.append(("pgcorral", f"{run_cmd([a.pgcorral, '--version'])}, git {a.git_rev}"))
     info.append(("rustc", run_cmd(["rustc", "--version"])))
+    if a.tls_key:
+        info.append(
+            (
+                "TLS libraries",
+                f"PostgreSQL, libpq (pgbench) and PgBouncer: system {run_cmd(['openssl', 'version'])}; "
+                "pgcorral: rustls (ring)",
+            )
+        )
     if a.load_start or a.load_end:
         info.append(("Load average (1/5/15 min) at start → end", f"{a.load_start} → {a.load_end}"))
     return info
@@ -411,26 +419,67 @@ def prepared_vs_extended(agg, clients_list):
     return summary, "\n".join(lines)
 
 
-def storm_table(agg, clients_list):
+def storm_table(agg, clients_list, part="storm"):
     lines = [
-        "| Clients | Target | TPS (= connections/s) | vs PgBouncer | Avg connection time ms (pgbench) "
+        "| Clients | Target | TPS (= connections/s) | vs PgBouncer | vs direct | Avg connection time ms (pgbench) "
         "| CPU µs per connection + tx |",
-        "|---:|---|---:|---:|---:|---:|",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for c in clients_list:
-        b = cell_value(agg, "storm", c, "pgbouncer", "tps")
+        b = cell_value(agg, part, c, "pgbouncer", "tps")
+        d = cell_value(agg, part, c, "direct", "tps")
         for t in TARGETS:
-            g = agg.get(("storm", c, t))
+            g = agg.get((part, c, t))
             if g is None:
                 continue
-            tps = cell_value(agg, "storm", c, t, "tps")
-            cpu = cell_value(agg, "storm", c, t, "cpu_us_per_tx")
+            tps = cell_value(agg, part, c, t, "tps")
+            cpu = cell_value(agg, part, c, t, "cpu_us_per_tx")
             lines.append(
-                f"| {c} | {LABELS[t]} | {tps_cell(agg, 'storm', c, t)} | {f_ratio(tps, b)} "
-                f"| {f_lat(cell_value(agg, 'storm', c, t, 'avg_connection_ms'))} "
+                f"| {c} | {LABELS[t]} | {tps_cell(agg, part, c, t)} | {f_ratio(tps, b)} | {f_ratio(tps, d)} "
+                f"| {f_lat(cell_value(agg, part, c, t, 'avg_connection_ms'))} "
                 f"| {f_num(cpu, 1) if t != 'direct' else 'n/m'} |"
             )
     return "\n".join(lines)
+
+
+def tls_cost_table(agg, clients_list):
+    """The TLS storm against the plain storm at the same client count, per target: what TLS
+    costs in connections per second and in the pooler's CPU per connection."""
+    lines = [
+        "| Clients | Target | TPS plain storm | TPS TLS storm | TLS ÷ plain | CPU µs/conn plain | CPU µs/conn TLS "
+        "| CPU µs added by TLS per connection |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    any_row = False
+    for c in clients_list:
+        for t in TARGETS:
+            if ("storm", c, t) not in agg or ("tls-storm", c, t) not in agg:
+                continue
+            any_row = True
+            p_tps = cell_value(agg, "storm", c, t, "tps")
+            t_tps = cell_value(agg, "tls-storm", c, t, "tps")
+            p_cpu = cell_value(agg, "storm", c, t, "cpu_us_per_tx")
+            t_cpu = cell_value(agg, "tls-storm", c, t, "cpu_us_per_tx")
+            added = (t_cpu - p_cpu) if t_cpu is not None and p_cpu is not None else None
+            direct = t == "direct"
+            lines.append(
+                f"| {c} | {LABELS[t]} | {tps_cell(agg, 'storm', c, t)} | {tps_cell(agg, 'tls-storm', c, t)} "
+                f"| {f_ratio(t_tps, p_tps)} | {'n/m' if direct else f_num(p_cpu, 1)} "
+                f"| {'n/m' if direct else f_num(t_cpu, 1)} | {'n/m' if direct else f_num(added, 1)} |"
+            )
+    return "\n".join(lines) if any_row else None
+
+
+def load_tls_info(path):
+    """run.sh's TLS check: target, what libpq negotiated, whether SCRAM-SHA-256-PLUS works."""
+    rows = {}
+    if path and os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) == 3:
+                    rows[parts[0]] = (parts[1], parts[2])
+    return rows
 
 
 def memory_table(mem):
@@ -481,7 +530,7 @@ def errors_section(cells, mem):
     return "\n".join(out) if out else "None: every run exited 0 with no failed transactions and no error output."
 
 
-def chart(agg, parts_present, clients_by_part, storm_clients, png):
+def chart(agg, parts_present, clients_by_part, storm_groups, png):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -489,7 +538,7 @@ def chart(agg, parts_present, clients_by_part, storm_clients, png):
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     panels = [p for p in PARTS if p[0] in parts_present]
-    n = len(panels) + (1 if storm_clients else 0)
+    n = len(panels) + (1 if storm_groups else 0)
     if n == 0:
         return False
     cols = 2 if n > 1 else 1
@@ -522,19 +571,25 @@ def chart(agg, parts_present, clients_by_part, storm_clients, png):
         ax.set_title(title.replace("`", ""), fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    if storm_clients:
+    if storm_groups:
+        # One group of bars per (part, clients): the plain storm, then the TLS storm.
         ax = flat[i]
         i += 1
         width = 0.8 / len(TARGETS)
         for j, t in enumerate(TARGETS):
-            ys = [cell_value(agg, "storm", c, t, "tps") or 0 for c in storm_clients]
+            ys = [cell_value(agg, part, c, t, "tps") or 0 for part, c in storm_groups]
             color, _ = styles[t]
-            ax.bar([k + (j - 1) * width for k in range(len(storm_clients))], ys, width, color=color, label=LABELS[t])
-        ax.set_xticks(range(len(storm_clients)))
-        ax.set_xticklabels([f"{c} clients" for c in storm_clients])
+            ax.bar([k + (j - 1) * width for k in range(len(storm_groups))], ys, width, color=color, label=LABELS[t])
+        ax.set_xticks(range(len(storm_groups)))
+        ax.set_xticklabels(
+            [f"{c} clients" + (", TLS" if part == "tls-storm" else "") for part, c in storm_groups]
+        )
         ax.set_ylabel("connections (+1 tx) per second")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        ax.set_title("Connection storm: pgbench -S -C (SCRAM on every connection)", fontsize=10)
+        tls = any(part == "tls-storm" for part, _ in storm_groups)
+        plain = any(part == "storm" for part, _ in storm_groups)
+        what = "SCRAM" if not tls else ("TLS + SCRAM" if not plain else "SCRAM; TLS + SCRAM")
+        ax.set_title(f"Connection storm: pgbench -S -C ({what} on every connection)", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
     for ax in flat[i:]:
@@ -559,16 +614,19 @@ def cmd_report(a):
     parts_present = [p for p, _ in PARTS if clients_of(p)]
     clients_by_part = {p: clients_of(p) for p, _ in PARTS}
     storm_clients = clients_of("storm")
+    tls_clients = clients_of("tls-storm")
+    storm_groups = [("storm", c) for c in storm_clients] + [("tls-storm", c) for c in tls_clients]
+    tls_info = load_tls_info(a.tls_info)
 
     o = []
     o.append(f"# Benchmark: PostgreSQL direct vs PgBouncer vs pgcorral, {a.date}")
     o.append("")
     o.append(
         f"Made by `bench/run.sh` (see [bench/README.md](../README.md)) in {a.duration}. "
-        f"Settings: `BENCH_T={a.t}` s per run, `BENCH_REPS={a.reps}` (each number is the median of the "
+        f"Settings: `BENCH_PARTS=\"{a.parts}\"`, `BENCH_T={a.t}` s per run, `BENCH_REPS={a.reps}` (each number is the median of the "
         f"repetitions), `BENCH_CLIENTS=\"{a.clients}\"` (also prepared in transaction mode), prepared in "
         f"session mode at `{a.prepared_clients}`, storm at "
-        f"`{a.storm_clients}` clients, pgbench `-j {a.jobs}`, scale {a.scale}, pool size {a.pool_size}, "
+        f"`{a.storm_clients}` clients, TLS storm at `{a.tls_clients}`, pgbench `-j {a.jobs}`, scale {a.scale}, pool size {a.pool_size}, "
         f"`BENCH_IDLE={a.idle}`."
     )
     if a.note:
@@ -590,8 +648,9 @@ def cmd_report(a):
         f"configured alike: transaction mode for database `bench`, session mode for `bench_session`, pool "
         f"size {a.pool_size}, clients and poolers log in with SCRAM-SHA-256 as user `bench` (the poolers with the "
         "plaintext password), quiet logging (pgcorral `log_level = \"warn\"`, PgBouncer log_connections = 0, "
-        "log_disconnections = 0, log_stats = 0), pgcorral `workers = 0` (one per core). Direct clients also "
-        "log in with SCRAM (pg_hba). pgbench, PostgreSQL and the pooler share the same cores. Targets are "
+        "log_disconnections = 0, log_stats = 0), pgcorral `workers = 0` (one per core), both poolers "
+        "in plaintext to PostgreSQL (`server_tls_sslmode = disable`). Direct clients also "
+        "log in with SCRAM (pg_hba). Clients are plaintext (`PGSSLMODE=disable`) except in the TLS storm. pgbench, PostgreSQL and the pooler share the same cores. Targets are "
         "run one after the other for each cell, in an order rotated every repetition."
     )
     o.append("")
@@ -653,6 +712,44 @@ def cmd_report(a):
         o.append("")
         o.append(storm_table(agg, storm_clients))
         o.append("")
+    if tls_clients:
+        o.append("## TLS connection storm: `PGSSLMODE=require pgbench -S -C --protocol simple`, transaction mode")
+        o.append("")
+        o.append(
+            "As the storm, but every connection first does a full TLS handshake (libpq's SSLRequest, "
+            "then TLS; no session resumption), then SCRAM-SHA-256 inside TLS. PgBouncer and pgcorral "
+            "here are a second instance of each, configured as the others plus `client_tls_sslmode = "
+            "require` and the same certificate and key (default TLS protocols and ciphers); direct "
+            "PostgreSQL has `ssl = on` with that certificate and key. "
+            f"Certificate: self-signed, {a.tls_key or '?'}, made for the run with `openssl req`. Both "
+            "poolers stay in plaintext to PostgreSQL. CPU per connection + tx: the pooler's CPU time ÷ "
+            "transactions, now including the TLS handshake."
+        )
+        o.append("")
+        if tls_info:
+            o.append(
+                "What libpq negotiated with each (PostgreSQL's `pg_stat_ssl`, the poolers' SHOW CLIENTS "
+                "`tls`), checked before the runs, and whether it offers SCRAM-SHA-256-PLUS (channel "
+                "binding, which libpq uses when offered: `PGCHANNELBINDING=require` logs in):"
+            )
+            o.append("")
+            o.append("| Target | TLS | SCRAM-SHA-256-PLUS |")
+            o.append("|---|---|---|")
+            for t in TARGETS:
+                if t in tls_info:
+                    o.append(f"| {LABELS[t]} | {tls_info[t][0]} | {tls_info[t][1]} |")
+            o.append("")
+        o.append(storm_table(agg, tls_clients, "tls-storm"))
+        o.append("")
+        cost = tls_cost_table(agg, tls_clients)
+        if cost:
+            o.append(
+                "What TLS costs: the TLS storm against the plain storm at the same clients (medians of "
+                "each; the plain storm's clients skip the SSLRequest, `PGSSLMODE=disable`)."
+            )
+            o.append("")
+            o.append(cost)
+            o.append("")
     if mem:
         o.append("## Memory: idle clients")
         o.append("")
@@ -669,7 +766,7 @@ def cmd_report(a):
     o.append("")
     o.append(errors_section(cells, mem))
     o.append("")
-    if chart(agg, parts_present, clients_by_part, storm_clients, png_path):
+    if chart(agg, parts_present, clients_by_part, storm_groups, png_path):
         o.append("## Chart")
         o.append("")
         o.append(f"![TPS against clients]({base}.png)")
@@ -740,6 +837,10 @@ def main():
     r.add_argument("--clients", default="?")
     r.add_argument("--prepared-clients", default="?")
     r.add_argument("--storm-clients", default="?")
+    r.add_argument("--parts", default="?")
+    r.add_argument("--tls-clients", default="?")
+    r.add_argument("--tls-key", default="", help="the certificate's key and signature, for the report")
+    r.add_argument("--tls-info", help="run.sh's TLS check: target<TAB>negotiated<TAB>PLUS yes/no")
     r.add_argument("--jobs", default="?")
     r.add_argument("--scale", default="?")
     r.add_argument("--pool-size", default="?")

@@ -3,11 +3,13 @@
 #
 #   bench/run.sh                                   # the full matrix (~50 min)
 #   BENCH_T=3 BENCH_REPS=1 BENCH_CLIENTS="1 16" BENCH_IDLE=1000 bench/run.sh   # a quick check
+#   BENCH_PARTS="storm tls-storm" BENCH_T=5 BENCH_REPS=1 bench/run.sh           # the storms only
 #
 # Starts its own PostgreSQL (bench/work/), PgBouncer and pgcorral on free ports of 127.0.0.1,
 # runs pgbench against the three interleaved, measures idle-client memory of the two poolers,
-# and writes bench/results/YYYY-MM-DD[-HHMM].md plus a .png chart. Everything it starts is
-# stopped on exit, whatever the reason.
+# and writes bench/results/YYYY-MM-DD[-HHMM].md plus a .png chart. For the tls-storm part it
+# makes a self-signed certificate, turns on ssl in PostgreSQL and starts a second, TLS-only
+# instance of each pooler with it. Everything it starts is stopped on exit, whatever the reason.
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,11 +23,13 @@ BENCH_CLIENTS=${BENCH_CLIENTS:-"1 16 64 256 1024"}
 BENCH_REPS=${BENCH_REPS:-3}
 BENCH_PREPARED_CLIENTS=${BENCH_PREPARED_CLIENTS:-"1 16"}
 BENCH_STORM_CLIENTS=${BENCH_STORM_CLIENTS:-16}
+BENCH_TLS_CLIENTS=${BENCH_TLS_CLIENTS:-$BENCH_STORM_CLIENTS}
+BENCH_TLS_KEY=${BENCH_TLS_KEY:-ecdsa}
 BENCH_IDLE=${BENCH_IDLE:-10000}
 BENCH_JOBS=${BENCH_JOBS:-2}
 BENCH_SCALE=${BENCH_SCALE:-10}
 BENCH_POOL_SIZE=${BENCH_POOL_SIZE:-20}
-BENCH_PARTS=${BENCH_PARTS:-"simple extended prepared storm memory"}
+BENCH_PARTS=${BENCH_PARTS:-"simple extended prepared storm tls-storm memory"}
 BENCH_WARMUP=${BENCH_WARMUP:-3}
 BENCH_LOGIN_MS=${BENCH_LOGIN_MS:-20}
 BENCH_KEEP=${BENCH_KEEP:-0}
@@ -45,14 +49,17 @@ has_part() { [[ " $BENCH_PARTS " == *" $1 "* ]]; }
 for v in BENCH_T BENCH_REPS BENCH_IDLE BENCH_JOBS BENCH_SCALE BENCH_POOL_SIZE BENCH_WARMUP BENCH_LOGIN_MS; do
   is_uint "${!v}" || die "$v must be a whole number, not '${!v}'"
 done
-for v in BENCH_CLIENTS BENCH_PREPARED_CLIENTS BENCH_STORM_CLIENTS; do
+for v in BENCH_CLIENTS BENCH_PREPARED_CLIENTS BENCH_STORM_CLIENTS BENCH_TLS_CLIENTS; do
   for c in ${!v}; do
     if ! is_uint "$c" || [ "$c" -lt 1 ]; then die "$v: '$c' is not a client count"; fi
   done
 done
 for p in $BENCH_PARTS; do
-  case $p in simple | extended | prepared | storm | memory) ;; *) die "BENCH_PARTS: unknown part '$p'" ;; esac
+  case $p in simple | extended | prepared | storm | tls-storm | memory) ;; *) die "BENCH_PARTS: unknown part '$p'" ;; esac
 done
+case $BENCH_TLS_KEY in ecdsa | rsa) ;; *) die "BENCH_TLS_KEY must be ecdsa or rsa, not '$BENCH_TLS_KEY'" ;; esac
+TLS=0
+has_part tls-storm && TLS=1
 if [ "$BENCH_T" -lt 1 ] || [ "$BENCH_REPS" -lt 1 ] || [ "$BENCH_JOBS" -lt 1 ]; then
   die "BENCH_T, BENCH_REPS and BENCH_JOBS must be at least 1"
 fi
@@ -110,6 +117,8 @@ if [ -z "$PGBOUNCER" ]; then
   PGBOUNCER=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
 fi
 
+if [ "$TLS" -eq 1 ] && ! command -v openssl >/dev/null; then apt_install openssl; fi
+
 # report.py draws with matplotlib: use a python3 that has it (pyenv shims often don't).
 PYTHON=${BENCH_PYTHON:-}
 if [ -z "$PYTHON" ]; then
@@ -126,7 +135,7 @@ CLK_TCK=$(getconf CLK_TCK)
 
 # ---- open files: 10k idle clients, and 1024 pgbench clients ---------------------------------------
 max_clients=1
-for c in $BENCH_CLIENTS $BENCH_STORM_CLIENTS; do [ "$c" -gt "$max_clients" ] && max_clients=$c; done
+for c in $BENCH_CLIENTS $BENCH_STORM_CLIENTS $BENCH_TLS_CLIENTS; do [ "$c" -gt "$max_clients" ] && max_clients=$c; done
 MAX_CLIENT_CONN=$((BENCH_IDLE + 1000 > 11000 ? BENCH_IDLE + 1000 : 11000))
 # The poolers may need max_client_conn plus their server connections; clients need their own.
 need_fds=$((max_clients > MAX_CLIENT_CONN ? max_clients : MAX_CLIENT_CONN))
@@ -140,6 +149,7 @@ ulimit -n "$need_fds"
 # ---- cleanup: stop everything we started, whatever happens ----------------------------------------
 PGDATA=$WORK/pgdata
 PGBENCH_PID="" SAMPLER_PID="" IDLE_PID="" IDLE_FD="" BOUNCER_PID="" CORRAL_PID="" PG_STARTED=0
+BOUNCER_TLS_PID="" CORRAL_TLS_PID="" TLS_HOLD_PID=""
 
 stop_pid() { # pid name
   local pid=$1 i
@@ -176,8 +186,11 @@ cleanup() {
   stop_pid "$SAMPLER_PID" sampler
   [ -n "$IDLE_FD" ] && exec {IDLE_FD}>&-
   stop_pid "$IDLE_PID" idle_clients
+  stop_pid "$TLS_HOLD_PID" psql
   stop_pid "$CORRAL_PID" pgcorral
   stop_pid "$BOUNCER_PID" pgbouncer
+  stop_pid "$CORRAL_TLS_PID" pgcorral-tls
+  stop_pid "$BOUNCER_TLS_PID" pgbouncer-tls
   stop_postgres
   rm -f "$WORK/idle.stdin"
   if [ "$BENCH_KEEP" != 1 ]; then rm -rf "$PGDATA" "$WORK/runs"/*.txlog; fi
@@ -195,7 +208,7 @@ if [ -f "$PGDATA/postmaster.pid" ]; then
   as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1 || true
 fi
 rm -rf "$WORK"
-mkdir -p "$WORK/logs" "$WORK/runs" "$WORK/bin" "$WORK/pgbouncer" "$RESULTS"
+mkdir -p "$WORK/logs" "$WORK/runs" "$WORK/bin" "$WORK/pgbouncer" "$WORK/tls" "$RESULTS"
 chown_pg "$WORK/logs" "$WORK/pgbouncer"
 chmod 755 "$WORK"
 
@@ -220,15 +233,20 @@ if [ -n "$(cd "$ROOT" && GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked
 fi
 
 # ---- ports ----------------------------------------------------------------------------------------
-read -r PG_PORT BOUNCER_PORT CORRAL_PORT < <("$PYTHON" -c '
+# The last two: the TLS instances of PgBouncer and pgcorral (part tls-storm).
+read -r PG_PORT BOUNCER_PORT CORRAL_PORT BOUNCER_TLS_PORT CORRAL_TLS_PORT < <("$PYTHON" -c '
 import socket
-socks = [socket.socket() for _ in range(3)]
+socks = [socket.socket() for _ in range(5)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])
 ')
 PW=$("$PYTHON" -c 'import secrets; print(secrets.token_hex(16))')
 export PGPASSWORD=$PW # for every client below; never on a command line
+# Plaintext unless a run asks for TLS (the tls-storm part sets PGSSLMODE=require for its own
+# commands). With libpq's default (prefer) a client would send an SSLRequest first, and would use
+# TLS with PostgreSQL, which has ssl = on when the tls-storm part runs.
+export PGSSLMODE=disable
 
 wait_port() { # port name pid
   local i
@@ -239,6 +257,29 @@ wait_port() { # port name pid
   done
   die "$2 is not listening on port $1 after 30 s"
 }
+
+# ---- TLS certificate (part tls-storm) ---------------------------------------------------------------
+# One self-signed server certificate and key (no CA), used alike by PostgreSQL, PgBouncer and
+# pgcorral. Clients use sslmode=require, which does not verify it.
+TLS_CERT=$WORK/tls/server.crt
+TLS_KEY=$WORK/tls/server.key
+TLS_KEY_DESC=""
+if [ "$TLS" -eq 1 ]; then
+  case $BENCH_TLS_KEY in
+    ecdsa) keyopts=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1) TLS_KEY_DESC="ECDSA P-256" ;;
+    rsa) keyopts=(-newkey rsa:2048) TLS_KEY_DESC="RSA 2048" ;;
+  esac
+  openssl req -x509 "${keyopts[@]}" -sha256 -nodes -days 7 -subj "/CN=localhost" \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout "$TLS_KEY" -out "$TLS_CERT" \
+    >"$WORK/logs/openssl.log" 2>&1 || die "openssl req failed; see $WORK/logs/openssl.log"
+  TLS_KEY_DESC="$TLS_KEY_DESC, $(openssl x509 -in "$TLS_CERT" -noout -text | sed -n 's/^ *Signature Algorithm: *//p' | head -n1)"
+  # PostgreSQL refuses a key that others can read; it and PgBouncer (both as the postgres OS
+  # user) and pgcorral (as the invoking user: root, or the same user) share the file.
+  chmod 600 "$TLS_KEY"
+  chmod 644 "$TLS_CERT"
+  chown_pg "$WORK/tls"
+  log "TLS: self-signed $TLS_KEY_DESC certificate in $WORK/tls"
+fi
 
 # ---- PostgreSQL -----------------------------------------------------------------------------------
 log "PostgreSQL: initdb, port $PG_PORT"
@@ -263,6 +304,13 @@ password_encryption = 'scram-sha-256'
 log_connections = off
 log_disconnections = off
 EOF
+if [ "$TLS" -eq 1 ]; then
+  cat >>"$PGDATA/postgresql.conf" <<EOF
+ssl = on
+ssl_cert_file = '$TLS_CERT'
+ssl_key_file = '$TLS_KEY'
+EOF
+fi
 cat >"$PGDATA/pg_hba.conf" <<EOF
 # bench/run.sh: the harness's superuser is trusted; the benchmark user logs in with SCRAM.
 host all postgres 127.0.0.1/32 trust
@@ -284,16 +332,16 @@ log "pgbench -i -s $BENCH_SCALE"
 psql_admin -d bench -c "VACUUM ANALYZE" -c "CHECKPOINT" >/dev/null
 
 # ---- PgBouncer ------------------------------------------------------------------------------------
-BOUNCER_INI=$WORK/pgbouncer/pgbouncer.ini
 printf '"bench" "%s"\n' "$PW" >"$WORK/pgbouncer/userlist.txt"
-cat >"$BOUNCER_INI" <<EOF
+write_bouncer_ini() { # name port [extra lines for [pgbouncer]]
+  cat >"$WORK/pgbouncer/$1.ini" <<EOF
 [databases]
 bench = host=127.0.0.1 port=$PG_PORT dbname=bench pool_size=$BENCH_POOL_SIZE pool_mode=transaction
 bench_session = host=127.0.0.1 port=$PG_PORT dbname=bench pool_size=$BENCH_POOL_SIZE pool_mode=session
 
 [pgbouncer]
 listen_addr = 127.0.0.1
-listen_port = $BOUNCER_PORT
+listen_port = $2
 unix_socket_dir =
 auth_type = scram-sha-256
 auth_file = $WORK/pgbouncer/userlist.txt
@@ -301,33 +349,54 @@ pool_mode = transaction
 default_pool_size = $BENCH_POOL_SIZE
 max_client_conn = $MAX_CLIENT_CONN
 server_reset_query = DISCARD ALL
-logfile = $WORK/logs/pgbouncer.log
-pidfile = $WORK/pgbouncer/pgbouncer.pid
+server_tls_sslmode = disable
+logfile = $WORK/logs/$1.log
+pidfile = $WORK/pgbouncer/$1.pid
 log_connections = 0
 log_disconnections = 0
 log_stats = 0
+${3:-}
 EOF
-chown_pg "$WORK/pgbouncer"
-chmod 600 "$WORK/pgbouncer/userlist.txt"
-log "PgBouncer: port $BOUNCER_PORT"
-"${AS_PG[@]}" "$PGBOUNCER" "$BOUNCER_INI" >>"$WORK/logs/pgbouncer.stdout" 2>&1 &
-BOUNCER_PID=$!
-wait_port "$BOUNCER_PORT" pgbouncer "$BOUNCER_PID"
+}
+start_bouncer() { # name port → BOUNCER_STARTED_PID
+  chown_pg "$WORK/pgbouncer"
+  chmod 600 "$WORK/pgbouncer/userlist.txt"
+  log "PgBouncer ($1): port $2"
+  "${AS_PG[@]}" "$PGBOUNCER" "$WORK/pgbouncer/$1.ini" >>"$WORK/logs/$1.stdout" 2>&1 &
+  BOUNCER_STARTED_PID=$!
+  wait_port "$2" "$1" "$BOUNCER_STARTED_PID"
+}
+write_bouncer_ini pgbouncer "$BOUNCER_PORT"
+start_bouncer pgbouncer "$BOUNCER_PORT"
+BOUNCER_PID=$BOUNCER_STARTED_PID
+if [ "$TLS" -eq 1 ]; then
+  # Its own instance, as client_tls_sslmode = require refuses the plaintext clients of the other
+  # parts. TLS protocols and ciphers stay PgBouncer's defaults. stats_users: for the TLS check's
+  # SHOW CLIENTS only.
+  write_bouncer_ini pgbouncer-tls "$BOUNCER_TLS_PORT" "client_tls_sslmode = require
+client_tls_cert_file = $TLS_CERT
+client_tls_key_file = $TLS_KEY
+stats_users = bench"
+  start_bouncer pgbouncer-tls "$BOUNCER_TLS_PORT"
+  BOUNCER_TLS_PID=$BOUNCER_STARTED_PID
+fi
 
 # ---- pgcorral -------------------------------------------------------------------------------------
-CORRAL_TOML=$WORK/pgcorral.toml
-cat >"$CORRAL_TOML" <<EOF
+write_corral_toml() { # name port [extra lines for [general]]
+  cat >"$WORK/$1.toml" <<EOF
 [general]
 listen_addr = "127.0.0.1"
-listen_port = $CORRAL_PORT
+listen_port = $2
 pool_mode = "transaction"
 default_pool_size = $BENCH_POOL_SIZE
 max_client_conn = $MAX_CLIENT_CONN
 auth_type = "scram-sha-256"
 workers = 0
 server_reset_query = "DISCARD ALL"
+server_tls_sslmode = "disable"
 shutdown_timeout = 5000
 log_level = "warn"
+${3:-}
 
 [users.bench]
 password = "$PW"
@@ -346,28 +415,60 @@ dbname = "bench"
 pool_size = $BENCH_POOL_SIZE
 pool_mode = "session"
 EOF
-chmod 600 "$CORRAL_TOML"
-"$WORK/bin/pgcorral" --config "$CORRAL_TOML" --check >/dev/null || die "pgcorral refuses $CORRAL_TOML"
-log "pgcorral: port $CORRAL_PORT"
-env -u RUST_LOG "$WORK/bin/pgcorral" --config "$CORRAL_TOML" >"$WORK/logs/pgcorral.log" 2>&1 &
-CORRAL_PID=$!
-wait_port "$CORRAL_PORT" pgcorral "$CORRAL_PID"
+  chmod 600 "$WORK/$1.toml"
+}
+start_corral() { # name port → CORRAL_STARTED_PID
+  "$WORK/bin/pgcorral" --config "$WORK/$1.toml" --check >/dev/null || die "pgcorral refuses $WORK/$1.toml"
+  log "pgcorral ($1): port $2"
+  env -u RUST_LOG "$WORK/bin/pgcorral" --config "$WORK/$1.toml" >"$WORK/logs/$1.log" 2>&1 &
+  CORRAL_STARTED_PID=$!
+  wait_port "$2" "$1" "$CORRAL_STARTED_PID"
+}
+write_corral_toml pgcorral "$CORRAL_PORT"
+start_corral pgcorral "$CORRAL_PORT"
+CORRAL_PID=$CORRAL_STARTED_PID
+if [ "$TLS" -eq 1 ]; then
+  # As PgBouncer's: its own instance, the same certificate and key, default protocols (TLS 1.2
+  # and 1.3) and ciphers.
+  write_corral_toml pgcorral-tls "$CORRAL_TLS_PORT" "client_tls_sslmode = \"require\"
+client_tls_cert_file = \"$TLS_CERT\"
+client_tls_key_file = \"$TLS_KEY\"
+stats_users = [\"bench\"]"
+  start_corral pgcorral-tls "$CORRAL_TLS_PORT"
+  CORRAL_TLS_PID=$CORRAL_STARTED_PID
+fi
 
-target_port() {
-  case $1 in direct) echo "$PG_PORT" ;; pgbouncer) echo "$BOUNCER_PORT" ;; pgcorral) echo "$CORRAL_PORT" ;; esac
+# Where a part's clients go: the tls-storm part has the TLS instances of the poolers (direct
+# PostgreSQL is the same server, with TLS because its clients ask for it).
+target_port() { # target [part]
+  if [ "${2:-}" = tls-storm ]; then
+    case $1 in direct) echo "$PG_PORT" ;; pgbouncer) echo "$BOUNCER_TLS_PORT" ;; pgcorral) echo "$CORRAL_TLS_PORT" ;; esac
+  else
+    case $1 in direct) echo "$PG_PORT" ;; pgbouncer) echo "$BOUNCER_PORT" ;; pgcorral) echo "$CORRAL_PORT" ;; esac
+  fi
 }
-target_pid() {
-  case $1 in direct) echo "" ;; pgbouncer) echo "$BOUNCER_PID" ;; pgcorral) echo "$CORRAL_PID" ;; esac
+target_pid() { # target [part]
+  if [ "${2:-}" = tls-storm ]; then
+    case $1 in direct) echo "" ;; pgbouncer) echo "$BOUNCER_TLS_PID" ;; pgcorral) echo "$CORRAL_TLS_PID" ;; esac
+  else
+    case $1 in direct) echo "" ;; pgbouncer) echo "$BOUNCER_PID" ;; pgcorral) echo "$CORRAL_PID" ;; esac
+  fi
 }
-check_poolers() {
-  kill -0 "$BOUNCER_PID" 2>/dev/null || die "PgBouncer died; see $WORK/logs/pgbouncer.log"
-  kill -0 "$CORRAL_PID" 2>/dev/null || {
-    tail -n 20 "$WORK/logs/pgcorral.log" >&2
-    die "pgcorral died; see $WORK/logs/pgcorral.log"
+check_one() { # pid name comm
+  kill -0 "$1" 2>/dev/null || {
+    tail -n 20 "$WORK/logs/$2.log" >&2
+    die "$2 died; see $WORK/logs/$2.log"
   }
   # The pids must be the servers themselves: CPU and RSS are read from /proc/PID.
-  [ "$(cat "/proc/$BOUNCER_PID/comm")" = pgbouncer ] || die "pid $BOUNCER_PID is not PgBouncer"
-  [ "$(cat "/proc/$CORRAL_PID/comm")" = pgcorral ] || die "pid $CORRAL_PID is not pgcorral"
+  [ "$(cat "/proc/$1/comm")" = "$3" ] || die "pid $1 is not $2"
+}
+check_poolers() {
+  check_one "$BOUNCER_PID" pgbouncer pgbouncer
+  check_one "$CORRAL_PID" pgcorral pgcorral
+  if [ "$TLS" -eq 1 ]; then
+    check_one "$BOUNCER_TLS_PID" pgbouncer-tls pgbouncer
+    check_one "$CORRAL_TLS_PID" pgcorral-tls pgcorral
+  fi
 }
 
 # Every target answers, in both pool modes, with SCRAM.
@@ -382,8 +483,54 @@ done
 
 check_poolers
 
-# Total pool size both poolers may hold open, so direct runs never exceed max_connections.
-DIRECT_MAX=$((PG_MAX_CONNECTIONS - PG_RESERVED - 4 * BENCH_POOL_SIZE))
+# ---- TLS check (part tls-storm) -------------------------------------------------------------------
+# That PGSSLMODE=require makes libpq refuse a server without TLS (else the TLS cells would prove
+# nothing), that each TLS target answers, what libpq negotiated with it (PostgreSQL's pg_stat_ssl;
+# the poolers' SHOW CLIENTS `tls` of a client held in a transaction meanwhile, as console sessions
+# are not listed by pgcorral), and whether it offers SCRAM-SHA-256-PLUS (channel binding).
+TLS_INFO=$WORK/tls/negotiated.tsv
+: >"$TLS_INFO"
+tls_psql() { PGSSLMODE=require "$PSQL" -X -At -h 127.0.0.1 -U bench "$@"; }
+if [ "$TLS" -eq 1 ]; then
+  if got=$(tls_psql -p "$BOUNCER_PORT" -d bench -c "SELECT 1" 2>&1); then
+    die "PGSSLMODE=require logged in to the plaintext PgBouncer ($got): libpq does not enforce TLS"
+  fi
+  for t in direct pgbouncer pgcorral; do
+    port=$(target_port "$t" tls-storm)
+    got=$(tls_psql -p "$port" -d bench -c "SELECT count(*) FROM pgbench_branches" 2>&1) ||
+      die "$t (TLS, port $port) does not answer with PGSSLMODE=require: $got"
+    [ "$got" = "$BENCH_SCALE" ] || die "$t (TLS): unexpected answer: $got"
+    if [ "$t" = direct ]; then
+      negotiated=$(tls_psql -p "$port" -d bench -c \
+        "SELECT version || '/' || cipher FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl" 2>&1) || negotiated="? ($negotiated)"
+    else
+      tls_psql -p "$port" -d bench -c "SELECT pg_sleep(2)" >/dev/null 2>&1 &
+      TLS_HOLD_PID=$!
+      negotiated=""
+      for ((i = 0; i < 40; i++)); do
+        negotiated=$(PGSSLMODE=require "$PSQL" -X -q --csv -h 127.0.0.1 -p "$port" -U bench -d pgbouncer \
+          -c "SHOW CLIENTS" 2>/dev/null | "$PYTHON" -c '
+import csv, sys
+for row in csv.DictReader(sys.stdin):
+    if row.get("database") == "bench":
+        print(row.get("tls") or "(empty)")
+        break' || true)
+        [ -n "$negotiated" ] && break
+        sleep 0.1
+      done
+      wait "$TLS_HOLD_PID" || true # let its transaction end, rather than leave the pooler a cancel
+      TLS_HOLD_PID=""
+      [ -n "$negotiated" ] || negotiated="? (no client in SHOW CLIENTS)"
+    fi
+    if PGCHANNELBINDING=require tls_psql -p "$port" -d bench -c "SELECT 1" >/dev/null 2>&1; then cb=yes; else cb=no; fi
+    printf '%s\t%s\t%s\n' "$t" "$negotiated" "$cb" >>"$TLS_INFO"
+    log "TLS $t: $negotiated, SCRAM-SHA-256-PLUS: $cb"
+  done
+fi
+
+# Total pool size the poolers may hold open, so direct runs never exceed max_connections: two
+# databases in each plain instance, and (tls-storm) one used in each TLS instance.
+DIRECT_MAX=$((PG_MAX_CONNECTIONS - PG_RESERVED - (4 + 2 * TLS) * BENCH_POOL_SIZE))
 CELLS=$WORK/cells.jsonl
 MEMORY=$WORK/memory.jsonl
 : >"$CELLS"
@@ -463,8 +610,9 @@ fi
 # ---- pgbench cells --------------------------------------------------------------------------------
 run_pgbench() { # part clients target rep; also used for the warm-up (rep 0)
   local part=$1 c=$2 t=$3 rep=$4 port pid db mode_args id out logdir j duration before="" after="" rc=0
-  port=$(target_port "$t")
-  pid=$(target_pid "$t")
+  local sslmode=disable
+  port=$(target_port "$t" "$part")
+  pid=$(target_pid "$t" "$part")
   db=bench
   case $part in
     simple | extended) mode_args=(-M "$part") ;;
@@ -474,13 +622,17 @@ run_pgbench() { # part clients target rep; also used for the warm-up (rep 0)
       [ "$t" = direct ] || db=bench_session
       ;;
     storm) mode_args=(-M simple -C) ;;
+    tls-storm)
+      mode_args=(-M simple -C)
+      sslmode=require # TLS on every connection, or no connection
+      ;;
   esac
   j=$((BENCH_JOBS < c ? BENCH_JOBS : c))
   # pgbench's -T clock starts before its clients log in (its tps does not count that time), so
   # the run gets BENCH_LOGIN_MS per client on top: ~BENCH_T seconds are left to measure. Not for
   # the storm, whose logins are the workload, nor for the warm-up.
   duration=$BENCH_T
-  if [ "$part" != storm ] && [ "$rep" -gt 0 ]; then duration=$((BENCH_T + (c * BENCH_LOGIN_MS + 999) / 1000)); fi
+  if [ "$part" != storm ] && [ "$part" != tls-storm ] && [ "$rep" -gt 0 ]; then duration=$((BENCH_T + (c * BENCH_LOGIN_MS + 999) / 1000)); fi
   id=$part-c$c-$t-r$rep
   out=$WORK/runs/$id.out
   logdir=$WORK/runs/$id.txlog
@@ -492,7 +644,7 @@ run_pgbench() { # part clients target rep; also used for the warm-up (rep 0)
   fi
   [ -n "$pid" ] && before=$(cpu_ticks "$pid")
   # A time limit, so a stuck target cannot hang the harness (exit 124 = killed).
-  timeout --kill-after=10 $((duration * 3 + 120)) \
+  PGSSLMODE=$sslmode timeout --kill-after=10 $((duration * 3 + 120)) \
     "$PGBENCH" -n -S "${mode_args[@]}" -c "$c" -j "$j" -T "$duration" \
     -l --log-prefix="$logdir/tx" -h 127.0.0.1 -p "$port" -U bench "$db" >"$out" 2>&1 &
   PGBENCH_PID=$!
@@ -523,12 +675,16 @@ if has_part prepared; then
   for c in "${prepared_clients[@]}"; do cells+=("prepared $c"); done
 fi
 if has_part storm; then for c in $BENCH_STORM_CLIENTS; do cells+=("storm $c"); done; fi
+if has_part tls-storm; then for c in $BENCH_TLS_CLIENTS; do cells+=("tls-storm $c"); done; fi
 
 if [ "${#cells[@]}" -gt 0 ] && [ "$BENCH_WARMUP" -gt 0 ]; then
   log "warm-up: ${BENCH_WARMUP}s of pgbench -S, 16 clients, per target"
+  [ "$TLS" -eq 1 ] && log "  and ${BENCH_WARMUP}s of pgbench -S -C with TLS, 16 clients, per TLS pooler instance"
   saved_t=$BENCH_T
   BENCH_T=$BENCH_WARMUP
   for t in direct pgbouncer pgcorral; do run_pgbench simple 16 "$t" 0; done
+  # The TLS instances of the poolers: their pools fill, and TLS is warm, before the first run.
+  if has_part tls-storm; then for t in pgbouncer pgcorral; do run_pgbench tls-storm 16 "$t" 0; done; fi
   BENCH_T=$saved_t
 fi
 
@@ -560,10 +716,13 @@ elapsed=$(($(date +%s) - START_EPOCH))
 duration=$(printf '%dm%02ds' $((elapsed / 60)) $((elapsed % 60)))
 stop_pid "$CORRAL_PID" pgcorral
 stop_pid "$BOUNCER_PID" pgbouncer
-CORRAL_PID="" BOUNCER_PID=""
+stop_pid "$CORRAL_TLS_PID" pgcorral-tls
+stop_pid "$BOUNCER_TLS_PID" pgbouncer-tls
+CORRAL_PID="" BOUNCER_PID="" CORRAL_TLS_PID="" BOUNCER_TLS_PID=""
 "$PYTHON" "$BENCH_DIR/report.py" report --cells "$CELLS" --memory "$MEMORY" --out "$REPORT" \
-  --date "$RUN_DATE" --duration "$duration" --t "$BENCH_T" --reps "$BENCH_REPS" --clients "$BENCH_CLIENTS" \
-  --prepared-clients "${prepared_clients[*]:-none}" --storm-clients "$BENCH_STORM_CLIENTS" --jobs "$BENCH_JOBS" \
+  --date "$RUN_DATE" --duration "$duration" --parts "$BENCH_PARTS" --t "$BENCH_T" --reps "$BENCH_REPS" --clients "$BENCH_CLIENTS" \
+  --prepared-clients "${prepared_clients[*]:-none}" --storm-clients "$BENCH_STORM_CLIENTS" \
+  --tls-clients "$BENCH_TLS_CLIENTS" --tls-key "$TLS_KEY_DESC" --tls-info "$TLS_INFO" --jobs "$BENCH_JOBS" \
   --scale "$BENCH_SCALE" --pool-size "$BENCH_POOL_SIZE" --idle "$BENCH_IDLE" --max-connections "$PG_MAX_CONNECTIONS" \
   --pg-bindir "$PG_BIN" --pgbouncer "$PGBOUNCER" --pgcorral "$WORK/bin/pgcorral" --git-rev "$GIT_REV" \
   --load-start "$LOAD_START" --load-end "$LOAD_END" --note "$BENCH_NOTE" >/dev/null

@@ -74,6 +74,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
             secret: Secret::None,
             connect_timeout: Duration::from_secs(1),
             max_packet_size: 1 << 30,
+            tls: Default::default(),
         };
         let settings = PoolSettings::new(n, PoolMode::Transaction);
         let pool = Pool::new(
@@ -90,7 +91,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
             let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
             peers.push(listener.accept().await.unwrap().0);
             let server = ServerConn::new(
-                stream,
+                pgcorral::net::stream::Stream::Plain(stream),
                 BytesMut::with_capacity(16 * 1024),
                 CancelKey {
                     addr,

@@ -63,6 +63,8 @@ pub struct Entry {
     /// Microseconds since the epoch of the connection (see [`Entry::connect_time`]).
     connect_time: u64,
     pub application_name: String,
+    /// TLS version and cipher suite ("TLSv1.3/TLS_AES_256_GCM_SHA384"); empty for plaintext.
+    pub tls: Box<str>,
     state: AtomicU8,
     /// Microseconds since the epoch of the last request (clients) or checkout (servers).
     request_time: AtomicU64,
@@ -174,6 +176,7 @@ pub struct New {
     pub state: State,
     pub remote_pid: i32,
     pub generation: u64,
+    pub tls: String,
 }
 
 /// The lists of clients and servers.
@@ -231,6 +234,7 @@ impl Lists {
             local: n.local,
             connect_time: now,
             application_name: n.application_name,
+            tls: n.tls.into_boxed_str(),
             state: AtomicU8::new(n.state as u8),
             request_time: AtomicU64::new(now),
             link: AtomicU64::new(0),
@@ -273,6 +277,7 @@ mod tests {
             state: State::Active,
             remote_pid: 7,
             generation: 0,
+            tls: String::new(),
         };
         let c = lists.add(Kind::Client, new("x"));
         let s = lists.add(Kind::Server, new("y"));

@@ -17,6 +17,9 @@ pub enum Kind {
     UnknownDatabase,
     /// The client's user is not allowed.
     UnknownUser,
+    /// The client may not connect this way: TLS is required, or its certificate does not
+    /// authenticate it.
+    Refused,
     /// max_client_conn reached.
     TooManyClients,
     /// Could not open a server connection (refused, timed out, TLS, auth to server).
@@ -150,7 +153,7 @@ impl Error {
             Kind::ClientIo => sqlstate::CONNECTION_FAILURE,
             Kind::AuthFailed => sqlstate::INVALID_PASSWORD,
             Kind::UnknownDatabase => sqlstate::INVALID_CATALOG_NAME,
-            Kind::UnknownUser => sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
+            Kind::UnknownUser | Kind::Refused => sqlstate::INVALID_AUTHORIZATION_SPECIFICATION,
             Kind::TooManyClients => sqlstate::TOO_MANY_CONNECTIONS,
             Kind::ServerConnect => sqlstate::SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION,
             Kind::ServerIo => sqlstate::CONNECTION_FAILURE,

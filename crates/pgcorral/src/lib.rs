@@ -28,6 +28,7 @@ pub mod route;
 pub mod server;
 pub mod services;
 pub mod session;
+pub mod tls;
 
 pub use net::listener::Server;
 pub use services::Services;

@@ -35,6 +35,10 @@ fn main() -> ExitCode {
         }
     };
     if cli.check {
+        if let Err(e) = pgcorral::tls::Tls::load(&config.general) {
+            eprintln!("pgcorral: invalid configuration: {e}");
+            return ExitCode::FAILURE;
+        }
         println!("configuration is valid");
         return ExitCode::SUCCESS;
     }
@@ -59,6 +63,17 @@ fn main() -> ExitCode {
     };
     let path = cli.config.clone();
     rt.block_on(async move {
+        // Signal handlers first: once the port is bound, a client (or a test) may connect and
+        // send SIGHUP at once, whose default action would end the process.
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(hup), Ok(term), Ok(int)) = (
+            signal(SignalKind::hangup()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            eprintln!("pgcorral: cannot install signal handlers");
+            return ExitCode::FAILURE;
+        };
         let server = match pgcorral::Server::bind(config).await {
             Ok(s) => s,
             Err(e) => {
@@ -69,14 +84,14 @@ fn main() -> ExitCode {
         tracing::info!(addr = %server.local_addr(), "listening on {}", server.local_addr());
         let shutdown = server.services().shutdown.clone();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            wait_for_signal(term, int).await;
             tracing::info!("received shutdown signal");
             shutdown.cancel();
         });
         if let Some(p) = path {
             let _ = server.services().config_path.set(p);
         }
-        tokio::spawn(reload_on_sighup(server.services().clone()));
+        tokio::spawn(reload_on_sighup(hup, server.services().clone()));
         server.run().await;
         tracing::info!("stopped");
         ExitCode::SUCCESS
@@ -85,11 +100,7 @@ fn main() -> ExitCode {
 
 /// SIGHUP reads the config file again (see `pgcorral::reload`); a bad file is logged and the
 /// running configuration stays.
-async fn reload_on_sighup(services: pgcorral::Services) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        return;
-    };
+async fn reload_on_sighup(mut hup: tokio::signal::unix::Signal, services: pgcorral::Services) {
     while hup.recv().await.is_some() {
         tracing::info!("received SIGHUP: reloading the configuration");
         if let Err(e) = pgcorral::reload::reload(&services) {
@@ -98,14 +109,10 @@ async fn reload_on_sighup(services: pgcorral::Services) {
     }
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
+async fn wait_for_signal(
+    mut term: tokio::signal::unix::Signal,
+    mut int: tokio::signal::unix::Signal,
+) {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}

@@ -750,6 +750,17 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         let ev = {
             let (client, server, timer) = (&mut *client, &mut *server, &mut timer);
             poll_fn(move |cx| {
+                // TLS records still in a session go out as the socket takes them.
+                if client.stream.pending_output() {
+                    if let Poll::Ready(Err(e)) = Pin::new(&mut client.stream).poll_flush(cx) {
+                        return Poll::Ready(Event::ToClient(Err(e)));
+                    }
+                }
+                if server.stream.pending_output() {
+                    if let Poll::Ready(Err(e)) = Pin::new(&mut server.stream).poll_flush(cx) {
+                        return Poll::Ready(Event::ToServer(Err(e)));
+                    }
+                }
                 if !server.wout.is_empty() {
                     if let Poll::Ready(r) =
                         Pin::new(&mut server.stream).poll_write(cx, &server.wout)

@@ -30,7 +30,7 @@ pub fn reload(services: &Services) -> Result<Applied, String> {
         return Err("pgcorral was started without --config: there is no file to reload".into());
     };
     let new = config::load_file(path).map_err(|e| e.to_string())?;
-    let applied = apply(services, new);
+    let applied = apply(services, new)?;
     tracing::info!(
         path = %path.display(),
         updated = applied.updated,
@@ -83,14 +83,19 @@ pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, Strin
         ..(*current).clone()
     };
     config::validate(&new).map_err(|e| e.to_string())?;
-    let applied = apply(services, new);
+    let applied = apply(services, new)?;
     tracing::info!(key, value, "setting changed from the admin console");
     Ok(applied)
 }
 
 /// Swaps in a validated configuration (restart-only settings keep their running values) and
-/// brings the pools in line.
-fn apply(services: &Services, mut new: Config) -> Applied {
+/// brings the pools in line. Certificate and key files are read again (they may have been
+/// replaced under the same names); if they do not load, nothing changes.
+fn apply(services: &Services, mut new: Config) -> Result<Applied, String> {
+    let tls = crate::tls::Tls::load(&new.general).map_err(|e| {
+        tracing::error!(error = %e, "reload refused: TLS files do not load; the running certificates stay");
+        format!("TLS: {e}")
+    })?;
     let old = services.config.load_full();
     let mut applied = Applied::default();
     let (o, n) = (&old.general, &mut new.general);
@@ -106,8 +111,26 @@ fn apply(services: &Services, mut new: Config) -> Applied {
     for k in &applied.kept {
         tracing::warn!(setting = %k, "changed in the configuration, but needs a restart; the running value is kept");
     }
+    let server_tls = |g: &config::General| {
+        (
+            g.server_tls_sslmode,
+            g.server_tls_ca_file.clone(),
+            g.server_tls_cert_file.clone(),
+            g.server_tls_key_file.clone(),
+            g.server_tls_protocols.clone(),
+            g.server_tls_ciphers.clone(),
+        )
+    };
+    let server_tls_changed = server_tls(&old.general) != server_tls(&new.general);
     services.config.store(Arc::new(new));
+    services.tls.store(Arc::new(tls));
+    if server_tls_changed {
+        // Servers opened under the old TLS settings are replaced, as with RECONNECT.
+        for pool in services.pools.all() {
+            pool.reconnect();
+        }
+    }
     (applied.updated, applied.retired) = services.pools.reconfigure(&services.config.load());
     services.config_gen.fetch_add(1, Ordering::Relaxed);
-    applied
+    Ok(applied)
 }

@@ -39,6 +39,9 @@ pub struct Inner {
     pub config_path: std::sync::OnceLock<std::path::PathBuf>,
     /// Bumped when the configuration is replaced; clients re-read it at their next transaction.
     pub config_gen: std::sync::atomic::AtomicU64,
+    /// TLS for clients and servers, from the configuration's files (replaced on reload); the
+    /// same handle as the pools' targets hold.
+    pub tls: crate::tls::Shared,
 }
 
 #[derive(Clone)]
@@ -53,9 +56,11 @@ impl std::ops::Deref for Services {
 
 impl Services {
     pub fn new(config: Config, workers: usize) -> Services {
+        let pools = Registry::default();
+        let tls = pools.tls.clone();
         Services(Arc::new(Inner {
             config: ArcSwap::from_pointee(config),
-            pools: Registry::default(),
+            pools,
             cancel: CancelMap::default(),
             scram_cache: Default::default(),
             clients: AtomicUsize::new(0),
@@ -68,6 +73,7 @@ impl Services {
             control: Default::default(),
             config_path: Default::default(),
             config_gen: Default::default(),
+            tls,
         }))
     }
 

@@ -16,7 +16,6 @@ use std::sync::atomic::Ordering;
 use bytes::{Buf, BytesMut};
 use pgwire::backend::{self as be, TxStatus};
 use pgwire::frontend as fe;
-use tokio::io::AsyncWriteExt;
 
 use crate::client::ClientConn;
 use crate::net::framed::{read_message, ReadError};
@@ -79,7 +78,7 @@ async fn session(
     let mut skipping = false;
     loop {
         if !out.is_empty() && client.buf.is_empty() {
-            client.stream.write_all(&out).await.map_err(ReadError::Io)?;
+            client.stream.send(&out).await.map_err(ReadError::Io)?;
             out.clear();
         }
         let (tag, mut body) =
@@ -196,7 +195,7 @@ async fn session(
                 pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
             }
             fe::FLUSH => {
-                client.stream.write_all(&out).await.map_err(ReadError::Io)?;
+                client.stream.send(&out).await.map_err(ReadError::Io)?;
                 out.clear();
             }
             fe::TERMINATE => return Ok(()),

@@ -69,7 +69,7 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
             e.remote_pid
                 .load(std::sync::atomic::Ordering::Relaxed)
                 .into(),
-            Cell::Text(String::new()),
+            (&*e.tls).into(),
             e.application_name.as_str().into(),
         ];
         match kind {

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use pgwire::backend::TxStatus;
 use pgwire::encode;
-use tokio::io::AsyncWriteExt;
 
 use super::startup::{self, Opening};
 use super::{auth, ClientConn, Session};
@@ -46,7 +45,13 @@ pub(super) async fn admit(
             ),
         )
     };
-    let opening = match within(deadline, startup::open(&mut client.stream, &mut client.buf)).await {
+    let tls = services.tls.load_full();
+    let opening = match within(
+        deadline,
+        startup::open(&mut client.stream, &mut client.buf, tls.client.as_ref()),
+    )
+    .await
+    {
         Some(Ok(o)) => o,
         Some(Err(e)) => return fail(client, peer, e).await,
         None => return fail(client, peer, timed_out()).await,
@@ -60,6 +65,15 @@ pub(super) async fn admit(
         }
         Opening::Session { minor, params } => (minor, params),
     };
+    if tls.client.as_ref().is_some_and(|t| t.mode.required()) && !client.stream.is_tls() {
+        // Before any password is asked for.
+        return fail(client, peer, Error::new(Kind::Refused, "SSL required")).await;
+    }
+    let binding = match client.stream.is_tls() {
+        true => tls.client.as_ref().and_then(|t| t.binding.clone()),
+        false => None,
+    };
+    drop(tls);
     let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     let Some(user) = get("user").filter(|u| !u.is_empty()).map(str::to_string) else {
         let e = Error::new(
@@ -85,7 +99,7 @@ pub(super) async fn admit(
     }
     let login = within(
         deadline,
-        login(client, services, &user, &database, minor, &params),
+        login(client, services, &user, &database, minor, &params, binding),
     )
     .await
     .unwrap_or_else(|| Err(timed_out()));
@@ -114,7 +128,7 @@ pub(super) async fn fail<T>(client: &mut ClientConn, peer: &SocketAddr, e: Error
     tracing::info!(%peer, error = %e, sqlstate = e.sqlstate(), "client login failed");
     let mut out = BytesMut::new();
     e.write_response(&mut out, "FATAL");
-    let _ = client.stream.write_all(&out).await;
+    let _ = client.stream.send(&out).await;
     None
 }
 
@@ -127,6 +141,7 @@ async fn login(
     database: &str,
     minor: u16,
     params: &[(String, String)],
+    binding: Option<Vec<u8>>,
 ) -> Result<Admitted> {
     let config = services.config.load_full();
     let mut out = BytesMut::with_capacity(512);
@@ -138,6 +153,7 @@ async fn login(
         &config,
         &services.scram_cache,
         user,
+        binding.as_deref(),
     )
     .await?;
     if admin::is_console(database) {
@@ -231,7 +247,7 @@ async fn login(
     let secret = services.cancel.register(pid, slot.clone());
     encode::backend_key_data(&mut out, pid, secret);
     encode::ready_for_query(&mut out, TxStatus::Idle);
-    if let Err(e) = client.stream.write_all(&out).await {
+    if let Err(e) = client.stream.send(&out).await {
         services.cancel.unregister(pid, secret);
         return Err(Error::with_source(Kind::ClientIo, "write", e));
     }
@@ -259,6 +275,11 @@ async fn login(
             state: crate::conns::State::Active,
             // As PgBouncer: a client's process id is known only over a Unix socket.
             remote_pid: 0,
+            tls: client
+                .stream
+                .tls()
+                .map(crate::tls::describe)
+                .unwrap_or_default(),
             generation: 0,
         },
     );
@@ -325,7 +346,7 @@ async fn console_login(
     encode::ready_for_query(&mut out, TxStatus::Idle);
     client
         .stream
-        .write_all(&out)
+        .send(&out)
         .await
         .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
     Ok(Admitted::Console(role))

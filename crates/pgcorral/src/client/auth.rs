@@ -1,15 +1,15 @@
-//! Authenticating a client against its `[users]` entry: trust, md5 (salted challenge) or
-//! SCRAM-SHA-256. A failure is FATAL 28P01 and costs no server connection.
+//! Authenticating a client against its `[users]` entry: trust, md5 (salted challenge),
+//! SCRAM-SHA-256 (with channel binding, SCRAM-SHA-256-PLUS, over TLS), or a TLS client
+//! certificate. A failure is FATAL 28P01 (28000 for certificates) and costs no server connection.
 
 use bytes::BytesMut;
 use pgwire::auth::scram::{ScramSecret, ScramServer};
 use pgwire::{encode, frontend};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::config::{AuthType, Config};
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_message, ReadError};
+use crate::net::stream::Stream;
 
 /// Largest password or SASL message accepted during login.
 const MAX_AUTH_MESSAGE: u32 = 8192;
@@ -72,17 +72,23 @@ impl SecretCache {
 }
 
 /// Runs the configured method; on success AuthenticationOk has been queued in `out`.
+/// `binding`: the tls-server-end-point data of pgcorral's certificate, on a TLS connection
+/// (SCRAM-SHA-256-PLUS is then offered).
 pub async fn authenticate(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     buf: &mut BytesMut,
     out: &mut BytesMut,
     config: &Config,
     cache: &SecretCache,
     user: &str,
+    binding: Option<&[u8]>,
 ) -> Result<Authenticated> {
     let entry = config.users.get(user);
     let auth_type = config.general.auth_type;
-    if auth_type == AuthType::Trust {
+    if matches!(auth_type, AuthType::Trust | AuthType::Cert) {
+        if auth_type == AuthType::Cert {
+            certificate(stream, user)?;
+        }
         if entry.is_none() && !config.users.is_empty() {
             return Err(Error::new(
                 Kind::UnknownUser,
@@ -113,7 +119,7 @@ pub async fn authenticate(
         // Unknown user: run the exchange against a throwaway secret so the failure looks the same.
         (None, None) => cache.mock(user),
     };
-    let key = scram(stream, buf, out, user, secret).await?;
+    let key = scram(stream, buf, out, user, secret, binding).await?;
     if entry.is_none() {
         return Err(failed(user));
     }
@@ -122,16 +128,40 @@ pub async fn authenticate(
     })
 }
 
-async fn send(stream: &mut TcpStream, out: &mut BytesMut) -> Result<()> {
+/// auth_type = "cert": the client's certificate (verified in the TLS handshake against
+/// client_tls_ca_file) must name the user in its subject's CN, as PostgreSQL's `cert` method.
+fn certificate(stream: &Stream, user: &str) -> Result<()> {
+    let Some(cert) = stream.peer_certificates().and_then(|c| c.first()) else {
+        return Err(Error::new(
+            Kind::Refused,
+            "connection requires a valid client certificate",
+        ));
+    };
+    let cn = crate::tls::common_name(cert);
+    if cn.as_deref() != Some(user) {
+        tracing::info!(
+            user,
+            cn = cn.as_deref().unwrap_or(""),
+            "client certificate names another user"
+        );
+        return Err(Error::new(
+            Kind::Refused,
+            format!("certificate authentication failed for user \"{user}\""),
+        ));
+    }
+    Ok(())
+}
+
+async fn send(stream: &mut Stream, out: &mut BytesMut) -> Result<()> {
     stream
-        .write_all(out)
+        .send(out)
         .await
         .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
     out.clear();
     Ok(())
 }
 
-async fn read_password(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<BytesMut> {
+async fn read_password(stream: &mut Stream, buf: &mut BytesMut) -> Result<BytesMut> {
     match read_message(stream, buf, MAX_AUTH_MESSAGE).await {
         Ok((frontend::PASSWORD, body)) => Ok(body),
         Ok((tag, _)) => Err(Error::new(
@@ -152,7 +182,7 @@ async fn read_password(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Byt
 }
 
 async fn md5(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     buf: &mut BytesMut,
     out: &mut BytesMut,
     user: &str,
@@ -176,39 +206,55 @@ async fn md5(
 }
 
 async fn scram(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     buf: &mut BytesMut,
     out: &mut BytesMut,
     user: &str,
     secret: ScramSecret,
+    binding: Option<&[u8]>,
 ) -> Result<[u8; 32]> {
     let mut server = ScramServer::new(secret);
-    encode::auth_sasl(out, &["SCRAM-SHA-256"]);
+    if let Some(b) = binding {
+        server = server.channel_binding(b);
+    }
+    encode::auth_sasl(out, server.mechanisms());
     send(stream, out).await?;
 
     // SASLInitialResponse: mechanism name, Int32 length, data.
     let body = read_password(stream, buf).await?;
     let malformed = || Error::new(Kind::ClientProtocol, "malformed SASLInitialResponse");
     let nul = body.iter().position(|&b| b == 0).ok_or_else(malformed)?;
-    if &body[..nul] != b"SCRAM-SHA-256" {
-        return Err(Error::new(
+    server.select_mechanism(&body[..nul]).map_err(|_| {
+        Error::new(
             Kind::ClientProtocol,
             "client selected an invalid SASL authentication mechanism",
-        ));
-    }
+        )
+    })?;
     let data = body.get(nul + 5..).ok_or_else(malformed)?;
     let first = server
         .client_first(data)
-        .map_err(|e| Error::with_source(Kind::ClientProtocol, "SCRAM client-first-message", e))?;
+        .map_err(|e| scram_error(e, "SCRAM client-first-message", user))?;
     encode::auth_sasl_continue(out, &first);
     send(stream, out).await?;
 
     let body = read_password(stream, buf).await?;
-    let outcome = server.client_final(&body).map_err(|e| match e {
-        pgwire::auth::scram::ScramError::BadProof => failed(user),
-        e => Error::with_source(Kind::ClientProtocol, "SCRAM client-final-message", e),
-    })?;
+    let outcome = server
+        .client_final(&body)
+        .map_err(|e| scram_error(e, "SCRAM client-final-message", user))?;
     encode::auth_sasl_final(out, &outcome.server_final);
     encode::auth_ok(out);
     Ok(outcome.client_key)
+}
+
+/// A failed SCRAM step as the client sees it: a wrong password is 28P01, a channel binding
+/// failure 28000 (as PostgreSQL), anything else a protocol violation.
+fn scram_error(e: pgwire::auth::scram::ScramError, step: &str, user: &str) -> Error {
+    use pgwire::auth::scram::ScramError;
+    match e {
+        ScramError::BadProof => failed(user),
+        ScramError::BindingNegotiation | ScramError::BindingMismatch => {
+            Error::new(Kind::Refused, e.to_string())
+        }
+        e => Error::with_source(Kind::ClientProtocol, step.to_string(), e),
+    }
 }

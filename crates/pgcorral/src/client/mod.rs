@@ -15,13 +15,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::cancel::CancelSlot;
 use crate::config::{millis_opt, PoolMode};
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
+use crate::net::stream::{Detached, Stream};
 use crate::pool::{Checkout, Pool};
 use crate::relay::{self, Outcome, Timeouts};
 use crate::services::{ClientCount, Services};
@@ -33,7 +32,7 @@ use state::{recapture, restore};
 
 /// The client's socket and what has been read from it but not yet forwarded.
 pub struct ClientConn {
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub buf: BytesMut,
     /// Bytes of a message body still to pass through unparsed.
     pub pass: usize,
@@ -57,7 +56,7 @@ pub fn serve(
     services: Services,
     worker: usize,
 ) -> impl Future<Output = ()> + Send + 'static {
-    task(socket, peer, services, worker, None)
+    task(Detached::Plain(socket), peer, services, worker, None)
 }
 
 /// A logged-in client on its way to another worker (see [`migrate`]): all of it but its socket.
@@ -77,14 +76,14 @@ struct Moved {
 /// locals), the connection and session are its locals, and what it awaits borrows them.
 #[allow(clippy::manual_async_fn)]
 fn task(
-    socket: std::net::TcpStream,
+    socket: Detached,
     peer: SocketAddr,
     services: Services,
     worker: usize,
     moved: Option<Box<Moved>>,
 ) -> impl Future<Output = ()> + Send + 'static {
     async move {
-        let stream = match TcpStream::from_std(socket) {
+        let stream = match socket.attach() {
             Ok(s) => s,
             Err(e) => {
                 match moved {
@@ -158,7 +157,7 @@ fn task(
                     return migrate(client, session, peer, services, count, target);
                 }
                 if let Some(fatal) = left(exit, session, &peer) {
-                    let _ = client.stream.write_all(&fatal).await;
+                    let _ = client.stream.send(&fatal).await;
                 }
                 services.cancel.unregister(session.pid, session.secret);
                 drop(count);
@@ -211,7 +210,7 @@ fn migrate(
         statements,
         ..
     } = client;
-    let (Some(handle), Ok(socket)) = (services.balance.handle(target).cloned(), stream.into_std())
+    let (Some(handle), Ok(socket)) = (services.balance.handle(target).cloned(), stream.detach())
     else {
         tracing::warn!(%peer, "could not move a client between workers; closing it");
         services.cancel.unregister(session.pid, session.secret);

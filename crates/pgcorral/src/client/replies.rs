@@ -4,7 +4,6 @@
 use bytes::{Buf, BytesMut};
 use pgwire::backend::TxStatus;
 use pgwire::{encode, sqlstate, Header};
-use tokio::io::AsyncWriteExt;
 
 use super::ClientConn;
 use crate::error::{Error, Kind, Result};
@@ -62,7 +61,7 @@ pub(super) async fn refuse_statement(
     encode::ready_for_query(&mut out, tx);
     client
         .stream
-        .write_all(&out)
+        .send(&out)
         .await
         .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
 }
@@ -92,7 +91,7 @@ pub(super) async fn refuse_transaction(
     encode::ready_for_query(&mut out, TxStatus::Idle);
     client
         .stream
-        .write_all(&out)
+        .send(&out)
         .await
         .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
     if !ok {

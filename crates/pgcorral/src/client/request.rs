@@ -69,6 +69,14 @@ pub(super) fn next_request<'a>(
             let shutdown = services.shutdown.cancelled();
             let mut shutdown = pin!(shutdown);
             poll_fn(|cx| {
+                // The end of the last answer may still be in the TLS session.
+                if client.stream.pending_output() {
+                    if let Poll::Ready(Err(e)) =
+                        tokio::io::AsyncWrite::poll_flush(Pin::new(&mut client.stream), cx)
+                    {
+                        return Poll::Ready(Err(Error::with_source(Kind::ClientIo, "write", e)));
+                    }
+                }
                 if let Poll::Ready(r) = client.stream.poll_read_ready(cx) {
                     return Poll::Ready(
                         r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e)),

@@ -37,6 +37,33 @@ pub enum AuthType {
     Md5,
     #[serde(rename = "trust")]
     Trust,
+    /// A TLS client certificate (verified against `client_tls_ca_file`) whose subject CN is
+    /// the user name.
+    #[serde(rename = "cert")]
+    Cert,
+}
+
+/// How much TLS a side of pgcorral asks for (libpq's `sslmode` values, as PgBouncer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    Disable,
+    Allow,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    /// TLS is mandatory.
+    pub fn required(self) -> bool {
+        self >= SslMode::Require
+    }
+    /// The peer's certificate is checked against a CA.
+    pub fn verifies(self) -> bool {
+        self >= SslMode::VerifyCa
+    }
 }
 
 /// The whole configuration.
@@ -141,6 +168,26 @@ pub struct General {
     pub read_your_writes: bool,
     /// Functions whose call makes a SELECT a write (routed to the primary).
     pub writing_functions: Vec<String>,
+    /// TLS between clients and pgcorral.
+    pub client_tls_sslmode: SslMode,
+    /// PEM certificate chain pgcorral presents to clients.
+    pub client_tls_cert_file: String,
+    pub client_tls_key_file: String,
+    /// PEM CA certificates that client certificates must chain to.
+    pub client_tls_ca_file: String,
+    /// "secure" (TLS 1.2 and 1.3), "all", or a list such as "tlsv1.3".
+    pub client_tls_protocols: String,
+    /// "default", or a colon-separated list of cipher suite names.
+    pub client_tls_ciphers: String,
+    /// TLS between pgcorral and PostgreSQL.
+    pub server_tls_sslmode: SslMode,
+    /// PEM CA certificates that servers' certificates must chain to (verify-ca, verify-full).
+    pub server_tls_ca_file: String,
+    /// PEM certificate and key pgcorral presents to servers (PostgreSQL's `cert` method).
+    pub server_tls_cert_file: String,
+    pub server_tls_key_file: String,
+    pub server_tls_protocols: String,
+    pub server_tls_ciphers: String,
 }
 
 /// How reads are spread over the servers that may take them.
@@ -284,6 +331,18 @@ impl Default for General {
             max_replica_lag: String::new(),
             read_your_writes: false,
             writing_functions: default_writing_functions(),
+            client_tls_sslmode: SslMode::Disable,
+            client_tls_cert_file: String::new(),
+            client_tls_key_file: String::new(),
+            client_tls_ca_file: String::new(),
+            client_tls_protocols: "secure".into(),
+            client_tls_ciphers: "default".into(),
+            server_tls_sslmode: SslMode::Prefer,
+            server_tls_ca_file: String::new(),
+            server_tls_cert_file: String::new(),
+            server_tls_key_file: String::new(),
+            server_tls_protocols: "secure".into(),
+            server_tls_ciphers: "default".into(),
         }
     }
 }

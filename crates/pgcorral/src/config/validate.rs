@@ -40,6 +40,7 @@ fn auth_name(auth: AuthType) -> &'static str {
         AuthType::ScramSha256 => "scram-sha-256",
         AuthType::Md5 => "md5",
         AuthType::Trust => "trust",
+        AuthType::Cert => "cert",
     }
 }
 
@@ -93,8 +94,9 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
             g.log_level
         ));
     }
+    tls(g, errs);
     let auth = auth_name(g.auth_type);
-    if g.auth_type != AuthType::Trust {
+    if !matches!(g.auth_type, AuthType::Trust | AuthType::Cert) {
         if cfg.users.is_empty() {
             errs.push(format!(
                 "users: auth_type = \"{auth}\" needs at least one [users.NAME] entry with a password"
@@ -111,6 +113,60 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
                     ));
                 }
             }
+        }
+    }
+}
+
+/// The TLS settings' combinations; the files themselves are read by [`crate::tls::Tls::load`].
+fn tls(g: &super::General, errs: &mut Vec<String>) {
+    use super::SslMode;
+    if g.client_tls_sslmode != SslMode::Disable {
+        for (key, v) in [
+            ("client_tls_cert_file", &g.client_tls_cert_file),
+            ("client_tls_key_file", &g.client_tls_key_file),
+        ] {
+            if v.is_empty() {
+                errs.push(format!(
+                    "general.{key}: required when client_tls_sslmode is not \"disable\""
+                ));
+            }
+        }
+    }
+    if g.client_tls_sslmode.verifies() && g.client_tls_ca_file.is_empty() {
+        errs.push(
+            "general.client_tls_ca_file: required with client_tls_sslmode = \"verify-ca\" or \"verify-full\" (client certificates are checked against it)".into(),
+        );
+    }
+    if g.auth_type == AuthType::Cert {
+        if g.client_tls_sslmode == SslMode::Disable {
+            errs.push("general.auth_type: \"cert\" needs client TLS (client_tls_sslmode other than \"disable\")".into());
+        }
+        if g.client_tls_ca_file.is_empty() {
+            errs.push("general.client_tls_ca_file: required with auth_type = \"cert\"".into());
+        }
+    }
+    if g.server_tls_sslmode.verifies() && g.server_tls_ca_file.is_empty() {
+        errs.push(
+            "general.server_tls_ca_file: required with server_tls_sslmode = \"verify-ca\" or \"verify-full\"".into(),
+        );
+    }
+    if g.server_tls_cert_file.is_empty() != g.server_tls_key_file.is_empty() {
+        errs.push("general.server_tls_cert_file: server_tls_cert_file and server_tls_key_file go together".into());
+    }
+    for (key, v) in [
+        ("client_tls_protocols", &g.client_tls_protocols),
+        ("server_tls_protocols", &g.server_tls_protocols),
+    ] {
+        if let Err(e) = crate::tls::versions(v) {
+            errs.push(format!("general.{key}: {e}"));
+        }
+    }
+    for (key, v) in [
+        ("client_tls_ciphers", &g.client_tls_ciphers),
+        ("server_tls_ciphers", &g.server_tls_ciphers),
+    ] {
+        if let Err(e) = crate::tls::provider(v) {
+            errs.push(format!("general.{key}: {e}"));
         }
     }
 }
@@ -165,7 +221,7 @@ fn check_user(auth: AuthType, name: &str, user: &User, errs: &mut Vec<String>) {
     }
     let key = format!("users.{name}.password");
     match &user.password {
-        None if auth != AuthType::Trust => errs.push(format!(
+        None if !matches!(auth, AuthType::Trust | AuthType::Cert) => errs.push(format!(
             "{key}: required with auth_type = \"{}\"",
             auth_name(auth)
         )),

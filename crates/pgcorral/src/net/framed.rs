@@ -47,6 +47,16 @@ async fn fill<S: AsyncRead + Unpin>(
     Ok(())
 }
 
+/// Reads whatever arrives next (at least one byte) into `buf`, in one read where it can: a
+/// startup packet or a TLS ClientHello fits in the room reserved.
+pub async fn fill_some<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+) -> Result<(), ReadError> {
+    buf.reserve(1024);
+    fill(stream, buf, buf.len() + 1).await
+}
+
 /// Reads one tagged message; returns its tag and body.
 pub async fn read_message<S: AsyncRead + Unpin>(
     stream: &mut S,

@@ -31,11 +31,15 @@ impl Server {
             "" => None,
             addr => Some(TcpListener::bind(addr).await?),
         };
+        let tls = crate::tls::Tls::load(&config.general)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let n_workers = config.general.workers;
+        let services = Services::new(config, workers::count(n_workers));
+        services.tls.store(std::sync::Arc::new(tls));
         Ok(Server {
             listener,
             metrics,
-            services: Services::new(config, workers::count(n_workers)),
+            services,
         })
     }
 

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use pgwire::backend::{self, TxStatus};
-use tokio::io::AsyncWriteExt;
 
 use super::Pool;
 use crate::config::PoolMode;
@@ -198,7 +197,7 @@ pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option
         pgwire::encode::query(&mut out, q);
         expect += 1;
     }
-    if server.stream.write_all(&out).await.is_err() {
+    if server.stream.send(&out).await.is_err() {
         return false;
     }
     let mut last = None;

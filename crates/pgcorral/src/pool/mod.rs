@@ -498,19 +498,26 @@ impl Pool {
         server.permit = permit;
         server.generation = self.generation();
         if let (Ok(addr), Ok(local)) = (server.stream.peer_addr(), server.stream.local_addr()) {
-            server.listed = Some(self.0.lists.add(
-                crate::conns::Kind::Server,
-                crate::conns::New {
-                    user: Arc::from(target.user.as_str()),
-                    database: self.0.listed_names.0.clone(),
-                    addr,
-                    local,
-                    application_name: String::new(),
-                    state: crate::conns::State::Active,
-                    remote_pid: server.key.pid,
-                    generation: server.generation,
-                },
-            ));
+            server.listed = Some(
+                self.0.lists.add(
+                    crate::conns::Kind::Server,
+                    crate::conns::New {
+                        user: Arc::from(target.user.as_str()),
+                        database: self.0.listed_names.0.clone(),
+                        addr,
+                        local,
+                        application_name: String::new(),
+                        state: crate::conns::State::Active,
+                        remote_pid: server.key.pid,
+                        generation: server.generation,
+                        tls: server
+                            .stream
+                            .tls()
+                            .map(crate::tls::describe)
+                            .unwrap_or_default(),
+                    },
+                ),
+            );
         }
         slot.fulfil();
         tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "opened server connection");

@@ -24,6 +24,8 @@ pub struct Registry {
     limits: Arc<Limits>,
     /// Client and server connections, for the admin console.
     pub lists: Arc<crate::conns::Lists>,
+    /// TLS to the servers (and to clients), replaced on reload; every target shares it.
+    pub tls: crate::tls::Shared,
 }
 
 impl Registry {
@@ -52,7 +54,7 @@ impl Registry {
     }
 
     fn build(&self, config: &Config, database: &str, user: &str) -> Result<Cluster> {
-        let r = resolve(config, database, user)?;
+        let r = resolve(config, database, user, &self.tls)?;
         let topology = {
             let mut t = self.topologies.lock();
             let entry = t
@@ -89,7 +91,7 @@ impl Registry {
         let (mut updated, mut removed) = (0, 0);
         clusters.retain(|(database, user), cluster| {
             let n = cluster.pools().len();
-            match resolve(config, database, user) {
+            match resolve(config, database, user, &self.tls) {
                 Ok(r)
                     if r.settings.caps == cluster.home().settings().caps
                         && cluster.topology().same_servers(&r.servers) =>
@@ -136,7 +138,12 @@ pub(crate) struct Resolved {
 }
 
 /// Where the pools for (`database`, `user`) connect and how they behave under `config`.
-pub(crate) fn resolve(config: &Config, database: &str, user: &str) -> Result<Resolved> {
+pub(crate) fn resolve(
+    config: &Config,
+    database: &str,
+    user: &str,
+    tls: &crate::tls::Shared,
+) -> Result<Resolved> {
     let db = config
         .databases
         .get(database)
@@ -169,6 +176,7 @@ pub(crate) fn resolve(config: &Config, database: &str, user: &str) -> Result<Res
             secret: Secret::from_config(password.as_deref()),
             connect_timeout: g.server_connect_timeout(),
             max_packet_size: g.max_packet_size,
+            tls: tls.clone(),
         })
         .collect();
     let route = RouteSettings::of(config, db);

@@ -11,7 +11,6 @@ use bytes::{Buf, BytesMut};
 use pgwire::backend::TxStatus;
 use pgwire::frontend::query_text;
 use pgwire::Header;
-use tokio::io::AsyncWriteExt;
 
 use crate::client::ClientConn;
 use crate::cluster::topology::RouteSettings;
@@ -53,7 +52,7 @@ pub async fn decide(
     if let Some(answer) = own_command(client, route, &settings)? {
         client
             .stream
-            .write_all(&answer)
+            .send(&answer)
             .await
             .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
         return Ok(Decision::Answered);

@@ -1,5 +1,6 @@
-//! Opening a server connection: TCP connect within server_connect_timeout, StartupMessage,
-//! answering whatever authentication the server asks for, and collecting its parameters.
+//! Opening a server connection: TCP connect within server_connect_timeout, TLS as
+//! server_tls_sslmode asks, StartupMessage, answering whatever authentication the server asks
+//! for, and collecting its parameters.
 
 use std::time::Duration;
 
@@ -7,12 +8,14 @@ use bytes::BytesMut;
 use pgwire::auth::scram::{ScramClient, ScramSecret};
 use pgwire::backend::{self, auth_code};
 use pgwire::encode;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{CancelKey, ServerConn};
+use crate::config::SslMode;
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_message, ReadError};
+use crate::net::stream::{Sock, Stream};
 
 /// What pgcorral holds to prove a login to the server.
 #[derive(Clone, Default)]
@@ -79,6 +82,8 @@ pub struct Target {
     pub secret: Secret,
     pub connect_timeout: Duration,
     pub max_packet_size: u32,
+    /// TLS to the server, as configured now.
+    pub tls: crate::tls::Shared,
 }
 
 fn io_err(target: &Target, what: &str, e: ReadError) -> Error {
@@ -105,8 +110,91 @@ pub async fn connect(target: &Target, worker: usize) -> Result<ServerConn> {
     }
 }
 
+/// The PostgreSQL SSLRequest packet: length 8, code 1234.5679.
+const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+
+/// Asks the server for TLS and runs the handshake; plaintext if the server declines and the
+/// mode allows it.
+async fn start_tls(
+    mut tcp: TcpStream,
+    target: &Target,
+    side: &crate::tls::ServerSide,
+) -> Result<Stream> {
+    let failed = |what: &str, e: std::io::Error| {
+        Error::with_source(
+            Kind::ServerConnect,
+            format!("server {}:{} {what}", target.host, target.port),
+            e,
+        )
+    };
+    tcp.write_all(&SSL_REQUEST)
+        .await
+        .map_err(|e| failed("write failed", e))?;
+    let answer = tcp
+        .read_u8()
+        .await
+        .map_err(|e| failed("closed the connection at SSLRequest", e))?;
+    match answer {
+        b'S' => {}
+        b'N' if !side.mode.required() => return Ok(Stream::Plain(tcp)),
+        b'N' => {
+            return Err(Error::new(
+                Kind::ServerConnect,
+                format!(
+                "server {}:{} does not support SSL, but server_tls_sslmode = \"{}\" requires it",
+                target.host,
+                target.port,
+                mode_name(side.mode)
+            ),
+            ))
+        }
+        other => {
+            return Err(bad_server(
+                target,
+                &format!("answered SSLRequest with {:?}", other as char),
+            ))
+        }
+    }
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(target.host.clone()).map_err(
+        |e| {
+            Error::with_source(
+                Kind::ServerConnect,
+                format!("server {}: not a host name for TLS", target.host),
+                e,
+            )
+        },
+    )?;
+    let tls = side
+        .connector
+        .connect(name, Sock::new(tcp, BytesMut::new()))
+        .await
+        .map_err(|e| {
+            // The cause (a certificate not trusted, a name not matching) is what the client
+            // needs to read.
+            Error::new(
+                Kind::ServerConnect,
+                format!(
+                    "server {}:{} SSL handshake failed: {e}",
+                    target.host, target.port
+                ),
+            )
+        })?;
+    Ok(Stream::Tls(Box::new(tokio_rustls::TlsStream::Client(tls))))
+}
+
+fn mode_name(mode: SslMode) -> &'static str {
+    match mode {
+        SslMode::Disable => "disable",
+        SslMode::Allow => "allow",
+        SslMode::Prefer => "prefer",
+        SslMode::Require => "require",
+        SslMode::VerifyCa => "verify-ca",
+        SslMode::VerifyFull => "verify-full",
+    }
+}
+
 async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
-    let mut stream = TcpStream::connect((target.host.as_str(), target.port))
+    let tcp = TcpStream::connect((target.host.as_str(), target.port))
         .await
         .map_err(|e| {
             Error::with_source(
@@ -118,10 +206,16 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
                 e,
             )
         })?;
-    let _ = stream.set_nodelay(true);
-    let addr = stream
+    let _ = tcp.set_nodelay(true);
+    let addr = tcp
         .peer_addr()
         .map_err(|e| Error::with_source(Kind::ServerConnect, "peer address", e))?;
+    // allow asks for TLS as prefer does (as PgBouncer): the server decides.
+    let tls = target.tls.load_full();
+    let mut stream = match tls.server.as_ref() {
+        Some(side) => start_tls(tcp, target, side).await?,
+        None => Stream::Plain(tcp),
+    };
 
     let mut out = BytesMut::with_capacity(256);
     encode::startup(
@@ -146,7 +240,14 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
                 let (code, data) = backend::authentication(&body)
                     .ok_or_else(|| bad_server(target, "malformed authentication request"))?;
                 out.clear();
-                answer_auth(target, code, data, &mut scram, &mut out)?;
+                // Over TLS, SCRAM binds to the server's certificate when it offers -PLUS.
+                let binding = || {
+                    stream
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(crate::tls::binding)
+                };
+                answer_auth(target, code, data, &mut scram, &mut out, binding)?;
                 if !out.is_empty() {
                     write(&mut stream, &out, target).await?;
                 }
@@ -208,6 +309,7 @@ fn answer_auth(
     data: &[u8],
     scram: &mut Option<ScramClient>,
     out: &mut BytesMut,
+    binding: impl FnOnce() -> Option<Vec<u8>>,
 ) -> Result<()> {
     match code {
         auth_code::OK => Ok(()),
@@ -232,13 +334,7 @@ fn answer_auth(
             Ok(())
         }
         auth_code::SASL => {
-            if !backend::sasl_mechanisms(data).contains(&"SCRAM-SHA-256") {
-                return Err(bad_server(
-                    target,
-                    "offers no SASL mechanism pgcorral supports",
-                ));
-            }
-            let mut client = match &target.secret {
+            let client = match &target.secret {
                 Secret::Plain(p) => ScramClient::new(p),
                 Secret::Scram {
                     secret,
@@ -246,8 +342,15 @@ fn answer_auth(
                 } => ScramClient::with_keys(*ck, secret.server_key),
                 _ => return Err(no_secret(target, "SCRAM-SHA-256")),
             };
+            let Some(mut client) = client.negotiate(&backend::sasl_mechanisms(data), binding())
+            else {
+                return Err(bad_server(
+                    target,
+                    "offers no SASL mechanism pgcorral supports",
+                ));
+            };
             let first = client.client_first();
-            encode::sasl_initial_response(out, "SCRAM-SHA-256", &first);
+            encode::sasl_initial_response(out, client.mechanism(), &first);
             *scram = Some(client);
             Ok(())
         }
@@ -276,9 +379,9 @@ fn answer_auth(
     }
 }
 
-async fn write(stream: &mut TcpStream, buf: &[u8], target: &Target) -> Result<()> {
+async fn write(stream: &mut Stream, buf: &[u8], target: &Target) -> Result<()> {
     stream
-        .write_all(buf)
+        .send(buf)
         .await
         .map_err(|e| io_err(target, "write failed", ReadError::Io(e)))
 }

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use pgwire::backend::TxStatus;
-use tokio::net::TcpStream;
+
+use crate::net::stream::Stream;
 
 /// Where and how to cancel a query running on one server connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,7 +159,7 @@ impl Default for LinkState {
 
 /// An open, authenticated connection to a PostgreSQL server.
 pub struct ServerConn {
-    pub stream: TcpStream,
+    pub stream: Stream,
     /// Bytes read from the server and not yet forwarded.
     pub rbuf: BytesMut,
     /// Bytes of a passing message body still to forward unparsed.
@@ -198,7 +199,7 @@ impl ServerConn {
     /// A logged-in connection, registered with worker `home`'s reactor, with nothing
     /// outstanding and nothing known about it yet.
     pub fn new(
-        stream: TcpStream,
+        stream: Stream,
         rbuf: BytesMut,
         key: CancelKey,
         params: ServerParams,
@@ -231,9 +232,9 @@ impl ServerConn {
     /// Re-registers the socket with the current worker's reactor (`worker`), so its events wake
     /// this thread directly. Costs two epoll_ctl calls; only done when a server changes worker.
     pub fn rehome(self, worker: usize) -> std::io::Result<ServerConn> {
-        let std = self.stream.into_std()?;
+        let detached = self.stream.detach()?;
         Ok(ServerConn {
-            stream: TcpStream::from_std(std)?,
+            stream: detached.attach()?,
             home: worker,
             ..self
         })
@@ -246,15 +247,6 @@ impl ServerConn {
         if self.state.broken || !self.rbuf.is_empty() {
             return true;
         }
-        let waker = std::task::Waker::noop();
-        let mut cx = std::task::Context::from_waker(waker);
-        match self.stream.poll_read_ready(&mut cx) {
-            std::task::Poll::Pending => false,
-            std::task::Poll::Ready(Err(_)) => true,
-            std::task::Poll::Ready(Ok(())) => {
-                let mut probe = [0u8; 1];
-                !matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-            }
-        }
+        self.stream.closed_while_idle()
     }
 }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
 use pgwire::backend::{self, TxStatus};
-use tokio::io::AsyncWriteExt;
 
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::read_message;
@@ -44,7 +43,7 @@ async fn run(server: &mut ServerConn, sql: &str) -> Result<Rows> {
     pgwire::encode::query(&mut out, sql);
     server
         .stream
-        .write_all(&out)
+        .send(&out)
         .await
         .map_err(|e| Error::with_source(Kind::ServerIo, "write to server", e))?;
     let mut rows = Vec::new();

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 pub mod replicas;
+pub mod tls;
 
 /// Directory holding PostgreSQL's server binaries (initdb, pg_ctl, postgres).
 pub fn pg_bindir() -> PathBuf {

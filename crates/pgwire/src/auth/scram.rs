@@ -1,6 +1,12 @@
-//! SCRAM-SHA-256 as PostgreSQL implements it (RFC 5802/7677, no channel binding yet): the server
-//! side that verifies a client, and the client side that answers a server, as small state
-//! machines over message bodies. Nonces are random unless a test passes one.
+//! SCRAM-SHA-256 and SCRAM-SHA-256-PLUS as PostgreSQL implements them (RFC 5802/7677, channel
+//! binding `tls-server-end-point` only): the server side that verifies a client, and the client
+//! side that answers a server, as small state machines over message bodies. Nonces are random
+//! unless a test passes one.
+//!
+//! Channel binding: the binding data (see [`super::binding`]) comes from the TLS layer; the
+//! server offers SCRAM-SHA-256-PLUS only when given it, and checks the gs2 flag against the
+//! selected mechanism as PostgreSQL's backend does (`n` is fine without PLUS; `y` is a downgrade
+//! when binding was offered; `p` needs PLUS).
 //!
 //! Every message from the peer is parsed without panicking: garbage gives `Err`. An exchange is
 //! one-shot: once a step has failed (or the exchange has finished), later steps return
@@ -19,6 +25,8 @@ use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
+use super::binding::TLS_SERVER_END_POINT;
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// Length of the random part of a nonce, in bytes before base64 (as PostgreSQL).
@@ -26,6 +34,34 @@ const RAW_NONCE_LEN: usize = 18;
 
 /// Prefix of PostgreSQL's verifier text.
 const VERIFIER_PREFIX: &str = "SCRAM-SHA-256$";
+
+/// SASL mechanism name of SCRAM without channel binding.
+pub const SCRAM_SHA_256: &str = "SCRAM-SHA-256";
+
+/// SASL mechanism name of SCRAM with channel binding (`tls-server-end-point`).
+pub const SCRAM_SHA_256_PLUS: &str = "SCRAM-SHA-256-PLUS";
+
+/// The SASL mechanisms to list in AuthenticationSASL, in PostgreSQL's order: with channel
+/// binding offered (TLS, binding data known) `[PLUS, plain]`, else `[plain]`.
+pub fn mechanisms(channel_binding: bool) -> &'static [&'static str] {
+    if channel_binding {
+        &[SCRAM_SHA_256_PLUS, SCRAM_SHA_256]
+    } else {
+        &[SCRAM_SHA_256]
+    }
+}
+
+/// gs2 header of a client using channel binding (no authzid).
+fn plus_gs2_header() -> String {
+    format!("p={TLS_SERVER_END_POINT},,")
+}
+
+/// Expected `c=` value with channel binding: base64 of the gs2 header followed by the data.
+fn plus_cbind(data: &[u8]) -> String {
+    let mut input = plus_gs2_header().into_bytes();
+    input.extend_from_slice(data);
+    STANDARD.encode(input)
+}
 
 /// A SCRAM secret as stored by PostgreSQL: `SCRAM-SHA-256$<iter>:<salt b64>$<StoredKey b64>:<ServerKey b64>`.
 #[derive(Clone, PartialEq, Eq)]
@@ -53,6 +89,18 @@ pub enum ScramError {
     BadServer(&'static str),
     /// Messages arrived in the wrong order.
     OutOfOrder,
+    /// The client selected a SASL mechanism that is not offered (unknown name, or
+    /// SCRAM-SHA-256-PLUS without channel binding). PostgreSQL: "client selected an invalid SASL
+    /// authentication mechanism" (SQLSTATE 08P01).
+    InvalidMechanism,
+    /// The client sent gs2 flag `y` ("I support channel binding but think you do not") to a
+    /// server that offered SCRAM-SHA-256-PLUS: a possible downgrade. PostgreSQL: "SCRAM channel
+    /// binding negotiation error" (SQLSTATE 28000).
+    BindingNegotiation,
+    /// The client's channel binding data (`c=`) differs from the server's: the client saw
+    /// another certificate (a man in the middle, or a proxy). PostgreSQL: "SCRAM channel binding
+    /// check failed" (SQLSTATE 28000).
+    BindingMismatch,
 }
 
 impl std::fmt::Display for ScramError {
@@ -62,6 +110,13 @@ impl std::fmt::Display for ScramError {
             ScramError::BadProof => f.write_str("SCRAM proof did not verify"),
             ScramError::BadServer(w) => write!(f, "SCRAM server verification failed: {w}"),
             ScramError::OutOfOrder => f.write_str("SCRAM messages out of order"),
+            ScramError::InvalidMechanism => {
+                f.write_str("client selected an invalid SASL authentication mechanism")
+            }
+            ScramError::BindingNegotiation => {
+                f.write_str("SCRAM channel binding negotiation error")
+            }
+            ScramError::BindingMismatch => f.write_str("SCRAM channel binding check failed"),
         }
     }
 }
@@ -225,8 +280,8 @@ enum ServerState {
     Initial,
     /// server-first-message sent; waiting for client-final-message.
     SentFirst {
-        /// Expected `c=` value: base64 of the client's gs2 header.
-        cbind: &'static str,
+        /// Expected `c=` value: base64 of the client's gs2 header (and binding data with PLUS).
+        cbind: String,
         client_first_bare: String,
         server_first: String,
         /// Client nonce + server nonce.
@@ -240,6 +295,10 @@ enum ServerState {
 pub struct ScramServer {
     secret: ScramSecret,
     server_nonce: String,
+    /// `tls-server-end-point` data when SCRAM-SHA-256-PLUS is offered.
+    binding: Option<Vec<u8>>,
+    /// The client selected SCRAM-SHA-256-PLUS.
+    plus: bool,
     state: ServerState,
 }
 
@@ -252,6 +311,8 @@ impl std::fmt::Debug for ScramServer {
         };
         f.debug_struct("ScramServer")
             .field("state", &state)
+            .field("binding_offered", &self.binding.is_some())
+            .field("plus", &self.plus)
             .finish_non_exhaustive()
     }
 }
@@ -284,8 +345,47 @@ impl ScramServer {
         ScramServer {
             secret,
             server_nonce: nonce.to_owned(),
+            binding: None,
+            plus: false,
             state: ServerState::Initial,
         }
+    }
+
+    /// Offers SCRAM-SHA-256-PLUS with `data`, the `tls-server-end-point` value of the certificate
+    /// this server presented on the client's TLS connection (see [`super::binding`]).
+    ///
+    /// Without it (the default) only SCRAM-SHA-256 is offered, and gs2 flag `y` is accepted.
+    /// With it, `y` is refused as a downgrade ([`ScramError::BindingNegotiation`]), as
+    /// PostgreSQL does on TLS connections.
+    pub fn channel_binding(mut self, data: impl Into<Vec<u8>>) -> ScramServer {
+        self.binding = Some(data.into());
+        self
+    }
+
+    /// The mechanisms to list in AuthenticationSASL (see [`mechanisms`]).
+    pub fn mechanisms(&self) -> &'static [&'static str] {
+        mechanisms(self.binding.is_some())
+    }
+
+    /// Takes the mechanism name from SASLInitialResponse (the bytes before its NUL). Call it
+    /// before [`ScramServer::client_first`]; without the call, SCRAM-SHA-256 is assumed.
+    ///
+    /// `SCRAM-SHA-256` is always accepted; `SCRAM-SHA-256-PLUS` only when channel binding is
+    /// offered; anything else is [`ScramError::InvalidMechanism`], which ends the exchange.
+    pub fn select_mechanism(&mut self, mechanism: &[u8]) -> Result<(), ScramError> {
+        if !matches!(self.state, ServerState::Initial) {
+            self.state = ServerState::Done;
+            return Err(ScramError::OutOfOrder);
+        }
+        if mechanism == SCRAM_SHA_256.as_bytes() {
+            self.plus = false;
+        } else if mechanism == SCRAM_SHA_256_PLUS.as_bytes() && self.binding.is_some() {
+            self.plus = true;
+        } else {
+            self.state = ServerState::Done;
+            return Err(ScramError::InvalidMechanism);
+        }
+        Ok(())
     }
 
     /// Takes client-first-message (the data of SASLInitialResponse), returns server-first-message.
@@ -297,16 +397,31 @@ impl ScramServer {
         let text = utf8(msg, "client-first-message is not UTF-8")?;
 
         // gs2-header = gs2-cbind-flag "," [ authzid ] ","
+        // The checks and their order are PostgreSQL's (read_client_first_message).
         let (flag, rest) = text
             .split_once(',')
             .ok_or(ScramError::Malformed("missing gs2 header"))?;
         let cbind = match flag {
-            "n" => "biws", // base64("n,,")
-            "y" => "eSws", // base64("y,,")
-            f if f.starts_with("p=") => {
+            "n" | "y" if self.plus => {
                 return Err(ScramError::Malformed(
-                    "client requires channel binding, which is not offered",
+                    "client selected SCRAM-SHA-256-PLUS, but the message does not include \
+                     channel binding data",
                 ))
+            }
+            "n" => "biws".to_owned(), // base64("n,,")
+            "y" if self.binding.is_some() => return Err(ScramError::BindingNegotiation),
+            "y" => "eSws".to_owned(), // base64("y,,")
+            f if f.starts_with("p=") => {
+                let Some(data) = self.binding.as_deref().filter(|_| self.plus) else {
+                    return Err(ScramError::Malformed(
+                        "client selected SCRAM-SHA-256 without channel binding, but the \
+                         message includes channel binding data",
+                    ));
+                };
+                if &f[2..] != TLS_SERVER_END_POINT {
+                    return Err(ScramError::Malformed("unsupported channel binding type"));
+                }
+                plus_cbind(data)
             }
             _ => return Err(ScramError::Malformed("invalid gs2 channel binding flag")),
         };
@@ -380,9 +495,11 @@ impl ScramServer {
             ScramError::Malformed("missing channel binding"),
         )?;
         if c != cbind {
-            return Err(ScramError::Malformed(
-                "channel binding does not match the gs2 header",
-            ));
+            return Err(if self.plus {
+                ScramError::BindingMismatch
+            } else {
+                ScramError::Malformed("channel binding does not match the gs2 header")
+            });
         }
         let r = attr(parts.next(), b'r', ScramError::Malformed("missing nonce"))?;
         if r != nonce {
@@ -419,6 +536,16 @@ enum Credentials {
     },
 }
 
+/// The client's channel binding choice: the gs2 flag it sends.
+enum ClientBinding {
+    /// `n`: no channel binding (no TLS, or binding not wanted).
+    None,
+    /// `y`: the client could bind but the server did not offer SCRAM-SHA-256-PLUS.
+    Supported,
+    /// `p=tls-server-end-point` with this binding data; mechanism SCRAM-SHA-256-PLUS.
+    EndPoint(Vec<u8>),
+}
+
 enum ClientState {
     /// client-first-message not produced yet.
     Initial,
@@ -436,6 +563,7 @@ pub struct ScramClient {
     nonce: String,
     /// Sent in `n=`; PostgreSQL ignores it, so it is empty except in tests.
     username: String,
+    binding: ClientBinding,
     state: ClientState,
 }
 
@@ -449,6 +577,7 @@ impl std::fmt::Debug for ScramClient {
         };
         f.debug_struct("ScramClient")
             .field("state", &state)
+            .field("mechanism", &self.mechanism())
             .finish_non_exhaustive()
     }
 }
@@ -459,6 +588,7 @@ impl ScramClient {
             credentials,
             nonce,
             username: String::new(),
+            binding: ClientBinding::None,
             state: ClientState::Initial,
         }
     }
@@ -485,12 +615,73 @@ impl ScramClient {
         ScramClient::build(Credentials::Password(password.to_owned()), nonce.to_owned())
     }
 
-    /// client-first-message for SASLInitialResponse (`n,,n=,r=<nonce>`).
+    /// Uses channel binding: `data` is the `tls-server-end-point` value of the certificate the
+    /// server presented on this TLS connection (see [`super::binding`]). The mechanism becomes
+    /// SCRAM-SHA-256-PLUS and the gs2 header `p=tls-server-end-point,,`. Only for a server that
+    /// listed SCRAM-SHA-256-PLUS.
+    pub fn channel_binding(mut self, data: impl Into<Vec<u8>>) -> ScramClient {
+        self.binding = ClientBinding::EndPoint(data.into());
+        self
+    }
+
+    /// For a TLS connection whose server did not list SCRAM-SHA-256-PLUS: sends gs2 flag `y`
+    /// ("I could bind, I think you cannot") with mechanism SCRAM-SHA-256, so that a server that
+    /// does support binding detects the downgrade. Replaces [`ScramClient::channel_binding`].
+    pub fn binding_not_offered(mut self) -> ScramClient {
+        self.binding = ClientBinding::Supported;
+        self
+    }
+
+    /// Chooses as libpq with `channel_binding=prefer`, from the mechanisms the server listed
+    /// (AuthenticationSASL) and the binding data of the TLS connection (`None` without TLS, or
+    /// when the certificate defines no binding hash):
+    /// data and PLUS listed → PLUS with binding; data but no PLUS → SCRAM-SHA-256 with flag `y`;
+    /// no data → SCRAM-SHA-256 with flag `n`. `None` when the list has nothing usable.
+    pub fn negotiate(self, offered: &[&str], binding: Option<Vec<u8>>) -> Option<ScramClient> {
+        let plain = offered.contains(&SCRAM_SHA_256);
+        match binding {
+            Some(data) if offered.contains(&SCRAM_SHA_256_PLUS) => Some(self.channel_binding(data)),
+            Some(_) if plain => Some(self.binding_not_offered()),
+            None if plain => Some(ScramClient {
+                binding: ClientBinding::None,
+                ..self
+            }),
+            _ => None,
+        }
+    }
+
+    /// The mechanism name to send in SASLInitialResponse.
+    pub fn mechanism(&self) -> &'static str {
+        match self.binding {
+            ClientBinding::EndPoint(_) => SCRAM_SHA_256_PLUS,
+            ClientBinding::None | ClientBinding::Supported => SCRAM_SHA_256,
+        }
+    }
+
+    fn gs2_header(&self) -> String {
+        match self.binding {
+            ClientBinding::None => "n,,".to_owned(),
+            ClientBinding::Supported => "y,,".to_owned(),
+            ClientBinding::EndPoint(_) => plus_gs2_header(),
+        }
+    }
+
+    /// The `c=` value: base64 of the gs2 header, followed by the binding data with PLUS.
+    fn cbind(&self) -> String {
+        match &self.binding {
+            ClientBinding::None => "biws".to_owned(),
+            ClientBinding::Supported => "eSws".to_owned(),
+            ClientBinding::EndPoint(data) => plus_cbind(data),
+        }
+    }
+
+    /// client-first-message for SASLInitialResponse (`n,,n=,r=<nonce>`; the gs2 header is
+    /// `y,,` or `p=tls-server-end-point,,` when set so).
     ///
     /// Calling it again restarts the exchange.
     pub fn client_first(&mut self) -> Vec<u8> {
         let client_first_bare = format!("n={},r={}", escape_username(&self.username), self.nonce);
-        let msg = format!("n,,{client_first_bare}").into_bytes();
+        let msg = format!("{}{client_first_bare}", self.gs2_header()).into_bytes();
         self.state = ClientState::SentFirst { client_first_bare };
         msg
     }
@@ -543,7 +734,7 @@ impl ScramClient {
             } => (*client_key, *server_key),
         };
         let stored_key = sha256(&client_key);
-        let without_proof = format!("c=biws,r={nonce}");
+        let without_proof = format!("c={},r={nonce}", self.cbind());
         let auth_message = format!("{client_first_bare},{text},{without_proof}");
         let client_signature = hmac(&stored_key, &[auth_message.as_bytes()]);
         let proof = xor(&client_key, &client_signature);

@@ -1,7 +1,9 @@
 //! Tests for SCRAM-SHA-256: the RFC 7677 vector on both sides, a verifier made by PostgreSQL 15,
-//! key reuse, ordering, and no panics on arbitrary peer bytes.
+//! key reuse, ordering, channel binding (SCRAM-SHA-256-PLUS, gs2 flags, end-point hashes), and
+//! no panics on arbitrary peer bytes.
 
 use super::*;
+use crate::auth::binding::{hash_for_signature_oid, tls_server_end_point, EndPointHash};
 use proptest::prelude::*;
 
 // RFC 7677, section 3.
@@ -511,5 +513,432 @@ proptest! {
     fn secret_round_trips(salt in proptest::collection::vec(any::<u8>(), 0..32), iter in 1u32..4) {
         let secret = ScramSecret::from_password("pw", &salt, iter);
         prop_assert_eq!(ScramSecret::parse(&secret.to_verifier()), Some(secret));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Channel binding (SCRAM-SHA-256-PLUS)
+// ---------------------------------------------------------------------------------------------
+
+/// A self-signed ECDSA P-256 certificate signed with ecdsa-with-SHA384, made by OpenSSL 3
+/// (`openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -sha384`), as DER in base64.
+const CERT_DER_B64: &str = "MIIBhDCCASugAwIBAgIURfz1DvHyGSiFThl/n1A60t9Y+w0wCgYIKoZIzj0EAwMwGDEWMBQGA1UEAwwNcGdjb3JyYWwtdGVzdDAeFw0yNjExMjMwMjM1MTNaFw0zNjExMjAwMjM1MTNaMBgxFjAUBgNVBAMMDXBnY29ycmFsLXRlc3QwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAASMn//+KBghvzULOVE5T5V9aUPXQrSRvvfGNLIvS42l9KaV6W5TZ/gIwADRea75rDzTGTrYqnFtG4BMgiLBKRXSo1MwUTAdBgNVHQ4EFgQUhs2LshUcPwVh/ys1aTjas40ahoowHwYDVR0jBBgwFoAUhs2LshUcPwVh/ys1aTjas40ahoowDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAwNHADBEAiBI5Sx+daJ/AT2UCrJzRAW+sbSUozDPwsGkhFWeM/KrQwIgUK6IowFWHyRW7Tk/2CkuITrC+Ke8xuQX6A6p3lIbYxQ=";
+/// `openssl dgst -sha256` of that DER.
+const CERT_SHA256: &str = "ae484814d4587abb76c0658c25916565a54460d919e2cce0efaf6c508e5b1291";
+/// `openssl x509 -fingerprint -sha384` of that certificate: its tls-server-end-point value.
+const CERT_SHA384: &str = "e0d273b5f25d6522c0008aa54fdf0877b6004c8cc8a4fbf2720dd3073dab8dbf\
+                           145f1643ea55ac4d3ab70bea35c2c6c6";
+
+// A PLUS exchange with the RFC 7677 password, salt and nonces (empty username, as PostgreSQL
+// clients send), bound to the certificate above; computed independently with Python's hashlib
+// and hmac.
+const PLUS_CLIENT_FIRST: &str = "p=tls-server-end-point,,n=,r=rOprNGfwEbeRWgbNEkqO";
+const PLUS_CLIENT_FINAL: &str = "c=cD10bHMtc2VydmVyLWVuZC1wb2ludCws4NJztfJdZSLAAIqlT98Id7YATIz\
+                                 IpPvycg3TBz2rjb8UXxZD6lWsTTq3C+o1wsbG,\
+                                 r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,\
+                                 p=c310Konr/j/junILvF28d2K8OfwgkcCQTHbE0nJFrMY=";
+const PLUS_SERVER_FINAL: &str = "v=StQSh+iuix9cBrQeNc8DmOvZSMdk6GzFhaBTVkdDLjI=";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn cert_binding() -> Vec<u8> {
+    let der = STANDARD.decode(CERT_DER_B64).unwrap();
+    tls_server_end_point(&der, EndPointHash::Sha384)
+}
+
+/// Runs a full exchange, the server first taking the mechanism the client names.
+fn exchange_selecting(
+    client: &mut ScramClient,
+    server: &mut ScramServer,
+) -> Result<ServerOutcome, ScramError> {
+    server.select_mechanism(client.mechanism().as_bytes())?;
+    exchange(client, server)
+}
+
+#[test]
+fn mechanism_lists() {
+    assert_eq!(SCRAM_SHA_256, "SCRAM-SHA-256");
+    assert_eq!(SCRAM_SHA_256_PLUS, "SCRAM-SHA-256-PLUS");
+    assert_eq!(mechanisms(true), ["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"]);
+    assert_eq!(mechanisms(false), ["SCRAM-SHA-256"]);
+    assert_eq!(
+        ScramServer::new(cheap_secret()).mechanisms(),
+        ["SCRAM-SHA-256"]
+    );
+    assert_eq!(
+        ScramServer::new(cheap_secret())
+            .channel_binding(vec![1, 2, 3])
+            .mechanisms(),
+        ["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"]
+    );
+}
+
+#[test]
+fn end_point_hash() {
+    let der = STANDARD.decode(CERT_DER_B64).unwrap();
+    // ecdsa-with-SHA384 calls for SHA-384.
+    let hash = hash_for_signature_oid("1.2.840.10045.4.3.3").unwrap();
+    assert_eq!(hash, EndPointHash::Sha384);
+    assert_eq!(hex(&tls_server_end_point(&der, hash)), CERT_SHA384);
+    assert_eq!(
+        hex(&tls_server_end_point(&der, EndPointHash::Sha256)),
+        CERT_SHA256
+    );
+    assert_eq!(tls_server_end_point(&der, EndPointHash::Sha224).len(), 28);
+    assert_eq!(tls_server_end_point(&der, EndPointHash::Sha512).len(), 64);
+    assert_eq!(
+        tls_server_end_point(b"", EndPointHash::Sha256),
+        sha256(b"").to_vec()
+    );
+
+    for (oid, hash) in [
+        // MD5 and SHA-1 are upgraded to SHA-256.
+        ("1.2.840.113549.1.1.4", Some(EndPointHash::Sha256)),
+        ("1.2.840.113549.1.1.5", Some(EndPointHash::Sha256)),
+        ("1.2.840.10045.4.1", Some(EndPointHash::Sha256)),
+        ("1.2.840.10040.4.3", Some(EndPointHash::Sha256)),
+        ("1.2.840.113549.1.1.14", Some(EndPointHash::Sha224)),
+        ("1.2.840.113549.1.1.11", Some(EndPointHash::Sha256)),
+        ("1.2.840.113549.1.1.12", Some(EndPointHash::Sha384)),
+        ("1.2.840.113549.1.1.13", Some(EndPointHash::Sha512)),
+        ("1.2.840.10045.4.3.1", Some(EndPointHash::Sha224)),
+        ("1.2.840.10045.4.3.2", Some(EndPointHash::Sha256)),
+        ("1.2.840.10045.4.3.4", Some(EndPointHash::Sha512)),
+        ("2.16.840.1.101.3.4.3.2", Some(EndPointHash::Sha256)),
+        // RSASSA-PSS, Ed25519, Ed448: not defined by the OID.
+        ("1.2.840.113549.1.1.10", None),
+        ("1.3.101.112", None),
+        ("1.3.101.113", None),
+        ("", None),
+        ("1.2.840.113549.1.1.11.", None),
+    ] {
+        assert_eq!(hash_for_signature_oid(oid), hash, "{oid}");
+    }
+}
+
+#[test]
+fn plus_fixed_transcript() {
+    let binding = cert_binding();
+
+    let mut client =
+        ScramClient::with_nonce(RFC_PASSWORD, RFC_CLIENT_NONCE).channel_binding(binding.clone());
+    assert_eq!(client.mechanism(), SCRAM_SHA_256_PLUS);
+    assert_eq!(client.client_first(), PLUS_CLIENT_FIRST.as_bytes());
+    let client_final = client.server_first(RFC_SERVER_FIRST.as_bytes()).unwrap();
+    assert_eq!(client_final, PLUS_CLIENT_FINAL.as_bytes());
+    client.server_final(PLUS_SERVER_FINAL.as_bytes()).unwrap();
+
+    let mut server =
+        ScramServer::with_nonce(rfc_secret(), RFC_SERVER_NONCE).channel_binding(binding);
+    server.select_mechanism(b"SCRAM-SHA-256-PLUS").unwrap();
+    let server_first = server.client_first(PLUS_CLIENT_FIRST.as_bytes()).unwrap();
+    assert_eq!(server_first, RFC_SERVER_FIRST.as_bytes());
+    let outcome = server.client_final(PLUS_CLIENT_FINAL.as_bytes()).unwrap();
+    assert_eq!(outcome.server_final, PLUS_SERVER_FINAL.as_bytes());
+}
+
+#[test]
+fn plus_exchange() {
+    let secret = ScramSecret::parse(PG_VERIFIER).unwrap();
+    let binding = cert_binding();
+
+    let mut client = ScramClient::new("secret").channel_binding(binding.clone());
+    let mut server = ScramServer::new(secret.clone()).channel_binding(binding.clone());
+    let outcome = exchange_selecting(&mut client, &mut server).expect("bound login verifies");
+
+    // The key-based form binds too.
+    let mut client = ScramClient::with_keys(outcome.client_key, secret.server_key)
+        .channel_binding(binding.clone());
+    assert_eq!(client.mechanism(), SCRAM_SHA_256_PLUS);
+    let mut server = ScramServer::new(secret.clone()).channel_binding(binding.clone());
+    exchange_selecting(&mut client, &mut server).expect("bound key-based login verifies");
+
+    // Wrong password with binding: still a bad proof.
+    let mut client = ScramClient::new("wrong").channel_binding(binding.clone());
+    let mut server = ScramServer::new(secret.clone()).channel_binding(binding.clone());
+    assert_eq!(
+        exchange_selecting(&mut client, &mut server).unwrap_err(),
+        ScramError::BadProof
+    );
+
+    // A client without binding still logs in to a server that offers it (flag "n").
+    let mut client = ScramClient::new("secret");
+    assert_eq!(client.mechanism(), SCRAM_SHA_256);
+    let mut server = ScramServer::new(secret.clone()).channel_binding(binding.clone());
+    exchange_selecting(&mut client, &mut server).unwrap();
+    // Also when the caller never selects a mechanism (existing callers).
+    let mut client = ScramClient::new("secret");
+    let mut server = ScramServer::new(secret).channel_binding(binding);
+    exchange(&mut client, &mut server).unwrap();
+}
+
+#[test]
+fn plus_binding_mismatch() {
+    let secret = ScramSecret::parse(PG_VERIFIER).unwrap();
+    let binding = cert_binding();
+    let mut other = binding.clone();
+    other[0] ^= 1;
+
+    // The client saw another certificate.
+    let mut client = ScramClient::new("secret").channel_binding(other);
+    let mut server = ScramServer::new(secret.clone()).channel_binding(binding.clone());
+    assert_eq!(
+        exchange_selecting(&mut client, &mut server).unwrap_err(),
+        ScramError::BindingMismatch
+    );
+    assert_eq!(
+        ScramError::BindingMismatch.to_string(),
+        "SCRAM channel binding check failed"
+    );
+
+    // A truncated binding, and the header alone, do not match either.
+    for c in [
+        STANDARD.encode(plus_gs2_header()),
+        STANDARD.encode([plus_gs2_header().as_bytes(), &binding[..10]].concat()),
+        "biws".to_owned(),
+    ] {
+        let mut server =
+            ScramServer::with_nonce(cheap_secret(), "SRV").channel_binding(binding.clone());
+        server.select_mechanism(b"SCRAM-SHA-256-PLUS").unwrap();
+        server
+            .client_first(b"p=tls-server-end-point,,n=,r=abc")
+            .unwrap();
+        let msg = signed_final(
+            "n=,r=abc",
+            "r=abcSRV,s=c2FsdHk=,i=1",
+            &format!("c={c},r=abcSRV"),
+        );
+        assert_eq!(
+            server.client_final(msg.as_bytes()).unwrap_err(),
+            ScramError::BindingMismatch,
+            "{c}"
+        );
+    }
+
+    // The right binding with a hand-made message verifies.
+    let mut server =
+        ScramServer::with_nonce(cheap_secret(), "SRV").channel_binding(binding.clone());
+    server.select_mechanism(b"SCRAM-SHA-256-PLUS").unwrap();
+    server
+        .client_first(b"p=tls-server-end-point,,n=,r=abc")
+        .unwrap();
+    let c = plus_cbind(&binding);
+    let msg = signed_final(
+        "n=,r=abc",
+        "r=abcSRV,s=c2FsdHk=,i=1",
+        &format!("c={c},r=abcSRV"),
+    );
+    server.client_final(msg.as_bytes()).unwrap();
+}
+
+#[test]
+fn flag_y() {
+    // Refused when the server offers binding: a downgrade.
+    let mut server = ScramServer::new(cheap_secret()).channel_binding(vec![7; 32]);
+    server.select_mechanism(b"SCRAM-SHA-256").unwrap();
+    assert_eq!(
+        server.client_first(b"y,,n=,r=abc").unwrap_err(),
+        ScramError::BindingNegotiation
+    );
+    assert_eq!(
+        ScramError::BindingNegotiation.to_string(),
+        "SCRAM channel binding negotiation error"
+    );
+    // Same without an explicit mechanism selection.
+    let mut server = ScramServer::new(cheap_secret()).channel_binding(vec![7; 32]);
+    assert_eq!(
+        server.client_first(b"y,,n=,r=abc").unwrap_err(),
+        ScramError::BindingNegotiation
+    );
+
+    // Accepted when it does not: a full exchange with our client sending "y".
+    let mut client = ScramClient::with_nonce("pw", "abc").binding_not_offered();
+    assert_eq!(client.mechanism(), SCRAM_SHA_256);
+    assert_eq!(client.client_first(), b"y,,n=,r=abc");
+    let mut client = ScramClient::with_nonce("pw", "abc").binding_not_offered();
+    let mut server = ScramServer::with_nonce(cheap_secret(), "SRV");
+    exchange_selecting(&mut client, &mut server).unwrap();
+
+    // Our "y" client against a server that offers binding fails the same way.
+    let mut client = ScramClient::new("pw").binding_not_offered();
+    let mut server = ScramServer::new(cheap_secret()).channel_binding(vec![7; 32]);
+    assert_eq!(
+        exchange_selecting(&mut client, &mut server).unwrap_err(),
+        ScramError::BindingNegotiation
+    );
+}
+
+#[test]
+fn flag_p_needs_plus() {
+    // "p" with the plain mechanism, whether or not binding is offered.
+    for offered in [false, true] {
+        let mut server = ScramServer::new(cheap_secret());
+        if offered {
+            server = server.channel_binding(vec![7; 32]);
+        }
+        server.select_mechanism(b"SCRAM-SHA-256").unwrap();
+        assert!(
+            matches!(
+                server.client_first(b"p=tls-server-end-point,,n=,r=abc"),
+                Err(ScramError::Malformed(_))
+            ),
+            "{offered}"
+        );
+    }
+    // Our binding client against a server that did not select PLUS.
+    let mut client = ScramClient::new("pw").channel_binding(vec![7; 32]);
+    let mut server = ScramServer::new(cheap_secret()).channel_binding(vec![7; 32]);
+    server.select_mechanism(b"SCRAM-SHA-256").unwrap();
+    assert!(matches!(
+        exchange(&mut client, &mut server),
+        Err(ScramError::Malformed(_))
+    ));
+}
+
+#[test]
+fn plus_needs_flag_p() {
+    for first in [&b"n,,n=,r=abc"[..], b"y,,n=,r=abc"] {
+        let mut server = ScramServer::new(cheap_secret()).channel_binding(vec![7; 32]);
+        server.select_mechanism(b"SCRAM-SHA-256-PLUS").unwrap();
+        assert!(matches!(
+            server.client_first(first),
+            Err(ScramError::Malformed(_))
+        ));
+    }
+    for (first, why) in [
+        (
+            &b"p=tls-unique,,n=,r=abc"[..],
+            "unsupported channel binding type",
+        ),
+        (b"p=,,n=,r=abc", "unsupported channel binding type"),
+        (
+            b"p=tls-server-end-point,a=bob,n=,r=abc",
+            "authorization identity is not supported",
+        ),
+        (b"p,,n=,r=abc", "invalid gs2 channel binding flag"),
+    ] {
+        let mut server = ScramServer::new(cheap_secret()).channel_binding(vec![7; 32]);
+        server.select_mechanism(b"SCRAM-SHA-256-PLUS").unwrap();
+        assert_eq!(
+            server.client_first(first).unwrap_err(),
+            ScramError::Malformed(why)
+        );
+    }
+}
+
+#[test]
+fn mechanism_selection() {
+    // PLUS when the server offers no binding: refused, and the exchange is over.
+    let mut server = ScramServer::new(cheap_secret());
+    assert_eq!(
+        server.select_mechanism(b"SCRAM-SHA-256-PLUS").unwrap_err(),
+        ScramError::InvalidMechanism
+    );
+    assert_eq!(
+        server.client_first(b"n,,n=,r=abc").unwrap_err(),
+        ScramError::OutOfOrder
+    );
+    // Our binding client against a server without binding.
+    let mut client = ScramClient::new("pw").channel_binding(vec![7; 32]);
+    let mut server = ScramServer::new(cheap_secret());
+    assert_eq!(
+        exchange_selecting(&mut client, &mut server).unwrap_err(),
+        ScramError::InvalidMechanism
+    );
+
+    for bad in [
+        &b""[..],
+        b"SCRAM-SHA-1",
+        b"scram-sha-256",
+        b"SCRAM-SHA-256\0",
+        b"\xff",
+    ] {
+        let mut server = ScramServer::new(cheap_secret()).channel_binding(vec![7; 32]);
+        assert_eq!(
+            server.select_mechanism(bad).unwrap_err(),
+            ScramError::InvalidMechanism
+        );
+    }
+
+    // Selecting after client-first-message is out of order.
+    let mut server = ScramServer::new(cheap_secret()).channel_binding(vec![7; 32]);
+    server.client_first(b"n,,n=,r=abc").unwrap();
+    assert_eq!(
+        server.select_mechanism(b"SCRAM-SHA-256").unwrap_err(),
+        ScramError::OutOfOrder
+    );
+}
+
+#[test]
+fn client_negotiates_like_libpq_prefer() {
+    let data = vec![7u8; 32];
+    let both = ["SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"];
+    let plain = ["SCRAM-SHA-256"];
+    let plus_only = ["SCRAM-SHA-256-PLUS"];
+    let first = |offered: &[&str], binding: Option<Vec<u8>>| {
+        let mut client = ScramClient::with_nonce("pw", "abc").negotiate(offered, binding)?;
+        Some((
+            client.mechanism(),
+            String::from_utf8(client.client_first()).unwrap(),
+        ))
+    };
+    let p = "p=tls-server-end-point,,n=,r=abc".to_owned();
+    assert_eq!(
+        first(&both, Some(data.clone())),
+        Some((SCRAM_SHA_256_PLUS, p.clone()))
+    );
+    assert_eq!(
+        first(&plus_only, Some(data.clone())),
+        Some((SCRAM_SHA_256_PLUS, p))
+    );
+    assert_eq!(
+        first(&plain, Some(data.clone())),
+        Some((SCRAM_SHA_256, "y,,n=,r=abc".to_owned()))
+    );
+    assert_eq!(
+        first(&both, None),
+        Some((SCRAM_SHA_256, "n,,n=,r=abc".to_owned()))
+    );
+    assert_eq!(
+        first(&plain, None),
+        Some((SCRAM_SHA_256, "n,,n=,r=abc".to_owned()))
+    );
+    assert_eq!(first(&plus_only, None), None);
+    assert_eq!(first(&["SCRAM-SHA-1"], Some(data.clone())), None);
+    assert_eq!(first(&[], None), None);
+    // negotiate() with no binding undoes an earlier choice.
+    let client = ScramClient::new("pw")
+        .binding_not_offered()
+        .negotiate(&both, None)
+        .unwrap();
+    assert_eq!(client.mechanism(), SCRAM_SHA_256);
+
+    // End to end with a server offering binding.
+    let secret = cheap_secret();
+    let mut server = ScramServer::new(secret.clone()).channel_binding(data.clone());
+    let mut client = ScramClient::new("pw")
+        .negotiate(server.mechanisms(), Some(data.clone()))
+        .unwrap();
+    exchange_selecting(&mut client, &mut server).unwrap();
+}
+
+proptest! {
+    #[test]
+    fn plus_server_never_panics(first in near_miss(), last in near_miss()) {
+        let mut server = ScramServer::with_nonce(cheap_secret(), "SRV").channel_binding(vec![7; 32]);
+        server.select_mechanism(b"SCRAM-SHA-256-PLUS").unwrap();
+        let _ = server.client_first(&first);
+        let mut server = ScramServer::with_nonce(cheap_secret(), "SRV").channel_binding(vec![7; 32]);
+        server.select_mechanism(b"SCRAM-SHA-256-PLUS").unwrap();
+        server.client_first(b"p=tls-server-end-point,,n=,r=abc").unwrap();
+        let _ = server.client_final(&last);
+    }
+
+    #[test]
+    fn plus_mechanism_never_panics(mech in proptest::collection::vec(any::<u8>(), 0..24)) {
+        let mut server = ScramServer::new(cheap_secret()).channel_binding(vec![7; 32]);
+        let _ = server.select_mechanism(&mech);
     }
 }

@@ -1,0 +1,284 @@
+//! A connection's byte stream, plaintext or TLS (to a client or to PostgreSQL), with what the
+//! data path needs beyond reading and writing: readiness without a buffer, output TLS still
+//! holds, and moving the socket to another worker's reactor.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+
+/// Plaintext, or TLS over a [`Sock`].
+pub enum Stream {
+    Plain(TcpStream),
+    /// Boxed: TLS state is large, and most connections do not have it.
+    Tls(Box<tokio_rustls::TlsStream<Sock>>),
+    /// Taken apart (during a TLS upgrade, or after a failed move): any I/O is an error.
+    Closed,
+}
+
+/// The socket under TLS: bytes read before the handshake began (a direct-TLS ClientHello) come
+/// first; the socket itself can be taken out and put back to move it between reactors.
+pub struct Sock {
+    pre: BytesMut,
+    io: Option<TcpStream>,
+}
+
+impl Sock {
+    /// `io`, with `pre` to be read before it.
+    pub fn new(io: TcpStream, pre: BytesMut) -> Sock {
+        Sock { pre, io: Some(io) }
+    }
+
+    fn io(&mut self) -> io::Result<&mut TcpStream> {
+        self.io.as_mut().ok_or_else(not_connected)
+    }
+}
+
+fn not_connected() -> io::Error {
+    io::ErrorKind::NotConnected.into()
+}
+
+impl AsyncRead for Sock {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.pre.is_empty() {
+            let n = this.pre.len().min(buf.remaining());
+            buf.put_slice(&this.pre[..n]);
+            this.pre.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(this.io()?).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Sock {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(self.get_mut().io()?).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(self.get_mut().io()?).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(self.get_mut().io()?).poll_shutdown(cx)
+    }
+}
+
+/// A stream taken off its reactor, to be put on another's ([`Stream::detach`]).
+pub enum Detached {
+    Plain(std::net::TcpStream),
+    Tls(Box<tokio_rustls::TlsStream<Sock>>, std::net::TcpStream),
+}
+
+impl Detached {
+    /// Registers the socket with the current worker's reactor.
+    pub fn attach(self) -> io::Result<Stream> {
+        match self {
+            Detached::Plain(s) => Ok(Stream::Plain(TcpStream::from_std(s)?)),
+            Detached::Tls(mut tls, s) => {
+                sock(&mut tls).io = Some(TcpStream::from_std(s)?);
+                Ok(Stream::Tls(tls))
+            }
+        }
+    }
+}
+
+fn sock(tls: &mut tokio_rustls::TlsStream<Sock>) -> &mut Sock {
+    match tls {
+        tokio_rustls::TlsStream::Client(c) => c.get_mut().0,
+        tokio_rustls::TlsStream::Server(s) => s.get_mut().0,
+    }
+}
+
+fn common(tls: &tokio_rustls::TlsStream<Sock>) -> &rustls::CommonState {
+    match tls {
+        tokio_rustls::TlsStream::Client(c) => c.get_ref().1,
+        tokio_rustls::TlsStream::Server(s) => s.get_ref().1,
+    }
+}
+
+impl Stream {
+    /// The plaintext socket, for a TLS handshake over it (the stream is left `Closed`).
+    pub fn take_plain(&mut self) -> Option<TcpStream> {
+        match std::mem::replace(self, Stream::Closed) {
+            Stream::Plain(s) => Some(s),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Stream::Tls(_))
+    }
+
+    /// The TLS session, when there is one.
+    pub fn tls(&self) -> Option<&rustls::CommonState> {
+        match self {
+            Stream::Tls(t) => Some(common(t)),
+            _ => None,
+        }
+    }
+
+    /// The certificates the peer presented over TLS (leaf first).
+    pub fn peer_certificates(&self) -> Option<&[rustls::pki_types::CertificateDer<'static>]> {
+        self.tls().and_then(|t| t.peer_certificates())
+    }
+
+    fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            Stream::Plain(s) => Some(s),
+            Stream::Tls(t) => match &**t {
+                tokio_rustls::TlsStream::Client(c) => c.get_ref().0.io.as_ref(),
+                tokio_rustls::TlsStream::Server(s) => s.get_ref().0.io.as_ref(),
+            },
+            Stream::Closed => None,
+        }
+    }
+
+    pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.tcp().ok_or_else(not_connected)?.peer_addr()
+    }
+
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.tcp().ok_or_else(not_connected)?.local_addr()
+    }
+
+    /// Ready when a read would not wait: the socket is readable, or TLS holds decrypted bytes
+    /// (or the peer's close) already. Keeps no buffer while waiting.
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Plain(s) => s.poll_read_ready(cx),
+            Stream::Tls(t) => {
+                if !common_wants_read(t) {
+                    return Poll::Ready(Ok(()));
+                }
+                match self.tcp() {
+                    Some(s) => s.poll_read_ready(cx),
+                    None => Poll::Ready(Err(not_connected())),
+                }
+            }
+            Stream::Closed => Poll::Ready(Err(not_connected())),
+        }
+    }
+
+    /// TLS records written into the session but not yet onto the socket (flush them).
+    #[inline]
+    pub fn pending_output(&self) -> bool {
+        match self {
+            Stream::Tls(t) => match &**t {
+                tokio_rustls::TlsStream::Client(c) => c.get_ref().1.wants_write(),
+                tokio_rustls::TlsStream::Server(s) => s.get_ref().1.wants_write(),
+            },
+            _ => false,
+        }
+    }
+
+    /// Writes all of `buf` and, over TLS, pushes it out of the session onto the socket.
+    pub async fn send(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.write_all(buf).await?;
+        if self.pending_output() {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// True when an idle connection's peer has closed it or sent something (an idle PostgreSQL
+    /// server only speaks to say it is going away). Checks tokio's cached readiness first, so a
+    /// healthy connection costs no system call.
+    pub fn closed_while_idle(&mut self) -> bool {
+        if let Stream::Tls(t) = self {
+            if !common_wants_read(t) {
+                return true;
+            }
+        }
+        let Some(s) = self.tcp() else {
+            return true;
+        };
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        match s.poll_read_ready(&mut cx) {
+            Poll::Pending => false,
+            Poll::Ready(Err(_)) => true,
+            Poll::Ready(Ok(())) => {
+                let mut probe = [0u8; 1];
+                !matches!(s.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
+    }
+
+    /// Takes the socket off the current reactor, to [`Detached::attach`] it on another.
+    pub fn detach(self) -> io::Result<Detached> {
+        match self {
+            Stream::Plain(s) => Ok(Detached::Plain(s.into_std()?)),
+            Stream::Tls(mut t) => {
+                let io = sock(&mut t).io.take().ok_or_else(not_connected)?;
+                Ok(Detached::Tls(t, io.into_std()?))
+            }
+            Stream::Closed => Err(not_connected()),
+        }
+    }
+}
+
+fn common_wants_read(t: &tokio_rustls::TlsStream<Sock>) -> bool {
+    match t {
+        tokio_rustls::TlsStream::Client(c) => c.get_ref().1.wants_read(),
+        tokio_rustls::TlsStream::Server(s) => s.get_ref().1.wants_read(),
+    }
+}
+
+impl AsyncRead for Stream {
+    #[inline]
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(t) => Pin::new(&mut **t).poll_read(cx, buf),
+            Stream::Closed => Poll::Ready(Err(not_connected())),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    #[inline]
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(t) => Pin::new(&mut **t).poll_write(cx, buf),
+            Stream::Closed => Poll::Ready(Err(not_connected())),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
+            Stream::Closed => Poll::Ready(Err(not_connected())),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(t) => Pin::new(&mut **t).poll_shutdown(cx),
+            Stream::Closed => Poll::Ready(Err(not_connected())),
+        }
+    }
+}
