@@ -261,7 +261,7 @@ pub fn scan_server(
                 } else {
                     &msg[5..h.total_len()]
                 };
-                a.expect.answer(h.tag, body, a.server, a.client);
+                a.expect.answer(h.tag, body, a.server, a.client, a.registry);
             }
         }
         match h.tag {
@@ -296,7 +296,7 @@ pub fn scan_server(
                         .and_then(TxStatus::from_byte)
                         .unwrap_or(TxStatus::Failed);
                     if let Some(a) = answers.as_deref_mut() {
-                        a.expect.answer(h.tag, body, a.server, a.client);
+                        a.expect.answer(h.tag, body, a.server, a.client, a.registry);
                         match a.expect.replay.at_ready(st) {
                             AtReady::Forward => {}
                             AtReady::Retry => out.replay = true,
@@ -560,7 +560,8 @@ fn scan_s(
     server: &mut ServerConn,
     mode: &Mode,
 ) -> Result<ServerScan, FrameError> {
-    let mut answers = mode.prepared.map(|_| Answers {
+    let mut answers = mode.prepared.map(|(registry, _)| Answers {
+        registry,
         expect: &mut server.expect,
         server: &mut server.statements,
         client: &mut client.statements,

@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use pgwire::backend as be;
 
 use super::replay::Replay;
-use super::{ClientStatements, ServerStatements};
+use super::{ClientStatements, Registry, ServerStatements};
 
 /// Whether an ErrorResponse body says a prepared statement's result type changed under it.
 pub fn stale_plan(body: &[u8]) -> bool {
@@ -114,6 +114,7 @@ pub struct Expected {
 
 /// What the server-side scan touches when answers are matched.
 pub struct Answers<'a> {
+    pub registry: &'a Registry,
     pub expect: &'a mut Expected,
     pub server: &'a mut ServerStatements,
     pub client: &'a mut ClientStatements,
@@ -167,6 +168,12 @@ impl Expected {
     /// A client's message about statement `stmt`, answered to the client.
     pub fn push_about(&mut self, msg: Msg, stmt: u64) {
         self.push_full(msg, true, None, Some(stmt));
+    }
+
+    /// pgcorral's Describe of statement `stmt` after a client's Parse of it, whose answer
+    /// (hidden) is checked as a client's own Describe is (see `reshape`).
+    pub fn push_hidden_describe(&mut self, stmt: u64) {
+        self.push_full(Msg::DescribeStatement, false, None, Some(stmt));
     }
 
     /// pgcorral's Describe of statement `stmt`, to check its description (hidden).
@@ -243,8 +250,9 @@ impl Expected {
         body: &[u8],
         server: &mut ServerStatements,
         client: &mut ClientStatements,
+        registry: &Registry,
     ) -> Verdict {
-        let verdict = self.answer_inner(tag, body, server, client);
+        let verdict = self.answer_inner(tag, body, server, client, registry);
         if self.verifying && tag == be::ERROR_RESPONSE {
             // The server skipped the Describe: nothing left to wait for.
             self.verifying = self.q.iter().any(|e| {
@@ -266,6 +274,7 @@ impl Expected {
         body: &[u8],
         server: &mut ServerStatements,
         client: &mut ClientStatements,
+        registry: &Registry,
     ) -> Verdict {
         // Asynchronous messages belong to no request.
         if matches!(tag, be::NOTICE_RESPONSE | be::NOTIFICATION_RESPONSE)
@@ -322,8 +331,8 @@ impl Expected {
             (Msg::Bind, be::BIND_COMPLETE) => true,
             (Msg::Close, be::CLOSE_COMPLETE) => true,
             (Msg::DescribeStatement, be::ROW_DESCRIPTION | be::NO_DATA) => {
-                if let Some(s) = stmt.and_then(|id| server.get(id)) {
-                    s.shape.get_or_init(|| super::shape_of(tag, body));
+                if let Some(id) = stmt {
+                    reshape(id, super::shape_of(tag, body), server, client, registry);
                 }
                 true
             }
@@ -354,7 +363,7 @@ impl Expected {
                     }
                     self.q.pop_front();
                 }
-                return self.answer_inner(tag, body, server, client);
+                return self.answer_inner(tag, body, server, client, registry);
             }
             _ => false,
         };
@@ -375,6 +384,34 @@ impl Expected {
     }
 }
 
+/// Statement `id` is described on this server as `shape` to the client now using it (its own
+/// Describe, or pgcorral's after the client's Parse prepared it here). Clients holding the
+/// statement were all given one description ([`super::Statement::shape`]); when this server's
+/// version describes otherwise (a table changed between two prepares of the text), it is
+/// another statement: it is retired and closed here, and this client's names move to a new
+/// statement of the same text that carries this description, prepared again where it is used.
+fn reshape(
+    id: u64,
+    shape: u64,
+    server: &mut ServerStatements,
+    client: &mut ClientStatements,
+    registry: &Registry,
+) {
+    let Some(s) = server.get(id).cloned() else {
+        return;
+    };
+    if *s.shape.get_or_init(|| shape) == shape {
+        return;
+    }
+    server.retire(id);
+    let fresh = registry.renew(&s);
+    if *fresh.shape.get_or_init(|| shape) == shape {
+        client.replace(id, &fresh);
+    }
+    // Else yet another version exists: the client keeps the retired one and gets "cached plan
+    // must not change result type" at its next use, as it would from PostgreSQL.
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,7 +424,7 @@ mod tests {
             while let Some(f) = e.next_fake() {
                 out.push(format!("fake {f:?}"));
             }
-            let v = e.answer(t, b"", &mut s, &mut c);
+            let v = e.answer(t, b"", &mut s, &mut c, &Registry::default());
             out.push(format!("{} {:?}", t as char, v));
         }
         while let Some(f) = e.next_fake() {
@@ -451,11 +488,17 @@ mod tests {
         );
         e.push_fake(Fake::CloseComplete);
         e.push(Msg::Sync);
-        assert_eq!(e.answer(b'E', b"", &mut s, &mut c), Verdict::Forward);
+        assert_eq!(
+            e.answer(b'E', b"", &mut s, &mut c, &Registry::default()),
+            Verdict::Forward
+        );
         assert_eq!(e.next_fake(), None, "the fake after the error is dropped");
         assert!(!s.touch(&st), "the skipped Parse did not prepare it");
         assert!(c.named(b"a").is_none());
-        assert_eq!(e.answer(b'Z', b"", &mut s, &mut c), Verdict::Forward);
+        assert_eq!(
+            e.answer(b'Z', b"", &mut s, &mut c, &Registry::default()),
+            Verdict::Forward
+        );
         assert!(e.is_empty());
     }
 
@@ -465,7 +508,10 @@ mod tests {
         e.push(Msg::Parse);
         let mut s = ServerStatements::default();
         let mut c = ClientStatements::default();
-        assert_eq!(e.answer(b'E', b"", &mut s, &mut c), Verdict::Forward);
+        assert_eq!(
+            e.answer(b'E', b"", &mut s, &mut c, &Registry::default()),
+            Verdict::Forward
+        );
         assert!(e.skipping);
         e.push(Msg::Bind);
         e.push_fake(Fake::ParseComplete);
@@ -490,5 +536,53 @@ mod tests {
                 "Z Forward"
             ]
         );
+    }
+
+    /// Client A was told statement S has one column; S is then prepared on another server by
+    /// client B's Parse after a column was added: pgcorral's hidden Describe there shows two.
+    /// That version is another statement: S is retired and closed there (A's next use elsewhere
+    /// gets PostgreSQL's error), and B's name moves to a new statement with two columns.
+    #[test]
+    fn a_version_described_otherwise_is_another_statement() {
+        let reg = Registry::default();
+        let st = reg.intern(super::super::Source::Parse(Bytes::from_static(b"x\0\0\0")));
+        let (one, two) = (&b"\0\x01a\0"[..], &b"\0\x02a\0b\0"[..]);
+        st.shape.set(super::super::shape_of(b'T', one)).unwrap();
+        let (mut a, mut b) = (ClientStatements::default(), ClientStatements::default());
+        assert!(a.add_named(b"a", st.clone()) && b.add_named(b"b", st.clone()));
+        let mut s = ServerStatements::default();
+        s.insert(&st, 10);
+        let mut e = Expected::default();
+        e.push_entry(Msg::Parse, true, None);
+        e.push_hidden_describe(st.id);
+        e.push(Msg::Sync);
+        let mut answer =
+            |e: &mut Expected, tag: u8, body: &[u8]| e.answer(tag, body, &mut s, &mut b, &reg);
+        assert_eq!(answer(&mut e, b'1', b""), Verdict::Forward);
+        assert_eq!(answer(&mut e, b't', b"\0\0"), Verdict::Suppress);
+        assert_eq!(answer(&mut e, b'T', two), Verdict::Suppress);
+        assert_eq!(answer(&mut e, b'Z', b"I"), Verdict::Forward);
+        assert!(st.is_retired() && !s.has(st.id));
+        assert_eq!(
+            s.take_stale(),
+            [st.name.clone()],
+            "closed before the next prepare"
+        );
+        let moved = b.named(b"b").expect("B keeps its name").clone();
+        assert_ne!(moved.id, st.id);
+        assert_eq!(moved.shape.get(), Some(&super::super::shape_of(b'T', two)));
+        assert_eq!(
+            a.named(b"a").map(|s| s.id),
+            Some(st.id),
+            "A keeps what it was told"
+        );
+
+        // A client's own Describe that matches changes nothing.
+        let fresh = reg.intern(super::super::Source::Parse(Bytes::from_static(b"y\0\0\0")));
+        s.insert(&fresh, 10);
+        fresh.shape.set(super::super::shape_of(b'T', one)).unwrap();
+        e.push_about(Msg::DescribeStatement, fresh.id);
+        assert_eq!(e.answer(b'T', one, &mut s, &mut b, &reg), Verdict::Forward);
+        assert!(!fresh.is_retired() && s.has(fresh.id));
     }
 }

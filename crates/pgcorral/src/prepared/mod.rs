@@ -37,8 +37,9 @@ pub struct Statement {
     /// Its name on servers: `pgcorral_<id>`.
     pub name: String,
     pub source: Source,
-    /// A digest of the row description a client was first given for it (Describe of the
-    /// statement): when it is prepared on another server, the description there must match.
+    /// A digest of the row description clients were given for it (Describe of the statement;
+    /// the first one seen): wherever it is prepared, its description there must match, or the
+    /// version there is another statement (see `expect::reshape`).
     pub shape: OnceLock<u64>,
     /// Its result type changed on a server (a schema change): clients that prepare the text
     /// from now on get a new statement, and this one is not prepared anywhere again for a

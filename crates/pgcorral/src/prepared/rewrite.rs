@@ -239,6 +239,12 @@ impl Link<'_> {
                     self.expect.push_fake(Fake::ParseComplete);
                 } else {
                     self.prepare_on_server(&stmt, st, true, Some(name));
+                    if stmt.shape.get().is_some() {
+                        // Prepared here now, its description may differ from the one other
+                        // clients were given: pgcorral describes it (hidden) to check.
+                        pgwire::encode::describe(self.out, b'S', stmt.name.as_bytes());
+                        self.expect.push_hidden_describe(stmt.id);
+                    }
                 }
                 whole()
             }
