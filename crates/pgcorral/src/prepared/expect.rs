@@ -565,7 +565,7 @@ mod tests {
         assert!(st.is_retired() && !s.has(st.id));
         assert_eq!(
             s.take_stale(),
-            [st.name.clone()],
+            std::slice::from_ref(&st.name),
             "closed before the next prepare"
         );
         let moved = b.named(b"b").expect("B keeps its name").clone();
