@@ -8,9 +8,11 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
-use crate::server::CancelKey;
+use crate::net::stream::Stream;
+
+use crate::server::{CancelKey, ServerAddr};
 
 /// Where a client's cancel goes right now.
 #[derive(Default)]
@@ -53,7 +55,8 @@ impl CancelMap {
     pub async fn cancel(&self, pid: i32, secret: i32, wait: Option<std::time::Duration>) {
         let target = {
             let map = self.map.lock();
-            map.get(&(pid, secret)).and_then(|s| *s.target.lock())
+            map.get(&(pid, secret))
+                .and_then(|s| s.target.lock().clone())
         };
         let Some(key) = target else {
             tracing::debug!(
@@ -63,8 +66,8 @@ impl CancelMap {
             return;
         };
         let sent = match wait {
-            Some(w) => tokio::time::timeout(w, send_cancel(key)).await,
-            None => Ok(send_cancel(key).await),
+            Some(w) => tokio::time::timeout(w, send_cancel(&key)).await,
+            None => Ok(send_cancel(&key).await),
         };
         match sent {
             Ok(Ok(())) => {}
@@ -80,8 +83,11 @@ impl CancelMap {
 }
 
 /// Sends a CancelRequest for `key` to its server and waits until the server hangs up.
-pub(crate) async fn send_cancel(key: CancelKey) -> std::io::Result<()> {
-    let mut stream = TcpStream::connect(key.addr).await?;
+pub(crate) async fn send_cancel(key: &CancelKey) -> std::io::Result<()> {
+    let mut stream = match &key.addr {
+        ServerAddr::Tcp(a) => Stream::Plain(TcpStream::connect(a).await?),
+        ServerAddr::Unix(p) => Stream::Unix(UnixStream::connect(&**p).await?),
+    };
     let mut buf = BytesMut::with_capacity(16);
     pgwire::encode::cancel_request(&mut buf, key.pid, key.secret);
     stream.write_all(&buf).await?;

@@ -60,6 +60,8 @@ pub struct Entry {
     /// The other end: the client's address, or the server's.
     pub addr: SocketAddr,
     pub local: SocketAddr,
+    /// Over a Unix socket: `addr` and `local` carry only the port (shown as "unix").
+    pub unix: bool,
     /// Microseconds since the epoch of the connection (see [`Entry::connect_time`]).
     connect_time: u64,
     pub application_name: String,
@@ -172,6 +174,7 @@ pub struct New {
     pub database: Arc<str>,
     pub addr: SocketAddr,
     pub local: SocketAddr,
+    pub unix: bool,
     pub application_name: String,
     pub state: State,
     pub remote_pid: i32,
@@ -232,6 +235,7 @@ impl Lists {
             database: n.database,
             addr: n.addr,
             local: n.local,
+            unix: n.unix,
             connect_time: now,
             application_name: n.application_name,
             tls: n.tls.into_boxed_str(),
@@ -273,6 +277,7 @@ mod tests {
             database: Arc::from(db),
             addr: a,
             local: a,
+            unix: false,
             application_name: String::new(),
             state: State::Active,
             remote_pid: 7,

@@ -51,9 +51,19 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
             (&*e.user).into(),
             (&*e.database).into(),
             state.name().into(),
-            e.addr.ip().to_string().into(),
+            if e.unix {
+                "unix".into()
+            } else {
+                e.addr.ip().to_string()
+            }
+            .into(),
             e.addr.port().into(),
-            e.local.ip().to_string().into(),
+            if e.unix {
+                "unix".into()
+            } else {
+                e.local.ip().to_string()
+            }
+            .into(),
             e.local.port().into(),
             timestamp(e.connect_time()).into(),
             timestamp(e.request_time()).into(),

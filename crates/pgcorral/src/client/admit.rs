@@ -236,7 +236,7 @@ async fn login(
     }
     let pid = match &server {
         Some(s) => {
-            slot.set(Some(s.key));
+            slot.set(Some(s.key.clone()));
             s.key.pid
         }
         None => rand::random::<i32>() & 0x7fff_ffff,
@@ -267,6 +267,7 @@ async fn login(
             database: pool.listed_names().0,
             addr,
             local,
+            unix: false,
             application_name: params
                 .iter()
                 .find(|(k, _)| k == "application_name")

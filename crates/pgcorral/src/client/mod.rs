@@ -386,7 +386,7 @@ fn run<'a>(
                     // state must not size every client's future.
                     Box::pin(restore(&mut s, &session.settings)).await?;
                 }
-                session.slot.set(Some(s.key));
+                session.slot.set(Some(s.key.clone()));
                 session.server = Some(s);
             }
             let s = session.server.as_mut().expect("attached");

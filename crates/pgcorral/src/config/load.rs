@@ -51,10 +51,10 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 pub fn embedded_default(env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
     let var = |k: &str| env(k).filter(|v| !v.is_empty());
     let host = var("PGHOST").unwrap_or_else(|| "127.0.0.1".into());
-    if host.starts_with('/') || host.starts_with('@') {
+    if host.starts_with('@') {
         return Err(ConfigError(format!(
-            "PGHOST: {host:?} is a Unix-domain socket directory; pgcorral connects to servers \
-             over TCP, so set PGHOST to a host name or IP address"
+            "PGHOST: {host:?} is an abstract Unix socket, which pgcorral does not support; give \
+             a host name, an IP address or a socket directory"
         )));
     }
     if host.contains(',') {
@@ -316,12 +316,19 @@ pool_mode = "session"
     }
 
     #[test]
+    fn embedded_default_takes_a_socket_directory() {
+        let c = embedded_default(env(&[("PGHOST", "/var/run/postgresql")])).unwrap();
+        let db = c.databases.values().next().expect("the catch-all database");
+        assert_eq!(db.host, "/var/run/postgresql");
+    }
+
+    #[test]
     fn embedded_default_refuses_bad_environment() {
         for (vars, key) in [
             (&[("PGPORT", "abc")][..], "PGPORT: \"abc\""),
             (&[("PGPORT", "0")][..], "PGPORT:"),
             (&[("PGPORT", "65536")][..], "PGPORT:"),
-            (&[("PGHOST", "/var/run/postgresql")][..], "PGHOST:"),
+            (&[("PGHOST", "@abstract")][..], "PGHOST:"),
             (&[("PGHOST", "a,b")][..], "PGHOST:"),
         ] {
             let err = embedded_default(env(vars)).unwrap_err().to_string();

@@ -1,4 +1,5 @@
-//! A connection's byte stream, plaintext or TLS (to a client or to PostgreSQL), with what the
+//! A connection's byte stream, plaintext (TCP or a Unix socket) or TLS (to a client or to
+//! PostgreSQL), with what the
 //! data path needs beyond reading and writing: readiness without a buffer, output TLS still
 //! holds, and moving the socket to another worker's reactor.
 
@@ -8,12 +9,14 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::rustls;
 
 /// Plaintext, or TLS over a [`Sock`].
 pub enum Stream {
     Plain(TcpStream),
+    /// A Unix-domain socket (to a PostgreSQL on the same host; never TLS, as libpq).
+    Unix(UnixStream),
     /// Boxed: TLS state is large, and most connections do not have it.
     Tls(Box<tokio_rustls::TlsStream<Sock>>),
     /// Taken apart (during a TLS upgrade, or after a failed move): any I/O is an error.
@@ -78,6 +81,7 @@ impl AsyncWrite for Sock {
 /// A stream taken off its reactor, to be put on another's ([`Stream::detach`]).
 pub enum Detached {
     Plain(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
     Tls(Box<tokio_rustls::TlsStream<Sock>>, std::net::TcpStream),
 }
 
@@ -86,6 +90,7 @@ impl Detached {
     pub fn attach(self) -> io::Result<Stream> {
         match self {
             Detached::Plain(s) => Ok(Stream::Plain(TcpStream::from_std(s)?)),
+            Detached::Unix(s) => Ok(Stream::Unix(UnixStream::from_std(s)?)),
             Detached::Tls(mut tls, s) => {
                 sock(&mut tls).io = Some(TcpStream::from_std(s)?);
                 Ok(Stream::Tls(tls))
@@ -144,8 +149,12 @@ impl Stream {
                 tokio_rustls::TlsStream::Client(c) => c.get_ref().0.io.as_ref(),
                 tokio_rustls::TlsStream::Server(s) => s.get_ref().0.io.as_ref(),
             },
-            Stream::Closed => None,
+            Stream::Unix(_) | Stream::Closed => None,
         }
+    }
+
+    pub fn is_unix(&self) -> bool {
+        matches!(self, Stream::Unix(_))
     }
 
     pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
@@ -161,6 +170,7 @@ impl Stream {
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Stream::Plain(s) => s.poll_read_ready(cx),
+            Stream::Unix(s) => s.poll_read_ready(cx),
             Stream::Tls(t) => {
                 if !common_wants_read(t) {
                     return Poll::Ready(Ok(()));
@@ -204,31 +214,38 @@ impl Stream {
                 return true;
             }
         }
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut probe = [0u8; 1];
+        if let Stream::Unix(s) = self {
+            return idle_check(s.poll_read_ready(&mut cx), || s.try_read(&mut probe));
+        }
         let Some(s) = self.tcp() else {
             return true;
         };
-        let waker = std::task::Waker::noop();
-        let mut cx = Context::from_waker(waker);
-        match s.poll_read_ready(&mut cx) {
-            Poll::Pending => false,
-            Poll::Ready(Err(_)) => true,
-            Poll::Ready(Ok(())) => {
-                let mut probe = [0u8; 1];
-                !matches!(s.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
-        }
+        idle_check(s.poll_read_ready(&mut cx), || s.try_read(&mut probe))
     }
 
     /// Takes the socket off the current reactor, to [`Detached::attach`] it on another.
     pub fn detach(self) -> io::Result<Detached> {
         match self {
             Stream::Plain(s) => Ok(Detached::Plain(s.into_std()?)),
+            Stream::Unix(s) => Ok(Detached::Unix(s.into_std()?)),
             Stream::Tls(mut t) => {
                 let io = sock(&mut t).io.take().ok_or_else(not_connected)?;
                 Ok(Detached::Tls(t, io.into_std()?))
             }
             Stream::Closed => Err(not_connected()),
         }
+    }
+}
+
+/// Whether an idle socket with readiness `ready` has something to say (`probe` reads a byte).
+fn idle_check(ready: Poll<io::Result<()>>, probe: impl FnOnce() -> io::Result<usize>) -> bool {
+    match ready {
+        Poll::Pending => false,
+        Poll::Ready(Err(_)) => true,
+        Poll::Ready(Ok(())) => !matches!(probe(), Err(e) if e.kind() == io::ErrorKind::WouldBlock),
     }
 }
 
@@ -248,6 +265,7 @@ impl AsyncRead for Stream {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(t) => Pin::new(&mut **t).poll_read(cx, buf),
             Stream::Closed => Poll::Ready(Err(not_connected())),
         }
@@ -263,6 +281,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(t) => Pin::new(&mut **t).poll_write(cx, buf),
             Stream::Closed => Poll::Ready(Err(not_connected())),
         }
@@ -270,6 +289,7 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
             Stream::Closed => Poll::Ready(Err(not_connected())),
         }
@@ -277,6 +297,7 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(t) => Pin::new(&mut **t).poll_shutdown(cx),
             Stream::Closed => Poll::Ready(Err(not_connected())),
         }

@@ -126,7 +126,8 @@ impl Drop for Checkout {
                 // A query still running there would hold the backend after we hang up.
                 let running = !server.state.broken && server.state.pending > 0;
                 if let (true, Ok(rt)) = (running, tokio::runtime::Handle::try_current()) {
-                    rt.spawn(crate::cancel::send_cancel(server.key));
+                    let key = server.key.clone();
+                    rt.spawn(async move { crate::cancel::send_cancel(&key).await });
                 }
                 drop(server);
                 self.pool.release_slot();

@@ -497,7 +497,18 @@ impl Pool {
         *self.0.login_failed.lock() = None;
         server.permit = permit;
         server.generation = self.generation();
-        if let (Ok(addr), Ok(local)) = (server.stream.peer_addr(), server.stream.local_addr()) {
+        let unix = server.stream.is_unix();
+        let addrs = if unix {
+            // Shown as "unix" with the server's port, as PgBouncer does.
+            let a = std::net::SocketAddr::from(([0, 0, 0, 0], target.port));
+            Ok((a, a))
+        } else {
+            server
+                .stream
+                .peer_addr()
+                .and_then(|a| Ok((a, server.stream.local_addr()?)))
+        };
+        if let Ok((addr, local)) = addrs {
             server.listed = Some(
                 self.0.lists.add(
                     crate::conns::Kind::Server,
@@ -506,6 +517,7 @@ impl Pool {
                         database: self.0.listed_names.0.clone(),
                         addr,
                         local,
+                        unix,
                         application_name: String::new(),
                         state: crate::conns::State::Active,
                         remote_pid: server.key.pid,

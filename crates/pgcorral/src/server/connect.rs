@@ -9,9 +9,9 @@ use pgwire::auth::scram::{ScramClient, ScramSecret};
 use pgwire::backend::{self, auth_code};
 use pgwire::encode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
-use super::{CancelKey, ServerConn};
+use super::{CancelKey, ServerAddr, ServerConn};
 use crate::config::SslMode;
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_message, ReadError};
@@ -193,29 +193,48 @@ fn mode_name(mode: SslMode) -> &'static str {
     }
 }
 
-async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
+/// The path of the Unix socket of a server whose host is a directory (as libpq:
+/// `<dir>/.s.PGSQL.<port>`), `None` for a TCP host.
+pub fn unix_socket_path(host: &str, port: u16) -> Option<String> {
+    host.starts_with('/')
+        .then(|| format!("{}/.s.PGSQL.{port}", host.trim_end_matches('/')))
+}
+
+/// Opens the connection: TCP (TLS as `server_tls_sslmode` says) or a Unix socket (never TLS,
+/// as libpq).
+async fn open(target: &Target) -> Result<(Stream, ServerAddr)> {
+    let failed = |e| {
+        Error::with_source(
+            Kind::ServerConnect,
+            format!(
+                "could not connect to server {}:{}",
+                target.host, target.port
+            ),
+            e,
+        )
+    };
+    if let Some(path) = unix_socket_path(&target.host, target.port) {
+        let unix = UnixStream::connect(&path).await.map_err(failed)?;
+        return Ok((Stream::Unix(unix), ServerAddr::Unix(path.into())));
+    }
     let tcp = TcpStream::connect((target.host.as_str(), target.port))
         .await
-        .map_err(|e| {
-            Error::with_source(
-                Kind::ServerConnect,
-                format!(
-                    "could not connect to server {}:{}",
-                    target.host, target.port
-                ),
-                e,
-            )
-        })?;
+        .map_err(failed)?;
     let _ = tcp.set_nodelay(true);
     let addr = tcp
         .peer_addr()
         .map_err(|e| Error::with_source(Kind::ServerConnect, "peer address", e))?;
     // allow asks for TLS as prefer does (as PgBouncer): the server decides.
     let tls = target.tls.load_full();
-    let mut stream = match tls.server.as_ref() {
+    let stream = match tls.server.as_ref() {
         Some(side) => start_tls(tcp, target, side).await?,
         None => Stream::Plain(tcp),
     };
+    Ok((stream, ServerAddr::Tcp(addr)))
+}
+
+async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
+    let (mut stream, addr) = open(target).await?;
 
     let mut out = BytesMut::with_capacity(256);
     encode::startup(

@@ -12,10 +12,26 @@ use pgwire::backend::TxStatus;
 
 use crate::net::stream::Stream;
 
+/// The address a server connection went to: TCP, or a Unix socket's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerAddr {
+    Tcp(SocketAddr),
+    Unix(Arc<str>),
+}
+
+impl std::fmt::Display for ServerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerAddr::Tcp(a) => a.fmt(f),
+            ServerAddr::Unix(p) => f.write_str(p),
+        }
+    }
+}
+
 /// Where and how to cancel a query running on one server connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CancelKey {
-    pub addr: SocketAddr,
+    pub addr: ServerAddr,
     pub pid: i32,
     pub secret: i32,
 }

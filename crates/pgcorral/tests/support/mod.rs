@@ -83,6 +83,19 @@ fn scratch_root() -> PathBuf {
     root
 }
 
+/// A new directory for Unix sockets, short enough for a socket path (108 bytes) and writable
+/// by the server; removed when the test process ends.
+pub fn socket_dir() -> PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = PathBuf::from(format!("/tmp/pgc-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let _ = Command::new("chmod").args(["777"]).arg(&dir).status();
+    watchdog(&dir, None);
+    dir
+}
+
 /// One initdb per test binary; each server copies it.
 fn template() -> &'static Path {
     static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
@@ -196,7 +209,8 @@ impl Postgres {
         );
         append(&dir.join("postgresql.conf"), &conf);
         let hba = format!(
-            "host all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 {}\n",
+            "host all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 {0}\n\
+             local all postgres trust\nlocal all all {0}\n",
             opts.auth
         );
         std::fs::write(dir.join("pg_hba.conf"), hba).unwrap();
