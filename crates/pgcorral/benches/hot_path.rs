@@ -94,7 +94,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                 pgcorral::net::stream::Stream::Plain(stream),
                 BytesMut::with_capacity(16 * 1024),
                 CancelKey {
-                    addr,
+                    addr: pgcorral::server::ServerAddr::Tcp(addr),
                     pid: 1,
                     secret: 1,
                 },
