@@ -34,6 +34,7 @@ BENCH_WARMUP=${BENCH_WARMUP:-3}
 BENCH_LOGIN_MS=${BENCH_LOGIN_MS:-20}
 BENCH_KEEP=${BENCH_KEEP:-0}
 BENCH_NOTE=${BENCH_NOTE:-}
+BENCH_SERVER_HOP=${BENCH_SERVER_HOP:-tcp}
 
 PG_MAX_CONNECTIONS=500
 PG_RESERVED=3 # superuser_reserved_connections
@@ -58,6 +59,7 @@ for p in $BENCH_PARTS; do
   case $p in simple | extended | prepared | storm | tls-storm | memory) ;; *) die "BENCH_PARTS: unknown part '$p'" ;; esac
 done
 case $BENCH_TLS_KEY in ecdsa | rsa) ;; *) die "BENCH_TLS_KEY must be ecdsa or rsa, not '$BENCH_TLS_KEY'" ;; esac
+case $BENCH_SERVER_HOP in tcp | unix) ;; *) die "BENCH_SERVER_HOP must be tcp or unix, not '$BENCH_SERVER_HOP'" ;; esac
 TLS=0
 has_part tls-storm && TLS=1
 if [ "$BENCH_T" -lt 1 ] || [ "$BENCH_REPS" -lt 1 ] || [ "$BENCH_JOBS" -lt 1 ]; then
@@ -282,6 +284,17 @@ if [ "$TLS" -eq 1 ]; then
 fi
 
 # ---- PostgreSQL -----------------------------------------------------------------------------------
+# The poolers reach PostgreSQL over TCP (127.0.0.1), or with BENCH_SERVER_HOP=unix over its Unix
+# socket in $WORK/sock (both poolers alike; direct pgbench and every client stay on TCP).
+PG_SOCKET_DIR=
+POOLER_PG_HOST=127.0.0.1
+if [ "$BENCH_SERVER_HOP" = unix ]; then
+  PG_SOCKET_DIR=$WORK/sock
+  POOLER_PG_HOST=$PG_SOCKET_DIR
+  mkdir -p "$PG_SOCKET_DIR"
+  chown_pg "$PG_SOCKET_DIR"
+  BENCH_NOTE="${BENCH_NOTE:+$BENCH_NOTE; }BENCH_SERVER_HOP=unix: both poolers reach PostgreSQL through its Unix socket; clients and direct pgbench use TCP."
+fi
 log "PostgreSQL: initdb, port $PG_PORT"
 mkdir -p "$PGDATA"
 chown_pg "$PGDATA"
@@ -293,7 +306,7 @@ cat >>"$PGDATA/postgresql.conf" <<EOF
 # bench/run.sh
 listen_addresses = '127.0.0.1'
 port = $PG_PORT
-unix_socket_directories = ''
+unix_socket_directories = '$PG_SOCKET_DIR'
 max_connections = $PG_MAX_CONNECTIONS
 superuser_reserved_connections = $PG_RESERVED
 shared_buffers = 256MB
@@ -315,6 +328,7 @@ cat >"$PGDATA/pg_hba.conf" <<EOF
 # bench/run.sh: the harness's superuser is trusted; the benchmark user logs in with SCRAM.
 host all postgres 127.0.0.1/32 trust
 host all all 127.0.0.1/32 scram-sha-256
+local all all scram-sha-256
 EOF
 chown_pg "$PGDATA"
 as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$WORK/logs/postgresql.log" -w -t 60 start >/dev/null ||
@@ -336,8 +350,8 @@ printf '"bench" "%s"\n' "$PW" >"$WORK/pgbouncer/userlist.txt"
 write_bouncer_ini() { # name port [extra lines for [pgbouncer]]
   cat >"$WORK/pgbouncer/$1.ini" <<EOF
 [databases]
-bench = host=127.0.0.1 port=$PG_PORT dbname=bench pool_size=$BENCH_POOL_SIZE pool_mode=transaction
-bench_session = host=127.0.0.1 port=$PG_PORT dbname=bench pool_size=$BENCH_POOL_SIZE pool_mode=session
+bench = host=$POOLER_PG_HOST port=$PG_PORT dbname=bench pool_size=$BENCH_POOL_SIZE pool_mode=transaction
+bench_session = host=$POOLER_PG_HOST port=$PG_PORT dbname=bench pool_size=$BENCH_POOL_SIZE pool_mode=session
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -402,14 +416,14 @@ ${3:-}
 password = "$PW"
 
 [databases.bench]
-host = "127.0.0.1"
+host = "$POOLER_PG_HOST"
 port = $PG_PORT
 dbname = "bench"
 pool_size = $BENCH_POOL_SIZE
 pool_mode = "transaction"
 
 [databases.bench_session]
-host = "127.0.0.1"
+host = "$POOLER_PG_HOST"
 port = $PG_PORT
 dbname = "bench"
 pool_size = $BENCH_POOL_SIZE
