@@ -426,3 +426,78 @@ async fn a_described_statement_is_checked_where_it_is_prepared_again() {
     assert_eq!(tags(&got), "2DCZ", "{got:?}");
     assert_eq!(widths(&got), [2]);
 }
+
+/// Two clients prepare the same text on two servers with a column added in between (what
+/// drivers re-preparing after a schema change do at once). Client A was told one column; B's
+/// Parse lands on the other server, where pgcorral's check shows two. A never gets rows of two
+/// columns: wherever it runs the statement, it gets "cached plan must not change result type",
+/// as from PostgreSQL; B runs it with the two columns it was told, on either server.
+#[tokio::test]
+async fn clients_told_different_shapes_of_one_text_each_get_their_own() {
+    let pg = Postgres::start();
+    pg.sql(
+        "postgres",
+        "CREATE TABLE t (a int); INSERT INTO t VALUES (1)",
+    );
+    let p = pooler(&pg, "default_pool_size = 2\npool_mode = \"transaction\"").await;
+    let all = "SELECT * FROM t WHERE $1::int IS NOT NULL";
+    let (mut a, mut b, mut c) = (wire(&p).await, wire(&p).await, wire(&p).await);
+    let describe = |name: &str| {
+        vec![
+            wire::parse(name, all, &[]),
+            wire::describe(b'S', name),
+            wire::sync(),
+        ]
+    };
+    // A prepares the text on the pool's first server.
+    a.send_all(&describe("s")).await;
+    let got = a.until_ready().await;
+    assert_eq!(tags(&got), "1tTZ", "{got:?}");
+    assert_eq!(fields(&got), 1);
+
+    pg.sql("postgres", "ALTER TABLE t ADD COLUMN b int DEFAULT 7");
+    // C holds that server, so B's Parse of the same text goes to a second one.
+    c.send_all(&[wire::query("BEGIN; SELECT 1")]).await;
+    c.until_ready().await;
+    b.send_all(&describe("s")).await;
+    let got = b.until_ready().await;
+    assert_eq!(tags(&got), "1tTZ", "{got:?}");
+    assert_eq!(fields(&got), 2);
+    c.send_all(&[wire::query("COMMIT")]).await;
+    c.until_ready().await;
+    let (open, _, _) = p.services.pools.all()[0].counts();
+    assert_eq!(open, 2, "B had a server of its own");
+
+    // Each on either server: C holds the other one, or not.
+    for (who, hold) in [("A", false), ("A", true), ("B", false), ("B", true)] {
+        if hold {
+            c.send_all(&[wire::query("BEGIN; SELECT 1")]).await;
+            c.until_ready().await;
+        }
+        let got = run(if who == "A" { &mut a } else { &mut b }, "s", "1").await;
+        if who == "A" {
+            assert_eq!(tags(&got), "EZ", "A (C holding a server: {hold}): {got:?}");
+            assert_eq!(got[0].code(), "0A000");
+        } else {
+            assert_eq!(
+                tags(&got),
+                "2DCZ",
+                "B (C holding a server: {hold}): {got:?}"
+            );
+            assert_eq!(widths(&got), [2]);
+        }
+        if hold {
+            c.send_all(&[wire::query("COMMIT")]).await;
+            c.until_ready().await;
+        }
+    }
+}
+
+/// Columns of the RowDescription among `msgs`.
+fn fields(msgs: &[Msg]) -> usize {
+    let t = msgs
+        .iter()
+        .find(|m| m.tag == b'T')
+        .expect("a RowDescription");
+    u16::from_be_bytes([t.body[0], t.body[1]]) as usize
+}
