@@ -8,9 +8,10 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::TcpStream;
 
 use crate::net::stream::Stream;
+use crate::net::unix::UnixConn;
 
 use crate::server::{CancelKey, ServerAddr};
 
@@ -86,7 +87,7 @@ impl CancelMap {
 pub(crate) async fn send_cancel(key: &CancelKey) -> std::io::Result<()> {
     let mut stream = match &key.addr {
         ServerAddr::Tcp(a) => Stream::Plain(TcpStream::connect(a).await?),
-        ServerAddr::Unix(p) => Stream::Unix(UnixStream::connect(&**p).await?),
+        ServerAddr::Unix(p) => Stream::Unix(UnixConn::connect(&**p).await?),
     };
     let mut buf = BytesMut::with_capacity(16);
     pgwire::encode::cancel_request(&mut buf, key.pid, key.secret);

@@ -4,6 +4,8 @@
 //! and a missing socket reported to the client.
 
 mod support;
+#[path = "support/wire.rs"]
+mod wire;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -168,5 +170,39 @@ async fn a_missing_socket_is_a_connection_error() {
     assert!(
         text.contains(&dir.display().to_string()),
         "the message names the directory: {text}"
+    );
+}
+
+/// 5 MB of queries sent while the server sleeps: pgcorral's writes to the socket block (far
+/// more than a socket buffer), it waits for the socket to drain, and every query is answered
+/// in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_that_block_wait_for_the_socket() {
+    let (pg, dir) = pg_on_socket();
+    let p = Pooler::start(&cfg(pg.port, &dir, "pool_mode = \"transaction\"")).await;
+    let mut w = wire::Wire::connect(p.port(), "postgres", "postgres").await;
+    let pad = "x".repeat(10_000);
+    let mut batch = wire::query("SELECT pg_sleep(1)");
+    for i in 0..500 {
+        batch.extend(wire::query(&format!("SELECT {i}, length('{pad}')")));
+    }
+    let start = Instant::now();
+    w.send(&batch).await;
+    let msgs = w.until_ready_n(501).await;
+    assert!(start.elapsed() >= Duration::from_secs(1));
+    let rows: Vec<_> = msgs
+        .iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| m.row())
+        .collect();
+    assert_eq!(rows.len(), 501);
+    for (i, r) in rows[1..].iter().enumerate() {
+        assert_eq!(r[0].as_deref(), Some(i.to_string().as_str()));
+        assert_eq!(r[1].as_deref(), Some("10000"));
+    }
+    assert!(
+        msgs.iter().all(|m| m.tag != b'E'),
+        "errors in {} messages",
+        msgs.len()
     );
 }

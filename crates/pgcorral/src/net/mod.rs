@@ -4,4 +4,5 @@ pub mod balance;
 pub mod framed;
 pub mod listener;
 pub mod stream;
+pub mod unix;
 pub mod workers;

@@ -9,14 +9,16 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::TcpStream;
+
+use super::unix::UnixConn;
 use tokio_rustls::rustls;
 
 /// Plaintext, or TLS over a [`Sock`].
 pub enum Stream {
     Plain(TcpStream),
     /// A Unix-domain socket (to a PostgreSQL on the same host; never TLS, as libpq).
-    Unix(UnixStream),
+    Unix(UnixConn),
     /// Boxed: TLS state is large, and most connections do not have it.
     Tls(Box<tokio_rustls::TlsStream<Sock>>),
     /// Taken apart (during a TLS upgrade, or after a failed move): any I/O is an error.
@@ -90,7 +92,7 @@ impl Detached {
     pub fn attach(self) -> io::Result<Stream> {
         match self {
             Detached::Plain(s) => Ok(Stream::Plain(TcpStream::from_std(s)?)),
-            Detached::Unix(s) => Ok(Stream::Unix(UnixStream::from_std(s)?)),
+            Detached::Unix(s) => Ok(Stream::Unix(UnixConn::new(s)?)),
             Detached::Tls(mut tls, s) => {
                 sock(&mut tls).io = Some(TcpStream::from_std(s)?);
                 Ok(Stream::Tls(tls))

@@ -9,13 +9,14 @@ use pgwire::auth::scram::{ScramClient, ScramSecret};
 use pgwire::backend::{self, auth_code};
 use pgwire::encode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::TcpStream;
 
 use super::{CancelKey, ServerAddr, ServerConn};
 use crate::config::SslMode;
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_message, ReadError};
 use crate::net::stream::{Sock, Stream};
+use crate::net::unix::UnixConn;
 
 /// What pgcorral holds to prove a login to the server.
 #[derive(Clone, Default)]
@@ -214,7 +215,7 @@ async fn open(target: &Target) -> Result<(Stream, ServerAddr)> {
         )
     };
     if let Some(path) = unix_socket_path(&target.host, target.port) {
-        let unix = UnixStream::connect(&path).await.map_err(failed)?;
+        let unix = UnixConn::connect(&path).await.map_err(failed)?;
         return Ok((Stream::Unix(unix), ServerAddr::Unix(path.into())));
     }
     let tcp = TcpStream::connect((target.host.as_str(), target.port))
