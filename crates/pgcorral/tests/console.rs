@@ -94,16 +94,6 @@ async fn pinned_until(w: &mut Wire, i: usize, done: impl Fn(&[String]) -> bool) 
     why
 }
 
-/// pgbench -i -s 1 through the pooler.
-async fn pgbench_init(port: u16) {
-    let mut init = pgbench_cmd(port, "postgres", "postgres", None);
-    init.args(["-i", "-q", "-s", "1"]);
-    let o = tokio::task::spawn_blocking(move || output(init))
-        .await
-        .unwrap();
-    assert!(o.status.success(), "pgbench -i: {}", stderr(&o));
-}
-
 /// pgbench (TPC-B-like) through the pooler with 50 clients for `secs`, started in the
 /// background after initialising its tables.
 async fn pgbench_load(port: u16, secs: &str) -> tokio::task::JoinHandle<std::process::Output> {

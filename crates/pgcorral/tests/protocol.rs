@@ -1335,25 +1335,11 @@ async fn terminate_is_not_passed_to_the_server() {
 
 // ---- 6. pool modes with psql and pgbench ---------------------------------------------------
 
-async fn run_cmd(c: std::process::Command) -> std::process::Output {
-    tokio::task::spawn_blocking(move || output(c))
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgbench_transaction_mode_simple_and_extended() {
     let pg = Postgres::start();
     let p = pooler(&pg, "default_pool_size = 4").await;
-    let mut init = pgbench_cmd(p.port(), "postgres", "postgres", None);
-    init.args(["-i", "-q", "-s", "1"]);
-    let o = run_cmd(init).await;
-    assert!(
-        o.status.success(),
-        "pgbench -i: {}{}",
-        stdout(&o),
-        stderr(&o)
-    );
+    pgbench_init(p.port()).await;
     for proto in ["simple", "extended"] {
         let mut run = pgbench_cmd(p.port(), "postgres", "postgres", None);
         run.args(["-c", "8", "-j", "2", "-T", "3", "--protocol", proto]);
@@ -1368,15 +1354,7 @@ async fn pgbench_transaction_mode_simple_and_extended() {
 async fn pgbench_session_mode_prepared() {
     let pg = Postgres::start();
     let p = pooler(&pg, "pool_mode = \"session\"\ndefault_pool_size = 8").await;
-    let mut init = pgbench_cmd(p.port(), "postgres", "postgres", None);
-    init.args(["-i", "-q", "-s", "1"]);
-    let o = run_cmd(init).await;
-    assert!(
-        o.status.success(),
-        "pgbench -i: {}{}",
-        stdout(&o),
-        stderr(&o)
-    );
+    pgbench_init(p.port()).await;
     let mut run = pgbench_cmd(p.port(), "postgres", "postgres", None);
     run.args(["-c", "8", "-j", "2", "-T", "3", "--protocol", "prepared"]);
     let o = run_cmd(run).await;

@@ -98,23 +98,11 @@ async fn pgbench_over_the_socket() {
         "pool_mode = \"transaction\"\ndefault_pool_size = 2\nworkers = 2",
     ))
     .await;
-    let mut init = pgbench_cmd(p.port(), "postgres", "postgres", None);
-    init.args(["-i", "-q", "-s", "1"]);
-    let o = tokio::task::spawn_blocking(move || output(init))
-        .await
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "pgbench -i: {}{}",
-        stdout(&o),
-        stderr(&o)
-    );
+    pgbench_init(p.port()).await;
     for proto in ["simple", "extended"] {
         let mut run = pgbench_cmd(p.port(), "postgres", "postgres", None);
         run.args(["-c", "8", "-j", "2", "-T", "2", "--protocol", proto]);
-        let o = tokio::task::spawn_blocking(move || output(run))
-            .await
-            .unwrap();
+        let o = run_cmd(run).await;
         assert_pgbench_ok(proto, &o);
     }
 }

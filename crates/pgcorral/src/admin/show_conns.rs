@@ -51,19 +51,9 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
             (&*e.user).into(),
             (&*e.database).into(),
             state.name().into(),
-            if e.unix {
-                "unix".into()
-            } else {
-                e.addr.ip().to_string()
-            }
-            .into(),
+            host(&e, e.addr).into(),
             e.addr.port().into(),
-            if e.unix {
-                "unix".into()
-            } else {
-                e.local.ip().to_string()
-            }
-            .into(),
+            host(&e, e.local).into(),
             e.local.port().into(),
             timestamp(e.connect_time()).into(),
             timestamp(e.request_time()).into(),
@@ -107,6 +97,15 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
         t.row(row);
     }
     t
+}
+
+/// An address column: the IP, or "unix" for a connection over a Unix socket (as PgBouncer).
+fn host(e: &crate::conns::Entry, addr: std::net::SocketAddr) -> String {
+    if e.unix {
+        "unix".into()
+    } else {
+        addr.ip().to_string()
+    }
 }
 
 /// Whether a server connection to `addr` is one of `node`'s (by port, and address when the

@@ -43,7 +43,7 @@ impl Sock {
     }
 }
 
-fn not_connected() -> io::Error {
+pub(super) fn not_connected() -> io::Error {
     io::ErrorKind::NotConnected.into()
 }
 

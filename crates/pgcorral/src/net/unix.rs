@@ -14,15 +14,13 @@ use std::task::{ready, Context, Poll};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 
+use super::stream::not_connected as gone;
+
 pub struct UnixConn {
     /// `None` only while it is registered again.
     fd: Option<AsyncFd<StdUnix>>,
     /// Registered for writability too (a write would have blocked).
     write_interest: bool,
-}
-
-fn gone() -> io::Error {
-    io::ErrorKind::NotConnected.into()
 }
 
 impl UnixConn {

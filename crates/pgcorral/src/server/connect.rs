@@ -196,7 +196,7 @@ fn mode_name(mode: SslMode) -> &'static str {
 
 /// The path of the Unix socket of a server whose host is a directory (as libpq:
 /// `<dir>/.s.PGSQL.<port>`), `None` for a TCP host.
-pub fn unix_socket_path(host: &str, port: u16) -> Option<String> {
+fn unix_socket_path(host: &str, port: u16) -> Option<String> {
     host.starts_with('/')
         .then(|| format!("{}/.s.PGSQL.{port}", host.trim_end_matches('/')))
 }

@@ -311,6 +311,27 @@ pub fn pgbench_cmd(port: u16, user: &str, db: &str, password: Option<&str>) -> C
     c
 }
 
+/// Runs `c` off the async runtime's threads and returns its output.
+pub async fn run_cmd(c: Command) -> Output {
+    tokio::task::spawn_blocking(move || output(c))
+        .await
+        .unwrap()
+}
+
+/// `pgbench -i -q -s 1` through 127.0.0.1:`port` as postgres into database postgres; panics
+/// with pgbench's output if it fails.
+pub async fn pgbench_init(port: u16) {
+    let mut init = pgbench_cmd(port, "postgres", "postgres", None);
+    init.args(["-i", "-q", "-s", "1"]);
+    let o = run_cmd(init).await;
+    assert!(
+        o.status.success(),
+        "pgbench -i: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+}
+
 /// Checks a pgbench run: exit 0, transactions processed, none failed, no client aborted.
 pub fn assert_pgbench_ok(what: &str, o: &std::process::Output) -> u64 {
     let (out, err) = (stdout(o), stderr(o));
