@@ -500,6 +500,38 @@ async fn flush_without_sync_keeps_the_server() {
     assert_eq!(b_pid, a_pid);
 }
 
+/// A Flush that arrives on its own after a Sync's ReadyForQuery (psycopg ends a pipeline with
+/// Sync then Flush, and under load the two can arrive apart) asks for nothing: the client keeps
+/// no server, so another client gets the pool's only one at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_after_sync_holds_no_server() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 1\nquery_wait_timeout = 20000").await;
+    let mut w = Wire::connect(p.port(), "postgres", "postgres").await;
+    let b = client(&p).await;
+    for round in 0..3 {
+        w.send_all(&[
+            wire::parse("", "SELECT 1", &[]),
+            wire::bind("", "", &[], false),
+            wire::execute("", 0),
+            wire::sync(),
+        ])
+        .await;
+        assert_eq!(tags(&w.until_ready().await), "12DCZ");
+        // One Flush, then two in one write.
+        let flushes = if round == 0 { 1 } else { 2 };
+        w.send_all(&vec![wire::flush(); flushes]).await;
+        assert!(w.silent_for(Duration::from_millis(200)).await);
+        let got: i32 = within(Duration::from_secs(5), "b after a's Flush", async {
+            b.query_one("SELECT 41 + 1", &[]).await.unwrap().get(0)
+        })
+        .await;
+        assert_eq!(got, 42);
+    }
+    // a goes on as before.
+    assert_eq!(w.scalar("SELECT 7").await, "7");
+}
+
 // ---- 3. byte-exact relay --------------------------------------------------------------------
 
 /// A fixed sequence of frontend requests, each with the number of ReadyForQuery it earns

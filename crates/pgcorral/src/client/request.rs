@@ -1,5 +1,5 @@
 //! Waiting for a client's next request while it holds no server: no buffer kept while idle,
-//! one read per readiness, client_idle_timeout, and stray COPY data dropped.
+//! one read per readiness, client_idle_timeout, and stray COPY data and Flush messages dropped.
 
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
@@ -20,7 +20,8 @@ use crate::services::Services;
 const IDLE_READ: usize = 4096;
 
 /// Waits for the first message of the next request while no server is attached. Returns
-/// `None` when the client is gone; stray COPY messages (after a failed COPY) are dropped.
+/// `None` when the client is gone; stray COPY messages (after a failed COPY) and Flush messages
+/// (nothing is outstanding) are dropped.
 /// Not an `async fn`, whose arguments would be kept twice in every client's future.
 #[allow(clippy::manual_async_fn)]
 pub(super) fn next_request<'a>(
@@ -43,6 +44,15 @@ pub(super) fn next_request<'a>(
                     Err(e) => return Err(Error::new(Kind::ClientProtocol, e.to_string())),
                     Ok(Some(h)) => match frontend::kind(h.tag) {
                         FeKind::Terminate => return Ok(None),
+                        // With no server held nothing is owed, so a Flush asks for nothing:
+                        // psycopg ends a pipeline with Sync then Flush, which may arrive apart.
+                        // Checking out a server for it would hold that server until the
+                        // client's next request.
+                        FeKind::Extended if h.tag == frontend::FLUSH => {
+                            client.buf.advance(pgwire::header::HEADER_LEN);
+                            client.pass = h.body_len();
+                            continue;
+                        }
                         FeKind::Copy => {
                             client.buf.advance(pgwire::header::HEADER_LEN);
                             client.pass = h.body_len();
