@@ -62,6 +62,14 @@ fn scans(c: &mut Criterion) {
     });
 }
 
+/// The session pre-filter on a pgbench query (it runs on every Query and Parse of pooled clients).
+fn classify(c: &mut Criterion) {
+    let sql = b"SELECT abalance FROM pgbench_accounts WHERE aid = 48213;";
+    c.bench_function("classify_pgbench_select", |b| {
+        b.iter(|| black_box(pgcorral::session::scan::classify(black_box(sql))))
+    });
+}
+
 /// A pool holding `n` idle connections over loopback sockets (no server behind them: checkout
 /// only looks at readiness, which stays quiet).
 fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::TcpStream>) {
@@ -155,5 +163,5 @@ fn checkout(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, scans, checkout);
+criterion_group!(benches, scans, classify, checkout);
 criterion_main!(benches);

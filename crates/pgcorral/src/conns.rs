@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -99,11 +99,6 @@ impl Entry {
         self.state.store(s as u8, Relaxed);
     }
 
-    /// A request starts (the time is shown as request_time; waits are measured from it).
-    pub fn requested(&self) {
-        self.request_time.store(now_us(), Relaxed);
-    }
-
     pub fn request_time(&self) -> SystemTime {
         UNIX_EPOCH + std::time::Duration::from_micros(self.request_time.load(Relaxed))
     }
@@ -185,6 +180,8 @@ pub struct New {
 /// The lists of clients and servers.
 #[derive(Default)]
 pub struct Lists {
+    /// Turns the monotonic time a request was read at into wall-clock time.
+    clock: WallClock,
     next_id: AtomicU64,
     clients: Mutex<HashMap<u64, Arc<Entry>>>,
     servers: Mutex<HashMap<u64, Arc<Entry>>>,
@@ -208,6 +205,36 @@ impl std::ops::Deref for Listed {
     type Target = Entry;
     fn deref(&self) -> &Entry {
         &self.entry
+    }
+}
+
+impl Listed {
+    /// A request starts at `at` (shown as request_time; waits are measured from it): the
+    /// monotonic time the caller read anyway, so that marking it reads no clock.
+    pub fn requested_at(&self, at: Instant) {
+        self.request_time
+            .store(self.lists.clock.micros(at), Relaxed);
+    }
+}
+
+/// Both clocks read once, together: wall-clock µs of a later [`Instant`].
+struct WallClock {
+    at: Instant,
+    wall_us: u64,
+}
+
+impl Default for WallClock {
+    fn default() -> WallClock {
+        WallClock {
+            at: Instant::now(),
+            wall_us: now_us(),
+        }
+    }
+}
+
+impl WallClock {
+    fn micros(&self, at: Instant) -> u64 {
+        self.wall_us + at.saturating_duration_since(self.at).as_micros() as u64
     }
 }
 
@@ -253,6 +280,13 @@ impl Lists {
             lists: self.clone(),
             kind,
             entry,
+        }
+    }
+
+    /// Wakes the task of every entry of a list (it looks at what changed, e.g. shutdown).
+    pub fn wake(&self, kind: Kind) {
+        for e in self.list(kind).lock().values() {
+            e.waker.wake();
         }
     }
 

@@ -1,7 +1,7 @@
 //! The handle every task gets: configuration, pools, the cancel map, client accounting and the
 //! shutdown signal. Built once at start and passed down; cheap to clone.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -22,7 +22,7 @@ pub struct Inner {
     /// Clients connected now (counted against max_client_conn).
     pub clients: AtomicUsize,
     /// Fired on SIGINT/SIGTERM: stop accepting, finish transactions, close.
-    pub shutdown: CancellationToken,
+    pub shutdown: Arc<Shutdown>,
     /// Every client task, so shutdown can wait for them.
     pub tasks: TaskTracker,
     /// Worker threads: their load, runtimes, and where clients go.
@@ -58,13 +58,18 @@ impl Services {
     pub fn new(config: Config, workers: usize) -> Services {
         let pools = Registry::default();
         let tls = pools.tls.clone();
+        let shutdown = Arc::new(Shutdown {
+            fired: AtomicBool::new(false),
+            token: CancellationToken::new(),
+            lists: pools.lists.clone(),
+        });
         Services(Arc::new(Inner {
             config: ArcSwap::from_pointee(config),
             pools,
             cancel: CancelMap::default(),
             scram_cache: Default::default(),
             clients: AtomicUsize::new(0),
-            shutdown: CancellationToken::new(),
+            shutdown,
             tasks: TaskTracker::new(),
             balance: Arc::new(Balance::new(workers)),
             statements: Default::default(),
@@ -99,5 +104,34 @@ pub struct ClientCount {
 impl Drop for ClientCount {
     fn drop(&mut self) {
         self.services.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The shutdown signal. What runs per transaction reads one flag; a client waiting for its
+/// next request is woken through its entry in the client list (it polls under
+/// [`crate::conns::Entry::killable`]), so waiting registers with nothing shared by all
+/// clients. Other tasks (listener, maintenance, metrics) await the token.
+pub struct Shutdown {
+    fired: AtomicBool,
+    token: CancellationToken,
+    lists: Arc<crate::conns::Lists>,
+}
+
+impl Shutdown {
+    /// Fires it: sets the flag, cancels the token, wakes every listed client.
+    pub fn cancel(&self) {
+        self.fired.store(true, Ordering::SeqCst);
+        self.token.cancel();
+        self.lists.wake(crate::conns::Kind::Client);
+    }
+
+    /// True once fired. One atomic load.
+    pub fn is_cancelled(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    /// Completes once fired.
+    pub fn cancelled(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.token.cancelled()
     }
 }

@@ -199,7 +199,13 @@ async fn login(
         let mut s = cluster
             .checkout(session_want(&cluster), client.worker, 0)
             .await?;
-        s.pool().stats().waited(client.worker, asked.elapsed());
+        let got = std::time::Instant::now();
+        s.pool()
+            .stats()
+            .waited(client.worker, got.saturating_duration_since(asked));
+        if let Some(l) = &s.listed {
+            l.requested_at(got);
+        }
         if startup_settings.is_empty() {
             apply::sync(&mut s, &settings).await?;
         } else {

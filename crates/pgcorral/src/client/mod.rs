@@ -361,7 +361,7 @@ fn run<'a>(
                     None => return Ok(Exit::Left("client closed the connection")),
                 }
                 let asked = std::time::Instant::now();
-                session.listed.requested();
+                session.listed.requested_at(asked);
                 session.listed.set_state(ListState::Waiting);
                 if services.control.is_paused(session.pool.name().0) {
                     // PAUSE: the transaction waits for RESUME before it gets a server.
@@ -375,9 +375,13 @@ fn run<'a>(
                 } else {
                     session.pool.checkout(client.worker).await?
                 };
-                s.pool().stats().waited(client.worker, asked.elapsed());
+                let got = std::time::Instant::now();
+                s.pool()
+                    .stats()
+                    .waited(client.worker, got.saturating_duration_since(asked));
                 session.listed.set_state(ListState::Active);
                 if let Some(l) = &s.listed {
+                    l.requested_at(got);
                     l.set_link(session.listed.id);
                     session.listed.set_link(l.id);
                 }

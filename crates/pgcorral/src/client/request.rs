@@ -2,10 +2,10 @@
 //! one read per readiness, client_idle_timeout, and stray COPY data and Flush messages dropped.
 
 use std::future::{poll_fn, Future};
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::task::Poll;
 
-use bytes::{Buf, BytesMut};
+use bytes::Buf;
 use pgwire::frontend::{self, Kind as FeKind};
 use pgwire::Header;
 use tokio::time::Sleep;
@@ -69,15 +69,16 @@ pub(super) fn next_request<'a>(
                     Ok(None) => {}
                 }
             }
-            if client.buf.is_empty() {
+            if client.buf.is_empty() && client.buf.capacity() > 0 {
                 // Idle between requests: hold no buffer while waiting, so an idle client costs
-                // only its task and socket.
-                client.buf = BytesMut::new();
+                // only its task and socket. The buffer goes to the worker's spares, for the
+                // next client with a request to read.
+                spare::put(std::mem::take(&mut client.buf));
             }
             // Readable, else shutdown, else the idle timeout, in that order. The socket's readiness
-            // is polled in place: no future is kept for it while the client is idle.
-            let shutdown = services.shutdown.cancelled();
-            let mut shutdown = pin!(shutdown);
+            // is polled in place: no future is kept for it while the client is idle. Shutdown
+            // wakes the client through its list entry, whose waker `Entry::killable` registered
+            // before this poll, so reading the flag here misses no shutdown.
             poll_fn(|cx| {
                 // The end of the last answer may still be in the TLS session.
                 if client.stream.pending_output() {
@@ -92,7 +93,7 @@ pub(super) fn next_request<'a>(
                         r.map_err(|e| Error::with_source(Kind::ClientIo, "read", e)),
                     );
                 }
-                if shutdown.as_mut().poll(cx).is_ready() {
+                if services.shutdown.is_cancelled() {
                     return Poll::Ready(Err(Error::new(
                         Kind::Shutdown,
                         "pgcorral is shutting down",
@@ -107,6 +108,9 @@ pub(super) fn next_request<'a>(
                 Poll::Pending
             })
             .await?;
+            if client.buf.capacity() == 0 {
+                client.buf = spare::take();
+            }
             if client.buf.capacity() - client.buf.len() < 1024 {
                 client.buf.reserve(IDLE_READ);
             }
@@ -144,5 +148,42 @@ impl IdleTimer {
             None => self.0 = Some(Box::pin(tokio::time::sleep_until(deadline))),
         }
         self.0.as_mut().expect("set above").as_mut()
+    }
+}
+
+/// Read buffers of clients gone idle, kept per worker thread for the next client's request:
+/// under load a client waits between transactions, and without this each request would
+/// allocate a buffer and free it again. Bounded, so idle clients still hold no memory.
+mod spare {
+    use std::cell::RefCell;
+
+    use bytes::BytesMut;
+
+    /// At most this many per worker thread (256 KiB of 4 KiB buffers).
+    const KEEP: usize = 64;
+    /// Bigger buffers (after a large message) go back to the allocator.
+    const LARGEST: usize = 16 * 1024;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Keeps `buf` (empty) for another request on this thread, or frees it.
+    pub(super) fn put(mut buf: BytesMut) {
+        if buf.capacity() > LARGEST {
+            return;
+        }
+        buf.clear();
+        SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < KEEP {
+                s.push(buf);
+            }
+        });
+    }
+
+    /// A kept buffer, or an empty one (which allocates when reserved).
+    pub(super) fn take() -> BytesMut {
+        SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
     }
 }

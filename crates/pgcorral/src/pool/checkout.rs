@@ -39,7 +39,6 @@ impl Checkout {
     pub(super) fn new(server: Box<ServerConn>, pool: Pool) -> Checkout {
         if let Some(l) = &server.listed {
             l.set_state(crate::conns::State::Active);
-            l.requested();
         }
         Checkout {
             server: Some(server),

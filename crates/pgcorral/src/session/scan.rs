@@ -17,6 +17,98 @@ pub enum Effect {
 /// Classifies every statement of `sql` (a Query text or a Parse's statement) and returns the
 /// strongest effect found.
 pub fn classify(sql: &[u8]) -> Effect {
+    if !worth_lexing(sql) {
+        return Effect::None;
+    }
+    lex_classify(sql)
+}
+
+/// A quick look that rules out most queries before the lexer runs (it runs on every query of
+/// every pooled client): false only where [`lex_classify`] would find nothing, i.e. one
+/// statement whose first word starts no statement of interest, with no `_advisory` or
+/// `set_config` in it, and no `temp` in a CREATE, SELECT or WITH. Anything unusual (a comment
+/// or parenthesis first, a second statement) goes to the lexer.
+fn worth_lexing(sql: &[u8]) -> bool {
+    let word_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80;
+    let mut i = 0;
+    while i < sql.len() && sql[i].is_ascii_whitespace() {
+        i += 1;
+    }
+    let rest = &sql[i..];
+    let mut len = 0;
+    while len < rest.len() && word_byte(rest[len]) {
+        len += 1;
+    }
+    // Not a plain keyword first (E'' strings are one letter).
+    if len < 2 || !rest[0].is_ascii_alphabetic() {
+        return true;
+    }
+    let mut lower = [0u8; 10];
+    let temp_matters = match rest.get(..len).filter(|w| w.len() <= lower.len()) {
+        None => false,
+        Some(w) => {
+            for (l, b) in lower.iter_mut().zip(w) {
+                *l = b.to_ascii_lowercase();
+            }
+            match &lower[..len] {
+                // What statement_start and DECLARE's WITH HOLD look at.
+                b"listen" | b"prepare" | b"set" | b"reset" | b"discard" | b"unlisten"
+                | b"deallocate" | b"close" | b"drop" | b"declare" => return true,
+                b"create" | b"select" | b"with" => true,
+                _ => false,
+            }
+        }
+    };
+    // The rest, eight bytes at a time: only words holding a `;`, `_` or `t` (either case)
+    // are looked at byte by byte.
+    // `kw` (lower case) at `i`, in either case.
+    let at = |i: usize, kw: &[u8]| {
+        rest.get(i..i + kw.len())
+            .is_some_and(|w| w.iter().zip(kw).all(|(b, k)| b.to_ascii_lowercase() == *k))
+    };
+    let mut ended = false;
+    let mut i = len;
+    while i < rest.len() {
+        let n = (rest.len() - i).min(8);
+        if n == 8 && !ended {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&rest[i..i + 8]);
+            if !may_hold_marks(u64::from_le_bytes(word)) {
+                i += 8;
+                continue;
+            }
+        }
+        for (j, &b) in rest.iter().enumerate().skip(i).take(n) {
+            match b {
+                b';' => ended = true,
+                b if ended && !b.is_ascii_whitespace() => return true,
+                b'_' if at(j + 1, b"advisory")
+                    || (j >= 3 && at(j - 3, b"set") && at(j + 1, b"config")) =>
+                {
+                    return true
+                }
+                b't' | b'T' if temp_matters && at(j, b"temp") => return true,
+                _ => {}
+            }
+        }
+        i += n;
+    }
+    false
+}
+
+/// Whether eight bytes may hold a `;`, `_`, `t` or `T` (false positives allowed, no false
+/// negatives): with 0x20 set in every byte those are 0x3b, 0x7f and 0x74, and a byte equal to
+/// one of them is a zero byte after xor.
+fn may_hold_marks(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
+    let w = word | (ONES * 0x20);
+    zero_byte(w ^ (ONES * 0x3b)) || zero_byte(w ^ (ONES * 0x7f)) || zero_byte(w ^ (ONES * 0x74))
+}
+
+/// [`classify`] by the lexer, statement by statement.
+fn lex_classify(sql: &[u8]) -> Effect {
     let mut effect = Effect::None;
     let mut lex = Lexer {
         s: sql,
@@ -323,6 +415,100 @@ mod tests {
         assert_eq!(c("DISCARD ALL"), Effect::Dirty);
         assert_eq!(c("select pg_advisory_unlock(1)"), Effect::Dirty);
         assert_eq!(c("drop table t"), Effect::Dirty);
+    }
+
+    /// The quick look never skips a text the lexer would classify: the tests' texts, and many
+    /// generated from keywords, punctuation, strings and comments in mixed case.
+    #[test]
+    fn the_quick_look_skips_only_clean_texts() {
+        let mut corpus: Vec<String> = [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = $1;",
+            "select pg_catalog.set_config('a.b', 'x', false)",
+            "select pg_try_advisory_lock_shared(1)",
+            "SELECT * INTO TEMP t FROM x",
+            "with x as (select 1) select * into temporary t from x",
+            "select 1;  \n ",
+            "select 1; set x = 1",
+            "E'x'",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let pieces = [
+            "select",
+            "SELECT",
+            "Set",
+            "reset",
+            "set_config",
+            "SET_CONFIG",
+            "pg_advisory_lock",
+            "pg_Try_Advisory_Lock",
+            "pg_advisory_unlock",
+            "temp",
+            "TEMPORARY",
+            "create",
+            "with",
+            "declare",
+            "hold",
+            "WITH HOLD",
+            "listen",
+            "prepare",
+            "discard",
+            "drop",
+            "close",
+            "unlisten",
+            "deallocate",
+            "x",
+            "t.y",
+            "pg_catalog.",
+            "1",
+            "$1",
+            "$$;set$$",
+            ";",
+            " ; ",
+            "'a;b'",
+            "E'\\'; set'",
+            "\"set\"",
+            "-- c\n",
+            "/* ; set */",
+            "(",
+            ")",
+            ",",
+            "  ",
+            "\n",
+            "_",
+            "e'",
+            "$x$ drop $x$",
+            "begin;",
+            "commit",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let n = 1 + next() % 6;
+            let text: Vec<&str> = (0..n)
+                .map(|_| pieces[(next() % pieces.len() as u64) as usize])
+                .collect();
+            corpus.push(text.join(if next() % 3 == 0 { "" } else { " " }));
+        }
+        for text in &corpus {
+            let full = lex_classify(text.as_bytes());
+            assert!(
+                worth_lexing(text.as_bytes()) || full == Effect::None,
+                "{text:?} skipped, but the lexer says {full:?}"
+            );
+        }
+        assert!(!worth_lexing(
+            b"SELECT abalance FROM pgbench_accounts WHERE aid = 12345;"
+        ));
+        assert!(!worth_lexing(
+            b"UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 7"
+        ));
     }
 
     #[test]
