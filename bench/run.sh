@@ -88,6 +88,12 @@ else
   chown_pg() { :; }
 fi
 as_pg() { "${AS_PG[@]}" "$@"; }
+# Each pooler runs in a session of its own, as a service would (pg_ctl does the same for
+# PostgreSQL). With the kernel's autogroup scheduling (sched_autogroup_enabled = 1, the default
+# on most distributions) CPU time is shared first between sessions, so a pooler left in this
+# script's session would compete with pgbench inside one share instead of having its own.
+# setsid execs in place here (a background job is no process-group leader): $! stays the pid.
+OWN_SESSION=(setsid)
 
 apt_install() {
   [ "$(id -u)" -eq 0 ] || die "missing $*: install it (apt-get install $*) or run as root"
@@ -250,6 +256,11 @@ export PGPASSWORD=$PW # for every client below; never on a command line
 # TLS with PostgreSQL, which has ssl = on when the tls-storm part runs.
 export PGSSLMODE=disable
 
+check_own_session() { # pid name: the pid is the pooler itself, leading its own session
+  local sid
+  sid=$(ps -o sid= -p "$1" | tr -d ' ')
+  [ "$sid" = "$1" ] || die "$2 (pid $1) is not in a session of its own (session $sid)"
+}
 wait_port() { # port name pid
   local i
   for ((i = 0; i < 300; i++)); do
@@ -376,9 +387,10 @@ start_bouncer() { # name port → BOUNCER_STARTED_PID
   chown_pg "$WORK/pgbouncer"
   chmod 600 "$WORK/pgbouncer/userlist.txt"
   log "PgBouncer ($1): port $2"
-  "${AS_PG[@]}" "$PGBOUNCER" "$WORK/pgbouncer/$1.ini" >>"$WORK/logs/$1.stdout" 2>&1 &
+  "${OWN_SESSION[@]}" "${AS_PG[@]}" "$PGBOUNCER" "$WORK/pgbouncer/$1.ini" >>"$WORK/logs/$1.stdout" 2>&1 &
   BOUNCER_STARTED_PID=$!
   wait_port "$2" "$1" "$BOUNCER_STARTED_PID"
+  check_own_session "$BOUNCER_STARTED_PID" "$1"
 }
 write_bouncer_ini pgbouncer "$BOUNCER_PORT"
 start_bouncer pgbouncer "$BOUNCER_PORT"
@@ -434,9 +446,10 @@ EOF
 start_corral() { # name port → CORRAL_STARTED_PID
   "$WORK/bin/pgcorral" --config "$WORK/$1.toml" --check >/dev/null || die "pgcorral refuses $WORK/$1.toml"
   log "pgcorral ($1): port $2"
-  env -u RUST_LOG "$WORK/bin/pgcorral" --config "$WORK/$1.toml" >"$WORK/logs/$1.log" 2>&1 &
+  "${OWN_SESSION[@]}" env -u RUST_LOG "$WORK/bin/pgcorral" --config "$WORK/$1.toml" >"$WORK/logs/$1.log" 2>&1 &
   CORRAL_STARTED_PID=$!
   wait_port "$2" "$1" "$CORRAL_STARTED_PID"
+  check_own_session "$CORRAL_STARTED_PID" "$1"
 }
 write_corral_toml pgcorral "$CORRAL_PORT"
 start_corral pgcorral "$CORRAL_PORT"

@@ -59,52 +59,25 @@ fn worth_lexing(sql: &[u8]) -> bool {
             }
         }
     };
-    // The rest, eight bytes at a time: only words holding a `;`, `_` or `t` (either case)
-    // are looked at byte by byte.
+    // The rest: a `;` followed by anything but white space starts another statement; `_`
+    // and `t` are where the words looked at inside a statement can start (SIMD searches).
+    let tail = &rest[len..];
+    if let Some(p) = memchr::memchr(b';', tail) {
+        if tail[p + 1..].iter().any(|b| !b.is_ascii_whitespace()) {
+            return true;
+        }
+    }
     // `kw` (lower case) at `i`, in either case.
     let at = |i: usize, kw: &[u8]| {
-        rest.get(i..i + kw.len())
+        tail.get(i..i + kw.len())
             .is_some_and(|w| w.iter().zip(kw).all(|(b, k)| b.to_ascii_lowercase() == *k))
     };
-    let mut ended = false;
-    let mut i = len;
-    while i < rest.len() {
-        let n = (rest.len() - i).min(8);
-        if n == 8 && !ended {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(&rest[i..i + 8]);
-            if !may_hold_marks(u64::from_le_bytes(word)) {
-                i += 8;
-                continue;
-            }
-        }
-        for (j, &b) in rest.iter().enumerate().skip(i).take(n) {
-            match b {
-                b';' => ended = true,
-                b if ended && !b.is_ascii_whitespace() => return true,
-                b'_' if at(j + 1, b"advisory")
-                    || (j >= 3 && at(j - 3, b"set") && at(j + 1, b"config")) =>
-                {
-                    return true
-                }
-                b't' | b'T' if temp_matters && at(j, b"temp") => return true,
-                _ => {}
-            }
-        }
-        i += n;
+    if memchr::memchr_iter(b'_', tail)
+        .any(|i| at(i + 1, b"advisory") || (i >= 3 && at(i - 3, b"set") && at(i + 1, b"config")))
+    {
+        return true;
     }
-    false
-}
-
-/// Whether eight bytes may hold a `;`, `_`, `t` or `T` (false positives allowed, no false
-/// negatives): with 0x20 set in every byte those are 0x3b, 0x7f and 0x74, and a byte equal to
-/// one of them is a zero byte after xor.
-fn may_hold_marks(word: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let zero_byte = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
-    let w = word | (ONES * 0x20);
-    zero_byte(w ^ (ONES * 0x3b)) || zero_byte(w ^ (ONES * 0x7f)) || zero_byte(w ^ (ONES * 0x74))
+    temp_matters && memchr::memchr2_iter(b't', b'T', tail).any(|i| at(i, b"temp"))
 }
 
 /// [`classify`] by the lexer, statement by statement.
