@@ -2,7 +2,7 @@
 //! writability too, and a Unix socket reports it every time the peer reads: PostgreSQL reading
 //! each request would wake a sleeping worker for nothing (one extra sleep and wake-up per
 //! transaction). Writes go straight to the socket; only one that would block adds write
-//! interest, as PgBouncer's event loop does.
+//! interest, as PgBouncer's event loop does. Reads go into the buffer's uninitialised room.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
@@ -78,6 +78,33 @@ fn register(s: StdUnix, interest: Interest) -> io::Result<AsyncFd<StdUnix>> {
     Ok(unsafe { AsyncFd::register_with_interest(s, interest) }?)
 }
 
+/// One `recv` into `buf`'s unfilled part, which it then counts as filled. Into uninitialised
+/// memory: zeroing the spare room first (the safe way) cost a memset of up to the whole buffer
+/// per read, about as much as the Unix socket saves over TCP.
+#[allow(unsafe_code)] // the second exception to the workspace's deny(unsafe_code): see SAFETY
+fn recv_uninit(s: &StdUnix, buf: &mut ReadBuf<'_>) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: recv writes at most `dst.len()` bytes into `dst` and never reads it; nothing in
+    // `dst` is de-initialised.
+    let dst = unsafe { buf.unfilled_mut() };
+    loop {
+        // SAFETY: `dst` is valid for writes of `dst.len()` bytes for the call's duration, and
+        // the descriptor is the socket `s` owns.
+        let n = unsafe { libc::recv(s.as_raw_fd(), dst.as_mut_ptr().cast(), dst.len(), 0) };
+        if n >= 0 {
+            let n = n as usize;
+            // SAFETY: recv initialised the first `n` bytes of the unfilled part.
+            unsafe { buf.assume_init(n) };
+            buf.advance(n);
+            return Ok(n);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 fn would_block(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock
 }
@@ -91,17 +118,13 @@ impl AsyncRead for UnixConn {
         let fd = self.get_mut().fd()?;
         loop {
             let mut guard = ready!(fd.poll_read_ready(cx))?;
-            // Zeroed first (no unsafe code here): a memset of the buffer's spare room, cheap
-            // next to the system call.
-            let dst = buf.initialize_unfilled();
-            let len = dst.len();
-            match guard.get_inner().read(dst) {
+            let len = buf.remaining();
+            match recv_uninit(guard.get_inner(), buf) {
                 Ok(n) => {
                     if n > 0 && n < len {
                         // A short read emptied the socket: no read wasted on EAGAIN next.
                         guard.clear_ready();
                     }
-                    buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
                 Err(e) if would_block(&e) => guard.clear_ready(),
