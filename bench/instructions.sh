@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Instructions per transaction of pgcorral and PgBouncer, counted by valgrind's callgrind: exact
+# and repeatable whatever else the machine is doing, unlike CPU time. See bench/README.md.
+#
+#   bench/instructions.sh                     # against PostgreSQL on 127.0.0.1:5432
+#   PGPORT=55432 BENCH_TX=5000 bench/instructions.sh
+#
+# Needs a running PostgreSQL that lets user $PGUSER (default postgres) in without a password
+# from 127.0.0.1 (trust), valgrind, pgbench and pgbouncer. Creates database `corral_instr`
+# (pgbench -i -s 1) if missing. Both poolers run under callgrind with one worker/thread,
+# transaction mode, pool 20, trust auth, plaintext to PostgreSQL; pgbench -S with 8 clients
+# runs a warm-up, the counters are zeroed, then BENCH_TX transactions per client run, and the
+# count is divided by them. BENCH_PROTOCOLS (default "simple extended"); KEEP=1 keeps the
+# callgrind files (in a temporary directory, printed on failure).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PGHOST=127.0.0.1
+PGPORT=${PGPORT:-5432}
+PGUSER=${PGUSER:-postgres}
+DB=corral_instr
+TX=${BENCH_TX:-2500}
+CLIENTS=8
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+PGBENCH=$PG_BIN/pgbench
+PSQL=$PG_BIN/psql
+CORRAL_PORT=${CORRAL_PORT:-7460}
+BOUNCER_PORT=${BOUNCER_PORT:-6460}
+
+die() { echo "instructions.sh: $*" >&2; exit 1; }
+for c in valgrind callgrind_control callgrind_annotate "$PGBENCH" /usr/sbin/pgbouncer; do
+  command -v "$c" >/dev/null || die "$c is missing"
+done
+
+WORK=$(mktemp -d)
+chmod 755 "$WORK"
+cleanup() {
+  pkill -f "$WORK/" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+if [ -n "${KEEP:-}" ]; then
+  trap 'pkill -f "$WORK/" 2>/dev/null || true; echo "kept $WORK"' EXIT
+fi
+
+"$PSQL" -X -q -h $PGHOST -p "$PGPORT" -U "$PGUSER" -d postgres -tAc \
+  "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1 || {
+  "$PSQL" -X -q -h $PGHOST -p "$PGPORT" -U "$PGUSER" -d postgres -c "CREATE DATABASE $DB"
+  "$PGBENCH" -i -q -s 1 -h $PGHOST -p "$PGPORT" -U "$PGUSER" "$DB" >/dev/null 2>&1
+}
+
+echo "building pgcorral (release)"
+(cd "$ROOT" && cargo build --release -q -p pgcorral)
+CORRAL=${CARGO_TARGET_DIR:-$ROOT/target}/release/pgcorral
+
+cat >"$WORK/corral.toml" <<EOF
+[general]
+listen_addr = "127.0.0.1"
+listen_port = $CORRAL_PORT
+pool_mode = "transaction"
+default_pool_size = 20
+auth_type = "trust"
+workers = 1
+log_level = "warn"
+server_tls_sslmode = "disable"
+[databases.$DB]
+host = "$PGHOST"
+port = $PGPORT
+dbname = "$DB"
+user = "$PGUSER"
+EOF
+printf '"%s" ""\n' "$PGUSER" >"$WORK/userlist.txt"
+cat >"$WORK/pgbouncer.ini" <<EOF
+[databases]
+$DB = host=$PGHOST port=$PGPORT dbname=$DB user=$PGUSER pool_size=20
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $BOUNCER_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $WORK/userlist.txt
+pool_mode = transaction
+default_pool_size = 20
+logfile = $WORK/pgbouncer.log
+log_connections = 0
+log_disconnections = 0
+server_tls_sslmode = disable
+EOF
+
+# PgBouncer refuses to run as root (pgcorral runs as the invoking user).
+AS=()
+if [ "$(id -u)" -eq 0 ]; then
+  AS=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+  chown -R postgres "$WORK"
+fi
+
+count() { # name port protocol as-postgres(0/1) command... → instructions per transaction
+  local name=$1 port=$2 proto=$3 as=()
+  [ "$4" -eq 1 ] && as=("${AS[@]}")
+  shift 4
+  local out=$WORK/$name-$proto.cg
+  "${as[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >"$WORK/$name.out" 2>&1 &
+  local pid=$!
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
+  "$PGBENCH" -n -S -M "$proto" -c $CLIENTS -j 2 -t 300 -h 127.0.0.1 -p "$port" -U "$PGUSER" "$DB" >/dev/null 2>&1 ||
+    die "$name: the warm-up failed; see $WORK/$name.out (run with KEEP=1 to keep it)"
+  "${as[@]}" callgrind_control -z "$pid" >/dev/null 2>&1
+  "$PGBENCH" -n -S -M "$proto" -c $CLIENTS -j 2 -t "$TX" -h 127.0.0.1 -p "$port" -U "$PGUSER" "$DB" >/dev/null 2>&1 ||
+    die "$name: pgbench failed"
+  "${as[@]}" callgrind_control -d "$pid" >/dev/null 2>&1
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  callgrind_annotate --inclusive=yes "$out.1" 2>/dev/null | awk -v tx=$((TX * CLIENTS)) \
+    '/PROGRAM TOTALS/ { gsub(",", "", $1); printf "%d\n", $1 / tx }'
+}
+
+printf '%-10s %10s %10s\n' "protocol" "pgcorral" "PgBouncer"
+for proto in ${BENCH_PROTOCOLS:-simple extended}; do
+  c=$(count pgcorral "$CORRAL_PORT" "$proto" 0 "$CORRAL" --config "$WORK/corral.toml")
+  b=$(count pgbouncer "$BOUNCER_PORT" "$proto" 1 /usr/sbin/pgbouncer "$WORK/pgbouncer.ini")
+  printf '%-10s %10s %10s\n' "$proto" "$c" "$b"
+done
+echo "(instructions per pgbench -S transaction, $CLIENTS clients x $TX, git $(cd "$ROOT" && git rev-parse --short HEAD))"
