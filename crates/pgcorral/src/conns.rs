@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::clock::Tick;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -211,30 +213,30 @@ impl std::ops::Deref for Listed {
 impl Listed {
     /// A request starts at `at` (shown as request_time; waits are measured from it): the
     /// monotonic time the caller read anyway, so that marking it reads no clock.
-    pub fn requested_at(&self, at: Instant) {
+    pub fn requested_at(&self, at: Tick) {
         self.request_time
             .store(self.lists.clock.micros(at), Relaxed);
     }
 }
 
-/// Both clocks read once, together: wall-clock µs of a later [`Instant`].
+/// Both clocks read once, together: wall-clock µs of a later [`Tick`].
 struct WallClock {
-    at: Instant,
+    at: Tick,
     wall_us: u64,
 }
 
 impl Default for WallClock {
     fn default() -> WallClock {
         WallClock {
-            at: Instant::now(),
+            at: crate::clock::now(),
             wall_us: now_us(),
         }
     }
 }
 
 impl WallClock {
-    fn micros(&self, at: Instant) -> u64 {
-        self.wall_us + at.saturating_duration_since(self.at).as_micros() as u64
+    fn micros(&self, at: Tick) -> u64 {
+        self.wall_us + at.micros_since(self.at)
     }
 }
 

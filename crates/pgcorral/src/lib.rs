@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod cancel;
 pub mod client;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod conns;

@@ -195,14 +195,12 @@ async fn login(
         if services.control.is_paused(database) {
             services.control.wait_resumed(database).await;
         }
-        let asked = std::time::Instant::now();
+        let asked = crate::clock::now();
         let mut s = cluster
             .checkout(session_want(&cluster), client.worker, 0)
             .await?;
-        let got = std::time::Instant::now();
-        s.pool()
-            .stats()
-            .waited(client.worker, got.saturating_duration_since(asked));
+        let got = crate::clock::now();
+        s.pool().stats().waited(client.worker, got.since(asked));
         if let Some(l) = &s.listed {
             l.requested_at(got);
         }

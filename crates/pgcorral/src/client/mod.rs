@@ -226,7 +226,13 @@ fn migrate(
         count,
     });
     let tasks = services.tasks.clone();
-    handle.spawn(tasks.track_future(task(socket, peer, services, target, Some(moved))));
+    handle.spawn(tasks.track_future(crate::clock::moments(task(
+        socket,
+        peer,
+        services,
+        target,
+        Some(moved),
+    ))));
 }
 
 impl Drop for Session {
@@ -360,7 +366,7 @@ fn run<'a>(
                     Some(()) => {}
                     None => return Ok(Exit::Left("client closed the connection")),
                 }
-                let asked = std::time::Instant::now();
+                let asked = crate::clock::now();
                 session.listed.requested_at(asked);
                 session.listed.set_state(ListState::Waiting);
                 if services.control.is_paused(session.pool.name().0) {
@@ -375,10 +381,8 @@ fn run<'a>(
                 } else {
                     session.pool.checkout(client.worker).await?
                 };
-                let got = std::time::Instant::now();
-                s.pool()
-                    .stats()
-                    .waited(client.worker, got.saturating_duration_since(asked));
+                let got = crate::clock::now();
+                s.pool().stats().waited(client.worker, got.since(asked));
                 session.listed.set_state(ListState::Active);
                 if let Some(l) = &s.listed {
                     l.requested_at(got);

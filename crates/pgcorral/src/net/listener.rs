@@ -111,7 +111,7 @@ impl Server {
                         continue;
                     };
                     let client = crate::client::serve(std, peer, services.clone(), worker);
-                    handle.spawn(services.tasks.track_future(client));
+                    handle.spawn(services.tasks.track_future(crate::clock::moments(client)));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off rather than spin.

@@ -70,7 +70,7 @@ impl UnixConn {
 }
 
 /// Registers `s` with the current worker's reactor for `interest`.
-#[allow(unsafe_code)] // one of the two exceptions to the workspace's deny(unsafe_code): see SAFETY
+#[allow(unsafe_code)] // one of three exceptions to the workspace's deny(unsafe_code) (the others: below, and clock::monotonic): see SAFETY
 fn register(s: StdUnix, interest: Interest) -> io::Result<AsyncFd<StdUnix>> {
     // SAFETY: tokio requires the descriptor to stay open, and the same, while registered. The
     // AsyncFd owns the std socket, which closes its descriptor only when dropped, after the
@@ -81,7 +81,7 @@ fn register(s: StdUnix, interest: Interest) -> io::Result<AsyncFd<StdUnix>> {
 /// One `recv` into `buf`'s unfilled part, which it then counts as filled. Into uninitialised
 /// memory: zeroing the spare room first (the safe way) cost a memset of up to the whole buffer
 /// per read, about as much as the Unix socket saves over TCP.
-#[allow(unsafe_code)] // the other exception to the workspace's deny(unsafe_code): see SAFETY
+#[allow(unsafe_code)] // another exception to the workspace's deny(unsafe_code): see SAFETY
 fn recv_uninit(s: &StdUnix, buf: &mut ReadBuf<'_>) -> io::Result<usize> {
     use std::os::fd::AsRawFd;
     // SAFETY: recv writes at most `dst.len()` bytes into `dst` and never reads it; nothing in

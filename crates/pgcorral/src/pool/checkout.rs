@@ -9,7 +9,6 @@ use bytes::BytesMut;
 use pgwire::backend::{self, TxStatus};
 
 use super::Pool;
-use crate::config::PoolMode;
 use crate::net::framed::read_message;
 use crate::server::ServerConn;
 
@@ -82,12 +81,11 @@ impl Checkout {
         if s.pending > 0 || s.unsynced || server.pass > 0 {
             return Release::Close("released with a request in flight");
         }
-        let settings = self.pool.settings();
         let reset = if s.dirty || server.bound {
             // A client changed state that was not read back, or left server-bound state.
             Some(DISCARD_ALL.to_string())
-        } else if settings.mode == PoolMode::Session && !settings.reset_query.is_empty() {
-            Some(settings.reset_query.clone())
+        } else if self.pool.0.hot.session_reset() {
+            Some(self.pool.settings().reset_query.clone())
         } else {
             None
         };

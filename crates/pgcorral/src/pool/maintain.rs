@@ -3,7 +3,7 @@
 //! `min_pool_size`; ends statistics periods; starts the health checks of databases with
 //! replicas when due.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::Pool;
 use crate::services::Services;
@@ -52,7 +52,7 @@ impl Pool {
     /// `min_size`), and returns how many servers to open to get back to `min_size`.
     pub(crate) fn maintain(&self) -> usize {
         let s = self.0.settings.load();
-        let now = Instant::now();
+        let now = crate::clock::now();
         let mut closed = Vec::new();
         let warm = {
             let mut inner = self.0.inner.lock();
@@ -61,9 +61,11 @@ impl Pool {
                 let open = inner.open - closed.len();
                 let srv = &mut inner.idle[i];
                 let dead = srv.is_closed_while_idle();
-                let old = s.lifetime.is_some_and(|l| now - srv.created >= l);
-                let unused =
-                    s.idle_timeout.is_some_and(|t| now - srv.last_used >= t) && open > s.min_size;
+                let old = s.lifetime.is_some_and(|l| now.since(srv.created) >= l);
+                let unused = s
+                    .idle_timeout
+                    .is_some_and(|t| now.since(srv.last_used) >= t)
+                    && open > s.min_size;
                 // The pool was made smaller (reload): idle servers beyond its size go.
                 let over = open > s.size;
                 if dead || old || unused || over {

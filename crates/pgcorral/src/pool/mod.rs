@@ -3,6 +3,7 @@
 //! [`Checkout`] guard.
 
 mod checkout;
+mod hot;
 mod inner;
 pub mod limits;
 pub mod logins;
@@ -102,6 +103,8 @@ pub(crate) struct Shared {
     name: (String, String),
     /// Replaced whole on reload.
     settings: arc_swap::ArcSwap<PoolSettings>,
+    /// What checkout and check-in read of them.
+    hot: hot::Hot,
     target: Mutex<Target>,
     inner: Mutex<Inner>,
     /// Parameters reported by the first server: what clients are told at startup.
@@ -154,6 +157,7 @@ impl Pool {
         let listed_names = (Arc::from(name.0.as_str()), Arc::from(name.1.as_str()));
         let pool = Pool(Arc::new(Shared {
             name,
+            hot: hot::Hot::new(&settings),
             settings: arc_swap::ArcSwap::from_pointee(settings),
             target: Mutex::new(target),
             inner: Mutex::new(Inner::default()),
@@ -205,6 +209,7 @@ impl Pool {
 
     /// Replaces the settings (reload); takes effect from each pool operation on.
     pub fn set_settings(&self, settings: PoolSettings) {
+        self.0.hot.set(&settings);
         self.0.settings.store(Arc::new(settings));
     }
 
@@ -281,8 +286,10 @@ impl Pool {
 
     /// True when an idle server has been unused long enough to be checked before reuse.
     fn needs_check(&self, server: &ServerConn) -> bool {
-        let s = self.0.settings.load();
-        !s.check_query.is_empty() && server.last_used.elapsed() >= s.check_delay
+        self.0
+            .hot
+            .check_after()
+            .is_some_and(|d| server.last_used.elapsed() >= d)
     }
 
     /// Runs `server_check_query` on a long-idle server; a failed check discards it and the
@@ -592,14 +599,17 @@ impl Pool {
     /// waiting for, is closed instead.
     fn checkin(&self, server: Box<ServerConn>) {
         let mut server = server;
-        let now = Instant::now();
-        let s = self.0.settings.load();
-        let expired = s.lifetime.is_some_and(|l| now - server.created >= l)
+        let now = crate::clock::now();
+        let expired = (self.0.hot.lifetime()).is_some_and(|l| now.since(server.created) >= l)
             || server.generation < self.generation();
         let mut yield_cap = false;
-        if let (Some(l), Some(k), false) = (&self.0.limits, &s.caps, expired) {
+        let caps = match (&self.0.limits, expired) {
+            (Some(l), false) => self.0.settings.load().caps.clone().map(|k| (l, k)),
+            _ => None,
+        };
+        if let Some((l, k)) = caps {
             let head = self.0.inner.lock().waiters.front().map(|w| w.0);
-            match l.claim(k, head) {
+            match l.claim(&k, head) {
                 limits::Claim::None => {}
                 limits::Claim::Yield => yield_cap = true,
                 limits::Claim::Handoff(tx) => {

@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use crate::clock::Tick;
+
 use parking_lot::Mutex;
 use pgwire::backend::TxStatus;
 
@@ -311,8 +313,8 @@ impl Stats {
 /// outstanding; a transaction from then until the server is idle outside a transaction.
 #[derive(Debug, Default)]
 pub struct Meter {
-    query_start: Option<Instant>,
-    xact_start: Option<Instant>,
+    query_start: Option<Tick>,
+    xact_start: Option<Tick>,
     pub delta: Totals,
     /// The time of the query that just ended (µs), when [`Meter::observe`] returns true.
     pub last_query: u64,
@@ -325,21 +327,21 @@ impl Meter {
         let busy = st.pending > 0 || st.unsynced;
         match self.query_start {
             None if busy => {
-                let now = Instant::now();
+                let now = crate::clock::now();
                 self.query_start = Some(now);
                 self.xact_start.get_or_insert(now);
                 false
             }
             Some(start) if !busy => {
-                let now = Instant::now();
+                let now = crate::clock::now();
                 self.query_start = None;
-                self.last_query = micros(now - start);
+                self.last_query = now.micros_since(start);
                 self.delta.query_count += 1;
                 self.delta.query_time += self.last_query;
                 if st.tx == TxStatus::Idle {
                     if let Some(x) = self.xact_start.take() {
                         self.delta.xact_count += 1;
-                        self.delta.xact_time += micros(now - x);
+                        self.delta.xact_time += now.micros_since(x);
                     }
                 }
                 true
@@ -347,10 +349,6 @@ impl Meter {
             _ => false,
         }
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    d.as_micros() as u64
 }
 
 #[cfg(test)]

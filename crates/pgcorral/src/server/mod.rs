@@ -5,7 +5,6 @@ pub mod connect;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::BytesMut;
 use pgwire::backend::TxStatus;
@@ -183,9 +182,9 @@ pub struct ServerConn {
     pub key: CancelKey,
     pub params: ServerParams,
     pub state: LinkState,
-    pub created: Instant,
+    pub created: crate::clock::Tick,
     /// When it last went back to the pool.
-    pub last_used: Instant,
+    pub last_used: crate::clock::Tick,
     /// The worker whose reactor the socket is registered with.
     pub home: usize,
     /// Its place under shared caps (max_db_connections, max_user_connections), if any.
@@ -221,7 +220,7 @@ impl ServerConn {
         params: ServerParams,
         home: usize,
     ) -> ServerConn {
-        let now = Instant::now();
+        let now = crate::clock::now();
         ServerConn {
             stream,
             rbuf,

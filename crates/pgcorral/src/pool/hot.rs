@@ -1,0 +1,93 @@
+//! The few pool settings read on every checkout and check-in, kept as atomics beside the
+//! swapped settings: a plain load instead of an `ArcSwap` guard per use.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use super::PoolSettings;
+use crate::config::PoolMode;
+
+/// Stands for "none" in the nanosecond fields.
+const NONE: u64 = u64::MAX;
+
+pub(super) struct Hot {
+    /// server_lifetime, ns.
+    lifetime: AtomicU64,
+    /// server_check_delay when a check query is set, ns.
+    check_after: AtomicU64,
+    /// A session-mode pool with a reset query.
+    session_reset: AtomicBool,
+}
+
+fn nanos(d: Option<Duration>) -> u64 {
+    d.map_or(NONE, |d| u64::try_from(d.as_nanos()).unwrap_or(NONE - 1))
+}
+
+fn duration(ns: u64) -> Option<Duration> {
+    (ns != NONE).then(|| Duration::from_nanos(ns))
+}
+
+impl Hot {
+    pub(super) fn new(s: &PoolSettings) -> Hot {
+        let h = Hot {
+            lifetime: AtomicU64::new(NONE),
+            check_after: AtomicU64::new(NONE),
+            session_reset: AtomicBool::new(false),
+        };
+        h.set(s);
+        h
+    }
+
+    /// Follows a reload.
+    pub(super) fn set(&self, s: &PoolSettings) {
+        self.lifetime.store(nanos(s.lifetime), Relaxed);
+        let check = (!s.check_query.is_empty()).then_some(s.check_delay);
+        self.check_after.store(nanos(check), Relaxed);
+        let reset = s.mode == PoolMode::Session && !s.reset_query.is_empty();
+        self.session_reset.store(reset, Relaxed);
+    }
+
+    /// Servers older than this are closed at check-in.
+    pub(super) fn lifetime(&self) -> Option<Duration> {
+        duration(self.lifetime.load(Relaxed))
+    }
+
+    /// Idle servers unused for this long are checked before reuse; `None` = no check query.
+    pub(super) fn check_after(&self) -> Option<Duration> {
+        duration(self.check_after.load(Relaxed))
+    }
+
+    /// A released server runs the pool's reset query.
+    pub(super) fn session_reset(&self) -> bool {
+        self.session_reset.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follows_the_settings() {
+        let mut s = PoolSettings::new(5, PoolMode::Transaction);
+        let h = Hot::new(&s);
+        assert_eq!(
+            (h.lifetime(), h.check_after(), h.session_reset()),
+            (None, None, false)
+        );
+        s.lifetime = Some(Duration::from_secs(3600));
+        s.check_query = "select 1".into();
+        s.check_delay = Duration::from_secs(30);
+        s.mode = PoolMode::Session;
+        s.reset_query = "DISCARD ALL".into();
+        h.set(&s);
+        assert_eq!(h.lifetime(), Some(Duration::from_secs(3600)));
+        assert_eq!(h.check_after(), Some(Duration::from_secs(30)));
+        assert!(h.session_reset());
+        // No check query: no check, whatever the delay.
+        s.check_query.clear();
+        s.check_delay = Duration::MAX;
+        h.set(&s);
+        assert_eq!(h.check_after(), None);
+    }
+}
