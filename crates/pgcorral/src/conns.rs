@@ -13,7 +13,7 @@ use crate::clock::Tick;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
 
@@ -80,8 +80,9 @@ pub struct Entry {
     pub generation: u64,
     /// Set to end the connection (KILL, KILL_CLIENT): a client's task stops and reports it.
     killed: std::sync::atomic::AtomicBool,
-    /// The client task to wake when it is killed (see [`Killable`]).
-    waker: atomic_waker::AtomicWaker,
+    /// The client task to wake when it is killed (see [`Killable`]): set when the task first
+    /// polls it, and again only if the task's waker changes.
+    waker: Mutex<Option<Waker>>,
     /// Why a client keeps its server between transactions (empty when it does not).
     pinned: Mutex<Box<str>>,
 }
@@ -108,15 +109,26 @@ impl Entry {
     /// Ends the connection: its [`Killable`] future stops at its next poll, and is woken for it.
     pub fn kill(&self) {
         self.killed.store(true, Relaxed);
-        self.waker.wake();
+        self.wake();
     }
 
-    /// Runs `fut` until it completes or the connection is killed (`None`). Costs a waker
-    /// registration per poll and one pointer in the future, rather than a second future to
-    /// select on (every idle client holds this). Holds the entry itself, so `fut` may borrow
-    /// what lists it mutably.
+    /// Wakes the task that runs the entry's [`Killable`], if it has been polled.
+    fn wake(&self) {
+        if let Some(w) = &*self.waker.lock() {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Runs `fut` until it completes or the connection is killed (`None`). Costs a relaxed
+    /// load per poll, a waker registration when the task's waker changes (once, for a task),
+    /// and three words in the future, rather than a second future to select on (every idle
+    /// client holds this). Holds the entry itself, so `fut` may borrow what lists it mutably.
     pub fn killable<F: Future>(self: Arc<Self>, fut: F) -> Killable<F> {
-        Killable { entry: self, fut }
+        Killable {
+            entry: self,
+            registered: None,
+            fut,
+        }
     }
 
     pub fn connect_time(&self) -> SystemTime {
@@ -144,6 +156,9 @@ pin_project_lite::pin_project! {
     /// See [`Entry::killable`].
     pub struct Killable<F> {
         entry: Arc<Entry>,
+        // The waker last given to the entry: a task's waker does not change between polls,
+        // so the entry's lock is taken once, not at every poll.
+        registered: Option<Waker>,
         #[pin]
         fut: F,
     }
@@ -157,9 +172,19 @@ impl<F: Future> Future for Killable<F> {
         if this.entry.killed.load(Relaxed) {
             return Poll::Ready(None);
         }
-        this.entry.waker.register(cx.waker());
-        if this.entry.killed.load(Relaxed) {
-            return Poll::Ready(None);
+        if !this
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            let w = cx.waker().clone();
+            *this.entry.waker.lock() = Some(w.clone());
+            *this.registered = Some(w);
+            // A kill between the first look and the registration found no (or a stale)
+            // waker; its flag is visible once the lock is taken after it.
+            if this.entry.killed.load(Relaxed) {
+                return Poll::Ready(None);
+            }
         }
         this.fut.poll(cx).map(Some)
     }
@@ -288,7 +313,7 @@ impl Lists {
     /// Wakes the task of every entry of a list (it looks at what changed, e.g. shutdown).
     pub fn wake(&self, kind: Kind) {
         for e in self.list(kind).lock().values() {
-            e.waker.wake();
+            e.wake();
         }
     }
 
