@@ -36,6 +36,7 @@ impl Workers {
                     .name(format!("pgcorral-w{i}"))
                     .spawn(move || {
                         balance.register_thread(i);
+                        crate::pool::stats::own_shard(i);
                         rt.block_on(async {
                             let _ = stopped.await;
                         });

@@ -1,7 +1,8 @@
 //! Per-pool statistics as PgBouncer keeps them: transactions, queries, bytes each way, and the
 //! time spent in transactions, in queries and waiting for a server. Counters are sharded by
-//! worker thread (each shard on its own cache line), so that recording one costs a few
-//! uncontended atomic adds; readers sum the shards. Averages per second are taken over the last
+//! worker thread (each shard on its own cache line), and a worker is the only writer of its
+//! shard, so recording is a plain load and store per counter (no atomic read-modify-write);
+//! other threads add to a shared shard atomically. Readers sum the shards. Averages per second are taken over the last
 //! full `stats_period`, as PgBouncer does. Beyond PgBouncer: histograms of query and wait times
 //! (for percentiles and Prometheus) and errors counted by SQLSTATE class.
 
@@ -15,8 +16,40 @@ use pgwire::backend::TxStatus;
 
 use crate::server::LinkState;
 
-/// Shards (workers beyond this share them).
+/// Shards owned by workers 0..SHARDS; one more is shared by every other thread.
 const SHARDS: usize = 16;
+
+thread_local! {
+    /// The worker this thread is ([`own_shard`]); `usize::MAX` for other threads.
+    static WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// Marks this thread as worker `w`, the only writer of shard `w` of every pool's statistics
+/// (once, when the worker thread starts; each worker index belongs to one thread).
+pub fn own_shard(w: usize) {
+    WORKER.with(|c| c.set(w));
+}
+
+/// The shard a record by worker `w` goes to, out of `owned` owned ones plus a shared one (at
+/// index `owned`), and whether this thread owns it.
+#[inline]
+fn shard_for(w: usize, owned: usize) -> (usize, bool) {
+    if w < owned && WORKER.with(|c| c.get()) == w {
+        (w, true)
+    } else {
+        (owned, false)
+    }
+}
+
+/// Adds `v` to a counter: its only writer loads and stores; a shared counter adds atomically.
+#[inline]
+fn add(a: &AtomicU64, v: u64, owner: bool) {
+    if owner {
+        a.store(a.load(Relaxed).wrapping_add(v), Relaxed);
+    } else {
+        a.fetch_add(v, Relaxed);
+    }
+}
 
 /// Totals since start, or changes over a period.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -165,7 +198,7 @@ struct HistShard([AtomicU64; BUCKETS]);
 impl Default for Histogram {
     fn default() -> Histogram {
         Histogram {
-            shards: (0..HIST_SHARDS)
+            shards: (0..=HIST_SHARDS)
                 .map(|_| HistShard(std::array::from_fn(|_| AtomicU64::new(0))))
                 .collect(),
         }
@@ -174,7 +207,8 @@ impl Default for Histogram {
 
 impl Histogram {
     pub fn record(&self, w: usize, us: u64) {
-        self.shards[w % HIST_SHARDS].0[bucket(us)].fetch_add(1, Relaxed);
+        let (i, owner) = shard_for(w, HIST_SHARDS);
+        add(&self.shards[i].0[bucket(us)], 1, owner);
     }
 
     /// Counts per bucket (see [`bucket_upper`]), summed over shards.
@@ -222,7 +256,7 @@ pub struct Stats {
 impl Default for Stats {
     fn default() -> Stats {
         Stats {
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            shards: (0..=SHARDS).map(|_| Shard::default()).collect(),
             query_hist: Histogram::default(),
             wait_hist: Histogram::default(),
             errors: Default::default(),
@@ -234,7 +268,8 @@ impl Default for Stats {
 impl Stats {
     /// Adds `d` to worker `w`'s shard.
     pub fn record(&self, w: usize, d: &Totals) {
-        let s = &self.shards[w % SHARDS];
+        let (i, owner) = shard_for(w, SHARDS);
+        let s = &self.shards[i];
         for (a, v) in [
             (&s.xact_count, d.xact_count),
             (&s.query_count, d.query_count),
@@ -246,17 +281,18 @@ impl Stats {
             (&s.waits, d.waits),
         ] {
             if v != 0 {
-                a.fetch_add(v, Relaxed);
+                add(a, v, owner);
             }
         }
     }
 
     /// A client on worker `w` waited `waited` for a server.
     pub fn waited(&self, w: usize, waited: Duration) {
-        let s = &self.shards[w % SHARDS];
+        let (i, owner) = shard_for(w, SHARDS);
+        let s = &self.shards[i];
         let us = waited.as_micros() as u64;
-        s.wait_time.fetch_add(us, Relaxed);
-        s.waits.fetch_add(1, Relaxed);
+        add(&s.wait_time, us, owner);
+        add(&s.waits, 1, owner);
         self.wait_hist.record(w, us);
     }
 
@@ -354,6 +390,40 @@ impl Meter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owners_and_other_threads_lose_no_counts() {
+        let stats = std::sync::Arc::new(Stats::default());
+        let one = Totals {
+            xact_count: 1,
+            query_count: 2,
+            ..Totals::default()
+        };
+        // Workers 0..3 own their shards; two more threads claim no shard but record as
+        // worker 0 and 1 (they go to the shared shard, atomically).
+        let threads: Vec<_> = (0..5)
+            .map(|t| {
+                let stats = stats.clone();
+                std::thread::spawn(move || {
+                    if t < 3 {
+                        own_shard(t);
+                    }
+                    for _ in 0..20_000 {
+                        stats.record(t % 3, &one);
+                        stats.query_hist.record(t % 3, 5);
+                        stats.waited(t % 3, Duration::from_micros(1));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        let t = stats.totals();
+        assert_eq!((t.xact_count, t.query_count), (100_000, 200_000));
+        assert_eq!((t.waits, t.wait_time), (100_000, 100_000));
+        assert_eq!(stats.query_hist.counts().iter().sum::<u64>(), 100_000);
+    }
 
     #[test]
     fn buckets_cover_values_in_order() {
