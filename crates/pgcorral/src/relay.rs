@@ -16,7 +16,7 @@ use tokio::io::AsyncWrite;
 use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
-use crate::pool::stats::{Meter, Stats, Totals};
+use crate::pool::stats::{Done, Meter, Stats, Totals};
 use crate::pool::Pool;
 use crate::prepared::expect::{stale_plan, Answers};
 use crate::prepared::replay::AtReady;
@@ -170,6 +170,8 @@ pub struct ServerScan {
     /// SQLSTATE classes of the errors seen (the first few), for statistics.
     pub errors: [[u8; 2]; 4],
     pub n_errors: usize,
+    /// ReadyForQuery messages passed to the client (queries and transactions that ended).
+    pub done: Done,
 }
 
 /// Scans server bytes: passes bodies, inspects ReadyForQuery and ErrorResponse. Stops after a
@@ -302,6 +304,10 @@ pub fn scan_server(
                             AtReady::Retry => out.replay = true,
                             AtReady::ShowError(e) => a.out.extend_from_slice(&e),
                         }
+                    }
+                    if !hide {
+                        out.done.queries += 1;
+                        out.done.transactions += u32::from(st.tx == TxStatus::Idle);
                     }
                     let quiet = st.pending == 0 && !st.unsynced;
                     if !hide && statement_mode && quiet && st.tx != TxStatus::Idle {
@@ -590,13 +596,16 @@ pub fn record_rest(mode: &Mode, server: &mut ServerConn) {
     }
 }
 
-/// Records what the meter saw once the server is idle again.
+/// Records what the meter saw after a scan: `done` holds what the server's ReadyForQuery
+/// messages ended (nothing after a scan of the client's side).
 #[inline]
-fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState) {
+fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState, done: Done) {
     if let Some((stats, w)) = mode.stats() {
-        if meter.observe(st) {
+        if meter.observe(st, done) {
             stats.record(w, &meter.delta);
-            stats.query_hist.record(w, meter.last_query);
+            stats
+                .query_hist
+                .record_n(w, meter.last_query, u64::from(done.queries));
             meter.delta = Totals::default();
         }
     }
@@ -628,7 +637,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     let (mut c_ready, mut c_stop, mut c_again) = (c.ready, c.stop, c.again);
     // The client's next batch waits for the answer to the last (one_batch).
     let mut c_held = c.held;
-    metered(mode, &mut server.meter, &server.state);
+    metered(mode, &mut server.meter, &server.state, Done::default());
     let mut s_ready = 0usize;
     let mut s_stop: Option<Outcome> = None;
     // Anything the server sent while idle reaches this client; answers pgcorral owes go out.
@@ -649,7 +658,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
             (c_ready, c_stop, c_again) = (c.ready, c.stop, c.again);
             c_held = c.held;
             s_again |= server.expect.fake_next();
-            metered(mode, &mut server.meter, &server.state);
+            metered(mode, &mut server.meter, &server.state, Done::default());
         }
         let verifying = server.expect.verifying;
         if s_again && s_ready == 0 && s_stop.is_none() {
@@ -661,7 +670,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     s_stop = s.stop;
                     s_again = s.again;
                     replay_due |= s.replay;
-                    metered(mode, &mut server.meter, &server.state);
+                    metered(mode, &mut server.meter, &server.state, s.done);
                     if let Some((stats, _)) = mode.stats() {
                         for class in &s.errors[..s.n_errors] {
                             stats.error(*class);
@@ -985,7 +994,7 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(s.ready, 0);
+        assert_eq!((s.ready, s.done), (0, Done::default()));
         let s = scan_server(
             &z,
             &mut pass,
@@ -1000,6 +1009,36 @@ mod tests {
         assert_eq!(s.ready, z.len());
         assert_eq!(s.stop, None);
         assert_eq!(st.tx, TxStatus::InTransaction);
+        assert_eq!(
+            s.done,
+            Done {
+                queries: 1,
+                transactions: 0
+            }
+        );
+        // Two answers in one read (pipelined queries): each ends a query, the idle one a
+        // transaction.
+        let mut two = msg(b'Z', b"I");
+        two.extend(msg(b'Z', b"T"));
+        st.pending = 2;
+        let s = scan_server(
+            &two,
+            &mut 0,
+            &mut st,
+            &mut Default::default(),
+            true,
+            false,
+            1 << 20,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            s.done,
+            Done {
+                queries: 2,
+                transactions: 1
+            }
+        );
     }
 
     #[test]

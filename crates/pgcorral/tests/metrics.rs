@@ -3,12 +3,17 @@
 //! counters, errors by SQLSTATE class and histograms after the traffic; `/healthz`, 404 and 405;
 //! nothing listens without `metrics_addr`; the endpoint closes on shutdown.
 
+#[path = "support/raw.rs"]
+mod raw;
 mod support;
+#[path = "support/wire.rs"]
+mod wire;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use raw::Raw;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -385,6 +390,30 @@ async fn gauges_while_a_client_waits_then_counters_and_histograms() {
     assert!(sum > 0.0, "query histogram sum {sum}");
     let (waits, _) = m.histogram("pgcorral_wait_duration_seconds", &POOL);
     assert!(waits >= 2.0, "wait histogram count {waits}");
+
+    // Two queries pipelined in one write count as two queries and two transactions (a
+    // driver that returns on an ErrorResponse sends its next query before the ReadyForQuery
+    // too, as `SELECT 1/0` then `BEGIN` above may have).
+    let before = (
+        m.value("pgcorral_queries_total", &POOL),
+        m.value("pgcorral_transactions_total", &POOL),
+    );
+    let mut raw = Raw::login(pooler.port(), "postgres", "postgres")
+        .await
+        .expect("login");
+    raw.send(&[wire::query("SELECT 3"), wire::query("SELECT 4")].concat())
+        .await;
+    let mut readies = 0;
+    while readies < 2 {
+        let (tag, _) = raw.read().await.expect("answers");
+        readies += usize::from(tag == b'Z');
+    }
+    let after = scrape_until(addr, "both pipelined queries counted", |m| {
+        m.get("pgcorral_queries_total", &POOL) >= Some(before.0 + 2.0)
+            && m.get("pgcorral_transactions_total", &POOL) >= Some(before.1 + 2.0)
+    })
+    .await;
+    assert_eq!(after.value("pgcorral_queries_total", &POOL), before.0 + 2.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -207,8 +207,16 @@ impl Default for Histogram {
 
 impl Histogram {
     pub fn record(&self, w: usize, us: u64) {
+        self.record_n(w, us, 1);
+    }
+
+    /// Records `n` values of `us` at once.
+    pub fn record_n(&self, w: usize, us: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
         let (i, owner) = shard_for(w, HIST_SHARDS);
-        add(&self.shards[i].0[bucket(us)], 1, owner);
+        add(&self.shards[i].0[bucket(us)], n, owner);
     }
 
     /// Counts per bucket (see [`bucket_upper`]), summed over shards.
@@ -344,46 +352,63 @@ impl Stats {
     }
 }
 
-/// What one relay measures, handed to [`Stats::record`] when the server is idle again:
-/// a query runs from the first request sent while nothing was outstanding until nothing is
-/// outstanding; a transaction from then until the server is idle outside a transaction.
+/// What the ReadyForQuery messages of one scan of a server's bytes ended: one query each
+/// (a simple Query, a Sync of the extended protocol, a FunctionCall), and one transaction
+/// each that reports the server idle outside a transaction.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    pub queries: u32,
+    pub transactions: u32,
+}
+
+/// What one relay measures, handed to [`Stats::record`] as queries end. Every ReadyForQuery
+/// passed to the client ends a query, so pipelined queries count one each. A query's time
+/// runs from the first request sent while nothing was outstanding, or from the end of the
+/// query before it if more were outstanding, to its ReadyForQuery (queries ending in one scan
+/// share that time); a transaction's from its first query to the ReadyForQuery that reports
+/// the server idle outside a transaction.
 #[derive(Debug, Default)]
 pub struct Meter {
     query_start: Option<Tick>,
     xact_start: Option<Tick>,
     pub delta: Totals,
-    /// The time of the query that just ended (µs), when [`Meter::observe`] returns true.
+    /// The time of each query that just ended (µs), when [`Meter::observe`] returns true.
     pub last_query: u64,
 }
 
 impl Meter {
-    /// Looks at the link after a scan; true when `delta` should be recorded now.
+    /// Looks at the link after a scan that ended `done`; true when `delta` should be recorded
+    /// now.
     #[inline]
-    pub fn observe(&mut self, st: &LinkState) -> bool {
+    pub fn observe(&mut self, st: &LinkState, done: Done) -> bool {
         let busy = st.pending > 0 || st.unsynced;
-        match self.query_start {
-            None if busy => {
+        if done.queries == 0 {
+            if busy && self.query_start.is_none() {
                 let now = crate::clock::now();
                 self.query_start = Some(now);
                 self.xact_start.get_or_insert(now);
-                false
             }
-            Some(start) if !busy => {
-                let now = crate::clock::now();
-                self.query_start = None;
-                self.last_query = now.micros_since(start);
-                self.delta.query_count += 1;
-                self.delta.query_time += self.last_query;
-                if st.tx == TxStatus::Idle {
-                    if let Some(x) = self.xact_start.take() {
-                        self.delta.xact_count += 1;
-                        self.delta.xact_time += now.micros_since(x);
-                    }
-                }
-                true
-            }
-            _ => false,
+            return false;
         }
+        let now = crate::clock::now();
+        let span = self.query_start.map_or(0, |s| now.micros_since(s));
+        self.query_start = busy.then_some(now);
+        self.last_query = span / u64::from(done.queries);
+        self.delta.query_count += u64::from(done.queries);
+        self.delta.query_time += span;
+        if done.transactions > 0 {
+            if let Some(x) = self.xact_start.take() {
+                self.delta.xact_time += now.micros_since(x);
+            }
+            self.delta.xact_count += u64::from(done.transactions);
+            if busy || st.tx != TxStatus::Idle {
+                // The next transaction is under way already (pipelined).
+                self.xact_start = Some(now);
+            }
+        } else if self.xact_start.is_none() {
+            self.xact_start = Some(now);
+        }
+        true
     }
 }
 
@@ -477,21 +502,64 @@ mod tests {
 
     #[test]
     fn meter_counts_queries_and_transactions() {
+        let none = Done::default();
+        let one = |transactions| Done {
+            queries: 1,
+            transactions,
+        };
         let mut m = Meter::default();
         let mut st = LinkState {
             pending: 1,
             ..Default::default()
         };
-        assert!(!m.observe(&st));
+        assert!(!m.observe(&st, none));
         st.pending = 0;
         st.tx = TxStatus::InTransaction;
-        assert!(m.observe(&st), "BEGIN answered");
+        assert!(m.observe(&st, one(0)), "BEGIN answered");
         st.pending = 1;
-        assert!(!m.observe(&st));
+        assert!(!m.observe(&st, none));
         st.pending = 0;
         st.tx = TxStatus::Idle;
-        assert!(m.observe(&st), "COMMIT answered");
+        assert!(m.observe(&st, one(1)), "COMMIT answered");
         assert_eq!((m.delta.query_count, m.delta.xact_count), (2, 1));
+    }
+
+    #[test]
+    fn meter_counts_pipelined_queries_one_each() {
+        // `SELECT 1/0` then `BEGIN` before the first is answered (a driver that returns on
+        // ErrorResponse), answered separately, then COMMIT.
+        let mut m = Meter::default();
+        let mut st = LinkState {
+            pending: 1,
+            ..Default::default()
+        };
+        assert!(!m.observe(&st, Done::default()));
+        st.pending = 2;
+        assert!(!m.observe(&st, Done::default()));
+        st.pending = 1;
+        let ended = |queries, transactions| Done {
+            queries,
+            transactions,
+        };
+        assert!(m.observe(&st, ended(1, 1)), "SELECT 1/0 answered");
+        st.pending = 0;
+        st.tx = TxStatus::InTransaction;
+        assert!(m.observe(&st, ended(1, 0)), "BEGIN answered");
+        st.pending = 1;
+        assert!(!m.observe(&st, Done::default()));
+        st.pending = 0;
+        st.tx = TxStatus::Idle;
+        assert!(m.observe(&st, ended(1, 1)), "COMMIT answered");
+        assert_eq!((m.delta.query_count, m.delta.xact_count), (3, 2));
+        // Both answers in one read: two queries and one transaction, the other open.
+        let mut m = Meter::default();
+        st.pending = 2;
+        assert!(!m.observe(&st, Done::default()));
+        st.pending = 0;
+        st.tx = TxStatus::InTransaction;
+        assert!(m.observe(&st, ended(2, 1)));
+        assert_eq!((m.delta.query_count, m.delta.xact_count), (2, 1));
+        assert!(m.xact_start.is_some(), "the BEGIN's transaction goes on");
     }
 
     #[test]
