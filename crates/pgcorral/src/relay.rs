@@ -1223,6 +1223,156 @@ mod tests {
         assert_eq!(server_sends(&mut st, "CZ"), Some(Outcome::Idle));
     }
 
+    /// What a link to one server keeps for prepared statements, for scans with tracking on.
+    #[derive(Default)]
+    struct Tracked {
+        registry: Registry,
+        client: crate::prepared::ClientStatements,
+        server: crate::prepared::ServerStatements,
+        expect: crate::prepared::expect::Expected,
+        wout: bytes::BytesMut,
+        fout: bytes::BytesMut,
+        unnamed_here: bool,
+    }
+
+    impl Tracked {
+        /// Scans client bytes with tracking on.
+        fn client(&mut self, buf: &[u8], pass: &mut usize, st: &mut LinkState) -> ClientScan {
+            let mut link = Link {
+                registry: &self.registry,
+                max: 0,
+                client: &mut self.client,
+                server: &mut self.server,
+                expect: &mut self.expect,
+                out: &mut self.wout,
+                unnamed_here: &mut self.unnamed_here,
+            };
+            scan_client(
+                buf,
+                pass,
+                st,
+                Track::Pin,
+                &mut Vec::new(),
+                1 << 20,
+                Some(&mut link),
+            )
+            .unwrap()
+        }
+
+        /// Scans server bytes with tracking on; what reaches the client (pgcorral's answers
+        /// first, then the server's bytes it forwards), as tags.
+        fn server(&mut self, buf: &[u8], st: &mut LinkState) -> (ServerScan, String) {
+            let mut answers = Answers {
+                registry: &self.registry,
+                expect: &mut self.expect,
+                server: &mut self.server,
+                client: &mut self.client,
+                out: &mut self.fout,
+            };
+            let s = scan_server(
+                buf,
+                &mut 0,
+                st,
+                &mut Default::default(),
+                true,
+                false,
+                1 << 20,
+                Some(&mut answers),
+            )
+            .unwrap();
+            let mut shown = tags_of(&self.fout);
+            self.fout.clear();
+            shown.push_str(&tags_of(&buf[s.front..s.ready]));
+            (s, shown)
+        }
+    }
+
+    fn tags_of(mut b: &[u8]) -> String {
+        let mut t = String::new();
+        while let Ok(Some(h)) = Header::parse(b, 1 << 20) {
+            t.push(h.tag as char);
+            b = &b[h.total_len().min(b.len())..];
+        }
+        t
+    }
+
+    /// A Query that may be PREPARE, EXECUTE or DEALLOCATE, whose start arrives in one read and
+    /// the rest in another, is rewritten all the same: nothing of it is forwarded until its
+    /// first word shows what it is, nor then if it is one of those, until it is whole.
+    #[test]
+    fn a_query_split_across_reads_is_still_rewritten() {
+        for sql in [
+            "PREPARE p AS SELECT 1",
+            "  execute p",
+            "DEALLOCATE p",
+            "discard all",
+        ] {
+            let m = msg(b'Q', format!("{sql}\0").as_bytes());
+            for cut in 0..m.len() {
+                let mut t = Tracked::default();
+                if !sql.starts_with("PREPARE") {
+                    // The client has statement p.
+                    let mut st = LinkState::default();
+                    let prep = msg(b'Q', b"PREPARE p AS SELECT 1\0");
+                    t.client(&prep, &mut 0, &mut st);
+                    t.wout.clear();
+                    t.server(
+                        &[msg(b'C', b"PREPARE\0"), msg(b'Z', b"I")].concat(),
+                        &mut st,
+                    );
+                    assert!(t.expect.is_empty());
+                }
+                let mut st = LinkState::default();
+                let mut pass = 0;
+                let first = t.client(&m[..cut], &mut pass, &mut st);
+                assert_eq!(
+                    (first.front, first.ready, pass),
+                    (0, 0, 0),
+                    "{sql:?} cut at {cut}: nothing forwarded yet"
+                );
+                let s = t.client(&m, &mut pass, &mut st);
+                let out = String::from_utf8_lossy(&t.wout).into_owned();
+                if sql == "discard all" {
+                    // Forwarded as it is; the client's statements are forgotten.
+                    assert_eq!((s.front, s.ready), (0, m.len()), "{sql:?} cut at {cut}");
+                    assert_eq!(t.client.count(), 0, "{sql:?} cut at {cut}");
+                    continue;
+                }
+                assert_eq!(
+                    (s.front, s.ready),
+                    (m.len(), m.len()),
+                    "{sql:?} cut at {cut}"
+                );
+                if sql.starts_with("DEALLOCATE") {
+                    assert_eq!(tags_of(&t.wout), "S", "answered by pgcorral");
+                    assert_eq!(t.client.count(), 0, "{sql:?} cut at {cut}");
+                } else {
+                    assert!(out.contains("pgcorral_"), "{sql:?} cut at {cut}: {out:?}");
+                }
+            }
+        }
+    }
+
+    /// A plain Query cut after its first byte is forwarded at once: it cannot be one of those.
+    #[test]
+    fn a_plain_query_split_across_reads_is_forwarded_as_it_comes() {
+        let m = msg(b'Q', b"SELECT 1\0");
+        let mut t = Tracked::default();
+        let mut st = LinkState::default();
+        let mut pass = 0;
+        let s = t.client(&m[..7], &mut pass, &mut st);
+        assert_eq!((s.front, s.ready, pass), (0, 7, m.len() - 7));
+        assert_eq!(st.pending, 1);
+        let s = t.client(&m[7..], &mut pass, &mut st);
+        assert_eq!((s.ready, pass), (m.len() - 7, 0));
+        let (s, shown) = t.server(
+            &[msg(b'C', b"SELECT 1\0"), msg(b'Z', b"I")].concat(),
+            &mut st,
+        );
+        assert_eq!((shown.as_str(), s.stop), ("CZ", Some(Outcome::Idle)));
+        assert!(t.expect.is_empty() && t.wout.is_empty());
+    }
+
     /// [`sql_text`] as it was written before memchr: byte loops.
     fn sql_text_naive(msg: &[u8], h: Header) -> Option<&[u8]> {
         let body = msg.get(pgwire::header::HEADER_LEN..h.total_len())?;
