@@ -69,7 +69,8 @@ const COMMANDS: [&[u8]; 4] = [b"prepare", b"execute", b"deallocate", b"discard"]
 /// follows, by the first word of its text: `Some(false)` when it surely is none of them, `None`
 /// when too little of the text is buffered to tell. A text split across reads is not decided on
 /// its first bytes: `PREP` could be the start of `PREPARE`, which must not reach the server
-/// unrewritten. The one test of this for every path a Query takes.
+/// unrewritten. The one test of this for every path a Query takes: [`Link::plan`], and the
+/// relay's counted Queries (see [`Link::counts`]).
 #[inline]
 pub fn maybe_command(h: Header, msg: &[u8]) -> Option<bool> {
     let whole = msg.len() >= h.total_len();
@@ -107,6 +108,14 @@ fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 impl Link<'_> {
+    /// Whether a simple Query for which [`maybe_command`] says no can just be counted now (see
+    /// [`Expected::queue_counted`]) instead of planned, recorded by [`Link::raw`] and followed
+    /// answer by answer: it changes no statement, and nothing queued comes before its answers.
+    #[inline]
+    pub fn counts(&self) -> bool {
+        self.expect.counts_query()
+    }
+
     /// Decides what the message at the start of `buf` (header `h`) needs, without changing
     /// anything.
     pub fn plan(&self, h: Header, buf: &[u8]) -> Plan {
