@@ -1,5 +1,5 @@
-//! Hot-path micro-benchmarks: the relay's scans over a pgbench -S exchange, and pool
-//! checkout/check-in with and without contention.
+//! Hot-path micro-benchmarks: the relay's scans over a pgbench -S exchange (without and with
+//! prepared-statement tracking), and pool checkout/check-in with and without contention.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,6 +8,9 @@ use bytes::BytesMut;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use pgcorral::config::PoolMode;
 use pgcorral::pool::{Pool, PoolSettings};
+use pgcorral::prepared::expect::{Answers, Expected};
+use pgcorral::prepared::rewrite::Link;
+use pgcorral::prepared::{ClientStatements, Registry, ServerStatements};
 use pgcorral::relay::{scan_client, scan_server, Track};
 use pgcorral::server::connect::{Secret, Target};
 use pgcorral::server::{CancelKey, LinkState, ServerConn};
@@ -60,6 +63,62 @@ fn scans(c: &mut Criterion) {
             black_box((c.ready, s.ready))
         })
     });
+
+    // The same exchange in transaction mode, where every client message goes through the
+    // prepared-statement machinery (`Mode::prepared` is set): what a link keeps between
+    // exchanges (statements, the answers owed) lives outside the loop, as on a real server.
+    let registry = Registry::default();
+    let mut client = ClientStatements::default();
+    let mut server = ServerStatements::default();
+    let mut expect = Expected::default();
+    let (mut wout, mut fout) = (BytesMut::new(), BytesMut::new());
+    c.bench_function("scan_request_and_answer_prepared", |b| {
+        b.iter(|| {
+            let mut st = LinkState::default();
+            let mut params = Default::default();
+            let (mut cp, mut sp) = (0, 0);
+            let mut unnamed_here = false;
+            let mut link = Link {
+                registry: &registry,
+                max: 200,
+                client: &mut client,
+                server: &mut server,
+                expect: &mut expect,
+                out: &mut wout,
+                unnamed_here: &mut unnamed_here,
+            };
+            let c = scan_client(
+                black_box(&q),
+                &mut cp,
+                &mut st,
+                Track::Pin,
+                &mut Vec::new(),
+                1 << 30,
+                Some(&mut link),
+            )
+            .unwrap();
+            let mut answers = Answers {
+                registry: &registry,
+                expect: &mut expect,
+                server: &mut server,
+                client: &mut client,
+                out: &mut fout,
+            };
+            let s = scan_server(
+                black_box(&answer),
+                &mut sp,
+                &mut st,
+                &mut params,
+                true,
+                false,
+                1 << 30,
+                Some(&mut answers),
+            )
+            .unwrap();
+            black_box((c.ready, s.ready))
+        })
+    });
+    assert!(expect.is_empty() && wout.is_empty() && fout.is_empty());
 }
 
 /// The session pre-filter on a pgbench query (it runs on every Query and Parse of pooled clients).

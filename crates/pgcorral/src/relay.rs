@@ -20,7 +20,7 @@ use crate::pool::stats::{Done, Meter, Stats, Totals};
 use crate::pool::Pool;
 use crate::prepared::expect::{stale_plan, Answers};
 use crate::prepared::replay::AtReady;
-use crate::prepared::rewrite::{Link, Plan};
+use crate::prepared::rewrite::{maybe_command, Link, Plan};
 use crate::prepared::Registry;
 use crate::server::{LinkState, ServerConn, ServerParams};
 use crate::session::scan::{classify, custom_names, Effect};
@@ -191,11 +191,15 @@ pub fn scan_server(
     let mut out = ServerScan::default();
     let mut pos = 0;
     let mut front = 0;
+    // Only counted Queries are owed: their answers pass as they are, up to ReadyForQuery. Only
+    // a ReadyForQuery changes that here (it is looked at again after each); a stale `false`
+    // would merely take the general way.
+    let mut counted = answers.as_deref().is_some_and(|a| a.expect.only_counted());
     loop {
         if !skip_body(buf.len(), &mut pos, pass) {
             break;
         }
-        if let Some(a) = answers.as_deref_mut() {
+        if let Some(a) = answers.as_deref_mut().filter(|_| !counted) {
             if a.expect.fake_next() {
                 if pos > front {
                     out.again = true;
@@ -210,7 +214,7 @@ pub fn scan_server(
             break;
         };
         let mut hide = false;
-        if let Some(a) = answers.as_deref_mut() {
+        if let Some(a) = answers.as_deref_mut().filter(|_| !counted) {
             // Answers are matched whole (rows and COPY data only pass through).
             let streamed = h.tag == backend::DATA_ROW || h.tag == backend::COPY_DATA;
             if !streamed && buf.len() - pos < h.total_len() {
@@ -298,12 +302,18 @@ pub fn scan_server(
                         .and_then(TxStatus::from_byte)
                         .unwrap_or(TxStatus::Failed);
                     if let Some(a) = answers.as_deref_mut() {
-                        a.expect.answer(h.tag, body, a.server, a.client, a.registry);
-                        match a.expect.replay.at_ready(st) {
-                            AtReady::Forward => {}
-                            AtReady::Retry => out.replay = true,
-                            AtReady::ShowError(e) => a.out.extend_from_slice(&e),
+                        if counted {
+                            // Nothing is kept for a retry while only counted Queries are owed.
+                            a.expect.counted_ready();
+                        } else {
+                            a.expect.answer(h.tag, body, a.server, a.client, a.registry);
+                            match a.expect.replay.at_ready(st) {
+                                AtReady::Forward => {}
+                                AtReady::Retry => out.replay = true,
+                                AtReady::ShowError(e) => a.out.extend_from_slice(&e),
+                            }
                         }
+                        counted = a.expect.only_counted();
                     }
                     if !hide {
                         out.done.queries += 1;
@@ -390,7 +400,18 @@ pub fn scan_client(
             out.held = true;
             break;
         }
+        // A simple Query that cannot be a statement command, when nothing else is owed: only
+        // counted (its answers end at its ReadyForQuery), not planned, recorded and followed.
+        let mut count_only = false;
         if let Some(l) = link.as_deref_mut() {
+            if h.tag == frontend::QUERY && l.counts() {
+                match maybe_command(h, &buf[pos..]) {
+                    None => break, // its first word is still to come
+                    Some(maybe) => count_only = !maybe,
+                }
+            }
+        }
+        if let Some(l) = link.as_deref_mut().filter(|_| !count_only) {
             match l.plan(h, &buf[pos..]) {
                 Plan::NeedMore => break,
                 Plan::Rewrite if pos > front => {
@@ -434,7 +455,7 @@ pub fn scan_client(
                 }
             }
         }
-        if let Some(l) = link.as_deref_mut() {
+        if let Some(l) = link.as_deref_mut().filter(|_| !count_only) {
             l.expect.replay.client_message(h, &buf[pos..], st, false);
         }
         let mut counted = true;
@@ -463,7 +484,11 @@ pub fn scan_client(
             }
         }
         if let Some(l) = link.as_deref_mut() {
-            l.raw(h, &buf[pos..], counted);
+            if count_only {
+                l.expect.queue_counted();
+            } else {
+                l.raw(h, &buf[pos..], counted);
+            }
         }
         pos += pgwire::header::HEADER_LEN;
         *pass = h.body_len();
@@ -482,18 +507,20 @@ fn sql_effect(msg: &[u8], h: Header) -> Effect {
     }
 }
 
-/// The SQL text of a wholly buffered Query or Parse message (`msg` starts at its header).
+/// The SQL text of a wholly buffered Query or Parse message (`msg` starts at its header): up to
+/// its NUL (a Parse's after the statement name), found with memchr as every pooled Query and
+/// Parse comes this way.
 fn sql_text(msg: &[u8], h: Header) -> Option<&[u8]> {
     let body = msg.get(pgwire::header::HEADER_LEN..h.total_len())?;
     let sql = if h.tag == frontend::PARSE {
-        match body.iter().position(|&b| b == 0) {
+        match memchr::memchr(0, body) {
             Some(i) => &body[i + 1..],
             None => body,
         }
     } else {
         body
     };
-    let end = sql.iter().position(|&b| b == 0).unwrap_or(sql.len());
+    let end = memchr::memchr(0, sql).unwrap_or(sql.len());
     Some(&sql[..end])
 }
 
@@ -902,6 +929,7 @@ fn client_stop(s: &ClientScan) -> Option<Outcome> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prepared::expect::Msg;
 
     fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
         let mut v = vec![tag];
@@ -1260,7 +1288,397 @@ mod tests {
         assert_eq!(server_sends(&mut st, "CZ"), Some(Outcome::Idle));
     }
 
+    /// What a link to one server keeps for prepared statements, for scans with tracking on.
+    #[derive(Default)]
+    struct Tracked {
+        registry: Registry,
+        client: crate::prepared::ClientStatements,
+        server: crate::prepared::ServerStatements,
+        expect: crate::prepared::expect::Expected,
+        wout: bytes::BytesMut,
+        fout: bytes::BytesMut,
+        unnamed_here: bool,
+        /// Client and server bytes not scanned yet, and what of a body passes still.
+        cbuf: Vec<u8>,
+        cpass: usize,
+        sbuf: Vec<u8>,
+        spass: usize,
+    }
+
+    impl Tracked {
+        /// Scans client bytes with tracking on.
+        fn client(&mut self, buf: &[u8], pass: &mut usize, st: &mut LinkState) -> ClientScan {
+            let mut link = Link {
+                registry: &self.registry,
+                max: 0,
+                client: &mut self.client,
+                server: &mut self.server,
+                expect: &mut self.expect,
+                out: &mut self.wout,
+                unnamed_here: &mut self.unnamed_here,
+            };
+            scan_client(
+                buf,
+                pass,
+                st,
+                Track::Pin,
+                &mut Vec::new(),
+                1 << 20,
+                Some(&mut link),
+            )
+            .unwrap()
+        }
+
+        /// Scans server bytes with tracking on; what reaches the client (pgcorral's answers
+        /// first, then the server's bytes it forwards).
+        fn server(
+            &mut self,
+            buf: &[u8],
+            pass: &mut usize,
+            st: &mut LinkState,
+        ) -> (ServerScan, Vec<u8>) {
+            let mut answers = Answers {
+                registry: &self.registry,
+                expect: &mut self.expect,
+                server: &mut self.server,
+                client: &mut self.client,
+                out: &mut self.fout,
+            };
+            let s = scan_server(
+                buf,
+                pass,
+                st,
+                &mut Default::default(),
+                true,
+                false,
+                1 << 20,
+                Some(&mut answers),
+            )
+            .unwrap();
+            let mut shown = self.fout.split().to_vec();
+            shown.extend_from_slice(&buf[s.front..s.ready]);
+            (s, shown)
+        }
+    }
+
+    impl Tracked {
+        /// What the server gets for client bytes `bytes` (scanned again after each message
+        /// pgcorral rewrites, as the relay does).
+        fn send(&mut self, bytes: &[u8], st: &mut LinkState) -> Vec<u8> {
+            let mut buf = std::mem::take(&mut self.cbuf);
+            let mut pass = self.cpass;
+            buf.extend_from_slice(bytes);
+            let mut to_server = Vec::new();
+            loop {
+                let s = self.client(&buf, &mut pass, st);
+                to_server.extend_from_slice(&self.wout.split());
+                to_server.extend_from_slice(&buf[s.front..s.ready]);
+                buf.drain(..s.ready);
+                if !s.again {
+                    (self.cbuf, self.cpass) = (buf, pass);
+                    return to_server;
+                }
+            }
+        }
+
+        /// What the client gets for server bytes `bytes`, as tags of whole messages (scanned
+        /// again where pgcorral
+        /// answers or hides something, as the relay does); what ends part-way through a
+        /// message pgcorral must see whole waits for the next bytes.
+        fn receive(&mut self, bytes: &[u8], st: &mut LinkState) -> Vec<u8> {
+            let mut buf = std::mem::take(&mut self.sbuf);
+            let mut pass = self.spass;
+            buf.extend_from_slice(bytes);
+            let mut shown = Vec::new();
+            loop {
+                let (s, part) = self.server(&buf, &mut pass, st);
+                shown.extend_from_slice(&part);
+                buf.drain(..s.ready);
+                if !s.again {
+                    (self.sbuf, self.spass) = (buf, pass);
+                    return shown;
+                }
+            }
+        }
+    }
+
+    fn msgs(parts: &[Vec<u8>]) -> Vec<u8> {
+        parts.concat()
+    }
+
+    fn parse(name: &str, sql: &str) -> Vec<u8> {
+        msg(b'P', format!("{name}\0{sql}\0\0\0").as_bytes())
+    }
+
+    fn bind(stmt: &str) -> Vec<u8> {
+        msg(b'B', format!("\0{stmt}\0\0\0\0\0\0\0").as_bytes())
+    }
+
+    /// A SELECT's whole answer, ReadyForQuery included.
+    fn rows() -> Vec<u8> {
+        msgs(&[
+            msg(b'T', b"\0\0"),
+            msg(b'D', b"\0\0"),
+            msg(b'C', b"SELECT 1\0"),
+            msg(b'Z', b"I"),
+        ])
+    }
+
+    /// Plain Queries are counted, not queued; pipelined with extended-protocol messages that
+    /// pgcorral rewrites and answers itself, every answer still comes out in order.
+    #[test]
+    fn counted_queries_mix_with_tracked_messages_in_one_pipeline() {
+        let mut t = Tracked::default();
+        let mut st = LinkState::default();
+        // Counted; then a named Parse (prepared under pgcorral's name) and its Sync; then a
+        // Query behind them, which is queued (something tracked is owed before it).
+        let sent = t.send(
+            &msgs(&[
+                msg(b'Q', b"select 1\0"),
+                parse("s1", "select 2"),
+                msg(b'S', b""),
+                msg(b'Q', b"select 3\0"),
+            ]),
+            &mut st,
+        );
+        assert_eq!(tags_of(&sent), "QPSQ");
+        assert!(String::from_utf8_lossy(&sent).contains("pgcorral_1\0select 2"));
+        assert_eq!(st.pending, 3);
+        let answer = msgs(&[rows(), msg(b'1', b""), msg(b'Z', b"I"), rows()]);
+        assert_eq!(tags_of(&t.receive(&answer, &mut st)), "TDCZ1ZTDCZ");
+        assert!(t.expect.is_empty() && st.is_idle());
+
+        // The same text under another name is on the server already: pgcorral answers its
+        // Parse, but only after the counted Query before it has had its ReadyForQuery; an
+        // error in a counted Query is just forwarded.
+        let sent = t.send(
+            &msgs(&[
+                msg(b'Q', b"select 1/0\0"),
+                parse("s2", "select 2"),
+                bind("s2"),
+                msg(b'E', b"\0\0\0\0\0"),
+                msg(b'S', b""),
+            ]),
+            &mut st,
+        );
+        assert_eq!(tags_of(&sent), "QBES");
+        let answer = msgs(&[
+            msg(b'E', b"SERROR\0C22012\0Mdivision by zero\0\0"),
+            msg(b'Z', b"I"),
+            msg(b'2', b""),
+            msg(b'D', b"\0\0"),
+            msg(b'C', b"SELECT 1\0"),
+            msg(b'Z', b"I"),
+        ]);
+        assert_eq!(tags_of(&t.receive(&answer, &mut st)), "EZ12DCZ");
+        assert!(t.expect.is_empty() && st.is_idle());
+        assert_eq!(t.client.count(), 2);
+
+        // Answers split anywhere between reads come out the same.
+        let answer = msgs(&[rows(), msg(b'1', b""), msg(b'Z', b"I"), rows()]);
+        for cut in 0..answer.len() {
+            let mut st = LinkState::default();
+            t.send(
+                &msgs(&[
+                    msg(b'Q', b"select 1\0"),
+                    parse("s3", "select 3"),
+                    msg(b'S', b""),
+                    msg(b'Q', b"select 3\0"),
+                ]),
+                &mut st,
+            );
+            let mut shown = t.receive(&answer[..cut], &mut st);
+            shown.extend(t.receive(&answer[cut..], &mut st));
+            assert_eq!(tags_of(&shown), "TDCZ1ZTDCZ", "cut at {cut}");
+            assert!(t.expect.is_empty() && st.is_idle(), "cut at {cut}");
+            // s3 is closed by the client, so the next round prepares it again.
+            t.client.remove_named(b"s3");
+            t.server.clear();
+        }
+    }
+
+    /// Only counted Queries owed: their answers pass without a look, wherever reads split
+    /// them, each ending at its ReadyForQuery; a batch sent while they are answered is tracked
+    /// behind them.
+    #[test]
+    fn counted_queries_alone_and_then_with_a_batch_behind_them() {
+        let answer = msgs(&[rows(), rows(), rows()]);
+        for cut in 0..answer.len() {
+            let mut t = Tracked::default();
+            let mut st = LinkState::default();
+            let q = msg(b'Q', b"select 1\0");
+            let sent = t.send(&msgs(&[q.clone(), q.clone(), q.clone()]), &mut st);
+            assert_eq!(sent, msgs(&[q.clone(), q.clone(), q]));
+            assert!(t.expect.only_counted());
+            let mut shown = t.receive(&answer[..cut], &mut st);
+            shown.extend(t.receive(&answer[cut..], &mut st));
+            assert_eq!(tags_of(&shown), "TDCZTDCZTDCZ", "cut at {cut}");
+            assert!(t.expect.is_empty() && st.is_idle(), "cut at {cut}");
+        }
+
+        let first = rows();
+        for cut in 0..first.len() {
+            let mut t = Tracked::default();
+            let mut st = LinkState::default();
+            let q = msg(b'Q', b"select 1\0");
+            t.send(&msgs(&[q.clone(), q]), &mut st);
+            let mut shown = t.receive(&first[..cut], &mut st);
+            // A named Parse of a statement this server has: pgcorral answers it, after the two
+            // counted Queries' answers.
+            t.server.insert(
+                &t.registry
+                    .intern(crate::prepared::Source::Parse(bytes::Bytes::from_static(
+                        b"select 2\0\0\0",
+                    ))),
+                0,
+            );
+            let sent = t.send(&msgs(&[parse("s1", "select 2"), msg(b'S', b"")]), &mut st);
+            assert_eq!(tags_of(&sent), "S");
+            assert!(!t.expect.only_counted());
+            shown.extend(t.receive(&first[cut..], &mut st));
+            shown.extend(t.receive(&msgs(&[rows(), msg(b'Z', b"I")]), &mut st));
+            assert_eq!(tags_of(&shown), "TDCZTDCZ1Z", "cut at {cut}");
+            assert!(t.expect.is_empty() && st.is_idle(), "cut at {cut}");
+        }
+    }
+
+    /// After an error in an extended batch whose Sync is not sent yet, PostgreSQL ignores
+    /// everything up to that Sync: a Query then is neither counted nor owed anything.
+    #[test]
+    fn a_query_while_the_server_skips_to_sync_is_not_counted() {
+        let mut t = Tracked::default();
+        let mut st = LinkState::default();
+        t.send(&parse("s1", "select bad"), &mut st);
+        let e = msg(b'E', b"SERROR\0C42703\0Mno\0\0");
+        assert_eq!(tags_of(&t.receive(&e, &mut st)), "E");
+        assert!(t.expect.skipping);
+        t.send(&msgs(&[msg(b'Q', b"select 1\0"), msg(b'S', b"")]), &mut st);
+        assert_eq!(tags_of(&t.receive(&msg(b'Z', b"I"), &mut st)), "Z");
+        assert!(t.expect.is_empty());
+        assert!(
+            t.client.named(b"s1").is_none(),
+            "the failed Parse is undone"
+        );
+    }
+
+    fn tags_of(mut b: &[u8]) -> String {
+        let mut t = String::new();
+        while let Ok(Some(h)) = Header::parse(b, 1 << 20) {
+            t.push(h.tag as char);
+            b = &b[h.total_len().min(b.len())..];
+        }
+        t
+    }
+
+    /// A Query that may be PREPARE, EXECUTE or DEALLOCATE, whose start arrives in one read and
+    /// the rest in another, is rewritten all the same: nothing of it is forwarded until its
+    /// first word shows what it is, nor then if it is one of those, until it is whole.
+    #[test]
+    fn a_query_split_across_reads_is_still_rewritten() {
+        for sql in [
+            "PREPARE p AS SELECT 1",
+            "  execute p",
+            "DEALLOCATE p",
+            "discard all",
+        ] {
+            let m = msg(b'Q', format!("{sql}\0").as_bytes());
+            // Counted or planned: alone, or behind an answer still owed for something else.
+            for (cut, queued) in (0..m.len()).flat_map(|c| [(c, false), (c, true)]) {
+                let mut t = Tracked::default();
+                if !sql.starts_with("PREPARE") {
+                    // The client has statement p.
+                    let mut st = LinkState::default();
+                    let prep = msg(b'Q', b"PREPARE p AS SELECT 1\0");
+                    t.client(&prep, &mut 0, &mut st);
+                    t.wout.clear();
+                    t.receive(&msgs(&[msg(b'C', b"PREPARE\0"), msg(b'Z', b"I")]), &mut st);
+                    assert!(t.expect.is_empty());
+                }
+                if queued {
+                    t.expect.push(Msg::Sync);
+                }
+                let mut st = LinkState::default();
+                let mut pass = 0;
+                let first = t.client(&m[..cut], &mut pass, &mut st);
+                assert_eq!(
+                    (first.front, first.ready, pass),
+                    (0, 0, 0),
+                    "{sql:?} cut at {cut}: nothing forwarded yet"
+                );
+                let s = t.client(&m, &mut pass, &mut st);
+                let out = String::from_utf8_lossy(&t.wout).into_owned();
+                if sql == "discard all" {
+                    // Forwarded as it is; the client's statements are forgotten.
+                    assert_eq!((s.front, s.ready), (0, m.len()), "{sql:?} cut at {cut}");
+                    assert_eq!(t.client.count(), 0, "{sql:?} cut at {cut}");
+                    continue;
+                }
+                assert_eq!(
+                    (s.front, s.ready),
+                    (m.len(), m.len()),
+                    "{sql:?} cut at {cut}"
+                );
+                if sql.starts_with("DEALLOCATE") {
+                    assert_eq!(tags_of(&t.wout), "S", "answered by pgcorral");
+                    assert_eq!(t.client.count(), 0, "{sql:?} cut at {cut}");
+                } else {
+                    assert!(out.contains("pgcorral_"), "{sql:?} cut at {cut}: {out:?}");
+                }
+            }
+        }
+    }
+
+    /// A plain Query cut after its first byte is forwarded at once: it cannot be one of those.
+    #[test]
+    fn a_plain_query_split_across_reads_is_forwarded_as_it_comes() {
+        let m = msg(b'Q', b"SELECT 1\0");
+        let mut t = Tracked::default();
+        let mut st = LinkState::default();
+        let mut pass = 0;
+        let s = t.client(&m[..7], &mut pass, &mut st);
+        assert_eq!((s.front, s.ready, pass), (0, 7, m.len() - 7));
+        assert_eq!(st.pending, 1);
+        let s = t.client(&m[7..], &mut pass, &mut st);
+        assert_eq!((s.ready, pass), (m.len() - 7, 0));
+        let answer = msgs(&[msg(b'C', b"SELECT 1\0"), msg(b'Z', b"I")]);
+        let (s, shown) = t.server(&answer, &mut 0, &mut st);
+        assert_eq!(
+            (tags_of(&shown), s.stop),
+            ("CZ".into(), Some(Outcome::Idle))
+        );
+        assert!(t.expect.is_empty() && t.wout.is_empty());
+    }
+
+    /// [`sql_text`] as it was written before memchr: byte loops.
+    fn sql_text_naive(msg: &[u8], h: Header) -> Option<&[u8]> {
+        let body = msg.get(pgwire::header::HEADER_LEN..h.total_len())?;
+        let sql = if h.tag == frontend::PARSE {
+            match body.iter().position(|&b| b == 0) {
+                Some(i) => &body[i + 1..],
+                None => body,
+            }
+        } else {
+            body
+        };
+        let end = sql.iter().position(|&b| b == 0).unwrap_or(sql.len());
+        Some(&sql[..end])
+    }
+
     proptest::proptest! {
+        /// Over bodies with and without NULs (few distinct bytes, so NULs are common), whole or
+        /// cut short, of a Query or a Parse.
+        #[test]
+        fn sql_text_agrees_with_the_naive_loop(
+            parse in proptest::prelude::any::<bool>(),
+            body in proptest::collection::vec(0u8..4, 0..200),
+            cut in 0usize..210,
+        ) {
+            let m = msg(if parse { b'P' } else { b'Q' }, &body);
+            let m = &m[..m.len().min(cut + pgwire::header::HEADER_LEN)];
+            let h = Header::parse(&msg(m[0], &body), 1 << 20).unwrap().unwrap();
+            proptest::prop_assert_eq!(sql_text(m, h), sql_text_naive(m, h));
+        }
+
         #[test]
         fn scans_never_overrun(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
             let mut st = LinkState::default();

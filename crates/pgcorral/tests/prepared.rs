@@ -233,6 +233,43 @@ async fn sql_prepare_execute_deallocate_without_pinning() {
     assert_eq!(a.scalar("EXECUTE proto").await, "proto");
 }
 
+/// Sends the Query `sql` in two writes, the first ending `at` bytes into its text, with a pause
+/// between so that pgcorral reads them apart; returns the answer.
+async fn split_query(c: &mut Wire, sql: &str, at: usize) -> Vec<Msg> {
+    let q = wire::query(sql);
+    c.send(&q[..5 + at]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    c.send(&q[5 + at..]).await;
+    c.until_ready().await
+}
+
+/// PREPARE, EXECUTE and DEALLOCATE whose first word arrives in pieces are still handled by
+/// pgcorral: decided on "PREP" alone, the PREPARE would reach the server under the client's name.
+#[tokio::test]
+async fn sql_commands_split_across_reads_are_still_rewritten() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "default_pool_size = 1").await;
+    let mut a = wire(&p).await;
+    let mut b = wire(&p).await;
+    for at in [0, 4] {
+        let got = split_query(&mut a, "PREPARE p AS SELECT 'a'", at).await;
+        assert_eq!(tags(&got), "CZ", "{got:?}");
+        // The only server has it under pgcorral's name, not the client's.
+        assert_eq!(
+            b.scalar("SELECT string_agg(name, ',') FROM pg_prepared_statements")
+                .await,
+            "pgcorral_1"
+        );
+        kill_servers(&pg);
+        // Run and dropped by pgcorral, on a server that never had it.
+        let got = split_query(&mut a, "  EXECUTE p", at).await;
+        assert_eq!(values(&got), ["a"], "{got:?}");
+        assert_eq!(tags(&split_query(&mut a, "DEALLOCATE p", at).await), "CZ");
+        let got = a.simple("EXECUTE p").await;
+        assert_eq!(error_code(&got).as_deref(), Some("26000"));
+    }
+}
+
 #[tokio::test]
 async fn discard_all_clears_only_the_clients_statements() {
     let pg = Postgres::start();

@@ -3,6 +3,11 @@
 //! client, and the answers pgcorral gives itself (a ParseComplete for a statement already
 //! prepared, a CloseComplete, ...) wait in the same queue for their turn. After an error in an
 //! extended-protocol batch PostgreSQL skips everything up to Sync, and so does the queue.
+//!
+//! Most simple Queries need none of that: one that is no statement command pgcorral handles,
+//! sent when nothing else is queued, is only counted (see [`Expected::queue_counted`]). Counted
+//! Queries come before every queued entry, and each one's answers, whatever they are, end at
+//! its ReadyForQuery.
 
 use std::collections::VecDeque;
 
@@ -97,6 +102,9 @@ pub enum Expect {
 #[derive(Debug, Default)]
 pub struct Expected {
     q: VecDeque<Expect>,
+    /// Simple Queries of the client's counted instead of queued: they were sent before
+    /// everything in `q`, so they are answered first, each up to its ReadyForQuery.
+    counted: u32,
     /// The server reported an error in an extended batch whose Sync has not been sent yet:
     /// it ignores everything until that Sync.
     pub skipping: bool,
@@ -131,11 +139,12 @@ pub enum Verdict {
 
 impl Expected {
     pub fn is_empty(&self) -> bool {
-        self.q.is_empty()
+        self.q.is_empty() && self.counted == 0
     }
 
     pub fn clear(&mut self) {
         self.q.clear();
+        self.counted = 0;
         self.skipping = false;
         self.dropping = false;
         self.replay.clear();
@@ -145,14 +154,45 @@ impl Expected {
 
     /// Whether the head entry is a client's own Bind or Query (its answer is the client's).
     pub fn head_is_clients_bind_or_query(&self) -> bool {
-        matches!(
-            self.q.front(),
-            Some(Expect::Msg {
-                msg: Msg::Bind | Msg::Query,
-                forward: true,
-                ..
-            })
-        )
+        self.counted > 0
+            || matches!(
+                self.q.front(),
+                Some(Expect::Msg {
+                    msg: Msg::Bind | Msg::Query,
+                    forward: true,
+                    ..
+                })
+            )
+    }
+
+    /// Whether a client's simple Query that is none of the commands pgcorral handles can be
+    /// counted ([`Expected::queue_counted`]) rather than queued: nothing is queued (so it goes
+    /// after any counted ones), the server is not skipping to a Sync, pgcorral is not dropping
+    /// a batch, and no batch is kept or being retried (see [`Replay::is_idle`]).
+    #[inline]
+    pub fn counts_query(&self) -> bool {
+        self.q.is_empty() && !self.skipping && !self.dropping && self.replay.is_idle()
+    }
+
+    /// Counts a client's simple Query (after [`Expected::counts_query`]): its answers, whatever
+    /// they are, reach the client, and its ReadyForQuery ends them.
+    #[inline]
+    pub fn queue_counted(&mut self) {
+        debug_assert!(self.counts_query());
+        self.counted += 1;
+    }
+
+    /// Whether the server owes answers to counted Queries only: its messages need nothing but
+    /// forwarding, and each ReadyForQuery ends one ([`Expected::counted_ready`]).
+    #[inline]
+    pub fn only_counted(&self) -> bool {
+        self.counted > 0 && self.q.is_empty() && self.replay.is_idle()
+    }
+
+    /// The ReadyForQuery of the first counted Query arrived (after [`Expected::only_counted`]).
+    #[inline]
+    pub fn counted_ready(&mut self) {
+        self.counted -= 1;
     }
 
     /// A message sent to the server, answered to the client.
@@ -205,6 +245,9 @@ impl Expected {
 
     /// The answer pgcorral owes now, if it comes before anything more from the server.
     pub fn next_fake(&mut self) -> Option<Fake> {
+        if self.counted > 0 {
+            return None;
+        }
         match self.q.front() {
             Some(Expect::Fake(_)) => match self.q.pop_front() {
                 Some(Expect::Fake(f)) => Some(f),
@@ -223,20 +266,28 @@ impl Expected {
                 | be::NOTIFICATION_RESPONSE
                 | be::PARAMETER_STATUS
                 | be::ERROR_RESPONSE
-        ) && matches!(self.q.front(), Some(Expect::Msg { forward: false, .. }))
+        ) && self.counted == 0
+            && matches!(self.q.front(), Some(Expect::Msg { forward: false, .. }))
     }
 
     /// Whether an answer pgcorral owes is next.
     pub fn fake_next(&self) -> bool {
-        matches!(self.q.front(), Some(Expect::Fake(_)))
+        self.counted == 0 && matches!(self.q.front(), Some(Expect::Fake(_)))
     }
 
     /// Drops `n` Sync entries right after the head (an Execute whose COPY IN makes PostgreSQL
     /// ignore them).
     pub fn drop_syncs_after_head(&mut self, n: u32) {
+        // Where the entries after the head begin: behind a counted head, another counted Query
+        // or the first queued entry.
+        let after = match self.counted {
+            0 => 1,
+            1 => 0,
+            _ => return,
+        };
         for _ in 0..n {
-            if matches!(self.q.get(1), Some(Expect::Msg { msg: Msg::Sync, .. })) {
-                self.q.remove(1);
+            if matches!(self.q.get(after), Some(Expect::Msg { msg: Msg::Sync, .. })) {
+                self.q.remove(after);
             }
         }
     }
@@ -280,6 +331,13 @@ impl Expected {
         if matches!(tag, be::NOTICE_RESPONSE | be::NOTIFICATION_RESPONSE)
             || tag == be::PARAMETER_STATUS
         {
+            return Verdict::Forward;
+        }
+        if self.counted > 0 {
+            // A counted Query's answers are the client's, up to its ReadyForQuery.
+            if tag == be::READY_FOR_QUERY {
+                self.counted -= 1;
+            }
             return Verdict::Forward;
         }
         let Some(Expect::Msg {
@@ -536,6 +594,76 @@ mod tests {
                 "Z Forward"
             ]
         );
+    }
+
+    #[test]
+    fn counted_queries_are_answered_before_what_is_queued_behind_them() {
+        let mut e = Expected::default();
+        assert!(e.counts_query());
+        e.queue_counted();
+        e.queue_counted();
+        assert!(e.only_counted() && !e.is_empty());
+        assert!(e.head_is_clients_bind_or_query());
+        // Queued behind them: the answer pgcorral owes waits for their ReadyForQuery.
+        e.push_fake(Fake::ParseComplete);
+        e.push(Msg::Bind);
+        e.push(Msg::Sync);
+        assert!(!e.counts_query() && !e.only_counted());
+        assert!(!e.fake_next() && !e.hides(b'C'));
+        assert_eq!(
+            run(&mut e, b"TDCZEZ2CZ"),
+            [
+                "T Forward",
+                "D Forward",
+                "C Forward",
+                "Z Forward",
+                "E Forward",
+                "Z Forward",
+                "fake ParseComplete",
+                "2 Forward",
+                "C Forward",
+                "Z Forward"
+            ]
+        );
+        assert!(e.is_empty() && e.counts_query());
+    }
+
+    #[test]
+    fn queries_are_not_counted_while_anything_else_is_owed_or_skipped() {
+        let mut e = Expected::default();
+        e.push(Msg::Parse);
+        assert!(!e.counts_query(), "something is queued");
+        let mut e = Expected {
+            skipping: true,
+            ..Default::default()
+        };
+        assert!(!e.counts_query(), "the server skips to Sync");
+        e.skipping = false;
+        e.dropping = true;
+        assert!(!e.counts_query(), "pgcorral drops to Sync");
+        e.clear();
+        e.queue_counted();
+        e.clear();
+        assert!(e.is_empty() && !e.only_counted());
+    }
+
+    #[test]
+    fn syncs_ignored_in_copy_in_after_a_counted_head() {
+        // A counted Query then a Sync: behind a counted head, the Sync is the first queued entry.
+        let mut e = Expected::default();
+        e.queue_counted();
+        e.push(Msg::Sync);
+        e.drop_syncs_after_head(1);
+        assert_eq!(run(&mut e, b"GCZ"), ["G Forward", "C Forward", "Z Forward"]);
+        assert!(e.is_empty());
+        // Behind two counted Queries, the next one follows the head.
+        let mut e = Expected::default();
+        e.queue_counted();
+        e.queue_counted();
+        e.push(Msg::Sync);
+        e.drop_syncs_after_head(1);
+        assert_eq!(run(&mut e, b"ZZZ").len(), 3);
+        assert!(e.is_empty());
     }
 
     /// Client A was told statement S has one column; S is then prepared on another server by

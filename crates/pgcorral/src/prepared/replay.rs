@@ -73,6 +73,14 @@ impl Replay {
         self.describes = false;
     }
 
+    /// Whether nothing is kept, hidden, due or being retried: a client message that is no part
+    /// of a batch to keep (a simple Query pgcorral does not rewrite) would change nothing here,
+    /// so [`Replay::client_message`] may be skipped for it, and server messages need no look.
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::Off) && !self.retried && !self.in_retry
+    }
+
     /// Whether the batch being sent is a retry.
     pub fn in_retry(&self) -> bool {
         self.in_retry

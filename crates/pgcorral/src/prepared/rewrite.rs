@@ -61,6 +61,46 @@ enum Use {
     Changed,
 }
 
+/// The first words of the statements pgcorral rewrites or follows in a simple Query.
+const COMMANDS: [&[u8]; 4] = [b"prepare", b"execute", b"deallocate", b"discard"];
+
+/// Whether the simple Query at the start of `msg` (header `h`; possibly only partly buffered)
+/// may be `PREPARE`, `EXECUTE`, `DEALLOCATE` or `DISCARD`, the statements [`Link`] rewrites or
+/// follows, by the first word of its text: `Some(false)` when it surely is none of them, `None`
+/// when too little of the text is buffered to tell. A text split across reads is not decided on
+/// its first bytes: `PREP` could be the start of `PREPARE`, which must not reach the server
+/// unrewritten. The one test of this for every path a Query takes: [`Link::plan`], and the
+/// relay's counted Queries (see [`Link::counts`]).
+#[inline]
+pub fn maybe_command(h: Header, msg: &[u8]) -> Option<bool> {
+    let whole = msg.len() >= h.total_len();
+    let text = msg
+        .get(HEADER_LEN..msg.len().min(h.total_len()))
+        .unwrap_or_default();
+    let Some(start) = text.iter().position(|b| !b.is_ascii_whitespace()) else {
+        return whole.then_some(false);
+    };
+    let word = &text[start..];
+    if !matches!(word[0].to_ascii_lowercase(), b'p' | b'e' | b'd') {
+        return Some(false);
+    }
+    let mut undecided = false;
+    for k in COMMANDS {
+        let n = k.len().min(word.len());
+        if word[..n].eq_ignore_ascii_case(&k[..n]) {
+            if n == k.len() {
+                return Some(true);
+            }
+            undecided = true; // the buffer ends inside what may be this word
+        }
+    }
+    if undecided && !whole {
+        None
+    } else {
+        Some(false)
+    }
+}
+
 /// The NUL-terminated string at the start of `b`, and what follows it.
 fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
     let i = b.iter().position(|&c| c == 0)?;
@@ -68,6 +108,14 @@ fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 impl Link<'_> {
+    /// Whether a simple Query for which [`maybe_command`] says no can just be counted now (see
+    /// [`Expected::queue_counted`]) instead of planned, recorded by [`Link::raw`] and followed
+    /// answer by answer: it changes no statement, and nothing queued comes before its answers.
+    #[inline]
+    pub fn counts(&self) -> bool {
+        self.expect.counts_query()
+    }
+
     /// Decides what the message at the start of `buf` (header `h`) needs, without changing
     /// anything.
     pub fn plan(&self, h: Header, buf: &[u8]) -> Plan {
@@ -117,27 +165,23 @@ impl Link<'_> {
                 (Some(b'S'), Some(&c)) if c != 0 => Plan::Rewrite,
                 _ => Plan::Raw,
             },
-            fe::QUERY => {
-                let body = &buf[HEADER_LEN..buf.len().min(h.total_len())];
-                if !sql::maybe(&body[..body.len().min(16)]) {
-                    Plan::Raw
-                } else if !whole {
-                    Plan::NeedMore
-                } else {
-                    match query_command(body) {
-                        Some(Command::DiscardAll) | None => Plan::Raw,
-                        Some(Command::Execute { name, .. }) if self.lookup(&name).is_none() => {
-                            Plan::Raw // not the client's: the server answers
-                        }
-                        Some(Command::Deallocate { name: Some(name) })
-                            if self.lookup(&name).is_none() =>
-                        {
-                            Plan::Raw
-                        }
-                        Some(_) => Plan::Rewrite,
+            fe::QUERY => match maybe_command(h, buf) {
+                Some(false) => Plan::Raw,
+                Some(true) if whole => match query_command(&buf[HEADER_LEN..h.total_len()]) {
+                    Some(Command::DiscardAll) | None => Plan::Raw,
+                    Some(Command::Execute { name, .. }) if self.lookup(&name).is_none() => {
+                        Plan::Raw // not the client's: the server answers
                     }
-                }
-            }
+                    Some(Command::Deallocate { name: Some(name) })
+                        if self.lookup(&name).is_none() =>
+                    {
+                        Plan::Raw
+                    }
+                    Some(_) => Plan::Rewrite,
+                },
+                // Too little of it to tell, or one of those: it is looked at whole.
+                _ => Plan::NeedMore,
+            },
             _ => Plan::Raw,
         }
     }
@@ -194,7 +238,8 @@ impl Link<'_> {
             fe::QUERY | fe::FUNCTION_CALL => Msg::Query,
             _ => return, // Flush, COPY messages, an ignored Sync: no answer of their own
         };
-        if h.tag == fe::QUERY && sql::maybe(&buf[HEADER_LEN..buf.len().min(HEADER_LEN + 16)]) {
+        // While the server skips to Sync it ignores a DISCARD ALL too.
+        if h.tag == fe::QUERY && !self.expect.skipping && maybe_command(h, buf) == Some(true) {
             if let Some(Command::DiscardAll) =
                 buf.get(HEADER_LEN..h.total_len()).and_then(query_command)
             {
@@ -541,4 +586,62 @@ fn undo(stmt: &Statement, client_name: Option<&[u8]>) -> Box<Undo> {
 fn query_command(body: &[u8]) -> Option<Command<'_>> {
     let text = fe::query_text(body)?;
     sql::parse(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(sql: &str) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        pgwire::encode::query(&mut b, sql);
+        b.to_vec()
+    }
+
+    /// `maybe_command` over the whole message and over every cut of it.
+    fn decided(sql: &str) -> (Option<bool>, Vec<Option<bool>>) {
+        let m = query(sql);
+        let h = Header::parse(&m, 1 << 20).unwrap().unwrap();
+        let cuts = (HEADER_LEN..m.len())
+            .map(|i| maybe_command(h, &m[..i]))
+            .collect();
+        (maybe_command(h, &m), cuts)
+    }
+
+    #[test]
+    fn maybe_command_by_the_first_word() {
+        for sql in [
+            " PREPARE x as select 1",
+            "execute x",
+            "Deallocate all",
+            "discard all",
+            "\n\tprepared",
+        ] {
+            assert_eq!(decided(sql).0, Some(true), "{sql}");
+        }
+        for sql in [
+            "select 1",
+            "delete from t",
+            "",
+            "   ",
+            "dis",
+            "explain execute x",
+        ] {
+            assert_eq!(decided(sql).0, Some(false), "{sql}");
+        }
+    }
+
+    /// Part of a text is decided only when no more of it could change the answer.
+    #[test]
+    fn maybe_command_waits_for_the_first_word() {
+        let (_, cuts) = decided("  DEALLOCATE p");
+        // Header only, the blanks, then D, DE, ... DEALLOCAT: undecided; DEALLOCATE: yes.
+        assert!(cuts[..12].iter().all(Option::is_none), "{cuts:?}");
+        assert!(cuts[12..].iter().all(|c| *c == Some(true)), "{cuts:?}");
+        let (_, cuts) = decided("DISCO");
+        assert_eq!(cuts, [None, None, None, None, None, Some(false)]);
+        let (_, cuts) = decided("SELECT 1");
+        assert!(cuts[1..].iter().all(|c| *c == Some(false)), "{cuts:?}");
+        assert_eq!(cuts[0], None, "nothing of the text yet");
+    }
 }

@@ -23,21 +23,6 @@ pub enum Command<'a> {
     DiscardAll,
 }
 
-/// Whether `sql` may be one of the commands, from its first bytes: a cheap test for the hot path.
-#[inline]
-pub fn maybe(sql: &[u8]) -> bool {
-    let i = sql
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(sql.len());
-    matches!(
-        sql.get(i).map(u8::to_ascii_lowercase),
-        Some(b'p' | b'e' | b'd')
-    ) && [&b"prepare"[..], b"execute", b"deallocate", b"discard"]
-        .iter()
-        .any(|k| sql.len() >= i + k.len() && sql[i..i + k.len()].eq_ignore_ascii_case(k))
-}
-
 /// Parses `sql` (one statement, an optional `;` at the end).
 pub fn parse(sql: &str) -> Option<Command<'_>> {
     let s = sql.trim();
@@ -202,16 +187,5 @@ mod tests {
         ] {
             assert_eq!(parse(s), None, "{s}");
         }
-    }
-
-    #[test]
-    fn cheap_prefilter() {
-        assert!(maybe(b" PREPARE x as select 1"));
-        assert!(maybe(b"execute x"));
-        assert!(maybe(b"Deallocate all"));
-        assert!(maybe(b"discard all"));
-        assert!(!maybe(b"select 1"));
-        assert!(!maybe(b"delete from t"));
-        assert!(!maybe(b""));
     }
 }
