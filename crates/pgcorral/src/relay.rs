@@ -615,8 +615,9 @@ fn scan_s(
     Ok(s)
 }
 
-/// Records what the meter holds still (bytes of a transaction not finished), once a relay
-/// ended.
+/// Records what the meter holds still once a relay ended: the bytes since the last query
+/// ended, or, when the relay ended because the server went idle, the last query and
+/// transaction too (one record per transaction in the common case).
 pub fn record_rest(mode: &Mode, server: &mut ServerConn) {
     if let Some((stats, w)) = mode.stats() {
         stats.record(w, &std::mem::take(&mut server.meter.delta));
@@ -629,11 +630,15 @@ pub fn record_rest(mode: &Mode, server: &mut ServerConn) {
 fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState, done: Done) {
     if let Some((stats, w)) = mode.stats() {
         if meter.observe(st, done) {
-            stats.record(w, &meter.delta);
             stats
                 .query_hist
                 .record_n(w, meter.last_query, u64::from(done.queries));
-            meter.delta = Totals::default();
+            if !(mode.stop_when_idle && st.is_idle()) {
+                stats.record(w, &meter.delta);
+                meter.delta = Totals::default();
+            }
+            // Else the relay ends now: `record_rest` records this with the answer's bytes,
+            // in one go.
         }
     }
 }
