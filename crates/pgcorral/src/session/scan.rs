@@ -390,8 +390,20 @@ mod tests {
         assert_eq!(c("drop table t"), Effect::Dirty);
     }
 
-    /// The quick look never skips a text the lexer would classify: the tests' texts, and many
-    /// generated from keywords, punctuation, strings and comments in mixed case.
+    /// A xorshift generator: the same texts on every run.
+    fn rng() -> impl FnMut() -> u64 {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
+    /// The quick look never skips a text the lexer would classify: the tests' texts, and 40,000
+    /// generated from keywords, the words it searches for (whole and cut short), separators,
+    /// strings, comments and non-ASCII bytes, some with their letters' case scrambled.
     #[test]
     fn the_quick_look_skips_only_clean_texts() {
         let mut corpus: Vec<String> = [
@@ -414,11 +426,19 @@ mod tests {
             "reset",
             "set_config",
             "SET_CONFIG",
+            "set_confi",
+            "xset_config",
             "pg_advisory_lock",
             "pg_Try_Advisory_Lock",
             "pg_advisory_unlock",
+            "pg_advisory_xact_lock",
+            "_advisory",
+            "_advisor",
+            "advisory",
             "temp",
             "TEMPORARY",
+            "tem",
+            "tempo",
             "create",
             "with",
             "declare",
@@ -431,57 +451,161 @@ mod tests {
             "close",
             "unlisten",
             "deallocate",
+            "update",
             "x",
             "t.y",
             "pg_catalog.",
             "1",
             "$1",
+            "$",
             "$$;set$$",
+            "$a$ temp $a$",
             ";",
+            ";;",
             " ; ",
             "'a;b'",
+            "'",
             "E'\\'; set'",
             "\"set\"",
+            "\"",
             "-- c\n",
+            "--",
             "/* ; set */",
+            "/*",
+            "*/",
             "(",
             ")",
             ",",
             "  ",
             "\n",
+            "\t",
+            "\r\n",
+            "\x0b",
+            "\x0c",
             "_",
             "e'",
+            "é",
+            "日本",
+            "\u{a0}",
             "$x$ drop $x$",
             "begin;",
             "commit",
         ];
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for _ in 0..20_000 {
-            let n = 1 + next() % 6;
-            let text: Vec<&str> = (0..n)
-                .map(|_| pieces[(next() % pieces.len() as u64) as usize])
-                .collect();
-            corpus.push(text.join(if next() % 3 == 0 { "" } else { " " }));
+        let mut next = rng();
+        for _ in 0..40_000 {
+            let n = 1 + next() % 8;
+            let mut text = String::new();
+            let sep = if next().is_multiple_of(3) { "" } else { " " };
+            for k in 0..n {
+                if k > 0 {
+                    text.push_str(sep);
+                }
+                let piece = pieces[(next() % pieces.len() as u64) as usize];
+                if next().is_multiple_of(4) {
+                    let bits = next();
+                    text.extend(piece.chars().enumerate().map(|(i, ch)| {
+                        if bits >> (i % 64) & 1 == 1 {
+                            ch.to_ascii_uppercase()
+                        } else {
+                            ch.to_ascii_lowercase()
+                        }
+                    }));
+                } else {
+                    text.push_str(piece);
+                }
+            }
+            corpus.push(text);
         }
+        let mut skipped = 0;
         for text in &corpus {
             let full = lex_classify(text.as_bytes());
+            let worth = worth_lexing(text.as_bytes());
             assert!(
-                worth_lexing(text.as_bytes()) || full == Effect::None,
+                worth || full == Effect::None,
                 "{text:?} skipped, but the lexer says {full:?}"
             );
+            skipped += usize::from(!worth);
         }
+        // Not a test that passes by sending everything to the lexer.
+        assert!(skipped > corpus.len() / 10, "{skipped} skipped");
         assert!(!worth_lexing(
             b"SELECT abalance FROM pgbench_accounts WHERE aid = 12345;"
         ));
         assert!(!worth_lexing(
             b"UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 7"
         ));
+    }
+
+    /// Each word the quick look searches for, at every offset from 0 to 40 after the first word
+    /// and with 0 to 20 bytes after it, so that it lies across every boundary of the quick look's
+    /// 16-byte steps: such a text always reaches the lexer, and one with the word cut short (or
+    /// where it does not matter) never does.
+    #[test]
+    fn the_quick_look_sees_words_at_every_offset() {
+        let hits = [
+            ("select", "pg_advisory_lock(1)"),
+            ("select", "PG_TRY_ADVISORY_LOCK_SHARED(1)"),
+            ("select", "pg_advisory_unlock(1)"),
+            ("select", "set_config('a', 'b', false)"),
+            ("select", "pg_catalog.SET_CONFIG('a', 'b', false)"),
+            ("create", "temp table t (a int)"),
+            ("CREATE", "TEMPORARY TABLE t (a int)"),
+            ("with", "Temp"),
+            ("SELECT", "1 into temp t"),
+            ("select", "1;set x = 1"),
+            ("select", ";set x = 1"),
+            ("select", "(pg_advisory_lock(1))"),
+            ("select", "1; LISTEN x"),
+            ("select", "1;\n\tdrop table x"),
+            ("update", "t set a = 1; discard all"),
+        ];
+        let misses = [
+            ("select", "pg_advisor_lock(1)"),
+            ("select", "Set_Confi('a', 'b', false)"),
+            ("select", "xset_confi"),
+            ("select", "tem"),
+            ("create", "TEM"),
+            ("update", "t set temp = 1"),
+            ("delete", "from temp"),
+            ("select", "1;"),
+            ("select", ";"),
+            ("select", "(tem)"),
+            ("select", "1 ;  \r\n\t"),
+            ("select", "é日本\u{a0}"),
+        ];
+        let filler = " a = 1 and".repeat(5);
+        let after = " or b = 2".repeat(3);
+        let blank = " \t\r\n".repeat(6);
+        // Right after the first word only if the word starts with punctuation.
+        let joins = |off: usize, word: &str| off == 0 && word.as_bytes()[0].is_ascii_alphanumeric();
+        for off in 0..=40 {
+            // `off` bytes between the first word and the word, the last a space.
+            let before = match off {
+                0 => String::new(),
+                _ => format!("{} ", &filler[..off - 1]),
+            };
+            for n in 0..=20 {
+                for (first, word) in hits {
+                    if joins(off, word) {
+                        continue;
+                    }
+                    let text = format!("{first}{before}{word}{}", &after[..n]);
+                    let full = lex_classify(text.as_bytes());
+                    assert_ne!(full, Effect::None, "{text:?}");
+                    assert!(worth_lexing(text.as_bytes()), "{text:?} skipped");
+                    assert_eq!(classify(text.as_bytes()), full, "{text:?}");
+                }
+                for (first, word) in misses {
+                    if joins(off, word) {
+                        continue;
+                    }
+                    // Only white space after a statement's end.
+                    let after = if word.contains(';') { &blank } else { &after };
+                    let text = format!("{first}{before}{word}{}", &after[..n]);
+                    assert!(!worth_lexing(text.as_bytes()), "{text:?} lexed");
+                }
+            }
+        }
     }
 
     #[test]
