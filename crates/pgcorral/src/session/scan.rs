@@ -191,44 +191,136 @@ const fn classes() -> [u8; 256] {
 /// statement whose first word starts no statement of interest ([`start_of`]), with no
 /// `_advisory` or `set_config` in it, and no `temp` in a CREATE, SELECT or WITH. Anything
 /// unusual (a comment or parenthesis first, a second statement) goes to the lexer.
+///
+/// One pass over the text, 16 bytes at a time after leading white space: the first 16 give
+/// the first word, the rest go to [`rest_matters`].
 fn worth_lexing(sql: &[u8]) -> bool {
     let mut i = 0;
     while i < sql.len() && CLASS[sql[i] as usize] & SPACE != 0 {
         i += 1;
     }
-    let rest = &sql[i..];
-    let mut len = 0;
-    while len < rest.len() && CLASS[rest[len] as usize] & WORD != 0 {
-        len += 1;
+    // The first word, as far as it is made of letters (the zeros past the end are none).
+    let start = i;
+    let chunk = sixteen(sql, start);
+    let mut not_letter = [0u8; 16];
+    for (k, &b) in chunk.iter().enumerate() {
+        not_letter[k] = u8::from((b | 0x20).wrapping_sub(b'a') >= 26).wrapping_neg();
     }
+    let not_letter = u128::from_le_bytes(not_letter);
+    let letters = (not_letter.trailing_zeros() / 8) as usize;
+    i += letters;
+    let says = if i < sql.len() && CLASS[sql[i] as usize] & WORD != 0 {
+        // More than letters (or 16 of them): no statement of interest starts so.
+        while i < sql.len() && CLASS[sql[i] as usize] & WORD != 0 {
+            i += 1;
+        }
+        Start::Other
+    } else {
+        // The bits below the lowest of `not_letter`: the word's bytes.
+        let word = (not_letter ^ not_letter.wrapping_sub(1)) >> 1;
+        start_of(u128::from_le_bytes(chunk) & word)
+    };
     // Not a plain keyword first (E'' strings are one letter).
-    if len < 2 || !rest[0].is_ascii_alphabetic() {
+    if letters == 0 || i - start < 2 {
         return true;
     }
-    let temp_matters = match start_of_word(&rest[..len]) {
+    let temp = match says {
         Start::Matters(_) | Start::Declare => return true,
         Start::MayCreateTemp => true,
         Start::Other => false,
     };
-    // The rest: a `;` followed by anything but white space starts another statement; `_`
-    // and `t` are where the words looked at inside a statement can start (SIMD searches).
-    let tail = &rest[len..];
-    if let Some(p) = memchr::memchr(b';', tail) {
-        if tail[p + 1..].iter().any(|b| !b.is_ascii_whitespace()) {
+    rest_matters(sql, i, temp)
+}
+
+/// The rest of the quick look, over `sql[from..]`: true at a `;` followed by more than white
+/// space (another statement), at `_advisory` or `set_config`, and with `temp` at `temp`, in
+/// any case.
+///
+/// One pass, 16 bytes at a time: a step marks the bytes that may end one of these words
+/// ([`marks`]) and only marked bytes get a closer look. The words are found by letters rarer
+/// in SQL than their first (the `v` of `_advisory`, the `g` of `set_config`, the `p` of
+/// `temp`), so that most steps mark nothing.
+fn rest_matters(sql: &[u8], from: usize, temp: bool) -> bool {
+    // A `;` that ends the text, but for white space, ends the pass early.
+    let mut end = sql.len();
+    while end > from && CLASS[sql[end - 1] as usize] & SPACE != 0 {
+        end -= 1;
+    }
+    if end > from && sql[end - 1] == b';' {
+        end -= 1;
+    }
+    // No byte ORed with 0x20 is 0: without `temp`, `p` marks nothing.
+    let p = if temp { b'p' } else { 0 };
+    let mut i = from;
+    while let Some(chunk) = sql[i..end].first_chunk() {
+        if look(sql, from, i, marks(*chunk, p), temp) {
+            return true;
+        }
+        i += 16;
+    }
+    if i == end {
+        return false;
+    }
+    // The last 16 bytes (or all, padded with zeros, which mark nothing), less those before `i`.
+    let base = end.saturating_sub(16);
+    let chunk = sixteen(&sql[..end], base);
+    look(
+        sql,
+        from,
+        base,
+        marks(chunk, p) & u128::MAX << (8 * (i - base)),
+        temp,
+    )
+}
+
+/// The closer look at the bytes `marks` marks in `sql[base..base + 16]` (see [`rest_matters`]).
+#[inline(always)]
+fn look(sql: &[u8], from: usize, base: usize, mut marks: u128, temp: bool) -> bool {
+    while marks != 0 {
+        let i = base + (marks.trailing_zeros() / 8) as usize;
+        marks &= marks - 1;
+        let found = match sql[i] {
+            // Before the end: another statement follows.
+            b';' => true,
+            b'v' | b'V' => ends(sql, from, i + 5, b"_advisory"),
+            b'g' | b'G' => ends(sql, from, i, b"set_config"),
+            b'p' | b'P' => temp && ends(sql, from, i, b"temp"),
+            _ => false,
+        };
+        if found {
             return true;
         }
     }
-    // `kw` (lower case) at `i`, in either case.
-    let at = |i: usize, kw: &[u8]| {
-        tail.get(i..i + kw.len())
-            .is_some_and(|w| w.iter().zip(kw).all(|(b, k)| b.to_ascii_lowercase() == *k))
-    };
-    if memchr::memchr_iter(b'_', tail)
-        .any(|i| at(i + 1, b"advisory") || (i >= 3 && at(i - 3, b"set") && at(i + 1, b"config")))
-    {
-        return true;
+    false
+}
+
+/// The bytes of `chunk` that [`rest_matters`] looks at closer, as the high bits of a u128's
+/// bytes: `;`, and `v`, `g` and `p` (unless 0) in either case. Written byte by byte for the
+/// compiler to compare all 16 at once (SSE2 on x86-64).
+#[inline(always)]
+fn marks(chunk: [u8; 16], p: u8) -> u128 {
+    let mut m = [0u8; 16];
+    for (k, &b) in chunk.iter().enumerate() {
+        // ORed with 0x20, a byte is a lower-case letter only if it was a letter.
+        let l = b | 0x20;
+        m[k] = u8::from((b == b';') | (l == b'v') | (l == b'g') | (l == p)).wrapping_neg();
     }
-    temp_matters && memchr::memchr2_iter(b't', b'T', tail).any(|i| at(i, b"temp"))
+    u128::from_le_bytes(m) & u128::from_le_bytes([0x80; 16])
+}
+
+/// `kw` (lower case) ends at `sql[i]`, after `from`, its letters in either case.
+#[inline(always)]
+fn ends<const N: usize>(sql: &[u8], from: usize, i: usize, kw: &[u8; N]) -> bool {
+    let Some(start) = (i + 1).checked_sub(N).filter(|&s| s >= from) else {
+        return false;
+    };
+    match sql.get(start..).and_then(<[u8]>::first_chunk::<N>) {
+        Some(w) => {
+            let differ = |(b, k): (&u8, &u8)| (b | (u8::from(k.is_ascii_lowercase()) << 5)) ^ k;
+            w.iter().zip(kw).map(differ).fold(0, |d, x| d | x) == 0
+        }
+        None => false,
+    }
 }
 
 /// [`classify`] by the lexer, statement by statement.
