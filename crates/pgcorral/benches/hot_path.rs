@@ -121,11 +121,27 @@ fn scans(c: &mut Criterion) {
     assert!(expect.is_empty() && wout.is_empty() && fout.is_empty());
 }
 
-/// The session pre-filter on a pgbench query (it runs on every Query and Parse of pooled clients).
+/// The session pre-filter (it runs on every Query and Parse of pooled clients): a pgbench query
+/// and a longer one with joins, both ruled out by the quick look, and one the lexer reads to its
+/// end (a SELECT INTO TEMP).
 fn classify(c: &mut Criterion) {
+    use pgcorral::session::scan::classify;
     let sql = b"SELECT abalance FROM pgbench_accounts WHERE aid = 48213;";
     c.bench_function("classify_pgbench_select", |b| {
-        b.iter(|| black_box(pgcorral::session::scan::classify(black_box(sql))))
+        b.iter(|| black_box(classify(black_box(sql))))
+    });
+    let sql: &[u8] = b"SELECT o.id, o.created_at, c.name, sum(l.quantity * l.unit_price) AS total \
+        FROM orders o JOIN customers c ON c.id = o.customer_id \
+        JOIN order_lines l ON l.order_id = o.id \
+        WHERE o.created_at >= $1 AND c.country = $2 \
+        GROUP BY o.id, o.created_at, c.name ORDER BY total DESC LIMIT 50";
+    c.bench_function("classify_select_with_joins", |b| {
+        b.iter(|| black_box(classify(black_box(sql))))
+    });
+    let sql: &[u8] = b"SELECT t.id, t.payload INTO TEMP recent_events FROM events t \
+        WHERE t.created_at > now() - interval '1 hour'";
+    c.bench_function("classify_select_into_temp", |b| {
+        b.iter(|| black_box(classify(black_box(sql))))
     });
 }
 
