@@ -5,8 +5,9 @@
 //! extended-protocol batch PostgreSQL skips everything up to Sync, and so does the queue.
 //!
 //! Most simple Queries need none of that: one that is no statement command pgcorral handles,
-//! sent when nothing else is queued, is only counted (see [`Expected::queue_counted`]). Counted
-//! Queries come before every queued entry, and each one's answers, whatever they are, end at
+//! sent when nothing else is queued, is only counted (see [`Expected::queue_counted`]), and so
+//! is a whole extended batch of the unnamed statement (see `Link::counted_batch`). Counted
+//! entries come before every queued entry, and each one's answers, whatever they are, end at
 //! its ReadyForQuery.
 
 use std::collections::VecDeque;
