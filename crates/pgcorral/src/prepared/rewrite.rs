@@ -147,8 +147,13 @@ impl Link<'_> {
                     parsed = body.first() == Some(&0);
                     parsed
                 }
+                // The portal's name (usually empty: found at once), then the statement's.
                 fe::BIND => {
-                    parsed && memchr::memchr(0, body).is_some_and(|i| body.get(i + 1) == Some(&0))
+                    parsed
+                        && body
+                            .iter()
+                            .position(|&b| b == 0)
+                            .is_some_and(|i| body.get(i + 1) == Some(&0))
                 }
                 fe::DESCRIBE | fe::CLOSE => match body.first() {
                     Some(b'P') => true,
