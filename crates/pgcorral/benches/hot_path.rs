@@ -119,6 +119,75 @@ fn scans(c: &mut Criterion) {
         })
     });
     assert!(expect.is_empty() && wout.is_empty() && fout.is_empty());
+
+    // pgbench -S -M extended in transaction mode: Parse of the unnamed statement, Bind,
+    // Describe of the portal, Execute and Sync, answered ParseComplete, BindComplete and the
+    // rows; each exchange is a new relay (the unnamed statement is not known to be on the
+    // server until parsed there).
+    let mut batch = BytesMut::new();
+    encode::parse(
+        &mut batch,
+        b"",
+        b"SELECT abalance FROM pgbench_accounts WHERE aid = $1;\0\0\0",
+    );
+    encode::message(&mut batch, b'B', |b| {
+        b.extend_from_slice(b"\0\0\0\0\0\x01\0\0\0\x0548213\0\0")
+    });
+    encode::describe(&mut batch, b'P', b"");
+    encode::message(&mut batch, b'E', |b| b.extend_from_slice(b"\0\0\0\0\0"));
+    encode::sync(&mut batch);
+    let mut ext_answer = BytesMut::new();
+    encode::empty(&mut ext_answer, pgwire::backend::PARSE_COMPLETE);
+    encode::empty(&mut ext_answer, pgwire::backend::BIND_COMPLETE);
+    ext_answer.extend_from_slice(&answer);
+    c.bench_function("scan_request_and_answer_extended", |b| {
+        b.iter(|| {
+            let mut st = LinkState::default();
+            let mut params = Default::default();
+            let (mut cp, mut sp) = (0, 0);
+            let mut unnamed_here = false;
+            let mut link = Link {
+                registry: &registry,
+                max: 200,
+                client: &mut client,
+                server: &mut server,
+                expect: &mut expect,
+                out: &mut wout,
+                unnamed_here: &mut unnamed_here,
+            };
+            let c = scan_client(
+                black_box(&batch),
+                &mut cp,
+                &mut st,
+                Track::Pin,
+                &mut Vec::new(),
+                1 << 30,
+                Some(&mut link),
+            )
+            .unwrap();
+            let mut answers = Answers {
+                registry: &registry,
+                expect: &mut expect,
+                server: &mut server,
+                client: &mut client,
+                out: &mut fout,
+            };
+            let s = scan_server(
+                black_box(&ext_answer),
+                &mut sp,
+                &mut st,
+                &mut params,
+                true,
+                false,
+                1 << 30,
+                Some(&mut answers),
+            )
+            .unwrap();
+            assert_eq!((c.ready, s.ready), (batch.len(), ext_answer.len()));
+            black_box((c.ready, s.ready))
+        })
+    });
+    assert!(expect.is_empty() && wout.is_empty() && fout.is_empty());
 }
 
 /// The session pre-filter (it runs on every Query and Parse of pooled clients): a pgbench query

@@ -344,6 +344,8 @@ pub fn scan_server(
                     let ignored = st.copy_in_started();
                     if let Some(a) = answers.as_deref_mut() {
                         a.expect.drop_syncs_after_head(ignored);
+                        // The Sync of a counted batch may have been one of them.
+                        counted = a.expect.only_counted();
                     }
                 }
                 pos += pgwire::header::HEADER_LEN;
@@ -388,6 +390,8 @@ pub fn scan_client(
     let mut out = ClientScan::default();
     let mut pos = 0;
     let mut front = 0;
+    // Where a counted extended batch (see [`Link::counted_batch`]) being scanned ends.
+    let mut batch_end = 0;
     loop {
         if !skip_body(buf.len(), &mut pos, pass) {
             break;
@@ -400,14 +404,20 @@ pub fn scan_client(
             out.held = true;
             break;
         }
-        // A simple Query that cannot be a statement command, when nothing else is owed: only
-        // counted (its answers end at its ReadyForQuery), not planned, recorded and followed.
-        let mut count_only = false;
-        if let Some(l) = link.as_deref_mut() {
+        // A simple Query that cannot be a statement command, or an extended batch of the
+        // unnamed statement wholly buffered, when nothing else is owed: only counted (its
+        // answers end at its ReadyForQuery), not planned, recorded and followed.
+        let mut count_only = pos < batch_end;
+        if let Some(l) = link.as_deref_mut().filter(|_| !count_only) {
             if h.tag == frontend::QUERY && l.counts() {
                 match maybe_command(h, &buf[pos..]) {
                     None => break, // its first word is still to come
                     Some(maybe) => count_only = !maybe,
+                }
+            } else if h.tag == frontend::PARSE {
+                if let Some(n) = l.counted_batch(&buf[pos..], max) {
+                    batch_end = pos + n;
+                    count_only = true;
                 }
             }
         }
@@ -485,7 +495,7 @@ pub fn scan_client(
         }
         if let Some(l) = link.as_deref_mut() {
             if count_only {
-                l.expect.queue_counted();
+                l.counted(h, &buf[pos..]);
             } else {
                 l.raw(h, &buf[pos..], counted);
             }
@@ -1564,6 +1574,247 @@ mod tests {
             t.client.named(b"s1").is_none(),
             "the failed Parse is undone"
         );
+    }
+
+    /// What pgbench -M extended sends for one statement: the unnamed one parsed, bound,
+    /// described, executed, synced.
+    fn unnamed_batch(sql: &str) -> Vec<u8> {
+        msgs(&[
+            parse("", sql),
+            bind(""),
+            msg(b'D', b"P\0"),
+            msg(b'E', b"\0\0\0\0\0"),
+            msg(b'S', b""),
+        ])
+    }
+
+    /// Its answer: ParseComplete, BindComplete, the rows and ReadyForQuery.
+    fn unnamed_answer() -> Vec<u8> {
+        msgs(&[msg(b'1', b""), msg(b'2', b""), rows()])
+    }
+
+    /// A batch of the unnamed statement, wholly buffered, is counted: sent as it is, nothing
+    /// queued or kept for a retry, its Parse remembered; its answers pass wherever reads split
+    /// them. Split across the client's reads it is tracked as before, to the same effect.
+    #[test]
+    fn an_unnamed_batch_is_counted_and_split_ones_are_tracked() {
+        let batch = unnamed_batch("select 1");
+        let answer = unnamed_answer();
+        for cut in 0..answer.len() {
+            let mut t = Tracked::default();
+            let mut st = LinkState::default();
+            assert_eq!(t.send(&batch, &mut st), batch);
+            assert!(t.expect.only_counted() && t.expect.replay.is_idle());
+            assert_eq!(t.client.unnamed(), Some(&b"select 1\0\0\0"[..]));
+            assert!(t.unnamed_here);
+            let mut shown = t.receive(&answer[..cut], &mut st);
+            shown.extend(t.receive(&answer[cut..], &mut st));
+            assert_eq!(tags_of(&shown), "12TDCZ", "cut at {cut}");
+            assert!(t.expect.is_empty() && st.is_idle(), "cut at {cut}");
+        }
+        for cut in 0..batch.len() {
+            let mut t = Tracked::default();
+            let mut st = LinkState::default();
+            let mut sent = t.send(&batch[..cut], &mut st);
+            assert!(!t.expect.only_counted() || cut == 0, "cut at {cut}");
+            sent.extend(t.send(&batch[cut..], &mut st));
+            assert_eq!(sent, batch, "cut at {cut}");
+            assert_eq!(t.client.unnamed(), Some(&b"select 1\0\0\0"[..]));
+            assert_eq!(tags_of(&t.receive(&answer, &mut st)), "12TDCZ");
+            assert!(t.expect.is_empty() && st.is_idle(), "cut at {cut}");
+        }
+    }
+
+    /// What a counted batch cannot be: one that uses a named statement, or the unnamed one
+    /// without parsing it first, or holds a Query.
+    #[test]
+    fn batches_that_need_tracking_are_not_counted() {
+        for batch in [
+            msgs(&[parse("s1", "select 1"), bind("s1"), msg(b'S', b"")]),
+            msgs(&[parse("", "select 1"), bind("s1"), msg(b'S', b"")]),
+            msgs(&[parse("", "select 1"), msg(b'D', b"Ss1\0"), msg(b'S', b"")]),
+            msgs(&[parse("", "select 1"), msg(b'C', b"Ss1\0"), msg(b'S', b"")]),
+            msgs(&[bind(""), msg(b'E', b"\0\0\0\0\0"), msg(b'S', b"")]),
+            msgs(&[
+                parse("", "select 1"),
+                msg(b'Q', b"select 1\0"),
+                msg(b'S', b""),
+            ]),
+            msgs(&[
+                parse("", "select 1"),
+                parse("s2", "select 2"),
+                msg(b'S', b""),
+            ]),
+        ] {
+            let mut t = Tracked::default();
+            let mut st = LinkState::default();
+            t.client.add_named(
+                b"s1",
+                t.registry
+                    .intern(crate::prepared::Source::Parse(bytes::Bytes::from_static(
+                        b"select 1\0\0\0",
+                    ))),
+            );
+            t.send(&batch, &mut st);
+            assert!(!t.expect.only_counted(), "{:?}", tags_of(&batch));
+        }
+        // Behind anything owed, a batch is tracked too.
+        let mut t = Tracked::default();
+        let mut st = LinkState::default();
+        t.send(&parse("s1", "select 1"), &mut st);
+        t.send(&unnamed_batch("select 2"), &mut st);
+        assert!(!t.expect.only_counted());
+        let answer = msgs(&[msg(b'1', b""), unnamed_answer()]);
+        assert_eq!(tags_of(&t.receive(&answer, &mut st)), "112TDCZ");
+        assert!(t.expect.is_empty() && st.is_idle());
+    }
+
+    /// Errors inside a counted batch (its Parse, its Execute) reach the client, and its
+    /// ReadyForQuery still ends it; the failed text is remembered as PostgreSQL's unnamed
+    /// statement is gone.
+    #[test]
+    fn errors_inside_a_counted_batch_end_at_its_ready_for_query() {
+        let e = msg(b'E', b"SERROR\0C42601\0Msyntax error\0\0");
+        for answer in [
+            msgs(&[e.clone(), msg(b'Z', b"I")]),
+            msgs(&[msg(b'1', b""), msg(b'2', b""), e, msg(b'Z', b"I")]),
+        ] {
+            let mut t = Tracked::default();
+            let mut st = LinkState::default();
+            t.send(&unnamed_batch("select bad"), &mut st);
+            assert!(t.expect.only_counted());
+            assert_eq!(tags_of(&t.receive(&answer, &mut st)), tags_of(&answer));
+            assert!(t.expect.is_empty() && st.is_idle() && !t.expect.skipping);
+            // The next batch is counted again.
+            t.send(&unnamed_batch("select 1"), &mut st);
+            assert!(t.expect.only_counted());
+            assert_eq!(tags_of(&t.receive(&unnamed_answer(), &mut st)), "12TDCZ");
+            assert!(t.expect.is_empty() && st.is_idle());
+        }
+    }
+
+    /// Counted batches pipelined with named statements: the ParseComplete pgcorral owes for a
+    /// statement the server has comes after the counted batch's answers, wherever reads split
+    /// them; a later Bind of the unnamed statement in another relay (another server) parses it
+    /// again, hidden.
+    #[test]
+    fn counted_batches_mix_with_named_statements() {
+        let answer = msgs(&[
+            unnamed_answer(),
+            msg(b'2', b""),
+            msg(b'C', b"SELECT 1\0"),
+            msg(b'Z', b"I"),
+        ]);
+        for cut in 0..answer.len() {
+            let mut t = Tracked::default();
+            let mut st = LinkState::default();
+            t.server.insert(
+                &t.registry
+                    .intern(crate::prepared::Source::Parse(bytes::Bytes::from_static(
+                        b"select 2\0\0\0",
+                    ))),
+                0,
+            );
+            let sent = t.send(
+                &msgs(&[
+                    unnamed_batch("select 1"),
+                    parse("s1", "select 2"),
+                    bind("s1"),
+                    msg(b'E', b"\0\0\0\0\0"),
+                    msg(b'S', b""),
+                ]),
+                &mut st,
+            );
+            assert_eq!(tags_of(&sent), "PBDESBES");
+            assert!(String::from_utf8_lossy(&sent).contains("pgcorral_1\0"));
+            let mut shown = t.receive(&answer[..cut], &mut st);
+            shown.extend(t.receive(&answer[cut..], &mut st));
+            assert_eq!(tags_of(&shown), "12TDCZ12CZ", "cut at {cut}");
+            assert!(t.expect.is_empty() && st.is_idle(), "cut at {cut}");
+
+            // Another relay: the unnamed statement is not known to be on this server.
+            t.unnamed_here = false;
+            let sent = t.send(
+                &msgs(&[
+                    bind(""),
+                    msg(b'D', b"P\0"),
+                    msg(b'E', b"\0\0\0\0\0"),
+                    msg(b'S', b""),
+                ]),
+                &mut st,
+            );
+            assert_eq!(tags_of(&sent), "PBDES");
+            assert!(sent.windows(9).any(|w| w == b"select 1\0"));
+            assert_eq!(tags_of(&t.receive(&unnamed_answer(), &mut st)), "2TDCZ");
+            assert!(t.expect.is_empty() && st.is_idle());
+        }
+    }
+
+    /// A counted batch keeps nothing for a retry, and the batch of a named statement after it
+    /// is still retried when the statement went stale.
+    #[test]
+    fn a_stale_named_statement_after_counted_batches_is_retried() {
+        let mut t = Tracked::default();
+        let mut st = LinkState::default();
+        t.send(
+            &msgs(&[parse("s1", "select * from t"), msg(b'S', b"")]),
+            &mut st,
+        );
+        t.receive(&msgs(&[msg(b'1', b""), msg(b'Z', b"I")]), &mut st);
+        t.send(&unnamed_batch("select 1"), &mut st);
+        assert!(t.expect.only_counted() && t.expect.replay.is_idle());
+        t.receive(&unnamed_answer(), &mut st);
+        let named = msgs(&[
+            bind("s1"),
+            msg(b'D', b"P\0"),
+            msg(b'E', b"\0\0\0\0\0"),
+            msg(b'S', b""),
+        ]);
+        assert_eq!(tags_of(&t.send(&named, &mut st)), "BDES");
+        let stale = msg(
+            b'E',
+            b"SERROR\0C0A000\0Mcached plan must not change result type\0\0",
+        );
+        let mut buf = msgs(&[stale, msg(b'Z', b"I")]);
+        let (mut shown, mut replay) = (Vec::new(), false);
+        loop {
+            let (s, part) = t.server(&buf, &mut 0, &mut st);
+            shown.extend(part);
+            replay |= s.replay;
+            buf.drain(..s.ready);
+            if !s.again {
+                break;
+            }
+        }
+        assert!(buf.is_empty() && shown.is_empty() && replay);
+        assert_eq!(t.expect.replay.take_due().as_deref(), Some(&named[..]));
+    }
+
+    /// COPY FROM STDIN run by a counted batch: PostgreSQL ignores the batch's Sync, so its
+    /// answers end at the ReadyForQuery of the Sync sent after the COPY.
+    #[test]
+    fn copy_in_from_a_counted_batch() {
+        let mut t = Tracked::default();
+        let mut st = LinkState::default();
+        t.send(&unnamed_batch("copy t from stdin"), &mut st);
+        assert!(t.expect.only_counted());
+        let start = msgs(&[msg(b'1', b""), msg(b'2', b""), msg(b'G', b"\0\0\0")]);
+        assert_eq!(tags_of(&t.receive(&start, &mut st)), "12G");
+        assert_eq!((st.pending, st.unsynced), (0, true));
+        t.send(
+            &msgs(&[msg(b'd', b"1\n"), msg(b'c', b""), msg(b'S', b"")]),
+            &mut st,
+        );
+        let (s, shown) = t.server(
+            &msgs(&[msg(b'C', b"COPY 1\0"), msg(b'Z', b"I")]),
+            &mut 0,
+            &mut st,
+        );
+        assert_eq!(
+            (tags_of(&shown), s.stop),
+            ("CZ".into(), Some(Outcome::Idle))
+        );
+        assert!(t.expect.is_empty() && st.is_idle());
     }
 
     fn tags_of(mut b: &[u8]) -> String {

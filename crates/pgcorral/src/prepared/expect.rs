@@ -5,8 +5,9 @@
 //! extended-protocol batch PostgreSQL skips everything up to Sync, and so does the queue.
 //!
 //! Most simple Queries need none of that: one that is no statement command pgcorral handles,
-//! sent when nothing else is queued, is only counted (see [`Expected::queue_counted`]). Counted
-//! Queries come before every queued entry, and each one's answers, whatever they are, end at
+//! sent when nothing else is queued, is only counted (see [`Expected::queue_counted`]), and so
+//! is a whole extended batch of the unnamed statement (see `Link::counted_batch`). Counted
+//! entries come before every queued entry, and each one's answers, whatever they are, end at
 //! its ReadyForQuery.
 
 use std::collections::VecDeque;
@@ -174,8 +175,9 @@ impl Expected {
         self.q.is_empty() && !self.skipping && !self.dropping && self.replay.is_idle()
     }
 
-    /// Counts a client's simple Query (after [`Expected::counts_query`]): its answers, whatever
-    /// they are, reach the client, and its ReadyForQuery ends them.
+    /// Counts a client's simple Query, or the Sync of an extended batch that is only counted
+    /// (after [`Expected::counts_query`]): its answers, whatever they are, reach the client,
+    /// and its ReadyForQuery ends them.
     #[inline]
     pub fn queue_counted(&mut self) {
         debug_assert!(self.counts_query());
@@ -277,13 +279,25 @@ impl Expected {
 
     /// Drops `n` Sync entries right after the head (an Execute whose COPY IN makes PostgreSQL
     /// ignore them).
-    pub fn drop_syncs_after_head(&mut self, n: u32) {
-        // Where the entries after the head begin: behind a counted head, another counted Query
-        // or the first queued entry.
-        let after = match self.counted {
-            0 => 1,
-            1 => 0,
-            _ => return,
+    ///
+    /// With counted entries owed, the Execute is in the counted head, an extended batch (see
+    /// `Link::counted_batch`): the server answers the COPY only when nothing sent before that
+    /// Execute is outstanding, and a counted Query holds no Execute. The batch's own Sync is
+    /// the first ignored: its answers run on to the next ReadyForQuery, that of a Sync sent
+    /// after the COPY, so it is uncounted, and the next ignored Syncs are the first queued
+    /// entries (a batch after it would have ended the run of Syncs that PostgreSQL ignores).
+    pub fn drop_syncs_after_head(&mut self, mut n: u32) {
+        let after = if self.counted == 0 {
+            1
+        } else if n == 0 {
+            return;
+        } else {
+            self.counted -= 1;
+            n -= 1;
+            if self.counted > 0 {
+                return;
+            }
+            0
         };
         for _ in 0..n {
             if matches!(self.q.get(after), Some(Expect::Msg { msg: Msg::Sync, .. })) {
@@ -648,21 +662,32 @@ mod tests {
     }
 
     #[test]
-    fn syncs_ignored_in_copy_in_after_a_counted_head() {
-        // A counted Query then a Sync: behind a counted head, the Sync is the first queued entry.
+    fn syncs_ignored_in_copy_in_from_a_counted_batch() {
+        // A counted batch whose Execute starts COPY IN, and a Sync right after it (queued):
+        // PostgreSQL ignores both; the batch's answers run on to the ReadyForQuery of the Sync
+        // sent after the COPY.
         let mut e = Expected::default();
         e.queue_counted();
         e.push(Msg::Sync);
-        e.drop_syncs_after_head(1);
-        assert_eq!(run(&mut e, b"GCZ"), ["G Forward", "C Forward", "Z Forward"]);
+        e.drop_syncs_after_head(2);
         assert!(e.is_empty());
-        // Behind two counted Queries, the next one follows the head.
+        e.push(Msg::Sync);
+        assert_eq!(run(&mut e, b"CZ"), ["C Forward", "Z Forward"]);
+        assert!(e.is_empty());
+        // Only its own Sync ignored, another counted batch behind it: that one's ReadyForQuery
+        // ends both.
         let mut e = Expected::default();
         e.queue_counted();
         e.queue_counted();
-        e.push(Msg::Sync);
         e.drop_syncs_after_head(1);
-        assert_eq!(run(&mut e, b"ZZZ").len(), 3);
+        assert!(e.only_counted());
+        assert_eq!(run(&mut e, b"CZ"), ["C Forward", "Z Forward"]);
+        assert!(e.is_empty());
+        // No Sync ignored: nothing changes.
+        let mut e = Expected::default();
+        e.queue_counted();
+        e.drop_syncs_after_head(0);
+        assert_eq!(run(&mut e, b"Z"), ["Z Forward"]);
         assert!(e.is_empty());
     }
 

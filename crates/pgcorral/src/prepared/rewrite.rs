@@ -116,6 +116,77 @@ impl Link<'_> {
         self.expect.counts_query()
     }
 
+    /// The length of the extended batch at the start of `buf` (through its Sync) when it can
+    /// be counted like a simple Query (see [`Expected::queue_counted`]) instead of planned,
+    /// recorded and followed message by message: nothing else is owed or skipped
+    /// ([`Link::counts`]), the whole batch is buffered, it parses the unnamed statement, and
+    /// every message would go to the server unchanged with an answer that is the client's
+    /// and needs no matching: that Parse, Bind and Describe of the unnamed statement after
+    /// it, Describe and Close of portals, Close of the unnamed statement, Execute and Flush.
+    /// Its answers, whatever they are (an error included: the server skips to the batch's
+    /// own Sync), end at its ReadyForQuery.
+    ///
+    /// Nothing of it is kept for a retry ([`super::replay`]): a Bind of a statement parsed in
+    /// the same batch cannot find it stale, as the Parse's locks on what it reads hold until
+    /// the Sync (the implicit transaction's end), and no other session can change the
+    /// statement's tables in between.
+    #[inline]
+    pub fn counted_batch(&self, buf: &[u8], max: u32) -> Option<usize> {
+        if !self.counts() {
+            return None;
+        }
+        let mut pos = 0;
+        let mut parsed = false;
+        loop {
+            let h = Header::parse(buf.get(pos..)?, max).ok()??;
+            let end = pos + h.total_len();
+            let body = buf.get(pos + HEADER_LEN..end)?;
+            let unnamed_stmt = || parsed && body.get(1) == Some(&0);
+            let plain = match h.tag {
+                fe::PARSE => {
+                    parsed = body.first() == Some(&0);
+                    parsed
+                }
+                // The portal's name (usually empty: found at once), then the statement's.
+                fe::BIND => {
+                    parsed
+                        && body
+                            .iter()
+                            .position(|&b| b == 0)
+                            .is_some_and(|i| body.get(i + 1) == Some(&0))
+                }
+                fe::DESCRIBE | fe::CLOSE => match body.first() {
+                    Some(b'P') => true,
+                    Some(b'S') => unnamed_stmt(),
+                    _ => false,
+                },
+                fe::EXECUTE | fe::FLUSH => true,
+                fe::SYNC => return parsed.then_some(end),
+                _ => false,
+            };
+            if !plain {
+                return None;
+            }
+            pos = end;
+        }
+    }
+
+    /// Records a message of a counted batch ([`Link::counted_batch`]) or a counted simple
+    /// Query (after [`maybe_command`] said no and [`Link::counts`] yes): its Parse of the
+    /// unnamed statement is remembered for a later Bind on another server, and its Sync (or
+    /// the Query) is counted.
+    #[inline]
+    pub fn counted(&mut self, h: Header, msg: &[u8]) {
+        match h.tag {
+            fe::QUERY | fe::SYNC => self.expect.queue_counted(),
+            fe::PARSE => {
+                self.client.set_unnamed(&msg[HEADER_LEN + 1..h.total_len()]);
+                *self.unnamed_here = true;
+            }
+            _ => {}
+        }
+    }
+
     /// Decides what the message at the start of `buf` (header `h`) needs, without changing
     /// anything.
     pub fn plan(&self, h: Header, buf: &[u8]) -> Plan {
