@@ -67,58 +67,11 @@ fn scans(c: &mut Criterion) {
     // The same exchange in transaction mode, where every client message goes through the
     // prepared-statement machinery (`Mode::prepared` is set): what a link keeps between
     // exchanges (statements, the answers owed) lives outside the loop, as on a real server.
-    let registry = Registry::default();
-    let mut client = ClientStatements::default();
-    let mut server = ServerStatements::default();
-    let mut expect = Expected::default();
-    let (mut wout, mut fout) = (BytesMut::new(), BytesMut::new());
+    let mut link = Tracked::default();
     c.bench_function("scan_request_and_answer_prepared", |b| {
-        b.iter(|| {
-            let mut st = LinkState::default();
-            let mut params = Default::default();
-            let (mut cp, mut sp) = (0, 0);
-            let mut unnamed_here = false;
-            let mut link = Link {
-                registry: &registry,
-                max: 200,
-                client: &mut client,
-                server: &mut server,
-                expect: &mut expect,
-                out: &mut wout,
-                unnamed_here: &mut unnamed_here,
-            };
-            let c = scan_client(
-                black_box(&q),
-                &mut cp,
-                &mut st,
-                Track::Pin,
-                &mut Vec::new(),
-                1 << 30,
-                Some(&mut link),
-            )
-            .unwrap();
-            let mut answers = Answers {
-                registry: &registry,
-                expect: &mut expect,
-                server: &mut server,
-                client: &mut client,
-                out: &mut fout,
-            };
-            let s = scan_server(
-                black_box(&answer),
-                &mut sp,
-                &mut st,
-                &mut params,
-                true,
-                false,
-                1 << 30,
-                Some(&mut answers),
-            )
-            .unwrap();
-            black_box((c.ready, s.ready))
-        })
+        b.iter(|| black_box(link.exchange(black_box(&q), black_box(&answer))))
     });
-    assert!(expect.is_empty() && wout.is_empty() && fout.is_empty());
+    link.assert_settled();
 
     // pgbench -S -M extended in transaction mode: Parse of the unnamed statement, Bind,
     // Describe of the portal, Execute and Sync, answered ParseComplete, BindComplete and the
@@ -142,52 +95,77 @@ fn scans(c: &mut Criterion) {
     ext_answer.extend_from_slice(&answer);
     c.bench_function("scan_request_and_answer_extended", |b| {
         b.iter(|| {
-            let mut st = LinkState::default();
-            let mut params = Default::default();
-            let (mut cp, mut sp) = (0, 0);
-            let mut unnamed_here = false;
-            let mut link = Link {
-                registry: &registry,
-                max: 200,
-                client: &mut client,
-                server: &mut server,
-                expect: &mut expect,
-                out: &mut wout,
-                unnamed_here: &mut unnamed_here,
-            };
-            let c = scan_client(
-                black_box(&batch),
-                &mut cp,
-                &mut st,
-                Track::Pin,
-                &mut Vec::new(),
-                1 << 30,
-                Some(&mut link),
-            )
-            .unwrap();
-            let mut answers = Answers {
-                registry: &registry,
-                expect: &mut expect,
-                server: &mut server,
-                client: &mut client,
-                out: &mut fout,
-            };
-            let s = scan_server(
-                black_box(&ext_answer),
-                &mut sp,
-                &mut st,
-                &mut params,
-                true,
-                false,
-                1 << 30,
-                Some(&mut answers),
-            )
-            .unwrap();
-            assert_eq!((c.ready, s.ready), (batch.len(), ext_answer.len()));
-            black_box((c.ready, s.ready))
+            let r = link.exchange(black_box(&batch), black_box(&ext_answer));
+            assert_eq!(r, (batch.len(), ext_answer.len()));
+            black_box(r)
         })
     });
-    assert!(expect.is_empty() && wout.is_empty() && fout.is_empty());
+    link.assert_settled();
+}
+
+/// What a server link keeps between exchanges when prepared statements are tracked.
+#[derive(Default)]
+struct Tracked {
+    registry: Registry,
+    client: ClientStatements,
+    server: ServerStatements,
+    expect: Expected,
+    wout: BytesMut,
+    fout: BytesMut,
+}
+
+impl Tracked {
+    /// One relay's scans of `request` then `answer` (a new relay each time); the bytes each
+    /// side may forward.
+    fn exchange(&mut self, request: &[u8], answer: &[u8]) -> (usize, usize) {
+        let mut st = LinkState::default();
+        let mut params = Default::default();
+        let (mut cp, mut sp) = (0, 0);
+        let mut unnamed_here = false;
+        let mut link = Link {
+            registry: &self.registry,
+            max: 200,
+            client: &mut self.client,
+            server: &mut self.server,
+            expect: &mut self.expect,
+            out: &mut self.wout,
+            unnamed_here: &mut unnamed_here,
+        };
+        let c = scan_client(
+            request,
+            &mut cp,
+            &mut st,
+            Track::Pin,
+            &mut Vec::new(),
+            1 << 30,
+            Some(&mut link),
+        )
+        .unwrap();
+        let mut answers = Answers {
+            registry: &self.registry,
+            expect: &mut self.expect,
+            server: &mut self.server,
+            client: &mut self.client,
+            out: &mut self.fout,
+        };
+        let s = scan_server(
+            answer,
+            &mut sp,
+            &mut st,
+            &mut params,
+            true,
+            false,
+            1 << 30,
+            Some(&mut answers),
+        )
+        .unwrap();
+        (c.ready, s.ready)
+    }
+
+    /// Nothing owed and nothing of pgcorral's own left to send after whole exchanges.
+    fn assert_settled(&self) {
+        assert!(self.expect.is_empty() && self.wout.is_empty() && self.fout.is_empty());
+    }
 }
 
 /// The session pre-filter (it runs on every Query and Parse of pooled clients): a pgbench query
