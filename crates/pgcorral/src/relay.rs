@@ -953,6 +953,21 @@ mod tests {
         v
     }
 
+    /// [`scan_server`] in transaction mode without prepared-statement tracking.
+    fn scan_plain(buf: &[u8], pass: &mut usize, st: &mut LinkState) -> ServerScan {
+        scan_server(
+            buf,
+            pass,
+            st,
+            &mut Default::default(),
+            true,
+            false,
+            1 << 20,
+            None,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn server_scan_stops_after_idle_ready() {
         let mut buf = msg(b'T', b"rowdesc");
@@ -966,17 +981,7 @@ mod tests {
             ..Default::default()
         };
         let mut pass = 0;
-        let s = scan_server(
-            &buf,
-            &mut pass,
-            &mut st,
-            &mut Default::default(),
-            true,
-            false,
-            1 << 20,
-            None,
-        )
-        .unwrap();
+        let s = scan_plain(&buf, &mut pass, &mut st);
         assert_eq!(s.ready, z_end);
         assert_eq!(s.stop, Some(Outcome::Idle));
         assert!(st.is_idle());
@@ -990,30 +995,10 @@ mod tests {
             ..Default::default()
         };
         let mut pass = 0;
-        let s = scan_server(
-            &full[..40],
-            &mut pass,
-            &mut st,
-            &mut Default::default(),
-            true,
-            false,
-            1 << 20,
-            None,
-        )
-        .unwrap();
+        let s = scan_plain(&full[..40], &mut pass, &mut st);
         assert_eq!(s.ready, 40);
         assert_eq!(pass, 104 - 40 + 1);
-        let s = scan_server(
-            &full[40..],
-            &mut pass,
-            &mut st,
-            &mut Default::default(),
-            true,
-            false,
-            1 << 20,
-            None,
-        )
-        .unwrap();
+        let s = scan_plain(&full[40..], &mut pass, &mut st);
         assert_eq!(s.ready, full.len() - 40);
         assert_eq!(pass, 0);
     }
@@ -1026,29 +1011,9 @@ mod tests {
             ..Default::default()
         };
         let mut pass = 0;
-        let s = scan_server(
-            &z[..3],
-            &mut pass,
-            &mut st,
-            &mut Default::default(),
-            true,
-            false,
-            1 << 20,
-            None,
-        )
-        .unwrap();
+        let s = scan_plain(&z[..3], &mut pass, &mut st);
         assert_eq!((s.ready, s.done), (0, Done::default()));
-        let s = scan_server(
-            &z,
-            &mut pass,
-            &mut st,
-            &mut Default::default(),
-            true,
-            false,
-            1 << 20,
-            None,
-        )
-        .unwrap();
+        let s = scan_plain(&z, &mut pass, &mut st);
         assert_eq!(s.ready, z.len());
         assert_eq!(s.stop, None);
         assert_eq!(st.tx, TxStatus::InTransaction);
@@ -1064,17 +1029,7 @@ mod tests {
         let mut two = msg(b'Z', b"I");
         two.extend(msg(b'Z', b"T"));
         st.pending = 2;
-        let s = scan_server(
-            &two,
-            &mut 0,
-            &mut st,
-            &mut Default::default(),
-            true,
-            false,
-            1 << 20,
-            None,
-        )
-        .unwrap();
+        let s = scan_plain(&two, &mut 0, &mut st);
         assert_eq!(
             s.done,
             Done {
@@ -1115,17 +1070,7 @@ mod tests {
             pending: 1,
             ..Default::default()
         };
-        let s = scan_server(
-            &buf,
-            &mut 0,
-            &mut st,
-            &mut Default::default(),
-            true,
-            false,
-            1 << 20,
-            None,
-        )
-        .unwrap();
+        let s = scan_plain(&buf, &mut 0, &mut st);
         assert!(s.fatal && st.broken);
     }
 
