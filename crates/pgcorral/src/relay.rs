@@ -13,7 +13,6 @@ use pgwire::backend::{self, TxStatus};
 use pgwire::frontend::{self, Kind as FeKind};
 use pgwire::{FrameError, Header};
 use tokio::io::AsyncWrite;
-use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
 use crate::pool::stats::{Done, Meter, Stats, Totals};
@@ -688,6 +687,8 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     // A batch whose stale-plan error was hidden goes to the server again, ahead of anything
     // the client sent since, once nothing of the client's is part-way out.
     let mut replay_due = false;
+    // Sockets are read and written straight, outside tokio's task budget: this is the relay's.
+    let mut budget = crate::net::direct::Budget::new();
 
     loop {
         if c_held && server.state.pending == 0 && s_ready == 0 && s_stop.is_none() {
@@ -814,42 +815,34 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     }
                 }
                 if !server.wout.is_empty() {
-                    if let Poll::Ready(r) =
-                        Pin::new(&mut server.stream).poll_write(cx, &server.wout)
-                    {
+                    if let Poll::Ready(r) = server.stream.poll_write_from(cx, &server.wout) {
                         return Poll::Ready(Event::ToServerOwn(r));
                     }
                 } else if c_ready > 0 {
                     if let Poll::Ready(r) =
-                        Pin::new(&mut server.stream).poll_write(cx, &client.buf[..c_ready])
+                        server.stream.poll_write_from(cx, &client.buf[..c_ready])
                     {
                         return Poll::Ready(Event::ToServer(r));
                     }
                 }
                 if !server.fout.is_empty() {
-                    if let Poll::Ready(r) =
-                        Pin::new(&mut client.stream).poll_write(cx, &server.fout)
-                    {
+                    if let Poll::Ready(r) = client.stream.poll_write_from(cx, &server.fout) {
                         return Poll::Ready(Event::ToClientOwn(r));
                     }
                 } else if s_ready > 0 {
                     if let Poll::Ready(r) =
-                        Pin::new(&mut client.stream).poll_write(cx, &server.rbuf[..s_ready])
+                        client.stream.poll_write_from(cx, &server.rbuf[..s_ready])
                     {
                         return Poll::Ready(Event::ToClient(r));
                     }
                 }
                 if read_server {
-                    if let Poll::Ready(r) =
-                        poll_read_buf(Pin::new(&mut server.stream), cx, &mut server.rbuf)
-                    {
+                    if let Poll::Ready(r) = server.stream.poll_read_into(cx, &mut server.rbuf) {
                         return Poll::Ready(Event::FromServer(r));
                     }
                 }
                 if read_client {
-                    if let Poll::Ready(r) =
-                        poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.buf)
-                    {
+                    if let Poll::Ready(r) = client.stream.poll_read_into(cx, &mut client.buf) {
                         return Poll::Ready(Event::FromClient(r));
                     }
                 }
@@ -864,6 +857,9 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
             })
             .await
         };
+        if budget.spend() {
+            tokio::task::yield_now().await;
+        }
 
         match ev {
             Event::ToServer(Ok(n)) if n > 0 => {

@@ -9,7 +9,6 @@ use bytes::Buf;
 use pgwire::frontend::{self, Kind as FeKind};
 use pgwire::Header;
 use tokio::time::Sleep;
-use tokio_util::io::poll_read_buf;
 
 use super::replies::client_idle_error;
 use super::ClientConn;
@@ -154,7 +153,7 @@ fn read_into_buffer(
     if client.buf.capacity() - client.buf.len() < 1024 {
         client.buf.reserve(IDLE_READ);
     }
-    let r = poll_read_buf(Pin::new(&mut client.stream), cx, &mut client.buf);
+    let r = client.stream.poll_read_into(cx, &mut client.buf);
     if r.is_pending() && client.buf.is_empty() {
         spare::put(std::mem::take(&mut client.buf));
     }

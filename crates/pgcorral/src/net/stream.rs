@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::unix::UnixConn;
@@ -186,6 +186,34 @@ impl Stream {
         }
     }
 
+    /// One read into `buf`'s spare room (the caller makes room). Plaintext sockets read straight
+    /// from the cached readiness ([`super::direct`]); TLS goes through its session.
+    #[inline]
+    pub fn poll_read_into(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        match self {
+            Stream::Plain(s) => super::direct::poll_read_tcp(s, cx, buf),
+            Stream::Unix(s) => s.poll_read_into(cx, buf),
+            _ => tokio_util::io::poll_read_buf(Pin::new(self), cx, buf),
+        }
+    }
+
+    /// One write from `data`; plaintext TCP writes straight when the socket is writable.
+    #[inline]
+    pub fn poll_write_from(
+        &mut self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self {
+            Stream::Plain(s) => super::direct::poll_write_tcp(s, cx, data),
+            _ => Pin::new(self).poll_write(cx, data),
+        }
+    }
+
     /// TLS records written into the session but not yet onto the socket (flush them).
     #[inline]
     pub fn pending_output(&self) -> bool {
@@ -216,16 +244,14 @@ impl Stream {
                 return true;
             }
         }
-        let waker = std::task::Waker::noop();
-        let mut cx = Context::from_waker(waker);
-        let mut probe = [0u8; 1];
-        if let Stream::Unix(s) = self {
-            return idle_check(s.poll_read_ready(&mut cx), || s.try_read(&mut probe));
-        }
-        let Some(s) = self.tcp() else {
-            return true;
+        let probed = match self {
+            Stream::Unix(s) => s.probe(),
+            _ => match self.tcp() {
+                Some(s) => s.try_io(Interest::READABLE, || super::direct::probe(s)),
+                None => return true,
+            },
         };
-        idle_check(s.poll_read_ready(&mut cx), || s.try_read(&mut probe))
+        !matches!(probed, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     /// Takes the socket off the current reactor, to [`Detached::attach`] it on another.
@@ -239,15 +265,6 @@ impl Stream {
             }
             Stream::Closed => Err(not_connected()),
         }
-    }
-}
-
-/// Whether an idle socket with readiness `ready` has something to say (`probe` reads a byte).
-fn idle_check(ready: Poll<io::Result<()>>, probe: impl FnOnce() -> io::Result<usize>) -> bool {
-    match ready {
-        Poll::Pending => false,
-        Poll::Ready(Err(_)) => true,
-        Poll::Ready(Ok(())) => !matches!(probe(), Err(e) if e.kind() == io::ErrorKind::WouldBlock),
     }
 }
 

@@ -4,7 +4,7 @@
 //! transaction). Writes go straight to the socket; only one that would block adds write
 //! interest, as PgBouncer's event loop does. Reads go into the buffer's uninitialised room.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream as StdUnix;
 use std::path::Path;
@@ -53,9 +53,37 @@ impl UnixConn {
         fd.poll_read_ready(cx).map_ok(drop)
     }
 
-    /// One non-blocking read.
-    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.fd()?.get_ref().read(buf)
+    /// One read into `buf`'s spare room, straight from the cached readiness (see
+    /// [`super::direct`]); a short read clears readiness.
+    pub fn poll_read_into(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut bytes::BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        let fd = self.fd()?;
+        loop {
+            let mut short = 0;
+            let r = fd.try_io(Interest::READABLE, |s| {
+                let room = buf.capacity() - buf.len();
+                let n = super::direct::recv_into(s, buf)?;
+                if n > 0 && n < room {
+                    short = n;
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(n)
+            });
+            match super::direct::done(r, short) {
+                Some(r) => return Poll::Ready(r),
+                None => drop(ready!(fd.poll_read_ready(cx))?),
+            }
+        }
+    }
+
+    /// For an idle connection: WouldBlock unless the socket is readable and a one-byte read
+    /// finds something (data, the peer's close or an error); no waker is registered.
+    pub fn probe(&self) -> io::Result<usize> {
+        self.fd()?
+            .try_io(Interest::READABLE, |s| super::direct::probe(s))
     }
 
     /// Registers the socket again, for writability too. The task is woken so that it polls
