@@ -842,7 +842,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     }
                 }
                 if read_client {
-                    if let Poll::Ready(r) = client.stream.poll_read_into(cx, &mut client.buf) {
+                    if let Poll::Ready(r) = client.poll_read(cx) {
                         return Poll::Ready(Event::FromClient(r));
                     }
                 }

@@ -45,6 +45,24 @@ pub struct ClientConn {
     pub custom: Vec<String>,
     /// Its prepared statements (transaction and statement mode); empty until it prepares one.
     pub statements: crate::prepared::ClientStatements,
+    /// The last read of the (plaintext) socket found nothing and left this task registered for
+    /// its next bytes; tokio keeps that registration until they come, so waiting for the next
+    /// request needs no second one.
+    pub read_armed: bool,
+}
+
+impl ClientConn {
+    /// One read into `buf`'s spare room (see [`Stream::poll_read_into`]), noting whether it
+    /// left the task registered for the socket.
+    #[inline]
+    pub fn poll_read(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = self.stream.poll_read_into(cx, &mut self.buf);
+        self.read_armed = r.is_pending() && self.stream.readable_now().is_some();
+        r
+    }
 }
 
 /// The task of one accepted connection, to its end: registers the socket with the reactor of
@@ -104,6 +122,7 @@ fn task(
             worker,
             custom: Vec::new(),
             statements: Default::default(),
+            read_armed: false,
         };
         let count;
         let mut admitted;

@@ -95,6 +95,9 @@ pub(super) fn next_request<'a>(
                     if let Poll::Ready(r) = read_into_buffer(client, cx) {
                         return Poll::Ready(Ok(Some(r)));
                     }
+                } else if client.read_armed && client.stream.readable_now() == Some(false) {
+                    // The relay's last read of the client left this task registered: nothing
+                    // to poll until the client's next bytes wake it.
                 } else if let Poll::Ready(r) = client.stream.poll_read_ready(cx) {
                     return Poll::Ready(
                         r.map(|()| None)
@@ -153,7 +156,7 @@ fn read_into_buffer(
     if client.buf.capacity() - client.buf.len() < 1024 {
         client.buf.reserve(IDLE_READ);
     }
-    let r = client.stream.poll_read_into(cx, &mut client.buf);
+    let r = client.poll_read(cx);
     if r.is_pending() && client.buf.is_empty() {
         spare::put(std::mem::take(&mut client.buf));
     }

@@ -201,6 +201,19 @@ impl Stream {
         }
     }
 
+    /// Whether tokio's cached readiness says a read would find something (data, the peer's
+    /// close or an error), without registering for it; `None` over TLS, whose session may hold
+    /// bytes already read.
+    #[inline]
+    pub fn readable_now(&self) -> Option<bool> {
+        let r = match self {
+            Stream::Plain(s) => s.try_io(Interest::READABLE, || Ok(())),
+            Stream::Unix(s) => s.readable_now(),
+            _ => return None,
+        };
+        Some(r.is_ok())
+    }
+
     /// One write from `data`; plaintext TCP writes straight when the socket is writable.
     #[inline]
     pub fn poll_write_from(

@@ -62,21 +62,21 @@ impl UnixConn {
     ) -> Poll<io::Result<usize>> {
         let fd = self.fd()?;
         loop {
-            let mut short = 0;
-            let r = fd.try_io(Interest::READABLE, |s| {
+            let mut got = None;
+            let _ = fd.try_io(Interest::READABLE, |s| {
                 let room = buf.capacity() - buf.len();
-                let n = super::direct::recv_into(s, buf)?;
-                if n > 0 && n < room {
-                    short = n;
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
-                Ok(n)
+                super::direct::keep(&mut got, super::direct::recv_into(s, buf), room)
             });
-            match super::direct::done(r, short) {
-                Some(r) => return Poll::Ready(r),
-                None => drop(ready!(fd.poll_read_ready(cx))?),
+            if let Some(r) = got {
+                return Poll::Ready(r);
             }
+            drop(ready!(fd.poll_read_ready(cx))?);
         }
+    }
+
+    /// Ok when the cached readiness says a read would find something; no system call.
+    pub fn readable_now(&self) -> io::Result<()> {
+        self.fd()?.try_io(Interest::READABLE, |_| Ok(()))
     }
 
     /// For an idle connection: WouldBlock unless the socket is readable and a one-byte read
