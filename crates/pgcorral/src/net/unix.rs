@@ -98,7 +98,7 @@ impl UnixConn {
 }
 
 /// Registers `s` with the current worker's reactor for `interest`.
-#[allow(unsafe_code)] // one of three exceptions to the workspace's deny(unsafe_code) (the others: below, and clock::monotonic): see SAFETY
+#[allow(unsafe_code)] // one of four exceptions to the workspace's deny(unsafe_code) (the others: below, net::direct::recv_into and clock::monotonic): see SAFETY
 fn register(s: StdUnix, interest: Interest) -> io::Result<AsyncFd<StdUnix>> {
     // SAFETY: tokio requires the descriptor to stay open, and the same, while registered. The
     // AsyncFd owns the std socket, which closes its descriptor only when dropped, after the
