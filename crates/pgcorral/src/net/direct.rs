@@ -4,7 +4,7 @@
 //! relay applies its own budget ([`Budget`]) instead of tokio's.
 
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::task::{ready, Context, Poll};
 
 use bytes::BytesMut;
@@ -77,36 +77,83 @@ pub(super) fn keep(
 /// the room first (the safe way) costs a memset of up to the whole buffer per read.
 #[allow(unsafe_code)] // an exception to the workspace's deny(unsafe_code): see SAFETY
 pub(super) fn recv_into(fd: impl AsFd, buf: &mut BytesMut) -> io::Result<usize> {
-    let sock = socket2::SockRef::from(&fd);
+    let fd = fd.as_fd().as_raw_fd();
+    let room = buf.spare_capacity_mut();
     loop {
-        match sock.recv(buf.spare_capacity_mut()) {
-            Ok(n) => {
-                // SAFETY: recv initialised the first `n` bytes of the spare room (socket2's
-                // `recv` returns how many of the given bytes it wrote).
-                unsafe { buf.set_len(buf.len() + n) };
-                return Ok(n);
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+        // SAFETY: `room` is valid for writes of `room.len()` bytes for the call's duration
+        // (recv writes at most that many and never reads them), the descriptor is open (the
+        // caller borrows its owner), and the address arguments are null.
+        let n = unsafe {
+            sys(
+                libc::SYS_recvfrom,
+                fd,
+                room.as_mut_ptr().cast(),
+                room.len(),
+                0,
+            )
+        };
+        if n >= 0 {
+            // SAFETY: recv initialised the first `n` bytes of the spare room.
+            unsafe { buf.set_len(buf.len() + n as usize) };
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
     }
+}
+
+/// One `send` (MSG_NOSIGNAL: a closed peer is an error, not a signal).
+#[allow(unsafe_code)] // an exception to the workspace's deny(unsafe_code): see SAFETY
+pub(super) fn send(fd: impl AsFd, data: &[u8]) -> io::Result<usize> {
+    let fd = fd.as_fd().as_raw_fd();
+    loop {
+        // SAFETY: `data` is valid for reads of `data.len()` bytes for the call's duration, the
+        // descriptor is open (the caller borrows its owner), and the address arguments are null.
+        let n = unsafe {
+            sys(
+                libc::SYS_sendto,
+                fd,
+                data.as_ptr().cast_mut().cast(),
+                data.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// recvfrom(2)/sendto(2) by system call number, without addresses. glibc's `recv` and `send`
+/// are thread-cancellation points and switch the thread's cancellation state before and after
+/// the call (about 70 instructions a call); pgcorral never cancels a thread, so the data path
+/// calls the kernel directly.
+///
+/// # Safety
+/// `ptr` must be valid for `len` bytes: writable for recvfrom, readable for sendto.
+#[allow(unsafe_code)]
+unsafe fn sys(
+    nr: libc::c_long,
+    fd: RawFd,
+    ptr: *mut libc::c_void,
+    len: usize,
+    flags: libc::c_int,
+) -> isize {
+    let null = std::ptr::null_mut::<libc::c_void>();
+    // SAFETY: as the caller promises for `ptr`; both calls take null address arguments.
+    unsafe { libc::syscall(nr, fd, ptr, len, flags, null, null) as isize }
 }
 
 /// One `recv` of at most one byte, to see whether an idle socket has anything to say.
 pub fn probe(fd: impl AsFd) -> io::Result<usize> {
     let mut byte = [std::mem::MaybeUninit::<u8>::uninit(); 1];
     socket2::SockRef::from(&fd).recv(&mut byte)
-}
-
-/// One `send` (MSG_NOSIGNAL: a closed peer is an error, not a signal).
-pub(super) fn send(fd: impl AsFd, data: &[u8]) -> io::Result<usize> {
-    let sock = socket2::SockRef::from(&fd);
-    loop {
-        match sock.send(data) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            r => return r,
-        }
-    }
 }
 
 /// The relay's share of the worker: tokio's own budget is not consulted on the direct path, so

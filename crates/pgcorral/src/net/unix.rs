@@ -4,7 +4,7 @@
 //! transaction). Writes go straight to the socket; only one that would block adds write
 //! interest, as PgBouncer's event loop does. Reads go into the buffer's uninitialised room.
 
-use std::io::{self, Write};
+use std::io;
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream as StdUnix;
 use std::path::Path;
@@ -98,7 +98,7 @@ impl UnixConn {
 }
 
 /// Registers `s` with the current worker's reactor for `interest`.
-#[allow(unsafe_code)] // one of four exceptions to the workspace's deny(unsafe_code) (the others: below, net::direct::recv_into and clock::monotonic): see SAFETY
+#[allow(unsafe_code)] // an exception to the workspace's deny(unsafe_code) (the others: below, in net::direct and clock::monotonic): see SAFETY
 fn register(s: StdUnix, interest: Interest) -> io::Result<AsyncFd<StdUnix>> {
     // SAFETY: tokio requires the descriptor to stay open, and the same, while registered. The
     // AsyncFd owns the std socket, which closes its descriptor only when dropped, after the
@@ -170,7 +170,7 @@ impl AsyncWrite for UnixConn {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if !this.write_interest {
-            match this.fd()?.get_ref().write(buf) {
+            match super::direct::send(this.fd()?.get_ref(), buf) {
                 Err(e) if would_block(&e) => {
                     this.add_write_interest(cx)?;
                     return Poll::Pending;
@@ -181,7 +181,7 @@ impl AsyncWrite for UnixConn {
         let fd = this.fd()?;
         loop {
             let mut guard = ready!(fd.poll_write_ready(cx))?;
-            match guard.try_io(|s| s.get_ref().write(buf)) {
+            match guard.try_io(|s| super::direct::send(s.get_ref(), buf)) {
                 Ok(r) => return Poll::Ready(r),
                 Err(_would_block) => continue,
             }
