@@ -863,7 +863,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
 
         match ev {
             Event::ToServer(Ok(n)) if n > 0 => {
-                client.buf.advance(n);
+                consume(&mut client.buf, n);
                 c_ready -= n;
                 server.meter.delta.bytes_received += n as u64;
             }
@@ -875,7 +875,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 };
             }
             Event::ToClient(Ok(n)) if n > 0 => {
-                server.rbuf.advance(n);
+                consume(&mut server.rbuf, n);
                 s_ready -= n;
                 server.meter.delta.bytes_sent += n as u64;
             }
@@ -912,6 +912,17 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 c_stop = Some(Outcome::ClientGone);
             }
         }
+    }
+}
+
+/// Drops the first `n` bytes of `buf`, which were sent. All of them (the usual case) empties it
+/// in place: no offset for the next read's `reserve` to undo.
+#[inline]
+fn consume(buf: &mut bytes::BytesMut, n: usize) {
+    if n == buf.len() {
+        buf.clear();
+    } else {
+        buf.advance(n);
     }
 }
 
