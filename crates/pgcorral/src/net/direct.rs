@@ -132,7 +132,7 @@ pub(super) fn send(fd: impl AsFd, data: &[u8]) -> io::Result<usize> {
 
 /// recvfrom(2)/sendto(2) by system call number, without addresses. glibc's `recv` and `send`
 /// are thread-cancellation points and switch the thread's cancellation state before and after
-/// the call (about 70 instructions a call); pgcorral never cancels a thread, so the data path
+/// the call (about 35 instructions a call); pgcorral never cancels a thread, so the data path
 /// calls the kernel directly.
 ///
 /// # Safety
