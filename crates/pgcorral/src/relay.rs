@@ -1173,18 +1173,7 @@ mod tests {
         for t in tags.bytes() {
             buf.extend(msg(t, if t == b'Z' { b"I" } else { b"" }));
         }
-        scan_server(
-            &buf,
-            &mut 0,
-            st,
-            &mut Default::default(),
-            true,
-            false,
-            1 << 20,
-            None,
-        )
-        .unwrap()
-        .stop
+        scan_plain(&buf, &mut 0, st).stop
     }
 
     #[test]

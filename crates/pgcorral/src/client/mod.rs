@@ -60,7 +60,8 @@ impl ClientConn {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<usize>> {
         let r = self.stream.poll_read_into(cx, &mut self.buf);
-        self.read_armed = r.is_pending() && self.stream.readable_now().is_some();
+        // Over TLS the session may hold bytes already read: never armed.
+        self.read_armed = r.is_pending() && !self.stream.is_tls();
         r
     }
 }

@@ -4,7 +4,8 @@
 //! relay applies its own budget ([`Budget`]) instead of tokio's.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::task::{ready, Context, Poll};
 
 use bytes::BytesMut;
@@ -77,49 +78,65 @@ pub(super) fn keep(
 /// the room first (the safe way) costs a memset of up to the whole buffer per read.
 #[allow(unsafe_code)] // an exception to the workspace's deny(unsafe_code): see SAFETY
 pub(super) fn recv_into(fd: impl AsFd, buf: &mut BytesMut) -> io::Result<usize> {
-    let fd = fd.as_fd().as_raw_fd();
-    let room = buf.spare_capacity_mut();
-    loop {
-        // SAFETY: `room` is valid for writes of `room.len()` bytes for the call's duration
-        // (recv writes at most that many and never reads them), the descriptor is open (the
-        // caller borrows its owner), and the address arguments are null.
-        let n = unsafe {
-            sys(
-                libc::SYS_recvfrom,
-                fd,
-                room.as_mut_ptr().cast(),
-                room.len(),
-                0,
-            )
-        };
-        if n >= 0 {
-            // SAFETY: recv initialised the first `n` bytes of the spare room.
-            unsafe { buf.set_len(buf.len() + n as usize) };
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
+    let n = recv_uninit(fd, buf.spare_capacity_mut())?;
+    // SAFETY: recv initialised the first `n` bytes of the spare room.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
+/// One `recv` into `room`, which may be uninitialised; the first `n` bytes returned are
+/// initialised by it.
+#[allow(unsafe_code)] // an exception to the workspace's deny(unsafe_code): see SAFETY
+pub(super) fn recv_uninit(fd: impl AsFd, room: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+    // SAFETY: `room` is valid for writes of `room.len()` bytes for the call's duration, and
+    // recv only writes into it (nothing in it is de-initialised).
+    unsafe {
+        sys(
+            libc::SYS_recvfrom,
+            fd.as_fd(),
+            room.as_mut_ptr().cast(),
+            room.len(),
+            0,
+        )
     }
 }
 
 /// One `send` (MSG_NOSIGNAL: a closed peer is an error, not a signal).
 #[allow(unsafe_code)] // an exception to the workspace's deny(unsafe_code): see SAFETY
 pub(super) fn send(fd: impl AsFd, data: &[u8]) -> io::Result<usize> {
-    let fd = fd.as_fd().as_raw_fd();
+    // SAFETY: `data` is valid for reads of `data.len()` bytes for the call's duration; sendto
+    // does not write through the pointer.
+    unsafe {
+        sys(
+            libc::SYS_sendto,
+            fd.as_fd(),
+            data.as_ptr().cast_mut().cast(),
+            data.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    }
+}
+
+/// recvfrom(2)/sendto(2) by system call number, without addresses, again when interrupted.
+/// glibc's `recv` and `send` are thread-cancellation points and switch the thread's
+/// cancellation state before and after the call (about 35 instructions a call); pgcorral never
+/// cancels a thread, so the data path calls the kernel directly.
+///
+/// # Safety
+/// `ptr` must be valid for `len` bytes: writable for recvfrom, readable for sendto.
+#[allow(unsafe_code)]
+unsafe fn sys(
+    nr: libc::c_long,
+    fd: BorrowedFd<'_>,
+    ptr: *mut libc::c_void,
+    len: usize,
+    flags: libc::c_int,
+) -> io::Result<usize> {
+    let null = std::ptr::null_mut::<libc::c_void>();
     loop {
-        // SAFETY: `data` is valid for reads of `data.len()` bytes for the call's duration, the
-        // descriptor is open (the caller borrows its owner), and the address arguments are null.
-        let n = unsafe {
-            sys(
-                libc::SYS_sendto,
-                fd,
-                data.as_ptr().cast_mut().cast(),
-                data.len(),
-                libc::MSG_NOSIGNAL,
-            )
-        };
+        // SAFETY: as the caller promises for `ptr`; the descriptor is open while borrowed, and
+        // both calls take null address arguments.
+        let n = unsafe { libc::syscall(nr, fd.as_raw_fd(), ptr, len, flags, null, null) };
         if n >= 0 {
             return Ok(n as usize);
         }
@@ -130,30 +147,9 @@ pub(super) fn send(fd: impl AsFd, data: &[u8]) -> io::Result<usize> {
     }
 }
 
-/// recvfrom(2)/sendto(2) by system call number, without addresses. glibc's `recv` and `send`
-/// are thread-cancellation points and switch the thread's cancellation state before and after
-/// the call (about 35 instructions a call); pgcorral never cancels a thread, so the data path
-/// calls the kernel directly.
-///
-/// # Safety
-/// `ptr` must be valid for `len` bytes: writable for recvfrom, readable for sendto.
-#[allow(unsafe_code)]
-unsafe fn sys(
-    nr: libc::c_long,
-    fd: RawFd,
-    ptr: *mut libc::c_void,
-    len: usize,
-    flags: libc::c_int,
-) -> isize {
-    let null = std::ptr::null_mut::<libc::c_void>();
-    // SAFETY: as the caller promises for `ptr`; both calls take null address arguments.
-    unsafe { libc::syscall(nr, fd, ptr, len, flags, null, null) as isize }
-}
-
 /// One `recv` of at most one byte, to see whether an idle socket has anything to say.
 pub fn probe(fd: impl AsFd) -> io::Result<usize> {
-    let mut byte = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-    socket2::SockRef::from(&fd).recv(&mut byte)
+    recv_uninit(fd, &mut [MaybeUninit::uninit(); 1])
 }
 
 /// The relay's share of the worker: tokio's own budget is not consulted on the direct path, so

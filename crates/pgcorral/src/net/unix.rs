@@ -106,31 +106,17 @@ fn register(s: StdUnix, interest: Interest) -> io::Result<AsyncFd<StdUnix>> {
     Ok(unsafe { AsyncFd::register_with_interest(s, interest) }?)
 }
 
-/// One `recv` into `buf`'s unfilled part, which it then counts as filled. Into uninitialised
-/// memory: zeroing the spare room first (the safe way) cost a memset of up to the whole buffer
-/// per read, about as much as the Unix socket saves over TCP.
+/// One `recv` into `buf`'s unfilled part, which it then counts as filled (into uninitialised
+/// memory, see [`super::direct::recv_uninit`]).
 #[allow(unsafe_code)] // another exception to the workspace's deny(unsafe_code): see SAFETY
 fn recv_uninit(s: &StdUnix, buf: &mut ReadBuf<'_>) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
     // SAFETY: recv writes at most `dst.len()` bytes into `dst` and never reads it; nothing in
     // `dst` is de-initialised.
-    let dst = unsafe { buf.unfilled_mut() };
-    loop {
-        // SAFETY: `dst` is valid for writes of `dst.len()` bytes for the call's duration, and
-        // the descriptor is the socket `s` owns.
-        let n = unsafe { libc::recv(s.as_raw_fd(), dst.as_mut_ptr().cast(), dst.len(), 0) };
-        if n >= 0 {
-            let n = n as usize;
-            // SAFETY: recv initialised the first `n` bytes of the unfilled part.
-            unsafe { buf.assume_init(n) };
-            buf.advance(n);
-            return Ok(n);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    let n = super::direct::recv_uninit(s, unsafe { buf.unfilled_mut() })?;
+    // SAFETY: recv initialised the first `n` bytes of the unfilled part.
+    unsafe { buf.assume_init(n) };
+    buf.advance(n);
+    Ok(n)
 }
 
 fn would_block(e: &io::Error) -> bool {
