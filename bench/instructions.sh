@@ -9,6 +9,7 @@
 # from 127.0.0.1 (trust), valgrind, pgbench and pgbouncer. Creates database `corral_instr`
 # (pgbench -i -s 1) if missing. Both poolers run under callgrind with one worker/thread,
 # transaction mode, pool 20, trust auth, plaintext to PostgreSQL; pgbench -S with 8 clients
+# (BENCH_CLIENTS)
 # runs a warm-up, the counters are zeroed, then BENCH_TX transactions per client run, and the
 # count is divided by them. BENCH_PROTOCOLS (default "simple extended"); KEEP=1 keeps the
 # callgrind files (in a temporary directory, printed on failure).
@@ -19,7 +20,8 @@ PGPORT=${PGPORT:-5432}
 PGUSER=${PGUSER:-postgres}
 DB=corral_instr
 TX=${BENCH_TX:-2500}
-CLIENTS=8
+CLIENTS=${BENCH_CLIENTS:-8}
+JOBS=$((CLIENTS < 2 ? 1 : 2))
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 PGBENCH=$PG_BIN/pgbench
 PSQL=$PG_BIN/psql
@@ -101,10 +103,10 @@ count() { # name port protocol as-postgres(0/1) command... → instructions per 
   "${as[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >"$WORK/$name.out" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
-  "$PGBENCH" -n -S -M "$proto" -c $CLIENTS -j 2 -t 300 -h 127.0.0.1 -p "$port" -U "$PGUSER" "$DB" >/dev/null 2>&1 ||
+  "$PGBENCH" -n -S -M "$proto" -c $CLIENTS -j $JOBS -t 300 -h 127.0.0.1 -p "$port" -U "$PGUSER" "$DB" >/dev/null 2>&1 ||
     die "$name: the warm-up failed; see $WORK/$name.out (run with KEEP=1 to keep it)"
   "${as[@]}" callgrind_control -z "$pid" >/dev/null 2>&1
-  "$PGBENCH" -n -S -M "$proto" -c $CLIENTS -j 2 -t "$TX" -h 127.0.0.1 -p "$port" -U "$PGUSER" "$DB" >/dev/null 2>&1 ||
+  "$PGBENCH" -n -S -M "$proto" -c $CLIENTS -j $JOBS -t "$TX" -h 127.0.0.1 -p "$port" -U "$PGUSER" "$DB" >/dev/null 2>&1 ||
     die "$name: pgbench failed"
   "${as[@]}" callgrind_control -d "$pid" >/dev/null 2>&1
   kill "$pid"

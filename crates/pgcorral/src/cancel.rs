@@ -67,7 +67,7 @@ impl CancelMap {
             return;
         };
         let sent = match wait {
-            Some(w) => tokio::time::timeout(w, send_cancel(&key)).await,
+            Some(w) => crate::timer::timeout(w, send_cancel(&key)).await,
             None => Ok(send_cancel(&key).await),
         };
         match sent {
@@ -94,7 +94,7 @@ pub(crate) async fn send_cancel(key: &CancelKey) -> std::io::Result<()> {
     stream.write_all(&buf).await?;
     // PostgreSQL closes the connection when done; wait for that so the cancel has landed.
     let mut sink = [0u8; 16];
-    let _ = tokio::time::timeout(
+    let _ = crate::timer::timeout(
         std::time::Duration::from_secs(5),
         tokio::io::AsyncReadExt::read(&mut stream, &mut sink),
     )

@@ -29,6 +29,7 @@ pub mod route;
 pub mod server;
 pub mod services;
 pub mod session;
+pub mod timer;
 pub mod tls;
 
 pub use net::listener::Server;

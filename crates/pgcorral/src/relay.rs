@@ -792,7 +792,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     let at = tokio::time::Instant::now() + d;
                     match &mut timer {
                         Some(t) => t.as_mut().reset(at),
-                        None => timer = Some(Box::pin(tokio::time::sleep_until(at))),
+                        None => timer = Some(Box::pin(crate::timer::sleep_until(at))),
                     }
                     armed = true;
                 }

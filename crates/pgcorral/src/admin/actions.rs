@@ -52,7 +52,7 @@ pub async fn pause(services: &Services, db: Option<&str>) -> Result<(), Refusal>
             }
             break;
         }
-        tokio::time::sleep(POLL).await;
+        crate::timer::sleep(POLL).await;
     }
     tracing::info!(database = db.unwrap_or("*"), "paused");
     Ok(())
@@ -161,6 +161,6 @@ pub async fn wait_close(services: &Services, db: Option<&str>) -> Result<(), Ref
         if !old {
             return Ok(());
         }
-        tokio::time::sleep(POLL).await;
+        crate::timer::sleep(POLL).await;
     }
 }

@@ -118,7 +118,7 @@ async fn within<T>(
     f: impl std::future::Future<Output = T>,
 ) -> Option<T> {
     match deadline {
-        Some(d) => tokio::time::timeout_at(d, f).await.ok(),
+        Some(d) => crate::timer::timeout_at(d, f).await.ok(),
         None => Some(f.await),
     }
 }

@@ -174,7 +174,7 @@ impl IdleTimer {
     fn arm(&mut self, deadline: tokio::time::Instant) -> Pin<&mut Sleep> {
         match &mut self.0 {
             Some(s) => s.as_mut().reset(deadline),
-            None => self.0 = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            None => self.0 = Some(Box::pin(crate::timer::sleep_until(deadline))),
         }
         self.0.as_mut().expect("set above").as_mut()
     }

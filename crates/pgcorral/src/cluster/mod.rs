@@ -109,7 +109,7 @@ impl Cluster {
                 if (want == Want::Primary && Instant::now() < give_up) || first_check {
                     // No primary reachable now: wait for it to come back or for a replica to
                     // be promoted (the monitor detects it).
-                    tokio::time::sleep(pause.min(give_up - Instant::now())).await;
+                    crate::timer::sleep(pause.min(give_up - Instant::now())).await;
                     pause = (pause * 2).min(Duration::from_millis(250));
                     tried.clear();
                     continue;

@@ -84,7 +84,7 @@ impl Topology {
                     .map_err(|e| e.to_string())?
             }
         };
-        let rows = tokio::time::timeout(timeout, exec::query(&mut conn, STATUS)).await;
+        let rows = crate::timer::timeout(timeout, exec::query(&mut conn, STATUS)).await;
         let status = match rows {
             Err(_) => {
                 return Err(format!(

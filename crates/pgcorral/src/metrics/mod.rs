@@ -45,7 +45,7 @@ pub async fn serve(listener: TcpListener, services: Services) {
             Ok((stream, _)) => stream,
             Err(e) => {
                 tracing::warn!(error = %e, "metrics: accept failed");
-                tokio::time::sleep(backoff).await;
+                crate::timer::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
@@ -71,7 +71,7 @@ pub async fn serve(listener: TcpListener, services: Services) {
                 Some(r) => r,
                 None => {
                     conn.as_mut().graceful_shutdown();
-                    match tokio::time::timeout(DRAIN, conn).await {
+                    match crate::timer::timeout(DRAIN, conn).await {
                         Ok(r) => r,
                         Err(_) => return,
                     }

@@ -116,7 +116,7 @@ impl Server {
                 Err(e) => {
                     // Out of file descriptors and the like: back off rather than spin.
                     tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(backoff).await;
+                    crate::timer::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }
@@ -129,7 +129,7 @@ impl Server {
             timeout.as_millis()
         );
         services.tasks.close();
-        if tokio::time::timeout(timeout, services.tasks.wait())
+        if crate::timer::timeout(timeout, services.tasks.wait())
             .await
             .is_err()
         {
@@ -143,8 +143,7 @@ impl Server {
 const LOAD_SAMPLE: Duration = Duration::from_millis(100);
 
 async fn sample_load(services: Services) {
-    let mut tick = tokio::time::interval(LOAD_SAMPLE);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = crate::timer::interval(LOAD_SAMPLE);
     let mut last = tokio::time::Instant::now();
     loop {
         tokio::select! {

@@ -1,11 +1,12 @@
 //! Worker threads, one single-threaded tokio runtime each (thread-per-core). A client lives on
 //! one worker for its whole life, and the server it holds is registered with that worker's
-//! reactor, so no socket event ever has to wake another thread.
+//! reactor, so no socket event ever has to wake another thread. The workers' runtimes have no
+//! time driver: their timers live on one more thread's (see [`crate::timer`]).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::balance::Balance;
 
@@ -22,12 +23,30 @@ impl Workers {
         let n = balance.len();
         let mut handles = Vec::with_capacity(n);
         let mut stops = Vec::with_capacity(n);
-        let mut threads = Vec::with_capacity(n);
+        let mut threads = Vec::with_capacity(n + 1);
+        // The timer thread runs until every worker has ended (each holds a sender), so that no
+        // worker ever polls a timer whose driver is gone.
+        let timers = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?;
+        let timer_handle = timers.handle().clone();
+        let (alive, mut all_ended) = mpsc::channel::<()>(1);
+        threads.push(
+            std::thread::Builder::new()
+                .name("pgcorral-timers".into())
+                .spawn(move || {
+                    timers.block_on(async {
+                        let _ = all_ended.recv().await;
+                    });
+                })?,
+        );
         for i in 0..n {
             let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
+                .enable_io()
                 .build()?;
             let balance = balance.clone();
+            let timer_handle = timer_handle.clone();
+            let alive = alive.clone();
             handles.push(rt.handle().clone());
             let (stop, stopped) = oneshot::channel::<()>();
             stops.push(stop);
@@ -37,9 +56,13 @@ impl Workers {
                     .spawn(move || {
                         balance.register_thread(i);
                         crate::pool::stats::own_shard(i);
+                        crate::timer::install(timer_handle);
                         rt.block_on(async {
                             let _ = stopped.await;
                         });
+                        // Its tasks (and their timers) are dropped before the timers may stop.
+                        drop(rt);
+                        drop(alive);
                     })?,
             );
         }

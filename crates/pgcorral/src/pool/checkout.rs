@@ -135,7 +135,7 @@ impl Drop for Checkout {
                     Ok(rt) => {
                         rt.spawn(async move {
                             let mut server = server;
-                            let ok = tokio::time::timeout(
+                            let ok = crate::timer::timeout(
                                 CLEANUP_TIMEOUT,
                                 clean(&mut server, rollback, reset),
                             )

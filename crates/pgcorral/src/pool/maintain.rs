@@ -13,8 +13,7 @@ pub const TICK: Duration = Duration::from_millis(250);
 
 /// Runs until shutdown.
 pub async fn run(services: Services) {
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = crate::timer::interval(TICK);
     let mut next_worker = 0usize;
     loop {
         tokio::select! {

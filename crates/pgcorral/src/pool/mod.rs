@@ -30,7 +30,7 @@ use crate::server::{ServerConn, ServerParams};
 /// Rolls back an open transaction on a checked-out server; true when it ends idle within the
 /// cleanup timeout (otherwise the caller should treat the server as broken).
 pub async fn rollback(server: &mut Checkout) -> bool {
-    tokio::time::timeout(
+    crate::timer::timeout(
         checkout::CLEANUP_TIMEOUT,
         checkout::clean(server, true, None),
     )
@@ -297,7 +297,7 @@ impl Pool {
     async fn check_then_slow(&self, mut c: Checkout, worker: usize) -> Result<Checkout> {
         let s = self.0.settings.load_full();
         let applied = c.applied.clone();
-        let ok = tokio::time::timeout(
+        let ok = crate::timer::timeout(
             s.check_timeout,
             checkout::clean(&mut c, false, Some(s.check_query.clone())),
         )
@@ -381,7 +381,7 @@ impl Pool {
         if s.reserve_size > 0 {
             let at = start + s.reserve_timeout;
             if deadline.is_none_or(|d| at < d) {
-                if let Ok(r) = tokio::time::timeout_at(at, &mut rx).await {
+                if let Ok(r) = crate::timer::timeout_at(at, &mut rx).await {
                     return r.map_err(|_| Error::new(Kind::Shutdown, "pool closed"));
                 }
                 if let Some(slot) = self.reserve_slot() {
@@ -396,7 +396,7 @@ impl Pool {
             }
         }
         let res = match deadline {
-            Some(d) => tokio::time::timeout_at(d, rx).await.map_err(|_| {
+            Some(d) => crate::timer::timeout_at(d, rx).await.map_err(|_| {
                 Error::new(
                     Kind::PoolTimeout,
                     format!(
@@ -448,7 +448,7 @@ impl Pool {
                 let acquire = l.acquire(k, self);
                 let grant = match settings.wait_timeout {
                     None => acquire.await,
-                    Some(t) => tokio::time::timeout(t, acquire).await.map_err(|_| {
+                    Some(t) => crate::timer::timeout(t, acquire).await.map_err(|_| {
                         Error::new(
                             Kind::PoolTimeout,
                             format!(
@@ -488,7 +488,7 @@ impl Pool {
                 Ok(s) => break s,
                 Err(e) if for_client && e.server_unavailable() && Instant::now() < give_up => {
                     tracing::debug!(pool = ?self.0.name, error = %e, "server unavailable; waiting for it");
-                    tokio::time::sleep(pause.min(give_up - Instant::now())).await;
+                    crate::timer::sleep(pause.min(give_up - Instant::now())).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
                 Err(e) => {

@@ -97,7 +97,7 @@ fn io_err(target: &Target, what: &str, e: ReadError) -> Error {
 
 /// Connects and logs in; the whole exchange is bounded by the connect timeout.
 pub async fn connect(target: &Target, worker: usize) -> Result<ServerConn> {
-    match tokio::time::timeout(target.connect_timeout, connect_inner(target, worker)).await {
+    match crate::timer::timeout(target.connect_timeout, connect_inner(target, worker)).await {
         Ok(r) => r,
         Err(_) => Err(Error::new(
             Kind::ServerConnect,

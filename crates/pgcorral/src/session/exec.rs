@@ -20,7 +20,7 @@ pub type Rows = Vec<Vec<Option<String>>>;
 /// Runs `sql` (one or more statements) and returns the rows of the last result. On an I/O error
 /// or timeout the server is marked broken.
 pub async fn query(server: &mut ServerConn, sql: &str) -> Result<Rows> {
-    match tokio::time::timeout(EXEC_TIMEOUT, run(server, sql)).await {
+    match crate::timer::timeout(EXEC_TIMEOUT, run(server, sql)).await {
         Ok(Ok(rows)) => Ok(rows),
         Ok(Err(e)) => {
             if e.kind() != Kind::ServerError {
