@@ -1,7 +1,7 @@
 //! The few pool settings read on every checkout and check-in, kept as atomics beside the
 //! swapped settings: a plain load instead of an `ArcSwap` guard per use.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use super::PoolSettings;
@@ -11,6 +11,8 @@ use crate::config::PoolMode;
 const NONE: u64 = u64::MAX;
 
 pub(super) struct Hot {
+    /// default_pool_size (or the database's pool_size).
+    size: AtomicUsize,
     /// server_lifetime, ns.
     lifetime: AtomicU64,
     /// server_check_delay when a check query is set, ns.
@@ -30,6 +32,7 @@ fn duration(ns: u64) -> Option<Duration> {
 impl Hot {
     pub(super) fn new(s: &PoolSettings) -> Hot {
         let h = Hot {
+            size: AtomicUsize::new(0),
             lifetime: AtomicU64::new(NONE),
             check_after: AtomicU64::new(NONE),
             session_reset: AtomicBool::new(false),
@@ -40,11 +43,17 @@ impl Hot {
 
     /// Follows a reload.
     pub(super) fn set(&self, s: &PoolSettings) {
+        self.size.store(s.size, Relaxed);
         self.lifetime.store(nanos(s.lifetime), Relaxed);
         let check = (!s.check_query.is_empty()).then_some(s.check_delay);
         self.check_after.store(nanos(check), Relaxed);
         let reset = s.mode == PoolMode::Session && !s.reset_query.is_empty();
         self.session_reset.store(reset, Relaxed);
+    }
+
+    /// Servers open at most (not counting the reserve).
+    pub(super) fn size(&self) -> usize {
+        self.size.load(Relaxed)
     }
 
     /// Servers older than this are closed at check-in.

@@ -2,7 +2,7 @@
 //! open ones, and the FIFO queue of waiting clients. Nothing here awaits while locked.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -35,8 +35,20 @@ impl Inner {
 pub(super) enum Grant {
     /// A server, already checked out to it.
     Server(Checkout),
-    /// Permission to open a new server in a place that became free.
+    /// Permission to open a new server in a place that became free (or in the reserve).
     Slot(Slot),
+    /// Waited this long, past query_wait_timeout: the client gets an error.
+    TimedOut(Duration),
+}
+
+impl Grant {
+    /// A grant that could not be sent: a place in it is dropped without being given back, for
+    /// the caller (who holds the lock) to count.
+    pub fn forget_slot(self) {
+        if let Grant::Slot(s) = self {
+            s.fulfil();
+        }
+    }
 }
 
 /// A counted place in the pool with no server in it yet; dropping it gives the place back.

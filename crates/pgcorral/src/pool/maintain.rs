@@ -1,6 +1,7 @@
 //! Pool upkeep in the background: closes idle servers that the server closed, that outlived
 //! `server_lifetime` or sat unused past `server_idle_timeout`, and opens servers up to
-//! `min_pool_size`; ends statistics periods; starts the health checks of databases with
+//! `min_pool_size`; gives waiting clients reserve places and sends away those past
+//! query_wait_timeout; ends statistics periods; starts the health checks of databases with
 //! replicas when due.
 
 use std::time::Duration;
@@ -31,6 +32,7 @@ pub async fn run(services: Services) {
         let period = Duration::from_secs(services.config.load().general.stats_period.max(1));
         for pool in services.pools.all() {
             pool.stats().roll(period);
+            pool.expire_waiters();
             let warm = pool.maintain();
             for _ in 0..warm {
                 // Spread new servers over the workers; they move to a client's worker anyway.

@@ -275,12 +275,13 @@ impl Pool {
     /// served), waiting at most the pool's wait timeout. The server ends up registered with
     /// the worker's reactor.
     pub async fn checkout(&self, worker: usize) -> Result<Checkout> {
-        // The common case completes without awaiting; the rest is boxed so that every client's
-        // future stays small.
+        // The common case completes without awaiting. A wait is small enough to stay in the
+        // client's future (no allocation per wait); the check and opening a server are boxed so
+        // that every client's future stays small.
         match self.checkout_idle(worker) {
             Some(c) if !self.needs_check(&c) => Ok(c),
             Some(c) => Box::pin(self.check_then_slow(c, worker)).await,
-            None => Box::pin(self.checkout_slow(worker)).await,
+            None => self.checkout_slow(worker).await,
         }
     }
 
@@ -340,6 +341,9 @@ impl Pool {
         }
     }
 
+    /// No idle server: a new one if under the cap, else a place in the queue. Opening a server
+    /// is boxed apart, so that a client that waits (the common case under load) moves only the
+    /// small waiting state into its box.
     async fn checkout_slow(&self, worker: usize) -> Result<Checkout> {
         loop {
             if let Some(c) = self.checkout_idle(worker) {
@@ -350,7 +354,7 @@ impl Pool {
                 if !inner.idle.is_empty() {
                     continue;
                 }
-                if inner.open < self.0.settings.load().size {
+                if inner.open < self.0.hot.size() {
                     inner.open += 1;
                     None
                 } else {
@@ -360,10 +364,20 @@ impl Pool {
                 }
             };
             let mut checkout = match rx {
-                None => return self.open(inner::Slot::new(self.clone()), worker).await,
-                Some(rx) => match self.wait(rx).await? {
-                    Grant::Server(checkout) => checkout,
-                    Grant::Slot(slot) => return self.open(slot, worker).await,
+                None => return Box::pin(self.open(inner::Slot::new(self.clone()), worker)).await,
+                Some(rx) => match rx.await {
+                    Ok(Grant::Server(checkout)) => checkout,
+                    Ok(Grant::Slot(slot)) => return Box::pin(self.open(slot, worker)).await,
+                    Ok(Grant::TimedOut(waited)) => {
+                        return Err(Error::new(
+                            Kind::PoolTimeout,
+                            format!(
+                                "query_wait_timeout: no server connection became free within {} ms",
+                                waited.as_millis()
+                            ),
+                        ))
+                    }
+                    Err(_) => return Err(Error::new(Kind::Shutdown, "pool closed")),
                 },
             };
             if checkout.rehome(worker) {
@@ -372,53 +386,40 @@ impl Pool {
         }
     }
 
-    /// Waits for a server or a place for one; after `reserve_timeout` a place in the reserve
-    /// may be taken instead; after `wait_timeout` the client gets an error.
-    async fn wait(&self, mut rx: oneshot::Receiver<Grant>) -> Result<Grant> {
+    /// Run on every maintenance tick (so up to one [`maintain::TICK`] late, like PgBouncer's
+    /// janitor): clients that waited `reserve_timeout` get a reserve place while there is one,
+    /// and those that waited `wait_timeout` are sent away. A wait costs no timer of its own.
+    pub(crate) fn expire_waiters(&self) {
         let s = self.0.settings.load();
-        let start = tokio::time::Instant::now();
-        let deadline = s.wait_timeout.map(|t| start + t);
-        if s.reserve_size > 0 {
-            let at = start + s.reserve_timeout;
-            if deadline.is_none_or(|d| at < d) {
-                if let Ok(r) = crate::timer::timeout_at(at, &mut rx).await {
-                    return r.map_err(|_| Error::new(Kind::Shutdown, "pool closed"));
-                }
-                if let Some(slot) = self.reserve_slot() {
-                    tracing::info!(pool = ?self.0.name, "client waited reserve_pool_timeout; opening a reserve server");
-                    rx.close();
-                    if let Ok(g) = rx.try_recv() {
-                        drop(slot);
-                        return Ok(g);
-                    }
-                    return Ok(Grant::Slot(slot));
-                }
-            }
-        }
-        let res = match deadline {
-            Some(d) => crate::timer::timeout_at(d, rx).await.map_err(|_| {
-                Error::new(
-                    Kind::PoolTimeout,
-                    format!(
-                        "query_wait_timeout: no server connection became free within {} ms",
-                        (d - start).as_millis()
-                    ),
-                )
-            })?,
-            None => rx.await,
-        };
-        res.map_err(|_| Error::new(Kind::Shutdown, "pool closed"))
-    }
-
-    /// A place above the pool size, within the reserve.
-    fn reserve_slot(&self) -> Option<inner::Slot> {
-        let s = self.0.settings.load();
+        let now = Instant::now();
         let mut inner = self.0.inner.lock();
-        if inner.open < s.size + s.reserve_size {
-            inner.open += 1;
-            Some(inner::Slot::new(self.clone()))
-        } else {
-            None
+        while let Some(&(since, _)) = inner.waiters.front() {
+            let waited = now.saturating_duration_since(since);
+            if s.reserve_size > 0
+                && waited >= s.reserve_timeout
+                && inner.open < s.size + s.reserve_size
+            {
+                let (_, w) = inner.waiters.pop_front().expect("checked");
+                inner.open += 1;
+                match w.send(Grant::Slot(inner::Slot::new(self.clone()))) {
+                    Ok(()) => {
+                        tracing::info!(pool = ?self.0.name, "client waited reserve_pool_timeout; opening a reserve server");
+                    }
+                    Err(g) => {
+                        // That client gave up: its place is not taken after all.
+                        g.forget_slot();
+                        inner.open -= 1;
+                    }
+                }
+                continue;
+            }
+            match s.wait_timeout {
+                Some(t) if waited >= t => {
+                    let (_, w) = inner.waiters.pop_front().expect("checked");
+                    let _ = w.send(Grant::TimedOut(waited));
+                }
+                _ => break,
+            }
         }
     }
 
@@ -641,7 +642,7 @@ impl Pool {
             match w.send(Grant::Server(Checkout::new(server, self.clone()))) {
                 Ok(()) => return,
                 Err(Grant::Server(mut c)) => server = c.take(),
-                Err(Grant::Slot(_)) => unreachable!("sent a server"),
+                Err(_) => unreachable!("sent a server"),
             }
         }
         inner.idle.push(server);
@@ -653,8 +654,7 @@ impl Pool {
         while let Some((_, w)) = inner.waiters.pop_front() {
             match w.send(Grant::Slot(inner::Slot::new(self.clone()))) {
                 Ok(()) => return,
-                Err(Grant::Slot(s)) => s.fulfil(),
-                Err(Grant::Server(_)) => unreachable!("sent a slot"),
+                Err(g) => g.forget_slot(),
             }
         }
         inner.open -= 1;

@@ -58,12 +58,11 @@ impl Pool {
                 self.clone(),
             ))) {
                 Ok(()) => {}
-                Err(super::inner::Grant::Slot(s)) => {
+                Err(g) => {
                     // That client gave up: its place is not taken after all.
-                    s.fulfil();
+                    g.forget_slot();
                     inner.open -= 1;
                 }
-                Err(super::inner::Grant::Server(_)) => unreachable!("sent a slot"),
             }
         }
     }
