@@ -46,13 +46,16 @@ pub fn sleep_until(at: Instant) -> Sleep {
     on_timers(|| tokio::time::sleep_until(at))
 }
 
-/// [`tokio::time::timeout`].
+/// [`tokio::time::timeout`]. `f` becomes a future outside the timer runtime's context: only
+/// the timer is made in it.
 pub fn timeout<F: IntoFuture>(d: Duration, f: F) -> Timeout<F::IntoFuture> {
+    let f = f.into_future();
     on_timers(|| tokio::time::timeout(d, f))
 }
 
-/// [`tokio::time::timeout_at`].
+/// [`tokio::time::timeout_at`], `f` made a future as in [`timeout`].
 pub fn timeout_at<F: IntoFuture>(at: Instant, f: F) -> Timeout<F::IntoFuture> {
+    let f = f.into_future();
     on_timers(|| tokio::time::timeout_at(at, f))
 }
 
