@@ -71,6 +71,12 @@ impl Tick {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
 
+    /// Nanoseconds from `earlier` to this reading; zero if `earlier` is later.
+    #[inline]
+    pub fn nanos_since(self, earlier: Tick) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
     /// Microseconds from `earlier` to this reading; zero if `earlier` is later.
     #[inline]
     pub fn micros_since(self, earlier: Tick) -> u64 {

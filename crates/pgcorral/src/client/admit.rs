@@ -200,7 +200,9 @@ async fn login(
             .checkout(session_want(&cluster), client.worker, 0)
             .await?;
         let got = crate::clock::now();
-        s.pool().stats().waited(client.worker, got.since(asked));
+        s.pool()
+            .stats()
+            .waited(client.worker, got.micros_since(asked));
         if let Some(l) = &s.listed {
             l.requested_at(got);
         }

@@ -402,7 +402,9 @@ fn run<'a>(
                     session.pool.checkout(client.worker).await?
                 };
                 let got = crate::clock::now();
-                s.pool().stats().waited(client.worker, got.since(asked));
+                s.pool()
+                    .stats()
+                    .waited(client.worker, got.micros_since(asked));
                 session.listed.set_state(ListState::Active);
                 if let Some(l) = &s.listed {
                     l.requested_at(got);

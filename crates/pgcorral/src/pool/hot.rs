@@ -25,8 +25,8 @@ fn nanos(d: Option<Duration>) -> u64 {
     d.map_or(NONE, |d| u64::try_from(d.as_nanos()).unwrap_or(NONE - 1))
 }
 
-fn duration(ns: u64) -> Option<Duration> {
-    (ns != NONE).then(|| Duration::from_nanos(ns))
+fn some(ns: u64) -> Option<u64> {
+    (ns != NONE).then_some(ns)
 }
 
 impl Hot {
@@ -56,14 +56,15 @@ impl Hot {
         self.size.load(Relaxed)
     }
 
-    /// Servers older than this are closed at check-in.
-    pub(super) fn lifetime(&self) -> Option<Duration> {
-        duration(self.lifetime.load(Relaxed))
+    /// Servers older than this (ns) are closed at check-in. In nanoseconds, as [`crate::clock`]
+    /// differences are, so that the hot path compares integers.
+    pub(super) fn lifetime_ns(&self) -> Option<u64> {
+        some(self.lifetime.load(Relaxed))
     }
 
-    /// Idle servers unused for this long are checked before reuse; `None` = no check query.
-    pub(super) fn check_after(&self) -> Option<Duration> {
-        duration(self.check_after.load(Relaxed))
+    /// Idle servers unused for this long (ns) are checked before reuse; `None` = no check query.
+    pub(super) fn check_after_ns(&self) -> Option<u64> {
+        some(self.check_after.load(Relaxed))
     }
 
     /// A released server runs the pool's reset query.
@@ -81,7 +82,7 @@ mod tests {
         let mut s = PoolSettings::new(5, PoolMode::Transaction);
         let h = Hot::new(&s);
         assert_eq!(
-            (h.lifetime(), h.check_after(), h.session_reset()),
+            (h.lifetime_ns(), h.check_after_ns(), h.session_reset()),
             (None, None, false)
         );
         s.lifetime = Some(Duration::from_secs(3600));
@@ -90,13 +91,13 @@ mod tests {
         s.mode = PoolMode::Session;
         s.reset_query = "DISCARD ALL".into();
         h.set(&s);
-        assert_eq!(h.lifetime(), Some(Duration::from_secs(3600)));
-        assert_eq!(h.check_after(), Some(Duration::from_secs(30)));
+        assert_eq!(h.lifetime_ns(), Some(3_600_000_000_000));
+        assert_eq!(h.check_after_ns(), Some(30_000_000_000));
         assert!(h.session_reset());
         // No check query: no check, whatever the delay.
         s.check_query.clear();
         s.check_delay = Duration::MAX;
         h.set(&s);
-        assert_eq!(h.check_after(), None);
+        assert_eq!(h.check_after_ns(), None);
     }
 }

@@ -289,8 +289,8 @@ impl Pool {
     fn needs_check(&self, server: &ServerConn) -> bool {
         self.0
             .hot
-            .check_after()
-            .is_some_and(|d| server.last_used.elapsed() >= d)
+            .check_after_ns()
+            .is_some_and(|d| crate::clock::now().nanos_since(server.last_used) >= d)
     }
 
     /// Runs `server_check_query` on a long-idle server; a failed check discards it and the
@@ -601,7 +601,8 @@ impl Pool {
     fn checkin(&self, server: Box<ServerConn>) {
         let mut server = server;
         let now = crate::clock::now();
-        let expired = (self.0.hot.lifetime()).is_some_and(|l| now.since(server.created) >= l)
+        let expired = (self.0.hot.lifetime_ns())
+            .is_some_and(|l| now.nanos_since(server.created) >= l)
             || server.generation < self.generation();
         let mut yield_cap = false;
         let caps = match (&self.0.limits, expired) {

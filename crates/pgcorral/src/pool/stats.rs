@@ -294,11 +294,10 @@ impl Stats {
         }
     }
 
-    /// A client on worker `w` waited `waited` for a server.
-    pub fn waited(&self, w: usize, waited: Duration) {
+    /// A client on worker `w` waited `us` microseconds for a server.
+    pub fn waited(&self, w: usize, us: u64) {
         let (i, owner) = shard_for(w, SHARDS);
         let s = &self.shards[i];
-        let us = waited.as_micros() as u64;
         add(&s.wait_time, us, owner);
         add(&s.waits, 1, owner);
         self.wait_hist.record(w, us);
@@ -436,7 +435,7 @@ mod tests {
                     for _ in 0..20_000 {
                         stats.record(t % 3, &one);
                         stats.query_hist.record(t % 3, 5);
-                        stats.waited(t % 3, Duration::from_micros(1));
+                        stats.waited(t % 3, 1);
                     }
                 })
             })
@@ -574,7 +573,7 @@ mod tests {
         };
         s.record(0, &d);
         s.record(17, &d);
-        s.waited(3, Duration::from_micros(40));
+        s.waited(3, 40);
         let t = s.totals();
         assert_eq!(
             (t.xact_count, t.query_count, t.wait_time, t.waits),
