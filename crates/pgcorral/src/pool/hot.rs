@@ -25,7 +25,8 @@ fn nanos(d: Option<Duration>) -> u64 {
     d.map_or(NONE, |d| u64::try_from(d.as_nanos()).unwrap_or(NONE - 1))
 }
 
-fn some(ns: u64) -> Option<u64> {
+/// `ns` unless it is [`NONE`].
+fn unless_none(ns: u64) -> Option<u64> {
     (ns != NONE).then_some(ns)
 }
 
@@ -59,12 +60,12 @@ impl Hot {
     /// Servers older than this (ns) are closed at check-in. In nanoseconds, as [`crate::clock`]
     /// differences are, so that the hot path compares integers.
     pub(super) fn lifetime_ns(&self) -> Option<u64> {
-        some(self.lifetime.load(Relaxed))
+        unless_none(self.lifetime.load(Relaxed))
     }
 
     /// Idle servers unused for this long (ns) are checked before reuse; `None` = no check query.
     pub(super) fn check_after_ns(&self) -> Option<u64> {
-        some(self.check_after.load(Relaxed))
+        unless_none(self.check_after.load(Relaxed))
     }
 
     /// A released server runs the pool's reset query.

@@ -29,6 +29,20 @@ impl Inner {
             None => self.idle.pop(),
         }
     }
+
+    /// Counts a new place (above what is open) and hands it to waiter `w`; false, and the
+    /// place not counted, when that client has given up.
+    pub fn grant_place(&mut self, w: oneshot::Sender<Grant>, pool: &Pool) -> bool {
+        self.open += 1;
+        match w.send(Grant::Slot(Slot::new(pool.clone()))) {
+            Ok(()) => true,
+            Err(g) => {
+                g.forget_slot();
+                self.open -= 1;
+                false
+            }
+        }
+    }
 }
 
 /// What a waiting client is handed.

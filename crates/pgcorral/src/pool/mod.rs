@@ -400,16 +400,8 @@ impl Pool {
                 && inner.open < s.size + s.reserve_size
             {
                 let (_, w) = inner.waiters.pop_front().expect("checked");
-                inner.open += 1;
-                match w.send(Grant::Slot(inner::Slot::new(self.clone()))) {
-                    Ok(()) => {
-                        tracing::info!(pool = ?self.0.name, "client waited reserve_pool_timeout; opening a reserve server");
-                    }
-                    Err(g) => {
-                        // That client gave up: its place is not taken after all.
-                        g.forget_slot();
-                        inner.open -= 1;
-                    }
+                if inner.grant_place(w, self) {
+                    tracing::info!(pool = ?self.0.name, "client waited reserve_pool_timeout; opening a reserve server");
                 }
                 continue;
             }

@@ -53,17 +53,7 @@ impl Pool {
             let Some((_, w)) = inner.waiters.pop_front() else {
                 break;
             };
-            inner.open += 1;
-            match w.send(super::inner::Grant::Slot(super::inner::Slot::new(
-                self.clone(),
-            ))) {
-                Ok(()) => {}
-                Err(g) => {
-                    // That client gave up: its place is not taken after all.
-                    g.forget_slot();
-                    inner.open -= 1;
-                }
-            }
+            inner.grant_place(w, self);
         }
     }
 
