@@ -516,11 +516,11 @@ fn sql_effect(msg: &[u8], h: Header) -> Effect {
     }
 }
 
-/// The SQL text of a wholly buffered Query or Parse message (`msg` starts at its header): up to
-/// its NUL (a Parse's after the statement name), found with memchr as every pooled Query and
-/// Parse comes this way. A Query's text is its whole body but the final NUL, without a search:
-/// a NUL inside it makes PostgreSQL refuse the message (nothing of it runs), and the longer
-/// text can only make [`classify`] find more, never less.
+/// The SQL text of a wholly buffered Query or Parse message (`msg` starts at its header). A
+/// Query's is its body but the final NUL, without a search: a NUL inside makes PostgreSQL
+/// refuse the message (nothing of it runs), and the longer text can only make [`classify`] find
+/// more, never less. A Parse's runs from after the statement name to its NUL, found with
+/// memchr (parameter types follow it).
 fn sql_text(msg: &[u8], h: Header) -> Option<&[u8]> {
     let body = msg.get(pgwire::header::HEADER_LEN..h.total_len())?;
     let sql = if h.tag == frontend::PARSE {
