@@ -2,11 +2,11 @@
 //! open ones, and the FIFO queue of waiting clients. Nothing here awaits while locked.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::sync::oneshot;
-
+use super::mailbox::Entry;
 use super::{Checkout, Pool};
+use crate::clock::Tick;
 use crate::server::ServerConn;
 
 #[derive(Default)]
@@ -18,7 +18,7 @@ pub(super) struct Inner {
     /// Servers open or being opened, idle ones included; never above the pool size.
     pub open: usize,
     /// Waiting clients, each with when it started waiting.
-    pub waiters: VecDeque<(Instant, oneshot::Sender<Grant>)>,
+    pub waiters: VecDeque<(Tick, Entry)>,
 }
 
 impl Inner {
@@ -32,7 +32,7 @@ impl Inner {
 
     /// Counts a new place (above what is open) and hands it to waiter `w`; false, and the
     /// place not counted, when that client has given up.
-    pub fn grant_place(&mut self, w: oneshot::Sender<Grant>, pool: &Pool) -> bool {
+    pub fn grant_place(&mut self, w: Entry, pool: &Pool) -> bool {
         self.open += 1;
         match w.send(Grant::Slot(Slot::new(pool.clone()))) {
             Ok(()) => true,

@@ -2,9 +2,9 @@
 //! `max_user_connections`): a count per database and per user, and one first-come-first-served
 //! queue of pools waiting for room, so a busy pool cannot starve another under the same cap.
 
+use crate::clock::Tick;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
-use std::time::Instant;
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -21,7 +21,7 @@ pub struct CapKey {
 }
 
 struct Waiter {
-    since: Instant,
+    since: Tick,
     key: CapKey,
     tx: oneshot::Sender<CapGrant>,
 }
@@ -123,7 +123,7 @@ impl Limits {
             }
             let (tx, rx) = oneshot::channel();
             st.waiters.push_back(Waiter {
-                since: Instant::now(),
+                since: crate::clock::now(),
                 key: key.clone(),
                 tx,
             });
@@ -163,7 +163,7 @@ impl Limits {
     /// True when a pool waiting since before `since` needs room that a server of `key` holds.
     /// Decides where a server of `key` goes when its pool's own first waiter has waited since
     /// `since` (or there is none): the longest waiter under a shared cap goes first.
-    pub(super) fn claim(&self, key: &CapKey, since: Option<Instant>) -> Claim {
+    pub(super) fn claim(&self, key: &CapKey, since: Option<Tick>) -> Claim {
         let mut st = self.0.lock();
         let first = st.waiters.iter().position(|w| {
             since.is_none_or(|s| w.since < s) && !w.tx.is_closed() && shares(&w.key, key)

@@ -7,12 +7,14 @@ mod hot;
 mod inner;
 pub mod limits;
 pub mod logins;
+mod mailbox;
 pub mod maintain;
 mod ops;
 pub mod registry;
 pub mod stats;
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 pub use checkout::Checkout;
@@ -20,7 +22,6 @@ pub use checkout::Checkout;
 use inner::{Grant, Inner};
 use limits::{CapKey, Limits};
 use parking_lot::Mutex;
-use tokio::sync::oneshot;
 
 use crate::config::PoolMode;
 use crate::error::{Error, Kind, Result};
@@ -349,7 +350,9 @@ impl Pool {
             if let Some(c) = self.checkout_idle(worker) {
                 return Ok(c);
             }
-            let rx = {
+            // The task's waker, registered with the wait as it is opened.
+            let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+            let wait = {
                 let mut inner = self.0.inner.lock();
                 if !inner.idle.is_empty() {
                     continue;
@@ -358,17 +361,17 @@ impl Pool {
                     inner.open += 1;
                     None
                 } else {
-                    let (tx, rx) = oneshot::channel();
-                    inner.waiters.push_back((Instant::now(), tx));
-                    Some(rx)
+                    let (wait, entry) = mailbox::open(waker);
+                    inner.waiters.push_back((crate::clock::now(), entry));
+                    Some(wait)
                 }
             };
-            let mut checkout = match rx {
+            let mut checkout = match wait {
                 None => return Box::pin(self.open(inner::Slot::new(self.clone()), worker)).await,
-                Some(rx) => match rx.await {
-                    Ok(Grant::Server(checkout)) => checkout,
-                    Ok(Grant::Slot(slot)) => return Box::pin(self.open(slot, worker)).await,
-                    Ok(Grant::TimedOut(waited)) => {
+                Some(wait) => match wait.await {
+                    Some(Grant::Server(checkout)) => checkout,
+                    Some(Grant::Slot(slot)) => return Box::pin(self.open(slot, worker)).await,
+                    Some(Grant::TimedOut(waited)) => {
                         return Err(Error::new(
                             Kind::PoolTimeout,
                             format!(
@@ -377,7 +380,7 @@ impl Pool {
                             ),
                         ))
                     }
-                    Err(_) => return Err(Error::new(Kind::Shutdown, "pool closed")),
+                    None => return Err(Error::new(Kind::Shutdown, "pool closed")),
                 },
             };
             if checkout.rehome(worker) {
@@ -391,10 +394,10 @@ impl Pool {
     /// and those that waited `wait_timeout` are sent away. A wait costs no timer of its own.
     pub(crate) fn expire_waiters(&self) {
         let s = self.0.settings.load();
-        let now = Instant::now();
+        let now = crate::clock::now();
         let mut inner = self.0.inner.lock();
         while let Some(&(since, _)) = inner.waiters.front() {
-            let waited = now.saturating_duration_since(since);
+            let waited = now.since(since);
             if s.reserve_size > 0
                 && waited >= s.reserve_timeout
                 && inner.open < s.size + s.reserve_size
