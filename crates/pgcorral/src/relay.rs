@@ -473,15 +473,7 @@ pub fn scan_client(
             FeKind::Sync => {
                 counted = st.on_sync();
             }
-            FeKind::Extended => {
-                // A Flush asks for nothing of its own: after a Sync it leaves the link synced.
-                st.unsynced |= h.tag != frontend::FLUSH;
-                if h.tag == frontend::EXECUTE {
-                    st.on_execute();
-                } else {
-                    st.on_other(h.tag == frontend::FLUSH);
-                }
-            }
+            FeKind::Extended => on_extended(st, h.tag),
             FeKind::Copy => st.on_other(false),
             FeKind::Terminate => {
                 out.terminate = true;
@@ -495,6 +487,11 @@ pub fn scan_client(
         if let Some(l) = link.as_deref_mut() {
             if count_only {
                 l.counted(h, &buf[pos..]);
+                if h.tag == frontend::PARSE {
+                    // The rest of the batch is buffered and was checked whole.
+                    pos = counted_rest(buf, pos + h.total_len(), batch_end, st, l);
+                    continue;
+                }
             } else {
                 l.raw(h, &buf[pos..], counted);
             }
@@ -505,6 +502,45 @@ pub fn scan_client(
     out.ready = pos;
     out.front = front;
     Ok(out)
+}
+
+/// What a Parse, Bind, Describe, Execute, Close or Flush does to the link's state.
+#[inline]
+fn on_extended(st: &mut LinkState, tag: u8) {
+    // A Flush asks for nothing of its own: after a Sync it leaves the link synced.
+    st.unsynced |= tag != frontend::FLUSH;
+    if tag == frontend::EXECUTE {
+        st.on_execute();
+    } else {
+        st.on_other(tag == frontend::FLUSH);
+    }
+}
+
+/// The messages of a counted batch after one of its Parses, from `pos` up to `end`, where
+/// [`Link::counted_batch`] found its Sync: they were checked whole and are buffered, so each
+/// only moves the link's state and is recorded as [`scan_client`] would, without its checks.
+/// Stops before another Parse, which takes the general way. Returns where it stopped.
+fn counted_rest(buf: &[u8], mut pos: usize, end: usize, st: &mut LinkState, l: &mut Link) -> usize {
+    while pos < end {
+        let tag = buf[pos];
+        let Some(len) = buf.get(pos + 1..pos + 5).and_then(|b| b.try_into().ok()) else {
+            break;
+        };
+        let h = Header {
+            tag,
+            len: u32::from_be_bytes(len),
+        };
+        match tag {
+            frontend::PARSE => break,
+            frontend::SYNC => {
+                st.on_sync();
+            }
+            _ => on_extended(st, tag),
+        }
+        l.counted(h, &buf[pos..]);
+        pos += h.total_len();
+    }
+    pos
 }
 
 /// What the SQL of a Query or Parse message (`msg` starts at its header) may do to the
@@ -1568,6 +1604,51 @@ mod tests {
             assert_eq!(tags_of(&t.receive(&answer, &mut st)), "12TDCZ");
             assert!(t.expect.is_empty() && st.is_idle(), "cut at {cut}");
         }
+    }
+
+    /// A counted batch that parses the unnamed statement twice, with a Flush inside: one
+    /// request owed, the second text remembered, its answers end idle; and two such batches in
+    /// one read are owed two.
+    #[test]
+    fn a_counted_batch_with_two_parses_and_a_flush() {
+        let batch = msgs(&[
+            parse("", "select 1"),
+            bind(""),
+            msg(b'E', b"\0\0\0\0\0"),
+            msg(b'H', b""),
+            parse("", "select 2"),
+            bind(""),
+            msg(b'D', b"P\0"),
+            msg(b'E', b"\0\0\0\0\0"),
+            msg(b'S', b""),
+        ]);
+        let answer = msgs(&[
+            msg(b'1', b""),
+            msg(b'2', b""),
+            msg(b'D', b"\0\x01\0\0\0\x011"),
+            msg(b'C', b"SELECT 1\0"),
+            msg(b'1', b""),
+            msg(b'2', b""),
+            rows(),
+        ]);
+        let mut t = Tracked::default();
+        let mut st = LinkState::default();
+        assert_eq!(t.send(&batch, &mut st), batch);
+        assert_eq!((st.pending, st.unsynced), (1, false));
+        assert!(t.expect.only_counted());
+        assert_eq!(t.client.unnamed(), Some(&b"select 2\0\0\0"[..]));
+        assert_eq!(tags_of(&t.receive(&answer, &mut st)), "12DC12TDCZ");
+        assert!(t.expect.is_empty() && st.is_idle());
+
+        let two = msgs(&[batch.clone(), batch]);
+        assert_eq!(t.send(&two, &mut st), two);
+        assert_eq!((st.pending, st.unsynced), (2, false));
+        let answers = msgs(&[answer.clone(), answer]);
+        assert_eq!(
+            tags_of(&t.receive(&answers, &mut st)),
+            "12DC12TDCZ12DC12TDCZ"
+        );
+        assert!(t.expect.is_empty() && st.is_idle());
     }
 
     /// What a counted batch cannot be: one that uses a named statement, or the unnamed one
