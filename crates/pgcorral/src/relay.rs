@@ -198,6 +198,9 @@ pub fn scan_server(
         if !skip_body(buf.len(), &mut pos, pass) {
             break;
         }
+        if counted {
+            pos = pass_whole(buf, pos, max);
+        }
         if let Some(a) = answers.as_deref_mut().filter(|_| !counted) {
             if a.expect.fake_next() {
                 if pos > front {
@@ -355,6 +358,31 @@ pub fn scan_server(
     out.ready = pos;
     out.front = front;
     Ok(out)
+}
+
+/// Where the run of whole messages from `pos` that the server scan only passes ends, while
+/// only counted Queries are owed: any but ReadyForQuery, ErrorResponse, ParameterStatus and
+/// CopyInResponse. The first message not wholly buffered, or with a bad length, takes the
+/// general way (which passes its body as it comes, or reports it).
+#[inline]
+fn pass_whole(buf: &[u8], mut pos: usize, max: u32) -> usize {
+    while let Some(&[tag, a, b, c, d]) = buf.get(pos..pos + pgwire::header::HEADER_LEN) {
+        if matches!(
+            tag,
+            backend::READY_FOR_QUERY
+                | backend::ERROR_RESPONSE
+                | backend::PARAMETER_STATUS
+                | backend::COPY_IN_RESPONSE
+        ) {
+            break;
+        }
+        let len = u32::from_be_bytes([a, b, c, d]);
+        if !(4..=max).contains(&len) || buf.len() - pos <= len as usize {
+            break;
+        }
+        pos += len as usize + 1;
+    }
+    pos
 }
 
 /// What the client-side scan found.
@@ -1604,6 +1632,55 @@ mod tests {
             assert_eq!(tags_of(&t.receive(&answer, &mut st)), "12TDCZ");
             assert!(t.expect.is_empty() && st.is_idle(), "cut at {cut}");
         }
+    }
+
+    /// While only counted Queries are owed, the messages the server scan looks at are still
+    /// seen among those it passes whole: a ParameterStatus updates the server's parameters, an
+    /// error is counted and a FATAL one marks the link broken.
+    #[test]
+    fn counted_answers_still_show_parameters_and_errors() {
+        let mut t = Tracked::default();
+        let mut st = LinkState::default();
+        let q = msg(b'Q', b"select 1\0");
+        assert_eq!(t.send(&q, &mut st), q);
+        assert!(t.expect.only_counted());
+        let answer = msgs(&[
+            rows_without_ready(),
+            msg(b'S', b"TimeZone\0UTC\0"),
+            msg(b'N', b"SNOTICE\0C00000\0Mhello\0\0"),
+            msg(b'E', b"SFATAL\0C57P01\0Mbye\0\0"),
+            msg(b'Z', b"I"),
+        ]);
+        let mut params = ServerParams::default();
+        let mut answers = Answers {
+            registry: &t.registry,
+            expect: &mut t.expect,
+            server: &mut t.server,
+            client: &mut t.client,
+            out: &mut t.fout,
+        };
+        let mut pass = 0;
+        let s = scan_server(
+            &answer,
+            &mut pass,
+            &mut st,
+            &mut params,
+            true,
+            false,
+            1 << 20,
+            Some(&mut answers),
+        )
+        .unwrap();
+        assert!(params.iter().any(|(k, v)| k == "TimeZone" && v == "UTC"));
+        assert_eq!((s.n_errors, s.errors[0]), (1, *b"57"));
+        assert!(s.fatal && st.broken);
+        assert_eq!((s.ready, s.done.queries), (answer.len(), 1));
+    }
+
+    /// [`rows`] but its ReadyForQuery.
+    fn rows_without_ready() -> Vec<u8> {
+        let r = rows();
+        r[..r.len() - 6].to_vec()
     }
 
     /// A counted batch that parses the unnamed statement twice, with a Flush inside: one
