@@ -2,7 +2,6 @@
 //! `max_user_connections`): a count per database and per user, and one first-come-first-served
 //! queue of pools waiting for room, so a busy pool cannot starve another under the same cap.
 
-use crate::clock::Tick;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 
@@ -10,6 +9,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use super::{Checkout, Pool};
+use crate::clock::Tick;
 
 /// Which caps a pool's servers count against, and their sizes (0 = no cap).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -43,9 +43,11 @@ pub(super) fn open(waker: Waker) -> (Wait, Entry) {
     let mailbox = SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default();
     let ticket = {
         let mut st = mailbox.0.lock();
+        // Every wait takes its grant or drops it as it ends (never here, under the pool's
+        // lock: a server dropped would go back to the pool).
+        debug_assert!(st.grant.is_none());
         st.last += 1;
         st.open = st.last;
-        st.grant = None;
         st.closed = false;
         st.waker = Some(waker);
         st.open
