@@ -1318,6 +1318,8 @@ mod tests {
         registry: Registry,
         client: crate::prepared::ClientStatements,
         server: crate::prepared::ServerStatements,
+        /// The server's parameters, as its ParameterStatus messages set them.
+        params: ServerParams,
         expect: crate::prepared::expect::Expected,
         wout: bytes::BytesMut,
         fout: bytes::BytesMut,
@@ -1372,7 +1374,7 @@ mod tests {
                 buf,
                 pass,
                 st,
-                &mut Default::default(),
+                &mut self.params,
                 true,
                 false,
                 1 << 20,
@@ -1651,30 +1653,12 @@ mod tests {
             msg(b'E', b"SFATAL\0C57P01\0Mbye\0\0"),
             msg(b'Z', b"I"),
         ]);
-        let mut params = ServerParams::default();
-        let mut answers = Answers {
-            registry: &t.registry,
-            expect: &mut t.expect,
-            server: &mut t.server,
-            client: &mut t.client,
-            out: &mut t.fout,
-        };
-        let mut pass = 0;
-        let s = scan_server(
-            &answer,
-            &mut pass,
-            &mut st,
-            &mut params,
-            true,
-            false,
-            1 << 20,
-            Some(&mut answers),
-        )
-        .unwrap();
-        assert!(params.iter().any(|(k, v)| k == "TimeZone" && v == "UTC"));
+        let (s, shown) = t.server(&answer, &mut 0, &mut st);
+        assert_eq!(shown, answer);
+        assert!(t.params.iter().any(|(k, v)| k == "TimeZone" && v == "UTC"));
         assert_eq!((s.n_errors, s.errors[0]), (1, *b"57"));
         assert!(s.fatal && st.broken);
-        assert_eq!((s.ready, s.done.queries), (answer.len(), 1));
+        assert_eq!(s.done.queries, 1);
     }
 
     /// [`rows`] but its ReadyForQuery.
