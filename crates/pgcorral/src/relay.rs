@@ -728,6 +728,9 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         // Nothing outstanding: nothing is owed either.
         server.expect.clear();
     }
+    // A registration for the server's socket made before this relay may hold another task's
+    // waker.
+    server.read_armed = false;
     // The client's unnamed statement is not on this server until it is parsed here.
     let mut unnamed_here = false;
     // The timer exists only when some timeout is configured; it is re-armed when the phase
@@ -904,12 +907,20 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                         return Poll::Ready(Event::ToClient(r));
                     }
                 }
-                if read_server {
-                    if let Poll::Ready(r) = server.stream.poll_read_into(cx, &mut server.rbuf) {
+                // A socket whose last read left this task registered, and that nothing has
+                // made readable since, needs no second registration: tokio keeps the first
+                // until bytes come (and wakes the task then). Within a transaction or session
+                // that saves two of them per statement.
+                if read_server
+                    && !(server.read_armed && server.stream.readable_now() == Some(false))
+                {
+                    if let Poll::Ready(r) = server.poll_read(cx) {
                         return Poll::Ready(Event::FromServer(r));
                     }
                 }
-                if read_client {
+                if read_client
+                    && !(client.read_armed && client.stream.readable_now() == Some(false))
+                {
                     if let Poll::Ready(r) = client.poll_read(cx) {
                         return Poll::Ready(Event::FromClient(r));
                     }

@@ -208,6 +208,10 @@ pub struct ServerConn {
     pub generation: u64,
     /// What the relay measures on this link (kept here rather than in each client's future).
     pub meter: crate::pool::stats::Meter,
+    /// The relay's last read found nothing and left its task registered for the socket's next
+    /// bytes (see [`ServerConn::poll_read`]); cleared as each relay starts, as the server may
+    /// have served another client's task since.
+    pub read_armed: bool,
 }
 
 impl ServerConn {
@@ -241,6 +245,7 @@ impl ServerConn {
             listed: None,
             generation: 0,
             meter: Default::default(),
+            read_armed: false,
         }
     }
 
@@ -253,6 +258,18 @@ impl ServerConn {
             home: worker,
             ..self
         })
+    }
+
+    /// One read into `rbuf`'s spare room, noting whether it left the task registered for the
+    /// socket (never over TLS, whose session may hold bytes already read).
+    #[inline]
+    pub fn poll_read(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = self.stream.poll_read_into(cx, &mut self.rbuf);
+        self.read_armed = r.is_pending() && !self.stream.is_tls();
+        r
     }
 
     /// True when the server has closed or sent something while idle in the pool (an idle server
