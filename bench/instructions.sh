@@ -8,8 +8,8 @@
 # Needs a running PostgreSQL that lets user $PGUSER (default postgres) in without a password
 # from 127.0.0.1 (trust), valgrind, pgbench and pgbouncer. Creates database `corral_instr`
 # (pgbench -i -s 1) if missing. Both poolers run under callgrind with one worker/thread,
-# transaction mode, pool 20, trust auth, plaintext to PostgreSQL; pgbench -S with 8 clients
-# (BENCH_CLIENTS)
+# transaction mode (BENCH_POOL_MODE), pool 20, trust auth, plaintext to PostgreSQL; pgbench -S with
+# 8 clients (BENCH_CLIENTS)
 # runs a warm-up, the counters are zeroed, then BENCH_TX transactions per client run, and the
 # count is divided by them. BENCH_PROTOCOLS (default "simple extended"); KEEP=1 keeps the
 # callgrind files (in a temporary directory, printed on failure).
@@ -21,6 +21,7 @@ PGUSER=${PGUSER:-postgres}
 DB=corral_instr
 TX=${BENCH_TX:-2500}
 CLIENTS=${BENCH_CLIENTS:-8}
+POOL_MODE=${BENCH_POOL_MODE:-transaction}
 JOBS=$((CLIENTS < 2 ? 1 : 2))
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 PGBENCH=$PG_BIN/pgbench
@@ -58,7 +59,7 @@ cat >"$WORK/corral.toml" <<EOF
 [general]
 listen_addr = "127.0.0.1"
 listen_port = $CORRAL_PORT
-pool_mode = "transaction"
+pool_mode = "$POOL_MODE"
 default_pool_size = 20
 auth_type = "trust"
 workers = 1
@@ -80,7 +81,7 @@ listen_port = $BOUNCER_PORT
 unix_socket_dir =
 auth_type = trust
 auth_file = $WORK/userlist.txt
-pool_mode = transaction
+pool_mode = $POOL_MODE
 default_pool_size = 20
 logfile = $WORK/pgbouncer.log
 log_connections = 0
@@ -121,4 +122,4 @@ for proto in ${BENCH_PROTOCOLS:-simple extended}; do
   b=$(count pgbouncer "$BOUNCER_PORT" "$proto" 1 /usr/sbin/pgbouncer "$WORK/pgbouncer.ini")
   printf '%-10s %10s %10s\n' "$proto" "$c" "$b"
 done
-echo "(instructions per pgbench -S transaction, $CLIENTS clients x $TX, git $(cd "$ROOT" && git rev-parse --short HEAD))"
+echo "(instructions per pgbench -S transaction, $POOL_MODE mode, $CLIENTS clients x $TX, git $(cd "$ROOT" && git rev-parse --short HEAD))"

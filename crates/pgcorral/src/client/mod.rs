@@ -60,8 +60,8 @@ impl ClientConn {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<usize>> {
         let r = self.stream.poll_read_into(cx, &mut self.buf);
-        // Over TLS the session may hold bytes already read: never armed.
-        self.read_armed = r.is_pending() && !self.stream.is_tls();
+        // Not over TLS or a Unix socket (see Stream::keeps_read_registration).
+        self.read_armed = r.is_pending() && self.stream.keeps_read_registration();
         r
     }
 }

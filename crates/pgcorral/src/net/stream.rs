@@ -131,6 +131,16 @@ impl Stream {
         matches!(self, Stream::Tls(_))
     }
 
+    /// Whether a read that found nothing leaves the task registered for the socket's next
+    /// bytes until they come, so that no second registration is needed while the cached
+    /// readiness stays clear: plaintext TCP only. A TLS session may hold bytes already read,
+    /// and a Unix socket is registered anew when it first needs to wait for writability,
+    /// which drops the registration a read made.
+    #[inline]
+    pub fn keeps_read_registration(&self) -> bool {
+        matches!(self, Stream::Plain(_))
+    }
+
     /// The TLS session, when there is one.
     pub fn tls(&self) -> Option<&rustls::CommonState> {
         match self {

@@ -261,14 +261,14 @@ impl ServerConn {
     }
 
     /// One read into `rbuf`'s spare room, noting whether it left the task registered for the
-    /// socket (never over TLS, whose session may hold bytes already read).
+    /// socket (see [`Stream::keeps_read_registration`]).
     #[inline]
     pub fn poll_read(
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<usize>> {
         let r = self.stream.poll_read_into(cx, &mut self.rbuf);
-        self.read_armed = r.is_pending() && !self.stream.is_tls();
+        self.read_armed = r.is_pending() && self.stream.keeps_read_registration();
         r
     }
 
