@@ -59,10 +59,8 @@ impl ClientConn {
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<usize>> {
-        let r = self.stream.poll_read_into(cx, &mut self.buf);
-        // Not over TLS or a Unix socket (see Stream::keeps_read_registration).
-        self.read_armed = r.is_pending() && self.stream.keeps_read_registration();
-        r
+        self.stream
+            .poll_read_armed(cx, &mut self.buf, &mut self.read_armed)
     }
 }
 

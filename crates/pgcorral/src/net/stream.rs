@@ -196,6 +196,20 @@ impl Stream {
         }
     }
 
+    /// [`Stream::poll_read_into`], setting `armed` to whether the read left the task registered
+    /// for the socket's next bytes (see [`Stream::keeps_read_registration`]).
+    #[inline]
+    pub fn poll_read_armed(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+        armed: &mut bool,
+    ) -> Poll<io::Result<usize>> {
+        let r = self.poll_read_into(cx, buf);
+        *armed = r.is_pending() && self.keeps_read_registration();
+        r
+    }
+
     /// One read into `buf`'s spare room (the caller makes room). Plaintext sockets read straight
     /// from the cached readiness ([`super::direct`]); TLS goes through its session.
     #[inline]

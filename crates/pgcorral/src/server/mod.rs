@@ -267,9 +267,8 @@ impl ServerConn {
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<usize>> {
-        let r = self.stream.poll_read_into(cx, &mut self.rbuf);
-        self.read_armed = r.is_pending() && self.stream.keeps_read_registration();
-        r
+        self.stream
+            .poll_read_armed(cx, &mut self.rbuf, &mut self.read_armed)
     }
 
     /// True when the server has closed or sent something while idle in the pool (an idle server
