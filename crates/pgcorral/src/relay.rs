@@ -911,16 +911,14 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 // made readable since, needs no second registration: tokio keeps the first
                 // until bytes come (and wakes the task then). Within a transaction or session
                 // that saves two of them per statement.
-                if read_server
-                    && !(server.read_armed && server.stream.readable_now() == Some(false))
-                {
-                    if let Poll::Ready(r) = server.poll_read(cx) {
+                if read_server && !server.stream.still_registered(server.read_armed) {
+                    let (stream, rbuf) = (&mut server.stream, &mut server.rbuf);
+                    if let Poll::Ready(r) = stream.poll_read_armed(cx, rbuf, &mut server.read_armed)
+                    {
                         return Poll::Ready(Event::FromServer(r));
                     }
                 }
-                if read_client
-                    && !(client.read_armed && client.stream.readable_now() == Some(false))
-                {
+                if read_client && !client.stream.still_registered(client.read_armed) {
                     if let Poll::Ready(r) = client.poll_read(cx) {
                         return Poll::Ready(Event::FromClient(r));
                     }

@@ -95,7 +95,7 @@ pub(super) fn next_request<'a>(
                     if let Poll::Ready(r) = read_into_buffer(client, cx) {
                         return Poll::Ready(Ok(Some(r)));
                     }
-                } else if client.read_armed && client.stream.readable_now() == Some(false) {
+                } else if client.stream.still_registered(client.read_armed) {
                     // The relay's last read of the client left this task registered: nothing
                     // to poll until the client's next bytes wake it.
                 } else if let Poll::Ready(r) = client.stream.poll_read_ready(cx) {

@@ -210,6 +210,14 @@ impl Stream {
         r
     }
 
+    /// True when the last read (`armed`, see [`Stream::poll_read_armed`]) left the task
+    /// registered and the cached readiness is still clear: no bytes came since, the
+    /// registration stands, and polling again would only register a second time.
+    #[inline]
+    pub fn still_registered(&self, armed: bool) -> bool {
+        armed && self.readable_now() == Some(false)
+    }
+
     /// One read into `buf`'s spare room (the caller makes room). Plaintext sockets read straight
     /// from the cached readiness ([`super::direct`]); TLS goes through its session.
     #[inline]

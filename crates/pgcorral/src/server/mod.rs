@@ -209,7 +209,7 @@ pub struct ServerConn {
     /// What the relay measures on this link (kept here rather than in each client's future).
     pub meter: crate::pool::stats::Meter,
     /// The relay's last read found nothing and left its task registered for the socket's next
-    /// bytes (see [`ServerConn::poll_read`]); cleared as each relay starts, as the server may
+    /// bytes (see [`Stream::poll_read_armed`]); cleared as each relay starts, as the server may
     /// have served another client's task since.
     pub read_armed: bool,
 }
@@ -258,17 +258,6 @@ impl ServerConn {
             home: worker,
             ..self
         })
-    }
-
-    /// One read into `rbuf`'s spare room, noting whether it left the task registered for the
-    /// socket (see [`Stream::keeps_read_registration`]).
-    #[inline]
-    pub fn poll_read(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.stream
-            .poll_read_armed(cx, &mut self.rbuf, &mut self.read_armed)
     }
 
     /// True when the server has closed or sent something while idle in the pool (an idle server
