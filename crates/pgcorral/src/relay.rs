@@ -583,14 +583,17 @@ fn sql_effect(msg: &[u8], h: Header) -> Effect {
 /// The SQL text of a wholly buffered Query or Parse message (`msg` starts at its header). A
 /// Query's is its body but the final NUL, without a search: a NUL inside makes PostgreSQL
 /// refuse the message (nothing of it runs), and the longer text can only make [`classify`] find
-/// more, never less. A Parse's runs from after the statement name to its NUL, found with
-/// memchr (parameter types follow it).
+/// more, never less. A Parse's runs from after the statement name (usually empty: no search)
+/// to its NUL, found with memchr (parameter types follow it).
 fn sql_text(msg: &[u8], h: Header) -> Option<&[u8]> {
     let body = msg.get(pgwire::header::HEADER_LEN..h.total_len())?;
     let sql = if h.tag == frontend::PARSE {
-        match memchr::memchr(0, body) {
-            Some(i) => &body[i + 1..],
-            None => body,
+        match body {
+            [0, rest @ ..] => rest,
+            _ => match memchr::memchr(0, body) {
+                Some(i) => &body[i + 1..],
+                None => body,
+            },
         }
     } else if let [text @ .., 0] = body {
         return Some(text);
@@ -815,6 +818,43 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 continue;
             }
         }
+        // What was just scanned goes out now where the socket takes it without a poll
+        // (plaintext TCP), so that a request or an answer is scanned, written and, when it
+        // ends the relay, finished in one turn of this loop.
+        let mut wrote = false;
+        if c_ready > 0 && server.wout.is_empty() {
+            match server.stream.try_write_now(&client.buf[..c_ready]) {
+                None => {}
+                Some(Ok(n)) if n > 0 => {
+                    to_server(client, server, &mut c_ready, n);
+                    wrote = true;
+                }
+                Some(_) => {
+                    server.state.broken = true;
+                    return Outcome::ServerGone {
+                        notified: fatal_seen,
+                    };
+                }
+            }
+        }
+        if s_ready > 0 && server.fout.is_empty() {
+            match client.stream.try_write_now(&server.rbuf[..s_ready]) {
+                None => {}
+                Some(Ok(n)) if n > 0 => {
+                    to_client(server, &mut s_ready, n);
+                    wrote = true;
+                }
+                Some(_) => {
+                    client.buf.clear();
+                    return Outcome::ClientGone;
+                }
+            }
+        }
+        if wrote && (c_held || c_again || s_again || replay_due) {
+            // A side waited for its bytes to be written before its next scan (or a held batch,
+            // or a replay): back to the top, as after a write the poll made.
+            continue;
+        }
         let c_sent = c_ready == 0 && server.wout.is_empty();
         if s_ready == 0 && server.fout.is_empty() && s_stop.is_some() {
             // The server may be released, but not while the client is part-way through a
@@ -939,11 +979,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         }
 
         match ev {
-            Event::ToServer(Ok(n)) if n > 0 => {
-                consume(&mut client.buf, n);
-                c_ready -= n;
-                server.meter.delta.bytes_received += n as u64;
-            }
+            Event::ToServer(Ok(n)) if n > 0 => to_server(client, server, &mut c_ready, n),
             Event::ToServerOwn(Ok(n)) if n > 0 => server.wout.advance(n),
             Event::ToServer(_) | Event::ToServerOwn(_) => {
                 server.state.broken = true;
@@ -951,11 +987,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     notified: fatal_seen,
                 };
             }
-            Event::ToClient(Ok(n)) if n > 0 => {
-                consume(&mut server.rbuf, n);
-                s_ready -= n;
-                server.meter.delta.bytes_sent += n as u64;
-            }
+            Event::ToClient(Ok(n)) if n > 0 => to_client(server, &mut s_ready, n),
             Event::ToClientOwn(Ok(n)) if n > 0 => {
                 server.fout.advance(n);
                 server.meter.delta.bytes_sent += n as u64;
@@ -990,6 +1022,22 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
             }
         }
     }
+}
+
+/// `n` of the client's `c_ready` scanned bytes went to the server.
+#[inline]
+fn to_server(client: &mut ClientConn, server: &mut ServerConn, c_ready: &mut usize, n: usize) {
+    consume(&mut client.buf, n);
+    *c_ready -= n;
+    server.meter.delta.bytes_received += n as u64;
+}
+
+/// `n` of the server's `s_ready` scanned bytes went to the client.
+#[inline]
+fn to_client(server: &mut ServerConn, s_ready: &mut usize, n: usize) {
+    consume(&mut server.rbuf, n);
+    *s_ready -= n;
+    server.meter.delta.bytes_sent += n as u64;
 }
 
 /// Drops the first `n` bytes of `buf`, which were sent. All of them (the usual case) empties it

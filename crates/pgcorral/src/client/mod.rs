@@ -400,9 +400,11 @@ fn run<'a>(
                     session.pool.checkout(client.worker).await?
                 };
                 let got = crate::clock::now();
-                s.pool()
-                    .stats()
-                    .waited(client.worker, got.micros_since(asked));
+                // The wait's time and count go with the transaction's (one record of the
+                // counters per transaction); its histogram is recorded now.
+                let waited = got.micros_since(asked);
+                s.pool().stats().wait_hist.record(client.worker, waited);
+                s.meter.waited(waited);
                 session.listed.set_state(ListState::Active);
                 if let Some(l) = &s.listed {
                     l.requested_at(got);

@@ -37,15 +37,22 @@ pub fn poll_read_tcp(
 /// cleared with it.
 pub fn poll_write_tcp(s: &TcpStream, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
     loop {
-        let mut got = None;
-        let _ = s.try_io(Interest::WRITABLE, || {
-            keep(&mut got, send(s, data), data.len())
-        });
-        if let Some(r) = got {
+        if let Some(r) = try_write_tcp(s, data) {
             return Poll::Ready(r);
         }
         ready!(s.poll_write_ready(cx))?;
     }
+}
+
+/// Writes once from `data` if the cached readiness says the socket is writable; `None` when it
+/// would block (poll with [`poll_write_tcp`] to wait). Registers nothing.
+#[inline]
+pub fn try_write_tcp(s: &TcpStream, data: &[u8]) -> Option<io::Result<usize>> {
+    let mut got = None;
+    let _ = s.try_io(Interest::WRITABLE, || {
+        keep(&mut got, send(s, data), data.len())
+    });
+    got
 }
 
 /// Inside `try_io`: notes the outcome of a system call that had `room` bytes to fill or send

@@ -259,6 +259,17 @@ impl Stream {
         }
     }
 
+    /// One write from `data` without a task to register: plaintext TCP that its cached
+    /// readiness says is writable. `None` when the write must be polled instead (the socket
+    /// would block, or the stream is not plaintext TCP).
+    #[inline]
+    pub fn try_write_now(&mut self, data: &[u8]) -> Option<io::Result<usize>> {
+        match self {
+            Stream::Plain(s) => super::direct::try_write_tcp(s, data),
+            _ => None,
+        }
+    }
+
     /// TLS records written into the session but not yet onto the socket (flush them).
     #[inline]
     pub fn pending_output(&self) -> bool {

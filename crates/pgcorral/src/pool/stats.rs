@@ -376,6 +376,13 @@ pub struct Meter {
 }
 
 impl Meter {
+    /// A client waited `us` microseconds for this server: counted with the rest of `delta`.
+    #[inline]
+    pub fn waited(&mut self, us: u64) {
+        self.delta.wait_time += us;
+        self.delta.waits += 1;
+    }
+
     /// Looks at the link after a scan that ended `done`; true when `delta` should be recorded
     /// now.
     #[inline]
