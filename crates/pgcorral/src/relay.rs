@@ -796,8 +796,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "server sent an invalid message");
-                    server.state.broken = true;
-                    s_stop = Some(Outcome::ServerGone { notified: false });
+                    s_stop = Some(server_gone(server, false));
                 }
             }
         }
@@ -829,12 +828,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     to_server(client, server, &mut c_ready, n);
                     wrote = true;
                 }
-                Some(_) => {
-                    server.state.broken = true;
-                    return Outcome::ServerGone {
-                        notified: fatal_seen,
-                    };
-                }
+                Some(_) => return server_gone(server, fatal_seen),
             }
         }
         if s_ready > 0 && server.fout.is_empty() {
@@ -844,10 +838,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     to_client(server, &mut s_ready, n);
                     wrote = true;
                 }
-                Some(_) => {
-                    client.buf.clear();
-                    return Outcome::ClientGone;
-                }
+                Some(_) => return client_gone(client),
             }
         }
         if wrote && (c_held || c_again || s_again || replay_due) {
@@ -981,33 +972,20 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         match ev {
             Event::ToServer(Ok(n)) if n > 0 => to_server(client, server, &mut c_ready, n),
             Event::ToServerOwn(Ok(n)) if n > 0 => server.wout.advance(n),
-            Event::ToServer(_) | Event::ToServerOwn(_) => {
-                server.state.broken = true;
-                return Outcome::ServerGone {
-                    notified: fatal_seen,
-                };
-            }
+            Event::ToServer(_) | Event::ToServerOwn(_) => return server_gone(server, fatal_seen),
             Event::ToClient(Ok(n)) if n > 0 => to_client(server, &mut s_ready, n),
             Event::ToClientOwn(Ok(n)) if n > 0 => {
                 server.fout.advance(n);
                 server.meter.delta.bytes_sent += n as u64;
             }
-            Event::ToClient(_) | Event::ToClientOwn(_) => {
-                client.buf.clear();
-                return Outcome::ClientGone;
-            }
+            Event::ToClient(_) | Event::ToClientOwn(_) => return client_gone(client),
             Event::Timeout => {
                 let p = phase.expect("armed for a phase");
                 client.buf.advance(c_ready);
                 return Outcome::TimedOut(p);
             }
             Event::FromServer(Ok(n)) if n > 0 => s_again = true,
-            Event::FromServer(_) => {
-                server.state.broken = true;
-                s_stop = Some(Outcome::ServerGone {
-                    notified: fatal_seen,
-                });
-            }
+            Event::FromServer(_) => s_stop = Some(server_gone(server, fatal_seen)),
             Event::FromClient(Ok(n)) if n > 0 && s_stop.is_some() => {
                 // Draining: only the rest of the message in flight, unscanned (it can only be
                 // COPY data the server will ignore).
@@ -1016,12 +994,22 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 c_ready = take;
             }
             Event::FromClient(Ok(n)) if n > 0 => c_again = true,
-            Event::FromClient(_) => {
-                client.buf.clear();
-                c_stop = Some(Outcome::ClientGone);
-            }
+            Event::FromClient(_) => c_stop = Some(client_gone(client)),
         }
     }
+}
+
+/// The server's socket failed (or closed): the server is not reused. `notified`: the client
+/// already got the server's FATAL error.
+fn server_gone(server: &mut ServerConn, notified: bool) -> Outcome {
+    server.state.broken = true;
+    Outcome::ServerGone { notified }
+}
+
+/// The client's socket failed (or closed): what it sent and was not forwarded is dropped.
+fn client_gone(client: &mut ClientConn) -> Outcome {
+    client.buf.clear();
+    Outcome::ClientGone
 }
 
 /// `n` of the client's `c_ready` scanned bytes went to the server.
