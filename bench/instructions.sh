@@ -12,7 +12,9 @@
 # 8 clients (BENCH_CLIENTS)
 # runs a warm-up, the counters are zeroed, then BENCH_TX transactions per client run, and the
 # count is divided by them. BENCH_PROTOCOLS (default "simple extended"); KEEP=1 keeps the
-# callgrind files (in a temporary directory, printed on failure).
+# callgrind files (in a temporary directory, printed on failure). BENCH_FOOTPRINT=1 also prints
+# each pooler's hot code footprint: the distinct 64-byte lines of the instructions it runs at
+# least once per transaction (bench/footprint.py; callgrind then records every instruction).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PGHOST=127.0.0.1
@@ -28,6 +30,10 @@ PGBENCH=$PG_BIN/pgbench
 PSQL=$PG_BIN/psql
 CORRAL_PORT=${CORRAL_PORT:-7460}
 BOUNCER_PORT=${BOUNCER_PORT:-6460}
+FOOTPRINT=${BENCH_FOOTPRINT:-}
+[ "$FOOTPRINT" = 0 ] && FOOTPRINT=
+VG_ARGS=()
+[ -n "$FOOTPRINT" ] && VG_ARGS=(--dump-instr=yes)
 
 die() { echo "instructions.sh: $*" >&2; exit 1; }
 for c in valgrind callgrind_control callgrind_annotate "$PGBENCH" /usr/sbin/pgbouncer; do
@@ -101,7 +107,7 @@ count() { # name port protocol as-postgres(0/1) command... → instructions per 
   [ "$4" -eq 1 ] && as=("${AS[@]}")
   shift 4
   local out=$WORK/$name-$proto.cg
-  "${as[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >"$WORK/$name.out" 2>&1 &
+  "${as[@]}" valgrind --tool=callgrind "${VG_ARGS[@]}" --callgrind-out-file="$out" "$@" >"$WORK/$name.out" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
   "$PGBENCH" -n -S -M "$proto" -c $CLIENTS -j $JOBS -t 300 -h 127.0.0.1 -p "$port" -U "$PGUSER" "$DB" >/dev/null 2>&1 ||
@@ -112,14 +118,31 @@ count() { # name port protocol as-postgres(0/1) command... → instructions per 
   "${as[@]}" callgrind_control -d "$pid" >/dev/null 2>&1
   kill "$pid"
   wait "$pid" 2>/dev/null || true
-  callgrind_annotate --inclusive=yes "$out.1" 2>/dev/null | awk -v tx=$((TX * CLIENTS)) \
-    '/PROGRAM TOTALS/ { gsub(",", "", $1); printf "%d\n", $1 / tx }'
+  local ir
+  ir=$(callgrind_annotate --inclusive=yes "$out.1" 2>/dev/null | awk -v tx=$((TX * CLIENTS)) \
+    '/PROGRAM TOTALS/ { gsub(",", "", $1); printf "%d\n", $1 / tx }')
+  if [ -n "$FOOTPRINT" ]; then
+    echo "$ir $(python3 "$ROOT/bench/footprint.py" "$out.1" $((TX * CLIENTS)) | awk '{ print $2 }')"
+  else
+    echo "$ir"
+  fi
 }
 
-printf '%-10s %10s %10s\n' "protocol" "pgcorral" "PgBouncer"
+if [ -n "$FOOTPRINT" ]; then
+  printf '%-10s %10s %10s %12s %12s\n' "protocol" "pgcorral" "PgBouncer" "pgcorral hot" "PgBouncer hot"
+else
+  printf '%-10s %10s %10s\n' "protocol" "pgcorral" "PgBouncer"
+fi
 for proto in ${BENCH_PROTOCOLS:-simple extended}; do
   c=$(count pgcorral "$CORRAL_PORT" "$proto" 0 "$CORRAL" --config "$WORK/corral.toml")
   b=$(count pgbouncer "$BOUNCER_PORT" "$proto" 1 /usr/sbin/pgbouncer "$WORK/pgbouncer.ini")
-  printf '%-10s %10s %10s\n' "$proto" "$c" "$b"
+  read -r c c_lines <<<"$c"
+  read -r b b_lines <<<"$b"
+  if [ -n "$FOOTPRINT" ]; then
+    printf '%-10s %10s %10s %12s %12s\n' "$proto" "$c" "$b" "$c_lines" "$b_lines"
+  else
+    printf '%-10s %10s %10s\n' "$proto" "$c" "$b"
+  fi
 done
 echo "(instructions per pgbench -S transaction, $POOL_MODE mode, $CLIENTS clients x $TX, git $(cd "$ROOT" && git rev-parse --short HEAD))"
+[ -z "$FOOTPRINT" ] || echo "(hot: 64-byte lines of code run at least once per transaction)"

@@ -94,9 +94,11 @@ def read_latencies(logdir):
 
 
 def proc_cpu_ticks(pid):
+    """(utime + stime, utime) of the process, all threads, in clock ticks."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15
+    return utime + stime, utime
 
 
 def cmd_sample(a):
@@ -104,10 +106,10 @@ def cmd_sample(a):
     with open(a.out, "w") as out:
         while True:
             try:
-                ticks = proc_cpu_ticks(a.pid)
+                ticks, user = proc_cpu_ticks(a.pid)
             except (OSError, IndexError, ValueError):
                 return
-            out.write(f"{time.time_ns() // 1000} {ticks}\n")
+            out.write(f"{time.time_ns() // 1000} {ticks} {user}\n")
             out.flush()
             time.sleep(a.interval)
 
@@ -116,24 +118,26 @@ def steady_cpu(samples_path, done, clk_tck):
     """CPU µs per transaction between the first and the last transaction of the run: from the
     first sample after the first completion (all clients logged in by then: pgbench starts
     transactions only once every client is connected) to the last sample before the last
-    completion (before the clients log out), divided by the transactions completed in between."""
+    completion (before the clients log out), divided by the transactions completed in between.
+    Returns (µs/tx, the user time of it in µs/tx, the window in s)."""
     if not samples_path or not done or not os.path.exists(samples_path):
-        return None, None
+        return None, None, None
     samples = []
     with open(samples_path) as f:
         for line in f:
             parts = line.split()
-            if len(parts) == 2:
-                samples.append((int(parts[0]), int(parts[1])))
+            if len(parts) == 3:
+                samples.append((int(parts[0]), int(parts[1]), int(parts[2])))
     done = sorted(done)
     inside = [s for s in samples if done[0] <= s[0] <= done[-1]]
     if len(inside) < 2:
-        return None, None
-    (t0, c0), (t1, c1) = inside[0], inside[-1]
+        return None, None, None
+    (t0, c0, u0), (t1, c1, u1) = inside[0], inside[-1]
     n = bisect.bisect_right(done, t1) - bisect.bisect_right(done, t0)
     if n <= 0:
-        return None, None
-    return (c1 - c0) / clk_tck * 1e6 / n, (t1 - t0) / 1e6
+        return None, None, None
+    per_tick = 1e6 / clk_tck / n
+    return (c1 - c0) * per_tick, (u1 - u0) * per_tick, (t1 - t0) / 1e6
 
 
 def percentile_nearest_rank(sorted_values, p):
@@ -176,7 +180,8 @@ def cmd_cell(a):
     else:
         r["cpu_ticks"] = None
         r["cpu_us_per_tx"] = None
-    r["cpu_us_per_tx_steady"], r["steady_window_s"] = steady_cpu(a.cpu_samples, done, a.clk_tck)
+    steady = steady_cpu(a.cpu_samples, done, a.clk_tck)
+    r["cpu_us_per_tx_steady"], r["cpu_user_us_per_tx_steady"], r["steady_window_s"] = steady
     print(json.dumps(r))
     # One line for the console.
     fmt = lambda v, f: (f % v) if v is not None else "-"  # noqa: E731
@@ -310,6 +315,13 @@ def aggregate(cells):
             "lat_p99_ms": med(r.get("lat_p99_ms") for r in done),
             "cpu_us_per_tx": med(r.get("cpu_us_per_tx") for r in done),
             "cpu_us_per_tx_steady": med(r.get("cpu_us_per_tx_steady") for r in done),
+            "cpu_user_us_per_tx_steady": med(r.get("cpu_user_us_per_tx_steady") for r in done),
+            "cpu_sys_us_per_tx_steady": med(
+                r["cpu_us_per_tx_steady"] - r["cpu_user_us_per_tx_steady"]
+                for r in done
+                if r.get("cpu_us_per_tx_steady") is not None
+                and r.get("cpu_user_us_per_tx_steady") is not None
+            ),
             "avg_connection_ms": med(r.get("avg_connection_ms") for r in done),
             "problem": any(
                 r["rc"] != 0 or (r.get("failed") or 0) > 0 or r.get("error_lines", 0) > 0
@@ -382,6 +394,39 @@ def part_table(agg, part, clients_list):
             f"| {cpu_pair(agg, part, c, 'pgbouncer')} | {cpu_pair(agg, part, c, 'pgcorral')} |"
         )
     return "\n".join(lines)
+
+
+def cpu_split_table(agg, parts_present, clients_by_part):
+    """The steady CPU per transaction of each pooler split into user time (its own code) and
+    system time (the kernel's work on its behalf), per part and client count."""
+    lines = [
+        "| Part | Clients | PgBouncer user | PgBouncer system | pgcorral user | pgcorral system "
+        "| user: pgcorral − PgBouncer | system: pgcorral − PgBouncer |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def split(part, c, t):
+        return (
+            cell_value(agg, part, c, t, "cpu_user_us_per_tx_steady"),
+            cell_value(agg, part, c, t, "cpu_sys_us_per_tx_steady"),
+        )
+
+    def diff(a, b):
+        return f"{a - b:+.1f}" if a is not None and b is not None else "–"
+
+    for part, _ in PARTS:
+        if part not in parts_present:
+            continue
+        for c in clients_by_part[part]:
+            bu, bs = split(part, c, "pgbouncer")
+            cu, cs = split(part, c, "pgcorral")
+            if bu is None and cu is None:
+                continue
+            lines.append(
+                f"| {part} | {c} | {f_num(bu, 1)} | {f_num(bs, 1)} | {f_num(cu, 1)} | {f_num(cs, 1)} "
+                f"| {diff(cu, bu)} | {diff(cs, bs)} |"
+            )
+    return "\n".join(lines) if len(lines) > 2 else None
 
 
 def prepared_vs_extended(agg, clients_list):
@@ -698,6 +743,22 @@ def cmd_report(a):
             o.append("")
             o.append(table)
             o.append("")
+    split = cpu_split_table(agg, parts_present, clients_by_part)
+    if split:
+        o.append("## Pooler CPU per transaction: user and system time")
+        o.append("")
+        o.append(
+            "The *steady* CPU µs/tx of the tables above split into user time (utime: the pooler's own "
+            "code) and system time (stime: the kernel working for it: system calls, TCP over loopback, "
+            "waking the processes it sends to), each the median of the repetitions (so user + system "
+            "may differ a little from the steady median above). Both poolers make the same "
+            "system calls and send the same segments per transaction, so a difference in system time "
+            "points at the machine (load, scheduling) rather than at the pooler; user time is where "
+            "the poolers' own work differs."
+        )
+        o.append("")
+        o.append(split)
+        o.append("")
     if storm_clients:
         o.append("## Connection storm: `pgbench -S -C --protocol simple`, transaction mode")
         o.append("")
