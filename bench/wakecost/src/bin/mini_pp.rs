@@ -22,6 +22,8 @@ fn vt_wake(p: *const ()) {
 fn vt_drop(_: *const ()) {}
 static VTABLE: RawWakerVTable = RawWakerVTable::new(vt_clone, vt_wake, vt_wake, vt_drop);
 fn waker(id: usize) -> Waker {
+    // SAFETY: the vtable's functions treat the data pointer as a plain number (a task id)
+    // and never dereference it; a waker is only woken on the thread that made it.
     unsafe { Waker::from_raw(RawWaker::new(id as *const (), &VTABLE)) }
 }
 
@@ -71,6 +73,7 @@ fn main() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (b, _) = l.accept().unwrap();
+    // SAFETY: plain system calls on descriptors this program owns, with valid buffers.
     let ep = unsafe { libc::epoll_create1(0) };
     let mut slots = Vec::new();
     let mut socks = Vec::new();
