@@ -3,8 +3,9 @@
 # thread, four ways: two tokio tasks on a current-thread runtime (tokio_pp); the same two tasks
 # on an executor with an edge-triggered epoll reactor of its own that other threads may wake
 # (sync_pp: Arc wakers, a shared queue and an eventfd, atomic readiness); the same on a minimal
-# single-thread-only version of it (mini_pp); and a plain epoll loop with no tasks (epoll_pp). Counted by callgrind at two lengths and
-# differenced, so start-up costs cancel. Needs valgrind. See docs/performance.md.
+# single-thread-only version of it (mini_pp); and a plain epoll loop with no tasks (epoll_pp).
+# Counted by callgrind at two lengths and differenced, so start-up costs cancel. Needs valgrind.
+# See docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 cargo build --release -q
