@@ -1,48 +1,30 @@
-// The same ping-pong with a hand-written edge-triggered epoll loop and two state machines.
+// The same ping-pong with a hand-written edge-triggered epoll loop and no tasks: the floor.
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+
+use wakecost::Epoll;
+
 fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().unwrap())
-        .unwrap_or(100_000);
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (mut b, _) = l.accept().unwrap();
-    for s in [&a, &b] {
-        s.set_nodelay(true).unwrap();
-        s.set_nonblocking(true).unwrap();
-    }
-    // SAFETY: plain system calls on descriptors this program owns, with valid buffers.
-    let ep = unsafe { libc::epoll_create1(0) };
-    for (fd, tok) in [(a.as_raw_fd(), 0u64), (b.as_raw_fd(), 1u64)] {
-        let mut ev = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-            u64: tok,
-        };
-        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-    }
-    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
+    let n = wakecost::rounds();
+    let (mut a, mut b) = wakecost::pair();
+    let ep = Epoll::new();
+    ep.add(&a, 0);
+    ep.add(&b, 1);
+    let mut evs = wakecost::events();
     let mut buf = [0u8; 64];
     let mut done = 0usize;
     a.write_all(&[1u8; 64]).unwrap();
     let mut a_got = 0;
     while done < n {
-        let k = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 16, -1) };
-        for e in &evs[..k as usize] {
-            let tok = e.u64;
-            if tok == 1 {
-                // echo side: drain and answer
-                loop {
-                    match b.read(&mut buf) {
-                        Ok(0) => return,
-                        Ok(k) => {
-                            b.write_all(&buf[..k]).unwrap();
-                            if k < 64 {
-                                break;
-                            }
-                        }
-                        Err(_) => break,
+        for token in ep.wait(&mut evs) {
+            if token == 1 {
+                // The echo side: answer what came.
+                while let Ok(k) = b.read(&mut buf) {
+                    if k == 0 {
+                        return;
+                    }
+                    b.write_all(&buf[..k]).unwrap();
+                    if k < 64 {
+                        break;
                     }
                 }
             } else {

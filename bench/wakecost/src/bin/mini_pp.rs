@@ -4,10 +4,11 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+
+use wakecost::{Duplex, Epoll};
 
 thread_local! {
     static READY: RefCell<VecDeque<usize>> = RefCell::new(VecDeque::with_capacity(64));
@@ -38,7 +39,7 @@ struct Sock {
     slot: Rc<Slot>,
 }
 
-impl Sock {
+impl Duplex for Sock {
     async fn read(&mut self, buf: &mut [u8]) -> usize {
         poll_fn(|cx| {
             if self.slot.readable.get() {
@@ -66,63 +67,29 @@ impl Sock {
 }
 
 fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().unwrap())
-        .unwrap_or(100_000);
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
-    // SAFETY: plain system calls on descriptors this program owns, with valid buffers.
-    let ep = unsafe { libc::epoll_create1(0) };
+    let n = wakecost::rounds();
+    let ep = Epoll::new();
     let mut slots = Vec::new();
     let mut socks = Vec::new();
+    let (a, b) = wakecost::pair();
     for (i, s) in [a, b].into_iter().enumerate() {
-        s.set_nodelay(true).unwrap();
-        s.set_nonblocking(true).unwrap();
         let slot = Rc::new(Slot {
             readable: Cell::new(false),
             waiter: RefCell::new(None),
         });
-        let mut ev = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-            u64: i as u64,
-        };
-        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, s.as_raw_fd(), &mut ev) };
+        ep.add(&s, i as u64);
         slots.push(slot.clone());
         socks.push(Sock { s, slot });
     }
-    let mut b = socks.pop().unwrap();
-    let mut a = socks.pop().unwrap();
-    let echo = async move {
-        let mut buf = [0u8; 64];
-        loop {
-            let k = b.read(&mut buf).await;
-            if k == 0 {
-                break;
-            }
-            b.write(&buf[..k]);
-        }
-    };
-    let ping = async move {
-        let mut buf = [0u8; 64];
-        for _ in 0..n {
-            a.write(&[1u8; 64]);
-            let mut got = 0;
-            while got < 64 {
-                got += a.read(&mut buf[got..]).await;
-            }
-        }
-        drop(a);
-    };
-    let mut tasks: Vec<Option<Pin<Box<dyn Future<Output = ()>>>>> =
-        vec![Some(Box::pin(echo)), Some(Box::pin(ping))];
-    READY.with(|r| {
-        r.borrow_mut().push_back(0);
-        r.borrow_mut().push_back(1);
-    });
+    let b = socks.pop().unwrap();
+    let a = socks.pop().unwrap();
+    let mut tasks: Vec<Option<Pin<Box<dyn Future<Output = ()>>>>> = vec![
+        Some(Box::pin(wakecost::echo(b))),
+        Some(Box::pin(wakecost::ping(a, n))),
+    ];
+    READY.with(|r| r.borrow_mut().extend([0, 1]));
     let mut live = 2;
-    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    let mut evs = wakecost::events();
     while live > 0 {
         while let Some(id) = READY.with(|r| r.borrow_mut().pop_front()) {
             let Some(t) = tasks[id].as_mut() else {
@@ -137,9 +104,8 @@ fn main() {
         if live == 0 {
             break;
         }
-        let k = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 64, -1) };
-        for e in &evs[..k.max(0) as usize] {
-            let slot = &slots[e.u64 as usize];
+        for token in ep.wait(&mut evs) {
+            let slot = &slots[token as usize];
             slot.readable.set(true);
             if let Some(w) = slot.waiter.borrow_mut().take() {
                 w.wake();

@@ -5,12 +5,13 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::ThreadId;
+
+use wakecost::{Duplex, Epoll};
 
 /// What other threads see of a worker: its queue for their wakes and the eventfd that wakes it.
 struct Shared {
@@ -60,7 +61,7 @@ struct Sock {
     slot: Arc<Slot>,
 }
 
-impl Sock {
+impl Duplex for Sock {
     async fn read(&mut self, buf: &mut [u8]) -> usize {
         poll_fn(|cx| {
             if self.slot.readable.load(Ordering::Acquire) {
@@ -94,74 +95,38 @@ impl Sock {
 
 type BoxedTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// The eventfd's token.
+const WAKES: u64 = u64::MAX;
+
 fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().unwrap())
-        .unwrap_or(100_000);
+    let n = wakecost::rounds();
     HERE.with(|h| h.set(Some(std::thread::current().id())));
-    // SAFETY (all the libc calls below): plain system calls on descriptors this program owns,
-    // with valid buffers.
-    let ep = unsafe { libc::epoll_create1(0) };
+    let ep = Epoll::new();
+    // SAFETY: a plain system call.
     let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK) };
     let shared = Arc::new(Shared {
         owner: std::thread::current().id(),
         remote: Mutex::new(Vec::new()),
         eventfd: efd,
     });
-    let mut ev = libc::epoll_event {
-        events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-        u64: u64::MAX,
-    };
-    unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, efd, &mut ev) };
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
+    ep.add(&efd, WAKES);
     let mut slots = Vec::new();
     let mut socks = Vec::new();
+    let (a, b) = wakecost::pair();
     for (i, s) in [a, b].into_iter().enumerate() {
-        s.set_nodelay(true).unwrap();
-        s.set_nonblocking(true).unwrap();
         let slot = Arc::new(Slot {
             readable: AtomicBool::new(false),
             waiter: Mutex::new(None),
         });
-        let mut ev = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-            u64: i as u64,
-        };
-        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, s.as_raw_fd(), &mut ev) };
+        ep.add(&s, i as u64);
         slots.push(slot.clone());
         socks.push(Sock { s, slot });
     }
-    let mut b = socks.pop().unwrap();
-    let mut a = socks.pop().unwrap();
-    let echo = async move {
-        let mut buf = [0u8; 64];
-        loop {
-            let k = b.read(&mut buf).await;
-            if k == 0 {
-                break;
-            }
-            b.write(&buf[..k]);
-        }
-    };
-    let ping = async move {
-        let mut buf = [0u8; 64];
-        for _ in 0..n {
-            a.write(&[1u8; 64]);
-            let mut got = 0;
-            while got < 64 {
-                got += a.read(&mut buf[got..]).await;
-            }
-        }
-        drop(a);
-    };
+    let b = socks.pop().unwrap();
+    let a = socks.pop().unwrap();
     let mut tasks: Vec<Option<(BoxedTask, Arc<Task>, Waker)>> = Vec::new();
-    for (id, f) in [Box::pin(echo) as BoxedTask, Box::pin(ping)]
-        .into_iter()
-        .enumerate()
-    {
+    let futures: [BoxedTask; 2] = [Box::pin(wakecost::echo(b)), Box::pin(wakecost::ping(a, n))];
+    for (id, f) in futures.into_iter().enumerate() {
         let t = Arc::new(Task {
             id,
             queued: AtomicBool::new(true),
@@ -172,7 +137,7 @@ fn main() {
         LOCAL.with(|q| q.borrow_mut().push_back(id));
     }
     let mut live = 2;
-    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    let mut evs = wakecost::events();
     while live > 0 {
         while let Some(id) = LOCAL.with(|q| q.borrow_mut().pop_front()) {
             let Some((f, t, w)) = tasks[id].as_mut() else {
@@ -187,16 +152,16 @@ fn main() {
         if live == 0 {
             break;
         }
-        let k = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 64, -1) };
-        for e in &evs[..k.max(0) as usize] {
-            if e.u64 == u64::MAX {
+        for token in ep.wait(&mut evs) {
+            if token == WAKES {
                 let mut v = 0u64;
+                // SAFETY: reads 8 bytes into a valid u64 from the eventfd this program owns.
                 unsafe { libc::read(efd, (&mut v as *mut u64).cast(), 8) };
                 let ids = std::mem::take(&mut *shared.remote.lock().unwrap());
                 LOCAL.with(|q| q.borrow_mut().extend(ids));
                 continue;
             }
-            let slot = &slots[e.u64 as usize];
+            let slot = &slots[token as usize];
             slot.readable.store(true, Ordering::Release);
             if let Some(w) = slot.waiter.lock().unwrap().take() {
                 w.wake();

@@ -1,43 +1,38 @@
-// Ping-pong over loopback TCP between two tasks on one current-thread runtime.
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+// The ping-pong on tokio: two tasks on one current-thread runtime, reading with
+// `AsyncReadExt::read`, and writing straight to the socket as the other programs do (the
+// message always fits the socket's buffer).
+use std::io::Write;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+/// The socket under tokio for reads, and a second handle on it for plain writes.
+struct Sock(TcpStream, std::net::TcpStream);
+
+impl wakecost::Duplex for Sock {
+    async fn read(&mut self, buf: &mut [u8]) -> usize {
+        self.0.read(buf).await.unwrap()
+    }
+    fn write(&mut self, b: &[u8]) {
+        self.1.write_all(b).unwrap();
+    }
+}
+
 fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().unwrap())
-        .unwrap_or(100_000);
+    let n = wakecost::rounds();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
         .unwrap();
     rt.block_on(async move {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let a = tokio::net::TcpStream::connect(l.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (b, _) = l.accept().await.unwrap();
-        a.set_nodelay(true).unwrap();
-        b.set_nodelay(true).unwrap();
-        let echo = tokio::spawn(async move {
-            let mut b = b;
-            let mut buf = [0u8; 64];
-            loop {
-                let k = b.read(&mut buf).await.unwrap();
-                if k == 0 {
-                    break;
-                }
-                b.write_all(&buf[..k]).await.unwrap();
-            }
-        });
-        let mut a = a;
-        let mut buf = [0u8; 64];
-        for _ in 0..n {
-            a.write_all(&[1u8; 64]).await.unwrap();
-            let mut got = 0;
-            while got < 64 {
-                got += a.read(&mut buf[got..]).await.unwrap();
-            }
-        }
-        drop(a);
+        let (a, b) = wakecost::pair();
+        let sock = |s: std::net::TcpStream| {
+            let w = s.try_clone().unwrap();
+            Sock(TcpStream::from_std(s).unwrap(), w)
+        };
+        let (a, b) = (sock(a), sock(b));
+        let echo = tokio::spawn(wakecost::echo(b));
+        wakecost::ping(a, n).await;
         echo.await.unwrap();
     });
 }
