@@ -180,8 +180,9 @@ def cmd_cell(a):
     else:
         r["cpu_ticks"] = None
         r["cpu_us_per_tx"] = None
-    steady = steady_cpu(a.cpu_samples, done, a.clk_tck)
-    r["cpu_us_per_tx_steady"], r["cpu_user_us_per_tx_steady"], r["steady_window_s"] = steady
+    total, user, r["steady_window_s"] = steady_cpu(a.cpu_samples, done, a.clk_tck)
+    r["cpu_us_per_tx_steady"], r["cpu_user_us_per_tx_steady"] = total, user
+    r["cpu_sys_us_per_tx_steady"] = total - user if total is not None else None
     print(json.dumps(r))
     # One line for the console.
     fmt = lambda v, f: (f % v) if v is not None else "-"  # noqa: E731
@@ -316,12 +317,7 @@ def aggregate(cells):
             "cpu_us_per_tx": med(r.get("cpu_us_per_tx") for r in done),
             "cpu_us_per_tx_steady": med(r.get("cpu_us_per_tx_steady") for r in done),
             "cpu_user_us_per_tx_steady": med(r.get("cpu_user_us_per_tx_steady") for r in done),
-            "cpu_sys_us_per_tx_steady": med(
-                r["cpu_us_per_tx_steady"] - r["cpu_user_us_per_tx_steady"]
-                for r in done
-                if r.get("cpu_us_per_tx_steady") is not None
-                and r.get("cpu_user_us_per_tx_steady") is not None
-            ),
+            "cpu_sys_us_per_tx_steady": med(r.get("cpu_sys_us_per_tx_steady") for r in done),
             "avg_connection_ms": med(r.get("avg_connection_ms") for r in done),
             "problem": any(
                 r["rc"] != 0 or (r.get("failed") or 0) > 0 or r.get("error_lines", 0) > 0
