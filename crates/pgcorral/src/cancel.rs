@@ -8,10 +8,8 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::net::stream::Stream;
-use crate::net::unix::UnixConn;
 
 use crate::server::{CancelKey, ServerAddr};
 
@@ -86,8 +84,8 @@ impl CancelMap {
 /// Sends a CancelRequest for `key` to its server and waits until the server hangs up.
 pub(crate) async fn send_cancel(key: &CancelKey) -> std::io::Result<()> {
     let mut stream = match &key.addr {
-        ServerAddr::Tcp(a) => Stream::Plain(TcpStream::connect(a).await?),
-        ServerAddr::Unix(p) => Stream::Unix(UnixConn::connect(&**p).await?),
+        ServerAddr::Tcp(a) => Stream::Plain(crate::net::sock::connect_tcp(a).await?),
+        ServerAddr::Unix(p) => Stream::Unix(crate::net::sock::connect_unix(&**p).await?),
     };
     let mut buf = BytesMut::with_capacity(16);
     pgwire::encode::cancel_request(&mut buf, key.pid, key.secret);

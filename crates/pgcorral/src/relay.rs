@@ -761,7 +761,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     // A batch whose stale-plan error was hidden goes to the server again, ahead of anything
     // the client sent since, once nothing of the client's is part-way out.
     let mut replay_due = false;
-    // Sockets are read and written straight, outside tokio's task budget: this is the relay's.
+    // Sockets are read and written straight, outside any task budget: this is the relay's.
     let mut budget = crate::net::direct::Budget::new();
 
     loop {
@@ -939,7 +939,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     }
                 }
                 // A socket whose last read left this task registered, and that nothing has
-                // made readable since, needs no second registration: tokio keeps the first
+                // made readable since, needs no second registration: the socket keeps the first
                 // until bytes come (and wakes the task then). Within a transaction or session
                 // that saves two of them per statement.
                 if read_server && !server.stream.still_registered(server.read_armed) {

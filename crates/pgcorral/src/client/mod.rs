@@ -46,7 +46,7 @@ pub struct ClientConn {
     /// Its prepared statements (transaction and statement mode); empty until it prepares one.
     pub statements: crate::prepared::ClientStatements,
     /// The last read of the (plaintext) socket found nothing and left this task registered for
-    /// its next bytes; tokio keeps that registration until they come, so waiting for the next
+    /// its next bytes; the socket keeps that registration until they come, so waiting for the next
     /// request needs no second one.
     pub read_armed: bool,
 }

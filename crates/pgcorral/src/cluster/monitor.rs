@@ -48,19 +48,19 @@ impl Topology {
     /// Checks every server at once, then works out lag against the primary. Must run on the
     /// same worker every time (its connections are registered there).
     pub async fn round(self: Arc<Self>, worker: usize) {
-        let mut checks = tokio::task::JoinSet::new();
+        // Each check is a task of this worker's; their results come back over a channel.
+        let (done, mut results) = tokio::sync::mpsc::unbounded_channel();
         for node in &self.nodes {
-            let (t, node) = (self.clone(), node.clone());
-            checks.spawn(async move {
+            let (t, node, done) = (self.clone(), node.clone(), done.clone());
+            let _ = crate::net::exec::spawn_here(async move {
                 let status = t.check(&node, worker).await;
-                (node, status)
+                let _ = done.send((node, status));
             });
         }
+        drop(done);
         let mut found = Vec::new();
-        while let Some(r) = checks.join_next().await {
-            if let Ok(x) = r {
-                found.push(x);
-            }
+        while let Some(x) = results.recv().await {
+            found.push(x);
         }
         self.settle(found);
         self.round_running.store(false, Relaxed);

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use tokio::runtime::Handle;
+use super::exec::Handle;
 
 /// A worker busier than this (‰ of wall time) gets no new clients while another is not.
 const SPILL_ABOVE: u32 = 700;
@@ -166,12 +166,12 @@ impl Balance {
         }
     }
 
-    /// Records the worker runtimes (once, when they start).
+    /// Records the worker executors (once, when they start).
     pub fn set_handles(&self, handles: Vec<Handle>) {
         let _ = self.handles.set(handles);
     }
 
-    /// Worker `w`'s runtime, once the workers run.
+    /// Worker `w`'s executor, once the workers run.
     pub fn handle(&self, w: usize) -> Option<&Handle> {
         self.handles.get().and_then(|h| h.get(w))
     }

@@ -2,8 +2,10 @@
 
 pub mod balance;
 pub mod direct;
+pub mod exec;
 pub mod framed;
 pub mod listener;
+pub mod reactor;
+pub mod sock;
 pub mod stream;
-pub mod unix;
 pub mod workers;

@@ -1,24 +1,23 @@
 //! A connection's byte stream, plaintext (TCP or a Unix socket) or TLS (to a client or to
 //! PostgreSQL), with what the
 //! data path needs beyond reading and writing: readiness without a buffer, output TLS still
-//! holds, and moving the socket to another worker's reactor.
+//! holds, and moving the socket to another worker's reactor ([`super::reactor`]).
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
-use tokio::net::TcpStream;
-
-use super::unix::UnixConn;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_rustls::rustls;
+
+use super::sock::{Socket, TcpSocket, UnixSocket};
 
 /// Plaintext, or TLS over a [`Sock`].
 pub enum Stream {
-    Plain(TcpStream),
+    Plain(TcpSocket),
     /// A Unix-domain socket (to a PostgreSQL on the same host; never TLS, as libpq).
-    Unix(UnixConn),
+    Unix(UnixSocket),
     /// Boxed: TLS state is large, and most connections do not have it.
     Tls(Box<tokio_rustls::TlsStream<Sock>>),
     /// Taken apart (during a TLS upgrade, or after a failed move): any I/O is an error.
@@ -29,16 +28,16 @@ pub enum Stream {
 /// first; the socket itself can be taken out and put back to move it between reactors.
 pub struct Sock {
     pre: BytesMut,
-    io: Option<TcpStream>,
+    io: Option<TcpSocket>,
 }
 
 impl Sock {
     /// `io`, with `pre` to be read before it.
-    pub fn new(io: TcpStream, pre: BytesMut) -> Sock {
+    pub fn new(io: TcpSocket, pre: BytesMut) -> Sock {
         Sock { pre, io: Some(io) }
     }
 
-    fn io(&mut self) -> io::Result<&mut TcpStream> {
+    fn io(&mut self) -> io::Result<&mut TcpSocket> {
         self.io.as_mut().ok_or_else(not_connected)
     }
 }
@@ -91,10 +90,10 @@ impl Detached {
     /// Registers the socket with the current worker's reactor.
     pub fn attach(self) -> io::Result<Stream> {
         match self {
-            Detached::Plain(s) => Ok(Stream::Plain(TcpStream::from_std(s)?)),
-            Detached::Unix(s) => Ok(Stream::Unix(UnixConn::new(s)?)),
+            Detached::Plain(s) => Ok(Stream::Plain(Socket::new(s)?)),
+            Detached::Unix(s) => Ok(Stream::Unix(Socket::new(s)?)),
             Detached::Tls(mut tls, s) => {
-                sock(&mut tls).io = Some(TcpStream::from_std(s)?);
+                sock(&mut tls).io = Some(Socket::new(s)?);
                 Ok(Stream::Tls(tls))
             }
         }
@@ -117,7 +116,7 @@ fn common(tls: &tokio_rustls::TlsStream<Sock>) -> &rustls::CommonState {
 
 impl Stream {
     /// The plaintext socket, for a TLS handshake over it (the stream is left `Closed`).
-    pub fn take_plain(&mut self) -> Option<TcpStream> {
+    pub fn take_plain(&mut self) -> Option<TcpSocket> {
         match std::mem::replace(self, Stream::Closed) {
             Stream::Plain(s) => Some(s),
             other => {
@@ -132,13 +131,11 @@ impl Stream {
     }
 
     /// Whether a read that found nothing leaves the task registered for the socket's next
-    /// bytes until they come, so that no second registration is needed while the cached
-    /// readiness stays clear: plaintext TCP only. A TLS session may hold bytes already read,
-    /// and a Unix socket is registered anew when it first needs to wait for writability,
-    /// which drops the registration a read made.
+    /// bytes until they come, so that no second registration is needed while its readiness
+    /// stays clear: plaintext only. A TLS session may hold bytes already read.
     #[inline]
     pub fn keeps_read_registration(&self) -> bool {
-        matches!(self, Stream::Plain(_))
+        matches!(self, Stream::Plain(_) | Stream::Unix(_))
     }
 
     /// The TLS session, when there is one.
@@ -154,7 +151,7 @@ impl Stream {
         self.tls().and_then(|t| t.peer_certificates())
     }
 
-    fn tcp(&self) -> Option<&TcpStream> {
+    fn tcp(&self) -> Option<&TcpSocket> {
         match self {
             Stream::Plain(s) => Some(s),
             Stream::Tls(t) => match &**t {
@@ -170,11 +167,11 @@ impl Stream {
     }
 
     pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
-        self.tcp().ok_or_else(not_connected)?.peer_addr()
+        self.tcp().ok_or_else(not_connected)?.get_ref().peer_addr()
     }
 
     pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
-        self.tcp().ok_or_else(not_connected)?.local_addr()
+        self.tcp().ok_or_else(not_connected)?.get_ref().local_addr()
     }
 
     /// Ready when a read would not wait: the socket is readable, or TLS holds decrypted bytes
@@ -211,7 +208,7 @@ impl Stream {
     }
 
     /// True when the last read (`armed`, see [`Stream::poll_read_armed`]) left the task
-    /// registered and the cached readiness is still clear: no bytes came since, the
+    /// registered and its readiness is still clear: no bytes came since, the
     /// registration stands, and polling again would only register a second time.
     #[inline]
     pub fn still_registered(&self, armed: bool) -> bool {
@@ -219,7 +216,7 @@ impl Stream {
     }
 
     /// One read into `buf`'s spare room (the caller makes room). Plaintext sockets read straight
-    /// from the cached readiness ([`super::direct`]); TLS goes through its session.
+    /// from their readiness ([`super::sock`]); TLS goes through its session.
     #[inline]
     pub fn poll_read_into(
         &mut self,
@@ -227,26 +224,25 @@ impl Stream {
         buf: &mut BytesMut,
     ) -> Poll<io::Result<usize>> {
         match self {
-            Stream::Plain(s) => super::direct::poll_read_tcp(s, cx, buf),
+            Stream::Plain(s) => s.poll_read_into(cx, buf),
             Stream::Unix(s) => s.poll_read_into(cx, buf),
             _ => tokio_util::io::poll_read_buf(Pin::new(self), cx, buf),
         }
     }
 
-    /// Whether tokio's cached readiness says a read would find something (data, the peer's
+    /// Whether the socket's readiness says a read would find something (data, the peer's
     /// close or an error), without registering for it; `None` over TLS, whose session may hold
     /// bytes already read.
     #[inline]
     pub fn readable_now(&self) -> Option<bool> {
-        let r = match self {
-            Stream::Plain(s) => s.try_io(Interest::READABLE, || Ok(())),
-            Stream::Unix(s) => s.readable_now(),
-            _ => return None,
-        };
-        Some(r.is_ok())
+        match self {
+            Stream::Plain(s) => Some(s.readable_now()),
+            Stream::Unix(s) => Some(s.readable_now()),
+            _ => None,
+        }
     }
 
-    /// One write from `data`; plaintext TCP writes straight when the socket is writable.
+    /// One write from `data`; plaintext writes straight when the socket is writable.
     #[inline]
     pub fn poll_write_from(
         &mut self,
@@ -254,18 +250,20 @@ impl Stream {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self {
-            Stream::Plain(s) => super::direct::poll_write_tcp(s, cx, data),
+            Stream::Plain(s) => s.poll_write(cx, data),
+            Stream::Unix(s) => s.poll_write(cx, data),
             _ => Pin::new(self).poll_write(cx, data),
         }
     }
 
-    /// One write from `data` without a task to register: plaintext TCP that its cached
+    /// One write from `data` without a task to register: a plaintext socket that its
     /// readiness says is writable. `None` when the write must be polled instead (the socket
-    /// would block, or the stream is not plaintext TCP).
+    /// would block, or the stream is TLS).
     #[inline]
     pub fn try_write_now(&mut self, data: &[u8]) -> Option<io::Result<usize>> {
         match self {
-            Stream::Plain(s) => super::direct::try_write_tcp(s, data),
+            Stream::Plain(s) => s.try_write(data),
+            Stream::Unix(s) => s.try_write(data),
             _ => None,
         }
     }
@@ -292,7 +290,7 @@ impl Stream {
     }
 
     /// True when an idle connection's peer has closed it or sent something (an idle PostgreSQL
-    /// server only speaks to say it is going away). Checks tokio's cached readiness first, so a
+    /// server only speaks to say it is going away). Checks the socket's readiness first, so a
     /// healthy connection costs no system call.
     pub fn closed_while_idle(&mut self) -> bool {
         if let Stream::Tls(t) = self {
@@ -303,7 +301,7 @@ impl Stream {
         let probed = match self {
             Stream::Unix(s) => s.probe(),
             _ => match self.tcp() {
-                Some(s) => s.try_io(Interest::READABLE, || super::direct::probe(s)),
+                Some(s) => s.probe(),
                 None => return true,
             },
         };
@@ -313,11 +311,11 @@ impl Stream {
     /// Takes the socket off the current reactor, to [`Detached::attach`] it on another.
     pub fn detach(self) -> io::Result<Detached> {
         match self {
-            Stream::Plain(s) => Ok(Detached::Plain(s.into_std()?)),
-            Stream::Unix(s) => Ok(Detached::Unix(s.into_std()?)),
+            Stream::Plain(s) => Ok(Detached::Plain(s.into_inner())),
+            Stream::Unix(s) => Ok(Detached::Unix(s.into_inner())),
             Stream::Tls(mut t) => {
                 let io = sock(&mut t).io.take().ok_or_else(not_connected)?;
-                Ok(Detached::Tls(t, io.into_std()?))
+                Ok(Detached::Tls(t, io.into_inner()))
             }
             Stream::Closed => Err(not_connected()),
         }

@@ -1,33 +1,34 @@
-//! Worker threads, one single-threaded tokio runtime each (thread-per-core). A client lives on
-//! one worker for its whole life, and the server it holds is registered with that worker's
-//! reactor, so no socket event ever has to wake another thread. The workers' runtimes have no
-//! time driver: their timers live on one more thread's (see [`crate::timer`]).
+//! Worker threads, one executor of pgcorral's own each ([`super::exec`], thread-per-core). A
+//! client lives on one worker for its whole life, and the server it holds is registered with
+//! that worker's reactor, so no socket event ever has to wake another thread. Timers and the
+//! tokio I/O that is not the data path (connects) live on one more thread's tokio runtime,
+//! whose context the workers enter (see [`crate::timer`]).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::balance::Balance;
+use super::exec::{self, Handle};
 
-/// The worker runtimes; dropping this stops them (their remaining tasks are dropped).
+/// The worker executors; dropping this stops them (their remaining tasks are dropped).
 pub struct Workers {
-    stops: Vec<oneshot::Sender<()>>,
+    handles: Vec<Handle>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl Workers {
     /// Starts one worker thread per entry of `balance`, reporting their load to it and
-    /// registering their runtimes with it.
+    /// registering their executors with it.
     pub fn start(balance: Arc<Balance>) -> std::io::Result<Workers> {
         let n = balance.len();
         let mut handles = Vec::with_capacity(n);
-        let mut stops = Vec::with_capacity(n);
         let mut threads = Vec::with_capacity(n + 1);
         // The timer thread runs until every worker has ended (each holds a sender), so that no
-        // worker ever polls a timer whose driver is gone.
+        // worker ever polls a timer or a connect whose driver is gone.
         let timers = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
+            .enable_all()
             .build()?;
         let timer_handle = timers.handle().clone();
         let (alive, mut all_ended) = mpsc::channel::<()>(1);
@@ -41,40 +42,36 @@ impl Workers {
                 })?,
         );
         for i in 0..n {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_io()
-                .build()?;
+            let handle = Handle::new()?;
             let balance = balance.clone();
             let timer_handle = timer_handle.clone();
             let alive = alive.clone();
-            handles.push(rt.handle().clone());
-            let (stop, stopped) = oneshot::channel::<()>();
-            stops.push(stop);
+            handles.push(handle.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("pgcorral-w{i}"))
                     .spawn(move || {
                         balance.register_thread(i);
                         crate::pool::stats::own_shard(i);
-                        crate::timer::install(timer_handle);
-                        rt.block_on(async {
-                            let _ = stopped.await;
-                        });
-                        // Its tasks (and their timers) are dropped before the timers may stop.
-                        drop(rt);
+                        crate::timer::install(timer_handle.clone());
+                        let _tokio = timer_handle.enter();
+                        if let Err(e) = exec::run_worker(&handle) {
+                            tracing::error!(worker = i, error = %e, "worker could not run");
+                        }
+                        // Its tasks (and their timers) were dropped before the timers may stop.
                         drop(alive);
                     })?,
             );
         }
-        balance.set_handles(handles);
-        Ok(Workers { stops, threads })
+        balance.set_handles(handles.clone());
+        Ok(Workers { handles, threads })
     }
 }
 
 impl Drop for Workers {
     fn drop(&mut self) {
-        for stop in self.stops.drain(..) {
-            let _ = stop.send(());
+        for h in self.handles.drain(..) {
+            h.stop();
         }
         // The threads finish on their own; joining here could block an async caller.
         self.threads.clear();

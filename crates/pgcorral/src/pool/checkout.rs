@@ -122,41 +122,34 @@ impl Drop for Checkout {
                 tracing::debug!(pid = server.key.pid, why, "closing server connection");
                 // A query still running there would hold the backend after we hang up.
                 let running = !server.state.broken && server.state.pending > 0;
-                if let (true, Ok(rt)) = (running, tokio::runtime::Handle::try_current()) {
+                if running {
                     let key = server.key.clone();
-                    rt.spawn(async move { crate::cancel::send_cancel(&key).await });
+                    let _ = crate::net::exec::spawn_here(async move {
+                        let _ = crate::cancel::send_cancel(&key).await;
+                    });
                 }
                 drop(server);
                 self.pool.release_slot();
             }
             Release::Clean { rollback, reset } => {
                 let pool = self.pool.clone();
-                match tokio::runtime::Handle::try_current() {
-                    Ok(rt) => {
-                        rt.spawn(async move {
-                            let mut server = server;
-                            let ok = crate::timer::timeout(
-                                CLEANUP_TIMEOUT,
-                                clean(&mut server, rollback, reset),
-                            )
+                let cleaning = async move {
+                    let mut server = server;
+                    let ok =
+                        crate::timer::timeout(CLEANUP_TIMEOUT, clean(&mut server, rollback, reset))
                             .await
                             .unwrap_or(false);
-                            if ok {
-                                pool.checkin(server);
-                            } else {
-                                tracing::info!(
-                                    pid = server.key.pid,
-                                    "server reset failed; closing it"
-                                );
-                                drop(server);
-                                pool.release_slot();
-                            }
-                        });
-                    }
-                    Err(_) => {
+                    if ok {
+                        pool.checkin(server);
+                    } else {
+                        tracing::info!(pid = server.key.pid, "server reset failed; closing it");
                         drop(server);
                         pool.release_slot();
                     }
+                };
+                if crate::net::exec::spawn_here(cleaning).is_err() {
+                    // No executor here (the process is ending): the server goes.
+                    self.pool.release_slot();
                 }
             }
         }

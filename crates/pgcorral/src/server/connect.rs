@@ -9,14 +9,13 @@ use pgwire::auth::scram::{ScramClient, ScramSecret};
 use pgwire::backend::{self, auth_code};
 use pgwire::encode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::{CancelKey, ServerAddr, ServerConn};
 use crate::config::SslMode;
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_message, ReadError};
+use crate::net::sock::{connect_tcp, connect_unix, TcpSocket};
 use crate::net::stream::{Sock, Stream};
-use crate::net::unix::UnixConn;
 
 /// What pgcorral holds to prove a login to the server.
 #[derive(Clone, Default)]
@@ -117,7 +116,7 @@ const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
 /// Asks the server for TLS and runs the handshake; plaintext if the server declines and the
 /// mode allows it.
 async fn start_tls(
-    mut tcp: TcpStream,
+    mut tcp: TcpSocket,
     target: &Target,
     side: &crate::tls::ServerSide,
 ) -> Result<Stream> {
@@ -215,14 +214,14 @@ async fn open(target: &Target) -> Result<(Stream, ServerAddr)> {
         )
     };
     if let Some(path) = unix_socket_path(&target.host, target.port) {
-        let unix = UnixConn::connect(&path).await.map_err(failed)?;
+        let unix = connect_unix(&path).await.map_err(failed)?;
         return Ok((Stream::Unix(unix), ServerAddr::Unix(path.into())));
     }
-    let tcp = TcpStream::connect((target.host.as_str(), target.port))
+    let tcp = connect_tcp((target.host.as_str(), target.port))
         .await
         .map_err(failed)?;
-    let _ = tcp.set_nodelay(true);
     let addr = tcp
+        .get_ref()
         .peer_addr()
         .map_err(|e| Error::with_source(Kind::ServerConnect, "peer address", e))?;
     // allow asks for TLS as prefer does (as PgBouncer): the server decides.

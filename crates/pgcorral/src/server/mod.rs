@@ -261,7 +261,7 @@ impl ServerConn {
     }
 
     /// True when the server has closed or sent something while idle in the pool (an idle server
-    /// only speaks to say it is going away). Checks tokio's cached readiness first, so a healthy
+    /// only speaks to say it is going away). Checks the socket's readiness first, so a healthy
     /// connection costs no system call.
     pub fn is_closed_while_idle(&mut self) -> bool {
         if self.state.broken || !self.rbuf.is_empty() {

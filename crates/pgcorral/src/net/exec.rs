@@ -1,0 +1,401 @@
+//! The worker threads' executor, in place of a tokio runtime: a queue of woken tasks, run in
+//! turn, and the worker's [`Reactor`] to wait in when none is left. A wake on the worker's own
+//! thread (a socket event, one task waking another) is a push onto a local queue; a wake or a
+//! spawn from another thread goes onto a shared queue and, if the worker sleeps, writes its
+//! eventfd. Timers and tokio's I/O (connects) stay on the timer thread's runtime, whose
+//! context the worker threads enter; their wakes arrive from there.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::task::{Context, Wake, Waker};
+
+use super::reactor::{Events, Reactor};
+
+type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Tasks run before the reactor is asked for events again, when tasks keep waking each other.
+const RUN_BEFORE_LOOKING: usize = 128;
+
+/// A task's slot before the worker has taken it in.
+const NO_SLOT: usize = usize::MAX;
+
+/// One worker's executor, as other threads see it: spawn onto it, stop it.
+#[derive(Clone)]
+pub struct Handle(Arc<Shared>);
+
+struct Shared {
+    /// Tasks spawned or woken from other threads.
+    remote: parking_lot::Mutex<Vec<Job>>,
+    /// Something is in `remote` (checked without the lock).
+    has_remote: AtomicBool,
+    /// The worker is waiting (or about to wait) in its reactor: a remote push writes `wake`.
+    sleeping: AtomicBool,
+    wake: OwnedFd,
+    stop: AtomicBool,
+}
+
+enum Job {
+    Spawn(Arc<Task>, BoxFuture),
+    Wake(Arc<Task>),
+}
+
+struct Task {
+    /// In a queue already: further wakes do nothing until it has run.
+    queued: AtomicBool,
+    home: Arc<Shared>,
+    /// Where its future is, once its worker has taken it in.
+    slot: AtomicUsize,
+}
+
+thread_local! {
+    /// The executor running on this thread (its address), to tell local wakes from remote.
+    static HOME: Cell<usize> = const { Cell::new(0) };
+    /// Tasks woken on this thread, to run next.
+    static QUEUE: RefCell<VecDeque<Arc<Task>>> = const { RefCell::new(VecDeque::new()) };
+    /// Tasks spawned on this thread while a task ran.
+    static SPAWNED: RefCell<Vec<(Arc<Task>, BoxFuture)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Wake for Task {
+    fn wake(self: Arc<Task>) {
+        if !self.queued.swap(true, AcqRel) {
+            schedule(self);
+        }
+    }
+
+    fn wake_by_ref(self: &Arc<Task>) {
+        if !self.queued.swap(true, AcqRel) {
+            schedule(self.clone());
+        }
+    }
+}
+
+fn schedule(task: Arc<Task>) {
+    if HOME.with(Cell::get) == Arc::as_ptr(&task.home) as usize {
+        QUEUE.with(|q| q.borrow_mut().push_back(task));
+    } else {
+        let home = task.home.clone();
+        home.push(Job::Wake(task));
+    }
+}
+
+impl Shared {
+    fn push(&self, job: Job) {
+        self.remote.lock().push(job);
+        self.has_remote.store(true, SeqCst);
+        if self.sleeping.swap(false, SeqCst) {
+            self.notify();
+        }
+    }
+
+    fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of `one`, valid for the call's duration, to our eventfd.
+        #[allow(unsafe_code)]
+        let r = unsafe {
+            libc::write(
+                self.wake.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        if r < 0 {
+            // The counter is full (never read: edge-triggered, every write is an event). Empty
+            // it and write again.
+            let mut n: u64 = 0;
+            // SAFETY: reads 8 bytes into `n`, valid for the call's duration.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::read(
+                    self.wake.as_raw_fd(),
+                    (&mut n as *mut u64).cast(),
+                    std::mem::size_of::<u64>(),
+                );
+                libc::write(
+                    self.wake.as_raw_fd(),
+                    (&one as *const u64).cast(),
+                    std::mem::size_of::<u64>(),
+                );
+            }
+        }
+    }
+}
+
+impl Handle {
+    pub fn new() -> io::Result<Handle> {
+        // SAFETY: eventfd takes no pointers; a descriptor it returns is new and ours.
+        #[allow(unsafe_code)]
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        #[allow(unsafe_code)]
+        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Handle(Arc::new(Shared {
+            remote: parking_lot::Mutex::new(Vec::new()),
+            has_remote: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+            wake,
+            stop: AtomicBool::new(false),
+        })))
+    }
+
+    /// Runs `future` on this executor's worker.
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, future: F) {
+        let task = self.task();
+        if HOME.with(Cell::get) == Arc::as_ptr(&self.0) as usize {
+            SPAWNED.with(|s| s.borrow_mut().push((task, Box::pin(future))));
+        } else {
+            self.0.push(Job::Spawn(task, Box::pin(future)));
+        }
+    }
+
+    fn task(&self) -> Arc<Task> {
+        Arc::new(Task {
+            queued: AtomicBool::new(true),
+            home: self.0.clone(),
+            slot: AtomicUsize::new(NO_SLOT),
+        })
+    }
+
+    /// Makes [`Handle::run`] return; its tasks are dropped.
+    pub fn stop(&self) {
+        self.0.stop.store(true, SeqCst);
+        self.0.has_remote.store(true, SeqCst);
+        if self.0.sleeping.swap(false, SeqCst) {
+            self.0.notify();
+        }
+    }
+
+    /// Runs the executor on this thread until [`Handle::stop`], then drops every task left
+    /// (with the reactor still in place, so their sockets deregister).
+    pub fn run(&self) -> io::Result<()> {
+        let reactor = Reactor::new()?;
+        reactor.add_wake_fd(self.0.wake.as_raw_fd())?;
+        Reactor::enter(reactor.clone());
+        HOME.with(|h| h.set(Arc::as_ptr(&self.0) as usize));
+        let mut tasks = Tasks::default();
+        let mut events = Events::new();
+        let mut incoming = Vec::new();
+        loop {
+            if self.0.has_remote.load(Relaxed) {
+                self.0.has_remote.store(false, SeqCst);
+                std::mem::swap(&mut incoming, &mut *self.0.remote.lock());
+                if self.0.stop.load(SeqCst) {
+                    break;
+                }
+                for job in incoming.drain(..) {
+                    match job {
+                        Job::Spawn(task, future) => tasks.take_in(task, future),
+                        Job::Wake(task) => QUEUE.with(|q| q.borrow_mut().push_back(task)),
+                    }
+                }
+            }
+            let mut ran = 0;
+            while ran < RUN_BEFORE_LOOKING {
+                let Some(task) = QUEUE.with(|q| q.borrow_mut().pop_front()) else {
+                    break;
+                };
+                tasks.run(task);
+                ran += 1;
+                tasks.take_in_spawned();
+            }
+            if ran == RUN_BEFORE_LOOKING || QUEUE.with(|q| !q.borrow().is_empty()) {
+                reactor.turn(&mut events, 0);
+                continue;
+            }
+            self.0.sleeping.store(true, SeqCst);
+            if self.0.has_remote.load(SeqCst) {
+                self.0.sleeping.store(false, Relaxed);
+                continue;
+            }
+            reactor.turn(&mut events, -1);
+            self.0.sleeping.store(false, Relaxed);
+        }
+        tasks.drop_all();
+        QUEUE.with(|q| q.borrow_mut().clear());
+        SPAWNED.with(|s| s.borrow_mut().clear());
+        HOME.with(|h| h.set(0));
+        Reactor::leave();
+        Ok(())
+    }
+}
+
+/// The futures of a worker's tasks, by slot.
+#[derive(Default)]
+struct Tasks {
+    slots: Vec<Option<(Arc<Task>, Option<BoxFuture>)>>,
+    free: Vec<usize>,
+}
+
+impl Tasks {
+    fn take_in(&mut self, task: Arc<Task>, future: BoxFuture) {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        task.slot.store(slot, Relaxed);
+        self.slots[slot] = Some((task.clone(), Some(future)));
+        // Spawned queued: it runs once.
+        QUEUE.with(|q| q.borrow_mut().push_back(task));
+    }
+
+    fn take_in_spawned(&mut self) {
+        while let Some((task, future)) = SPAWNED.with(|s| s.borrow_mut().pop()) {
+            self.take_in(task, future);
+        }
+    }
+
+    fn run(&mut self, task: Arc<Task>) {
+        let slot = task.slot.load(Relaxed);
+        let Some(Some((owner, future))) = self.slots.get_mut(slot) else {
+            return;
+        };
+        // A wake of a task that has ended (its slot empty, or another task's now).
+        if !Arc::ptr_eq(owner, &task) {
+            return;
+        }
+        let Some(mut fut) = future.take() else {
+            return;
+        };
+        task.queued.store(false, Release);
+        let waker = Waker::from(task);
+        let done = fut
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_ready();
+        if done {
+            self.slots[slot] = None;
+            self.free.push(slot);
+            drop(fut);
+        } else if let Some(Some((_, f))) = self.slots.get_mut(slot) {
+            *f = Some(fut);
+        }
+    }
+
+    /// Drops every task's future (some wake others as they go, which then do nothing).
+    fn drop_all(&mut self) {
+        loop {
+            self.take_in_spawned();
+            let mut any = false;
+            for s in self.slots.iter_mut() {
+                if let Some((_, f)) = s.take() {
+                    any = true;
+                    drop(f);
+                }
+            }
+            if !any && SPAWNED.with(|s| s.borrow().is_empty()) {
+                break;
+            }
+        }
+        self.free.clear();
+    }
+}
+
+/// Runs `future` on this thread's worker, or else on the current tokio runtime; gives it back
+/// when there is neither.
+pub fn spawn_here<F: Future<Output = ()> + Send + 'static>(future: F) -> Result<(), F> {
+    if let Some(h) = LOCAL_HANDLE.with(|h| h.borrow().clone()) {
+        h.spawn(future);
+        return Ok(());
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn(future);
+            Ok(())
+        }
+        Err(_) => Err(future),
+    }
+}
+
+thread_local! {
+    /// This thread's worker executor, for [`spawn_here`].
+    static LOCAL_HANDLE: RefCell<Option<Handle>> = const { RefCell::new(None) };
+}
+
+/// Runs `handle`'s executor on this thread (see [`Handle::run`]), with [`spawn_here`] spawning
+/// onto it.
+pub fn run_worker(handle: &Handle) -> io::Result<()> {
+    LOCAL_HANDLE.with(|h| *h.borrow_mut() = Some(handle.clone()));
+    let r = handle.run();
+    LOCAL_HANDLE.with(|h| h.borrow_mut().take());
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn runs_spawned_tasks_and_wakes_from_other_threads() {
+        let h = Handle::new().unwrap();
+        let runner = {
+            let h = h.clone();
+            std::thread::spawn(move || run_worker(&h).unwrap())
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (otx, orx) = tokio::sync::oneshot::channel::<u32>();
+        // Waits on a channel filled from another thread (a remote wake), spawns a task of its
+        // own (a local spawn), and reports.
+        h.spawn(async move {
+            let v = orx.await.unwrap();
+            let (itx, irx) = tokio::sync::oneshot::channel::<u32>();
+            let _ = spawn_here(async move {
+                let _ = itx.send(v + 1);
+            });
+            tx.send(irx.await.unwrap()).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        otx.send(41).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), 42);
+        // Stopping drops a task that still waits, and the thread ends.
+        let (dtx, drx) = tokio::sync::oneshot::channel::<()>();
+        h.spawn(async move {
+            std::future::pending::<()>().await;
+            drop(dtx);
+        });
+        h.stop();
+        runner.join().unwrap();
+        assert!(drx.blocking_recv().is_err(), "the waiting task was dropped");
+    }
+
+    #[test]
+    fn sockets_on_a_worker_wake_their_task() {
+        use std::io::{Read, Write};
+        let h = Handle::new().unwrap();
+        let runner = {
+            let h = h.clone();
+            std::thread::spawn(move || run_worker(&h).unwrap())
+        };
+        let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        h.spawn(async move {
+            let s = crate::net::sock::Socket::new(a).unwrap();
+            let mut buf = bytes::BytesMut::with_capacity(64);
+            let n = std::future::poll_fn(|cx| s.poll_read_into(cx, &mut buf))
+                .await
+                .unwrap();
+            let _ = std::future::poll_fn(|cx| s.poll_write(cx, &buf[..n])).await;
+            tx.send(n).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        b.write_all(b"ping").unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), 4);
+        let mut back = [0u8; 4];
+        b.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"ping");
+        h.stop();
+        runner.join().unwrap();
+    }
+}
