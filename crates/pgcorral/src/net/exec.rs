@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -31,13 +32,21 @@ pub struct Handle(Arc<Shared>);
 
 struct Shared {
     /// Tasks spawned or woken from other threads.
-    remote: parking_lot::Mutex<Vec<Job>>,
+    remote: parking_lot::Mutex<Remote>,
     /// Something is in `remote` (checked without the lock).
     has_remote: AtomicBool,
     /// The worker is waiting (or about to wait) in its reactor: a remote push writes `wake`.
     sleeping: AtomicBool,
     wake: OwnedFd,
     stop: AtomicBool,
+}
+
+#[derive(Default)]
+struct Remote {
+    jobs: Vec<Job>,
+    /// The worker has stopped: jobs pushed now are dropped at once (no one would run them, and
+    /// a task kept here would keep its worker's state alive through its own `home`).
+    closed: bool,
 }
 
 enum Job {
@@ -87,7 +96,15 @@ fn schedule(task: Arc<Task>) {
 
 impl Shared {
     fn push(&self, job: Job) {
-        self.remote.lock().push(job);
+        {
+            let mut remote = self.remote.lock();
+            if remote.closed {
+                drop(remote);
+                drop(job);
+                return;
+            }
+            remote.jobs.push(job);
+        }
         self.has_remote.store(true, SeqCst);
         if self.sleeping.swap(false, SeqCst) {
             self.notify();
@@ -139,7 +156,7 @@ impl Handle {
         #[allow(unsafe_code)]
         let wake = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Handle(Arc::new(Shared {
-            remote: parking_lot::Mutex::new(Vec::new()),
+            remote: parking_lot::Mutex::new(Remote::default()),
             has_remote: AtomicBool::new(false),
             sleeping: AtomicBool::new(false),
             wake,
@@ -187,7 +204,7 @@ impl Handle {
         loop {
             if self.0.has_remote.load(Relaxed) {
                 self.0.has_remote.store(false, SeqCst);
-                std::mem::swap(&mut incoming, &mut *self.0.remote.lock());
+                std::mem::swap(&mut incoming, &mut self.0.remote.lock().jobs);
                 if self.0.stop.load(SeqCst) {
                     break;
                 }
@@ -219,6 +236,14 @@ impl Handle {
             reactor.turn(&mut events, -1);
             self.0.sleeping.store(false, Relaxed);
         }
+        {
+            let mut remote = self.0.remote.lock();
+            remote.closed = true;
+            incoming.append(&mut remote.jobs);
+        }
+        // Dropped here, with this thread still the worker's: a drop that spawns or wakes
+        // stays local, and `drop_all` drops what it spawns.
+        drop(incoming);
         tasks.drop_all();
         QUEUE.with(|q| q.borrow_mut().clear());
         SPAWNED.with(|s| s.borrow_mut().clear());
@@ -270,14 +295,24 @@ impl Tasks {
         };
         task.queued.store(false, Release);
         let waker = Waker::from(task);
-        let done = fut
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_ready();
+        // A task that panics ends alone (as under tokio): the worker and its other clients go
+        // on. The panic hook has printed the message.
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            fut.as_mut().poll(&mut Context::from_waker(&waker))
+        }));
+        let done = match polled {
+            Ok(p) => p.is_ready(),
+            Err(_) => {
+                tracing::error!("a task panicked; it is dropped");
+                true
+            }
+        };
         if done {
             self.slots[slot] = None;
             self.free.push(slot);
-            drop(fut);
+            if catch_unwind(AssertUnwindSafe(move || drop(fut))).is_err() {
+                tracing::error!("a task panicked while dropped");
+            }
         } else if let Some(Some((_, f))) = self.slots.get_mut(slot) {
             *f = Some(fut);
         }
@@ -368,6 +403,27 @@ mod tests {
         h.stop();
         runner.join().unwrap();
         assert!(drx.blocking_recv().is_err(), "the waiting task was dropped");
+    }
+
+    #[test]
+    fn a_panicking_task_ends_alone_and_jobs_after_stop_are_dropped() {
+        let h = Handle::new().unwrap();
+        let runner = {
+            let h = h.clone();
+            std::thread::spawn(move || run_worker(&h).unwrap())
+        };
+        h.spawn(async { panic!("a task's bug") });
+        let (tx, rx) = std::sync::mpsc::channel();
+        h.spawn(async move { tx.send(7).unwrap() });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), 7);
+        h.stop();
+        runner.join().unwrap();
+        // Spawned onto a stopped worker: dropped at once, not kept.
+        let (dtx, drx) = tokio::sync::oneshot::channel::<()>();
+        h.spawn(async move {
+            let _ = dtx.send(());
+        });
+        assert!(drx.blocking_recv().is_err(), "the future was dropped unrun");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! A socket's readiness is atomic and its waiters are [`AtomicWaker`]s, so a socket may be
 //! polled from any thread: only the thread that runs its reactor's turns reports events.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
@@ -147,10 +147,13 @@ pub struct Reactor {
 thread_local! {
     /// The reactor of the worker running on this thread.
     static CURRENT: RefCell<Option<Arc<Reactor>>> = const { RefCell::new(None) };
+    /// Its address, for [`Registration::is_local`].
+    static CURRENT_ADDR: Cell<usize> = const { Cell::new(0) };
 }
 
-/// The reactor for threads that run none: a thread of its own, started on first use.
-static BACKGROUND: OnceLock<Arc<Reactor>> = OnceLock::new();
+/// The reactor for threads that run none: a thread of its own, started on first use (`None`
+/// if it could not be started).
+static BACKGROUND: OnceLock<Option<Arc<Reactor>>> = OnceLock::new();
 
 impl Reactor {
     pub fn new() -> io::Result<Arc<Reactor>> {
@@ -171,11 +174,13 @@ impl Reactor {
 
     /// Makes `reactor` the one sockets created on this thread register with (a worker's).
     pub fn enter(reactor: Arc<Reactor>) {
+        CURRENT_ADDR.with(|a| a.set(Arc::as_ptr(&reactor) as usize));
         CURRENT.with(|c| *c.borrow_mut() = Some(reactor));
     }
 
     /// Leaves this thread with no reactor of its own again.
     pub fn leave() {
+        CURRENT_ADDR.with(|a| a.set(0));
         CURRENT.with(|c| c.borrow_mut().take());
     }
 
@@ -184,23 +189,23 @@ impl Reactor {
         if let Some(r) = CURRENT.with(|c| c.borrow().clone()) {
             return Ok(r);
         }
-        if let Some(r) = BACKGROUND.get() {
-            return Ok(r.clone());
-        }
+        BACKGROUND
+            .get_or_init(|| Reactor::background().ok())
+            .clone()
+            .ok_or_else(|| io::Error::other("the background reactor thread could not start"))
+    }
+
+    fn background() -> io::Result<Arc<Reactor>> {
         let r = Reactor::new()?;
-        let mine = r.clone();
-        let r = BACKGROUND.get_or_init(|| r).clone();
-        if Arc::ptr_eq(&r, &mine) {
-            let turns = r.clone();
-            std::thread::Builder::new()
-                .name("pgcorral-reactor".into())
-                .spawn(move || {
-                    let mut events = Events::new();
-                    loop {
-                        turns.turn(&mut events, -1);
-                    }
-                })?;
-        }
+        let turns = r.clone();
+        std::thread::Builder::new()
+            .name("pgcorral-reactor".into())
+            .spawn(move || {
+                let mut events = Events::new();
+                loop {
+                    turns.turn(&mut events, -1);
+                }
+            })?;
         Ok(r)
     }
 
@@ -359,8 +364,22 @@ impl Registration {
             return Ok(());
         }
         let events = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-        self.reactor
-            .ctl(libc::EPOLL_CTL_MOD, self.fd, events, self.key)
+        let r = self
+            .reactor
+            .ctl(libc::EPOLL_CTL_MOD, self.fd, events, self.key);
+        if r.is_err() {
+            self.ready.write_interest.store(false, Relaxed);
+        }
+        r
+    }
+
+    /// Whether this thread runs the reactor the socket is in: then no event can come between a
+    /// task's registration and its look at the readiness, so a read that found nothing leaves
+    /// the task registered until the next event (elsewhere a wake racing the registration may
+    /// consume it early).
+    #[inline]
+    pub fn is_local(&self) -> bool {
+        CURRENT_ADDR.with(Cell::get) == Arc::as_ptr(&self.reactor) as usize
     }
 
     /// Whether writability events are asked for already.

@@ -138,6 +138,13 @@ impl<S: Fd> Socket<S> {
         }
     }
 
+    /// Whether a read that returned `Pending` left the task registered until the socket's next
+    /// event (see [`Registration::is_local`]).
+    #[inline]
+    pub fn keeps_registration(&self) -> bool {
+        self.reg.is_local()
+    }
+
     /// Whether the last event says a read would find something (data, the peer's close or an
     /// error), without registering for it.
     #[inline]

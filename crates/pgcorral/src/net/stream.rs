@@ -132,10 +132,15 @@ impl Stream {
 
     /// Whether a read that found nothing leaves the task registered for the socket's next
     /// bytes until they come, so that no second registration is needed while its readiness
-    /// stays clear: plaintext only. A TLS session may hold bytes already read.
+    /// stays clear: plaintext sockets in this thread's reactor (a worker's own). A TLS session
+    /// may hold bytes already read.
     #[inline]
     pub fn keeps_read_registration(&self) -> bool {
-        matches!(self, Stream::Plain(_) | Stream::Unix(_))
+        match self {
+            Stream::Plain(s) => s.keeps_registration(),
+            Stream::Unix(s) => s.keeps_registration(),
+            _ => false,
+        }
     }
 
     /// The TLS session, when there is one.
