@@ -372,13 +372,19 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    #[test]
-    fn runs_spawned_tasks_and_wakes_from_other_threads() {
+    /// A worker thread running a new executor.
+    fn worker() -> (Handle, std::thread::JoinHandle<()>) {
         let h = Handle::new().unwrap();
         let runner = {
             let h = h.clone();
             std::thread::spawn(move || run_worker(&h).unwrap())
         };
+        (h, runner)
+    }
+
+    #[test]
+    fn runs_spawned_tasks_and_wakes_from_other_threads() {
+        let (h, runner) = worker();
         let (tx, rx) = std::sync::mpsc::channel();
         let (otx, orx) = tokio::sync::oneshot::channel::<u32>();
         // Waits on a channel filled from another thread (a remote wake), spawns a task of its
@@ -407,11 +413,7 @@ mod tests {
 
     #[test]
     fn a_panicking_task_ends_alone_and_jobs_after_stop_are_dropped() {
-        let h = Handle::new().unwrap();
-        let runner = {
-            let h = h.clone();
-            std::thread::spawn(move || run_worker(&h).unwrap())
-        };
+        let (h, runner) = worker();
         h.spawn(async { panic!("a task's bug") });
         let (tx, rx) = std::sync::mpsc::channel();
         h.spawn(async move { tx.send(7).unwrap() });
@@ -429,11 +431,7 @@ mod tests {
     #[test]
     fn sockets_on_a_worker_wake_their_task() {
         use std::io::{Read, Write};
-        let h = Handle::new().unwrap();
-        let runner = {
-            let h = h.clone();
-            std::thread::spawn(move || run_worker(&h).unwrap())
-        };
+        let (h, runner) = worker();
         let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         h.spawn(async move {

@@ -82,12 +82,25 @@ impl<S: Fd> Socket<S> {
         cx: &mut Context<'_>,
         buf: &mut BytesMut,
     ) -> Poll<io::Result<usize>> {
+        self.poll_recv(cx, |io| {
+            let room = buf.capacity() - buf.len();
+            recv_into(io, buf).map(|n| (n, room))
+        })
+    }
+
+    /// Waits for readability, then reads once with `recv`, which returns the count and the room
+    /// it had; readiness is cleared as [`Socket::poll_read_into`] says.
+    #[inline]
+    fn poll_recv(
+        &self,
+        cx: &mut Context<'_>,
+        mut recv: impl FnMut(&S) -> io::Result<(usize, usize)>,
+    ) -> Poll<io::Result<usize>> {
         let ready = self.reg.readiness();
         loop {
             let seen = ready!(ready.poll(cx, READ));
-            let room = buf.capacity() - buf.len();
-            match recv_into(&self.io, buf) {
-                Ok(n) => {
+            match recv(&self.io) {
+                Ok((n, room)) => {
                     if n > 0 && n < room {
                         ready.clear(seen, READ);
                     }
@@ -180,32 +193,22 @@ impl<S: Fd> AsyncRead for Socket<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let ready = this.reg.readiness();
-        loop {
-            let seen = ready!(ready.poll(cx, READ));
-            let room = buf.remaining();
-            // SAFETY: recv writes at most the unfilled part's length into it and never reads
-            // it; nothing in it is de-initialised.
-            #[allow(unsafe_code)]
-            let r = recv_uninit(&this.io, unsafe { buf.unfilled_mut() });
-            match r {
-                Ok(n) => {
-                    // SAFETY: recv initialised the first `n` bytes of the unfilled part.
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        buf.assume_init(n)
-                    };
-                    buf.advance(n);
-                    if n > 0 && n < room {
-                        ready.clear(seen, READ);
-                    }
-                    return Poll::Ready(Ok(()));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready.clear(seen, READ),
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        self.get_mut()
+            .poll_recv(cx, |io| {
+                let room = buf.remaining();
+                // SAFETY: recv writes at most the unfilled part's length into it and never
+                // reads it; nothing in it is de-initialised.
+                #[allow(unsafe_code)]
+                let n = recv_uninit(io, unsafe { buf.unfilled_mut() })?;
+                // SAFETY: recv initialised the first `n` bytes of the unfilled part.
+                #[allow(unsafe_code)]
+                unsafe {
+                    buf.assume_init(n)
+                };
+                buf.advance(n);
+                Ok((n, room))
+            })
+            .map_ok(drop)
     }
 }
 
