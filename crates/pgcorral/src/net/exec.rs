@@ -62,13 +62,24 @@ struct Task {
     slot: AtomicUsize,
 }
 
-thread_local! {
+/// The executor's state on its own thread (one thread-local, so a wake looks it up once).
+struct Local {
     /// The executor running on this thread (its address), to tell local wakes from remote.
-    static HOME: Cell<usize> = const { Cell::new(0) };
+    home: Cell<usize>,
     /// Tasks woken on this thread, to run next.
-    static QUEUE: RefCell<VecDeque<Arc<Task>>> = const { RefCell::new(VecDeque::new()) };
+    queue: RefCell<VecDeque<Arc<Task>>>,
     /// Tasks spawned on this thread while a task ran.
-    static SPAWNED: RefCell<Vec<(Arc<Task>, BoxFuture)>> = const { RefCell::new(Vec::new()) };
+    spawned: RefCell<Vec<(Arc<Task>, BoxFuture)>>,
+}
+
+thread_local! {
+    static LOCAL: Local = const {
+        Local {
+            home: Cell::new(0),
+            queue: RefCell::new(VecDeque::new()),
+            spawned: RefCell::new(Vec::new()),
+        }
+    };
 }
 
 impl Wake for Task {
@@ -86,9 +97,15 @@ impl Wake for Task {
 }
 
 fn schedule(task: Arc<Task>) {
-    if HOME.with(Cell::get) == Arc::as_ptr(&task.home) as usize {
-        QUEUE.with(|q| q.borrow_mut().push_back(task));
-    } else {
+    let remote = LOCAL.with(|l| {
+        if l.home.get() == Arc::as_ptr(&task.home) as usize {
+            l.queue.borrow_mut().push_back(task);
+            None
+        } else {
+            Some(task)
+        }
+    });
+    if let Some(task) = remote {
         let home = task.home.clone();
         home.push(Job::Wake(task));
     }
@@ -167,8 +184,8 @@ impl Handle {
     /// Runs `future` on this executor's worker.
     pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, future: F) {
         let task = self.task();
-        if HOME.with(Cell::get) == Arc::as_ptr(&self.0) as usize {
-            SPAWNED.with(|s| s.borrow_mut().push((task, Box::pin(future))));
+        if LOCAL.with(|l| l.home.get()) == Arc::as_ptr(&self.0) as usize {
+            LOCAL.with(|l| l.spawned.borrow_mut().push((task, Box::pin(future))));
         } else {
             self.0.push(Job::Spawn(task, Box::pin(future)));
         }
@@ -197,7 +214,7 @@ impl Handle {
         let reactor = Reactor::new()?;
         reactor.add_wake_fd(self.0.wake.as_raw_fd())?;
         Reactor::enter(reactor.clone());
-        HOME.with(|h| h.set(Arc::as_ptr(&self.0) as usize));
+        LOCAL.with(|l| l.home.set(Arc::as_ptr(&self.0) as usize));
         let mut tasks = Tasks::default();
         let mut events = Events::new();
         let mut incoming = Vec::new();
@@ -211,20 +228,20 @@ impl Handle {
                 for job in incoming.drain(..) {
                     match job {
                         Job::Spawn(task, future) => tasks.take_in(task, future),
-                        Job::Wake(task) => QUEUE.with(|q| q.borrow_mut().push_back(task)),
+                        Job::Wake(task) => LOCAL.with(|l| l.queue.borrow_mut().push_back(task)),
                     }
                 }
             }
             let mut ran = 0;
             while ran < RUN_BEFORE_LOOKING {
-                let Some(task) = QUEUE.with(|q| q.borrow_mut().pop_front()) else {
+                let Some(task) = LOCAL.with(|l| l.queue.borrow_mut().pop_front()) else {
                     break;
                 };
                 tasks.run(task);
                 ran += 1;
                 tasks.take_in_spawned();
             }
-            if ran == RUN_BEFORE_LOOKING || QUEUE.with(|q| !q.borrow().is_empty()) {
+            if ran == RUN_BEFORE_LOOKING || LOCAL.with(|l| !l.queue.borrow().is_empty()) {
                 reactor.turn(&mut events, 0);
                 continue;
             }
@@ -245,9 +262,9 @@ impl Handle {
         // stays local, and `drop_all` drops what it spawns.
         drop(incoming);
         tasks.drop_all();
-        QUEUE.with(|q| q.borrow_mut().clear());
-        SPAWNED.with(|s| s.borrow_mut().clear());
-        HOME.with(|h| h.set(0));
+        LOCAL.with(|l| l.queue.borrow_mut().clear());
+        LOCAL.with(|l| l.spawned.borrow_mut().clear());
+        LOCAL.with(|l| l.home.set(0));
         Reactor::leave();
         Ok(())
     }
@@ -272,11 +289,11 @@ impl Tasks {
         task.slot.store(slot, Relaxed);
         self.slots[slot] = Some((task.clone(), Some(future)));
         // Spawned queued: it runs once.
-        QUEUE.with(|q| q.borrow_mut().push_back(task));
+        LOCAL.with(|l| l.queue.borrow_mut().push_back(task));
     }
 
     fn take_in_spawned(&mut self) {
-        while let Some((task, future)) = SPAWNED.with(|s| s.borrow_mut().pop()) {
+        while let Some((task, future)) = LOCAL.with(|l| l.spawned.borrow_mut().pop()) {
             self.take_in(task, future);
         }
     }
@@ -329,7 +346,7 @@ impl Tasks {
                     drop(f);
                 }
             }
-            if !any && SPAWNED.with(|s| s.borrow().is_empty()) {
+            if !any && LOCAL.with(|l| l.spawned.borrow().is_empty()) {
                 break;
             }
         }

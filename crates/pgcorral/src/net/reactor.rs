@@ -278,14 +278,19 @@ impl Reactor {
     /// wakes the tasks waiting on them. True when the wake-up descriptor fired.
     pub fn turn(&self, events: &mut Events, timeout_ms: i32) -> bool {
         let buf = &mut events.0;
-        // SAFETY: `buf` holds `buf.len()` initialised events for epoll_wait to overwrite.
+        // SAFETY: `buf` holds `buf.len()` initialised events for the kernel to overwrite; a null
+        // signal mask makes epoll_pwait an epoll_wait. By system call number, as the data path's
+        // reads and writes (`super::direct`): glibc's wrapper is a thread-cancellation point.
         #[allow(unsafe_code)]
         let n = unsafe {
-            libc::epoll_wait(
+            libc::syscall(
+                libc::SYS_epoll_pwait,
                 self.epfd.as_raw_fd(),
                 buf.as_mut_ptr(),
                 buf.len() as libc::c_int,
                 timeout_ms,
+                std::ptr::null::<libc::sigset_t>(),
+                std::mem::size_of::<libc::sigset_t>(),
             )
         };
         if n <= 0 {
