@@ -1,4 +1,5 @@
-//! Sockets: accepting clients, plaintext or TLS streams, and reading whole messages off them.
+//! Sockets and the workers that serve them: accepting clients, the workers' executor and epoll
+//! reactor, plaintext or TLS streams, and reading whole messages off them.
 
 pub mod balance;
 pub mod direct;
