@@ -97,15 +97,18 @@ impl Wake for Task {
 }
 
 fn schedule(task: Arc<Task>) {
-    let remote = LOCAL.with(|l| {
-        if l.home.get() == Arc::as_ptr(&task.home) as usize {
-            l.queue.borrow_mut().push_back(task);
-            None
-        } else {
-            Some(task)
+    let home = Arc::as_ptr(&task.home) as usize;
+    let mut task = Some(task);
+    // `try_with`: a wake may come while this thread's locals are being destroyed (a runtime
+    // ending on another thread); it then goes the remote way.
+    let _ = LOCAL.try_with(|l| {
+        if l.home.get() == home {
+            if let Some(t) = task.take() {
+                l.queue.borrow_mut().push_back(t);
+            }
         }
     });
-    if let Some(task) = remote {
+    if let Some(task) = task {
         let home = task.home.clone();
         home.push(Job::Wake(task));
     }
