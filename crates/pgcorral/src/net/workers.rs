@@ -53,7 +53,7 @@ impl Workers {
                     .spawn(move || {
                         balance.register_thread(i);
                         crate::pool::stats::own_shard(i);
-                        crate::timer::install(timer_handle.clone());
+                        // Timers and connects made here go to the timer thread's runtime.
                         let _tokio = timer_handle.enter();
                         if let Err(e) = exec::run_worker(&handle) {
                             tracing::error!(worker = i, error = %e, "worker could not run");
