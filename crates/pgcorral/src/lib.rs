@@ -15,6 +15,7 @@ pub mod cancel;
 pub mod client;
 pub mod clock;
 pub mod cluster;
+pub mod cold;
 pub mod config;
 pub mod conns;
 pub mod control;

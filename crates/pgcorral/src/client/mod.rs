@@ -133,7 +133,8 @@ fn task(
                 // Startup and login are boxed: their state is large and short-lived, and must
                 // not size the future that lives as long as the client (idle clients should
                 // cost little memory).
-                admitted = Box::pin(admit(&mut client, &peer, &services, over_limit)).await;
+                admitted =
+                    crate::cold::cold(admit(&mut client, &peer, &services, over_limit)).await;
             }
             Some(m) => {
                 let Moved {
@@ -182,7 +183,7 @@ fn task(
             }
             Some(admit::Admitted::Console(role)) => {
                 // Boxed: the console's state must not size every client's future.
-                Box::pin(crate::admin::serve(&mut client, &services, *role)).await;
+                crate::cold::cold(crate::admin::serve(&mut client, &services, *role)).await;
                 drop(count);
             }
             None => {}
@@ -389,10 +390,10 @@ fn run<'a>(
                 session.listed.set_state(ListState::Waiting);
                 if services.control.is_paused(session.pool.name().0) {
                     // PAUSE: the transaction waits for RESUME before it gets a server.
-                    services.control.wait_resumed(session.pool.name().0).await;
+                    crate::cold::cold(services.control.wait_resumed(session.pool.name().0)).await;
                 }
                 let mut s = if session.cluster.routed() {
-                    match Box::pin(routed_checkout(client, services, session)).await? {
+                    match crate::cold::cold(routed_checkout(client, services, session)).await? {
                         Some(s) => s,
                         None => continue,
                     }
@@ -414,7 +415,7 @@ fn run<'a>(
                 if !crate::session::matches(&s.applied, &session.settings) {
                     // Boxed: a round trip to the server, which allocates its query anyway; its
                     // state must not size every client's future.
-                    Box::pin(restore(&mut s, &session.settings)).await?;
+                    crate::cold::cold(restore(&mut s, &session.settings)).await?;
                 }
                 session.slot.set(Some(s.key.clone()));
                 session.server = Some(s);
@@ -440,14 +441,14 @@ fn run<'a>(
                     if session.route.writes
                         && session.cluster.topology().settings().read_your_writes
                     {
-                        let at = Box::pin(crate::cluster::wal_position(s)).await;
+                        let at = crate::cold::cold(crate::cluster::wal_position(s)).await;
                         session.route.min_lsn = session.route.min_lsn.max(at);
                     }
                     if s.state.dirty {
                         // Taken out of the session while it is recaptured (on error, it is dropped
                         // as the request loop ends).
                         let mut s = session.server.take().expect("attached");
-                        Box::pin(recapture(session, &mut s, &mut client.custom)).await?;
+                        crate::cold::cold(recapture(session, &mut s, &mut client.custom)).await?;
                         session.server = Some(s);
                     }
                     if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
@@ -465,14 +466,14 @@ fn run<'a>(
                     return Err(timed_out(phase, &relay_mode.timeouts));
                 }
                 Outcome::Refused(why) => {
-                    refuse_statement(client, s.state.tx, why).await?;
+                    crate::cold::cold(refuse_statement(client, s.state.tx, why)).await?;
                     if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
                         session.slot.set(None);
                         session.server = None;
                     }
                 }
                 Outcome::TransactionRefused => {
-                    Box::pin(refuse_transaction(client, s)).await?;
+                    crate::cold::cold(refuse_transaction(client, s)).await?;
                     session.slot.set(None);
                     session.server = None;
                 }

@@ -281,7 +281,7 @@ impl Pool {
         // that every client's future stays small.
         match self.checkout_idle(worker) {
             Some(c) if !self.needs_check(&c) => Ok(c),
-            Some(c) => Box::pin(self.check_then_slow(c, worker)).await,
+            Some(c) => crate::cold::cold(self.check_then_slow(c, worker)).await,
             None => self.checkout_slow(worker).await,
         }
     }
@@ -367,10 +367,15 @@ impl Pool {
                 }
             };
             let mut checkout = match wait {
-                None => return Box::pin(self.open(inner::Slot::new(self.clone()), worker)).await,
+                None => {
+                    return crate::cold::cold(self.open(inner::Slot::new(self.clone()), worker))
+                        .await
+                }
                 Some(wait) => match wait.await {
                     Some(Grant::Server(checkout)) => checkout,
-                    Some(Grant::Slot(slot)) => return Box::pin(self.open(slot, worker)).await,
+                    Some(Grant::Slot(slot)) => {
+                        return crate::cold::cold(self.open(slot, worker)).await
+                    }
                     Some(Grant::TimedOut(waited)) => {
                         return Err(Error::new(
                             Kind::PoolTimeout,
