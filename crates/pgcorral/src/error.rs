@@ -58,6 +58,7 @@ pub struct Error(Box<Inner>);
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    #[cold]
     pub fn new(kind: Kind, message: impl Into<String>) -> Error {
         Error(Box::new(Inner {
             kind,
@@ -67,6 +68,7 @@ impl Error {
         }))
     }
 
+    #[cold]
     pub fn with_source(
         kind: Kind,
         message: impl Into<String>,
@@ -78,6 +80,7 @@ impl Error {
     }
 
     /// A server's ErrorResponse (with its SQLSTATE) to pass on as it was sent.
+    #[cold]
     pub fn server(message: impl Into<String>, raw: Bytes, code: String) -> Error {
         let mut e = Error::new(Kind::ServerError, message);
         e.0.server_error = Some((raw, code));

@@ -1001,12 +1001,14 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
 
 /// The server's socket failed (or closed): the server is not reused. `notified`: the client
 /// already got the server's FATAL error.
+#[cold]
 fn server_gone(server: &mut ServerConn, notified: bool) -> Outcome {
     server.state.broken = true;
     Outcome::ServerGone { notified }
 }
 
 /// The client's socket failed (or closed): what it sent and was not forwarded is dropped.
+#[cold]
 fn client_gone(client: &mut ClientConn) -> Outcome {
     client.buf.clear();
     Outcome::ClientGone
