@@ -30,6 +30,11 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Below this much free space a buffer is grown before reading.
 const MIN_READ_ROOM: usize = 1024;
 
+/// Scanned bytes up to this many are copied behind pgcorral's own messages for the other side
+/// (rewritten requests, answers it gives), so that both go out in one write; more are written
+/// on their own after them.
+const MERGE_MAX: usize = 8 * 1024;
+
 /// Why the relay stopped.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -821,7 +826,31 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         // (plaintext TCP), so that a request or an answer is scanned, written and, when it
         // ends the relay, finished in one turn of this loop.
         let mut wrote = false;
-        if c_ready > 0 && server.wout.is_empty() {
+        // Rewritten messages and the client's bytes after them (a Bind under a new statement
+        // name, then its Execute and Sync) go out in one write: two would be two TCP segments,
+        // and two wakeups of the server's backend, per transaction. The same for answers
+        // pgcorral gives and the server's bytes after them.
+        if c_ready > 0 && !server.wout.is_empty() && c_ready <= MERGE_MAX {
+            server.wout.extend_from_slice(&client.buf[..c_ready]);
+            let n = c_ready;
+            to_server(client, server, &mut c_ready, n);
+        }
+        if s_ready > 0 && !server.fout.is_empty() && s_ready <= MERGE_MAX {
+            server.fout.extend_from_slice(&server.rbuf[..s_ready]);
+            // Counted as sent when `fout` is written.
+            consume(&mut server.rbuf, s_ready);
+            s_ready = 0;
+        }
+        if !server.wout.is_empty() {
+            match server.stream.try_write_now(&server.wout) {
+                None => {}
+                Some(Ok(n)) if n > 0 => {
+                    consume(&mut server.wout, n);
+                    wrote = true;
+                }
+                Some(_) => return server_gone(server, fatal_seen),
+            }
+        } else if c_ready > 0 {
             match server.stream.try_write_now(&client.buf[..c_ready]) {
                 None => {}
                 Some(Ok(n)) if n > 0 => {
@@ -831,7 +860,17 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 Some(_) => return server_gone(server, fatal_seen),
             }
         }
-        if s_ready > 0 && server.fout.is_empty() {
+        if !server.fout.is_empty() {
+            match client.stream.try_write_now(&server.fout) {
+                None => {}
+                Some(Ok(n)) if n > 0 => {
+                    consume(&mut server.fout, n);
+                    server.meter.delta.bytes_sent += n as u64;
+                    wrote = true;
+                }
+                Some(_) => return client_gone(client),
+            }
+        } else if s_ready > 0 {
             match client.stream.try_write_now(&server.rbuf[..s_ready]) {
                 None => {}
                 Some(Ok(n)) if n > 0 => {
@@ -1042,11 +1081,13 @@ fn consume(buf: &mut bytes::BytesMut, n: usize) {
 }
 
 /// Ends the relay with `o`. A client message only partly forwarded leaves the server out of
-/// frame: it must not be reused, and the client's unsent bytes of that message are dropped.
+/// frame: it must not be reused, and the client's unsent bytes of that message are dropped
+/// (with what of `server.wout` did not go out).
 fn finish(o: Outcome, client: &mut ClientConn, server: &mut ServerConn, c_ready: usize) -> Outcome {
-    if c_ready > 0 || client.pass > 0 {
+    if c_ready > 0 || client.pass > 0 || !server.wout.is_empty() {
         server.state.broken = true;
         client.buf.advance(c_ready);
+        server.wout.clear();
     }
     o
 }
