@@ -12,6 +12,10 @@ pub mod rewrite;
 mod sql;
 
 use std::collections::HashMap;
+
+/// The maps looked up on every request of a client that uses prepared statements: foldhash
+/// (seeded per process) instead of SipHash, a fifth of the cost for short names and ids.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -137,9 +141,9 @@ pub struct ClientStatements(Option<Box<ClientInner>>);
 #[derive(Default)]
 pub struct ClientInner {
     /// Protocol-level statements by the client's name.
-    named: HashMap<Box<[u8]>, Arc<Statement>>,
+    named: FastMap<Box<[u8]>, Arc<Statement>>,
     /// SQL-level statements by the client's (case-folded) name.
-    sql: HashMap<String, Arc<Statement>>,
+    sql: FastMap<String, Arc<Statement>>,
     /// The body of the client's last Parse of the unnamed statement, to parse it again on
     /// another server when a Bind or Describe refers to it later.
     unnamed: Vec<u8>,
@@ -234,7 +238,7 @@ impl ClientStatements {
 #[derive(Default)]
 pub struct ServerStatements {
     /// Statement id → (statement, last use).
-    map: HashMap<u64, (Arc<Statement>, u64)>,
+    map: FastMap<u64, (Arc<Statement>, u64)>,
     tick: u64,
     /// Names still prepared on the server but no longer usable (their plans went stale after a
     /// schema change): closed before the next statement is prepared there.

@@ -53,8 +53,8 @@ pub struct Applied {
 
 /// Whether a statement a Bind or Describe names can be used on the server now.
 enum Use {
-    /// Under this server name (`stmt`: pgcorral's statement, none for the unnamed one).
-    Ready { name: String, stmt: Option<u64> },
+    /// Ready on the server: pgcorral's statement, none for the unnamed one.
+    Ready(Option<Arc<Statement>>),
     /// Not before pgcorral has checked its description there.
     Wait,
     /// Its result type changed since the client was given its description.
@@ -368,11 +368,12 @@ impl Link<'_> {
                 let (portal, rest) = cstr(body).expect("planned");
                 let (name, _) = cstr(rest).expect("planned");
                 let prefix = HEADER_LEN + portal.len() + 1 + name.len() + 1;
-                let (new_name, stmt) = match self.ensure(name, st) {
-                    Use::Ready { name, stmt } => (name, stmt),
+                let stmt = match self.ensure(name, st) {
+                    Use::Ready(stmt) => stmt,
                     Use::Wait => return WAIT,
                     Use::Changed => return self.changed(h),
                 };
+                let new_name = stmt.as_deref().map_or("", |s| s.name.as_str());
                 st.unsynced = true;
                 let new_len = h.total_len() - 1 - name.len() + new_name.len();
                 self.out.put_u8(fe::BIND);
@@ -382,7 +383,7 @@ impl Link<'_> {
                 self.out.put_slice(new_name.as_bytes());
                 self.out.put_u8(0);
                 match stmt {
-                    Some(id) => self.expect.push_about(Msg::Bind, id),
+                    Some(s) => self.expect.push_about(Msg::Bind, s.id),
                     None => self.expect.push(Msg::Bind),
                 }
                 Applied {
@@ -392,15 +393,16 @@ impl Link<'_> {
             }
             fe::DESCRIBE => {
                 let (name, _) = cstr(&body[1..]).expect("planned");
-                let (new_name, stmt) = match self.ensure(name, st) {
-                    Use::Ready { name, stmt } => (name, stmt),
+                let stmt = match self.ensure(name, st) {
+                    Use::Ready(stmt) => stmt,
                     Use::Wait => return WAIT,
                     Use::Changed => return self.changed(h),
                 };
                 st.unsynced = true;
+                let new_name = stmt.as_deref().map_or("", |s| s.name.as_str());
                 pgwire::encode::describe(self.out, b'S', new_name.as_bytes());
                 match stmt {
-                    Some(id) => self.expect.push_about(Msg::DescribeStatement, id),
+                    Some(s) => self.expect.push_about(Msg::DescribeStatement, s.id),
                     None => self.expect.push(Msg::DescribeStatement),
                 }
                 whole()
@@ -516,10 +518,7 @@ impl Link<'_> {
                     *self.unnamed_here = true;
                 }
             }
-            return Use::Ready {
-                name: String::new(),
-                stmt: None,
-            };
+            return Use::Ready(None);
         }
         if self.expect.verifying {
             return Use::Wait;
@@ -553,10 +552,7 @@ impl Link<'_> {
                 }
             }
         }
-        Use::Ready {
-            name: stmt.name.clone(),
-            stmt: Some(stmt.id),
-        }
+        Use::Ready(Some(stmt))
     }
 
     /// The client's Bind or Describe (header `h`, wholly buffered) of a statement whose result
