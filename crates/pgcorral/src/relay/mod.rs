@@ -1,0 +1,647 @@
+//! The data path while a client holds a server: bytes flow both ways at once, message bodies pass
+//! through unparsed (only headers are read, plus the few small messages that change state:
+//! ReadyForQuery and ErrorResponse), writes apply backpressure to reads, and the relay stops at
+//! the first point where the server is idle and may go back to the pool.
+
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::Buf;
+use pgwire::backend::TxStatus;
+use pgwire::FrameError;
+use tokio::io::AsyncWrite;
+
+use crate::client::ClientConn;
+use crate::pool::stats::{Done, Meter, Stats, Totals};
+use crate::pool::Pool;
+use crate::prepared::expect::Answers;
+use crate::prepared::rewrite::Link;
+use crate::prepared::Registry;
+use crate::server::{LinkState, ServerConn};
+
+mod scan;
+pub use scan::{scan_client, scan_server, ClientScan, ServerScan};
+
+/// Read no more from a side while this much of its data waits to be written to the other.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Below this much free space a buffer is grown before reading.
+const MIN_READ_ROOM: usize = 1024;
+
+/// Scanned bytes up to this many are copied behind pgcorral's own messages for the other side
+/// (rewritten requests, answers it gives), so that both go out in one write; more are written
+/// on their own after them.
+const MERGE_MAX: usize = 8 * 1024;
+
+/// Why the relay stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The server is idle: it may be released (transaction/statement mode, or shutdown).
+    Idle,
+    /// Statement mode: the server opened a transaction; its ReadyForQuery was held back.
+    TransactionRefused,
+    /// The client sent Terminate or closed its socket; everything before was forwarded.
+    ClientGone,
+    /// The client broke the protocol.
+    ClientProtocol(String),
+    /// The server closed or failed; `notified` when it sent the client a FATAL first.
+    ServerGone { notified: bool },
+    /// A timeout of [`Timeouts`] expired.
+    TimedOut(Phase),
+    /// The next message is a Query refused by `session_pinning = "refuse"` (left unread in
+    /// the client's buffer); everything before it has been answered.
+    Refused(&'static str),
+}
+
+/// What the link is doing, for the timeouts that apply to each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Requests are outstanding on the server.
+    Query,
+    /// Nothing outstanding, inside a transaction.
+    IdleInTransaction,
+    /// Nothing outstanding, outside a transaction (session mode, or a pinned client).
+    Idle,
+}
+
+impl Phase {
+    fn of(st: &LinkState) -> Phase {
+        if st.pending > 0 {
+            Phase::Query
+        } else if st.tx != TxStatus::Idle {
+            Phase::IdleInTransaction
+        } else {
+            Phase::Idle
+        }
+    }
+}
+
+/// query_timeout, idle_transaction_timeout and client_idle_timeout; `None` = off.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timeouts {
+    pub query: Option<Duration>,
+    pub idle_in_transaction: Option<Duration>,
+    pub client_idle: Option<Duration>,
+}
+
+impl Timeouts {
+    fn any(&self) -> bool {
+        self.query.is_some() || self.idle_in_transaction.is_some() || self.client_idle.is_some()
+    }
+
+    fn of(&self, p: Phase) -> Option<Duration> {
+        match p {
+            Phase::Query => self.query,
+            Phase::IdleInTransaction => self.idle_in_transaction,
+            Phase::Idle => self.client_idle,
+        }
+    }
+}
+
+/// Watching clients' SQL for session state (transaction and statement mode).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Track {
+    /// Session mode: the server is the client's for good.
+    #[default]
+    Off,
+    /// Note statements that may change session state; server-bound state pins.
+    Pin,
+    /// The same, but simple-protocol statements that would pin are refused.
+    Refuse,
+}
+
+/// How a relay behaves.
+#[derive(Clone, Default)]
+pub struct Mode<'a> {
+    /// Stop when the server is idle (false in session mode).
+    pub stop_when_idle: bool,
+    /// Refuse transactions (statement mode).
+    pub statement: bool,
+    pub track: Track,
+    pub timeouts: Timeouts,
+    /// Prepared statements are the client's own, moved between servers (transaction and
+    /// statement mode): the registry that shares them, and max_prepared_statements.
+    pub prepared: Option<(&'a Registry, usize)>,
+    /// The pool whose statistics count queries, transactions and bytes, and the worker's
+    /// shard. A pool rather than its statistics, so that a request loop keeps one `Mode` and
+    /// points it at each server's pool (several servers).
+    pub stats: Option<(Pool, usize)>,
+    /// One request batch in flight at a time (see [`LinkState::one_batch`]).
+    pub one_batch: bool,
+}
+
+impl Mode<'_> {
+    /// Where queries, transactions and bytes are counted, and the worker's shard.
+    #[inline]
+    fn stats(&self) -> Option<(&Stats, usize)> {
+        self.stats.as_ref().map(|(p, w)| (p.stats(), *w))
+    }
+}
+
+/// Makes room for a read, growing the buffer only when little space is left.
+#[inline]
+fn reserve(buf: &mut bytes::BytesMut) {
+    if buf.capacity() - buf.len() < MIN_READ_ROOM {
+        buf.reserve(READ_CHUNK);
+    }
+}
+
+enum Event {
+    ToServer(std::io::Result<usize>),
+    /// pgcorral's rewritten or added messages written to the server.
+    ToServerOwn(std::io::Result<usize>),
+    ToClient(std::io::Result<usize>),
+    /// pgcorral's own answers written to the client.
+    ToClientOwn(std::io::Result<usize>),
+    FromServer(std::io::Result<usize>),
+    FromClient(std::io::Result<usize>),
+    Timeout,
+}
+
+/// The client side's scan: bytes to forward (after dropping what was rewritten), a stop, and
+/// whether to scan again once those bytes are written.
+struct ClientSide {
+    ready: usize,
+    stop: Option<Outcome>,
+    again: bool,
+    held: bool,
+}
+
+fn scan_c(
+    client: &mut ClientConn,
+    server: &mut ServerConn,
+    mode: &Mode,
+    unnamed_here: &mut bool,
+) -> ClientSide {
+    let mut link = mode.prepared.map(|(registry, max)| Link {
+        registry,
+        max,
+        client: &mut client.statements,
+        server: &mut server.statements,
+        expect: &mut server.expect,
+        out: &mut server.wout,
+        unnamed_here,
+    });
+    match scan_client(
+        &client.buf,
+        &mut client.pass,
+        &mut server.state,
+        mode.track,
+        &mut client.custom,
+        client.max_len,
+        link.as_mut(),
+    ) {
+        Ok(s) => {
+            client.buf.advance(s.front);
+            ClientSide {
+                ready: s.ready - s.front,
+                stop: client_stop(&s),
+                again: s.again,
+                held: s.held,
+            }
+        }
+        Err(e) => ClientSide {
+            ready: 0,
+            stop: Some(Outcome::ClientProtocol(e.to_string())),
+            again: false,
+            held: false,
+        },
+    }
+}
+
+/// The server side's scan; answers pgcorral gives itself go to `server.fout`.
+fn scan_s(
+    client: &mut ClientConn,
+    server: &mut ServerConn,
+    mode: &Mode,
+) -> Result<ServerScan, FrameError> {
+    let mut answers = mode.prepared.map(|(registry, _)| Answers {
+        registry,
+        expect: &mut server.expect,
+        server: &mut server.statements,
+        client: &mut client.statements,
+        out: &mut server.fout,
+    });
+    let mut s = scan_server(
+        &server.rbuf,
+        &mut server.pass,
+        &mut server.state,
+        &mut server.params,
+        mode.stop_when_idle,
+        mode.statement,
+        client.max_len,
+        answers.as_mut(),
+    )?;
+    server.rbuf.advance(s.front);
+    s.ready -= s.front;
+    Ok(s)
+}
+
+/// Records what the meter holds still once a relay ended: the bytes since the last query
+/// ended, or, when the relay ended because the server went idle, the last query and
+/// transaction too (one record per transaction in the common case).
+pub fn record_rest(mode: &Mode, server: &mut ServerConn) {
+    if let Some((stats, w)) = mode.stats() {
+        stats.record(w, &std::mem::take(&mut server.meter.delta));
+    }
+}
+
+/// Records what the meter saw after a scan: `done` holds what the server's ReadyForQuery
+/// messages ended (nothing after a scan of the client's side).
+#[inline]
+fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState, done: Done) {
+    if let Some((stats, w)) = mode.stats() {
+        if meter.observe(st, done) {
+            stats
+                .query_hist
+                .record_n(w, meter.last_query, u64::from(done.queries));
+            if !(mode.stop_when_idle && st.is_idle()) {
+                stats.record(w, &meter.delta);
+                meter.delta = Totals::default();
+            }
+            // Else the relay ends now: `record_rest` records this with the answer's bytes,
+            // in one go.
+        }
+    }
+}
+
+/// Relays between `client` and `server` until the server may be released, a side is gone, or
+/// a timeout expires; counts what passed in `mode.stats` (the caller records the rest with
+/// [`record_rest`]: no wrapper future, so that every client's future stays small).
+pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'_>) -> Outcome {
+    if server.state.pending == 0 && !server.state.unsynced {
+        // Nothing outstanding: nothing is owed either.
+        server.expect.clear();
+    }
+    // A registration for the server's socket made before this relay may hold another task's
+    // waker.
+    server.read_armed = false;
+    // The client's unnamed statement is not on this server until it is parsed here.
+    let mut unnamed_here = false;
+    // The timer exists only when some timeout is configured; it is re-armed when the phase
+    // changes.
+    let timed = mode.timeouts.any();
+    let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut phase: Option<Phase> = None;
+    let mut armed = false;
+    // c_ready: client bytes scanned, to write to the server after `server.wout` (rewritten
+    // messages); c_stop: the client side ended (acted on once both are written); c_again: scan
+    // again once they are. s_ready/s_stop/s_again: the same for the server side, whose bytes
+    // follow `server.fout` (answers pgcorral gives).
+    server.state.one_batch = mode.one_batch;
+    // Whatever the client already sent (the request that caused checkout) goes first.
+    let c = scan_c(client, server, mode, &mut unnamed_here);
+    let (mut c_ready, mut c_stop, mut c_again) = (c.ready, c.stop, c.again);
+    // The client's next batch waits for the answer to the last (one_batch).
+    let mut c_held = c.held;
+    metered(mode, &mut server.meter, &server.state, Done::default());
+    let mut s_ready = 0usize;
+    let mut s_stop: Option<Outcome> = None;
+    // Anything the server sent while idle reaches this client; answers pgcorral owes go out.
+    let mut s_again = !server.rbuf.is_empty() || server.expect.fake_next();
+    let mut fatal_seen = false;
+    // A batch whose stale-plan error was hidden goes to the server again, ahead of anything
+    // the client sent since, once nothing of the client's is part-way out.
+    let mut replay_due = false;
+    // Sockets are read and written straight, outside any task budget: this is the relay's.
+    let mut budget = crate::net::direct::Budget::new();
+
+    loop {
+        if c_held && server.state.pending == 0 && s_ready == 0 && s_stop.is_none() {
+            // Answered, and still in a transaction: the next batch belongs to it.
+            c_held = false;
+            c_again = true;
+        }
+        if c_again && c_ready == 0 && c_stop.is_none() {
+            let c = scan_c(client, server, mode, &mut unnamed_here);
+            (c_ready, c_stop, c_again) = (c.ready, c.stop, c.again);
+            c_held = c.held;
+            s_again |= server.expect.fake_next();
+            metered(mode, &mut server.meter, &server.state, Done::default());
+        }
+        let verifying = server.expect.verifying;
+        if s_again && s_ready == 0 && s_stop.is_none() {
+            s_again = false;
+            match scan_s(client, server, mode) {
+                Ok(s) => {
+                    s_ready = s.ready;
+                    fatal_seen |= s.fatal;
+                    s_stop = s.stop;
+                    s_again = s.again;
+                    replay_due |= s.replay;
+                    metered(mode, &mut server.meter, &server.state, s.done);
+                    if let Some((stats, _)) = mode.stats() {
+                        for class in &s.errors[..s.n_errors] {
+                            stats.error(*class);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "server sent an invalid message");
+                    s_stop = Some(server_gone(server, false));
+                }
+            }
+        }
+        if verifying && !server.expect.verifying && c_again {
+            // The client's message that waited for a description goes on.
+            continue;
+        }
+        if replay_due && c_ready == 0 && client.pass == 0 {
+            replay_due = false;
+            if let Some(batch) = server.expect.replay.take_due() {
+                let mut buf = bytes::BytesMut::with_capacity(batch.len() + client.buf.len());
+                buf.extend_from_slice(&batch);
+                buf.extend_from_slice(&client.buf);
+                client.buf = buf;
+                // The unnamed statement may have gone stale too: parse it again.
+                unnamed_here = false;
+                c_again = true;
+                continue;
+            }
+        }
+        // What was just scanned goes out now where the socket takes it without a poll
+        // (plaintext TCP), so that a request or an answer is scanned, written and, when it
+        // ends the relay, finished in one turn of this loop.
+        let mut wrote = false;
+        // Rewritten messages and the client's bytes after them (a Bind under a new statement
+        // name, then its Execute and Sync) go out in one write: two would be two TCP segments,
+        // and two wakeups of the server's backend, per transaction. The same for answers
+        // pgcorral gives and the server's bytes after them.
+        if c_ready > 0 && !server.wout.is_empty() && c_ready <= MERGE_MAX {
+            server.wout.extend_from_slice(&client.buf[..c_ready]);
+            let n = c_ready;
+            to_server(client, server, &mut c_ready, n);
+        }
+        if s_ready > 0 && !server.fout.is_empty() && s_ready <= MERGE_MAX {
+            server.fout.extend_from_slice(&server.rbuf[..s_ready]);
+            // Counted as sent when `fout` is written.
+            consume(&mut server.rbuf, s_ready);
+            s_ready = 0;
+        }
+        if !server.wout.is_empty() {
+            match server.stream.try_write_now(&server.wout) {
+                None => {}
+                Some(Ok(n)) if n > 0 => {
+                    consume(&mut server.wout, n);
+                    wrote = true;
+                }
+                Some(_) => return server_gone(server, fatal_seen),
+            }
+        } else if c_ready > 0 {
+            match server.stream.try_write_now(&client.buf[..c_ready]) {
+                None => {}
+                Some(Ok(n)) if n > 0 => {
+                    to_server(client, server, &mut c_ready, n);
+                    wrote = true;
+                }
+                Some(_) => return server_gone(server, fatal_seen),
+            }
+        }
+        if !server.fout.is_empty() {
+            match client.stream.try_write_now(&server.fout) {
+                None => {}
+                Some(Ok(n)) if n > 0 => {
+                    consume(&mut server.fout, n);
+                    server.meter.delta.bytes_sent += n as u64;
+                    wrote = true;
+                }
+                Some(_) => return client_gone(client),
+            }
+        } else if s_ready > 0 {
+            match client.stream.try_write_now(&server.rbuf[..s_ready]) {
+                None => {}
+                Some(Ok(n)) if n > 0 => {
+                    to_client(server, &mut s_ready, n);
+                    wrote = true;
+                }
+                Some(_) => return client_gone(client),
+            }
+        }
+        if wrote && (c_held || c_again || s_again || replay_due) {
+            // A side waited for its bytes to be written before its next scan (or a held batch,
+            // or a replay): back to the top, as after a write the poll made.
+            continue;
+        }
+        let c_sent = c_ready == 0 && server.wout.is_empty();
+        if s_ready == 0 && server.fout.is_empty() && s_stop.is_some() {
+            // The server may be released, but not while the client is part-way through a
+            // message (stray COPY data after a failed COPY): the server would take the next
+            // client's bytes for the rest of it. Forward the rest of that message first.
+            let mid_message = !c_sent || client.pass > 0;
+            let releasable = matches!(s_stop, Some(Outcome::Idle | Outcome::TransactionRefused));
+            if !(mid_message && releasable) {
+                let o = s_stop.take().expect("checked");
+                return finish(o, client, server, c_ready);
+            }
+            if let Some(o) = c_stop.take() {
+                // The client left part-way through it: the server is out of frame (closed).
+                return finish(o, client, server, c_ready);
+            }
+        }
+        if c_sent {
+            // A refused Query waits until what came before it has been answered.
+            let answered = server.state.pending == 0 && s_ready == 0;
+            if !matches!(c_stop, Some(Outcome::Refused(_))) || answered {
+                if let Some(o) = c_stop.take() {
+                    return finish(o, client, server, c_ready);
+                }
+            }
+        }
+        let read_server = s_ready == 0 && s_stop.is_none() && !s_again;
+        // Once the server side has stopped, the client is read only to finish the message in
+        // flight; its next request waits for the next checkout.
+        let read_client = c_sent
+            && !c_again
+            && !c_held
+            && c_stop.is_none()
+            && (s_stop.is_none() || client.pass > 0);
+        if read_server {
+            reserve(&mut server.rbuf);
+        }
+        if read_client {
+            reserve(&mut client.buf);
+        }
+        if timed {
+            let p = Phase::of(&server.state);
+            if phase != Some(p) {
+                phase = Some(p);
+                armed = false;
+                if let Some(d) = mode.timeouts.of(p) {
+                    let at = tokio::time::Instant::now() + d;
+                    match &mut timer {
+                        Some(t) => t.as_mut().reset(at),
+                        None => timer = Some(Box::pin(crate::timer::sleep_until(at))),
+                    }
+                    armed = true;
+                }
+            }
+        }
+        // A `move` closure holds the two connections and the timer whole, and copies of the
+        // counts: one pointer per field it reads would make every client's future bigger.
+        let ev = {
+            let (client, server, timer) = (&mut *client, &mut *server, &mut timer);
+            poll_fn(move |cx| {
+                // TLS records still in a session go out as the socket takes them.
+                if client.stream.pending_output() {
+                    if let Poll::Ready(Err(e)) = Pin::new(&mut client.stream).poll_flush(cx) {
+                        return Poll::Ready(Event::ToClient(Err(e)));
+                    }
+                }
+                if server.stream.pending_output() {
+                    if let Poll::Ready(Err(e)) = Pin::new(&mut server.stream).poll_flush(cx) {
+                        return Poll::Ready(Event::ToServer(Err(e)));
+                    }
+                }
+                if !server.wout.is_empty() {
+                    if let Poll::Ready(r) = server.stream.poll_write_from(cx, &server.wout) {
+                        return Poll::Ready(Event::ToServerOwn(r));
+                    }
+                } else if c_ready > 0 {
+                    if let Poll::Ready(r) =
+                        server.stream.poll_write_from(cx, &client.buf[..c_ready])
+                    {
+                        return Poll::Ready(Event::ToServer(r));
+                    }
+                }
+                if !server.fout.is_empty() {
+                    if let Poll::Ready(r) = client.stream.poll_write_from(cx, &server.fout) {
+                        return Poll::Ready(Event::ToClientOwn(r));
+                    }
+                } else if s_ready > 0 {
+                    if let Poll::Ready(r) =
+                        client.stream.poll_write_from(cx, &server.rbuf[..s_ready])
+                    {
+                        return Poll::Ready(Event::ToClient(r));
+                    }
+                }
+                // A socket whose last read left this task registered, and that nothing has
+                // made readable since, needs no second registration: the socket keeps the first
+                // until bytes come (and wakes the task then). Within a transaction or session
+                // that saves two of them per statement.
+                if read_server && !server.stream.still_registered(server.read_armed) {
+                    let (stream, rbuf) = (&mut server.stream, &mut server.rbuf);
+                    if let Poll::Ready(r) = stream.poll_read_armed(cx, rbuf, &mut server.read_armed)
+                    {
+                        return Poll::Ready(Event::FromServer(r));
+                    }
+                }
+                if read_client && !client.stream.still_registered(client.read_armed) {
+                    if let Poll::Ready(r) = client.poll_read(cx) {
+                        return Poll::Ready(Event::FromClient(r));
+                    }
+                }
+                if armed {
+                    if let Some(t) = timer.as_mut() {
+                        if t.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(Event::Timeout);
+                        }
+                    }
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        if budget.spend() {
+            tokio::task::yield_now().await;
+        }
+
+        match ev {
+            Event::ToServer(Ok(n)) if n > 0 => to_server(client, server, &mut c_ready, n),
+            Event::ToServerOwn(Ok(n)) if n > 0 => server.wout.advance(n),
+            Event::ToServer(_) | Event::ToServerOwn(_) => return server_gone(server, fatal_seen),
+            Event::ToClient(Ok(n)) if n > 0 => to_client(server, &mut s_ready, n),
+            Event::ToClientOwn(Ok(n)) if n > 0 => {
+                server.fout.advance(n);
+                server.meter.delta.bytes_sent += n as u64;
+            }
+            Event::ToClient(_) | Event::ToClientOwn(_) => return client_gone(client),
+            Event::Timeout => {
+                let p = phase.expect("armed for a phase");
+                client.buf.advance(c_ready);
+                return Outcome::TimedOut(p);
+            }
+            Event::FromServer(Ok(n)) if n > 0 => s_again = true,
+            Event::FromServer(_) => s_stop = Some(server_gone(server, fatal_seen)),
+            Event::FromClient(Ok(n)) if n > 0 && s_stop.is_some() => {
+                // Draining: only the rest of the message in flight, unscanned (it can only be
+                // COPY data the server will ignore).
+                let take = client.pass.min(client.buf.len());
+                client.pass -= take;
+                c_ready = take;
+            }
+            Event::FromClient(Ok(n)) if n > 0 => c_again = true,
+            Event::FromClient(_) => c_stop = Some(client_gone(client)),
+        }
+    }
+}
+
+/// The server's socket failed (or closed): the server is not reused. `notified`: the client
+/// already got the server's FATAL error.
+#[cold]
+fn server_gone(server: &mut ServerConn, notified: bool) -> Outcome {
+    server.state.broken = true;
+    Outcome::ServerGone { notified }
+}
+
+/// The client's socket failed (or closed): what it sent and was not forwarded is dropped.
+#[cold]
+fn client_gone(client: &mut ClientConn) -> Outcome {
+    client.buf.clear();
+    Outcome::ClientGone
+}
+
+/// `n` of the client's `c_ready` scanned bytes went to the server.
+#[inline]
+fn to_server(client: &mut ClientConn, server: &mut ServerConn, c_ready: &mut usize, n: usize) {
+    consume(&mut client.buf, n);
+    *c_ready -= n;
+    server.meter.delta.bytes_received += n as u64;
+}
+
+/// `n` of the server's `s_ready` scanned bytes went to the client.
+#[inline]
+fn to_client(server: &mut ServerConn, s_ready: &mut usize, n: usize) {
+    consume(&mut server.rbuf, n);
+    *s_ready -= n;
+    server.meter.delta.bytes_sent += n as u64;
+}
+
+/// Drops the first `n` bytes of `buf`, which were sent. All of them (the usual case) empties it
+/// in place: no offset for the next read's `reserve` to undo.
+#[inline]
+fn consume(buf: &mut bytes::BytesMut, n: usize) {
+    if n == buf.len() {
+        buf.clear();
+    } else {
+        buf.advance(n);
+    }
+}
+
+/// Ends the relay with `o`. A client message only partly forwarded leaves the server out of
+/// frame: it must not be reused, and the client's unsent bytes of that message are dropped
+/// (with what of `server.wout` did not go out).
+fn finish(o: Outcome, client: &mut ClientConn, server: &mut ServerConn, c_ready: usize) -> Outcome {
+    if c_ready > 0 || client.pass > 0 || !server.wout.is_empty() {
+        server.state.broken = true;
+        client.buf.advance(c_ready);
+        server.wout.clear();
+    }
+    o
+}
+
+fn client_stop(s: &ClientScan) -> Option<Outcome> {
+    if s.terminate {
+        Some(Outcome::ClientGone)
+    } else if let Some(why) = s.refuse {
+        Some(Outcome::Refused(why))
+    } else {
+        s.bad_tag.map(|t| {
+            Outcome::ClientProtocol(format!("invalid frontend message type {}", t as char))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
