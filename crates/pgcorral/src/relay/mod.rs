@@ -368,19 +368,14 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         // Rewritten messages and the client's bytes after them (a Bind under a new statement
         // name, then its Execute and Sync) go out in one write: two would be two TCP segments,
         // and two wakeups of the server's backend, per transaction. The same for answers
-        // pgcorral gives and the server's bytes after them.
-        if c_ready > 0 && !server.wout.is_empty() && c_ready <= MERGE_MAX {
-            server.wout.extend_from_slice(&client.buf[..c_ready]);
-            let n = c_ready;
-            to_server(client, server, &mut c_ready, n);
-        }
-        if s_ready > 0 && !server.fout.is_empty() && s_ready <= MERGE_MAX {
-            server.fout.extend_from_slice(&server.rbuf[..s_ready]);
-            // Counted as sent when `fout` is written.
-            consume(&mut server.rbuf, s_ready);
-            s_ready = 0;
-        }
+        // pgcorral gives and the server's bytes after them. Plain forwarding only tests
+        // whether there are any such bytes of pgcorral's own.
         if !server.wout.is_empty() {
+            if c_ready > 0 && c_ready <= MERGE_MAX {
+                server.wout.extend_from_slice(&client.buf[..c_ready]);
+                let n = c_ready;
+                to_server(client, server, &mut c_ready, n);
+            }
             match server.stream.try_write_now(&server.wout) {
                 None => {}
                 Some(Ok(n)) if n > 0 => {
@@ -400,6 +395,12 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
             }
         }
         if !server.fout.is_empty() {
+            if s_ready > 0 && s_ready <= MERGE_MAX {
+                server.fout.extend_from_slice(&server.rbuf[..s_ready]);
+                // Counted as sent when `fout` is written.
+                consume(&mut server.rbuf, s_ready);
+                s_ready = 0;
+            }
             match client.stream.try_write_now(&server.fout) {
                 None => {}
                 Some(Ok(n)) if n > 0 => {
