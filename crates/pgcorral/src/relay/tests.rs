@@ -14,6 +14,16 @@ fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
     v
 }
 
+/// [`scan_client`] without prepared-statement tracking, nothing custom collected.
+fn scan_plain_client(
+    buf: &[u8],
+    pass: &mut usize,
+    st: &mut LinkState,
+    track: Track,
+) -> Result<ClientScan, FrameError> {
+    scan_client(buf, pass, st, track, &mut Vec::new(), 1 << 20, None)
+}
+
 /// [`scan_server`] in transaction mode without prepared-statement tracking.
 fn scan_plain(buf: &[u8], pass: &mut usize, st: &mut LinkState) -> ServerScan {
     scan_server(
@@ -142,30 +152,12 @@ fn client_scan_counts_requests_and_syncs() {
     buf.extend(msg(b'E', b"\0\0\0\0\0"));
     let mut st = LinkState::default();
     let mut pass = 0;
-    let s = scan_client(
-        &buf,
-        &mut pass,
-        &mut st,
-        Track::Pin,
-        &mut Vec::new(),
-        1 << 20,
-        None,
-    )
-    .unwrap();
+    let s = scan_plain_client(&buf, &mut pass, &mut st, Track::Pin).unwrap();
     assert_eq!(s.ready, buf.len());
     assert!(st.unsynced && st.pending == 0);
     let mut more = msg(b'S', b"");
     more.extend(msg(b'Q', b"select 2\0"));
-    let s = scan_client(
-        &more,
-        &mut pass,
-        &mut st,
-        Track::Pin,
-        &mut Vec::new(),
-        1 << 20,
-        None,
-    )
-    .unwrap();
+    let s = scan_plain_client(&more, &mut pass, &mut st, Track::Pin).unwrap();
     assert_eq!(s.ready, more.len());
     assert!(!st.unsynced);
     assert_eq!(st.pending, 2);
@@ -177,39 +169,12 @@ fn client_scan_stops_at_terminate_and_bad_tags() {
     let q = buf.len();
     buf.extend(msg(b'X', b""));
     let mut st = LinkState::default();
-    let s = scan_client(
-        &buf,
-        &mut 0,
-        &mut st,
-        Track::Pin,
-        &mut Vec::new(),
-        1 << 20,
-        None,
-    )
-    .unwrap();
+    let s = scan_plain_client(&buf, &mut 0, &mut st, Track::Pin).unwrap();
     assert_eq!((s.ready, s.terminate), (q, true));
     let bad = msg(b'?', b"");
-    let s = scan_client(
-        &bad,
-        &mut 0,
-        &mut st,
-        Track::Pin,
-        &mut Vec::new(),
-        1 << 20,
-        None,
-    )
-    .unwrap();
+    let s = scan_plain_client(&bad, &mut 0, &mut st, Track::Pin).unwrap();
     assert_eq!((s.ready, s.bad_tag), (0, Some(b'?')));
-    assert!(scan_client(
-        b"Q\x7f\xff\xff\xff",
-        &mut 0,
-        &mut st,
-        Track::Pin,
-        &mut Vec::new(),
-        1 << 20,
-        None
-    )
-    .is_err());
+    assert!(scan_plain_client(b"Q\x7f\xff\xff\xff", &mut 0, &mut st, Track::Pin).is_err());
 }
 
 /// Scans one message per tag (empty bodies; ReadyForQuery says idle) from the client or server.
@@ -218,7 +183,7 @@ fn client_sends(st: &mut LinkState, tags: &str) {
     for t in tags.bytes() {
         buf.extend(msg(t, b""));
     }
-    let s = scan_client(&buf, &mut 0, st, Track::Pin, &mut Vec::new(), 1 << 20, None).unwrap();
+    let s = scan_plain_client(&buf, &mut 0, st, Track::Pin).unwrap();
     assert_eq!(s.ready, buf.len());
 }
 
