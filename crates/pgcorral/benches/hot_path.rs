@@ -227,6 +227,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                     addr: pgcorral::server::ServerAddr::Tcp(addr),
                     pid: 1,
                     secret: 1,
+                    tls: None,
                 },
                 Arc::new(Vec::new()),
                 0,

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt;
 
 use crate::net::stream::Stream;
 
-use crate::server::{CancelKey, ServerAddr};
+use crate::server::connect::start_tls;
+use crate::server::{CancelKey, CancelTls, ServerAddr};
 
 /// Where a client's cancel goes right now.
 #[derive(Default)]
@@ -81,15 +81,32 @@ impl CancelMap {
     }
 }
 
-/// Sends a CancelRequest for `key` to its server and waits until the server hangs up.
+/// Sends a CancelRequest for `key` to its server and waits until the server hangs up. Over
+/// TLS when the server connection is TLS (after an SSLRequest, as for a login): the request
+/// carries the backend's secret key.
 pub(crate) async fn send_cancel(key: &CancelKey) -> std::io::Result<()> {
     let mut stream = match &key.addr {
-        ServerAddr::Tcp(a) => Stream::Plain(crate::net::sock::connect_tcp(a).await?),
+        ServerAddr::Tcp(a) => {
+            let tcp = crate::net::sock::connect_tcp(a).await?;
+            match key.tls.as_deref() {
+                Some(CancelTls {
+                    host,
+                    port,
+                    tls: config,
+                }) => match config.server.as_ref() {
+                    Some(side) => start_tls(tcp, host, *port, side)
+                        .await
+                        .map_err(std::io::Error::other)?,
+                    None => Stream::Plain(tcp),
+                },
+                None => Stream::Plain(tcp),
+            }
+        }
         ServerAddr::Unix(p) => Stream::Unix(crate::net::sock::connect_unix(&**p).await?),
     };
     let mut buf = BytesMut::with_capacity(16);
     pgwire::encode::cancel_request(&mut buf, key.pid, key.secret);
-    stream.write_all(&buf).await?;
+    stream.send(&buf).await?;
     // PostgreSQL closes the connection when done; wait for that so the cancel has landed.
     let mut sink = [0u8; 16];
     let _ = crate::timer::timeout(

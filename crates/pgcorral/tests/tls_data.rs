@@ -1212,6 +1212,96 @@ async fn a_cancel_request_over_tls_stops_the_query() {
     );
 }
 
+/// The first 8 bytes of every connection pgcorral opens to PostgreSQL, seen by a proxy in
+/// between that forwards everything as it is.
+struct FirstBytes {
+    port: u16,
+    seen: Arc<std::sync::Mutex<Vec<[u8; 8]>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FirstBytes {
+    async fn start(pg_port: u16) -> FirstBytes {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut from, _)) = listener.accept().await {
+                let record = record.clone();
+                tokio::spawn(async move {
+                    let mut first = [0u8; 8];
+                    if from.read_exact(&mut first).await.is_err() {
+                        return;
+                    }
+                    record.lock().unwrap().push(first);
+                    let mut to = tokio::net::TcpStream::connect(("127.0.0.1", pg_port))
+                        .await
+                        .unwrap();
+                    to.write_all(&first).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut from, &mut to).await;
+                });
+            }
+        });
+        FirstBytes { port, seen, task }
+    }
+
+    fn seen(&self) -> Vec<[u8; 8]> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FirstBytes {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// pgcorral's own CancelRequest to a server it reaches over TLS goes over TLS too (an
+/// SSLRequest first, as for the login: the request carries the backend's secret key), and it
+/// still stops the query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cancel_to_a_tls_server_goes_over_tls() {
+    let certs = Certs::new();
+    let pg = ssl_postgres(&certs);
+    let proxy = FirstBytes::start(pg.port).await;
+    let p = Pooler::start(&cfg_at("127.0.0.1", proxy.port, &certs, "")).await;
+    let client = Arc::new(tls_client(p.port(), &certs).await);
+    assert_server_hop_tls(&client).await;
+    let token = client.cancel_token();
+    let c = client.clone();
+    let query = tokio::spawn(async move { c.simple_query("SELECT pg_sleep(30)").await });
+    wait_for_sleeping_query(&pg).await;
+    let opened = proxy.seen().len();
+
+    let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(&certs.ca, None));
+    within(
+        Duration::from_secs(10),
+        "the cancel request",
+        token.cancel_query(tls),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("cancel over TLS: {e:?}"));
+    let res = within(Duration::from_secs(10), "the cancelled query", query)
+        .await
+        .unwrap();
+    let err = res.map(drop).expect_err("the query was cancelled");
+    assert_eq!(sqlstate(&err), "57014", "{err:?}");
+
+    let seen = proxy.seen();
+    assert!(
+        seen.len() > opened,
+        "the cancel opened a connection to PostgreSQL: {seen:?}"
+    );
+    for first in &seen {
+        assert_eq!(
+            *first,
+            ssl_request_bytes(),
+            "every connection to PostgreSQL begins with an SSLRequest, the cancel's too"
+        );
+    }
+}
+
 // ---- 7. idle TLS clients --------------------------------------------------------------------
 
 /// 200 TLS clients connect and sit idle (pgcorral waits on their sockets' readiness, holding

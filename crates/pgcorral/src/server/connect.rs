@@ -2,6 +2,7 @@
 //! server_tls_sslmode asks, StartupMessage, answering whatever authentication the server asks
 //! for, and collecting its parameters.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -10,7 +11,7 @@ use pgwire::backend::{self, auth_code};
 use pgwire::encode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{CancelKey, ServerAddr, ServerConn};
+use super::{CancelKey, CancelTls, ServerAddr, ServerConn};
 use crate::config::SslMode;
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_message, ReadError};
@@ -113,17 +114,18 @@ pub async fn connect(target: &Target, worker: usize) -> Result<ServerConn> {
 /// The PostgreSQL SSLRequest packet: length 8, code 1234.5679.
 const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
 
-/// Asks the server for TLS and runs the handshake; plaintext if the server declines and the
-/// mode allows it.
-async fn start_tls(
+/// Asks the server at `host`:`port` for TLS and runs the handshake; plaintext if the server
+/// declines and the mode allows it. Also opens the connections of cancel requests.
+pub(crate) async fn start_tls(
     mut tcp: TcpSocket,
-    target: &Target,
+    host: &str,
+    port: u16,
     side: &crate::tls::ServerSide,
 ) -> Result<Stream> {
     let failed = |what: &str, e: std::io::Error| {
         Error::with_source(
             Kind::ServerConnect,
-            format!("server {}:{} {what}", target.host, target.port),
+            format!("server {host}:{port} {what}"),
             e,
         )
     };
@@ -141,29 +143,29 @@ async fn start_tls(
             return Err(Error::new(
                 Kind::ServerConnect,
                 format!(
-                "server {}:{} does not support SSL, but server_tls_sslmode = \"{}\" requires it",
-                target.host,
-                target.port,
-                mode_name(side.mode)
-            ),
+                    "server {host}:{port} does not support SSL, but server_tls_sslmode = \"{}\" requires it",
+                    mode_name(side.mode)
+                ),
             ))
         }
         other => {
-            return Err(bad_server(
-                target,
-                &format!("answered SSLRequest with {:?}", other as char),
+            return Err(Error::new(
+                Kind::ServerConnect,
+                format!(
+                    "server {host}:{port}: answered SSLRequest with {:?}",
+                    other as char
+                ),
             ))
         }
     }
-    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(target.host.clone()).map_err(
-        |e| {
+    let name =
+        tokio_rustls::rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
             Error::with_source(
                 Kind::ServerConnect,
-                format!("server {}: not a host name for TLS", target.host),
+                format!("server {host}: not a host name for TLS"),
                 e,
             )
-        },
-    )?;
+        })?;
     let tls = side
         .connector
         .connect(name, Sock::new(tcp, BytesMut::new()))
@@ -173,10 +175,7 @@ async fn start_tls(
             // needs to read.
             Error::new(
                 Kind::ServerConnect,
-                format!(
-                    "server {}:{} SSL handshake failed: {e}",
-                    target.host, target.port
-                ),
+                format!("server {host}:{port} SSL handshake failed: {e}"),
             )
         })?;
     Ok(Stream::Tls(Box::new(tokio_rustls::TlsStream::Client(tls))))
@@ -202,7 +201,7 @@ fn unix_socket_path(host: &str, port: u16) -> Option<String> {
 
 /// Opens the connection: TCP (TLS as `server_tls_sslmode` says) or a Unix socket (never TLS,
 /// as libpq).
-async fn open(target: &Target) -> Result<(Stream, ServerAddr)> {
+async fn open(target: &Target) -> Result<(Stream, ServerAddr, Option<Arc<CancelTls>>)> {
     let failed = |e| {
         Error::with_source(
             Kind::ServerConnect,
@@ -215,7 +214,7 @@ async fn open(target: &Target) -> Result<(Stream, ServerAddr)> {
     };
     if let Some(path) = unix_socket_path(&target.host, target.port) {
         let unix = connect_unix(&path).await.map_err(failed)?;
-        return Ok((Stream::Unix(unix), ServerAddr::Unix(path.into())));
+        return Ok((Stream::Unix(unix), ServerAddr::Unix(path.into()), None));
     }
     let tcp = connect_tcp((target.host.as_str(), target.port))
         .await
@@ -227,14 +226,22 @@ async fn open(target: &Target) -> Result<(Stream, ServerAddr)> {
     // allow asks for TLS as prefer does (as PgBouncer): the server decides.
     let tls = target.tls.load_full();
     let stream = match tls.server.as_ref() {
-        Some(side) => start_tls(tcp, target, side).await?,
+        Some(side) => start_tls(tcp, &target.host, target.port, side).await?,
         None => Stream::Plain(tcp),
     };
-    Ok((stream, ServerAddr::Tcp(addr)))
+    // Cancel requests for this connection take the way its login took.
+    let cancel = stream.is_tls().then(|| {
+        Arc::new(CancelTls {
+            host: target.host.clone(),
+            port: target.port,
+            tls,
+        })
+    });
+    Ok((stream, ServerAddr::Tcp(addr), cancel))
 }
 
 async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
-    let (mut stream, addr) = open(target).await?;
+    let (mut stream, addr, tls) = open(target).await?;
 
     let mut out = BytesMut::with_capacity(256);
     encode::startup(
@@ -299,7 +306,12 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
     Ok(ServerConn::new(
         stream,
         rbuf,
-        CancelKey { addr, pid, secret },
+        CancelKey {
+            addr,
+            pid,
+            secret,
+            tls,
+        },
         std::sync::Arc::new(params),
         worker,
     ))

@@ -28,11 +28,27 @@ impl std::fmt::Display for ServerAddr {
 }
 
 /// Where and how to cancel a query running on one server connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct CancelKey {
     pub addr: ServerAddr,
     pub pid: i32,
     pub secret: i32,
+    /// The connection is TLS: its CancelRequest goes over TLS too, to the same name.
+    pub tls: Option<Arc<CancelTls>>,
+}
+
+/// How a cancel reaches a server that pgcorral talks to over TLS.
+pub struct CancelTls {
+    pub host: String,
+    pub port: u16,
+    /// The TLS configuration the connection was opened with (its `server` side is set).
+    pub tls: Arc<crate::tls::Tls>,
+}
+
+impl std::fmt::Debug for CancelTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CancelTls({}:{})", self.host, self.port)
+    }
 }
 
 /// ParameterStatus values a server reported at startup, in order.
