@@ -240,8 +240,18 @@ async fn reconnect_replaces_servers_and_wait_close_waits_for_it() {
     }
 }
 
-/// KILL_CLIENT ends one client with 57P01; KILL ends every client of the database and
-/// holds new transactions until RESUME.
+/// SHOW CLIENTS' rows of database `db`: their `ptr` column.
+async fn client_ptrs(w: &mut Wire, db: &str) -> Vec<String> {
+    let msgs = w.simple("SHOW CLIENTS").await;
+    msgs.iter()
+        .filter(|m| m.tag == b'D' && m.row()[2].as_deref() == Some(db))
+        .map(|m| m.row()[13].clone().unwrap())
+        .collect()
+}
+
+/// KILL_CLIENT ends one client with 57P01, a console client too (SHOW CLIENTS lists them,
+/// database `pgbouncer`, as PgBouncer); KILL ends every client of the database and holds new
+/// transactions until RESUME.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_client_and_kill_database() {
     let pg = Postgres::start();
@@ -249,13 +259,24 @@ async fn kill_client_and_kill_database() {
     let mut a = Wire::connect(p.port(), "postgres", "postgres").await;
     let b = p.connect("postgres", None, "postgres").await;
     let mut w = console(&p).await;
-    let msgs = w.simple("SHOW CLIENTS").await;
-    let ptrs: Vec<String> = msgs
-        .iter()
-        .filter(|m| m.tag == b'D')
-        .map(|m| m.row()[13].clone().unwrap())
-        .collect();
-    assert_eq!(ptrs.len(), 2, "{msgs:?}");
+    let ptrs = client_ptrs(&mut w, "postgres").await;
+    assert_eq!(ptrs.len(), 2, "{ptrs:?}");
+    assert_eq!(
+        client_ptrs(&mut w, "pgbouncer").await.len(),
+        1,
+        "the console itself"
+    );
+    let mut w2 = console(&p).await;
+    let consoles = client_ptrs(&mut w, "pgbouncer").await;
+    assert_eq!(consoles.len(), 2, "{consoles:?}");
+    assert_eq!(
+        admin(&mut w, &format!("KILL_CLIENT {}", consoles[1])).await,
+        Ok("KILL_CLIENT".into())
+    );
+    let fatal = w2.recv().await;
+    assert_eq!((fatal.tag, fatal.code()), (b'E', "57P01".to_string()));
+    w2.expect_closed().await;
+    assert_eq!(client_ptrs(&mut w, "pgbouncer").await.len(), 1);
     assert_eq!(
         admin(&mut w, &format!("KILL_CLIENT {}", ptrs[0])).await,
         Ok("KILL_CLIENT".into())

@@ -21,8 +21,8 @@ use crate::session::{apply, Settings};
 pub(super) enum Admitted {
     /// A client of a pool.
     Pool(Session),
-    /// An admin console user.
-    Console(admin::Role),
+    /// An admin console user, listed in SHOW CLIENTS (database `pgbouncer`, as PgBouncer).
+    Console(admin::Role, crate::conns::Listed),
 }
 
 /// Startup packets, limits, authentication and the welcome. `None` when the client is done
@@ -157,7 +157,7 @@ async fn login(
     )
     .await?;
     if admin::is_console(database) {
-        return console_login(client, services, user, out).await;
+        return console_login(client, services, user, database, out).await;
     }
     // Only an authenticated client learns whether the database exists, as with PostgreSQL.
     let cluster = services.pools.get(&config, database, user)?;
@@ -322,6 +322,7 @@ async fn console_login(
     client: &mut ClientConn,
     services: &Services,
     user: &str,
+    database: &str,
     mut out: BytesMut,
 ) -> Result<Admitted> {
     let Some(role) = admin::role(services, user) else {
@@ -356,5 +357,30 @@ async fn console_login(
         .send(&out)
         .await
         .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
-    Ok(Admitted::Console(role))
+    let (Ok(addr), Ok(local)) = (client.stream.peer_addr(), client.stream.local_addr()) else {
+        return Err(Error::new(
+            Kind::ClientIo,
+            "client connection closed during login",
+        ));
+    };
+    let listed = services.pools.lists.add(
+        crate::conns::Kind::Client,
+        crate::conns::New {
+            user: user.into(),
+            database: database.into(),
+            addr,
+            local,
+            unix: false,
+            application_name: String::new(),
+            state: crate::conns::State::Active,
+            remote_pid: 0,
+            tls: client
+                .stream
+                .tls()
+                .map(crate::tls::describe)
+                .unwrap_or_default(),
+            generation: 0,
+        },
+    );
+    Ok(Admitted::Console(role, listed))
 }

@@ -181,9 +181,27 @@ fn task(
                 services.cancel.unregister(session.pid, session.secret);
                 drop(count);
             }
-            Some(admit::Admitted::Console(role)) => {
-                // Boxed: the console's state must not size every client's future.
-                crate::cold::cold(crate::admin::serve(&mut client, &services, *role)).await;
+            Some(admit::Admitted::Console(role, listed)) => {
+                // Boxed: the console's state must not size every client's future. KILL_CLIENT
+                // ends a console client too.
+                let served = listed
+                    .entry
+                    .clone()
+                    .killable(crate::cold::cold(crate::admin::serve(
+                        &mut client,
+                        &services,
+                        *role,
+                    )))
+                    .await;
+                if served.is_none() {
+                    let mut out = BytesMut::new();
+                    Error::new(
+                        Kind::Shutdown,
+                        "terminating connection due to administrator command (KILL)",
+                    )
+                    .write_response(&mut out, "FATAL");
+                    let _ = client.stream.send(&out).await;
+                }
                 drop(count);
             }
             None => {}
