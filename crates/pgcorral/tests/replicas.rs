@@ -128,7 +128,32 @@ async fn the_parser_sends_reads_to_replicas_and_the_rest_to_the_primary() {
         "prepared reads on replicas: {ext:?}"
     );
 
+    // SQL PREPARE / EXECUTE: routed by what the executed statement does. (One PREPARE per
+    // Query: inside a multi-statement Query it would pin the client.)
+    for sql in [
+        "PREPARE rd AS SELECT inet_server_port()",
+        "PREPARE rd_arg (bigint) AS SELECT inet_server_port(), $1",
+        "PREPARE wr (int) AS INSERT INTO t (v) VALUES ($1) RETURNING inet_server_port()",
+    ] {
+        c.simple_query(sql).await.unwrap();
+    }
+    let seen = spread(&c, "EXECUTE rd", 10).await;
+    assert!(
+        seen.keys().all(|p| replicas.contains(p)),
+        "EXECUTE of a read on replicas: {seen:?}"
+    );
+    let seen = spread(&c, "EXECUTE rd_arg(7)", 10).await;
+    assert!(
+        seen.keys().all(|p| replicas.contains(p)),
+        "EXECUTE of a read with an argument on replicas: {seen:?}"
+    );
+
     for (what, sql) in [
+        ("EXECUTE of an insert", "EXECUTE wr(9)"),
+        (
+            "EXECUTE of a read with a writing argument",
+            "EXECUTE rd_arg(nextval('s'))",
+        ),
         (
             "insert",
             "INSERT INTO t (v) VALUES (1) RETURNING inet_server_port()",

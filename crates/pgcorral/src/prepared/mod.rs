@@ -9,7 +9,7 @@
 pub mod expect;
 pub mod replay;
 pub mod rewrite;
-mod sql;
+pub(crate) mod sql;
 
 use std::collections::HashMap;
 

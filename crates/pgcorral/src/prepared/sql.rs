@@ -73,6 +73,34 @@ pub fn parse(sql: &str) -> Option<Command<'_>> {
     }
 }
 
+/// The statement an SQL `PREPARE` prepares, from what follows its name (`rest` of
+/// [`Command::Prepare`]): `(int, text) AS SELECT ...` → `SELECT ...`.
+pub fn prepared_query(rest: &str) -> Option<&str> {
+    let mut s = rest.trim_start();
+    if s.starts_with('(') {
+        // Parameter types, which may hold parentheses (numeric(10, 2)) and quoted names.
+        let (mut depth, mut quoted, mut end) = (0usize, false, None);
+        for (i, c) in s.char_indices() {
+            match c {
+                '"' => quoted = !quoted,
+                '(' if !quoted => depth += 1,
+                ')' if !quoted => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i + 1);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        s = s[end?..].trim_start();
+    }
+    let (kw, body) = word(s)?;
+    (kw.eq_ignore_ascii_case("as") && body.starts_with(|c: char| c.is_whitespace()))
+        .then(|| body.trim())
+}
+
 /// The next bare word of `s` (after white space) and the rest.
 fn word(s: &str) -> Option<(&str, &str)> {
     let s = s.trim_start();
@@ -112,6 +140,18 @@ fn name(s: &str) -> Option<(String, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prepared_queries() {
+        assert_eq!(prepared_query("AS SELECT 1"), Some("SELECT 1"));
+        assert_eq!(prepared_query(" as\n select $1 "), Some("select $1"));
+        assert_eq!(
+            prepared_query("(numeric(10, 2), \"My)Type\") AS SELECT $1, $2"),
+            Some("SELECT $1, $2")
+        );
+        assert_eq!(prepared_query("(int AS SELECT 1"), None);
+        assert_eq!(prepared_query("ASSELECT 1"), None);
+    }
 
     #[test]
     fn commands() {

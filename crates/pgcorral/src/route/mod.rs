@@ -172,7 +172,14 @@ fn classify_batch(client: &ClientConn, cache: &classify::Cache, settings: &Route
         let body = &buf[pos + pgwire::header::HEADER_LEN..pos + h.total_len()];
         pos += h.total_len();
         let this = match h.tag {
-            b'Q' => query_text(body).map(|t| cache.classify(t, fns, key)),
+            b'Q' => query_text(body).map(|t| match executed(client, t) {
+                // SQL EXECUTE: what the statement it runs does, and its arguments.
+                Some((stmt, args)) => {
+                    let args = args.map_or(Class::Read, |a| cache.classify(&a, fns, key));
+                    stricter(cache.classify(stmt, fns, key), args)
+                }
+                None => cache.classify(t, fns, key),
+            }),
             b'P' => {
                 seen_parse_unnamed |= body.first() == Some(&0);
                 parse_text(body).map(|t| cache.classify(t, fns, key))
@@ -201,6 +208,41 @@ fn classify_batch(client: &ClientConn, cache: &classify::Cache, settings: &Route
         class
     } else {
         Class::Write
+    }
+}
+
+/// For an SQL `EXECUTE` of one of the client's statements: that statement's text, and its
+/// arguments as a `SELECT` of them (`EXECUTE s(nextval('q'))` writes), if any.
+fn executed<'a>(client: &'a ClientConn, sql: &str) -> Option<(&'a str, Option<String>)> {
+    let first = sql.trim_start().get(..7)?;
+    if !first.eq_ignore_ascii_case("execute") {
+        return None;
+    }
+    let crate::prepared::sql::Command::Execute { name, rest } = crate::prepared::sql::parse(sql)?
+    else {
+        return None;
+    };
+    let stmt = client
+        .statements
+        .sql(&name)
+        .or_else(|| client.statements.named(name.as_bytes()))?;
+    let text = match &stmt.source {
+        crate::prepared::Source::Parse(b) => query_text(b)?,
+        crate::prepared::Source::Sql(s) => crate::prepared::sql::prepared_query(s)?,
+    };
+    let args = rest
+        .strip_prefix('(')
+        .and_then(|a| a.strip_suffix(')'))
+        .map(|a| format!("SELECT {a}"));
+    Some((text, args))
+}
+
+/// The stricter of two classes: a write if either is, else a read-only BEGIN if either is.
+fn stricter(a: Class, b: Class) -> Class {
+    match (a, b) {
+        (Class::Write, _) | (_, Class::Write) => Class::Write,
+        (Class::ReadOnlyBegin, _) | (_, Class::ReadOnlyBegin) => Class::ReadOnlyBegin,
+        _ => Class::Read,
     }
 }
 
