@@ -257,39 +257,19 @@ async fn login(
         services.cancel.unregister(pid, secret);
         return Err(Error::with_source(Kind::ClientIo, "write", e));
     }
-    let addr = client.stream.peer_addr();
-    let local = client.stream.local_addr();
-    let (Ok(addr), Ok(local)) = (addr, local) else {
-        services.cancel.unregister(pid, secret);
-        return Err(Error::new(
-            Kind::ClientIo,
-            "client connection closed during login",
-        ));
+    let application_name = params
+        .iter()
+        .find(|(k, _)| k == "application_name")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let (database, user) = pool.listed_names();
+    let listed = match list_client(client, services, user, database, application_name) {
+        Ok(l) => l,
+        Err(e) => {
+            services.cancel.unregister(pid, secret);
+            return Err(e);
+        }
     };
-    let listed = services.pools.lists.add(
-        crate::conns::Kind::Client,
-        crate::conns::New {
-            user: pool.listed_names().1,
-            database: pool.listed_names().0,
-            addr,
-            local,
-            unix: false,
-            application_name: params
-                .iter()
-                .find(|(k, _)| k == "application_name")
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default(),
-            state: crate::conns::State::Active,
-            // As PgBouncer: a client's process id is known only over a Unix socket.
-            remote_pid: 0,
-            tls: client
-                .stream
-                .tls()
-                .map(crate::tls::describe)
-                .unwrap_or_default(),
-            generation: 0,
-        },
-    );
     pool.client_joined();
     Ok(Admitted::Pool(Session {
         pool,
@@ -357,22 +337,41 @@ async fn console_login(
         .send(&out)
         .await
         .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    let listed = list_client(
+        client,
+        services,
+        user.into(),
+        database.into(),
+        String::new(),
+    )?;
+    Ok(Admitted::Console(role, listed))
+}
+
+/// Lists a logged-in client for SHOW CLIENTS (and KILL_CLIENT).
+fn list_client(
+    client: &ClientConn,
+    services: &Services,
+    user: std::sync::Arc<str>,
+    database: std::sync::Arc<str>,
+    application_name: String,
+) -> Result<crate::conns::Listed> {
     let (Ok(addr), Ok(local)) = (client.stream.peer_addr(), client.stream.local_addr()) else {
         return Err(Error::new(
             Kind::ClientIo,
             "client connection closed during login",
         ));
     };
-    let listed = services.pools.lists.add(
+    Ok(services.pools.lists.add(
         crate::conns::Kind::Client,
         crate::conns::New {
-            user: user.into(),
-            database: database.into(),
+            user,
+            database,
             addr,
             local,
             unix: false,
-            application_name: String::new(),
+            application_name,
             state: crate::conns::State::Active,
+            // As PgBouncer: a client's process id is known only over a Unix socket.
             remote_pid: 0,
             tls: client
                 .stream
@@ -381,6 +380,5 @@ async fn console_login(
                 .unwrap_or_default(),
             generation: 0,
         },
-    );
-    Ok(Admitted::Console(role, listed))
+    ))
 }
