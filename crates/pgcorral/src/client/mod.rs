@@ -162,12 +162,7 @@ fn task(
                     .clone()
                     .killable(run(&mut client, &services, session))
                     .await
-                    .unwrap_or_else(|| {
-                        Err(Error::new(
-                            Kind::Shutdown,
-                            "terminating connection due to administrator command (KILL)",
-                        ))
-                    });
+                    .unwrap_or_else(|| Err(killed()));
                 drop(session.server.take());
                 if let Ok(Exit::Move(target)) = exit {
                     let Some(admit::Admitted::Pool(session)) = admitted else {
@@ -195,11 +190,7 @@ fn task(
                     .await;
                 if served.is_none() {
                     let mut out = BytesMut::new();
-                    Error::new(
-                        Kind::Shutdown,
-                        "terminating connection due to administrator command (KILL)",
-                    )
-                    .write_response(&mut out, "FATAL");
+                    killed().write_response(&mut out, "FATAL");
                     let _ = client.stream.send(&out).await;
                 }
                 drop(count);
@@ -207,6 +198,14 @@ fn task(
             None => {}
         }
     }
+}
+
+/// What a client ended by KILL or KILL_CLIENT is told (57P01, as PgBouncer).
+fn killed() -> Error {
+    Error::new(
+        Kind::Shutdown,
+        "terminating connection due to administrator command (KILL)",
+    )
 }
 
 /// Logs why a logged-in client left; for an error, returns the FATAL message to send it.

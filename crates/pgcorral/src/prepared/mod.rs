@@ -12,14 +12,14 @@ pub mod rewrite;
 pub(crate) mod sql;
 
 use std::collections::HashMap;
-
-/// The maps looked up on every request of a client that uses prepared statements: foldhash
-/// (seeded per process) instead of SipHash, a fifth of the cost for short names and ids.
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 
 use bytes::Bytes;
+
+/// The maps looked up on every request of a client that uses prepared statements: foldhash
+/// (seeded per process) instead of SipHash, a fifth of the cost for short names and ids.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Prefix of the statement names pgcorral uses on servers.
 pub const PREFIX: &str = "pgcorral_";
