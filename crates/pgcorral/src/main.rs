@@ -82,6 +82,9 @@ fn main() -> ExitCode {
             }
         };
         tracing::info!(addr = %server.local_addr(), "listening on {}", server.local_addr());
+        if let Some(path) = server.unix_path() {
+            tracing::info!(path = %path.display(), "listening on Unix socket {}", path.display());
+        }
         let shutdown = server.services().shutdown.clone();
         tokio::spawn(async move {
             wait_for_signal(term, int).await;

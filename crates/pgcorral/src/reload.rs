@@ -11,7 +11,14 @@ use crate::config::{self, Config};
 use crate::services::Services;
 
 /// `[general]` settings read only at start: a reload keeps their running values.
-pub const RESTART_ONLY: &[&str] = &["listen_addr", "listen_port", "workers", "metrics_addr"];
+pub const RESTART_ONLY: &[&str] = &[
+    "listen_addr",
+    "listen_port",
+    "unix_socket_dir",
+    "unix_socket_mode",
+    "workers",
+    "metrics_addr",
+];
 
 /// What a reload did, for the log and the console.
 #[derive(Debug, Default)]
@@ -107,7 +114,14 @@ fn apply(services: &Services, mut new: Config) -> Result<Applied, String> {
             }
         )*};
     }
-    keep!(listen_addr, listen_port, workers, metrics_addr);
+    keep!(
+        listen_addr,
+        listen_port,
+        unix_socket_dir,
+        unix_socket_mode,
+        workers,
+        metrics_addr
+    );
     for k in &applied.kept {
         tracing::warn!(setting = %k, "changed in the configuration, but needs a restart; the running value is kept");
     }

@@ -1,7 +1,6 @@
 //! A client's admission: startup packets, limits, authentication, its pool, its startup
 //! parameters applied on a server, and the welcome (parameters, key, ReadyForQuery).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -14,6 +13,7 @@ use crate::admin;
 use crate::cancel::CancelSlot;
 use crate::config::{millis_opt, PoolMode};
 use crate::error::{Error, Kind, Result};
+use crate::net::peer::Peer;
 use crate::services::Services;
 use crate::session::{apply, Settings};
 
@@ -29,7 +29,6 @@ pub(super) enum Admitted {
 /// (a cancel request, a probe, or a failure already reported to it).
 pub(super) async fn admit(
     client: &mut ClientConn,
-    peer: &SocketAddr,
     services: &Services,
     over_limit: bool,
 ) -> Option<Admitted> {
@@ -46,15 +45,18 @@ pub(super) async fn admit(
         )
     };
     let tls = services.tls.load_full();
+    // Over a Unix socket there is no TLS, and none is required (as PgBouncer and PostgreSQL).
+    let unix = client.stream.is_unix();
+    let side = tls.client.as_ref().filter(|_| !unix);
     let opening = match within(
         deadline,
-        startup::open(&mut client.stream, &mut client.buf, tls.client.as_ref()),
+        startup::open(&mut client.stream, &mut client.buf, side),
     )
     .await
     {
         Some(Ok(o)) => o,
-        Some(Err(e)) => return fail(client, peer, e).await,
-        None => return fail(client, peer, timed_out()).await,
+        Some(Err(e)) => return fail(client, e).await,
+        None => return fail(client, timed_out()).await,
     };
     let (minor, params) = match opening {
         Opening::Closed => return None,
@@ -65,9 +67,9 @@ pub(super) async fn admit(
         }
         Opening::Session { minor, params } => (minor, params),
     };
-    if tls.client.as_ref().is_some_and(|t| t.mode.required()) && !client.stream.is_tls() {
+    if side.is_some_and(|t| t.mode.required()) && !client.stream.is_tls() {
         // Before any password is asked for.
-        return fail(client, peer, Error::new(Kind::Refused, "SSL required")).await;
+        return fail(client, Error::new(Kind::Refused, "SSL required")).await;
     }
     let binding = match client.stream.is_tls() {
         true => tls.client.as_ref().and_then(|t| t.binding.clone()),
@@ -80,7 +82,7 @@ pub(super) async fn admit(
             Kind::UnknownUser,
             "no PostgreSQL user name specified in startup packet",
         );
-        return fail(client, peer, e).await;
+        return fail(client, e).await;
     };
     let database = get("database")
         .filter(|d| !d.is_empty())
@@ -91,11 +93,11 @@ pub(super) async fn admit(
             Kind::TooManyClients,
             "no more connections allowed (max_client_conn)",
         );
-        return fail(client, peer, e).await;
+        return fail(client, e).await;
     }
     if services.shutdown.is_cancelled() {
         let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
-        return fail(client, peer, e).await;
+        return fail(client, e).await;
     }
     let login = within(
         deadline,
@@ -105,10 +107,10 @@ pub(super) async fn admit(
     .unwrap_or_else(|| Err(timed_out()));
     match login {
         Ok(admitted) => {
-            tracing::info!(%peer, %user, %database, "client logged in");
+            tracing::info!(peer = %client.peer, %user, %database, "client logged in");
             Some(admitted)
         }
-        Err(e) => fail(client, peer, e).await,
+        Err(e) => fail(client, e).await,
     }
 }
 
@@ -124,8 +126,8 @@ async fn within<T>(
 }
 
 /// Reports a startup/login failure as FATAL and logs it.
-pub(super) async fn fail<T>(client: &mut ClientConn, peer: &SocketAddr, e: Error) -> Option<T> {
-    tracing::info!(%peer, error = %e, sqlstate = e.sqlstate(), "client login failed");
+pub(super) async fn fail<T>(client: &mut ClientConn, e: Error) -> Option<T> {
+    tracing::info!(peer = %client.peer, error = %e, sqlstate = e.sqlstate(), "client login failed");
     let mut out = BytesMut::new();
     e.write_response(&mut out, "FATAL");
     let _ = client.stream.send(&out).await;
@@ -355,11 +357,19 @@ fn list_client(
     database: std::sync::Arc<str>,
     application_name: String,
 ) -> Result<crate::conns::Listed> {
-    let (Ok(addr), Ok(local)) = (client.stream.peer_addr(), client.stream.local_addr()) else {
-        return Err(Error::new(
-            Kind::ClientIo,
-            "client connection closed during login",
-        ));
+    let (addr, local, remote_pid) = match client.peer {
+        // As PgBouncer: "unix" and the listen port; the process id is known only here.
+        Peer::Unix { port, pid } => (Peer::unix_addr(port), Peer::unix_addr(port), pid),
+        Peer::Tcp(_) => {
+            let (Ok(addr), Ok(local)) = (client.stream.peer_addr(), client.stream.local_addr())
+            else {
+                return Err(Error::new(
+                    Kind::ClientIo,
+                    "client connection closed during login",
+                ));
+            };
+            (addr, local, 0)
+        }
     };
     Ok(services.pools.lists.add(
         crate::conns::Kind::Client,
@@ -368,11 +378,10 @@ fn list_client(
             database,
             addr,
             local,
-            unix: false,
+            unix: matches!(client.peer, Peer::Unix { .. }),
             application_name,
             state: crate::conns::State::Active,
-            // As PgBouncer: a client's process id is known only over a Unix socket.
-            remote_pid: 0,
+            remote_pid,
             tls: client
                 .stream
                 .tls()

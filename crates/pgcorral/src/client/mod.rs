@@ -10,7 +10,6 @@ pub mod startup;
 mod state;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -20,6 +19,7 @@ use crate::cancel::CancelSlot;
 use crate::config::{millis_opt, PoolMode};
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
+use crate::net::peer::Peer;
 use crate::net::stream::{Detached, Stream};
 use crate::pool::{Checkout, Pool};
 use crate::relay::{self, Outcome, Timeouts};
@@ -33,6 +33,8 @@ use state::{recapture, restore};
 /// The client's socket and what has been read from it but not yet forwarded.
 pub struct ClientConn {
     pub stream: Stream,
+    /// Where it connected from.
+    pub peer: Peer,
     pub buf: BytesMut,
     /// Bytes of a message body still to pass through unparsed.
     pub pass: usize,
@@ -68,12 +70,12 @@ impl ClientConn {
 /// the worker that polls it, admits the client and serves it. Errors are reported to the
 /// client and logged.
 pub fn serve(
-    socket: std::net::TcpStream,
-    peer: SocketAddr,
+    socket: Detached,
+    peer: Peer,
     services: Services,
     worker: usize,
 ) -> impl Future<Output = ()> + Send + 'static {
-    task(Detached::Plain(socket), peer, services, worker, None)
+    task(socket, peer, services, worker, None)
 }
 
 /// A logged-in client on its way to another worker (see [`migrate`]): all of it but its socket.
@@ -94,7 +96,7 @@ struct Moved {
 #[allow(clippy::manual_async_fn)]
 fn task(
     socket: Detached,
-    peer: SocketAddr,
+    peer: Peer,
     services: Services,
     worker: usize,
     moved: Option<Box<Moved>>,
@@ -115,6 +117,7 @@ fn task(
         };
         let mut client = ClientConn {
             stream,
+            peer,
             buf: BytesMut::new(),
             pass: 0,
             max_len: 0,
@@ -133,8 +136,7 @@ fn task(
                 // Startup and login are boxed: their state is large and short-lived, and must
                 // not size the future that lives as long as the client (idle clients should
                 // cost little memory).
-                admitted =
-                    crate::cold::cold(admit(&mut client, &peer, &services, over_limit)).await;
+                admitted = crate::cold::cold(admit(&mut client, &services, over_limit)).await;
             }
             Some(m) => {
                 let Moved {
@@ -168,9 +170,9 @@ fn task(
                     let Some(admit::Admitted::Pool(session)) = admitted else {
                         unreachable!("a pool client")
                     };
-                    return migrate(client, session, peer, services, count, target);
+                    return migrate(client, session, services, count, target);
                 }
-                if let Some(fatal) = left(exit, session, &peer) {
+                if let Some(fatal) = left(exit, session, &client.peer) {
                     let _ = client.stream.send(&fatal).await;
                 }
                 services.cancel.unregister(session.pid, session.secret);
@@ -209,7 +211,7 @@ fn killed() -> Error {
 }
 
 /// Logs why a logged-in client left; for an error, returns the FATAL message to send it.
-fn left(exit: Result<Exit>, session: &Session, peer: &SocketAddr) -> Option<BytesMut> {
+fn left(exit: Result<Exit>, session: &Session, peer: &Peer) -> Option<BytesMut> {
     let (database, user) = session.pool.name();
     match exit {
         Ok(Exit::Left(reason)) => {
@@ -232,13 +234,13 @@ fn left(exit: Result<Exit>, session: &Session, peer: &SocketAddr) -> Option<Byte
 fn migrate(
     client: ClientConn,
     session: Session,
-    peer: SocketAddr,
     services: Services,
     count: ClientCount,
     target: usize,
 ) {
     let ClientConn {
         stream,
+        peer,
         buf,
         pass,
         max_len,

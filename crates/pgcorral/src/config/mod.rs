@@ -6,4 +6,4 @@ mod validate;
 
 pub use load::{embedded_default, from_toml_str, load_file, ConfigError};
 pub use model::*;
-pub use validate::{validate, RESERVED_DATABASES};
+pub use validate::{socket_mode, validate, RESERVED_DATABASES};

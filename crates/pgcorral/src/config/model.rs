@@ -101,6 +101,11 @@ pub struct General {
     /// `host:port` of the HTTP listener serving Prometheus `/metrics` and `/healthz`; empty
     /// (the default) turns it off.
     pub metrics_addr: String,
+    /// Directory of the Unix-socket listener `.s.PGSQL.<listen_port>`, as PgBouncer's; empty
+    /// turns it off.
+    pub unix_socket_dir: String,
+    /// File mode of that socket, in octal digits ("0777").
+    pub unix_socket_mode: String,
     pub workers: usize,
     pub server_reset_query: String,
     /// Idle servers kept open per pool, even when unused.
@@ -295,6 +300,8 @@ impl Default for General {
             stats_users: Vec::new(),
             stats_period: 60,
             metrics_addr: String::new(),
+            unix_socket_dir: "/tmp".into(),
+            unix_socket_mode: "0777".into(),
             server_unavailable_wait: 15_000,
             workers: 0,
             server_reset_query: "DISCARD ALL".into(),

@@ -44,6 +44,33 @@ fn auth_name(auth: AuthType) -> &'static str {
     }
 }
 
+/// The socket mode in octal digits ("0777", "660"), when it is one.
+pub fn socket_mode(mode: &str) -> Option<u32> {
+    u32::from_str_radix(mode, 8).ok().filter(|m| *m <= 0o777)
+}
+
+fn unix_socket(g: &crate::config::General, errs: &mut Vec<String>) {
+    let dir = &g.unix_socket_dir;
+    if !dir.is_empty() && !dir.starts_with('/') {
+        errs.push(format!(
+            "general.unix_socket_dir: {dir:?} is not an absolute directory (abstract sockets, \
+             \"@name\", are not supported); empty turns the Unix-socket listener off"
+        ));
+    }
+    // sun_path holds 108 bytes with its NUL.
+    if dir.len() + "/.s.PGSQL.65535".len() >= 108 {
+        errs.push(format!(
+            "general.unix_socket_dir: {dir:?} is too long for a socket path"
+        ));
+    }
+    if socket_mode(&g.unix_socket_mode).is_none() {
+        errs.push(format!(
+            "general.unix_socket_mode: {:?} is not a file mode in octal digits (e.g. \"0777\")",
+            g.unix_socket_mode
+        ));
+    }
+}
+
 /// True for `"*"`, `"localhost"` or an IPv4/IPv6 address.
 pub fn listen_addr_ok(addr: &str) -> bool {
     addr == "*" || addr == "localhost" || addr.parse::<IpAddr>().is_ok()
@@ -57,6 +84,7 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
             g.listen_addr
         ));
     }
+    unix_socket(g, errs);
     if g.default_pool_size < 1 {
         errs.push("general.default_pool_size: must be at least 1".into());
     }
@@ -391,6 +419,14 @@ mod tests {
             ("log_level = \"pgcorral=loud\"", "general.log_level:"),
             ("log_level = \"\"", "general.log_level:"),
             ("admin_users = [\"root\"]", "general.admin_users: \"root\""),
+            ("unix_socket_dir = \"tmp\"", "general.unix_socket_dir:"),
+            (
+                "unix_socket_dir = \"@pgcorral\"",
+                "general.unix_socket_dir:",
+            ),
+            ("unix_socket_mode = \"0999\"", "general.unix_socket_mode:"),
+            ("unix_socket_mode = \"1777\"", "general.unix_socket_mode:"),
+            ("unix_socket_mode = \"rw\"", "general.unix_socket_mode:"),
         ];
         for (line, needle) in cases {
             refused(&general(line), &[needle]);
@@ -409,6 +445,9 @@ mod tests {
             "max_packet_size = 1024",
             "query_wait_timeout = 0",
             "admin_users = [\"app\"]",
+            "unix_socket_dir = \"\"",
+            "unix_socket_dir = \"/var/run/pgcorral\"",
+            "unix_socket_mode = \"660\"",
         ] {
             from_toml_str(&general(line)).unwrap_or_else(|e| panic!("{line}: {e}"));
         }

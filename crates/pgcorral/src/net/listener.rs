@@ -1,5 +1,6 @@
-//! The accept loop: binds listen_addr:listen_port, spawns one task per client, and on shutdown
-//! stops accepting, lets clients finish their transactions, and waits up to shutdown_timeout.
+//! The accept loop: binds listen_addr:listen_port (and the Unix socket in unix_socket_dir),
+//! spawns one task per client, and on shutdown stops accepting, lets clients finish their
+//! transactions, and waits up to shutdown_timeout.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -7,12 +8,17 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
+use crate::net::peer::Peer;
+use crate::net::stream::Detached;
+use crate::net::unix_listener::UnixListen;
 use crate::net::workers::{self, Workers};
 use crate::services::Services;
 
 /// A bound pooler, ready to run.
 pub struct Server {
     listener: TcpListener,
+    /// The Unix-socket listener, unless unix_socket_dir is empty.
+    unix: Option<UnixListen>,
     /// The Prometheus endpoint's listener, when `metrics_addr` is set.
     metrics: Option<TcpListener>,
     services: Services,
@@ -27,6 +33,15 @@ impl Server {
             h => h,
         };
         let listener = TcpListener::bind((host, config.general.listen_port)).await?;
+        // On the port TCP got, so that listen_port 0 names one socket file.
+        let unix = match config.general.unix_socket_dir.as_str() {
+            "" => None,
+            dir => {
+                let mode =
+                    crate::config::socket_mode(&config.general.unix_socket_mode).unwrap_or(0o777);
+                Some(UnixListen::bind(dir, listener.local_addr()?.port(), mode)?)
+            }
+        };
         let metrics = match config.general.metrics_addr.as_str() {
             "" => None,
             addr => Some(TcpListener::bind(addr).await?),
@@ -38,6 +53,7 @@ impl Server {
         services.tls.store(std::sync::Arc::new(tls));
         Ok(Server {
             listener,
+            unix,
             metrics,
             services,
         })
@@ -54,6 +70,11 @@ impl Server {
             .expect("bound listener has an address")
     }
 
+    /// The Unix socket clients may connect to, when there is one.
+    pub fn unix_path(&self) -> Option<&std::path::Path> {
+        self.unix.as_ref().map(UnixListen::path)
+    }
+
     /// The shared services, e.g. to trigger shutdown.
     pub fn services(&self) -> &Services {
         &self.services
@@ -64,6 +85,7 @@ impl Server {
     pub async fn run(self) {
         let Server {
             listener,
+            unix,
             metrics,
             services,
         } = self;
@@ -92,25 +114,21 @@ impl Server {
             let accepted = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = services.control.wait_suspended() => continue,
-                r = listener.accept() => r,
+                r = listener.accept() => r.and_then(|(stream, peer)| {
+                    let _ = stream.set_nodelay(true);
+                    // Off tokio's reactor, to be registered with the worker's own.
+                    Ok((Detached::Plain(stream.into_std()?), Peer::Tcp(peer)))
+                }),
+                r = accept_unix(unix.as_ref()) => r,
             };
             match accepted {
-                Ok((stream, peer)) => {
+                Ok((socket, peer)) => {
                     backoff = Duration::from_millis(5);
-                    let _ = stream.set_nodelay(true);
-                    // Move the socket to the worker's own reactor.
-                    let std = match stream.into_std() {
-                        Ok(s) => s,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "could not hand over a client socket");
-                            continue;
-                        }
-                    };
                     let worker = services.balance.pick();
                     let Some(handle) = services.balance.handle(worker) else {
                         continue;
                     };
-                    let client = crate::client::serve(std, peer, services.clone(), worker);
+                    let client = crate::client::serve(socket, peer, services.clone(), worker);
                     handle.spawn(services.tasks.track_future(crate::clock::moments(client)));
                 }
                 Err(e) => {
@@ -122,6 +140,8 @@ impl Server {
             }
         }
         drop(listener);
+        // Removes the socket file: new clients are refused from now on.
+        drop(unix);
         let timeout = services.config.load().general.shutdown_timeout();
         tracing::info!(
             clients = services.clients.load(std::sync::atomic::Ordering::Relaxed),
@@ -136,6 +156,14 @@ impl Server {
             tracing::warn!("shutdown_timeout reached; closing remaining connections");
         }
         drop(workers);
+    }
+}
+
+/// The next client on the Unix socket; never, without one.
+async fn accept_unix(unix: Option<&UnixListen>) -> std::io::Result<(Detached, Peer)> {
+    match unix {
+        Some(u) => u.accept().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -1,0 +1,68 @@
+//! The Unix-socket listener `<unix_socket_dir>/.s.PGSQL.<port>`, as PgBouncer's: a socket file
+//! left by a pooler that is gone is replaced, one that answers is not; the file gets
+//! `unix_socket_mode` and is removed when the listener is dropped.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use tokio::net::UnixListener;
+
+use super::peer::Peer;
+use super::stream::Detached;
+
+pub struct UnixListen {
+    listener: UnixListener,
+    path: PathBuf,
+    port: u16,
+}
+
+impl UnixListen {
+    /// Binds `<dir>/.s.PGSQL.<port>` with file mode `mode`.
+    pub fn bind(dir: &str, port: u16, mode: u32) -> io::Result<UnixListen> {
+        let path = Path::new(dir).join(format!(".s.PGSQL.{port}"));
+        let in_use = || {
+            io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{}: another server is listening there", path.display()),
+            )
+        };
+        if std::fs::symlink_metadata(&path).is_ok() {
+            if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+                return Err(in_use());
+            }
+            // Left by a pooler that did not remove it (killed): nothing answers there.
+            std::fs::remove_file(&path)?;
+        }
+        let listener = UnixListener::bind(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let listen = UnixListen {
+            listener,
+            path,
+            port,
+        };
+        std::fs::set_permissions(&listen.path, std::fs::Permissions::from_mode(mode))?;
+        Ok(listen)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The next client, off tokio's reactor, with its process id when the kernel tells it.
+    pub async fn accept(&self) -> io::Result<(Detached, Peer)> {
+        let (stream, _) = self.listener.accept().await?;
+        let pid = stream.peer_cred().ok().and_then(|c| c.pid()).unwrap_or(0);
+        let peer = Peer::Unix {
+            port: self.port,
+            pid,
+        };
+        Ok((Detached::Unix(stream.into_std()?), peer))
+    }
+}
+
+impl Drop for UnixListen {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
