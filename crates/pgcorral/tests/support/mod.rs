@@ -538,5 +538,7 @@ impl Drop for PoolerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Killed, it could not remove its Unix socket (unix_socket_dir's default).
+        let _ = std::fs::remove_file(format!("/tmp/.s.PGSQL.{}", self.port));
     }
 }
