@@ -35,6 +35,7 @@ BENCH_LOGIN_MS=${BENCH_LOGIN_MS:-20}
 BENCH_KEEP=${BENCH_KEEP:-0}
 BENCH_NOTE=${BENCH_NOTE:-}
 BENCH_SERVER_HOP=${BENCH_SERVER_HOP:-tcp}
+BENCH_CLIENT_HOP=${BENCH_CLIENT_HOP:-tcp}
 
 PG_MAX_CONNECTIONS=500
 PG_RESERVED=3 # superuser_reserved_connections
@@ -60,6 +61,7 @@ for p in $BENCH_PARTS; do
 done
 case $BENCH_TLS_KEY in ecdsa | rsa) ;; *) die "BENCH_TLS_KEY must be ecdsa or rsa, not '$BENCH_TLS_KEY'" ;; esac
 case $BENCH_SERVER_HOP in tcp | unix) ;; *) die "BENCH_SERVER_HOP must be tcp or unix, not '$BENCH_SERVER_HOP'" ;; esac
+case $BENCH_CLIENT_HOP in tcp | unix) ;; *) die "BENCH_CLIENT_HOP must be tcp or unix, not '$BENCH_CLIENT_HOP'" ;; esac
 TLS=0
 has_part tls-storm && TLS=1
 if [ "$BENCH_T" -lt 1 ] || [ "$BENCH_REPS" -lt 1 ] || [ "$BENCH_JOBS" -lt 1 ]; then
@@ -296,15 +298,26 @@ fi
 
 # ---- PostgreSQL -----------------------------------------------------------------------------------
 # The poolers reach PostgreSQL over TCP (127.0.0.1), or with BENCH_SERVER_HOP=unix over its Unix
-# socket in $WORK/sock (both poolers alike; direct pgbench and every client stay on TCP).
+# socket in $WORK/sock (both poolers alike). pgbench reaches each target over TCP, or with
+# BENCH_CLIENT_HOP=unix over its Unix socket: PostgreSQL's in $WORK/sock, the poolers' in
+# $WORK/csock (the storm and memory parts and the harness's checks stay on TCP).
 PG_SOCKET_DIR=
 POOLER_PG_HOST=127.0.0.1
-if [ "$BENCH_SERVER_HOP" = unix ]; then
+CLIENT_SOCKET_DIR=
+if [ "$BENCH_SERVER_HOP" = unix ] || [ "$BENCH_CLIENT_HOP" = unix ]; then
   PG_SOCKET_DIR=$WORK/sock
-  POOLER_PG_HOST=$PG_SOCKET_DIR
   mkdir -p "$PG_SOCKET_DIR"
   chown_pg "$PG_SOCKET_DIR"
-  BENCH_NOTE="${BENCH_NOTE:+$BENCH_NOTE; }BENCH_SERVER_HOP=unix: both poolers reach PostgreSQL through its Unix socket; clients and direct pgbench use TCP."
+fi
+if [ "$BENCH_SERVER_HOP" = unix ]; then
+  POOLER_PG_HOST=$PG_SOCKET_DIR
+  BENCH_NOTE="${BENCH_NOTE:+$BENCH_NOTE; }BENCH_SERVER_HOP=unix: both poolers reach PostgreSQL through its Unix socket."
+fi
+if [ "$BENCH_CLIENT_HOP" = unix ]; then
+  CLIENT_SOCKET_DIR=$WORK/csock
+  mkdir -p "$CLIENT_SOCKET_DIR"
+  chown_pg "$CLIENT_SOCKET_DIR"
+  BENCH_NOTE="${BENCH_NOTE:+$BENCH_NOTE; }BENCH_CLIENT_HOP=unix: pgbench reaches PostgreSQL and both poolers through their Unix sockets (the storm and memory parts stay on TCP)."
 fi
 log "PostgreSQL: initdb, port $PG_PORT"
 mkdir -p "$PGDATA"
@@ -367,7 +380,7 @@ bench_session = host=$POOLER_PG_HOST port=$PG_PORT dbname=bench pool_size=$BENCH
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = $2
-unix_socket_dir =
+unix_socket_dir = $CLIENT_SOCKET_DIR
 auth_type = scram-sha-256
 auth_file = $WORK/pgbouncer/userlist.txt
 pool_mode = transaction
@@ -413,6 +426,7 @@ write_corral_toml() { # name port [extra lines for [general]]
 [general]
 listen_addr = "127.0.0.1"
 listen_port = $2
+unix_socket_dir = "$CLIENT_SOCKET_DIR"
 pool_mode = "transaction"
 default_pool_size = $BENCH_POOL_SIZE
 max_client_conn = $MAX_CLIENT_CONN
@@ -637,10 +651,14 @@ fi
 # ---- pgbench cells --------------------------------------------------------------------------------
 run_pgbench() { # part clients target rep; also used for the warm-up (rep 0)
   local part=$1 c=$2 t=$3 rep=$4 port pid db mode_args id out logdir j duration before="" after="" rc=0
-  local sslmode=disable
+  local sslmode=disable host=127.0.0.1
   port=$(target_port "$t" "$part")
   pid=$(target_pid "$t" "$part")
   db=bench
+  if [ -n "$CLIENT_SOCKET_DIR" ] && [ "$part" != storm ] && [ "$part" != tls-storm ]; then
+    host=$CLIENT_SOCKET_DIR
+    [ "$t" = direct ] && host=$PG_SOCKET_DIR
+  fi
   case $part in
     simple | extended) mode_args=(-M "$part") ;;
     prepared_tx) mode_args=(-M prepared) ;; # transaction mode: database bench
@@ -673,7 +691,7 @@ run_pgbench() { # part clients target rep; also used for the warm-up (rep 0)
   # A time limit, so a stuck target cannot hang the harness (exit 124 = killed).
   PGSSLMODE=$sslmode timeout --kill-after=10 $((duration * 3 + 120)) \
     "$PGBENCH" -n -S "${mode_args[@]}" -c "$c" -j "$j" -T "$duration" \
-    -l --log-prefix="$logdir/tx" -h 127.0.0.1 -p "$port" -U bench "$db" >"$out" 2>&1 &
+    -l --log-prefix="$logdir/tx" -h "$host" -p "$port" -U bench "$db" >"$out" 2>&1 &
   PGBENCH_PID=$!
   wait "$PGBENCH_PID" || rc=$?
   PGBENCH_PID=""
