@@ -101,30 +101,32 @@ fn task(
     worker: usize,
     moved: Option<Box<Moved>>,
 ) -> impl Future<Output = ()> + Send + 'static {
+    // Built here and moved in whole, so that the future holds `peer` once (a value captured
+    // by the block stays in it after being moved into a local).
+    let mut client = ClientConn {
+        stream: Stream::Closed,
+        peer,
+        buf: BytesMut::new(),
+        pass: 0,
+        max_len: 0,
+        worker,
+        custom: Vec::new(),
+        statements: Default::default(),
+        read_armed: false,
+    };
     async move {
-        let stream = match socket.attach() {
+        client.stream = match socket.attach() {
             Ok(s) => s,
             Err(e) => {
                 match moved {
                     None => tracing::warn!(error = %e, "could not register a client socket"),
                     Some(m) => {
-                        tracing::warn!(%peer, error = %e, "could not move a client between workers");
+                        tracing::warn!(peer = %client.peer, error = %e, "could not move a client between workers");
                         services.cancel.unregister(m.session.pid, m.session.secret);
                     }
                 }
                 return;
             }
-        };
-        let mut client = ClientConn {
-            stream,
-            peer,
-            buf: BytesMut::new(),
-            pass: 0,
-            max_len: 0,
-            worker,
-            custom: Vec::new(),
-            statements: Default::default(),
-            read_armed: false,
         };
         let count;
         let mut admitted;
