@@ -228,3 +228,30 @@ async fn the_socket_file_is_replaced_refused_and_removed() {
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert!(files.is_empty(), "no socket file: {files:?}");
 }
+
+/// A socket client moves off a busy worker like a TCP client: its socket is registered with
+/// the other worker's reactor and its queries go on, back and forth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_clients_move_between_workers() {
+    let pg = Postgres::start();
+    let dir = socket_dir();
+    let p = Pooler::start(&cfg(&pg, &dir, "workers = 2\ndefault_pool_size = 1")).await;
+    let balance = &p.services.balance;
+    balance.freeze_loads(&[0, 0]);
+    let c = connect_unix(&dir, p.port(), "postgres").await;
+    let mut moves = balance.moves();
+    for (round, loads) in [[950, 0], [0, 950], [950, 0]].iter().enumerate() {
+        balance.freeze_loads(loads);
+        for i in 0..20 {
+            let row = c.query_one("SELECT $1::int * 2", &[&i]).await.unwrap();
+            assert_eq!(row.get::<_, i32>(0), i * 2, "round {round}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let now = balance.moves();
+        assert!(
+            now > moves,
+            "round {round}: the client moved off the busy worker"
+        );
+        moves = now;
+    }
+}
