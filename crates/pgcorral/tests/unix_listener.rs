@@ -165,8 +165,8 @@ async fn psql_pgbench_and_cancel_over_the_socket() {
 }
 
 /// A socket file that nothing answers on (a pooler killed without removing it) is replaced; one
-/// that answers makes a second pooler fail to start, naming it; shutdown removes the file; an
-/// empty unix_socket_dir creates none.
+/// that answers, or a file that is not a socket, makes a second pooler fail to start, naming it;
+/// shutdown removes the file; an empty unix_socket_dir creates none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_socket_file_is_replaced_refused_and_removed() {
     let pg = Postgres::start();
@@ -204,6 +204,20 @@ async fn the_socket_file_is_replaced_refused_and_removed() {
         "{err}"
     );
     assert!(path.exists(), "the running pooler's socket stays");
+
+    // A file there that is not a socket is left alone.
+    let other = free_port();
+    let plain = socket_file(&dir, other);
+    std::fs::write(&plain, "not a socket").unwrap();
+    let mut third = config.clone();
+    third.general.listen_port = other;
+    let err = match pgcorral::Server::bind(third).await {
+        Ok(_) => panic!("a file that is not a socket must not be replaced"),
+        Err(e) => e,
+    };
+    assert!(err.to_string().contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&plain).unwrap(), "not a socket");
+    std::fs::remove_file(&plain).unwrap();
 
     drop(c);
     services.shutdown.cancel();

@@ -3,7 +3,7 @@
 //! `unix_socket_mode` and is removed when the listener is dropped.
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
@@ -21,15 +21,16 @@ impl UnixListen {
     /// Binds `<dir>/.s.PGSQL.<port>` with file mode `mode`.
     pub fn bind(dir: &str, port: u16, mode: u32) -> io::Result<UnixListen> {
         let path = Path::new(dir).join(format!(".s.PGSQL.{port}"));
-        let in_use = || {
-            io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("{}: another server is listening there", path.display()),
-            )
-        };
-        if std::fs::symlink_metadata(&path).is_ok() {
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            let taken = |why: &str| {
+                let e = format!("{}: {why}", path.display());
+                Err(io::Error::new(io::ErrorKind::AddrInUse, e))
+            };
+            if !meta.file_type().is_socket() {
+                return taken("exists and is not a socket");
+            }
             if std::os::unix::net::UnixStream::connect(&path).is_ok() {
-                return Err(in_use());
+                return taken("another server is listening there");
             }
             // Left by a pooler that did not remove it (killed): nothing answers there.
             std::fs::remove_file(&path)?;
