@@ -15,6 +15,8 @@
 # callgrind files (in a temporary directory, printed on failure). BENCH_FOOTPRINT=1 also prints
 # each pooler's hot code footprint: the distinct 64-byte lines of the instructions it runs at
 # least once per transaction (bench/footprint.py; callgrind then records every instruction).
+# BENCH_CORRAL_BIN: a pgcorral binary to count instead of building the release one (e.g. the
+# PGO build of bench/pgo.sh).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PGHOST=127.0.0.1
@@ -57,9 +59,14 @@ fi
   "$PGBENCH" -i -q -s 1 -h $PGHOST -p "$PGPORT" -U "$PGUSER" "$DB" >/dev/null 2>&1
 }
 
-echo "building pgcorral (release)"
-(cd "$ROOT" && cargo build --release -q -p pgcorral)
-CORRAL=${CARGO_TARGET_DIR:-$ROOT/target}/release/pgcorral
+if [ -n "${BENCH_CORRAL_BIN:-}" ]; then
+  CORRAL=$BENCH_CORRAL_BIN
+  [ -x "$CORRAL" ] || die "BENCH_CORRAL_BIN: $CORRAL is not an executable"
+else
+  echo "building pgcorral (release)"
+  (cd "$ROOT" && cargo build --release -q -p pgcorral)
+  CORRAL=${CARGO_TARGET_DIR:-$ROOT/target}/release/pgcorral
+fi
 
 cat >"$WORK/corral.toml" <<EOF
 [general]

@@ -279,7 +279,7 @@ def machine_info(a):
     info.append(("PostgreSQL", run_cmd([os.path.join(a.pg_bindir, "postgres"), "--version"])))
     info.append(("pgbench", run_cmd([os.path.join(a.pg_bindir, "pgbench"), "--version"])))
     info.append(("PgBouncer", run_cmd([a.pgbouncer, "--version"]).splitlines()[0]))
-    info.append(("pgcorral", f"{run_cmd([a.pgcorral, '--version'])}, git {a.git_rev}"))
+    info.append(("pgcorral", f"{run_cmd([a.pgcorral, '--version'])}, git {a.git_rev}, build: {a.pgcorral_build}"))
     info.append(("rustc", run_cmd(["rustc", "--version"])))
     if a.tls_key:
         info.append(
@@ -906,6 +906,7 @@ def main():
     r.add_argument("--pg-bindir", required=True)
     r.add_argument("--pgbouncer", required=True)
     r.add_argument("--pgcorral", required=True)
+    r.add_argument("--pgcorral-build", default="release", help="how the binary was built (release, or PGO)")
     r.add_argument("--git-rev", default="?")
     r.add_argument("--load-start", default="")
     r.add_argument("--load-end", default="")

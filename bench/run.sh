@@ -36,6 +36,7 @@ BENCH_KEEP=${BENCH_KEEP:-0}
 BENCH_NOTE=${BENCH_NOTE:-}
 BENCH_SERVER_HOP=${BENCH_SERVER_HOP:-tcp}
 BENCH_CLIENT_HOP=${BENCH_CLIENT_HOP:-tcp}
+BENCH_PGO=${BENCH_PGO:-0}
 
 PG_MAX_CONNECTIONS=500
 PG_RESERVED=3 # superuser_reserved_connections
@@ -62,6 +63,7 @@ done
 case $BENCH_TLS_KEY in ecdsa | rsa) ;; *) die "BENCH_TLS_KEY must be ecdsa or rsa, not '$BENCH_TLS_KEY'" ;; esac
 case $BENCH_SERVER_HOP in tcp | unix) ;; *) die "BENCH_SERVER_HOP must be tcp or unix, not '$BENCH_SERVER_HOP'" ;; esac
 case $BENCH_CLIENT_HOP in tcp | unix) ;; *) die "BENCH_CLIENT_HOP must be tcp or unix, not '$BENCH_CLIENT_HOP'" ;; esac
+case $BENCH_PGO in 0 | 1) ;; *) die "BENCH_PGO must be 0 or 1, not '$BENCH_PGO'" ;; esac
 TLS=0
 has_part tls-storm && TLS=1
 if [ "$BENCH_T" -lt 1 ] || [ "$BENCH_REPS" -lt 1 ] || [ "$BENCH_JOBS" -lt 1 ]; then
@@ -368,6 +370,18 @@ log "pgbench -i -s $BENCH_SCALE"
 "$PGBENCH" -i -q -s "$BENCH_SCALE" -h 127.0.0.1 -p "$PG_PORT" -U bench bench >"$WORK/logs/pgbench-init.log" 2>&1 ||
   die "pgbench -i failed; see $WORK/logs/pgbench-init.log"
 psql_admin -d bench -c "VACUUM ANALYZE" -c "CHECKPOINT" >/dev/null
+
+# ---- the PGO build (BENCH_PGO=1) -----------------------------------------------------------------
+# Trained against this PostgreSQL (its own database, corral_pgo), before the poolers start.
+CORRAL_BUILD=release
+if [ "$BENCH_PGO" = 1 ]; then
+  log "bench/pgo.sh: a profile-guided build of pgcorral (log: $WORK/logs/pgo.log)"
+  pgo_bin=$(PGHOST=127.0.0.1 PGPORT=$PG_PORT PGUSER=postgres "$BENCH_DIR/pgo.sh" 2>"$WORK/logs/pgo.log") ||
+    die "bench/pgo.sh failed; see $WORK/logs/pgo.log"
+  cp "$pgo_bin" "$WORK/bin/pgcorral"
+  CORRAL_BUILD="release, profile-guided (bench/pgo.sh)"
+  psql_admin -c "CHECKPOINT" >/dev/null
+fi
 
 # ---- PgBouncer ------------------------------------------------------------------------------------
 printf '"bench" "%s"\n' "$PW" >"$WORK/pgbouncer/userlist.txt"
@@ -769,6 +783,6 @@ CORRAL_PID="" BOUNCER_PID="" CORRAL_TLS_PID="" BOUNCER_TLS_PID=""
   --prepared-clients "${prepared_clients[*]:-none}" --storm-clients "$BENCH_STORM_CLIENTS" \
   --tls-clients "$BENCH_TLS_CLIENTS" --tls-key "$TLS_KEY_DESC" --tls-info "$TLS_INFO" --jobs "$BENCH_JOBS" \
   --scale "$BENCH_SCALE" --pool-size "$BENCH_POOL_SIZE" --idle "$BENCH_IDLE" --max-connections "$PG_MAX_CONNECTIONS" \
-  --pg-bindir "$PG_BIN" --pgbouncer "$PGBOUNCER" --pgcorral "$WORK/bin/pgcorral" --git-rev "$GIT_REV" \
+  --pg-bindir "$PG_BIN" --pgbouncer "$PGBOUNCER" --pgcorral "$WORK/bin/pgcorral" --pgcorral-build "$CORRAL_BUILD" --git-rev "$GIT_REV" \
   --load-start "$LOAD_START" --load-end "$LOAD_END" --note "$BENCH_NOTE" >/dev/null
 log "report: ${REPORT#"$ROOT"/} (+ .png), in $duration"
