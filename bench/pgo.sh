@@ -6,7 +6,7 @@
 #
 # Builds pgcorral with LLVM's instrumentation (-Cprofile-generate), runs it under a pgbench
 # workload like the benchmark's (SCRAM clients, transaction and session mode, the simple, extended
-# and prepared protocols at 1, 16 and 64 clients, tpcb-like writes, a connection storm), merges
+# and prepared protocols at 1, 16 and 64 clients, tpcb-like writes, connection storms, TLS), merges
 # the counts with the llvm-profdata of rustc's own LLVM, and builds again with them
 # (-Cprofile-use): LLVM then lays out the hot code together and the rare branches out of line.
 # The binary is $PGO_TARGET_DIR/release/pgcorral (default target/pgo), printed at the end.
@@ -86,6 +86,19 @@ EOF
   die "pgbench -i failed: $(tail -3 "$WORK/init.log")"
 
 # ---- training -------------------------------------------------------------------------------------
+# Clients may ask for TLS (a self-signed ECDSA certificate), so that the handshake and the
+# encrypted relay are trained too. Without openssl they are not.
+TLS_LINES=
+if command -v openssl >/dev/null; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -sha256 -nodes -days 1 \
+    -subj "/CN=localhost" -keyout "$WORK/tls.key" -out "$WORK/tls.crt" >"$WORK/openssl.log" 2>&1 ||
+    die "openssl req failed: $(tail -3 "$WORK/openssl.log")"
+  TLS_LINES="client_tls_sslmode = \"prefer\"
+client_tls_cert_file = \"$WORK/tls.crt\"
+client_tls_key_file = \"$WORK/tls.key\""
+else
+  log "no openssl: TLS is not trained"
+fi
 cat >"$WORK/corral.toml" <<EOF
 [general]
 listen_addr = "127.0.0.1"
@@ -99,6 +112,7 @@ server_reset_query = "DISCARD ALL"
 server_tls_sslmode = "disable"
 shutdown_timeout = 5000
 log_level = "warn"
+$TLS_LINES
 
 [users.$DB]
 password = "$PW"
@@ -124,7 +138,9 @@ kill -0 "$CORRAL_PID" 2>/dev/null || die "pgcorral did not start: $(tail -3 "$WO
 bench() { # database clients pgbench-arguments...
   local db=$1 c=$2
   shift 2
-  log "pgbench $* -c $c ($db)"
+  local tls=
+  [ "$PGSSLMODE" = require ] && tls=", TLS"
+  log "pgbench $* -c $c ($db$tls)"
   "$PGBENCH" -n -T "$PGO_T" -c "$c" -j $((c < 2 ? 1 : 2)) -h 127.0.0.1 -p "$PGO_PORT" -U "$DB" "$@" "$db" \
     >>"$WORK/pgbench.log" 2>&1 || die "pgbench $* -c $c failed: $(tail -3 "$WORK/pgbench.log")"
 }
@@ -135,6 +151,10 @@ bench "${DB}_session" 16 -S -M prepared
 bench "$DB" 16 -M simple
 bench "$DB" 16 -M extended
 bench "$DB" 16 -S -C
+if [ -n "$TLS_LINES" ]; then
+  PGSSLMODE=require bench "$DB" 16 -S -M extended
+  PGSSLMODE=require bench "$DB" 16 -S -C
+fi
 
 # The counts are written when the process exits.
 kill -TERM "$CORRAL_PID"
