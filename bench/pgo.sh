@@ -50,7 +50,8 @@ if [ ! -x "$PROFDATA" ]; then
   PROFDATA=$(command -v "llvm-profdata-$llvm_major" || true)
   if [ -z "$PROFDATA" ] && command -v apt-get >/dev/null; then
     log "apt-get install llvm-$llvm_major"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "llvm-$llvm_major" >&2 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "llvm-$llvm_major" >&2 ||
+      { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "llvm-$llvm_major" >&2; } || true
     PROFDATA=$(command -v "llvm-profdata-$llvm_major" || true)
   fi
 fi
