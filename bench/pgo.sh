@@ -9,7 +9,8 @@
 # and prepared protocols at 1, 16 and 64 clients, tpcb-like writes, connection storms, TLS), merges
 # the counts with the llvm-profdata of rustc's own LLVM, and builds again with them
 # (-Cprofile-use): LLVM then lays out the hot code together and the rare branches out of line.
-# The binary is $PGO_TARGET_DIR/release/pgcorral (default target/pgo), printed at the end.
+# The binary is $PGO_TARGET_DIR/release/pgcorral (default target/pgo, or $CARGO_TARGET_DIR/pgo),
+# printed at the end; the instrumented build goes to target/pgo-gen beside it.
 #
 # Needs a running PostgreSQL that lets $PGUSER (default postgres) in from $PGHOST without a
 # password (trust), and pgbench. Creates role and database corral_pgo there (pgbench -i -s 1)
@@ -21,7 +22,10 @@ PGHOST=${PGHOST:-127.0.0.1}
 PGPORT=${PGPORT:-5432}
 PGUSER=${PGUSER:-postgres}
 PGO_T=${PGO_T:-3}
-PGO_TARGET_DIR=${PGO_TARGET_DIR:-$ROOT/target/pgo}
+# Beside cargo's own target directory (CARGO_TARGET_DIR is honoured, as bench/run.sh does).
+TARGET_BASE=${CARGO_TARGET_DIR:-$ROOT/target}
+GEN_DIR=$TARGET_BASE/pgo-gen
+PGO_TARGET_DIR=${PGO_TARGET_DIR:-$TARGET_BASE/pgo}
 # The trained pgcorral listens here (default: a free port of 127.0.0.1).
 PGO_PORT=${PGO_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 DB=corral_pgo
@@ -66,12 +70,12 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- the instrumented build -----------------------------------------------------------------------
-# Its own target directory: other flags, so it would rebuild everything in the usual one.
-log "instrumented build (target/pgo-gen)"
-# A fixed place for the counts: another path in RUSTFLAGS would rebuild everything each time.
-RAW=$ROOT/target/pgo-gen/raw
+# A target directory of its own (other RUSTFLAGS would rebuild everything in the usual one), and
+# a fixed place for the counts (another path in RUSTFLAGS would rebuild everything each time).
+log "instrumented build ($GEN_DIR)"
+RAW=$GEN_DIR/raw
 rm -rf "$RAW"
-(cd "$ROOT" && RUSTFLAGS="-Cprofile-generate=$RAW" CARGO_TARGET_DIR="$ROOT/target/pgo-gen" \
+(cd "$ROOT" && RUSTFLAGS="-Cprofile-generate=$RAW" CARGO_TARGET_DIR="$GEN_DIR" \
   cargo build --release -q -p pgcorral) || die "the instrumented build failed"
 
 # ---- the training database ------------------------------------------------------------------------
@@ -131,7 +135,7 @@ pool_mode = "session"
 EOF
 chmod 600 "$WORK/corral.toml"
 # Its own session, as bench/run.sh starts the poolers.
-setsid "$ROOT/target/pgo-gen/release/pgcorral" --config "$WORK/corral.toml" >"$WORK/corral.log" 2>&1 &
+setsid "$GEN_DIR/release/pgcorral" --config "$WORK/corral.toml" >"$WORK/corral.log" 2>&1 &
 CORRAL_PID=$!
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PGO_PORT") 2>/dev/null && break; sleep 0.1; done
 kill -0 "$CORRAL_PID" 2>/dev/null || die "pgcorral did not start: $(tail -3 "$WORK/corral.log")"
