@@ -17,6 +17,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "unix_socket_dir",
     "unix_socket_mode",
     "workers",
+    "io_uring",
     "metrics_addr",
 ];
 
@@ -120,6 +121,7 @@ fn apply(services: &Services, mut new: Config) -> Result<Applied, String> {
         unix_socket_dir,
         unix_socket_mode,
         workers,
+        io_uring,
         metrics_addr
     );
     for k in &applied.kept {

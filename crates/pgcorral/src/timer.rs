@@ -61,7 +61,7 @@ mod tests {
             let exec = exec.clone();
             std::thread::spawn(move || {
                 let _in = handle.enter();
-                crate::net::exec::run_worker(&exec).unwrap();
+                crate::net::exec::run_worker(&exec, true).unwrap();
             })
         };
         let (tx, rx) = std::sync::mpsc::channel();

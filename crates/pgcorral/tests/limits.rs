@@ -688,3 +688,60 @@ async fn queries_survive_constant_migration() {
         pooler.services.balance.moves()
     );
 }
+
+/// Answers small and large come out whole and in order whether the workers hand each turn's
+/// writes to io_uring together (the default) or send each on its own (`io_uring = false`),
+/// with several clients sharing a worker and its batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_whole_with_and_without_io_uring() {
+    let pg = Postgres::start();
+    for io_uring in [true, false] {
+        let pooler = Pooler::start(&cfg(
+            &pg,
+            &format!("workers = 1\ndefault_pool_size = 4\nio_uring = {io_uring}"),
+        ))
+        .await;
+        let mut tasks = Vec::new();
+        for n in 0..8i64 {
+            let c = pooler.connect("postgres", None, "postgres").await;
+            tasks.push(tokio::spawn(async move {
+                for i in 0..100i64 {
+                    let want = n * 1000 + i;
+                    let rows = c
+                        .simple_query(&format!("SELECT {want}; SELECT {want} + 1"))
+                        .await
+                        .unwrap();
+                    let vals: Vec<i64> = rows
+                        .iter()
+                        .filter_map(|m| match m {
+                            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
+                            _ => None,
+                        })
+                        .collect();
+                    assert_eq!(vals, vec![want, want + 1]);
+                    if i % 25 == 0 {
+                        // Larger than one batched write, and many rows of 1 kB.
+                        let big: String = c
+                            .query_one("SELECT repeat(md5($1::text), 20000)", &[&want.to_string()])
+                            .await
+                            .unwrap()
+                            .get(0);
+                        assert_eq!(big.len(), 640_000);
+                        let rows = c
+                            .query(
+                                "SELECT g, repeat('y', 1000) FROM generate_series(1, 3000) g",
+                                &[],
+                            )
+                            .await
+                            .unwrap();
+                        assert_eq!(rows.len(), 3000);
+                        assert_eq!(rows[2999].get::<_, i32>(0), 3000);
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            within(Duration::from_secs(60), "clients", t).await.unwrap();
+        }
+    }
+}

@@ -107,6 +107,9 @@ pub struct General {
     /// File mode of that socket, in octal digits ("0777").
     pub unix_socket_mode: String,
     pub workers: usize,
+    /// Hand each worker turn's writes to the kernel in one io_uring submission (where the
+    /// kernel allows io_uring); false: one `send` per write.
+    pub io_uring: bool,
     pub server_reset_query: String,
     /// Idle servers kept open per pool, even when unused.
     pub min_pool_size: usize,
@@ -304,6 +307,7 @@ impl Default for General {
             unix_socket_mode: "0777".into(),
             server_unavailable_wait: 15_000,
             workers: 0,
+            io_uring: true,
             server_reset_query: "DISCARD ALL".into(),
             min_pool_size: 0,
             reserve_pool_size: 0,

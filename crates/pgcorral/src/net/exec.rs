@@ -245,9 +245,12 @@ impl Handle {
                 tasks.take_in_spawned();
             }
             if ran == RUN_BEFORE_LOOKING || LOCAL.with(|l| !l.queue.borrow().is_empty()) {
+                super::batch::flush();
                 reactor.turn(&mut events, 0);
                 continue;
             }
+            // The turn's writes go out before the worker looks for events (and maybe sleeps).
+            super::batch::flush();
             self.0.sleeping.store(true, SeqCst);
             if self.0.has_remote.load(SeqCst) {
                 self.0.sleeping.store(false, Relaxed);
@@ -379,10 +382,15 @@ thread_local! {
 }
 
 /// Runs `handle`'s executor on this thread (see [`Handle::run`]), with [`spawn_here`] spawning
-/// onto it.
-pub fn run_worker(handle: &Handle) -> io::Result<()> {
+/// onto it; `batch`: hand each turn's writes to the kernel together ([`super::batch`]) if
+/// io_uring allows.
+pub fn run_worker(handle: &Handle, batch: bool) -> io::Result<()> {
     LOCAL_HANDLE.with(|h| *h.borrow_mut() = Some(handle.clone()));
+    if batch {
+        super::batch::enable();
+    }
     let r = handle.run();
+    super::batch::disable();
     LOCAL_HANDLE.with(|h| h.borrow_mut().take());
     r
 }
@@ -397,7 +405,7 @@ mod tests {
         let h = Handle::new().unwrap();
         let runner = {
             let h = h.clone();
-            std::thread::spawn(move || run_worker(&h).unwrap())
+            std::thread::spawn(move || run_worker(&h, true).unwrap())
         };
         (h, runner)
     }

@@ -89,7 +89,8 @@ impl Server {
             metrics,
             services,
         } = self;
-        let workers = match Workers::start(services.balance.clone()) {
+        let io_uring = services.config.load().general.io_uring;
+        let workers = match Workers::start(services.balance.clone(), io_uring) {
             Ok(w) => w,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start worker threads");
@@ -117,7 +118,7 @@ impl Server {
                 r = listener.accept() => r.and_then(|(stream, peer)| {
                     let _ = stream.set_nodelay(true);
                     // Off tokio's reactor, to be registered with the worker's own.
-                    Ok((Detached::Plain(stream.into_std()?), Peer::Tcp(peer)))
+                    Ok((Detached::Plain(stream.into_std()?, Vec::new()), Peer::Tcp(peer)))
                 }),
                 r = accept_unix(unix.as_ref()) => r,
             };

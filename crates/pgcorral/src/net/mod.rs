@@ -2,6 +2,7 @@
 //! reactor, plaintext or TLS streams, and reading whole messages off them.
 
 pub mod balance;
+pub mod batch;
 pub mod direct;
 pub mod exec;
 pub mod framed;

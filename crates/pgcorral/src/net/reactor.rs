@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll};
 
 use atomic_waker::AtomicWaker;
@@ -50,10 +50,22 @@ pub struct Readiness {
     /// Registered for writability too (only once a write would have blocked: a Unix socket
     /// reports writability every time its peer reads, which would wake the worker for nothing).
     write_interest: AtomicBool,
+    /// The registration, for [`Readiness::want_write`] and [`Readiness::drain_held`].
+    fd: RawFd,
+    key: u64,
+    reactor: Weak<Reactor>,
+    /// The socket has a write in this turn's batch ([`super::batch`]).
+    pub(super) staged: AtomicBool,
+    /// Bytes a batch took but the socket had no room for: they go before anything else, when
+    /// the socket is writable again (then from [`Reactor::turn`] if no task writes first).
+    held: parking_lot::Mutex<Vec<u8>>,
+    has_held: AtomicBool,
+    /// The registration is gone and the descriptor may be another socket's by now.
+    pub(super) gone: AtomicBool,
 }
 
 impl Readiness {
-    fn new() -> Readiness {
+    fn new(fd: RawFd, key: u64, reactor: Weak<Reactor>) -> Readiness {
         // Both ways assumed ready: the first read or write finds out (as epoll's first report
         // would).
         Readiness {
@@ -61,7 +73,84 @@ impl Readiness {
             reader: AtomicWaker::new(),
             writer: AtomicWaker::new(),
             write_interest: AtomicBool::new(false),
+            fd,
+            key,
+            reactor,
+            staged: AtomicBool::new(false),
+            held: parking_lot::Mutex::new(Vec::new()),
+            has_held: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
         }
+    }
+
+    /// Asks for writability events too, from now on (a write found the socket full). The
+    /// change itself reports the socket if it is writable already.
+    pub fn want_write(&self) -> io::Result<()> {
+        if self.write_interest.swap(true, Relaxed) {
+            return Ok(());
+        }
+        let Some(reactor) = self.reactor.upgrade() else {
+            return Ok(());
+        };
+        let events = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+        let r = reactor.ctl(libc::EPOLL_CTL_MOD, self.fd, events, self.key);
+        if r.is_err() {
+            self.write_interest.store(false, Relaxed);
+        }
+        r
+    }
+
+    /// Whether bytes a batch could not send wait for room ([`Readiness::hold`]).
+    #[inline]
+    pub fn has_held(&self) -> bool {
+        self.has_held.load(Acquire)
+    }
+
+    /// Keeps `rest`, the part of a batched write the socket had no room for: writes wait (the
+    /// socket reads as not writable) until it has gone out. `seen`: the state before the write.
+    pub(super) fn hold(&self, rest: &[u8], seen: usize) {
+        self.held.lock().extend_from_slice(rest);
+        self.has_held.store(true, Release);
+        self.clear(seen, WRITE);
+        if let Err(e) = self.want_write() {
+            tracing::debug!(error = %e, "could not ask for writability");
+        }
+    }
+
+    /// What is held, taken away (the socket moves to another reactor with it).
+    pub(super) fn take_held(&self) -> Vec<u8> {
+        let held = std::mem::take(&mut *self.held.lock());
+        self.has_held.store(false, Release);
+        held
+    }
+
+    /// Sends what is held; true when nothing is left. What stays is sent on the next
+    /// writability event.
+    pub(super) fn drain_held(&self) -> bool {
+        if !self.has_held() {
+            return true;
+        }
+        let mut held = self.held.lock();
+        while !held.is_empty() {
+            let seen = self.now();
+            // SAFETY: the descriptor is the registered socket's, open while its registration
+            // lives (the registration is dropped before the socket is closed), which it does
+            // while anyone can reach this readiness to call this.
+            #[allow(unsafe_code)]
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
+            match super::direct::send(fd, &held) {
+                Ok(n) => drop(held.drain(..n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.clear(seen, WRITE);
+                    return false;
+                }
+                // The socket failed: its reader finds out; the bytes have nowhere to go.
+                Err(_) => held.clear(),
+            }
+        }
+        *held = Vec::new();
+        self.has_held.store(false, Release);
+        true
     }
 
     fn set(&self, bits: usize) {
@@ -233,8 +322,7 @@ impl Reactor {
     /// Registers `fd` for readability, edge-triggered. The caller keeps `fd` open until the
     /// registration is dropped.
     pub fn register(self: &Arc<Reactor>, fd: RawFd) -> io::Result<Registration> {
-        let ready = Arc::new(Readiness::new());
-        let key = {
+        let (key, ready) = {
             let mut s = self.slots.lock();
             let idx = match s.free.pop() {
                 Some(i) => i,
@@ -248,8 +336,10 @@ impl Reactor {
             };
             let slot = &mut s.slots[idx as usize];
             slot.generation = slot.generation.wrapping_add(1);
+            let key = (u64::from(slot.generation) << 32) | u64::from(idx);
+            let ready = Arc::new(Readiness::new(fd, key, Arc::downgrade(self)));
             slot.ready = Some(ready.clone());
-            (u64::from(slot.generation) << 32) | u64::from(idx)
+            (key, ready)
         };
         let events = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
         if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, fd, events, key) {
@@ -327,6 +417,10 @@ impl Reactor {
                 bits |= WRITE_CLOSED;
             }
             ready.set(bits);
+            if bits & WRITE != 0 && ready.has_held() {
+                // Whether or not a task writes again, what a batch left goes out now.
+                ready.drain_held();
+            }
         }
         woke
     }
@@ -362,20 +456,14 @@ impl Registration {
         &self.ready
     }
 
-    /// Asks for writability events too, from now on (the caller found the socket full). The
-    /// change itself reports the socket if it is writable already.
+    #[inline]
+    pub fn readiness_arc(&self) -> &Arc<Readiness> {
+        &self.ready
+    }
+
+    /// Asks for writability events too, from now on (the caller found the socket full).
     pub fn want_write(&self) -> io::Result<()> {
-        if self.ready.write_interest.swap(true, Relaxed) {
-            return Ok(());
-        }
-        let events = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-        let r = self
-            .reactor
-            .ctl(libc::EPOLL_CTL_MOD, self.fd, events, self.key);
-        if r.is_err() {
-            self.ready.write_interest.store(false, Relaxed);
-        }
-        r
+        self.ready.want_write()
     }
 
     /// Whether this thread runs the reactor the socket is in: then no event can come between a
@@ -396,6 +484,13 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        // A write in this thread's batch goes out while the descriptor is still the socket's;
+        // then a flush anywhere skips it, and what the socket held has a last try.
+        if self.ready.staged.load(Relaxed) {
+            super::batch::flush();
+        }
+        self.ready.gone.store(true, Relaxed);
+        self.ready.drain_held();
         let _ = self.reactor.ctl(libc::EPOLL_CTL_DEL, self.fd, 0, 0);
         self.reactor.free(self.key);
     }

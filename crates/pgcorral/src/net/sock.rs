@@ -6,11 +6,13 @@ use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::{ready, Context, Poll};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::batch;
 use super::direct::{probe, recv_into, recv_uninit, send};
 use super::reactor::{Reactor, Readiness, Registration, READ, WRITE};
 
@@ -56,11 +58,44 @@ impl<S: Fd> Socket<S> {
         Ok(Socket { reg, io })
     }
 
-    /// The socket, out of the epoll set (to register it with another).
-    pub fn into_inner(self) -> S {
+    /// Registers `io` as [`Socket::new`], with `held` (from [`Socket::into_inner`] on another
+    /// reactor) to go out before anything written here.
+    pub fn new_holding(io: S, held: Vec<u8>) -> io::Result<Socket<S>> {
+        let s = Socket::new(io)?;
+        if !held.is_empty() {
+            let ready = s.reg.readiness();
+            ready.hold(&held, ready.now());
+        }
+        Ok(s)
+    }
+
+    /// The socket, out of the epoll set (to register it with another, with
+    /// [`Socket::new_holding`]), and the bytes written that it had no room for yet.
+    pub fn into_inner(self) -> (S, Vec<u8>) {
+        self.flush_batched();
+        let ready = self.reg.readiness();
+        let held = if ready.drain_held() {
+            Vec::new()
+        } else {
+            ready.take_held()
+        };
         let Socket { reg, io } = self;
         drop(reg);
-        io
+        (io, held)
+    }
+
+    /// Whether bytes already written wait for room in the socket ([`batch`]).
+    pub fn holds_unsent(&self) -> bool {
+        let ready = self.reg.readiness();
+        ready.staged.load(Relaxed) || ready.has_held()
+    }
+
+    /// Sends this worker's batch if it has a write of this socket.
+    #[inline]
+    fn flush_batched(&self) {
+        if self.reg.readiness().staged.load(Relaxed) {
+            batch::flush();
+        }
     }
 
     pub fn get_ref(&self) -> &S {
@@ -128,13 +163,31 @@ impl<S: Fd> Socket<S> {
     }
 
     /// One write from `data` if the socket was not found full since its last event; `None` when
-    /// it would block (poll with [`Socket::poll_write`] to wait). Registers nothing.
+    /// it would block (poll with [`Socket::poll_write`] to wait). Registers nothing. On a
+    /// worker that batches, a write up to [`batch::MAX_STAGED`] goes into the turn's batch and
+    /// counts as done; bytes held from an earlier batch go first.
     #[inline]
     pub fn try_write(&self, data: &[u8]) -> Option<io::Result<usize>> {
         let ready = self.reg.readiness();
-        let seen = ready.now();
+        let mut seen = ready.now();
         if !Readiness::is_ready(seen, WRITE) {
             return None;
+        }
+        if ready.has_held() || ready.staged.load(Relaxed) {
+            // Order: this socket's earlier bytes go first.
+            self.flush_batched();
+            if !ready.drain_held() {
+                return None;
+            }
+            seen = ready.now();
+            if !Readiness::is_ready(seen, WRITE) {
+                return None;
+            }
+        }
+        if data.len() <= batch::MAX_STAGED
+            && batch::stage(self.io.as_raw_fd(), self.reg.readiness_arc(), data)
+        {
+            return Some(Ok(data.len()));
         }
         match send(&self.io, data) {
             Ok(n) => {
@@ -223,7 +276,13 @@ impl<S: Fd> AsyncWrite for Socket<S> {
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
     }
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // What was written goes out before the end of the stream.
+        self.flush_batched();
+        let ready = self.reg.readiness();
+        while !ready.drain_held() {
+            ready!(ready.poll(cx, WRITE));
+        }
         Poll::Ready(self.io.shutdown_write())
     }
 }

@@ -79,21 +79,26 @@ impl AsyncWrite for Sock {
     }
 }
 
-/// A stream taken off its reactor, to be put on another's ([`Stream::detach`]).
+/// A stream taken off its reactor, to be put on another's ([`Stream::detach`]), with the bytes
+/// written to it that its socket had no room for yet ([`super::batch`]).
 pub enum Detached {
-    Plain(std::net::TcpStream),
-    Unix(std::os::unix::net::UnixStream),
-    Tls(Box<tokio_rustls::TlsStream<Sock>>, std::net::TcpStream),
+    Plain(std::net::TcpStream, Vec<u8>),
+    Unix(std::os::unix::net::UnixStream, Vec<u8>),
+    Tls(
+        Box<tokio_rustls::TlsStream<Sock>>,
+        std::net::TcpStream,
+        Vec<u8>,
+    ),
 }
 
 impl Detached {
     /// Registers the socket with the current worker's reactor.
     pub fn attach(self) -> io::Result<Stream> {
         match self {
-            Detached::Plain(s) => Ok(Stream::Plain(Socket::new(s)?)),
-            Detached::Unix(s) => Ok(Stream::Unix(Socket::new(s)?)),
-            Detached::Tls(mut tls, s) => {
-                sock(&mut tls).io = Some(Socket::new(s)?);
+            Detached::Plain(s, held) => Ok(Stream::Plain(Socket::new_holding(s, held)?)),
+            Detached::Unix(s, held) => Ok(Stream::Unix(Socket::new_holding(s, held)?)),
+            Detached::Tls(mut tls, s, held) => {
+                sock(&mut tls).io = Some(Socket::new_holding(s, held)?);
                 Ok(Stream::Tls(tls))
             }
         }
@@ -316,11 +321,18 @@ impl Stream {
     /// Takes the socket off the current reactor, to [`Detached::attach`] it on another.
     pub fn detach(self) -> io::Result<Detached> {
         match self {
-            Stream::Plain(s) => Ok(Detached::Plain(s.into_inner())),
-            Stream::Unix(s) => Ok(Detached::Unix(s.into_inner())),
+            Stream::Plain(s) => {
+                let (s, held) = s.into_inner();
+                Ok(Detached::Plain(s, held))
+            }
+            Stream::Unix(s) => {
+                let (s, held) = s.into_inner();
+                Ok(Detached::Unix(s, held))
+            }
             Stream::Tls(mut t) => {
                 let io = sock(&mut t).io.take().ok_or_else(not_connected)?;
-                Ok(Detached::Tls(t, io.into_inner()))
+                let (io, held) = io.into_inner();
+                Ok(Detached::Tls(t, io, held))
             }
             Stream::Closed => Err(not_connected()),
         }

@@ -58,7 +58,7 @@ impl UnixListen {
             port: self.port,
             pid,
         };
-        Ok((Detached::Unix(stream.into_std()?), peer))
+        Ok((Detached::Unix(stream.into_std()?, Vec::new()), peer))
     }
 }
 

@@ -20,8 +20,8 @@ pub struct Workers {
 
 impl Workers {
     /// Starts one worker thread per entry of `balance`, reporting their load to it and
-    /// registering their executors with it.
-    pub fn start(balance: Arc<Balance>) -> std::io::Result<Workers> {
+    /// registering their executors with it; `io_uring`: batch each turn's writes.
+    pub fn start(balance: Arc<Balance>, io_uring: bool) -> std::io::Result<Workers> {
         let n = balance.len();
         let mut handles = Vec::with_capacity(n);
         let mut threads = Vec::with_capacity(n + 1);
@@ -55,7 +55,7 @@ impl Workers {
                         crate::pool::stats::own_shard(i);
                         // Timers and connects made here go to the timer thread's runtime.
                         let _tokio = timer_handle.enter();
-                        if let Err(e) = exec::run_worker(&handle) {
+                        if let Err(e) = exec::run_worker(&handle, io_uring) {
                             tracing::error!(worker = i, error = %e, "worker could not run");
                         }
                         // Its tasks (and their timers) were dropped before the timers may stop.

@@ -1,0 +1,359 @@
+//! A worker's writes of one executor turn, handed to the kernel together through io_uring just
+//! before the worker looks for new events: one system call for all of them, and every peer it
+//! wakes is woken before the worker can be preempted by the first (see docs/performance.md,
+//! "Sends in one batch"). A write copies its bytes here and counts as done; what a socket has no
+//! room for at the flush is held on the socket and sent before anything else
+//! ([`Readiness::hold`]). Off on threads that are not workers, and where io_uring is not
+//! allowed (then every write is a `send` of its own, as before).
+
+use std::cell::RefCell;
+use std::os::fd::{BorrowedFd, RawFd};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use io_uring::{opcode, types, IoUring};
+
+use super::direct::send;
+use super::reactor::Readiness;
+
+/// Submission queue entries: a flush with more writes submits them in several calls.
+const RING_ENTRIES: u32 = 256;
+/// A write larger than this is sent straight away (it is not copied).
+pub const MAX_STAGED: usize = 16 * 1024;
+
+struct Entry {
+    fd: RawFd,
+    ready: Arc<Readiness>,
+    /// The socket's state when the write was taken, for [`Readiness::hold`].
+    seen: usize,
+    at: usize,
+    len: usize,
+}
+
+struct Batch {
+    ring: IoUring,
+    bytes: Vec<u8>,
+    entries: Vec<Entry>,
+}
+
+thread_local! {
+    static BATCH: RefCell<Option<Batch>> = const { RefCell::new(None) };
+}
+
+/// Turns batching on for this thread (a worker's, before it runs tasks). False when io_uring
+/// cannot be set up here (a kernel without it, `kernel.io_uring_disabled`, a seccomp filter).
+pub fn enable() -> bool {
+    match IoUring::new(RING_ENTRIES) {
+        Ok(ring) => {
+            BATCH.with(|b| {
+                *b.borrow_mut() = Some(Batch {
+                    ring,
+                    bytes: Vec::with_capacity(MAX_STAGED),
+                    entries: Vec::with_capacity(64),
+                })
+            });
+            true
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "io_uring is not available: one send per write");
+            false
+        }
+    }
+}
+
+/// Turns batching off for this thread, sending what is staged first.
+pub fn disable() {
+    flush();
+    BATCH.with(|b| b.borrow_mut().take());
+}
+
+/// Takes `data` for socket `fd` into this turn's batch; false when this thread does not batch.
+/// The caller has checked that the socket is writable, holds nothing and has no write in the
+/// batch already (so the socket's bytes stay in order).
+#[inline]
+pub fn stage(fd: RawFd, ready: &Arc<Readiness>, data: &[u8]) -> bool {
+    BATCH.with(|b| {
+        let Ok(mut b) = b.try_borrow_mut() else {
+            return false;
+        };
+        let Some(b) = b.as_mut() else {
+            return false;
+        };
+        let at = b.bytes.len();
+        b.bytes.extend_from_slice(data);
+        ready.staged.store(true, Relaxed);
+        b.entries.push(Entry {
+            fd,
+            ready: ready.clone(),
+            seen: ready.now(),
+            at,
+            len: data.len(),
+        });
+        true
+    })
+}
+
+/// Sends every staged write: one `send` for a single one, else one io_uring submission (per
+/// [`RING_ENTRIES`]). Never waits for a socket: `MSG_DONTWAIT` makes a full one complete at
+/// once with what it took.
+pub fn flush() {
+    BATCH.with(|b| {
+        let Ok(mut guard) = b.try_borrow_mut() else {
+            return;
+        };
+        let Some(b) = guard.as_mut() else {
+            return;
+        };
+        if b.entries.is_empty() {
+            return;
+        }
+        if b.entries.len() == 1 {
+            let e = &b.entries[0];
+            if e.ready.gone.load(Relaxed) {
+                b.entries.clear();
+                b.bytes.clear();
+                return;
+            }
+            // SAFETY: a socket with a staged write flushes the batch before it is closed.
+            #[allow(unsafe_code)]
+            let fd = unsafe { BorrowedFd::borrow_raw(e.fd) };
+            let r = send(fd, &b.bytes[e.at..e.at + e.len]);
+            settle(e, &b.bytes, r.map_or_else(|e| neg(&e), |n| n as i32));
+        } else {
+            for chunk in b.entries.chunks(RING_ENTRIES as usize) {
+                submit(&mut b.ring, chunk, &b.bytes);
+            }
+        }
+        b.entries.clear();
+        b.bytes.clear();
+        if b.bytes.capacity() > 4 * MAX_STAGED {
+            b.bytes = Vec::with_capacity(MAX_STAGED);
+        }
+    })
+}
+
+fn neg(e: &std::io::Error) -> i32 {
+    -e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// One submission for `chunk`, waiting for all of its completions (none waits for a socket).
+fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) {
+    {
+        let mut sq = ring.submission();
+        for (i, e) in chunk.iter().enumerate() {
+            // A socket closed since (on another thread: never on the data path) is skipped:
+            // its descriptor may be another socket's now.
+            let sqe = if e.ready.gone.load(Relaxed) {
+                opcode::Nop::new().build()
+            } else {
+                opcode::Send::new(types::Fd(e.fd), bytes[e.at..].as_ptr(), e.len as u32)
+                    .flags(libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+                    .build()
+            }
+            .user_data(i as u64);
+            // SAFETY: the buffer (`bytes`) and the descriptor stay valid until the completion
+            // is reaped below, before this function returns; the queue has room for `chunk`.
+            #[allow(unsafe_code)]
+            let pushed = unsafe { sq.push(&sqe) };
+            debug_assert!(pushed.is_ok());
+        }
+    }
+    let mut done = [false; RING_ENTRIES as usize];
+    let mut left = chunk.len();
+    while left > 0 {
+        if let Err(e) = ring.submit_and_wait(left) {
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            // The ring failed: send what is not done one by one.
+            tracing::warn!(error = %e, "io_uring submission failed");
+            for (_, e) in chunk.iter().enumerate().filter(|(i, _)| !done[*i]) {
+                // SAFETY: as in `flush`.
+                #[allow(unsafe_code)]
+                let fd = unsafe { BorrowedFd::borrow_raw(e.fd) };
+                let r = send(fd, &bytes[e.at..e.at + e.len]);
+                settle(e, bytes, r.map_or_else(|e| neg(&e), |n| n as i32));
+            }
+            return;
+        }
+        for cqe in ring.completion() {
+            let i = cqe.user_data() as usize;
+            if let Some(e) = chunk.get(i).filter(|_| !done[i]) {
+                done[i] = true;
+                left -= 1;
+                settle(e, bytes, cqe.result());
+            }
+        }
+    }
+}
+
+/// After the kernel took `result` bytes of `e` (negative: an error number): holds what it did
+/// not take when the socket was full. Any other error is left for the socket's reader to find,
+/// as a `send` into a failed socket is.
+fn settle(e: &Entry, bytes: &[u8], result: i32) {
+    e.ready.staged.store(false, Relaxed);
+    if e.ready.gone.load(Relaxed) {
+        return;
+    }
+    let took = match result {
+        n if n >= 0 => n as usize,
+        n if n == -libc::EAGAIN || n == -libc::EWOULDBLOCK => 0,
+        _ => return,
+    };
+    if took < e.len {
+        e.ready.hold(&bytes[e.at + took..e.at + e.len], e.seen);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::sock::Socket;
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    use std::time::{Duration, Instant};
+
+    /// Batching on this test's thread; false (and the test does nothing) where the kernel does
+    /// not allow io_uring.
+    fn on() -> bool {
+        let on = enable();
+        if !on {
+            eprintln!("io_uring is not available here: nothing to test");
+        }
+        on
+    }
+
+    fn pending(peer: &mut UnixStream) -> Vec<u8> {
+        peer.set_nonblocking(true).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = peer.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn a_turn_s_writes_go_out_together_at_the_flush_in_order() {
+        if !on() {
+            return;
+        }
+        let (a, mut pa) = UnixStream::pair().unwrap();
+        let (b, mut pb) = UnixStream::pair().unwrap();
+        let (a, b) = (Socket::new(a).unwrap(), Socket::new(b).unwrap());
+        assert_eq!(a.try_write(b"one ").unwrap().unwrap(), 4);
+        assert_eq!(b.try_write(b"two").unwrap().unwrap(), 3);
+        assert!(a.holds_unsent());
+        assert!(
+            pending(&mut pa).is_empty(),
+            "nothing is sent before the flush"
+        );
+        // A second write to the same socket sends the batch first: its bytes stay in order.
+        assert_eq!(a.try_write(b"three").unwrap().unwrap(), 5);
+        assert_eq!(pending(&mut pa), b"one ");
+        assert_eq!(pending(&mut pb), b"two");
+        flush();
+        assert_eq!(pending(&mut pa), b"three");
+        assert!(!a.holds_unsent() && !b.holds_unsent());
+        disable();
+    }
+
+    #[tokio::test]
+    async fn a_dropped_socket_s_write_goes_out_before_it_closes() {
+        if !on() {
+            return;
+        }
+        let (a, mut pa) = UnixStream::pair().unwrap();
+        let a = Socket::new(a).unwrap();
+        assert_eq!(a.try_write(b"last words").unwrap().unwrap(), 10);
+        drop(a);
+        pa.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = Vec::new();
+        pa.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"last words");
+        disable();
+    }
+
+    /// Writes batched 1,000 bytes at a time until a flush finds no room; what was written.
+    fn fill(a: &Socket<UnixStream>) -> Vec<u8> {
+        let mut sent = Vec::new();
+        for i in 0u32.. {
+            assert!(i < 100_000, "the socket never filled");
+            let chunk: Vec<u8> = (0..1000u32).map(|k| ((i * 7 + k) % 251) as u8).collect();
+            let n = a.try_write(&chunk).expect("writable").unwrap();
+            assert_eq!(n, chunk.len(), "a batched write takes everything");
+            sent.extend_from_slice(&chunk);
+            flush();
+            if a.holds_unsent() {
+                return sent;
+            }
+        }
+        unreachable!()
+    }
+
+    /// A socket that holds bytes makes writes wait; moved to another reactor, it takes them
+    /// along, and they arrive first.
+    #[tokio::test]
+    async fn held_bytes_make_writes_wait_and_move_with_the_socket() {
+        if !on() {
+            return;
+        }
+        let (a, mut peer) = UnixStream::pair().unwrap();
+        let a = Socket::new(a).unwrap();
+        let sent = fill(&a);
+        assert!(
+            a.try_write(b"more").is_none(),
+            "writes wait behind the held bytes"
+        );
+        let (io, held) = a.into_inner();
+        assert!(!held.is_empty());
+        let a = Socket::new_holding(io, held).unwrap();
+        assert!(a.holds_unsent());
+        assert!(
+            a.try_write(b"more").is_none(),
+            "still behind the held bytes"
+        );
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = vec![0u8; sent.len()];
+        peer.read_exact(&mut got).unwrap();
+        assert!(got == sent, "every byte, in order");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while a.holds_unsent() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(a.try_write(b"more").unwrap().unwrap(), 4);
+        flush();
+        assert_eq!(pending(&mut peer), b"more");
+        disable();
+    }
+
+    /// Once the peer reads, what was held arrives whole and in order though nobody writes
+    /// again (the reactor sends it), and writes go on.
+    #[tokio::test]
+    async fn held_bytes_go_out_when_the_peer_reads() {
+        if !on() {
+            return;
+        }
+        let (a, mut peer) = UnixStream::pair().unwrap();
+        let a = Socket::new(a).unwrap();
+        let sent = fill(&a);
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = vec![0u8; sent.len()];
+        peer.read_exact(&mut got).unwrap();
+        assert!(got == sent, "every byte, in order");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while a.holds_unsent() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!a.holds_unsent());
+        assert_eq!(a.try_write(b"after").unwrap().unwrap(), 5);
+        flush();
+        assert_eq!(pending(&mut peer), b"after");
+        disable();
+    }
+}
