@@ -17,7 +17,8 @@
 # pooler, which is PostgreSQL and the kernel's work outside those processes. Also context
 # switches per transaction (/proc/stat ctxt). Run it on a quiet machine: everything else counts
 # as "rest". BENCH_CORRAL_BIN: the pgcorral binary (default: build the release one);
-# BENCH_CORRAL_BIN_B (+ BENCH_CORRAL_ENV_B, environment assignments) adds a second one, "pgcorral-b".
+# BENCH_CORRAL_BIN_B (+ BENCH_CORRAL_ENV_B, environment assignments) adds a second one, "pgcorral-b";
+# BENCH_CORRAL_GENERAL_B: extra [general] lines for it (e.g. "io_uring = false" with the same binary).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PGPORT=${PGPORT:-5432}
@@ -58,7 +59,7 @@ else
 fi
 [ -x "$CORRAL" ] || die "$CORRAL is not an executable"
 
-corral_toml() { # port
+corral_toml() { # port [extra general lines]
   cat <<EOF
 [general]
 listen_addr = "127.0.0.1"
@@ -69,6 +70,7 @@ auth_type = "trust"
 workers = 0
 log_level = "warn"
 server_tls_sslmode = "disable"
+${2:-}
 [databases.$DB]
 host = "127.0.0.1"
 port = $PGPORT
@@ -77,7 +79,7 @@ user = "$PGUSER"
 EOF
 }
 corral_toml "$PORT_A" >"$WORK/corral-a.toml"
-corral_toml "$PORT_B" >"$WORK/corral-b.toml"
+corral_toml "$PORT_B" "${BENCH_CORRAL_GENERAL_B:-}" >"$WORK/corral-b.toml"
 printf '"%s" ""\n' "$PGUSER" >"$WORK/userlist.txt"
 cat >"$WORK/pgbouncer.ini" <<EOF
 [databases]
