@@ -1,6 +1,7 @@
 //! A TCP or Unix socket registered with a [`Reactor`], read and written straight with system
 //! calls: a ready socket costs one readiness load and the call; only one that would block
-//! registers the task. Reads go into a buffer's uninitialised room ([`super::direct`]).
+//! registers the task. Reads go into a buffer's uninitialised room ([`super::direct`]); writes on
+//! a worker go into its turn's batch ([`super::batch`]).
 
 use std::io;
 use std::net::Shutdown;
