@@ -18,8 +18,9 @@ use super::reactor::Readiness;
 
 /// Submission queue entries: a flush with more writes submits them in several calls.
 const RING_ENTRIES: u32 = 256;
-/// A write larger than this is sent straight away (it is not copied).
-pub const MAX_STAGED: usize = 16 * 1024;
+/// A write larger than this is sent straight away (it is not copied). A full TLS record (16 KiB
+/// of data and its header and tag) fits.
+pub const MAX_STAGED: usize = 17 * 1024;
 
 struct Entry {
     fd: RawFd,
@@ -38,12 +39,24 @@ struct Batch {
 
 thread_local! {
     static BATCH: RefCell<Option<Batch>> = const { RefCell::new(None) };
+    /// The ring failed with requests maybe still in the kernel (see `submit`).
+    static BROKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Turns batching on for this thread (a worker's, before it runs tasks). False when io_uring
-/// cannot be set up here (a kernel without it, `kernel.io_uring_disabled`, a seccomp filter).
+/// cannot be set up here (a kernel without it, `kernel.io_uring_disabled`, a seccomp filter) or
+/// a send into a full socket would wait there instead of coming back at once.
 pub fn enable() -> bool {
-    match IoUring::new(RING_ENTRIES) {
+    let ring = IoUring::new(RING_ENTRIES).and_then(|mut ring| {
+        if full_socket_send_returns_at_once(&mut ring)? {
+            Ok(ring)
+        } else {
+            Err(std::io::Error::other(
+                "a send with MSG_DONTWAIT into a full socket waits",
+            ))
+        }
+    });
+    match ring {
         Ok(ring) => {
             BATCH.with(|b| {
                 *b.borrow_mut() = Some(Batch {
@@ -55,10 +68,37 @@ pub fn enable() -> bool {
             true
         }
         Err(e) => {
-            tracing::info!(error = %e, "io_uring is not available: one send per write");
+            tracing::info!(error = %e, "io_uring is not used: one send per write");
             false
         }
     }
+}
+
+/// Whether this kernel completes a `MSG_DONTWAIT` send into a full socket within the
+/// submission (as [`flush`] needs: it must never wait for a slow peer), rather than arming a
+/// poll for room.
+fn full_socket_send_returns_at_once(ring: &mut IoUring) -> std::io::Result<bool> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    /// The byte the probe sends; static, as the kernel may still hold the request when the
+    /// ring is dropped.
+    static ONE: [u8; 1] = [0];
+    let (mut a, _b) = std::os::unix::net::UnixStream::pair()?;
+    a.set_nonblocking(true)?;
+    let chunk = [0u8; 16 * 1024];
+    while a.write(&chunk).is_ok() {}
+    let sqe = opcode::Send::new(types::Fd(a.as_raw_fd()), ONE.as_ptr(), 1)
+        .flags(libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+        .build();
+    // SAFETY: the buffer is static and the descriptor outlives the request: a request still
+    // pending when `a` closes is cancelled with the ring, which the caller then drops.
+    #[allow(unsafe_code)]
+    let pushed = unsafe { ring.submission().push(&sqe) };
+    if pushed.is_err() {
+        return Ok(false);
+    }
+    ring.submit()?;
+    Ok(ring.completion().next().is_some())
 }
 
 /// Turns batching off for this thread, sending what is staged first.
@@ -122,7 +162,20 @@ pub fn flush() {
         } else {
             for chunk in b.entries.chunks(RING_ENTRIES as usize) {
                 submit(&mut b.ring, chunk, &b.bytes);
+                if BROKEN.with(|b| b.get()) {
+                    break;
+                }
             }
+        }
+        if BROKEN.with(|b| b.get()) {
+            // Leaked, ring and bytes both: the kernel may still read them.
+            if let Some(b) = guard.take() {
+                for e in &b.entries {
+                    e.ready.staged.store(false, Relaxed);
+                }
+                std::mem::forget(b);
+            }
+            return;
         }
         b.entries.clear();
         b.bytes.clear();
@@ -141,8 +194,7 @@ fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) {
     {
         let mut sq = ring.submission();
         for (i, e) in chunk.iter().enumerate() {
-            // A socket closed since (on another thread: never on the data path) is skipped:
-            // its descriptor may be another socket's now.
+            // A socket closed since is skipped: its descriptor may be another socket's now.
             let sqe = if e.ready.gone.load(Relaxed) {
                 opcode::Nop::new().build()
             } else {
@@ -151,30 +203,32 @@ fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) {
                     .build()
             }
             .user_data(i as u64);
-            // SAFETY: the buffer (`bytes`) and the descriptor stay valid until the completion
-            // is reaped below, before this function returns; the queue has room for `chunk`.
+            // SAFETY: the buffer (`bytes`) and the descriptor stay valid until every completion
+            // is reaped below, before this function returns (or, if the ring fails, the ring
+            // and the buffer are leaked); the descriptor's socket flushes before it closes.
             #[allow(unsafe_code)]
             let pushed = unsafe { sq.push(&sqe) };
-            debug_assert!(pushed.is_ok());
+            // Every flush reaps all it submitted, so the queue is empty and holds a chunk.
+            assert!(pushed.is_ok(), "io_uring submission queue full");
         }
     }
     let mut done = [false; RING_ENTRIES as usize];
     let mut left = chunk.len();
+    let mut failures = 0;
     while left > 0 {
         if let Err(e) = ring.submit_and_wait(left) {
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
+            let again = matches!(
+                e.raw_os_error(),
+                Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+            );
+            failures += 1;
+            if !again || failures > 1000 {
+                // Requests may still be in the kernel: nothing they point at may be freed or
+                // reused. Give up batching on this thread.
+                tracing::error!(error = %e, "io_uring failed; sending each write on its own from now on");
+                BROKEN.with(|b| b.set(true));
+                return;
             }
-            // The ring failed: send what is not done one by one.
-            tracing::warn!(error = %e, "io_uring submission failed");
-            for (_, e) in chunk.iter().enumerate().filter(|(i, _)| !done[*i]) {
-                // SAFETY: as in `flush`.
-                #[allow(unsafe_code)]
-                let fd = unsafe { BorrowedFd::borrow_raw(e.fd) };
-                let r = send(fd, &bytes[e.at..e.at + e.len]);
-                settle(e, bytes, r.map_or_else(|e| neg(&e), |n| n as i32));
-            }
-            return;
         }
         for cqe in ring.completion() {
             let i = cqe.user_data() as usize;

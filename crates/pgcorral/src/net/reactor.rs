@@ -109,8 +109,11 @@ impl Readiness {
     /// Keeps `rest`, the part of a batched write the socket had no room for: writes wait (the
     /// socket reads as not writable) until it has gone out. `seen`: the state before the write.
     pub(super) fn hold(&self, rest: &[u8], seen: usize) {
-        self.held.lock().extend_from_slice(rest);
-        self.has_held.store(true, Release);
+        {
+            let mut held = self.held.lock();
+            held.extend_from_slice(rest);
+            self.has_held.store(true, Release);
+        }
         self.clear(seen, WRITE);
         if let Err(e) = self.want_write() {
             tracing::debug!(error = %e, "could not ask for writability");
@@ -119,9 +122,9 @@ impl Readiness {
 
     /// What is held, taken away (the socket moves to another reactor with it).
     pub(super) fn take_held(&self) -> Vec<u8> {
-        let held = std::mem::take(&mut *self.held.lock());
+        let mut held = self.held.lock();
         self.has_held.store(false, Release);
-        held
+        std::mem::take(&mut *held)
     }
 
     /// Sends what is held; true when nothing is left. What stays is sent on the next
@@ -139,7 +142,8 @@ impl Readiness {
             #[allow(unsafe_code)]
             let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
             match super::direct::send(fd, &held) {
-                Ok(n) => drop(held.drain(..n)),
+                Ok(n) if n > 0 => drop(held.drain(..n)),
+                Ok(_) => held.clear(),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.clear(seen, WRITE);
                     return false;

@@ -93,7 +93,7 @@ impl<S: Fd> Socket<S> {
 
     /// Sends this worker's batch if it has a write of this socket.
     #[inline]
-    fn flush_batched(&self) {
+    pub fn flush_batched(&self) {
         if self.reg.readiness().staged.load(Relaxed) {
             batch::flush();
         }

@@ -318,6 +318,22 @@ impl Stream {
         !matches!(probed, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
+    /// Sends this thread's write batch if it holds a write of this stream ([`super::batch`]):
+    /// before the stream becomes another thread's (a server checked in to its pool).
+    #[inline]
+    pub fn flush_batched(&mut self) {
+        match self {
+            Stream::Plain(s) => s.flush_batched(),
+            Stream::Unix(s) => s.flush_batched(),
+            Stream::Tls(t) => {
+                if let Some(s) = sock(t).io.as_ref() {
+                    s.flush_batched();
+                }
+            }
+            Stream::Closed => {}
+        }
+    }
+
     /// Takes the socket off the current reactor, to [`Detached::attach`] it on another.
     pub fn detach(self) -> io::Result<Detached> {
         match self {

@@ -600,6 +600,8 @@ impl Pool {
     /// waiting for, is closed instead.
     fn checkin(&self, server: Box<ServerConn>) {
         let mut server = server;
+        // Another worker may take it from here: its last write must not wait in this one's batch.
+        server.stream.flush_batched();
         let now = crate::clock::now();
         let expired = (self.0.hot.lifetime_ns())
             .is_some_and(|l| now.nanos_since(server.created) >= l)
