@@ -632,6 +632,22 @@ async fn clients_move_off_a_busy_worker() {
     }
 }
 
+/// Two statements pipelined in one Query: both answered, in order.
+async fn pipelined_pair(c: &tokio_postgres::Client, want: i64) {
+    let rows = c
+        .simple_query(&format!("SELECT {want}; SELECT {want} + 1"))
+        .await
+        .unwrap();
+    let vals: Vec<i64> = rows
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(vals, vec![want, want + 1]);
+}
+
 /// Clients keep moving between workers (the busy worker flips every 2 ms) while they run
 /// queries, some pipelined: every query still gets its own answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -658,20 +674,7 @@ async fn queries_survive_constant_migration() {
         let c = pooler.connect("postgres", None, "postgres").await;
         tasks.push(tokio::spawn(async move {
             for i in 0..150i64 {
-                let want = n * 1000 + i;
-                // Two statements pipelined in one Query, answered in order.
-                let rows = c
-                    .simple_query(&format!("SELECT {want}; SELECT {want} + 1"))
-                    .await
-                    .unwrap();
-                let vals: Vec<i64> = rows
-                    .iter()
-                    .filter_map(|m| match m {
-                        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
-                        _ => None,
-                    })
-                    .collect();
-                assert_eq!(vals, vec![want, want + 1]);
+                pipelined_pair(&c, n * 1000 + i).await;
             }
         }));
     }
@@ -707,18 +710,7 @@ async fn answers_are_whole_with_and_without_io_uring() {
             tasks.push(tokio::spawn(async move {
                 for i in 0..100i64 {
                     let want = n * 1000 + i;
-                    let rows = c
-                        .simple_query(&format!("SELECT {want}; SELECT {want} + 1"))
-                        .await
-                        .unwrap();
-                    let vals: Vec<i64> = rows
-                        .iter()
-                        .filter_map(|m| match m {
-                            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
-                            _ => None,
-                        })
-                        .collect();
-                    assert_eq!(vals, vec![want, want + 1]);
+                    pipelined_pair(&c, want).await;
                     if i % 25 == 0 {
                         // Larger than one batched write, and many rows of 1 kB.
                         let big: String = c
