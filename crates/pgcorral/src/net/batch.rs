@@ -7,7 +7,7 @@
 //! allowed (then every write is a `send` of its own, as before).
 
 use std::cell::RefCell;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -23,7 +23,7 @@ const RING_ENTRIES: u32 = 256;
 pub const MAX_STAGED: usize = 17 * 1024;
 
 struct Entry {
-    fd: RawFd,
+    /// The socket's readiness, which also names its descriptor.
     ready: Arc<Readiness>,
     /// The socket's state when the write was taken, for [`Readiness::hold`].
     seen: usize,
@@ -39,8 +39,6 @@ struct Batch {
 
 thread_local! {
     static BATCH: RefCell<Option<Batch>> = const { RefCell::new(None) };
-    /// The ring failed with requests maybe still in the kernel (see `submit`).
-    static BROKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Turns batching on for this thread (a worker's, before it runs tasks). False when io_uring
@@ -90,8 +88,8 @@ fn full_socket_send_returns_at_once(ring: &mut IoUring) -> std::io::Result<bool>
     let sqe = opcode::Send::new(types::Fd(a.as_raw_fd()), ONE.as_ptr(), 1)
         .flags(libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
         .build();
-    // SAFETY: the buffer is static and the descriptor outlives the request: a request still
-    // pending when `a` closes is cancelled with the ring, which the caller then drops.
+    // SAFETY: the buffer is static; a request still pending holds its own reference to the
+    // socket's file, and is cancelled when the caller drops the ring.
     #[allow(unsafe_code)]
     let pushed = unsafe { ring.submission().push(&sqe) };
     if pushed.is_err() {
@@ -107,11 +105,12 @@ pub fn disable() {
     BATCH.with(|b| b.borrow_mut().take());
 }
 
-/// Takes `data` for socket `fd` into this turn's batch; false when this thread does not batch.
+/// Takes `data` for the socket of `ready` into this turn's batch; false when this thread does
+/// not batch.
 /// The caller has checked that the socket is writable, holds nothing and has no write in the
 /// batch already (so the socket's bytes stay in order).
 #[inline]
-pub fn stage(fd: RawFd, ready: &Arc<Readiness>, data: &[u8]) -> bool {
+pub fn stage(ready: &Arc<Readiness>, data: &[u8]) -> bool {
     BATCH.with(|b| {
         let Ok(mut b) = b.try_borrow_mut() else {
             return false;
@@ -123,7 +122,6 @@ pub fn stage(fd: RawFd, ready: &Arc<Readiness>, data: &[u8]) -> bool {
         b.bytes.extend_from_slice(data);
         ready.staged.store(true, Relaxed);
         b.entries.push(Entry {
-            fd,
             ready: ready.clone(),
             seen: ready.now(),
             at,
@@ -156,18 +154,14 @@ pub fn flush() {
             }
             // SAFETY: a socket with a staged write flushes the batch before it is closed.
             #[allow(unsafe_code)]
-            let fd = unsafe { BorrowedFd::borrow_raw(e.fd) };
+            let fd = unsafe { BorrowedFd::borrow_raw(e.ready.fd) };
             let r = send(fd, &b.bytes[e.at..e.at + e.len]);
             settle(e, &b.bytes, r.map_or_else(|e| neg(&e), |n| n as i32));
-        } else {
-            for chunk in b.entries.chunks(RING_ENTRIES as usize) {
-                submit(&mut b.ring, chunk, &b.bytes);
-                if BROKEN.with(|b| b.get()) {
-                    break;
-                }
-            }
-        }
-        if BROKEN.with(|b| b.get()) {
+        } else if !b
+            .entries
+            .chunks(RING_ENTRIES as usize)
+            .all(|chunk| submit(&mut b.ring, chunk, &b.bytes))
+        {
             // Leaked, ring and bytes both: the kernel may still read them.
             if let Some(b) = guard.take() {
                 for e in &b.entries {
@@ -190,7 +184,8 @@ fn neg(e: &std::io::Error) -> i32 {
 }
 
 /// One submission for `chunk`, waiting for all of its completions (none waits for a socket).
-fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) {
+/// False when the ring failed with requests maybe still in the kernel.
+fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) -> bool {
     {
         let mut sq = ring.submission();
         for (i, e) in chunk.iter().enumerate() {
@@ -198,7 +193,7 @@ fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) {
             let sqe = if e.ready.gone.load(Relaxed) {
                 opcode::Nop::new().build()
             } else {
-                opcode::Send::new(types::Fd(e.fd), bytes[e.at..].as_ptr(), e.len as u32)
+                opcode::Send::new(types::Fd(e.ready.fd), bytes[e.at..].as_ptr(), e.len as u32)
                     .flags(libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
                     .build()
             }
@@ -226,8 +221,7 @@ fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) {
                 // Requests may still be in the kernel: nothing they point at may be freed or
                 // reused. Give up batching on this thread.
                 tracing::error!(error = %e, "io_uring failed; sending each write on its own from now on");
-                BROKEN.with(|b| b.set(true));
-                return;
+                return false;
             }
         }
         for cqe in ring.completion() {
@@ -239,6 +233,7 @@ fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) {
             }
         }
     }
+    true
 }
 
 /// After the kernel took `result` bytes of `e` (negative: an error number): holds what it did

@@ -50,8 +50,9 @@ pub struct Readiness {
     /// Registered for writability too (only once a write would have blocked: a Unix socket
     /// reports writability every time its peer reads, which would wake the worker for nothing).
     write_interest: AtomicBool,
-    /// The registration, for [`Readiness::want_write`] and [`Readiness::drain_held`].
-    fd: RawFd,
+    /// The registration (the socket's descriptor and its epoll key), for
+    /// [`Readiness::want_write`], [`Readiness::drain_held`] and the batch.
+    pub(super) fd: RawFd,
     key: u64,
     reactor: Weak<Reactor>,
     /// The socket has a write in this turn's batch ([`super::batch`]).
@@ -352,8 +353,6 @@ impl Reactor {
         }
         Ok(Registration {
             reactor: self.clone(),
-            key,
-            fd,
             ready,
         })
     }
@@ -449,19 +448,13 @@ impl Default for Events {
 /// before closing the socket).
 pub struct Registration {
     reactor: Arc<Reactor>,
-    key: u64,
-    fd: RawFd,
+    /// Also the socket's descriptor and key.
     ready: Arc<Readiness>,
 }
 
 impl Registration {
     #[inline]
-    pub fn readiness(&self) -> &Readiness {
-        &self.ready
-    }
-
-    #[inline]
-    pub fn readiness_arc(&self) -> &Arc<Readiness> {
+    pub fn readiness(&self) -> &Arc<Readiness> {
         &self.ready
     }
 
@@ -495,8 +488,8 @@ impl Drop for Registration {
         }
         self.ready.gone.store(true, Relaxed);
         self.ready.drain_held();
-        let _ = self.reactor.ctl(libc::EPOLL_CTL_DEL, self.fd, 0, 0);
-        self.reactor.free(self.key);
+        let _ = self.reactor.ctl(libc::EPOLL_CTL_DEL, self.ready.fd, 0, 0);
+        self.reactor.free(self.ready.key);
     }
 }
 

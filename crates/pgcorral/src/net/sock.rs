@@ -86,6 +86,7 @@ impl<S: Fd> Socket<S> {
     }
 
     /// Whether bytes already written wait for room in the socket ([`batch`]).
+    #[cfg(test)]
     pub fn holds_unsent(&self) -> bool {
         let ready = self.reg.readiness();
         ready.staged.load(Relaxed) || ready.has_held()
@@ -185,9 +186,7 @@ impl<S: Fd> Socket<S> {
                 return None;
             }
         }
-        if data.len() <= batch::MAX_STAGED
-            && batch::stage(self.io.as_raw_fd(), self.reg.readiness_arc(), data)
-        {
+        if data.len() <= batch::MAX_STAGED && batch::stage(self.reg.readiness(), data) {
             return Some(Ok(data.len()));
         }
         match send(&self.io, data) {
