@@ -25,6 +25,9 @@ PGPORT=${PGPORT:-5432}
 PGUSER=${PGUSER:-postgres}
 DB=corral_instr
 PROTO=${BENCH_PROTOCOL:-simple}
+# Where both poolers reach PostgreSQL: its TCP address, or the directory of its Unix socket
+# (e.g. /var/run/postgresql); direct pgbench stays on TCP.
+SERVER_HOST=${BENCH_SERVER_HOST:-127.0.0.1}
 CLIENTS=${BENCH_CLIENTS:-16}
 T=${BENCH_T:-8}
 ROUNDS=${BENCH_ROUNDS:-3}
@@ -72,7 +75,7 @@ log_level = "warn"
 server_tls_sslmode = "disable"
 ${2:-}
 [databases.$DB]
-host = "127.0.0.1"
+host = "$SERVER_HOST"
 port = $PGPORT
 dbname = "$DB"
 user = "$PGUSER"
@@ -83,7 +86,7 @@ corral_toml "$PORT_B" "${BENCH_CORRAL_GENERAL_B:-}" >"$WORK/corral-b.toml"
 printf '"%s" ""\n' "$PGUSER" >"$WORK/userlist.txt"
 cat >"$WORK/pgbouncer.ini" <<EOF
 [databases]
-$DB = host=127.0.0.1 port=$PGPORT dbname=$DB user=$PGUSER pool_size=20
+$DB = host=$SERVER_HOST port=$PGPORT dbname=$DB user=$PGUSER pool_size=20
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = $BOUNCER_PORT

@@ -114,7 +114,10 @@ fn task(
         statements: Default::default(),
         read_armed: false,
     };
+    // Counted from now (before the next client is placed), until the task ends or moves on.
+    let seat = services.balance.seat(worker);
     async move {
+        let _seat = seat;
         client.stream = match socket.attach() {
             Ok(s) => s,
             Err(e) => {

@@ -1,13 +1,17 @@
-//! Where clients run. Each worker's load is the CPU time its thread used (from the kernel's
-//! per-thread accounting, sampled off the hot path); new clients are packed onto the
-//! lowest-numbered worker that is not busy, and idle clients move off a busy worker at a
-//! transaction boundary. A pooler that needs less than a core therefore runs on one thread (no
-//! cross-thread sleeps and wakeups: PgBouncer's cost profile), and spreads over every core once
-//! one is not enough. Where per-thread CPU time cannot be read, every load reads 0 and all
-//! clients stay on the first worker.
+//! Where clients run. Each worker's load is the CPU time its thread used, and its delay the time
+//! it was ready to run but waited for a CPU (both from the kernel's per-thread accounting,
+//! sampled off the hot path); new clients are packed onto the lowest-numbered worker that is
+//! neither busy nor kept waiting, and idle clients move, at a transaction boundary, off a busy
+//! worker, or off a waiting one to a worker with fewer clients. A pooler that needs less than a
+//! core on a machine with room therefore runs on one thread (no cross-thread sleeps and wakeups:
+//! PgBouncer's cost profile); it spreads over every core once one is not enough, and also once
+//! the other processes on its core keep it waiting, since then every client behind it waits too
+//! while another core may idle (docs/performance.md, "Spread when kept waiting"). Where
+//! per-thread accounting cannot be read, every load and delay reads 0 and all clients stay on
+//! the first worker.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::exec::Handle;
@@ -20,6 +24,10 @@ const MOVE_FROM_ABOVE: u32 = 850;
 const MOVE_TO_BELOW: u32 = 500;
 /// ...at most once per this interval per worker, so a load sample can catch up.
 const MOVE_EVERY: Duration = Duration::from_millis(5);
+/// A worker that waited for a CPU longer than this (‰ of wall time) while ready to run is kept
+/// waiting: it gets no new clients while another is not, and its idle clients move to a worker
+/// with at least two fewer.
+const DELAYED_ABOVE: u32 = 200;
 
 #[derive(Default)]
 struct WorkerLoad {
@@ -29,8 +37,38 @@ struct WorkerLoad {
     sampled_cpu: AtomicU64,
     /// Load over the last sample interval, in ‰.
     load: AtomicU32,
+    /// The thread's time waiting for a CPU (ns) at the last sample.
+    sampled_delay: AtomicU64,
+    /// Time waiting for a CPU over the last sample interval, in ‰.
+    delay: AtomicU32,
+    /// Clients on the worker (see [`Seat`]).
+    clients: AtomicU32,
     /// When a client last moved away (ns since `epoch`).
     last_move: AtomicU64,
+}
+
+impl WorkerLoad {
+    fn busy(&self) -> bool {
+        self.load.load(Relaxed) > SPILL_ABOVE
+    }
+
+    fn kept_waiting(&self) -> bool {
+        self.delay.load(Relaxed) > DELAYED_ABOVE
+    }
+}
+
+/// A client's place on a worker, counted while it lives (the client's task holds it).
+pub struct Seat {
+    balance: Arc<Balance>,
+    worker: usize,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if let Some(l) = self.balance.loads.get(self.worker) {
+            l.clients.fetch_sub(1, Relaxed);
+        }
+    }
 }
 
 pub struct Balance {
@@ -88,15 +126,15 @@ impl Balance {
             return;
         }
         let span = interval.as_nanos().max(1) as u64;
+        let per_mille = |delta: u64| (delta.saturating_mul(1000) / span).min(1000) as u32;
         for l in self.loads.iter() {
-            let Some(cpu) = thread_cpu_ns(l.tid.load(Relaxed)) else {
+            let Some((cpu, delay)) = thread_sched_ns(l.tid.load(Relaxed)) else {
                 continue;
             };
-            let delta = cpu.saturating_sub(l.sampled_cpu.swap(cpu, Relaxed));
-            l.load.store(
-                (delta.saturating_mul(1000) / span).min(1000) as u32,
-                Relaxed,
-            );
+            let ran = cpu.saturating_sub(l.sampled_cpu.swap(cpu, Relaxed));
+            l.load.store(per_mille(ran), Relaxed);
+            let waited = delay.saturating_sub(l.sampled_delay.swap(delay, Relaxed));
+            l.delay.store(per_mille(waited), Relaxed);
         }
     }
 
@@ -105,38 +143,71 @@ impl Balance {
         self.loads[w].load.load(Relaxed)
     }
 
-    /// The worker for a new client: the lowest-numbered one that is not busy, else the least
-    /// busy.
+    /// Time worker `w` waited for a CPU while ready to run, in ‰ over the last sample.
+    pub fn delay(&self, w: usize) -> u32 {
+        self.loads[w].delay.load(Relaxed)
+    }
+
+    /// Clients on worker `w` now.
+    pub fn clients(&self, w: usize) -> u32 {
+        self.loads[w].clients.load(Relaxed)
+    }
+
+    /// Counts a client on worker `w` until the seat is dropped.
+    pub fn seat(self: &Arc<Balance>, w: usize) -> Seat {
+        if let Some(l) = self.loads.get(w) {
+            l.clients.fetch_add(1, Relaxed);
+        }
+        Seat {
+            balance: self.clone(),
+            worker: w,
+        }
+    }
+
+    /// The worker for a new client: the lowest-numbered one that is neither busy nor kept
+    /// waiting; else, of those not busy, the one with the fewest clients; else the least busy.
     pub fn pick(&self) -> usize {
-        let loads = || self.loads.iter().map(|l| l.load.load(Relaxed)).enumerate();
-        loads()
-            .find(|&(_, l)| l <= SPILL_ABOVE)
-            .or_else(|| loads().min_by_key(|&(_, l)| l))
+        let ls = || self.loads.iter().enumerate();
+        ls().find(|(_, l)| !l.busy() && !l.kept_waiting())
+            .or_else(|| {
+                ls().filter(|(_, l)| !l.busy())
+                    .min_by_key(|(_, l)| l.clients.load(Relaxed))
+            })
+            .or_else(|| ls().min_by_key(|(_, l)| l.load.load(Relaxed)))
             .map(|(i, _)| i)
             .unwrap_or(0)
     }
 
-    /// Where an idle client on worker `w` should move, if `w` is overloaded and another worker
-    /// has room. Cheap when `w` is not busy: one relaxed load.
+    /// Where an idle client on worker `w` should move: off an overloaded worker to one with
+    /// room, or off one kept waiting to one with at least two fewer clients (so that clients
+    /// even out and never go back and forth). Cheap when `w` is neither: two relaxed loads.
     #[inline]
     pub fn move_target(&self, w: usize) -> Option<usize> {
-        if self.loads[w].load.load(Relaxed) <= MOVE_FROM_ABOVE {
+        let l = &self.loads[w];
+        if l.load.load(Relaxed) <= MOVE_FROM_ABOVE && !l.kept_waiting() {
             return None;
         }
         self.move_target_slow(w)
     }
 
     fn move_target_slow(&self, w: usize) -> Option<usize> {
-        let (target, load) = self
-            .loads
-            .iter()
-            .map(|l| l.load.load(Relaxed))
-            .enumerate()
-            .filter(|&(i, _)| i != w)
+        let others = || self.loads.iter().enumerate().filter(|&(i, _)| i != w);
+        let (least_busy, load) = others()
+            .map(|(i, l)| (i, l.load.load(Relaxed)))
             .min_by_key(|&(_, l)| l)?;
-        if load >= MOVE_TO_BELOW || self.handles.get().is_none() {
-            return None;
-        }
+        let target = if self.loads[w].load.load(Relaxed) > MOVE_FROM_ABOVE {
+            (load < MOVE_TO_BELOW).then_some(least_busy)
+        } else {
+            let mine = self.loads[w].clients.load(Relaxed);
+            others()
+                .filter(|(_, l)| !l.busy())
+                .min_by_key(|(_, l)| l.clients.load(Relaxed))
+                .filter(|(_, l)| l.clients.load(Relaxed).saturating_add(2) <= mine)
+                .map(|(i, _)| i)
+        };
+        let target = target?;
+        // Not before the workers run (and a move has somewhere to go).
+        self.handles.get()?;
         let now = self.now().max(1);
         let last = self.loads[w].last_move.load(Relaxed); // 0: never
         if last != 0 && now.saturating_sub(last) < MOVE_EVERY.as_nanos() as u64 {
@@ -163,6 +234,7 @@ impl Balance {
         self.frozen.store(true, Relaxed);
         for (l, &v) in self.loads.iter().zip(loads) {
             l.load.store(v, Relaxed);
+            l.delay.store(0, Relaxed);
         }
     }
 
@@ -177,13 +249,15 @@ impl Balance {
     }
 }
 
-/// CPU time (ns) a thread of this process has used, from /proc (Linux).
-fn thread_cpu_ns(tid: u64) -> Option<u64> {
+/// CPU time and time spent waiting for a CPU while ready to run (ns) of a thread of this
+/// process, from /proc (Linux).
+fn thread_sched_ns(tid: u64) -> Option<(u64, u64)> {
     if tid == 0 {
         return None;
     }
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    text.split_whitespace().next()?.parse().ok()
+    let mut fields = text.split_whitespace().map(|f| f.parse().ok());
+    Some((fields.next()??, fields.next()??))
 }
 
 #[cfg(test)]
@@ -220,6 +294,66 @@ mod tests {
         assert_eq!(b.move_target(0), None, "nowhere with room");
     }
 
+    fn set_delay(b: &Balance, w: usize, d: u32) {
+        b.loads[w].delay.store(d, Relaxed);
+    }
+
+    #[test]
+    fn a_worker_kept_waiting_gets_no_new_clients_and_the_rest_spread_by_count() {
+        let b = Arc::new(Balance::new(3));
+        let seats: Vec<Seat> = (0..4).map(|_| b.seat(b.pick())).collect();
+        assert_eq!(b.clients(0), 4, "packed while nothing waits");
+        set_delay(&b, 0, 700);
+        assert_eq!(b.pick(), 1, "the next worker that is not kept waiting");
+        set_delay(&b, 1, 700);
+        set_delay(&b, 2, 700);
+        let more: Vec<Seat> = (0..4).map(|_| b.seat(b.pick())).collect();
+        assert_eq!(
+            (b.clients(0), b.clients(1), b.clients(2)),
+            (4, 2, 2),
+            "by count"
+        );
+        drop(seats);
+        drop(more);
+        assert_eq!(
+            (b.clients(0), b.clients(1), b.clients(2)),
+            (0, 0, 0),
+            "seats give back"
+        );
+    }
+
+    #[test]
+    fn idle_clients_leave_a_waiting_worker_until_counts_are_within_one() {
+        let b = Arc::new(Balance::new(2));
+        b.set_handles(Vec::new());
+        let mut on0: Vec<Seat> = (0..5).map(|_| b.seat(0)).collect();
+        let mut on1: Vec<Seat> = vec![b.seat(1)];
+        assert_eq!(b.move_target(0), None, "not kept waiting");
+        set_delay(&b, 0, 700);
+        set_delay(&b, 1, 700);
+        let mut moved = 0;
+        for _ in 0..10 {
+            if let Some(t) = b.move_target(0) {
+                assert_eq!(t, 1);
+                on0.pop();
+                on1.push(b.seat(1));
+                moved += 1;
+            }
+            assert_eq!(b.move_target(1), None, "never back");
+            std::thread::sleep(MOVE_EVERY);
+        }
+        assert_eq!((moved, b.clients(0), b.clients(1)), (2, 3, 3));
+        // One client alone does not go back and forth.
+        drop(on0);
+        drop(on1.split_off(1));
+        assert_eq!(b.move_target(1), None);
+        assert_eq!(b.move_target(0), None);
+        // A busy worker is no place to go.
+        let _more: Vec<Seat> = (0..3).map(|_| b.seat(0)).collect();
+        set_load(&b, 1, 800);
+        assert_eq!(b.move_target(0), None);
+    }
+
     #[test]
     fn load_is_the_threads_cpu_time() {
         let b = Balance::new(1);
@@ -228,9 +362,9 @@ mod tests {
         // Busy until this thread has used 50 ms of CPU (however long that takes on a loaded
         // machine), then sampled as if 50 ms had passed: the load is the CPU time measured.
         let tid = b.loads[0].tid.load(Relaxed);
-        let start = thread_cpu_ns(tid).expect("schedstat");
+        let start = thread_sched_ns(tid).expect("schedstat").0;
         let mut x = 0u64;
-        while thread_cpu_ns(tid).expect("schedstat") < start + 50_000_000 {
+        while thread_sched_ns(tid).expect("schedstat").0 < start + 50_000_000 {
             for _ in 0..10_000 {
                 x = std::hint::black_box(x.wrapping_add(1));
             }

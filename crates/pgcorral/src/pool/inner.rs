@@ -17,9 +17,23 @@ pub(super) struct Inner {
     pub idle: Vec<Box<ServerConn>>,
     /// Servers open or being opened, idle ones included; never above the pool size.
     pub open: usize,
-    /// Waiting clients, each with when it started waiting.
-    pub waiters: VecDeque<(Tick, Entry)>,
+    /// Waiting clients, first come first.
+    pub waiters: VecDeque<Waiting>,
 }
+
+/// A client waiting for a server.
+pub(super) struct Waiting {
+    /// When it started waiting.
+    pub since: Tick,
+    /// The worker it runs on.
+    pub worker: usize,
+    pub entry: Entry,
+}
+
+/// How far down the queue a server checked in looks for a client on its own worker.
+const LOOK_FOR_LOCAL: usize = 64;
+/// A client first in line that has waited this long gets the next server, whatever its worker.
+const PASS_OVER_FOR: Duration = Duration::from_millis(2);
 
 impl Inner {
     /// The most recently used idle server on `worker`, else the most recently used one anywhere.
@@ -28,6 +42,21 @@ impl Inner {
             Some(i) => Some(self.idle.swap_remove(i)),
             None => self.idle.pop(),
         }
+    }
+
+    /// The client a server on `worker` goes to, checked in at `now`: the first one on the same
+    /// worker (the server then stays registered where it is, and its answers keep waking the
+    /// thread that forwards them), unless the first in line has waited [`PASS_OVER_FOR`] or
+    /// there is none near the front; else the first in line.
+    pub fn pop_waiter_for(&mut self, worker: usize, now: Tick) -> Option<Entry> {
+        let front = self.waiters.front()?;
+        if front.worker != worker && now.since(front.since) < PASS_OVER_FOR {
+            let local = (self.waiters.iter().take(LOOK_FOR_LOCAL)).position(|w| w.worker == worker);
+            if let Some(w) = local.and_then(|i| self.waiters.remove(i)) {
+                return Some(w.entry);
+            }
+        }
+        self.waiters.pop_front().map(|w| w.entry)
     }
 
     /// Counts a new place (above what is open) and hands it to waiter `w`; false, and the
@@ -84,5 +113,57 @@ impl Drop for Slot {
         if let Some(pool) = self.0.take() {
             pool.release_slot();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mailbox;
+    use super::*;
+    use std::task::Waker;
+
+    fn inner_with(workers: &[usize]) -> (Inner, Vec<mailbox::Wait>) {
+        let mut inner = Inner::default();
+        let mut waits = Vec::new();
+        for &worker in workers {
+            let (wait, entry) = mailbox::open(Waker::noop().clone());
+            waits.push(wait);
+            inner.waiters.push_back(Waiting {
+                since: crate::clock::now(),
+                worker,
+                entry,
+            });
+        }
+        (inner, waits)
+    }
+
+    fn queued(inner: &Inner) -> Vec<usize> {
+        inner.waiters.iter().map(|w| w.worker).collect()
+    }
+
+    #[test]
+    fn a_server_goes_to_a_client_on_its_worker_unless_the_first_waited_long() {
+        let (mut inner, _waits) = inner_with(&[1, 1, 0, 1, 0]);
+        let now = crate::clock::now();
+        assert!(inner.pop_waiter_for(0, now).is_some());
+        assert_eq!(queued(&inner), [1, 1, 1, 0], "the first on worker 0");
+        assert!(inner.pop_waiter_for(1, now).is_some());
+        assert_eq!(
+            queued(&inner),
+            [1, 1, 0],
+            "the first in line is on worker 1"
+        );
+        assert!(inner.pop_waiter_for(2, now).is_some());
+        assert_eq!(
+            queued(&inner),
+            [1, 0],
+            "none on worker 2: the first in line"
+        );
+        std::thread::sleep(PASS_OVER_FOR);
+        let later = crate::clock::now();
+        assert!(inner.pop_waiter_for(0, later).is_some());
+        assert_eq!(queued(&inner), [0], "the first in line waited long enough");
+        assert!(inner.pop_waiter_for(0, later).is_some());
+        assert!(inner.pop_waiter_for(0, later).is_none());
     }
 }

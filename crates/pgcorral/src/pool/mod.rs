@@ -249,7 +249,7 @@ impl Pool {
             max_wait: i
                 .waiters
                 .front()
-                .map(|(since, _)| since.elapsed())
+                .map(|w| w.since.elapsed())
                 .unwrap_or_default(),
         }
     }
@@ -362,7 +362,11 @@ impl Pool {
                     None
                 } else {
                     let (wait, entry) = mailbox::open(waker);
-                    inner.waiters.push_back((crate::clock::now(), entry));
+                    inner.waiters.push_back(inner::Waiting {
+                        since: crate::clock::now(),
+                        worker,
+                        entry,
+                    });
                     Some(wait)
                 }
             };
@@ -401,13 +405,13 @@ impl Pool {
         let s = self.0.settings.load();
         let now = crate::clock::now();
         let mut inner = self.0.inner.lock();
-        while let Some(&(since, _)) = inner.waiters.front() {
+        while let Some(since) = inner.waiters.front().map(|w| w.since) {
             let waited = now.since(since);
             if s.reserve_size > 0
                 && waited >= s.reserve_timeout
                 && inner.open < s.size + s.reserve_size
             {
-                let (_, w) = inner.waiters.pop_front().expect("checked");
+                let w = inner.waiters.pop_front().expect("checked").entry;
                 if inner.grant_place(w, self) {
                     tracing::info!(pool = ?self.0.name, "client waited reserve_pool_timeout; opening a reserve server");
                 }
@@ -415,7 +419,7 @@ impl Pool {
             }
             match s.wait_timeout {
                 Some(t) if waited >= t => {
-                    let (_, w) = inner.waiters.pop_front().expect("checked");
+                    let w = inner.waiters.pop_front().expect("checked").entry;
                     let _ = w.send(Grant::TimedOut(waited));
                 }
                 _ => break,
@@ -612,7 +616,7 @@ impl Pool {
             _ => None,
         };
         if let Some((l, k)) = caps {
-            let head = self.0.inner.lock().waiters.front().map(|w| w.0);
+            let head = self.0.inner.lock().waiters.front().map(|w| w.since);
             match l.claim(&k, head) {
                 limits::Claim::None => {}
                 limits::Claim::Yield => yield_cap = true,
@@ -641,7 +645,7 @@ impl Pool {
             l.set_link(0);
         }
         let mut inner = self.0.inner.lock();
-        while let Some((_, w)) = inner.waiters.pop_front() {
+        while let Some(w) = inner.pop_waiter_for(server.home, now) {
             match w.send(Grant::Server(Checkout::new(server, self.clone()))) {
                 Ok(()) => return,
                 Err(Grant::Server(mut c)) => server = c.take(),
@@ -654,7 +658,7 @@ impl Pool {
     /// Gives up a server's place in the pool: a waiter may open a new one in its stead.
     fn release_slot(&self) {
         let mut inner = self.0.inner.lock();
-        while let Some((_, w)) = inner.waiters.pop_front() {
+        while let Some(w) = inner.waiters.pop_front().map(|w| w.entry) {
             match w.send(Grant::Slot(inner::Slot::new(self.clone()))) {
                 Ok(()) => return,
                 Err(g) => g.forget_slot(),

@@ -50,7 +50,7 @@ impl Pool {
         let size = self.settings().size;
         let mut inner = self.0.inner.lock();
         while inner.open < size {
-            let Some((_, w)) = inner.waiters.pop_front() else {
+            let Some(w) = inner.waiters.pop_front().map(|w| w.entry) else {
                 break;
             };
             inner.grant_place(w, self);
