@@ -95,6 +95,7 @@ auth_type = trust
 auth_file = $WORK/userlist.txt
 pool_mode = transaction
 default_pool_size = 20
+max_client_conn = $((CLIENTS + 100))
 logfile = $WORK/pgbouncer.log
 log_connections = 0
 log_disconnections = 0

@@ -6,7 +6,8 @@
 //! core on a machine with room therefore runs on one thread (no cross-thread sleeps and wakeups:
 //! PgBouncer's cost profile); it spreads over every core once one is not enough, and also once
 //! the other processes on its core keep it waiting, since then every client behind it waits too
-//! while another core may idle (docs/performance.md, "Spread when kept waiting"). Where
+//! while another core may idle (docs/performance.md, "Spread when kept waiting"); that up to
+//! [`SPREAD_UP_TO`] clients per worker, above which clients are packed again. Where
 //! per-thread accounting cannot be read, every load and delay reads 0 and all clients stay on
 //! the first worker.
 
@@ -28,6 +29,11 @@ const MOVE_EVERY: Duration = Duration::from_millis(5);
 /// waiting: it gets no new clients while another is not, and its idle clients move to a worker
 /// with at least two fewer.
 const DELAYED_ABOVE: u32 = 200;
+/// Clients per worker up to which a worker kept waiting spreads its clients. Beyond it, each
+/// turn of a packed worker has so many writes to batch, and it sleeps so seldom, that a second
+/// worker costs more than the waiting it saves (docs/performance.md, "Spread when kept
+/// waiting"): clients are packed again, and those spread move back.
+const SPREAD_UP_TO: u32 = 24;
 
 #[derive(Default)]
 struct WorkerLoad {
@@ -164,13 +170,22 @@ impl Balance {
         }
     }
 
-    /// The worker for a new client: the lowest-numbered one that is neither busy nor kept
-    /// waiting; else, of those not busy, the one with the fewest clients; else the least busy.
+    /// Whether workers kept waiting spread their clients: while there are at most
+    /// [`SPREAD_UP_TO`] clients per worker.
+    fn spreading(&self) -> bool {
+        let total: u32 = self.loads.iter().map(|l| l.clients.load(Relaxed)).sum();
+        total <= SPREAD_UP_TO.saturating_mul(self.loads.len() as u32)
+    }
+
+    /// The worker for a new client: the lowest-numbered one that is neither busy nor (while
+    /// clients spread) kept waiting; else, while clients spread, of those not busy the one with
+    /// the fewest clients; else the first not busy; else the least busy.
     pub fn pick(&self) -> usize {
+        let spread = self.spreading();
         let ls = || self.loads.iter().enumerate();
-        ls().find(|(_, l)| !l.busy() && !l.kept_waiting())
+        ls().find(|(_, l)| !(l.busy() || (spread && l.kept_waiting())))
             .or_else(|| {
-                ls().filter(|(_, l)| !l.busy())
+                ls().filter(|(_, l)| spread && !l.busy())
                     .min_by_key(|(_, l)| l.clients.load(Relaxed))
             })
             .or_else(|| ls().min_by_key(|(_, l)| l.load.load(Relaxed)))
@@ -179,31 +194,39 @@ impl Balance {
     }
 
     /// Where an idle client on worker `w` should move: off an overloaded worker to one with
-    /// room, or off one kept waiting to one with at least two fewer clients (so that clients
-    /// even out and never go back and forth). Cheap when `w` is neither: two relaxed loads.
+    /// room; while clients spread, off one kept waiting to one with at least two fewer clients
+    /// (so that clients even out and never go back and forth); else back to a lower-numbered
+    /// worker with room (packed again). Cheap on the first worker while it is neither busy nor
+    /// kept waiting: two relaxed loads.
     #[inline]
     pub fn move_target(&self, w: usize) -> Option<usize> {
         let l = &self.loads[w];
-        if l.load.load(Relaxed) <= MOVE_FROM_ABOVE && !l.kept_waiting() {
+        if w == 0 && l.load.load(Relaxed) <= MOVE_FROM_ABOVE && !l.kept_waiting() {
             return None;
         }
         self.move_target_slow(w)
     }
 
     fn move_target_slow(&self, w: usize) -> Option<usize> {
+        let me = &self.loads[w];
         let others = || self.loads.iter().enumerate().filter(|&(i, _)| i != w);
-        let (least_busy, load) = others()
-            .map(|(i, l)| (i, l.load.load(Relaxed)))
-            .min_by_key(|&(_, l)| l)?;
-        let target = if self.loads[w].load.load(Relaxed) > MOVE_FROM_ABOVE {
-            (load < MOVE_TO_BELOW).then_some(least_busy)
-        } else {
-            let mine = self.loads[w].clients.load(Relaxed);
+        let target = if me.load.load(Relaxed) > MOVE_FROM_ABOVE {
+            others()
+                .map(|(i, l)| (i, l.load.load(Relaxed)))
+                .min_by_key(|&(_, l)| l)
+                .filter(|&(_, l)| l < MOVE_TO_BELOW)
+                .map(|(i, _)| i)
+        } else if !self.spreading() {
+            (self.loads[..w].iter()).position(|l| l.load.load(Relaxed) < MOVE_TO_BELOW)
+        } else if me.kept_waiting() {
+            let mine = me.clients.load(Relaxed);
             others()
                 .filter(|(_, l)| !l.busy())
                 .min_by_key(|(_, l)| l.clients.load(Relaxed))
                 .filter(|(_, l)| l.clients.load(Relaxed).saturating_add(2) <= mine)
                 .map(|(i, _)| i)
+        } else {
+            None
         };
         let target = target?;
         // Not before the workers run (and a move has somewhere to go).
@@ -352,6 +375,26 @@ mod tests {
         let _more: Vec<Seat> = (0..3).map(|_| b.seat(0)).collect();
         set_load(&b, 1, 800);
         assert_eq!(b.move_target(0), None);
+    }
+
+    #[test]
+    fn crowded_workers_pack_again_and_spread_clients_move_back() {
+        let b = Arc::new(Balance::new(2));
+        b.set_handles(Vec::new());
+        set_delay(&b, 0, 700);
+        set_delay(&b, 1, 700);
+        let mut seats: Vec<Seat> = (0..2 * SPREAD_UP_TO).map(|_| b.seat(b.pick())).collect();
+        assert_eq!((b.clients(0), b.clients(1)), (SPREAD_UP_TO, SPREAD_UP_TO));
+        assert_eq!(b.move_target(1), None, "spread, and even");
+        // One more client than spreading allows: packed onto the first worker, and clients of
+        // the second move back to it while it has room.
+        seats.push(b.seat(b.pick()));
+        assert_eq!(b.clients(0), SPREAD_UP_TO + 1);
+        assert_eq!(b.move_target(1), Some(0));
+        assert_eq!(b.move_target(0), None, "the first worker keeps its clients");
+        std::thread::sleep(MOVE_EVERY);
+        set_load(&b, 0, 600);
+        assert_eq!(b.move_target(1), None, "no room on the first worker");
     }
 
     #[test]

@@ -32,7 +32,9 @@ pub(super) struct Waiting {
 
 /// How far down the queue a server checked in looks for a client on its own worker.
 const LOOK_FOR_LOCAL: usize = 64;
-/// A client first in line that has waited this long gets the next server, whatever its worker.
+/// A client on the server's worker goes before the first in line only if it started waiting
+/// less than this after it, or less than half the first's wait so far: the queue's order bends
+/// by that much at most.
 const PASS_OVER_FOR: Duration = Duration::from_millis(2);
 
 impl Inner {
@@ -44,14 +46,18 @@ impl Inner {
         }
     }
 
-    /// The client a server on `worker` goes to, checked in at `now`: the first one on the same
-    /// worker (the server then stays registered where it is, and its answers keep waking the
-    /// thread that forwards them), unless the first in line has waited [`PASS_OVER_FOR`] or
-    /// there is none near the front; else the first in line.
+    /// The client a server on `worker` goes to: the first one on the same worker (the server
+    /// then stays registered where it is, and its answers keep waking the thread that forwards
+    /// them) if it started waiting less than [`PASS_OVER_FOR`] after the first in line, and is
+    /// among the first [`LOOK_FOR_LOCAL`]; else the first in line.
     pub fn pop_waiter_for(&mut self, worker: usize, now: Tick) -> Option<Entry> {
         let front = self.waiters.front()?;
-        if front.worker != worker && now.since(front.since) < PASS_OVER_FOR {
-            let local = (self.waiters.iter().take(LOOK_FOR_LOCAL)).position(|w| w.worker == worker);
+        if front.worker != worker {
+            let first = front.since;
+            let bend = PASS_OVER_FOR.max(now.since(first) / 2);
+            let local = (self.waiters.iter().take(LOOK_FOR_LOCAL))
+                .position(|w| w.worker == worker)
+                .filter(|&i| self.waiters[i].since.since(first) < bend);
             if let Some(w) = local.and_then(|i| self.waiters.remove(i)) {
                 return Some(w.entry);
             }
@@ -142,28 +148,39 @@ mod tests {
     }
 
     #[test]
-    fn a_server_goes_to_a_client_on_its_worker_unless_the_first_waited_long() {
+    fn a_server_goes_to_a_client_on_its_worker_unless_it_came_much_later() {
+        let first = crate::clock::now();
         let (mut inner, _waits) = inner_with(&[1, 1, 0, 1, 0]);
-        let now = crate::clock::now();
-        assert!(inner.pop_waiter_for(0, now).is_some());
+        assert!(inner.pop_waiter_for(0, first).is_some());
         assert_eq!(queued(&inner), [1, 1, 1, 0], "the first on worker 0");
-        assert!(inner.pop_waiter_for(1, now).is_some());
+        assert!(inner.pop_waiter_for(1, first).is_some());
         assert_eq!(
             queued(&inner),
             [1, 1, 0],
             "the first in line is on worker 1"
         );
-        assert!(inner.pop_waiter_for(2, now).is_some());
+        assert!(inner.pop_waiter_for(2, first).is_some());
         assert_eq!(
             queued(&inner),
             [1, 0],
             "none on worker 2: the first in line"
         );
+        // A client of worker 0 that came 2 ms after the first in line waits its turn; one that
+        // came with it does not.
         std::thread::sleep(PASS_OVER_FOR);
-        let later = crate::clock::now();
-        assert!(inner.pop_waiter_for(0, later).is_some());
-        assert_eq!(queued(&inner), [0], "the first in line waited long enough");
-        assert!(inner.pop_waiter_for(0, later).is_some());
-        assert!(inner.pop_waiter_for(0, later).is_none());
+        let (later, _later_waits) = inner_with(&[0]);
+        inner.waiters.extend(later.waiters);
+        assert!(inner.pop_waiter_for(0, first).is_some());
+        assert_eq!(
+            queued(&inner),
+            [1, 0],
+            "the one that came with the first went"
+        );
+        assert!(inner.pop_waiter_for(0, first).is_some());
+        assert_eq!(
+            queued(&inner),
+            [0],
+            "the later one let the first in line go"
+        );
     }
 }
