@@ -149,13 +149,9 @@ impl Balance {
         self.loads[w].load.load(Relaxed)
     }
 
-    /// Time worker `w` waited for a CPU while ready to run, in ‰ over the last sample.
-    pub fn delay(&self, w: usize) -> u32 {
-        self.loads[w].delay.load(Relaxed)
-    }
-
     /// Clients on worker `w` now.
-    pub fn clients(&self, w: usize) -> u32 {
+    #[cfg(test)]
+    fn clients(&self, w: usize) -> u32 {
         self.loads[w].clients.load(Relaxed)
     }
 

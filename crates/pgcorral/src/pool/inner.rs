@@ -48,8 +48,9 @@ impl Inner {
 
     /// The client a server on `worker` goes to: the first one on the same worker (the server
     /// then stays registered where it is, and its answers keep waking the thread that forwards
-    /// them) if it started waiting less than [`PASS_OVER_FOR`] after the first in line, and is
-    /// among the first [`LOOK_FOR_LOCAL`]; else the first in line.
+    /// them) if it started waiting less than [`PASS_OVER_FOR`], or less than half the first
+    /// one's wait at `now`, after the first in line, and is among the first [`LOOK_FOR_LOCAL`];
+    /// else the first in line.
     pub fn pop_waiter_for(&mut self, worker: usize, now: Tick) -> Option<Entry> {
         let front = self.waiters.front()?;
         if front.worker != worker {
