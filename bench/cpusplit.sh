@@ -15,8 +15,10 @@
 # µs of CPU: busy and idle from /proc/stat (all CPUs; idle includes iowait), pgbench's own
 # user + system time, the pooler's (its process, all threads), and the rest: busy − pgbench −
 # pooler, which is PostgreSQL and the kernel's work outside those processes. Also context
-# switches per transaction (/proc/stat ctxt). Run it on a quiet machine: everything else counts
-# as "rest". BENCH_CORRAL_BIN: the pgcorral binary (default: build the release one);
+# switches per transaction (/proc/stat ctxt), and the machine's softirq time per transaction (within
+# busy, and within the time of whichever process it interrupted: on loopback TCP mostly the
+# receiving side's network stack, run within each send). Run it on a quiet machine: everything
+# else counts as "rest". BENCH_CORRAL_BIN: the pgcorral binary (default: build the release one);
 # BENCH_CORRAL_BIN_B (+ BENCH_CORRAL_ENV_B, environment assignments) adds a second one, "pgcorral-b";
 # BENCH_CORRAL_GENERAL_B: extra [general] lines for it (e.g. "io_uring = false" with the same binary).
 set -euo pipefail
@@ -124,27 +126,27 @@ wait_port "$PORT_A"
 wait_port "$BOUNCER_PORT"
 
 proc_cpu() { [ "$1" = - ] && echo 0 || awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-# busy (user nice system irq softirq steal), idle (idle iowait), context switches
-machine() { awk '/^cpu / { b = $2 + $3 + $4 + $7 + $8 + $9; i = $5 + $6 } /^ctxt/ { c = $2 } END { print b, i, c }' /proc/stat; }
+# busy (user nice system irq softirq steal), idle (idle iowait), context switches, softirq
+machine() { awk '/^cpu / { b = $2 + $3 + $4 + $7 + $8 + $9; i = $5 + $6; s = $8 } /^ctxt/ { c = $2 } END { print b, i, c, s }' /proc/stat; }
 HZ=$(getconf CLK_TCK)
 
 run() { # name port pid → one line
-  local name=$1 port=$2 pid=$3 p0 p1 b0 i0 c0 b1 i1 c1 out
+  local name=$1 port=$2 pid=$3 p0 p1 b0 i0 c0 s0 b1 i1 c1 s1 out
   p0=$(proc_cpu "$pid")
-  read -r b0 i0 c0 <<<"$(machine)"
+  read -r b0 i0 c0 s0 <<<"$(machine)"
   out=$({ /usr/bin/time -f "TIME %U %S" "$PGBENCH" -n -S -M "$PROTO" -c "$CLIENTS" -j 2 -T "$T" \
     -h 127.0.0.1 -p "$port" -U "$PGUSER" "$DB"; } 2>&1) || die "$name: pgbench failed: $out"
-  read -r b1 i1 c1 <<<"$(machine)"
+  read -r b1 i1 c1 s1 <<<"$(machine)"
   p1=$(proc_cpu "$pid")
   echo "$out" | awk -v n="$name" -v b=$((b1 - b0)) -v i=$((i1 - i0)) -v c=$((c1 - c0)) \
-    -v p=$((p1 - p0)) -v hz="$HZ" '
+    -v p=$((p1 - p0)) -v s=$((s1 - s0)) -v hz="$HZ" '
     /^tps/ { tps = $3 } /processed:/ { split($NF, a, "/"); tx = a[1] } /^TIME/ { pb = $2 + $3 }
     END { u = 1e6 / hz / tx; pb = pb * 1e6 / tx
-      printf "%-11s %8.0f %7.1f %6.1f %8.1f %7.1f %6.1f %6.2f\n", n, tps, b * u, i * u, pb, p * u, b * u - pb - p * u, c / tx }'
+      printf "%-11s %8.0f %7.1f %6.1f %8.1f %7.1f %6.1f %6.2f %7.1f\n", n, tps, b * u, i * u, pb, p * u, b * u - pb - p * u, c / tx, s * u }'
 }
 
 echo "pgbench -S --protocol $PROTO, $CLIENTS clients, ${T} s x $ROUNDS rounds; µs of CPU per transaction"
-printf '%-11s %8s %7s %6s %8s %7s %6s %6s\n' target tps busy idle pgbench pooler rest ctxsw
+printf '%-11s %8s %7s %6s %8s %7s %6s %6s %7s\n' target tps busy idle pgbench pooler rest ctxsw softirq
 n=${#TARGETS[@]}
 for r in $(seq "$ROUNDS"); do
   for k in $(seq 0 $((n - 1))); do
@@ -155,12 +157,12 @@ done | tee "$WORK/rows"
 echo "medians:"
 sort -k1,1 -s "$WORK/rows" | awk '
   function flush() { if (name == "") return; printf "%-11s", name
-    for (f = 2; f <= 8; f++) { m = med(f); printf(f == 2 ? " %8.0f" : (f == 8 ? " %6.2f" : " %7.1f"), m) }
+    for (f = 2; f <= 9; f++) { m = med(f); printf(f == 2 ? " %8.0f" : (f == 8 ? " %6.2f" : " %7.1f"), m) }
     printf "\n" }
   function med(f,   i, j, t, a) { for (i = 1; i <= k; i++) a[i] = v[i, f]
     for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
     return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
   $1 != name { flush(); name = $1; k = 0 }
-  { k++; for (f = 2; f <= 8; f++) v[k, f] = $f }
+  { k++; for (f = 2; f <= 9; f++) v[k, f] = $f }
   END { flush() }'
 echo "(git $(cd "$ROOT" && git rev-parse --short HEAD); $(nproc) CPUs; busy + idle = the machine's time per transaction)"

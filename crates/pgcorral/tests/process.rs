@@ -35,33 +35,13 @@ fn check(toml: &str) -> std::process::Output {
 
 #[test]
 fn check_accepts_the_documented_example_and_names_bad_keys() {
-    let good = r#"
-[general]
-listen_addr = "127.0.0.1"
-listen_port = 6432
-pool_mode = "transaction"
-default_pool_size = 20
-max_client_conn = 5000
-auth_type = "scram-sha-256"
-admin_users = ["admin"]
-workers = 0
-server_reset_query = "DISCARD ALL"
-server_connect_timeout = 5000
-shutdown_timeout = 30000
-
-[users.app]
-password = "app-secret"
-
-[users.admin]
-password = "admin-secret"
-
-[databases.bench]
-host = "127.0.0.1"
-port = 5432
-dbname = "bench"
-pool_size = 20
-pool_mode = "session"
-"#;
+    // The "Full example" of docs/configuration.md.
+    let good = include_str!("../../../docs/configuration.md")
+        .split("## Full example")
+        .nth(1)
+        .and_then(|s| s.split("```toml\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("docs/configuration.md has a full example");
     let out = check(good);
     assert!(out.status.success(), "{}", stderr(&out));
 

@@ -123,36 +123,19 @@ mod tests {
     use super::*;
     use crate::config::PoolMode;
 
-    const EXAMPLE: &str = r#"
-[general]
-listen_addr = "127.0.0.1"
-listen_port = 6432
-pool_mode = "transaction"
-default_pool_size = 20
-max_client_conn = 5000
-auth_type = "scram-sha-256"
-admin_users = ["admin"]
-workers = 0
-server_reset_query = "DISCARD ALL"
-server_connect_timeout = 5000
-shutdown_timeout = 30000
-
-[users.app]
-password = "app-secret"
-[users.admin]
-password = "admin-secret"
-
-[databases.bench]
-host = "127.0.0.1"
-port = 5432
-dbname = "bench"
-pool_size = 20
-pool_mode = "session"
-"#;
+    /// The "Full example" of docs/configuration.md: the documented example is the one tested.
+    fn example() -> &'static str {
+        include_str!("../../../../docs/configuration.md")
+            .split("## Full example")
+            .nth(1)
+            .and_then(|s| s.split("```toml\n").nth(1))
+            .and_then(|s| s.split("```").next())
+            .expect("docs/configuration.md has a full example")
+    }
 
     #[test]
     fn example_parses_exactly() {
-        let cfg = from_toml_str(EXAMPLE).unwrap();
+        let cfg = from_toml_str(example()).unwrap();
         let general = General {
             listen_addr: "127.0.0.1".into(),
             listen_port: 6432,
@@ -224,8 +207,8 @@ pool_mode = "session"
     fn load_file_prefixes_the_path() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pgcorral.toml");
-        std::fs::write(&path, EXAMPLE).unwrap();
-        assert_eq!(load_file(&path).unwrap(), from_toml_str(EXAMPLE).unwrap());
+        std::fs::write(&path, example()).unwrap();
+        assert_eq!(load_file(&path).unwrap(), from_toml_str(example()).unwrap());
 
         std::fs::write(
             &path,
