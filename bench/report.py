@@ -14,6 +14,7 @@ import bisect
 import glob
 import json
 import math
+import operator
 import os
 import platform
 import re
@@ -237,6 +238,10 @@ def f_ratio(a, b):
     return f"{a / b:.2f}×"
 
 
+def f_times(v):
+    return f"{v:.2f}×"
+
+
 def run_cmd(args):
     try:
         out = subprocess.run(args, capture_output=True, text=True, timeout=20)
@@ -421,6 +426,54 @@ def cpu_split_table(agg, parts_present, clients_by_part):
             lines.append(
                 f"| {part} | {c} | {f_num(bu, 1)} | {f_num(bs, 1)} | {f_num(cu, 1)} | {f_num(cs, 1)} "
                 f"| {diff(cu, bu)} | {diff(cs, bs)} |"
+            )
+    return "\n".join(lines) if len(lines) > 2 else None
+
+
+def per_rep(agg, part, c, target, field):
+    """rep → value of one field, for the runs of a target that gave a result."""
+    g = agg.get((part, c, target)) or {}
+    return {
+        r["rep"]: r.get(field)
+        for r in g.get("runs", [])
+        if r["rc"] == 0 and r.get(field) is not None
+    }
+
+
+def paired_table(agg, parts_present, clients_by_part):
+    """pgcorral against PgBouncer and against direct PostgreSQL within each repetition, where
+    the targets ran minutes apart, and the median of those paired figures: a machine that
+    speeds up or slows down between repetitions moves all three of a repetition alike, but can
+    move the medians of the tables above by more than the difference between the targets."""
+    lines = [
+        "| Part | Clients | TPS pgcorral ÷ PgBouncer, each repetition | median "
+        "| TPS pgcorral ÷ direct, each repetition | median "
+        "| steady CPU µs/tx pgcorral − PgBouncer, each repetition | median |",
+        "|---|---:|---|---:|---|---:|---|---:|",
+    ]
+
+    def series(a, b, op):
+        reps = sorted(set(a) & set(b))
+        return [op(a[r], b[r]) for r in reps if b[r]]
+
+    def cells(values, fmt):
+        if not values:
+            return "–", "–"
+        return " / ".join(fmt(v) for v in values), fmt(statistics.median(values))
+
+    for part, _ in PARTS:
+        if part not in parts_present:
+            continue
+        for c in clients_by_part[part]:
+            tps = {t: per_rep(agg, part, c, t, "tps") for t in TARGETS}
+            cpu = {t: per_rep(agg, part, c, t, "cpu_us_per_tx_steady") for t in ("pgbouncer", "pgcorral")}
+            if not tps["pgcorral"]:
+                continue
+            vs_b = cells(series(tps["pgcorral"], tps["pgbouncer"], operator.truediv), f_times)
+            vs_d = cells(series(tps["pgcorral"], tps["direct"], operator.truediv), f_times)
+            cpu_d = cells(series(cpu["pgcorral"], cpu["pgbouncer"], operator.sub), lambda v: f"{v:+.1f}")
+            lines.append(
+                f"| {part} | {c} | {vs_b[0]} | {vs_b[1]} | {vs_d[0]} | {vs_d[1]} | {cpu_d[0]} | {cpu_d[1]} |"
             )
     return "\n".join(lines) if len(lines) > 2 else None
 
@@ -754,6 +807,21 @@ def cmd_report(a):
         )
         o.append("")
         o.append(split)
+        o.append("")
+    paired = paired_table(agg, parts_present, clients_by_part)
+    if paired:
+        o.append("## Paired within each repetition")
+        o.append("")
+        o.append(
+            "The tables above give the median of each target over the repetitions, and their ratios "
+            "are ratios of those medians. Here each repetition is compared on its own (the three "
+            "targets of a cell run one after the other, a minute at most apart), then the median "
+            "taken: when the machine speeds up or slows down between repetitions, this is the "
+            "steadier comparison. In the CPU column a negative figure means pgcorral spent less "
+            "than PgBouncer."
+        )
+        o.append("")
+        o.append(paired)
         o.append("")
     if storm_clients:
         o.append("## Connection storm: `pgbench -S -C --protocol simple`, transaction mode")
