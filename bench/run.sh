@@ -34,7 +34,7 @@ BENCH_WARMUP=${BENCH_WARMUP:-3}
 BENCH_LOGIN_MS=${BENCH_LOGIN_MS:-20}
 BENCH_KEEP=${BENCH_KEEP:-0}
 BENCH_NOTE=${BENCH_NOTE:-}
-BENCH_SERVER_HOP=${BENCH_SERVER_HOP:-tcp}
+BENCH_SERVER_HOP=${BENCH_SERVER_HOP:-unix}
 BENCH_CLIENT_HOP=${BENCH_CLIENT_HOP:-tcp}
 BENCH_PGO=${BENCH_PGO:-0}
 
@@ -299,8 +299,9 @@ if [ "$TLS" -eq 1 ]; then
 fi
 
 # ---- PostgreSQL -----------------------------------------------------------------------------------
-# The poolers reach PostgreSQL over TCP (127.0.0.1), or with BENCH_SERVER_HOP=unix over its Unix
-# socket in $WORK/sock (both poolers alike). pgbench reaches each target over TCP, or with
+# The poolers reach PostgreSQL over its Unix socket in $WORK/sock (BENCH_SERVER_HOP=unix, the
+# default: PgBouncer's own default when a database has no host, and what a pooler on the database
+# host uses), or with BENCH_SERVER_HOP=tcp over 127.0.0.1 (both poolers alike). pgbench reaches each target over TCP, or with
 # BENCH_CLIENT_HOP=unix over its Unix socket: PostgreSQL's in $WORK/sock, the poolers' in
 # $WORK/csock (the storm and memory parts and the harness's checks stay on TCP).
 PG_SOCKET_DIR=
@@ -314,6 +315,8 @@ fi
 if [ "$BENCH_SERVER_HOP" = unix ]; then
   POOLER_PG_HOST=$PG_SOCKET_DIR
   BENCH_NOTE="${BENCH_NOTE:+$BENCH_NOTE; }BENCH_SERVER_HOP=unix: both poolers reach PostgreSQL through its Unix socket."
+else
+  BENCH_NOTE="${BENCH_NOTE:+$BENCH_NOTE; }BENCH_SERVER_HOP=tcp: both poolers reach PostgreSQL over TCP (127.0.0.1)."
 fi
 if [ "$BENCH_CLIENT_HOP" = unix ]; then
   CLIENT_SOCKET_DIR=$WORK/csock
