@@ -632,6 +632,99 @@ async fn clients_move_off_a_busy_worker() {
     }
 }
 
+/// A session-mode client moves off a busy worker together with its server, at an idle answer:
+/// the session it had (backend, temporary table, setting, prepared statement) is all there on
+/// the other worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_clients_move_with_their_server() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(&pg, "workers = 2\npool_mode = \"session\"")).await;
+    let balance = &pooler.services.balance;
+    balance.freeze_loads(&[0, 0]);
+    let a = pooler.connect("postgres", None, "postgres").await;
+    let pid = backend_pid(&a).await;
+    a.batch_execute(
+        "CREATE TEMP TABLE kept (n int); INSERT INTO kept VALUES (41); \
+         SET application_name = 'moved'",
+    )
+    .await
+    .unwrap();
+    let plus_one = a.prepare("SELECT n + $1 FROM kept").await.unwrap();
+
+    let before = balance.moves();
+    balance.freeze_loads(&[950, 0]);
+    for _ in 0..20 {
+        assert_eq!(backend_pid(&a).await, pid, "the same server after a move");
+        tokio::time::sleep(Duration::from_millis(6)).await;
+    }
+    assert!(
+        balance.moves() > before,
+        "the session client on the busy worker moved"
+    );
+    let row = a.query_one(&plus_one, &[&1i32]).await.unwrap();
+    assert_eq!(
+        row.get::<_, i32>(0),
+        42,
+        "temp table and prepared statement kept"
+    );
+    assert_eq!(
+        raw::one(&a, "SHOW application_name")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("moved")
+    );
+}
+
+/// Session-mode clients keep moving with their servers while they run queries, some pipelined
+/// (the busy worker flips every 2 ms): every query gets its own answer from the client's own
+/// backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_queries_survive_constant_migration() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(&pg, "workers = 3\npool_mode = \"session\"")).await;
+    let services = pooler.services.clone();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut i = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let mut loads = [0u32; 3];
+                loads[i % 3] = 990;
+                services.balance.freeze_loads(&loads);
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let mut tasks = Vec::new();
+    for n in 0..6i64 {
+        let c = pooler.connect("postgres", None, "postgres").await;
+        let pid = backend_pid(&c).await;
+        tasks.push(tokio::spawn(async move {
+            for i in 0..150i64 {
+                pipelined_pair(&c, n * 1000 + i).await;
+                if i % 10 == 0 {
+                    assert_eq!(backend_pid(&c).await, pid);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        within(Duration::from_secs(60), "migrating session clients", t)
+            .await
+            .unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    flipper.await.unwrap();
+    assert!(
+        pooler.services.balance.moves() > 10,
+        "only {} moves",
+        pooler.services.balance.moves()
+    );
+}
+
 /// Two statements pipelined in one Query: both answered, in order.
 async fn pipelined_pair(c: &tokio_postgres::Client, want: i64) {
     let rows = c

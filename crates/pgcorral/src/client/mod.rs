@@ -150,11 +150,26 @@ fn task(
                     max_len,
                     custom,
                     statements,
-                    session,
+                    mut session,
                     count: c,
                 } = *m;
                 (client.buf, client.pass, client.max_len) = (buf, pass, max_len);
                 (client.custom, client.statements) = (custom, statements);
+                // A session-mode client brings its server: it moves to this worker too, or
+                // the session, which lives on that server, ends.
+                if session.server.as_mut().is_some_and(|s| !s.rehome(worker)) {
+                    session.server = None;
+                    session.slot.set(None);
+                    let mut out = BytesMut::new();
+                    Error::new(
+                        Kind::ServerIo,
+                        "server connection lost while moving the session between workers",
+                    )
+                    .write_response(&mut out, "FATAL");
+                    let _ = client.stream.send(&out).await;
+                    services.cancel.unregister(session.pid, session.secret);
+                    return;
+                }
                 count = c;
                 admitted = Some(admit::Admitted::Pool(session));
             }
@@ -170,7 +185,9 @@ fn task(
                     .killable(run(&mut client, &services, session))
                     .await
                     .unwrap_or_else(|| Err(killed()));
-                drop(session.server.take());
+                if !matches!(exit, Ok(Exit::Move(_))) {
+                    drop(session.server.take());
+                }
                 if let Ok(Exit::Move(target)) = exit {
                     let Some(admit::Admitted::Pool(session)) = admitted else {
                         unreachable!("a pool client")
@@ -234,8 +251,9 @@ fn left(exit: Result<Exit>, session: &Session, peer: &Peer) -> Option<BytesMut> 
     }
 }
 
-/// Moves an idle client (no server held) to worker `target`: its socket is re-registered with
-/// that worker's reactor and its session goes on in a task there.
+/// Moves an idle client to worker `target`: its socket is re-registered with that worker's
+/// reactor and its session goes on in a task there; a session-mode client's server goes with
+/// it (re-registered by the new task, on its own worker).
 fn migrate(
     client: ClientConn,
     session: Session,
@@ -344,6 +362,9 @@ fn relay_mode<'a>(
         prepared: pooled.then_some((&services.statements, g.max_prepared_statements)),
         stats: Some((pool.clone(), worker)),
         one_batch: false,
+        // Session mode: a client holds its server for good, so it can only move with it, and
+        // only at an idle answer (pooled clients move between transactions, without one).
+        shed: (!pooled && services.balance.len() > 1).then_some((&*services.balance, worker)),
     }
 }
 
@@ -451,6 +472,10 @@ fn run<'a>(
             // each transaction is routed on its own: a pipelined next one must wait.
             let routed = session.cluster.routed();
             relay_mode.one_batch = routed;
+            if routed {
+                // A routed session does not move (its servers may be several).
+                relay_mode.shed = None;
+            }
             let mut home = None;
             if routed {
                 home = relay_mode.stats.replace((s.pool().clone(), client.worker));
@@ -476,6 +501,14 @@ fn run<'a>(
                         session.server = Some(s);
                     }
                     if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
+                        continue;
+                    }
+                    if mode == PoolMode::Session && !services.shutdown.is_cancelled() {
+                        // The relay stopped at an idle answer because the worker would move a
+                        // client: this one moves, with its server, unless another took the move.
+                        if let Some(target) = services.balance.move_target(client.worker) {
+                            return Ok(Exit::Move(target));
+                        }
                         continue;
                     }
                     session.slot.set(None);

@@ -204,6 +204,32 @@ impl Balance {
     }
 
     fn move_target_slow(&self, w: usize) -> Option<usize> {
+        let (target, last) = self.wanted_move(w)?;
+        let now = self.now().max(1);
+        self.loads[w]
+            .last_move
+            .compare_exchange(last, now, Relaxed, Relaxed)
+            .ok()?;
+        self.moves.fetch_add(1, Relaxed);
+        Some(target)
+    }
+
+    /// Whether [`move_target`](Self::move_target) would give a client on worker `w` somewhere
+    /// to go now, without taking the move: what a session-mode relay asks at each idle answer,
+    /// to stop there only when its client may move. As cheap as `move_target` on the first
+    /// worker while it is neither busy nor kept waiting.
+    #[inline]
+    pub fn may_move(&self, w: usize) -> bool {
+        let l = &self.loads[w];
+        if w == 0 && l.load.load(Relaxed) <= MOVE_FROM_ABOVE && !l.kept_waiting() {
+            return false;
+        }
+        self.wanted_move(w).is_some()
+    }
+
+    /// Where a client on worker `w` should go, if the rate limit allows a move now, and when
+    /// the last move away was (ns since `epoch`, 0: never), which taking the move replaces.
+    fn wanted_move(&self, w: usize) -> Option<(usize, u64)> {
         let me = &self.loads[w];
         let others = || self.loads.iter().enumerate().filter(|&(i, _)| i != w);
         let target = if me.load.load(Relaxed) > MOVE_FROM_ABOVE {
@@ -227,17 +253,11 @@ impl Balance {
         let target = target?;
         // Not before the workers run (and a move has somewhere to go).
         self.handles.get()?;
-        let now = self.now().max(1);
         let last = self.loads[w].last_move.load(Relaxed); // 0: never
-        if last != 0 && now.saturating_sub(last) < MOVE_EVERY.as_nanos() as u64 {
+        if last != 0 && self.now().saturating_sub(last) < MOVE_EVERY.as_nanos() as u64 {
             return None;
         }
-        self.loads[w]
-            .last_move
-            .compare_exchange(last, now, Relaxed, Relaxed)
-            .ok()?;
-        self.moves.fetch_add(1, Relaxed);
-        Some(target)
+        Some((target, last))
     }
 
     /// Clients moved between workers so far.
@@ -302,11 +322,17 @@ mod tests {
     fn moves_only_from_busy_to_idle_and_not_too_often() {
         let b = Balance::new(2);
         assert_eq!(b.move_target(0), None);
+        assert!(!b.may_move(0));
         set_load(&b, 0, 950);
         set_load(&b, 1, 100);
         assert_eq!(b.move_target(0), None, "no runtimes yet");
         b.set_handles(Vec::new());
+        assert!(b.may_move(0));
+        assert!(b.may_move(0), "asking takes no move");
+        assert_eq!(b.moves(), 0);
         assert_eq!(b.move_target(0), Some(1));
+        assert_eq!(b.moves(), 1);
+        assert!(!b.may_move(0), "rate limited");
         assert_eq!(b.move_target(0), None, "rate limited");
         set_load(&b, 1, 600);
         std::thread::sleep(MOVE_EVERY);

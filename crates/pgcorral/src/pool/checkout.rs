@@ -55,7 +55,7 @@ impl Checkout {
 
     /// Moves the server to `worker`'s reactor if it lives elsewhere. False when that failed and
     /// the server was closed (its place in the pool is given back).
-    pub(super) fn rehome(&mut self, worker: usize) -> bool {
+    pub(crate) fn rehome(&mut self, worker: usize) -> bool {
         if self.home == worker {
             return true;
         }

@@ -130,6 +130,10 @@ pub struct Mode<'a> {
     pub stats: Option<(Pool, usize)>,
     /// One request batch in flight at a time (see [`LinkState::one_batch`]).
     pub one_batch: bool,
+    /// Session mode: also stop when the server is idle while the client's worker would move a
+    /// client elsewhere (the balance and that worker), so that the client can move with its
+    /// server.
+    pub shed: Option<(&'a crate::net::balance::Balance, usize)>,
 }
 
 impl Mode<'_> {
@@ -229,7 +233,7 @@ fn scan_s(
         &mut server.pass,
         &mut server.state,
         &mut server.params,
-        mode.stop_when_idle,
+        mode.stop_when_idle || mode.shed.is_some_and(|(b, w)| b.may_move(w)),
         mode.statement,
         client.max_len,
         answers.as_mut(),
