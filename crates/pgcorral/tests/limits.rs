@@ -683,21 +683,7 @@ async fn session_clients_move_with_their_server() {
 async fn session_queries_survive_constant_migration() {
     let pg = Postgres::start();
     let pooler = Pooler::start(&cfg(&pg, "workers = 3\npool_mode = \"session\"")).await;
-    let services = pooler.services.clone();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flipper = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut i = 0usize;
-            while !stop.load(Ordering::Relaxed) {
-                let mut loads = [0u32; 3];
-                loads[i % 3] = 990;
-                services.balance.freeze_loads(&loads);
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        })
-    };
+    let flipper = BusyFlipper::start(&pooler);
     let mut tasks = Vec::new();
     for n in 0..6i64 {
         let c = pooler.connect("postgres", None, "postgres").await;
@@ -716,13 +702,48 @@ async fn session_queries_survive_constant_migration() {
             .await
             .unwrap();
     }
-    stop.store(true, Ordering::Relaxed);
-    flipper.await.unwrap();
-    assert!(
-        pooler.services.balance.moves() > 10,
-        "only {} moves",
-        pooler.services.balance.moves()
-    );
+    flipper.stop_after_moves(10).await;
+}
+
+/// Makes one of a pooler's three workers busy in turn, a new one every 2 ms, so that clients
+/// keep moving.
+struct BusyFlipper {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+    services: pgcorral::Services,
+}
+
+impl BusyFlipper {
+    fn start(pooler: &Pooler) -> BusyFlipper {
+        let services = pooler.services.clone();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = {
+            let (stop, services) = (stop.clone(), services.clone());
+            tokio::spawn(async move {
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut loads = [0u32; 3];
+                    loads[i % 3] = 990;
+                    services.balance.freeze_loads(&loads);
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
+        };
+        BusyFlipper {
+            stop,
+            task,
+            services,
+        }
+    }
+
+    /// Stops flipping; the clients must have moved more than `min` times.
+    async fn stop_after_moves(self, min: u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        let moves = self.services.balance.moves();
+        assert!(moves > min, "only {moves} moves");
+    }
 }
 
 /// Two statements pipelined in one Query: both answered, in order.
@@ -747,21 +768,7 @@ async fn pipelined_pair(c: &tokio_postgres::Client, want: i64) {
 async fn queries_survive_constant_migration() {
     let pg = Postgres::start();
     let pooler = Pooler::start(&cfg(&pg, "workers = 3\ndefault_pool_size = 2")).await;
-    let services = pooler.services.clone();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flipper = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut i = 0usize;
-            while !stop.load(Ordering::Relaxed) {
-                let mut loads = [0u32; 3];
-                loads[i % 3] = 990;
-                services.balance.freeze_loads(&loads);
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        })
-    };
+    let flipper = BusyFlipper::start(&pooler);
     let mut tasks = Vec::new();
     for n in 0..8i64 {
         let c = pooler.connect("postgres", None, "postgres").await;
@@ -776,13 +783,7 @@ async fn queries_survive_constant_migration() {
             .await
             .unwrap();
     }
-    stop.store(true, Ordering::Relaxed);
-    flipper.await.unwrap();
-    assert!(
-        pooler.services.balance.moves() > 10,
-        "only {} moves",
-        pooler.services.balance.moves()
-    );
+    flipper.stop_after_moves(10).await;
 }
 
 /// Answers small and large come out whole and in order whether the workers hand each turn's
