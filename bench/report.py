@@ -715,13 +715,20 @@ def cmd_report(a):
     o = []
     o.append(f"# Benchmark: PostgreSQL direct vs PgBouncer vs pgcorral, {a.date}")
     o.append("")
+    # Only the settings of the parts that ran.
+    ran = a.parts.split()
+    optional = [
+        ("prepared", f"prepared in session mode at `{a.prepared_clients}`"),
+        ("storm", f"storm at `{a.storm_clients}` clients"),
+        ("tls-storm", f"TLS storm at `{a.tls_clients}`"),
+        ("memory", f"`BENCH_IDLE={a.idle}`"),
+    ]
+    parts_settings = "".join(f"{text}, " for part, text in optional if part in ran)
     o.append(
         f"Made by `bench/run.sh` (see [bench/README.md](../README.md)) in {a.duration}. "
         f"Settings: `BENCH_PARTS=\"{a.parts}\"`, `BENCH_T={a.t}` s per run, `BENCH_REPS={a.reps}` (each number is the median of the "
-        f"repetitions), `BENCH_CLIENTS=\"{a.clients}\"` (also prepared in transaction mode), prepared in "
-        f"session mode at `{a.prepared_clients}`, storm at "
-        f"`{a.storm_clients}` clients, TLS storm at `{a.tls_clients}`, pgbench `-j {a.jobs}`, scale {a.scale}, pool size {a.pool_size}, "
-        f"`BENCH_IDLE={a.idle}`."
+        f"repetitions), `BENCH_CLIENTS=\"{a.clients}\"` (also prepared in transaction mode), {parts_settings}"
+        f"pgbench `-j {a.jobs}`, scale {a.scale}, pool size {a.pool_size}."
     )
     if a.note:
         o.append("")
