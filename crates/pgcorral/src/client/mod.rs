@@ -472,12 +472,10 @@ fn run<'a>(
             // each transaction is routed on its own: a pipelined next one must wait.
             let routed = session.cluster.routed();
             relay_mode.one_batch = routed;
+            let mut home = None;
             if routed {
                 // A routed session does not move (its servers may be several).
                 relay_mode.shed = None;
-            }
-            let mut home = None;
-            if routed {
                 home = relay_mode.stats.replace((s.pool().clone(), client.worker));
             }
             let outcome = relay::run(client, s, &relay_mode).await;

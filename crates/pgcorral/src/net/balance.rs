@@ -196,11 +196,18 @@ impl Balance {
     /// kept waiting: two relaxed loads.
     #[inline]
     pub fn move_target(&self, w: usize) -> Option<usize> {
-        let l = &self.loads[w];
-        if w == 0 && l.load.load(Relaxed) <= MOVE_FROM_ABOVE && !l.kept_waiting() {
+        if self.settled(w) {
             return None;
         }
         self.move_target_slow(w)
+    }
+
+    /// True on the first worker while it is neither busy nor kept waiting: its clients stay
+    /// (two relaxed loads, the common case).
+    #[inline]
+    fn settled(&self, w: usize) -> bool {
+        let l = &self.loads[w];
+        w == 0 && l.load.load(Relaxed) <= MOVE_FROM_ABOVE && !l.kept_waiting()
     }
 
     fn move_target_slow(&self, w: usize) -> Option<usize> {
@@ -220,11 +227,7 @@ impl Balance {
     /// worker while it is neither busy nor kept waiting.
     #[inline]
     pub fn may_move(&self, w: usize) -> bool {
-        let l = &self.loads[w];
-        if w == 0 && l.load.load(Relaxed) <= MOVE_FROM_ABOVE && !l.kept_waiting() {
-            return false;
-        }
-        self.wanted_move(w).is_some()
+        !self.settled(w) && self.wanted_move(w).is_some()
     }
 
     /// Where a client on worker `w` should go, if the rate limit allows a move now, and when
