@@ -694,6 +694,12 @@ def chart(agg, parts_present, clients_by_part, storm_groups, png):
     return True
 
 
+def section(o, title, intro, table):
+    """Appends a report section (heading, intro, table) to `o`; nothing when the table is empty."""
+    if table:
+        o.extend([f"## {title}", "", intro, "", table, ""])
+
+
 def cmd_report(a):
     cells = load_jsonl(a.cells)
     mem = load_jsonl(a.memory)
@@ -799,37 +805,29 @@ def cmd_report(a):
             o.append("")
             o.append(table)
             o.append("")
-    split = cpu_split_table(agg, parts_present, clients_by_part)
-    if split:
-        o.append("## Pooler CPU per transaction: user and system time")
-        o.append("")
-        o.append(
-            "The *steady* CPU µs/tx of the tables above split into user time (utime: the pooler's own "
-            "code) and system time (stime: the kernel working for it: system calls, TCP over loopback, "
-            "waking the processes it sends to), each the median of the repetitions (so user + system "
-            "may differ a little from the steady median above). Both poolers make the same "
-            "system calls and send the same segments per transaction, so a difference in system time "
-            "points at the machine (load, scheduling) rather than at the pooler; user time is where "
-            "the poolers' own work differs."
-        )
-        o.append("")
-        o.append(split)
-        o.append("")
-    paired = paired_table(agg, parts_present, clients_by_part)
-    if paired:
-        o.append("## Paired within each repetition")
-        o.append("")
-        o.append(
-            "The tables above give the median of each target over the repetitions, and their ratios "
-            "are ratios of those medians. Here each repetition is compared on its own (the three "
-            "targets of a cell run one after the other, a minute at most apart), then the median "
-            "taken: when the machine speeds up or slows down between repetitions, this is the "
-            "steadier comparison. In the CPU column a negative figure means pgcorral spent less "
-            "than PgBouncer."
-        )
-        o.append("")
-        o.append(paired)
-        o.append("")
+    section(
+        o,
+        "Pooler CPU per transaction: user and system time",
+        "The *steady* CPU µs/tx of the tables above split into user time (utime: the pooler's own "
+        "code) and system time (stime: the kernel working for it: system calls, TCP over loopback, "
+        "waking the processes it sends to), each the median of the repetitions (so user + system "
+        "may differ a little from the steady median above). Both poolers make the same "
+        "system calls and send the same segments per transaction, so a difference in system time "
+        "points at the machine (load, scheduling) rather than at the pooler; user time is where "
+        "the poolers' own work differs.",
+        cpu_split_table(agg, parts_present, clients_by_part),
+    )
+    section(
+        o,
+        "Paired within each repetition",
+        "The tables above give the median of each target over the repetitions, and their ratios "
+        "are ratios of those medians. Here each repetition is compared on its own (the three "
+        "targets of a cell run one after the other, a minute at most apart), then the median "
+        "taken: when the machine speeds up or slows down between repetitions, this is the "
+        "steadier comparison. In the CPU column a negative figure means pgcorral spent less "
+        "than PgBouncer.",
+        paired_table(agg, parts_present, clients_by_part),
+    )
     if storm_clients:
         o.append("## Connection storm: `pgbench -S -C --protocol simple`, transaction mode")
         o.append("")

@@ -160,13 +160,13 @@ fn task(
                 if session.server.as_mut().is_some_and(|s| !s.rehome(worker)) {
                     session.server = None;
                     session.slot.set(None);
-                    let mut out = BytesMut::new();
-                    Error::new(
+                    let lost = Error::new(
                         Kind::ServerIo,
                         "server connection lost while moving the session between workers",
-                    )
-                    .write_response(&mut out, "FATAL");
-                    let _ = client.stream.send(&out).await;
+                    );
+                    if let Some(fatal) = left(Err(lost), &session, &client.peer) {
+                        let _ = client.stream.send(&fatal).await;
+                    }
                     services.cancel.unregister(session.pid, session.secret);
                     return;
                 }
