@@ -28,7 +28,7 @@ use crate::session::Settings;
 use admit::admit;
 use replies::{refuse_statement, refuse_transaction, timed_out};
 use request::{next_request, IdleTimer};
-use state::{recapture, restore};
+use state::{deliver_held, recapture, restore};
 
 /// The client's socket and what has been read from it but not yet forwarded.
 pub struct ClientConn {
@@ -461,6 +461,9 @@ fn run<'a>(
                     // Boxed: a round trip to the server, which allocates its query anyway; its
                     // state must not size every client's future.
                     crate::cold::cold(restore(&mut s, &session.settings)).await?;
+                    if !s.held.is_empty() {
+                        crate::cold::cold(deliver_held(client, &mut s)).await?;
+                    }
                 }
                 session.slot.set(Some(s.key.clone()));
                 session.server = Some(s);
@@ -497,6 +500,10 @@ fn run<'a>(
                         let mut s = session.server.take().expect("attached");
                         crate::cold::cold(recapture(session, &mut s, &mut client.custom)).await?;
                         session.server = Some(s);
+                    }
+                    let s = session.server.as_mut().expect("attached");
+                    if !s.held.is_empty() {
+                        crate::cold::cold(deliver_held(client, s)).await?;
                     }
                     if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
                         continue;

@@ -1,8 +1,8 @@
 //! A client's session state between transactions: restored on each server it is given, read
 //! back after a transaction that may have changed it, and what pins it to its server.
 
-use super::Session;
-use crate::error::{Error, Result};
+use super::{ClientConn, Session};
+use crate::error::{Error, Kind, Result};
 use crate::pool::Checkout;
 use crate::session::{apply, Settings};
 
@@ -48,4 +48,15 @@ pub(super) async fn recapture(
     }
     server.bound = !session.pinned.is_empty();
     Ok(())
+}
+
+/// Sends the client the notifications and notices its server sent while pgcorral ran its own
+/// queries there (see [`crate::server::ServerConn::held`]), in the order they came.
+pub(super) async fn deliver_held(client: &mut ClientConn, server: &mut Checkout) -> Result<()> {
+    let held = std::mem::take(&mut server.held);
+    client
+        .stream
+        .send(&held)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
 }

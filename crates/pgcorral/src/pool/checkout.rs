@@ -113,9 +113,12 @@ impl DerefMut for Checkout {
 
 impl Drop for Checkout {
     fn drop(&mut self) {
-        let Some(server) = self.server.take() else {
+        let Some(mut server) = self.server.take() else {
             return;
         };
+        // What the server said to the client that held it goes no further (a client that has
+        // gone, or pgcorral's own login queries).
+        server.held = bytes::BytesMut::new();
         match self.policy(&server) {
             Release::Ready => self.pool.checkin(server),
             Release::Close(why) => {

@@ -52,6 +52,15 @@ pub struct Statement {
 }
 
 impl Statement {
+    /// The text it was prepared from: a Parse's body after the name (the statement, NUL,
+    /// parameter types), or what follows an SQL PREPARE's name.
+    pub fn text(&self) -> &[u8] {
+        match &self.source {
+            Source::Parse(b) => b,
+            Source::Sql(s) => s.as_bytes(),
+        }
+    }
+
     pub fn is_retired(&self) -> bool {
         self.retired.load(Relaxed)
     }

@@ -319,6 +319,13 @@ pub fn scan_client(
                 }
             }
         }
+        if h.tag == frontend::BIND && track != Track::Off && !count_only {
+            if let Some(l) = link.as_deref() {
+                // Running a statement does what its text does, in whichever transaction it
+                // is bound (a counted batch's Bind follows its Parse, which was looked at).
+                mark(st, bound_effect(l, &buf[pos..], h));
+            }
+        }
         if let Some(l) = link.as_deref_mut().filter(|_| !count_only) {
             match l.plan(h, &buf[pos..]) {
                 Plan::NeedMore => break,
@@ -327,8 +334,8 @@ pub fn scan_client(
                     break;
                 }
                 Plan::Rewrite => {
-                    if h.tag == frontend::PARSE && sql_effect(&buf[pos..], h) != Effect::None {
-                        st.dirty = true;
+                    if h.tag == frontend::PARSE {
+                        mark(st, sql_effect(&buf[pos..], h));
                     }
                     let before = *st;
                     let a = l.apply(h, &buf[pos..], st);
@@ -355,13 +362,16 @@ pub fn scan_client(
                     break;
                 }
                 Effect::None => {}
-                _ => {
-                    st.dirty = true;
+                e => {
+                    mark(st, e);
                     if let Some(sql) = sql_text(&buf[pos..], h) {
                         custom.extend(custom_names(sql));
                     }
                 }
             }
+        } else if track != Track::Off && h.tag == frontend::FUNCTION_CALL {
+            // A function called by its oid may be any function.
+            mark(st, Effect::Taint);
         }
         if let Some(l) = link.as_deref_mut().filter(|_| !count_only) {
             l.expect.replay.client_message(h, &buf[pos..], st, false);
@@ -440,6 +450,41 @@ fn counted_rest(buf: &[u8], mut pos: usize, end: usize, st: &mut LinkState, l: &
         pos += h.total_len();
     }
     pos
+}
+
+/// What running the statement a Bind names (`msg` starts at its header) may do to the
+/// session, by the text the client prepared it with; nothing for a statement pgcorral does not
+/// know (the server refuses the Bind) or a Bind not yet buffered as far as its names (looked at
+/// again when it is).
+fn bound_effect(l: &Link, msg: &[u8], h: Header) -> Effect {
+    let body = msg
+        .get(pgwire::header::HEADER_LEN..h.total_len().min(msg.len()))
+        .unwrap_or_default();
+    let Some(p) = memchr::memchr(0, body) else {
+        return Effect::None;
+    };
+    let rest = &body[p + 1..];
+    let Some(n) = memchr::memchr(0, rest) else {
+        return Effect::None;
+    };
+    let text = if n == 0 {
+        l.client.unnamed()
+    } else {
+        l.client.named(&rest[..n]).map(|s| s.text())
+    };
+    match text {
+        Some(t) => classify(&t[..memchr::memchr(0, t).unwrap_or(t.len())]),
+        None => Effect::None,
+    }
+}
+
+/// Notes on the link what a message's SQL may do to the session.
+#[inline]
+fn mark(st: &mut LinkState, e: Effect) {
+    if e != Effect::None {
+        st.dirty = true;
+        st.taint |= e >= Effect::Taint;
+    }
 }
 
 /// What the SQL of a Query or Parse message (`msg` starts at its header) may do to the

@@ -71,6 +71,11 @@ pub struct LinkState {
     /// The client sent something that may have changed session state (see
     /// [`crate::session::scan`]): ask the server before the connection serves anyone else.
     pub dirty: bool,
+    /// The client sent something whose effect on the session pgcorral cannot see through
+    /// ([`crate::session::scan::Effect::Taint`]): after the capture, the server's settings
+    /// count as unknown, so they are reset before it serves anyone (see
+    /// [`crate::session::apply::capture`]). Always set with `dirty`.
+    pub taint: bool,
     /// One request batch at a time (databases with replicas): a client's next batch is not
     /// sent before the last one is answered, as it may need another server.
     pub one_batch: bool,
@@ -183,6 +188,7 @@ impl Default for LinkState {
             broken: false,
             copy: CopyTrack::default(),
             dirty: false,
+            taint: false,
             one_batch: false,
         }
     }
@@ -218,6 +224,10 @@ pub struct ServerConn {
     pub wout: BytesMut,
     /// Answers pgcorral gives the client itself, sent before the server's next bytes.
     pub fout: BytesMut,
+    /// Notifications and notices the server sent while pgcorral ran its own queries on it
+    /// (session sync and capture): the client that holds it gets them next, in order (see
+    /// [`crate::session::exec`]). Empty, with no allocation, almost always.
+    pub held: BytesMut,
     /// Its entry in SHOW SERVERS (set by the pool that opened it).
     pub listed: Option<crate::conns::Listed>,
     /// The pool generation it was opened in (see `Pool::reconnect`).
@@ -258,6 +268,7 @@ impl ServerConn {
             expect: Default::default(),
             wout: BytesMut::new(),
             fout: BytesMut::new(),
+            held: BytesMut::new(),
             listed: None,
             generation: 0,
             meter: Default::default(),

@@ -27,9 +27,13 @@ pub async fn capture(
     server.applied = None;
     let rows = exec::query(server, &capture_sql(login_user, custom)).await?;
     let captured = parse_capture(rows);
-    server.applied = Some(captured.settings.clone());
+    // After a statement pgcorral could not see through, the session may hold more than the
+    // capture reads (a custom setting whose name was never in the text): the server's settings
+    // count as unknown, so the next checkout resets them all before applying its client's.
+    server.applied = (!server.state.taint).then(|| captured.settings.clone());
     server.statements.retain_names(&captured.statements);
     server.state.dirty = false;
+    server.state.taint = false;
     Ok(captured)
 }
 

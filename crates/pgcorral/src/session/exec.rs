@@ -1,6 +1,7 @@
 //! Running pgcorral's own simple-protocol queries on a server between clients' requests: rows
-//! are collected, ParameterStatus updates the server's known parameters, and an error is
-//! returned as the server's own ErrorResponse (after its ReadyForQuery has been read).
+//! are collected, ParameterStatus updates the server's known parameters, notifications and
+//! notices are kept for the client, and an error is returned as the server's own
+//! ErrorResponse (after its ReadyForQuery has been read).
 
 use std::sync::Arc;
 
@@ -13,6 +14,11 @@ use crate::server::ServerConn;
 
 /// How long one of pgcorral's own queries may take before the server is given up.
 pub const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The most bytes of notifications and notices kept for a client while one of pgcorral's own
+/// queries runs (see [`ServerConn::held`]); beyond it the server is given up rather than
+/// lose one or buffer without bound.
+const MAX_HELD: usize = 16 << 20;
 
 /// Rows of text values (NULL as `None`).
 pub type Rows = Vec<Vec<Option<String>>>;
@@ -72,6 +78,17 @@ async fn run(server: &mut ServerConn, sql: &str) -> Result<Rows> {
                     raw.freeze(),
                     fields.code,
                 ));
+            }
+            backend::NOTIFICATION_RESPONSE | backend::NOTICE_RESPONSE => {
+                // Meant for the client that holds the server: kept for it, not dropped.
+                if server.held.len() + body.len() > MAX_HELD {
+                    server.state.broken = true;
+                    return Err(Error::new(
+                        Kind::ServerIo,
+                        "too many notifications arrived during pgcorral's session query",
+                    ));
+                }
+                pgwire::encode::message(&mut server.held, tag, |b| b.extend_from_slice(&body));
             }
             backend::READY_FOR_QUERY => {
                 server.state.tx = body

@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod exec;
+mod lex;
 pub mod scan;
 pub mod startup;
 
