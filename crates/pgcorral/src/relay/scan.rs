@@ -334,7 +334,9 @@ pub fn scan_client(
                     break;
                 }
                 Plan::Rewrite => {
-                    if h.tag == frontend::PARSE {
+                    if h.tag == frontend::PARSE || h.tag == frontend::QUERY {
+                        // A Parse's text, or an SQL PREPARE/EXECUTE/DEALLOCATE that pgcorral
+                        // carries out (an EXECUTE runs a statement: it taints).
                         mark(st, sql_effect(&buf[pos..], h));
                     }
                     let before = *st;
