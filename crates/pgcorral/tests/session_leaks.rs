@@ -173,10 +173,7 @@ async fn a_prepared_statement_changes_the_session_when_it_runs() {
     let a = pooler.connect("postgres", None, "postgres").await;
     let other = pooler.connect("postgres", None, "postgres").await;
     let role = a.prepare("select leak_plpgsql()").await.unwrap();
-    let custom = a
-        .prepare("select set_config($1, $2, false)")
-        .await
-        .unwrap();
+    let custom = a.prepare("select set_config($1, $2, false)").await.unwrap();
     assert_eq!(first_row(&other, VIEW).await, DEFAULT);
     a.query(&role, &[]).await.unwrap();
     a.query(&custom, &[&"app.tenant", &"9"]).await.unwrap();
