@@ -168,9 +168,9 @@ impl Tracked {
     }
 }
 
-/// The session pre-filter (it runs on every Query and Parse of pooled clients): a pgbench query
-/// and a longer one with joins, both ruled out by the quick look, and one the lexer reads to its
-/// end (a SELECT INTO TEMP).
+/// The session classifier (it runs on every Query and Parse of pooled clients): a pgbench query,
+/// ruled out by the quick look, and two the lexer reads to their end (a longer one with joins
+/// and a call of a built-in, a SELECT INTO TEMP).
 fn classify(c: &mut Criterion) {
     use pgcorral::session::scan::classify;
     let sql = b"SELECT abalance FROM pgbench_accounts WHERE aid = 48213;";
