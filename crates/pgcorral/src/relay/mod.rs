@@ -642,9 +642,8 @@ fn client_stop(s: &ClientScan) -> Option<Outcome> {
     } else if let Some(why) = s.refuse {
         Some(Outcome::Refused(why))
     } else {
-        s.bad_tag.map(|t| {
-            Outcome::ClientProtocol(format!("invalid frontend message type {}", t as char))
-        })
+        s.bad_tag
+            .map(|t| Outcome::ClientProtocol(format!("invalid frontend message type {t}")))
     }
 }
 
