@@ -391,17 +391,25 @@ async fn two_startup_messages_in_one_write_are_refused_at_once() {
             pg.port
         );
         let pooler = Pooler::start(&toml).await;
-        let two = |u: &str| [startup(u), startup(u)].concat();
-        let start = Instant::now();
-        let quiet = Duration::from_secs(20);
-        let (to_pg, to_pooler) = (two(direct), two(user));
-        let (to_pg, to_pooler): ([&[u8]; 1], [&[u8]; 1]) = ([&to_pg], [&to_pooler]);
-        let (direct, pooled) = tokio::join!(
-            exchange(pg.port, &to_pg, quiet),
-            exchange(pooler.port(), &to_pooler, quiet)
-        );
-        assert!(start.elapsed() < Duration::from_secs(10), "{auth}: slow");
-        assert_eq!(comparable(&pooled), comparable(&direct), "{auth}");
-        assert!(pooled.closed, "{auth}");
+        // With only a user name the second packet is short: its first five bytes, read as a
+        // message header, announce a body of a few kB, which never comes (the hang).
+        for short in [false, true] {
+            let two = |u: &str| match short {
+                false => [startup(u), startup(u)].concat(),
+                true => [startup_bytes(&[("user", u)]), startup_bytes(&[("user", u)])].concat(),
+            };
+            let start = Instant::now();
+            let quiet = Duration::from_secs(20);
+            let (to_pg, to_pooler) = (two(direct), two(user));
+            let (to_pg, to_pooler): ([&[u8]; 1], [&[u8]; 1]) = ([&to_pg], [&to_pooler]);
+            let (direct, pooled) = tokio::join!(
+                exchange(pg.port, &to_pg, quiet),
+                exchange(pooler.port(), &to_pooler, quiet)
+            );
+            let what = format!("{auth}, short {short}");
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}: slow");
+            assert_eq!(comparable(&pooled), comparable(&direct), "{what}");
+            assert!(pooled.closed, "{what}");
+        }
     }
 }
