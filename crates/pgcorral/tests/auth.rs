@@ -229,6 +229,78 @@ async fn scram_verifier_serves_clients_and_logs_in_to_a_scram_server() {
     );
 }
 
+/// SCRAM with non-ASCII plaintext passwords, SASLprep'd (RFC 4013) as PostgreSQL and libpq do,
+/// both ways: psql logs in to pgcorral, which holds the plaintext password, and pgcorral logs
+/// in to a SCRAM server, which stored PostgreSQL's verifier of it, with that password. The
+/// password is given in one Unicode form and typed in another: decomposed vs composed, ROMAN
+/// NUMERAL FOUR vs "IV", a no-break space vs a space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_plaintext_passwords_are_saslprepped_both_ways() {
+    let pg = Postgres::start_with(PgOptions {
+        auth: "scram-sha-256",
+        conf: String::new(),
+    });
+    // (the password in pgcorral's config and the server's, what the client types)
+    let cases = [
+        ("p\u{e4}ssw\u{f6}rd", "p\u{e4}ssw\u{f6}rd"),
+        ("pa\u{308}sswo\u{308}rd", "p\u{e4}ssw\u{f6}rd"),
+        ("\u{2163}", "IV"),
+        ("\u{2163}", "\u{2163}"),
+        ("pass\u{a0}word", "pass word"),
+    ];
+    for (i, (stored, typed)) in cases.into_iter().enumerate() {
+        let user = format!("u{i}");
+        pg.create_user(&user, stored);
+        let pooler = Pooler::start(&cfg(
+            &pg,
+            "scram-sha-256",
+            &format!("[users.{user}]\npassword = \"{stored}\""),
+        ))
+        .await;
+        let out = psql_current_user(pooler.port(), &user, Some(typed));
+        assert!(
+            out.status.success(),
+            "{stored:?} typed as {typed:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(stdout(&out).trim(), user);
+        assert_psql_refused(pooler.port(), &user, "p\u{e4}ssw\u{f6}rt");
+    }
+}
+
+/// A password that only looks like a stored hash (`md5pass`, a malformed verifier) is a
+/// plaintext password, as for PostgreSQL and PgBouncer: the config loads, clients log in with
+/// it (SCRAM and md5), and pgcorral logs in to a SCRAM server with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_that_only_look_like_hashes_are_plaintext() {
+    let pg = Postgres::start_with(PgOptions {
+        auth: "scram-sha-256",
+        conf: String::new(),
+    });
+    for (i, password) in ["md5pass", "SCRAM-SHA-256$4096:c2FsdA==$a:b"]
+        .into_iter()
+        .enumerate()
+    {
+        let user = format!("h{i}");
+        pg.create_user(&user, password);
+        for auth in ["scram-sha-256", "md5"] {
+            let pooler = Pooler::start(&cfg(
+                &pg,
+                auth,
+                &format!("[users.{user}]\npassword = \"{password}\""),
+            ))
+            .await;
+            assert_psql_ok(pooler.port(), &user, Some(password));
+            assert_eq!(
+                current_user(&pooler, &user, Some(password)).await,
+                user,
+                "{auth}"
+            );
+            assert_psql_refused(pooler.port(), &user, "md5");
+        }
+    }
+}
+
 /// pgcorral logs in to a server using `method` for role app: right password works, a wrong one
 /// gives the client the server's 28P01 promptly.
 async fn server_method(method: &'static str, md5_storage: bool) {

@@ -2,7 +2,8 @@
 //! real drivers: pgbench `-M prepared` (200 clients over 10 servers; 64 for the TPC-B-like
 //! script), and, 40 connections over 4 servers each, asyncpg with its statement cache on, psycopg 3 with `prepare_threshold=0`, and
 //! node-postgres named queries. Each driver prepares named statements on the server its client
-//! happens to hold and uses them again in later transactions, on other servers.
+//! happens to hold and uses them again in later transactions, on other servers. Also
+//! node-postgres' quick disconnect, which must get no error.
 //!
 //! The driver scripts are in tests/drivers/ (see the top of each): they check every result,
 //! print one line `<driver> ok: ...` and exit 0, or print the errors and exit 1. Server
@@ -350,6 +351,38 @@ async fn psycopg_prepare_threshold_0_40_connections_over_4_servers() {
 async fn node_postgres_named_queries_40_clients_over_4_servers() {
     require_node_pg();
     driver_through_small_pool("node-postgres", node(), "pg_named.js").await;
+}
+
+/// node-postgres' quick disconnect (`connect()` then `end()` at once: a Terminate where the
+/// StartupMessage belongs): pgcorral closes without a word, as PostgreSQL does, so the driver
+/// sees no error (before, it got "invalid startup packet").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_postgres_quick_disconnect_gets_no_error() {
+    require_node_pg();
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&config(&pg, "postgres", "")).await;
+    let mut c = Command::new(node());
+    c.current_dir(DRIVERS)
+        .arg("pg_quick_disconnect.js")
+        .args(["--host", "127.0.0.1", "--port", &pooler.port().to_string()])
+        .args([
+            "--user",
+            "postgres",
+            "--database",
+            "postgres",
+            "--rounds",
+            "20",
+        ])
+        .env_remove("PGPASSWORD")
+        .stdin(Stdio::null());
+    let out = run_blocking(c, "pg_quick_disconnect.js").await;
+    assert!(
+        out.status.success() && stdout(&out).contains("quick disconnect ok"),
+        "{}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        stdout(&out),
+        stderr(&out)
+    );
 }
 
 /// psycopg's pipeline mode and executemany end with Sync then Flush: afterwards the idle

@@ -60,6 +60,10 @@ pub(super) async fn admit(
     };
     let (minor, params) = match opening {
         Opening::Closed => return None,
+        Opening::Ended(e) => {
+            tracing::info!(peer = %client.peer, error = %e, "client startup refused");
+            return None;
+        }
         Opening::Cancel { pid, secret } => {
             let wait = millis_opt(services.config.load().general.cancel_wait_timeout);
             services.cancel.cancel(pid, secret, wait).await;

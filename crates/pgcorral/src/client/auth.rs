@@ -8,7 +8,7 @@ use pgwire::{encode, frontend};
 
 use crate::config::{AuthType, Config};
 use crate::error::{Error, Kind, Result};
-use crate::net::framed::{read_message, ReadError};
+use crate::net::framed::{next_tag, read_message, ReadError};
 use crate::net::stream::Stream;
 
 /// Largest password or SASL message accepted during login.
@@ -161,16 +161,22 @@ async fn send(stream: &mut Stream, out: &mut BytesMut) -> Result<()> {
     Ok(())
 }
 
-async fn read_password(stream: &mut Stream, buf: &mut BytesMut) -> Result<BytesMut> {
-    match read_message(stream, buf, MAX_AUTH_MESSAGE).await {
-        Ok((frontend::PASSWORD, body)) => Ok(body),
-        Ok((tag, _)) => Err(Error::new(
+/// Reads the client's answer to an authentication request: a PasswordMessage (or SASL
+/// response), `what` naming it in PostgreSQL's error for another message type, which is
+/// refused as soon as its first byte is read.
+async fn read_password(stream: &mut Stream, buf: &mut BytesMut, what: &str) -> Result<BytesMut> {
+    let tag = match next_tag(stream, buf).await {
+        Ok(tag) => tag,
+        Err(e) => return Err(Error::with_source(Kind::ClientIo, "reading password", e)),
+    };
+    if tag != frontend::PASSWORD {
+        return Err(Error::new(
             Kind::ClientProtocol,
-            format!(
-                "expected a password response, got message type {}",
-                tag as char
-            ),
-        )),
+            format!("expected {what} response, got message type {tag}"),
+        ));
+    }
+    match read_message(stream, buf, MAX_AUTH_MESSAGE).await {
+        Ok((_, body)) => Ok(body),
         // A bad length or an oversized message is the client breaking the protocol (08P01),
         // not a failed connection.
         Err(e @ (ReadError::Frame(_) | ReadError::Startup(_))) => Err(Error::new(
@@ -191,7 +197,7 @@ async fn md5(
     let salt: [u8; 4] = rand::random();
     encode::auth_md5(out, salt);
     send(stream, out).await?;
-    let body = read_password(stream, buf).await?;
+    let body = read_password(stream, buf, "password").await?;
     let response = pgwire::frontend::query_text(&body).unwrap_or("");
     let stored = match password {
         Some(p) if pgwire::auth::md5::is_stored_hash(p) => p.to_string(),
@@ -221,7 +227,7 @@ async fn scram(
     send(stream, out).await?;
 
     // SASLInitialResponse: mechanism name, Int32 length, data.
-    let body = read_password(stream, buf).await?;
+    let body = read_password(stream, buf, "SASL").await?;
     let malformed = || Error::new(Kind::ClientProtocol, "malformed SASLInitialResponse");
     let nul = body.iter().position(|&b| b == 0).ok_or_else(malformed)?;
     server.select_mechanism(&body[..nul]).map_err(|_| {
@@ -237,7 +243,7 @@ async fn scram(
     encode::auth_sasl_continue(out, &first);
     send(stream, out).await?;
 
-    let body = read_password(stream, buf).await?;
+    let body = read_password(stream, buf, "SASL").await?;
     let outcome = server
         .client_final(&body)
         .map_err(|e| scram_error(e, "SCRAM client-final-message", user))?;

@@ -39,6 +39,15 @@ pub(super) fn next_request<'a>(
                 client.pass -= n;
             }
             if client.pass == 0 {
+                // The type is checked before the length, as PostgreSQL does.
+                if let Some(&tag) = client.buf.first() {
+                    if matches!(frontend::kind(tag), FeKind::Unknown) {
+                        return Err(Error::new(
+                            Kind::ClientProtocol,
+                            format!("invalid frontend message type {tag}"),
+                        ));
+                    }
+                }
                 match Header::parse(&client.buf, client.max_len) {
                     Err(e) => return Err(Error::new(Kind::ClientProtocol, e.to_string())),
                     Ok(Some(h)) => match frontend::kind(h.tag) {
@@ -56,12 +65,6 @@ pub(super) fn next_request<'a>(
                             client.buf.advance(pgwire::header::HEADER_LEN);
                             client.pass = h.body_len();
                             continue;
-                        }
-                        FeKind::Unknown => {
-                            return Err(Error::new(
-                                Kind::ClientProtocol,
-                                format!("invalid frontend message type {}", h.tag as char),
-                            ))
                         }
                         _ => return Ok(Some(())),
                     },

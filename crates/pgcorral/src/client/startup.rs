@@ -1,9 +1,12 @@
-//! The client's first packets: SSLRequest (TLS, when client_tls_sslmode allows it) or a TLS
-//! ClientHello straight away (PostgreSQL 17's direct TLS, ALPN "postgresql"), GSSENCRequest
-//! (declined), CancelRequest (handed to the cancel map), and the StartupMessage.
+//! The client's first packets, answered as PostgreSQL 15 answers them: SSLRequest (TLS, when
+//! client_tls_sslmode allows it) or a TLS ClientHello straight away (PostgreSQL 17's direct TLS,
+//! ALPN "postgresql"), GSSENCRequest (declined, as by a PostgreSQL built without GSSAPI),
+//! CancelRequest (handed to the cancel map), and the StartupMessage. Each of SSLRequest and
+//! GSSENCRequest may come once (neither after TLS); a packet PostgreSQL closes the connection on
+//! without a word (a bad length, a short CancelRequest, the client leaving mid-packet) gets none.
 
 use bytes::BytesMut;
-use pgwire::startup::{self, StartupPacket};
+use pgwire::startup::{self, StartupError, StartupPacket};
 
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_startup, ReadError};
@@ -13,6 +16,9 @@ use crate::tls::{ClientSide, ALPN};
 /// First byte of a TLS record carrying a handshake message (a ClientHello, from a client that
 /// speaks TLS without asking first).
 const TLS_HANDSHAKE: u8 = 0x16;
+
+/// PostgreSQL's detail for plaintext bytes that came with an SSLRequest or GSSENCRequest.
+const INJECTED: &str = "This could be either a client-software bug or evidence of an attempted man-in-the-middle attack.";
 
 /// What the client asked for.
 pub enum Opening {
@@ -27,10 +33,43 @@ pub enum Opening {
     },
     /// Closed before asking anything (a port probe, or a client giving up after 'N').
     Closed,
+    /// The connection ends here, as PostgreSQL ends it: whatever it answers has been sent
+    /// (often nothing); the error is for the log.
+    Ended(Error),
 }
 
 fn io_error(e: std::io::Error) -> Error {
     Error::with_source(Kind::ClientIo, "write", e)
+}
+
+/// Sends PostgreSQL's FATAL for a refused startup packet (with `detail` when it has one) and
+/// ends the connection.
+async fn refuse(stream: &mut Stream, e: Error, detail: Option<&str>) -> Opening {
+    let mut out = BytesMut::new();
+    let detail: Vec<(u8, &str)> = detail.map(|d| (b'D', d)).into_iter().collect();
+    pgwire::encode::error_response_with(&mut out, "FATAL", e.sqlstate(), e.message(), &detail);
+    let _ = stream.send(&out).await;
+    Opening::Ended(e)
+}
+
+/// A refused startup packet, answered (or not) as PostgreSQL answers it.
+async fn refused(stream: &mut Stream, e: StartupError) -> Opening {
+    let err = |kind| Error::new(kind, e.to_string());
+    match e {
+        // A protocol major below 3 is answered in the format of protocol 2, as PostgreSQL
+        // does (its error text, no length word).
+        StartupError::UnsupportedProtocol(v) if (v as u32) >> 16 < 3 => {
+            let mut out = BytesMut::from(&b"E"[..]);
+            out.extend_from_slice(format!("FATAL:  {e}\n\0").as_bytes());
+            let _ = stream.send(&out).await;
+            Opening::Ended(err(Kind::NotSupported))
+        }
+        StartupError::UnsupportedProtocol(_) => refuse(stream, err(Kind::NotSupported), None).await,
+        StartupError::Layout => refuse(stream, err(Kind::ClientProtocol), None).await,
+        StartupError::BadLength(_) | StartupError::ShortCancel => {
+            Opening::Ended(err(Kind::ClientProtocol))
+        }
+    }
 }
 
 /// Reads packets until the client opens a session or sends a cancel; SSLRequest and direct TLS
@@ -40,61 +79,82 @@ pub async fn open(
     buf: &mut BytesMut,
     tls: Option<&ClientSide>,
 ) -> Result<Opening> {
-    loop {
-        if let (Some(side), true) = (tls, !stream.is_tls()) {
-            // Direct TLS is recognised by its first byte, once something has been read.
-            if buf.is_empty() {
-                match crate::net::framed::fill_some(stream, buf).await {
-                    Ok(()) => {}
-                    Err(ReadError::Closed) => return Ok(Opening::Closed),
-                    Err(e) => {
-                        return Err(Error::with_source(Kind::ClientIo, "read", e));
-                    }
-                }
-            }
-            if buf[0] == TLS_HANDSHAKE {
-                let pre = buf.split();
-                handshake(stream, pre, side, true).await?;
-                continue;
+    // PostgreSQL's ssl_done and gss_done: each request is answered once, TLS ends both.
+    let (mut ssl_done, mut gss_done) = (false, false);
+    if let Some(side) = tls.filter(|_| !stream.is_tls()) {
+        // Direct TLS is recognised by the first byte of the connection.
+        match crate::net::framed::fill_some(stream, buf).await {
+            Ok(()) => {}
+            Err(ReadError::Closed) => return Ok(Opening::Closed),
+            Err(e) => {
+                return Ok(Opening::Ended(Error::with_source(
+                    Kind::ClientIo,
+                    "read",
+                    e,
+                )))
             }
         }
+        if buf[0] == TLS_HANDSHAKE {
+            let pre = buf.split();
+            if let Err(e) = handshake(stream, pre, side, true).await {
+                return Ok(Opening::Ended(e));
+            }
+            (ssl_done, gss_done) = (true, true);
+        }
+    }
+    loop {
         let packet = match read_startup(stream, buf).await {
             Ok(p) => p,
             Err(ReadError::Closed) => return Ok(Opening::Closed),
+            // PostgreSQL only logs "incomplete startup packet" or a bad length.
+            Err(ReadError::Startup(e)) => return Ok(refused(stream, e).await),
             Err(e) => {
-                return Err(Error::with_source(
-                    Kind::ClientProtocol,
-                    "invalid startup packet",
-                    e,
-                ))
+                let e = Error::with_source(Kind::ClientProtocol, "incomplete startup packet", e);
+                return Ok(Opening::Ended(e));
             }
         };
-        match startup::parse(&packet) {
-            Ok(StartupPacket::SslRequest) if tls.is_some() && !stream.is_tls() => {
+        let parsed = match startup::parse(&packet) {
+            Ok(StartupPacket::SslRequest) if ssl_done => {
+                Err(StartupError::UnsupportedProtocol(startup::SSL_REQUEST_CODE))
+            }
+            Ok(StartupPacket::GssEncRequest) if gss_done => Err(StartupError::UnsupportedProtocol(
+                startup::GSSENC_REQUEST_CODE,
+            )),
+            other => other,
+        };
+        match parsed {
+            Ok(StartupPacket::SslRequest) => {
+                ssl_done = true;
+                match tls.filter(|_| !stream.is_tls()) {
+                    Some(side) => {
+                        stream.send(b"S").await.map_err(io_error)?;
+                        // Bytes that came with the SSLRequest stay aside, unencrypted: refused
+                        // over TLS once it is up, as PostgreSQL does.
+                        if let Err(e) = handshake(stream, BytesMut::new(), side, false).await {
+                            return Ok(Opening::Ended(e));
+                        }
+                        gss_done = true;
+                    }
+                    None => stream.send(b"N").await.map_err(io_error)?,
+                }
                 if !buf.is_empty() {
-                    return Err(Error::new(
+                    let e = Error::new(
                         Kind::ClientProtocol,
                         "received unencrypted data after SSL request",
-                    ));
+                    );
+                    return Ok(refuse(stream, e, Some(INJECTED)).await);
                 }
-                stream.send(b"S").await.map_err(io_error)?;
-                handshake(stream, BytesMut::new(), tls.expect("checked"), false).await?;
             }
-            Ok(StartupPacket::SslRequest) if stream.is_tls() => {
-                return Err(Error::new(
-                    Kind::ClientProtocol,
-                    "SSLRequest over a TLS connection",
-                ));
-            }
-            Ok(StartupPacket::SslRequest) | Ok(StartupPacket::GssEncRequest) => {
-                if !buf.is_empty() {
-                    // Bytes after SSLRequest before our answer: a client speaking TLS blind.
-                    return Err(Error::new(
-                        Kind::ClientProtocol,
-                        "received unencrypted data after SSL request",
-                    ));
-                }
+            Ok(StartupPacket::GssEncRequest) => {
+                gss_done = true;
                 stream.send(b"N").await.map_err(io_error)?;
+                if !buf.is_empty() {
+                    let e = Error::new(
+                        Kind::ClientProtocol,
+                        "received unencrypted data after GSSAPI encryption request",
+                    );
+                    return Ok(refuse(stream, e, Some(INJECTED)).await);
+                }
             }
             Ok(StartupPacket::Cancel { pid, secret }) => {
                 return Ok(Opening::Cancel { pid, secret })
@@ -102,13 +162,7 @@ pub async fn open(
             Ok(StartupPacket::Startup { minor, params }) => {
                 return Ok(Opening::Session { minor, params })
             }
-            Err(e) => {
-                return Err(Error::with_source(
-                    Kind::ClientProtocol,
-                    "invalid startup packet",
-                    e,
-                ))
-            }
+            Err(e) => return Ok(refused(stream, e).await),
         }
     }
 }
@@ -128,7 +182,9 @@ async fn handshake(
         .acceptor
         .accept(Sock::new(tcp, pre))
         .await
-        .map_err(|e| Error::with_source(Kind::ClientProtocol, "TLS handshake failed", e))?;
+        .map_err(|e| {
+            Error::with_source(Kind::ClientProtocol, "could not accept SSL connection", e)
+        })?;
     if direct && tls.get_ref().1.alpn_protocol() != Some(ALPN) {
         return Err(Error::new(
             Kind::ClientProtocol,
@@ -152,7 +208,8 @@ pub fn negotiate(out: &mut BytesMut, minor: u16, params: &[(String, String)]) {
     }
     pgwire::encode::message(out, pgwire::backend::NEGOTIATE_PROTOCOL_VERSION, |b| {
         use bytes::BufMut;
-        b.put_i32(0);
+        // The newest version supported, whole (3.0), as PostgreSQL sends it.
+        b.put_i32(startup::PROTOCOL_3_0);
         b.put_i32(unknown.len() as i32);
         for k in unknown {
             b.put_slice(k.as_bytes());

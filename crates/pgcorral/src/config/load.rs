@@ -73,11 +73,13 @@ pub fn embedded_default(env: impl Fn(&str) -> Option<String>) -> Result<Config, 
     };
     let password = var("PGPASSWORD");
     if let Some(pw) = &password {
-        if pw.starts_with("md5") || pw.starts_with("SCRAM-SHA-256$") {
+        if pgwire::auth::md5::is_stored_hash(pw)
+            || pgwire::auth::scram::ScramSecret::parse(pw).is_some()
+        {
             return Err(ConfigError(
-                "PGPASSWORD: starts with \"md5\" or \"SCRAM-SHA-256$\", which pgcorral would read \
-                 as a stored hash or verifier; the embedded default needs the plaintext password \
-                 (or write a config file)"
+                "PGPASSWORD: has the form of an MD5 hash or a SCRAM verifier, which pgcorral would \
+                 read as one; the embedded default needs the plaintext password (or write a \
+                 config file)"
                     .into(),
             ));
         }
@@ -292,10 +294,13 @@ mod tests {
         assert_eq!(cfg.users.keys().collect::<Vec<_>>(), ["app"]);
         assert_eq!(cfg.databases["*"].user.as_deref(), Some("app"));
 
-        let err = embedded_default(env(&[("PGPASSWORD", "md5abc")]))
+        let hash = pgwire::auth::md5::stored_hash("postgres", "pw");
+        let err = embedded_default(env(&[("PGPASSWORD", &hash)]))
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("PGPASSWORD:"), "{err}");
+        // Not a hash's exact form: a plaintext password like any other.
+        embedded_default(env(&[("PGPASSWORD", "md5abc")])).unwrap();
     }
 
     #[test]

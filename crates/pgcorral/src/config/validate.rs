@@ -199,44 +199,32 @@ fn tls(g: &super::General, errs: &mut Vec<String>) {
     }
 }
 
-/// What a `password` value is, by its prefix.
-enum Secret<'a> {
+/// What a `password` value is.
+enum Secret {
     Plain,
-    Md5(&'a str),
-    Scram(&'a str),
+    Md5,
+    Scram,
 }
 
-fn classify(password: &str) -> Secret<'_> {
-    if password.starts_with("SCRAM-SHA-256$") {
-        Secret::Scram(password)
-    } else if password.starts_with("md5") {
-        Secret::Md5(password)
+/// What a configured password is, as PostgreSQL's `get_password_type` decides: an MD5 hash
+/// only in its exact form (`md5` and 32 lowercase hex digits), a SCRAM verifier only when it
+/// parses as one, and anything else plaintext (`md5pass` is a plaintext password, as for
+/// PostgreSQL and PgBouncer).
+fn classify(password: &str) -> Secret {
+    if md5::is_stored_hash(password) {
+        Secret::Md5
+    } else if ScramSecret::parse(password).is_some() {
+        Secret::Scram
     } else {
         Secret::Plain
     }
 }
 
-/// Checks the form of a stored secret; `key` is e.g. `users.app.password`.
+/// Checks a stored secret; `key` is e.g. `users.app.password`. Any non-empty text is a
+/// password of some form (see [`classify`]).
 fn check_secret_form(key: &str, password: &str, errs: &mut Vec<String>) {
     if password.is_empty() {
         errs.push(format!("{key}: must not be empty"));
-        return;
-    }
-    match classify(password) {
-        Secret::Plain => {}
-        Secret::Md5(h) if md5::is_stored_hash(h) => {}
-        Secret::Md5(_) => errs.push(format!(
-            "{key}: starts with \"md5\" but is not \"md5\" followed by 32 lowercase hex digits \
-             (a stored MD5 hash); a plaintext password cannot start with \"md5\""
-        )),
-        Secret::Scram(v) => {
-            if ScramSecret::parse(v).is_none() {
-                errs.push(format!(
-                    "{key}: starts with \"SCRAM-SHA-256$\" but is not a valid verifier \
-                     (SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>, base64)"
-                ));
-            }
-        }
     }
 }
 
@@ -293,7 +281,7 @@ fn check_database(name: &str, db: &Database, errs: &mut Vec<String>) {
     }
     if let Some(pw) = &db.password {
         let key = format!("databases.{name}.password");
-        if matches!(classify(pw), Secret::Scram(_)) {
+        if matches!(classify(pw), Secret::Scram) {
             errs.push(format!(
                 "{key}: a SCRAM verifier cannot log in to a server; give the plaintext password"
             ));
@@ -374,7 +362,7 @@ fn check_servers(name: &str, db: &Database, errs: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::super::from_toml_str;
-    use super::ScramSecret;
+    use super::{classify, ScramSecret, Secret};
 
     /// Asserts `toml` is refused with a message containing every one of `needles`.
     fn refused(toml: &str, needles: &[&str]) {
@@ -548,14 +536,18 @@ mod tests {
             &user(&md5, "scram-sha-256"),
             &["users.app.password: an md5 hash"],
         );
-        refused(
-            &user("md5nothex", "md5"),
-            &["users.app.password: starts with \"md5\""],
-        );
-        refused(
-            &user(&md5.to_uppercase().replace("MD5", "md5"), "md5"),
-            &["users.app.password:"],
-        );
+        // Not a hash's exact form: a plaintext password, as for PostgreSQL and PgBouncer.
+        for plain in [
+            "md5pass",
+            "md5nothex",
+            &md5.to_uppercase().replace("MD5", "md5"),
+        ] {
+            for auth in ["md5", "scram-sha-256"] {
+                let c = from_toml_str(&user(plain, auth)).unwrap();
+                assert!(matches!(classify(plain), Secret::Plain), "{plain}");
+                assert_eq!(c.users["app"].password.as_deref(), Some(plain));
+            }
+        }
         refused(&user("", "md5"), &["users.app.password: must not be empty"]);
         refused(
             "[users.app]\npassword = \"x\"\npool_size = 0\n",
@@ -590,12 +582,14 @@ mod tests {
         );
         from_toml_str(&db(&format!("user = \"u\"\npassword = \"{md5}\""))).unwrap();
         from_toml_str(&db("password = \"shared\"")).unwrap();
+        from_toml_str(&db("user = \"u\"\npassword = \"md5zz\"")).unwrap();
+        from_toml_str(&db(
+            "user = \"u\"\npassword = \"SCRAM-SHA-256$4096:c2FsdA==$a:b\"",
+        ))
+        .unwrap();
+        let verifier = ScramSecret::from_password("pw", b"0123456789abcdef", 4096).to_verifier();
         refused(
-            &db("user = \"u\"\npassword = \"md5zz\""),
-            &["databases.bench.password: starts with \"md5\""],
-        );
-        refused(
-            &db("user = \"u\"\npassword = \"SCRAM-SHA-256$4096:c2FsdA==$a:b\""),
+            &db(&format!("user = \"u\"\npassword = \"{verifier}\"")),
             &["databases.bench.password: a SCRAM verifier cannot log in"],
         );
         for reserved in ["pgbouncer", "pgcorral"] {
@@ -641,10 +635,9 @@ mod tests {
             "SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$short:short",
             "SCRAM-SHA-256$many:W22ZaJ0SNY7soEsUEjb6gQ==$WG5d8oPm3OtcPnkdi4Uo7BkeZkBFzpcXkuLmtbsT4qY=:wfPLwcE6nTWhTAmQ7tl2KeoiWGPlZqQxSrmfPwDl2dU=",
         ] {
-            refused(
-                &user(bad, "scram-sha-256"),
-                &["users.app.password: starts with \"SCRAM-SHA-256$\" but is not a valid verifier"],
-            );
+            // Not a verifier's exact form: a plaintext password, as for PostgreSQL.
+            from_toml_str(&user(bad, "scram-sha-256")).unwrap();
+            assert!(matches!(classify(bad), Secret::Plain), "{bad}");
         }
     }
 }

@@ -57,6 +57,16 @@ pub async fn fill_some<S: AsyncRead + Unpin>(
     fill(stream, buf, buf.len() + 1).await
 }
 
+/// The type byte of the next message, as soon as it is buffered: PostgreSQL refuses a message
+/// of the wrong type before it reads its length.
+pub async fn next_tag<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+) -> Result<u8, ReadError> {
+    fill(stream, buf, 1).await?;
+    Ok(buf[0])
+}
+
 /// Reads one tagged message; returns its tag and body.
 pub async fn read_message<S: AsyncRead + Unpin>(
     stream: &mut S,
@@ -77,6 +87,9 @@ pub async fn read_startup<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut BytesMut,
 ) -> Result<BytesMut, ReadError> {
+    // Room for what the client sent along with the packet, read with it as PostgreSQL reads
+    // it (into its receive buffer): bytes after an SSLRequest must be seen to be refused.
+    buf.reserve(1024);
     fill(stream, buf, 4).await?;
     let len = pgwire::startup::packet_len(buf)
         .map_err(ReadError::Startup)?

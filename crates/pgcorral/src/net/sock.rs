@@ -125,6 +125,18 @@ impl<S: Fd> Socket<S> {
         })
     }
 
+    /// One read into `buf`'s spare room now, whatever the readiness says (it is refreshed only
+    /// when the worker looks for events, which a relay kept busy by the other side may not let
+    /// it do for a while); `None` when the socket has nothing. Registers nothing and leaves the
+    /// readiness as it is.
+    #[inline]
+    pub fn try_read_now(&self, buf: &mut BytesMut) -> Option<io::Result<usize>> {
+        match recv_into(&self.io, buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            r => Some(r),
+        }
+    }
+
     /// Waits for readability, then reads once with `recv`, which returns the count and the room
     /// it had; readiness is cleared as [`Socket::poll_read_into`] says.
     #[inline]

@@ -240,6 +240,17 @@ impl Stream {
         }
     }
 
+    /// One read into `buf`'s spare room now on a plaintext socket, whatever its readiness says
+    /// (see [`super::sock::Socket::try_read_now`]); `None` when it has nothing, or over TLS.
+    #[inline]
+    pub fn try_read_now(&mut self, buf: &mut BytesMut) -> Option<io::Result<usize>> {
+        match self {
+            Stream::Plain(s) => s.try_read_now(buf),
+            Stream::Unix(s) => s.try_read_now(buf),
+            _ => None,
+        }
+    }
+
     /// Whether the socket's readiness says a read would find something (data, the peer's
     /// close or an error), without registering for it; `None` over TLS, whose session may hold
     /// bytes already read.

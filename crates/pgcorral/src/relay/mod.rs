@@ -576,7 +576,22 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 client.pass -= take;
                 c_ready = take;
             }
-            Event::FromClient(Ok(n)) if n > 0 => c_again = true,
+            Event::FromClient(Ok(n)) if n > 0 => {
+                c_again = true;
+                // A read that filled the buffer leaves the client's readiness set: the relay goes
+                // on forwarding without waiting, so the worker does not look for events, and
+                // the server's readiness would not show what it sent meanwhile (an error in the
+                // middle of a long pipeline would wait for the client to stop sending). Its
+                // socket is read straight then, once per such read.
+                if read_server && client.buf.len() == client.buf.capacity() {
+                    reserve(&mut server.rbuf);
+                    match server.stream.try_read_now(&mut server.rbuf) {
+                        None => {}
+                        Some(Ok(n)) if n > 0 => s_again = true,
+                        Some(_) => s_stop = Some(server_gone(server, fatal_seen)),
+                    }
+                }
+            }
             Event::FromClient(_) => c_stop = Some(client_gone(client)),
         }
     }
@@ -642,9 +657,8 @@ fn client_stop(s: &ClientScan) -> Option<Outcome> {
     } else if let Some(why) = s.refuse {
         Some(Outcome::Refused(why))
     } else {
-        s.bad_tag.map(|t| {
-            Outcome::ClientProtocol(format!("invalid frontend message type {}", t as char))
-        })
+        s.bad_tag
+            .map(|t| Outcome::ClientProtocol(format!("invalid frontend message type {t}")))
     }
 }
 

@@ -294,6 +294,13 @@ pub fn scan_client(
         if !skip_body(buf.len(), &mut pos, pass) {
             break;
         }
+        // The type is checked before the length, as PostgreSQL does.
+        if let Some(&tag) = buf.get(pos) {
+            if matches!(frontend::kind(tag), FeKind::Unknown) {
+                out.bad_tag = Some(tag);
+                break;
+            }
+        }
         let Some(h) = Header::parse(&buf[pos..], max)? else {
             break;
         };

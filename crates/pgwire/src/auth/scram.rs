@@ -12,12 +12,10 @@
 //! one-shot: once a step has failed (or the exchange has finished), later steps return
 //! [`ScramError::OutOfOrder`].
 //!
-//! SASLprep: PostgreSQL applies SASLprep (RFC 4013) to the password and falls back to the raw
-//! bytes when the password is not valid for it. SASLprep leaves every ASCII password as it is
-//! (either unchanged, or rejected and so used raw), so for ASCII passwords using the bytes as is
-//! is exactly what PostgreSQL does. Non-ASCII passwords are used unnormalized here, which matches
-//! PostgreSQL whenever the password is already in NFKC form and contains none of the characters
-//! SASLprep maps (non-ASCII spaces, soft hyphen, zero-width characters and the like).
+//! SASLprep: a plaintext password is prepared with SASLprep (RFC 4013, the `stringprep`
+//! crate) before it is hashed, on both sides, as PostgreSQL's backend and libpq do; where
+//! SASLprep refuses the password (a prohibited or unassigned character, bad bidirectional text,
+//! nothing left after mapping) its bytes are used as they are, as PostgreSQL does too.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -154,9 +152,19 @@ fn ct_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// ClientKey and ServerKey from a password (see the module comment about SASLprep).
+/// The password as SCRAM hashes it: SASLprep'd, or as it is where SASLprep refuses it
+/// (PostgreSQL's `pg_saslprep` also refuses a password that mapping leaves empty).
+pub fn saslprep(password: &str) -> std::borrow::Cow<'_, str> {
+    match stringprep::saslprep(password) {
+        Ok(p) if !p.is_empty() || password.is_empty() => p,
+        _ => std::borrow::Cow::Borrowed(password),
+    }
+}
+
+/// ClientKey and ServerKey from a password (SASLprep'd, see [`saslprep`]).
 fn keys_from_password(password: &str, salt: &[u8], iterations: u32) -> ([u8; 32], [u8; 32]) {
     let mut salted = [0u8; 32];
+    let password = saslprep(password);
     pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), salt, iterations, &mut salted);
     let client_key = hmac(&salted, &[b"Client Key"]);
     let server_key = hmac(&salted, &[b"Server Key"]);
@@ -242,12 +250,9 @@ impl ScramSecret {
         })
     }
 
-    /// Derives a secret from a plaintext password (SASLprep is applied as PostgreSQL does:
-    /// if the password is not valid for SASLprep it is used as is).
-    ///
-    /// See the module comment: only ASCII passwords are guaranteed to match PostgreSQL; other
-    /// passwords are used unnormalized. `iterations` of 0 is taken as 1 (PBKDF2 needs at least
-    /// one round, and a verifier with 0 would not parse).
+    /// Derives a secret from a plaintext password, SASLprep'd as PostgreSQL does (if the
+    /// password is not valid for SASLprep it is used as is; see [`saslprep`]). `iterations` of
+    /// 0 is taken as 1 (PBKDF2 needs at least one round, and a verifier with 0 would not parse).
     pub fn from_password(password: &str, salt: &[u8], iterations: u32) -> ScramSecret {
         let iterations = iterations.max(1);
         let (client_key, server_key) = keys_from_password(password, salt, iterations);

@@ -942,3 +942,36 @@ proptest! {
         let _ = server.select_mechanism(&mech);
     }
 }
+
+/// Verifiers made by PostgreSQL 15 (`CREATE ROLE ... PASSWORD`, password_encryption =
+/// scram-sha-256) for non-ASCII passwords: SASLprep normalizes (NFKC), maps non-ASCII spaces to
+/// a space and drops soft hyphens; a password SASLprep refuses (a private-use character, or
+/// nothing left after mapping) is hashed as it is. The same secret must come out here.
+#[test]
+fn saslprep_as_postgresql() {
+    let cases = [
+        ("p\u{e4}ssw\u{f6}rd", "SCRAM-SHA-256$4096:Ci6JU1yXcvD5ekpFZQpzrg==$GFTjxXhVpdejJfGlSYZZuiWxdt0hAFuZe+7xKNey7Gs=:82GqaXuk8nOn+G9jb25h0dosHZZk7LcXrwW6wHpSgsQ="),
+        ("pa\u{308}sswo\u{308}rd", "SCRAM-SHA-256$4096:kCGx1Vh/5vkFoZ3EeYdFdg==$5oN3aS8Hwxm6zlqkM3q8mOyI296IBqvYcLAuD+BeJlg=:A1hQzHhJF8n9pQ9ciNICHsJdd6LMIgIgZ1XBGK7AAo4="),
+        ("a\u{a0}b", "SCRAM-SHA-256$4096:GqGAB8A91Igz6f74McuH1w==$YJukSQcJ20N0cKqem237MCf5olXNVTA75/xWbP+hpSQ=:OZzizLZgDTy6bUFcfnLkfz8/GW6CEejpdHmacfzLrvs="),
+        ("\u{ad}", "SCRAM-SHA-256$4096:4Dtix5Oy9gxnOt9Ug/nJog==$h0NSJ2QEaK6DP5CMG1TmJwphEfyPHNipNtwZun3kQUI=:/fm6Rc/SSEn33c3oZt2RKy1ce/5uweCiPVT+HcfpbWE="),
+        ("a\u{e000}b", "SCRAM-SHA-256$4096:1V/QXegoDS9g5XUOUiggoQ==$PIpz9yTNLMM/DtV/yNML5o7c1G4U/ra2338EgwLIRNw=:YoAgvOsw2ukr77RwwsaDhJTskTDAMe/0L5+J15JiD6Q="),
+        ("\u{2163}", "SCRAM-SHA-256$4096:I6ZGJ3H0V/HyDn07GM9FLQ==$ZcMePxVu66Q0Cht8DIX6tjSEUyVHrtEwRdQDi0ZgrK8=:wm3BVNIJkmqvtCajKQC9u26G1BkPa8L7GzDqDXcISHg="),
+        ("pass\u{ad}word", "SCRAM-SHA-256$4096:XZTUqictWI9Sq1ALb2TNnw==$lPtmQKMu/PLTxS8QCvRhLhIpoSSTNoBm56wmUHu/4eM=:1n8SneToYzVujl2aIlgOwWs8oUJsO3gmbppNpTduw/Q="),
+    ];
+    for (password, verifier) in cases {
+        let pg = ScramSecret::parse(verifier).unwrap();
+        let ours = ScramSecret::from_password(password, &pg.salt, pg.iterations);
+        assert_eq!(ours.to_verifier(), verifier, "{password:?}");
+    }
+    // The client side hashes the same way: a client with the password logs in against
+    // PostgreSQL's verifier; ROMAN NUMERAL FOUR is "IV" after SASLprep, and either spelling works.
+    let (_, roman) = cases[5];
+    for password in ["\u{2163}", "IV"] {
+        let mut server = ScramServer::new(ScramSecret::parse(roman).unwrap());
+        let mut client = ScramClient::new(password);
+        exchange(&mut client, &mut server).unwrap();
+    }
+    assert_eq!(saslprep("\u{2163}"), "IV");
+    assert_eq!(saslprep("a\u{e000}b"), "a\u{e000}b");
+    assert_eq!(saslprep(""), "");
+}
