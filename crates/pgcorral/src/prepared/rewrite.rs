@@ -810,6 +810,71 @@ mod tests {
         }
     }
 
+    #[test]
+    fn malformed_parses_are_left_to_the_server() {
+        assert!(well_formed_parse(b"s\0select 1\0\0\0"));
+        assert!(well_formed_parse(b"\0select $1\0\0\x01\0\0\0\x17"));
+        for bad in [
+            &b""[..],
+            b"s2",
+            b"s\0select 1",
+            b"s\0select 1\0",
+            b"s\0select 1\0\0",
+            b"s\0select 1\0\0\x01\0\0",
+            b"s\0select 1\0\0\0extra",
+        ] {
+            assert!(!well_formed_parse(bad), "{bad:?}");
+        }
+    }
+
+    /// A Bind of a statement a schema change retired moves to a new statement at once only
+    /// where pgcorral would have retried the batch: it begins the batch outside a transaction
+    /// and the batch describes its portal.
+    #[test]
+    fn renewable_batches_begin_with_the_bind_and_describe_the_portal() {
+        let mut b = BytesMut::new();
+        pgwire::encode::message(&mut b, fe::BIND, |m| {
+            m.extend_from_slice(b"\0s\0\0\0\0\0\0\0")
+        });
+        let bind = b.split().freeze();
+        pgwire::encode::describe(&mut b, b'P', b"");
+        let describe = b.split().freeze();
+        pgwire::encode::message(&mut b, fe::EXECUTE, |m| m.extend_from_slice(b"\0\0\0\0\0"));
+        let execute = b.split().freeze();
+        pgwire::encode::sync(&mut b);
+        let sync = b.split().freeze();
+        let idle = LinkState::default();
+        let batch = |parts: &[&[u8]]| parts.concat();
+        assert!(renewable_batch(
+            &batch(&[&bind, &describe, &execute, &sync]),
+            &idle
+        ));
+        assert!(
+            !renewable_batch(&batch(&[&bind, &execute, &sync]), &idle),
+            "no Describe"
+        );
+        assert!(
+            !renewable_batch(&batch(&[&bind, &describe, &execute]), &idle),
+            "no Sync yet"
+        );
+        let in_tx = LinkState {
+            tx: pgwire::backend::TxStatus::InTransaction,
+            ..idle
+        };
+        assert!(!renewable_batch(
+            &batch(&[&bind, &describe, &execute, &sync]),
+            &in_tx
+        ));
+        let unsynced = LinkState {
+            unsynced: true,
+            ..idle
+        };
+        assert!(!renewable_batch(
+            &batch(&[&bind, &describe, &sync]),
+            &unsynced
+        ));
+    }
+
     /// Part of a text is decided only when no more of it could change the answer.
     #[test]
     fn maybe_command_waits_for_the_first_word() {
