@@ -591,18 +591,21 @@ impl Link<'_> {
         if self.expect.verifying {
             return Use::Wait;
         }
-        let mut stmt = self.client.named(name).cloned().expect("planned");
+        let known = self.client.named(name).expect("planned");
         if self
             .expect
             .verify_failed
-            .take_if(|id| *id == stmt.id)
+            .take_if(|id| *id == known.id)
             .is_some()
         {
             return Use::Changed;
         }
-        if let Some(here) = self.server.name_of(&stmt) {
-            return Use::Ready(Some((stmt.id, here)));
+        // The usual case, one reference taken (the statement is shared by clients on every
+        // worker: its count is touched once per Bind, as before).
+        if let Some(here) = self.server.name_of(known) {
+            return Use::Ready(Some((known.id, here)));
         }
+        let mut stmt = known.clone();
         if stmt.is_retired() {
             if self.expect.replay.in_retry() || batch.is_some_and(|b| renewable_batch(b, st)) {
                 let fresh = self.registry.renew(&stmt);
