@@ -492,3 +492,48 @@ async fn prepared_statements_survive_columns_added_under_them() {
     );
     pooler.shutdown().await;
 }
+
+/// asyncpg with two connections through a pool of one server, and directly: a table made
+/// again with an int column between the two connections' prepares of one INSERT (asyncpg
+/// encodes by the parameter type the Parse resolved: 1.5 becomes 1 for an int, 2 as numeric
+/// from a stale statement), and SQL `EXECUTE` of an SQL-prepared statement, which asyncpg
+/// sends as a Parse. Every line of the script's output is the same both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asyncpg_sees_no_stale_statement_and_runs_sql_execute() {
+    require_python_module("asyncpg", "asyncpg");
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&config(
+        &pg,
+        "postgres",
+        "default_pool_size = 1\npool_mode = \"transaction\"",
+    ))
+    .await;
+    let run = |port: u16| {
+        let mut c = Command::new(python());
+        c.current_dir(DRIVERS)
+            .arg("asyncpg_stale.py")
+            .args(["--port", &port.to_string()])
+            .env_remove("PGPASSWORD")
+            .stdin(Stdio::null());
+        c
+    };
+    let direct = run_blocking(run(pg.port), "asyncpg_stale.py directly").await;
+    let pooled = run_blocking(run(pooler.port()), "asyncpg_stale.py through pgcorral").await;
+    for (what, out) in [("directly", &direct), ("through pgcorral", &pooled)] {
+        assert!(
+            out.status.success(),
+            "asyncpg_stale.py {what}: {}\n{}{}",
+            out.status,
+            stdout(out),
+            stderr(out)
+        );
+    }
+    let direct = stdout(&direct);
+    assert!(
+        direct.contains("rows: [<Record v=1>, <Record v=2>]"),
+        "{direct}"
+    );
+    assert!(direct.contains("execute: 42"), "{direct}");
+    assert_eq!(stdout(&pooled), direct);
+    pooler.shutdown().await;
+}

@@ -105,7 +105,9 @@ async fn clients_share_server_statements_and_close_only_their_own() {
         tags(&prepare(&mut b, "q", "SELECT $1::text || '!'").await),
         "1Z"
     );
-    // Different names for the same text: still one statement on the server.
+    // Different names for the same text: each Parse reaches the server, and, resolved as the
+    // first was, is settled onto the first's statement; its copy is closed before the next
+    // prepare there (b's first copy was, before "other" was parsed).
     assert_eq!(
         tags(&prepare(&mut b, "other", "SELECT $1::text || '!'").await),
         "1Z"
@@ -113,7 +115,7 @@ async fn clients_share_server_statements_and_close_only_their_own() {
     let n = a
         .scalar("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'pgcorral%'")
         .await;
-    assert_eq!(n, "1");
+    assert_eq!(n, "2");
     assert_eq!(values(&run(&mut b, "other", "x").await), ["x!"]);
 
     a.send_all(&[wire::close(b'S', "q"), wire::sync()]).await;
@@ -254,11 +256,16 @@ async fn sql_commands_split_across_reads_are_still_rewritten() {
     for at in [0, 4] {
         let got = split_query(&mut a, "PREPARE p AS SELECT 'a'", at).await;
         assert_eq!(tags(&got), "CZ", "{got:?}");
-        // The only server has it under pgcorral's name, not the client's.
+        // The only server has it under pgcorral's name (made by this PREPARE), not the
+        // client's.
         assert_eq!(
-            b.scalar("SELECT string_agg(name, ',') FROM pg_prepared_statements")
-                .await,
-            "pgcorral_1"
+            b.scalar(
+                "SELECT string_agg(name, ',') FROM pg_prepared_statements \
+                 WHERE name = 'p' OR prepare_time = (SELECT max(prepare_time) \
+                 FROM pg_prepared_statements)"
+            )
+            .await,
+            ["pgcorral_1", "pgcorral_2"][usize::from(at > 0)]
         );
         kill_servers(&pg);
         // Run and dropped by pgcorral, on a server that never had it.
@@ -376,11 +383,14 @@ async fn statements_made_stale_by_a_schema_change_are_prepared_again_and_retried
     assert_eq!(tags(&got), "2TDCZ", "unnamed statement retried: {got:?}");
     assert_eq!(widths(&got), [3]);
 
-    // No Describe in the batch: the client sees the error, then the statement works.
+    // No Describe in the batch: the client sees the error, every time, as from PostgreSQL
+    // (the statement's result type is fixed); a batch that describes its portal is retried.
     pg.sql("postgres", "ALTER TABLE t ADD COLUMN d int DEFAULT 9");
     let got = run(&mut a, "s", "1").await;
     assert_eq!(error_code(&got).as_deref(), Some("0A000"), "{got:?}");
-    assert_eq!(widths(&run(&mut a, "s", "1").await), [4]);
+    let got = run(&mut a, "s", "1").await;
+    assert_eq!(error_code(&got).as_deref(), Some("0A000"), "{got:?}");
+    assert_eq!(widths(&run_described(&mut a, "s", "1").await), [4]);
 
     // Several requests in one pipeline before the answer: the error cannot be hidden without
     // reordering, so the client sees it; the next use works.

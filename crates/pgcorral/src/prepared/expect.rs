@@ -58,9 +58,18 @@ pub enum Msg {
     Sync,
     /// Query or FunctionCall: everything up to ReadyForQuery.
     Query,
+    /// A client's SQL `PREPARE`, sent with a Describe and Sync of pgcorral's behind it (see
+    /// [`Msg::Resolve`]): its answers but its ReadyForQuery reach the client, and that Sync's
+    /// ReadyForQuery (the same transaction status) ends the client's Query, so that the
+    /// exchange ends with an answer the client sees.
+    QueryReadyLater,
     /// pgcorral's Describe of a statement it just prepared, whose description must match the
     /// one clients were given (see [`super::Statement::shape`]).
     Verify,
+    /// pgcorral's Describe, in a batch of its own, of a statement a client's SQL `PREPARE`
+    /// just made, to learn what it resolved (see [`super::Registry::settle`]). Hidden, its
+    /// error too: it fails only when the `PREPARE` did, whose error the client has.
+    Resolve,
 }
 
 /// What to undo when a Parse fails or is skipped: the statement is not on the server, and the
@@ -212,10 +221,16 @@ impl Expected {
         self.push_full(msg, true, None, Some(stmt));
     }
 
-    /// pgcorral's Describe of statement `stmt` after a client's Parse of it, whose answer
-    /// (hidden) is checked as a client's own Describe is (see `reshape`).
+    /// pgcorral's Describe of statement `stmt` after a Parse of it, whose answer (hidden)
+    /// tells what the Parse resolved (see `resolve`).
     pub fn push_hidden_describe(&mut self, stmt: u64) {
         self.push_full(Msg::DescribeStatement, false, None, Some(stmt));
+    }
+
+    /// pgcorral's Describe of statement `stmt` after a client's SQL `PREPARE` (hidden, its
+    /// error too: see [`Msg::Resolve`]).
+    pub fn push_resolve(&mut self, stmt: u64) {
+        self.push_full(Msg::Resolve, false, None, Some(stmt));
     }
 
     /// pgcorral's Describe of statement `stmt`, to check its description (hidden).
@@ -262,6 +277,28 @@ impl Expected {
     /// Whether the answer to the head message is hidden from the client (checked before
     /// [`Expected::answer`], which changes the queue).
     pub fn hides(&self, tag: u8) -> bool {
+        if tag == be::READY_FOR_QUERY
+            && self.counted == 0
+            && matches!(
+                self.q.front(),
+                Some(Expect::Msg {
+                    msg: Msg::QueryReadyLater,
+                    ..
+                })
+            )
+        {
+            return true;
+        }
+        if tag == be::ERROR_RESPONSE {
+            return self.counted == 0
+                && matches!(
+                    self.q.front(),
+                    Some(Expect::Msg {
+                        msg: Msg::Resolve,
+                        ..
+                    })
+                );
+        }
         !matches!(
             tag,
             be::NOTICE_RESPONSE
@@ -371,7 +408,8 @@ impl Expected {
                 server.retire(id);
             }
         }
-        if tag == be::ERROR_RESPONSE && matches!(msg, Msg::Query | Msg::Sync) {
+        if tag == be::ERROR_RESPONSE && matches!(msg, Msg::Query | Msg::QueryReadyLater | Msg::Sync)
+        {
             // Part of the answer, which ReadyForQuery ends. Shown even for a query pgcorral
             // slipped in: the client must see why its own request will fail.
             if let Some(u) = undo.take() {
@@ -398,13 +436,20 @@ impl Expected {
             }
             return Verdict::Forward;
         }
+        if tag == be::PARAMETER_DESCRIPTION {
+            if let (Some(id), Some(types)) = (stmt, super::param_types(body)) {
+                if let Some(s) = server.get(id) {
+                    let _ = s.params.set(types);
+                }
+            }
+        }
         let ends = match (msg, tag) {
             (Msg::Parse, be::PARSE_COMPLETE) => true,
             (Msg::Bind, be::BIND_COMPLETE) => true,
             (Msg::Close, be::CLOSE_COMPLETE) => true,
-            (Msg::DescribeStatement, be::ROW_DESCRIPTION | be::NO_DATA) => {
+            (Msg::DescribeStatement | Msg::Resolve, be::ROW_DESCRIPTION | be::NO_DATA) => {
                 if let Some(id) = stmt {
-                    reshape(id, super::shape_of(tag, body), server, client, registry);
+                    resolve(id, tag, body, server, client, registry);
                 }
                 true
             }
@@ -414,7 +459,7 @@ impl Expected {
                 let differs = server
                     .get(id)
                     .and_then(|s| s.shape.get())
-                    .is_some_and(|&known| known != super::shape_of(tag, body));
+                    .is_some_and(|known| known[0] != tag || known[1..] != *body);
                 if differs {
                     server.retire(id);
                     self.verify_failed = Some(id);
@@ -426,11 +471,11 @@ impl Expected {
                 Msg::Execute,
                 be::COMMAND_COMPLETE | be::EMPTY_QUERY_RESPONSE | be::PORTAL_SUSPENDED,
             ) => true,
-            (Msg::Sync | Msg::Query, be::READY_FOR_QUERY) => true,
+            (Msg::Sync | Msg::Query | Msg::QueryReadyLater, be::READY_FOR_QUERY) => true,
             (_, be::READY_FOR_QUERY) => {
                 // Out of step (should not happen): resynchronise on the next Sync or Query.
                 while let Some(Expect::Msg { msg, .. }) = self.q.front() {
-                    if matches!(msg, Msg::Sync | Msg::Query) {
+                    if matches!(msg, Msg::Sync | Msg::Query | Msg::QueryReadyLater) {
                         break;
                     }
                     self.q.pop_front();
@@ -456,15 +501,15 @@ impl Expected {
     }
 }
 
-/// Statement `id` is described on this server as `shape` to the client now using it (its own
-/// Describe, or pgcorral's after the client's Parse prepared it here). Clients holding the
-/// statement were all given one description ([`super::Statement::shape`]); when this server's
-/// version describes otherwise (a table changed between two prepares of the text), it is
-/// another statement: it is retired and closed here, and this client's names move to a new
-/// statement of the same text that carries this description, prepared again where it is used.
-fn reshape(
+/// Statement `id` is described on this server (a Describe right after its Parse there, or
+/// the client's own): the first time, that is what its Parse resolved, with the parameter
+/// types of the ParameterDescription before it. When another client's Parse resolved the same
+/// way (see [`Registry::settle`]), this client's names move to that statement, and the
+/// server's copy stands for it (or is closed, the server having it already).
+fn resolve(
     id: u64,
-    shape: u64,
+    tag: u8,
+    body: &[u8],
     server: &mut ServerStatements,
     client: &mut ClientStatements,
     registry: &Registry,
@@ -472,16 +517,13 @@ fn reshape(
     let Some(s) = server.get(id).cloned() else {
         return;
     };
-    if *s.shape.get_or_init(|| shape) == shape {
+    if s.shape.get().is_some() || s.shape.set(super::shape_of(tag, body)).is_err() {
         return;
     }
-    server.retire(id);
-    let fresh = registry.renew(&s);
-    if *fresh.shape.get_or_init(|| shape) == shape {
-        client.replace(id, &fresh);
+    if let Some(same) = registry.settle(&s) {
+        server.settle(&s, &same);
+        client.replace(s.id, &same);
     }
-    // Else yet another version exists: the client keeps the retired one and gets "cached plan
-    // must not change result type" at its next use, as it would from PostgreSQL.
 }
 
 #[cfg(test)]
@@ -544,7 +586,10 @@ mod tests {
         let mut s = ServerStatements::default();
         let mut c = ClientStatements::default();
         let reg = super::super::Registry::default();
-        let st = reg.intern(super::super::Source::Parse(Bytes::from_static(b"x\0\0\0")));
+        let st = reg.fresh(
+            super::super::Source::Parse(Bytes::from_static(b"x\0\0\0")),
+            None,
+        );
         s.insert(&st, 10);
         assert!(c.add_named(b"a", st.clone()));
         let mut e = Expected::default();
@@ -691,51 +736,87 @@ mod tests {
         assert!(e.is_empty());
     }
 
-    /// Client A was told statement S has one column; S is then prepared on another server by
-    /// client B's Parse after a column was added: pgcorral's hidden Describe there shows two.
-    /// That version is another statement: S is retired and closed there (A's next use elsewhere
-    /// gets PostgreSQL's error), and B's name moves to a new statement with two columns.
+    /// Two clients' Parses of one text, each followed by pgcorral's hidden Describe: the
+    /// second resolves as the first did, so its name moves to the first's statement, and the
+    /// server's copy is closed before the next prepare; a Parse that resolved other parameter
+    /// types (the table was made again) keeps a statement of its own.
     #[test]
-    fn a_version_described_otherwise_is_another_statement() {
+    fn parses_that_resolved_alike_are_settled_onto_one_statement() {
         let reg = Registry::default();
-        let st = reg.intern(super::super::Source::Parse(Bytes::from_static(b"x\0\0\0")));
-        let (one, two) = (&b"\0\x01a\0"[..], &b"\0\x02a\0b\0"[..]);
-        st.shape.set(super::super::shape_of(b'T', one)).unwrap();
-        let (mut a, mut b) = (ClientStatements::default(), ClientStatements::default());
-        assert!(a.add_named(b"a", st.clone()) && b.add_named(b"b", st.clone()));
+        let src = || super::super::Source::Parse(Bytes::from_static(b"x\0\0\0"));
         let mut s = ServerStatements::default();
-        s.insert(&st, 10);
-        let mut e = Expected::default();
-        e.push_entry(Msg::Parse, true, None);
-        e.push_hidden_describe(st.id);
-        e.push(Msg::Sync);
-        let mut answer =
-            |e: &mut Expected, tag: u8, body: &[u8]| e.answer(tag, body, &mut s, &mut b, &reg);
-        assert_eq!(answer(&mut e, b'1', b""), Verdict::Forward);
-        assert_eq!(answer(&mut e, b't', b"\0\0"), Verdict::Suppress);
-        assert_eq!(answer(&mut e, b'T', two), Verdict::Suppress);
-        assert_eq!(answer(&mut e, b'Z', b"I"), Verdict::Forward);
-        assert!(st.is_retired() && !s.has(st.id));
-        assert_eq!(
-            s.take_stale(),
-            std::slice::from_ref(&st.name),
-            "closed before the next prepare"
-        );
-        let moved = b.named(b"b").expect("B keeps its name").clone();
-        assert_ne!(moved.id, st.id);
-        assert_eq!(moved.shape.get(), Some(&super::super::shape_of(b'T', two)));
-        assert_eq!(
-            a.named(b"a").map(|s| s.id),
-            Some(st.id),
-            "A keeps what it was told"
-        );
+        let parse = |s: &mut ServerStatements, c: &mut ClientStatements, name: &[u8], oid: u8| {
+            let st = reg.fresh(src(), None);
+            assert!(c.add_named(name, st.clone()));
+            s.insert(&st, 10);
+            let mut e = Expected::default();
+            e.push_entry(Msg::Parse, true, None);
+            e.push_hidden_describe(st.id);
+            e.push(Msg::Sync);
+            let mut got = String::new();
+            for (tag, body) in [
+                (b'1', &b""[..]),
+                (b't', &[0, 1, 0, 0, 0, oid][..]),
+                (b'n', b""),
+                (b'Z', b"I"),
+            ] {
+                let hidden = e.hides(tag);
+                e.answer(tag, body, s, c, &reg);
+                got.push(if hidden { '-' } else { tag as char });
+            }
+            assert_eq!(got, "1--Z");
+            assert!(e.is_empty());
+            st
+        };
+        let (mut a, mut b) = (ClientStatements::default(), ClientStatements::default());
+        let first = parse(&mut s, &mut a, b"a", 23);
+        assert_eq!(&**first.params.get().unwrap(), [23]);
+        let second = parse(&mut s, &mut b, b"b", 23);
+        assert_eq!(b.named(b"b").map(|s| s.id), Some(first.id), "settled");
+        assert!(s.has(first.id) && !s.has(second.id));
+        assert_eq!(s.take_stale(), std::slice::from_ref(&second.name));
+        let other = parse(&mut s, &mut b, b"c", 21);
+        assert_eq!(b.named(b"c").map(|s| s.id), Some(other.id), "its own");
+        assert!(s.has(other.id));
+    }
 
-        // A client's own Describe that matches changes nothing.
-        let fresh = reg.intern(super::super::Source::Parse(Bytes::from_static(b"y\0\0\0")));
-        s.insert(&fresh, 10);
-        fresh.shape.set(super::super::shape_of(b'T', one)).unwrap();
-        e.push_about(Msg::DescribeStatement, fresh.id);
-        assert_eq!(e.answer(b'T', one, &mut s, &mut b, &reg), Verdict::Forward);
-        assert!(!fresh.is_retired() && s.has(fresh.id));
+    /// The hidden Describe after a client's SQL PREPARE fails when the PREPARE did: its error
+    /// and ReadyForQuery are hidden, the client has the PREPARE's.
+    #[test]
+    fn a_failed_resolve_is_hidden() {
+        let mut e = Expected::default();
+        e.push(Msg::Query);
+        e.push_resolve(7);
+        e.push_entry(Msg::Sync, false, None);
+        let mut got = String::new();
+        for tag in *b"EZEZ" {
+            got.push(if e.hides(tag) { '-' } else { tag as char });
+            e.answer(
+                tag,
+                b"",
+                &mut ServerStatements::default(),
+                &mut ClientStatements::default(),
+                &Registry::default(),
+            );
+        }
+        assert_eq!(got, "EZ--");
+        assert!(e.is_empty());
+        // As sent after a client's PREPARE: the last ReadyForQuery is the client's.
+        e.push_entry(Msg::QueryReadyLater, true, None);
+        e.push_resolve(7);
+        e.push(Msg::Sync);
+        let mut got = String::new();
+        for tag in *b"CZtnZ" {
+            got.push(if e.hides(tag) { '-' } else { tag as char });
+            e.answer(
+                tag,
+                b"\0\0",
+                &mut ServerStatements::default(),
+                &mut ClientStatements::default(),
+                &Registry::default(),
+            );
+        }
+        assert_eq!(got, "C---Z");
+        assert!(e.is_empty());
     }
 }

@@ -1,7 +1,9 @@
 //! Prepared statements in transaction and statement mode: each client's statements (protocol
 //! Parse with a name, SQL PREPARE) are kept by pgcorral under the client's names and prepared on
-//! whichever server the client lands on, under names of pgcorral's own that clients preparing
-//! the same text share; each server keeps at most `max_prepared_statements` (least recently
+//! whichever server the client lands on, under names of pgcorral's own. Every Parse a client
+//! sends reaches a server as a real Parse; clients share a server statement only when what
+//! their Parses resolved is the same (text, parameter types, row description: see
+//! [`Registry::settle`]). Each server keeps at most `max_prepared_statements` (least recently
 //! used ones are closed). [`rewrite`] changes client messages, [`expect`] matches the server's
 //! answers to them so that answers pgcorral owes or must hide come out in order, and
 //! [`replay`] retries a batch whose statement a schema change made stale.
@@ -15,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 
 /// The maps looked up on every request of a client that uses prepared statements: foldhash
 /// (seeded per process) instead of SipHash, a fifth of the cost for short names and ids.
@@ -33,21 +35,29 @@ pub enum Source {
     Sql(String),
 }
 
-/// One distinct statement text (with its parameter types), shared by every client that
-/// prepared it.
+/// One statement as a client's Parse (or SQL PREPARE) made it on a server; clients whose
+/// Parses resolved the same way share it (see [`Registry::settle`]).
 #[derive(Debug)]
 pub struct Statement {
     pub id: u64,
-    /// Its name on servers: `pgcorral_<id>`.
+    /// Its name on servers: `pgcorral_<id>` (where it is prepared under another name, see
+    /// [`ServerStatements`]).
     pub name: String,
     pub source: Source,
-    /// A digest of the row description clients were given for it (Describe of the statement;
-    /// the first one seen): wherever it is prepared, its description there must match, or the
-    /// version there is another statement (see `expect::reshape`).
-    pub shape: OnceLock<u64>,
-    /// Its result type changed on a server (a schema change): clients that prepare the text
-    /// from now on get a new statement, and this one is not prepared anywhere again for a
-    /// client that was given its description.
+    /// The SQL-level statement an `EXECUTE name ...` text runs (a Parse of SQL `EXECUTE` of
+    /// one of the client's statements): prepared first wherever this one is, and its server
+    /// name put in the text there.
+    pub runs: Option<Arc<Statement>>,
+    /// The parameter types (OIDs) its first Parse resolved (a ParameterDescription), and so the
+    /// types it is parsed with on any other server: PostgreSQL keeps a prepared statement's
+    /// parameter types for its life.
+    pub params: OnceLock<Box<[u32]>>,
+    /// The row description its first Parse resolved (RowDescription or NoData: tag, then
+    /// body): wherever it is prepared again, its description there must match, or the client
+    /// gets PostgreSQL's "cached plan must not change result type".
+    pub shape: OnceLock<Box<[u8]>>,
+    /// Its result type changed on a server (a schema change): no Parse is settled onto it any
+    /// more, and it is not prepared anywhere again for a client (but in a retried batch).
     retired: AtomicBool,
 }
 
@@ -68,20 +78,98 @@ impl Statement {
     pub fn retire(&self) {
         self.retired.store(true, Relaxed);
     }
+
+    /// The query text and what follows it (parameter types) of a Parse of this statement
+    /// under any name, with `runs_as` the server name of [`Statement::runs`] there: with the
+    /// parameter types its first Parse resolved once they are known. `None`: an SQL-level
+    /// statement not resolved yet (prepared with its own `PREPARE`).
+    pub fn parse_body(&self, runs_as: Option<&str>) -> Option<Bytes> {
+        let (text, declared): (&[u8], Option<&[u8]>) = match &self.source {
+            Source::Parse(b) => {
+                let (text, rest) = split_text(b)?;
+                (text, Some(rest))
+            }
+            Source::Sql(rest) => (sql::prepared_query(rest)?.as_bytes(), None),
+        };
+        let renamed = match runs_as {
+            Some(name) => Some(execute_text(text, name)?),
+            None => None,
+        };
+        let mut out = BytesMut::new();
+        out.put_slice(renamed.as_deref().unwrap_or(text));
+        out.put_u8(0);
+        match (self.params.get(), declared) {
+            (Some(params), _) => {
+                out.put_u16(params.len() as u16);
+                for &p in params.iter() {
+                    out.put_u32(p);
+                }
+            }
+            (None, Some(declared)) => out.put_slice(declared),
+            (None, None) => return None,
+        }
+        Some(out.freeze())
+    }
+
+    /// What identifies it for sharing: how it was written, what it runs, and what its Parse
+    /// resolved; `None` until resolved.
+    fn identity(&self) -> Option<Box<[u8]>> {
+        let (params, shape) = (self.params.get()?, self.shape.get()?);
+        let (kind, src): (u8, &[u8]) = match &self.source {
+            Source::Parse(b) => (b'P', b),
+            Source::Sql(s) => (b'Q', s.as_bytes()),
+        };
+        let mut k = Vec::with_capacity(src.len() + 4 * params.len() + shape.len() + 24);
+        k.push(kind);
+        k.extend_from_slice(&(src.len() as u64).to_be_bytes());
+        k.extend_from_slice(src);
+        k.extend_from_slice(&self.runs.as_ref().map_or(0, |r| r.id).to_be_bytes());
+        k.extend_from_slice(&(params.len() as u64).to_be_bytes());
+        for p in params.iter() {
+            k.extend_from_slice(&p.to_be_bytes());
+        }
+        k.extend_from_slice(shape);
+        Some(k.into())
+    }
 }
 
-/// The digest of a row description (RowDescription or NoData, tag and body) kept in
-/// [`Statement::shape`].
-pub fn shape_of(tag: u8, body: &[u8]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    tag.hash(&mut h);
-    body.hash(&mut h);
-    h.finish()
+/// A Parse body's query text and what follows its NUL.
+fn split_text(body: &[u8]) -> Option<(&[u8], &[u8])> {
+    let i = body.iter().position(|&c| c == 0)?;
+    Some((&body[..i], &body[i + 1..]))
 }
 
-/// Every statement any client holds, by text: clients that prepare the same text share one
-/// server-side statement.
+/// `EXECUTE name rest` (the text of a Parse that runs one of the client's SQL-level
+/// statements) with the statement's server name `server_name` in place of the client's.
+pub fn execute_text(text: &[u8], server_name: &str) -> Option<Vec<u8>> {
+    let sql::Command::Execute { rest, .. } = sql::parse(std::str::from_utf8(text).ok()?)? else {
+        return None;
+    };
+    let sep = if rest.is_empty() { "" } else { " " };
+    Some(format!("EXECUTE {server_name}{sep}{rest}").into_bytes())
+}
+
+/// The row description kept in [`Statement::shape`]: a RowDescription or NoData, tag and body.
+pub fn shape_of(tag: u8, body: &[u8]) -> Box<[u8]> {
+    let mut s = Vec::with_capacity(1 + body.len());
+    s.push(tag);
+    s.extend_from_slice(body);
+    s.into()
+}
+
+/// The parameter types of a ParameterDescription body.
+pub fn param_types(body: &[u8]) -> Option<Box<[u32]>> {
+    let n = u16::from_be_bytes(body.get(..2)?.try_into().ok()?) as usize;
+    let oids = body.get(2..2 + 4 * n)?;
+    Some(
+        oids.chunks_exact(4)
+            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
+/// Every statement any client holds, by what its Parse resolved: clients whose Parses of a
+/// text resolved the same parameter types and row description share one statement.
 #[derive(Default)]
 pub struct Registry {
     inner: parking_lot::Mutex<RegistryInner>,
@@ -89,53 +177,75 @@ pub struct Registry {
 
 #[derive(Default)]
 struct RegistryInner {
-    by_source: HashMap<Arc<Source>, Weak<Statement>>,
+    by_identity: HashMap<Box<[u8]>, Weak<Statement>>,
     next_id: u64,
     /// Size of the map after the last sweep of dead entries.
     swept_at: usize,
 }
 
 impl Registry {
-    /// The statement for `source`, made if no client holds one.
-    pub fn intern(&self, source: Source) -> Arc<Statement> {
-        let mut r = self.inner.lock();
-        if let Some(s) = r.by_source.get(&source).and_then(Weak::upgrade) {
-            if !s.is_retired() {
-                return s;
-            }
-        }
-        if r.by_source.len() >= 2 * r.swept_at.max(512) {
-            r.by_source.retain(|_, w| w.strong_count() > 0);
-            r.swept_at = r.by_source.len();
-        }
-        r.next_id += 1;
-        let id = r.next_id;
-        let key = Arc::new(source);
-        let stmt = Arc::new(Statement {
+    /// A new statement for a client's Parse of `source` (not shared before its Parse is
+    /// resolved: see [`Registry::settle`]).
+    pub fn fresh(&self, source: Source, runs: Option<Arc<Statement>>) -> Arc<Statement> {
+        let id = {
+            let mut r = self.inner.lock();
+            r.next_id += 1;
+            r.next_id
+        };
+        Arc::new(Statement {
             id,
             name: format!("{PREFIX}{id}"),
-            source: match &*key {
-                Source::Parse(b) => Source::Parse(b.clone()),
-                Source::Sql(s) => Source::Sql(s.clone()),
-            },
+            source,
+            runs,
+            params: OnceLock::new(),
             shape: OnceLock::new(),
             retired: AtomicBool::new(false),
-        });
-        r.by_source.insert(key, Arc::downgrade(&stmt));
-        stmt
+        })
     }
 
-    /// The live statement for the text of `stmt` (a new one if `stmt` is retired).
+    /// `stmt`'s Parse was resolved (its parameter types and row description are known): the
+    /// statement it is the same as, when another client's Parse resolved the same way and that
+    /// statement is still held and not retired; else `stmt` becomes the one later Parses
+    /// resolving that way are settled onto.
+    ///
+    /// Why that is sound: a prepared statement PostgreSQL plans again after a schema change is
+    /// analysed again from its text, under the catalog and search_path of that moment, with
+    /// the parameter types of its first Parse kept; and it fails (0A000) when its result type
+    /// changed. A fresh Parse of the text that resolves the same parameter types and the same
+    /// row description therefore behaves as the older statement does from now on.
+    pub fn settle(&self, stmt: &Arc<Statement>) -> Option<Arc<Statement>> {
+        let key = stmt.identity()?;
+        let mut r = self.inner.lock();
+        if let Some(s) = r.by_identity.get(&key).and_then(Weak::upgrade) {
+            if s.id != stmt.id && !s.is_retired() {
+                return Some(s);
+            }
+        }
+        if r.by_identity.len() >= 2 * r.swept_at.max(512) {
+            r.by_identity.retain(|_, w| w.strong_count() > 0);
+            r.swept_at = r.by_identity.len();
+        }
+        r.by_identity.insert(key, Arc::downgrade(stmt));
+        None
+    }
+
+    /// A new statement for the text of `stmt` (retired), parsed with the parameter types its
+    /// first Parse resolved.
     pub fn renew(&self, stmt: &Statement) -> Arc<Statement> {
-        self.intern(match &stmt.source {
+        let source = match &stmt.source {
             Source::Parse(b) => Source::Parse(b.clone()),
             Source::Sql(s) => Source::Sql(s.clone()),
-        })
+        };
+        let fresh = self.fresh(source, stmt.runs.clone());
+        if let Some(p) = stmt.params.get() {
+            let _ = fresh.params.set(p.clone());
+        }
+        fresh
     }
 
     /// Statements known (alive or not yet swept), for tests and statistics.
     pub fn len(&self) -> usize {
-        self.inner.lock().by_source.len()
+        self.inner.lock().by_identity.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -156,6 +266,8 @@ pub struct ClientInner {
     /// The body of the client's last Parse of the unnamed statement, to parse it again on
     /// another server when a Bind or Describe refers to it later.
     unnamed: Vec<u8>,
+    /// The SQL-level statement the unnamed one runs when its text is `EXECUTE name ...`.
+    unnamed_runs: Option<Arc<Statement>>,
 }
 
 impl ClientStatements {
@@ -178,10 +290,22 @@ impl ClientStatements {
             .filter(|u| !u.is_empty())
     }
 
+    /// The statement the unnamed one's `EXECUTE` text runs.
+    pub fn unnamed_runs(&self) -> Option<&Arc<Statement>> {
+        self.0.as_ref()?.unnamed_runs.as_ref()
+    }
+
     pub fn set_unnamed(&mut self, body: &[u8]) {
-        let u = &mut self.get().unnamed;
-        u.clear();
-        u.extend_from_slice(body);
+        let c = self.get();
+        c.unnamed.clear();
+        c.unnamed.extend_from_slice(body);
+        c.unnamed_runs = None;
+    }
+
+    /// The unnamed statement is `body`, whose text runs `runs` with SQL `EXECUTE`.
+    pub fn set_unnamed_runs(&mut self, body: &[u8], runs: Arc<Statement>) {
+        self.set_unnamed(body);
+        self.get().unnamed_runs = Some(runs);
     }
 
     /// Records a protocol-level statement; false when the name is taken.
@@ -235,6 +359,7 @@ impl ClientStatements {
             c.named.clear();
             c.sql.clear();
             c.unnamed.clear();
+            c.unnamed_runs = None;
         }
     }
 
@@ -243,47 +368,87 @@ impl ClientStatements {
     }
 }
 
+/// One statement prepared on a server.
+#[derive(Debug)]
+struct Here {
+    stmt: Arc<Statement>,
+    /// The statement whose name it has there: `stmt` itself, or the statement of the client's
+    /// Parse that was settled onto `stmt` (see [`ServerStatements::settle`]).
+    named: Arc<Statement>,
+    used: u64,
+}
+
 /// The statements prepared on one server connection, least recently used first out.
 #[derive(Default)]
 pub struct ServerStatements {
-    /// Statement id → (statement, last use).
-    map: FastMap<u64, (Arc<Statement>, u64)>,
+    /// Statement id → where it is.
+    map: FastMap<u64, Here>,
     tick: u64,
     /// Names still prepared on the server but no longer usable (their plans went stale after a
-    /// schema change): closed before the next statement is prepared there.
+    /// schema change, or a copy of a statement the server has under another name): closed
+    /// before the next statement is prepared there.
     stale: Vec<String>,
 }
 
 impl ServerStatements {
     /// Whether `stmt` is prepared here; marks it used.
     pub fn touch(&mut self, stmt: &Statement) -> bool {
-        self.tick += 1;
-        match self.map.get_mut(&stmt.id) {
-            Some(e) => {
-                e.1 = self.tick;
-                true
-            }
-            None => false,
-        }
+        self.name_of(stmt).is_some()
     }
 
-    /// Records `stmt` as prepared here. Returns the statement to close first when `max` is
-    /// reached (the least recently used).
+    /// The statement under whose name `stmt` is prepared here (usually `stmt` itself); marks
+    /// it used.
+    pub fn name_of(&mut self, stmt: &Statement) -> Option<Arc<Statement>> {
+        self.tick += 1;
+        let e = self.map.get_mut(&stmt.id)?;
+        e.used = self.tick;
+        Some(e.named.clone())
+    }
+
+    /// Records `stmt` as prepared here under its own name. Returns the statement (as named
+    /// here) to close first when `max` is reached (the least recently used).
     pub fn insert(&mut self, stmt: &Arc<Statement>, max: usize) -> Option<Arc<Statement>> {
         let mut evicted = None;
         if max > 0 && self.map.len() >= max {
             if let Some(&id) = self
                 .map
                 .iter()
-                .min_by_key(|(_, (_, used))| *used)
+                .min_by_key(|(_, e)| e.used)
                 .map(|(id, _)| id)
             {
-                evicted = self.map.remove(&id).map(|(s, _)| s);
+                evicted = self.map.remove(&id).map(|e| e.named);
             }
         }
         self.tick += 1;
-        self.map.insert(stmt.id, (stmt.clone(), self.tick));
+        self.map.insert(
+            stmt.id,
+            Here {
+                stmt: stmt.clone(),
+                named: stmt.clone(),
+                used: self.tick,
+            },
+        );
         evicted
+    }
+
+    /// `parsed`, prepared here by a client's Parse, was found to be the same statement as
+    /// `same` (see [`Registry::settle`]): it stands for `same` here, or, when the server has
+    /// `same` already, it is closed before the next prepare.
+    pub fn settle(&mut self, parsed: &Arc<Statement>, same: &Arc<Statement>) {
+        let Some(e) = self.map.remove(&parsed.id) else {
+            return;
+        };
+        match self.map.entry(same.id) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.stale.push(e.named.name.clone());
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Here {
+                    stmt: same.clone(),
+                    ..e
+                });
+            }
+        }
     }
 
     pub fn remove(&mut self, id: u64) {
@@ -302,16 +467,16 @@ impl ServerStatements {
     }
 
     pub fn get(&self, id: u64) -> Option<&Arc<Statement>> {
-        self.map.get(&id).map(|(s, _)| s)
+        self.map.get(&id).map(|e| &e.stmt)
     }
 
     /// The server said "cached plan must not change result type" for statement `id` (or its
     /// description here differs from the one clients were given): a table changed under it.
     /// It is retired (see [`Statement::retire`]) and closed here before the next prepare.
     pub fn retire(&mut self, id: u64) {
-        if let Some((s, _)) = self.map.remove(&id) {
-            s.retire();
-            self.stale.push(s.name.clone());
+        if let Some(e) = self.map.remove(&id) {
+            e.stmt.retire();
+            self.stale.push(e.named.name.clone());
         }
     }
 
@@ -324,7 +489,7 @@ impl ServerStatements {
     /// server after a client ran SQL that may have deallocated some).
     pub fn retain_names(&mut self, present: &[String]) {
         self.map
-            .retain(|_, (s, _)| present.iter().any(|p| *p == s.name));
+            .retain(|_, e| present.iter().any(|p| *p == e.named.name));
     }
 
     pub fn len(&self) -> usize {
@@ -344,31 +509,89 @@ mod tests {
         Source::Parse(Bytes::from(format!("{text}\0\0\0")))
     }
 
-    #[test]
-    fn same_text_same_statement() {
-        let r = Registry::default();
-        let a = r.intern(parse("select 1"));
-        let b = r.intern(parse("select 1"));
-        let c = r.intern(parse("select 2"));
-        assert_eq!(a.id, b.id);
-        assert_ne!(a.id, c.id);
-        assert_eq!(a.name, format!("{PREFIX}{}", a.id));
-        let sql = r.intern(Source::Sql("AS select 1".into()));
-        assert_ne!(sql.id, a.id);
+    /// A statement as a Parse of `text` resolved it.
+    fn resolved(r: &Registry, text: &str, params: &[u32], shape: &[u8]) -> Arc<Statement> {
+        let s = r.fresh(parse(text), None);
+        s.params.set(params.into()).unwrap();
+        s.shape.set(shape.into()).unwrap();
+        s
     }
 
     #[test]
-    fn dropped_statements_get_new_ids() {
+    fn parses_that_resolved_alike_share_a_statement() {
         let r = Registry::default();
-        let id = r.intern(parse("select 1")).id;
-        assert_ne!(r.intern(parse("select 1")).id, id);
+        let a = resolved(&r, "insert into r values ($1)", &[1700], b"n");
+        assert!(r.settle(&a).is_none(), "the first of its kind");
+        assert_eq!(a.name, format!("{PREFIX}{}", a.id));
+        let b = resolved(&r, "insert into r values ($1)", &[1700], b"n");
+        assert_ne!(a.id, b.id, "each Parse is a statement of its own");
+        assert_eq!(r.settle(&b).map(|s| s.id), Some(a.id));
+        // The table was made again with another column type: not the same statement.
+        let c = resolved(&r, "insert into r values ($1)", &[23], b"n");
+        assert!(r.settle(&c).is_none());
+        let d = resolved(&r, "select 1", &[], b"T\0\x01a\0");
+        let e = resolved(&r, "select 1", &[], b"T\0\x01b\0");
+        assert!(
+            r.settle(&d).is_none() && r.settle(&e).is_none(),
+            "another shape"
+        );
+        // Not resolved (yet): never shared.
+        assert!(r.settle(&r.fresh(parse("select 1"), None)).is_none());
+        // Retired: later Parses resolving the same way make a new one.
+        c.retire();
+        let f = resolved(&r, "insert into r values ($1)", &[23], b"n");
+        assert!(r.settle(&f).is_none());
+        let g = resolved(&r, "insert into r values ($1)", &[23], b"n");
+        assert_eq!(r.settle(&g).map(|s| s.id), Some(f.id));
+    }
+
+    #[test]
+    fn dropped_statements_are_not_shared() {
+        let r = Registry::default();
+        let id = {
+            let a = resolved(&r, "select 1", &[], b"n");
+            r.settle(&a);
+            a.id
+        };
+        let b = resolved(&r, "select 1", &[], b"n");
+        assert!(r.settle(&b).is_none());
+        assert_ne!(b.id, id);
+    }
+
+    /// Prepared elsewhere, a statement is parsed with the parameter types its first Parse
+    /// resolved, and an `EXECUTE` text names the server's statement.
+    #[test]
+    fn parse_bodies_carry_the_resolved_types() {
+        let r = Registry::default();
+        let s = r.fresh(parse("insert into r values ($1)"), None);
+        assert_eq!(
+            s.parse_body(None).as_deref(),
+            Some(&b"insert into r values ($1)\0\0\0"[..])
+        );
+        s.params.set(vec![1700].into()).unwrap();
+        assert_eq!(
+            s.parse_body(None).as_deref(),
+            Some(&b"insert into r values ($1)\0\0\x01\0\0\x06\xa4"[..])
+        );
+        let q = r.fresh(Source::Sql("(int) AS select $1".into()), None);
+        assert_eq!(q.parse_body(None), None, "its own PREPARE until resolved");
+        q.params.set(vec![23].into()).unwrap();
+        assert_eq!(
+            q.parse_body(None).as_deref(),
+            Some(&b"select $1\0\0\x01\0\0\0\x17"[..])
+        );
+        let x = r.fresh(parse("execute p (1)"), Some(q.clone()));
+        assert_eq!(
+            x.parse_body(Some("pgcorral_9")).as_deref(),
+            Some(&b"EXECUTE pgcorral_9 (1)\0\0\0"[..])
+        );
     }
 
     #[test]
     fn server_statements_evict_least_recently_used() {
         let r = Registry::default();
         let s: Vec<_> = (0..3)
-            .map(|i| r.intern(parse(&format!("select {i}"))))
+            .map(|i| r.fresh(parse(&format!("select {i}")), None))
             .collect();
         let mut srv = ServerStatements::default();
         assert!(srv.insert(&s[0], 2).is_none());
@@ -379,10 +602,35 @@ mod tests {
         assert!(srv.touch(&s[0]) && srv.touch(&s[2]) && !srv.touch(&s[1]));
     }
 
+    /// A client's Parse settled onto another statement: on a server without that one, the
+    /// client's copy stands for it (under its own name); on one with it, the copy is closed.
+    #[test]
+    fn a_settled_parse_stands_for_its_statement_or_is_closed() {
+        let r = Registry::default();
+        let (e, n, m) = (
+            resolved(&r, "select 1", &[], b"n"),
+            resolved(&r, "select 1", &[], b"n"),
+            resolved(&r, "select 1", &[], b"n"),
+        );
+        let mut srv = ServerStatements::default();
+        srv.insert(&n, 0);
+        srv.settle(&n, &e);
+        assert!(!srv.has(n.id));
+        assert_eq!(srv.name_of(&e).map(|s| s.id), Some(n.id), "under n's name");
+        assert!(srv.take_stale().is_empty());
+        srv.insert(&m, 0);
+        srv.settle(&m, &e);
+        assert!(!srv.has(m.id) && srv.has(e.id));
+        assert_eq!(srv.take_stale(), std::slice::from_ref(&m.name));
+        // Retired or evicted, it is closed under the name it has there.
+        srv.retire(e.id);
+        assert_eq!(srv.take_stale(), std::slice::from_ref(&n.name));
+    }
+
     #[test]
     fn client_names_are_the_clients_own() {
         let r = Registry::default();
-        let st = r.intern(parse("select 1"));
+        let st = r.fresh(parse("select 1"), None);
         let mut a = ClientStatements::default();
         assert_eq!(a.count(), 0);
         assert!(a.add_named(b"s1", st.clone()));

@@ -1,9 +1,10 @@
 //! Client messages that name prepared statements, changed on their way to the server: a Parse
-//! with a name is sent under pgcorral's name (or answered by pgcorral when the server has the
-//! statement already), Bind and Describe get pgcorral's name and a Parse before them when the
-//! server lacks the statement, Close of a statement touches only the client's own names, and
-//! SQL `PREPARE`/`EXECUTE`/`DEALLOCATE` are handled the same way. Unnamed statements parsed in
-//! one batch and used in a later one are parsed again on the server the later one runs on.
+//! with a name is sent under pgcorral's name, always (with a hidden Describe that tells what it
+//! resolved), Bind and Describe get pgcorral's name and a Parse before them when the server
+//! lacks the statement, Close of a statement touches only the client's own names, and SQL
+//! `PREPARE`/`EXECUTE`/`DEALLOCATE` are handled the same way, as is a Parse whose text is
+//! `EXECUTE` of one of the client's statements. Unnamed statements parsed in one batch and used
+//! in a later one are parsed again on the server the later one runs on.
 
 use std::sync::Arc;
 
@@ -53,8 +54,9 @@ pub struct Applied {
 
 /// Whether a statement a Bind or Describe names can be used on the server now.
 enum Use {
-    /// Ready on the server: pgcorral's statement, none for the unnamed one.
-    Ready(Option<Arc<Statement>>),
+    /// Ready on the server: pgcorral's statement (its id, and the statement whose name it has
+    /// there), none for the unnamed one.
+    Ready(Option<(u64, Arc<Statement>)>),
     /// Not before pgcorral has checked its description there.
     Wait,
     /// Its result type changed since the client was given its description.
@@ -107,6 +109,19 @@ fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&b[..i], &b[i + 1..]))
 }
 
+/// Whether a Parse body is as PostgreSQL reads it: name and text each ended by a NUL, a count
+/// of parameter types and exactly that many. A malformed one goes to the server as it is,
+/// which refuses it (08P01) before anything is created, and skips to Sync.
+fn well_formed_parse(body: &[u8]) -> bool {
+    let Some((_, rest)) = cstr(body).and_then(|(_, r)| cstr(r)) else {
+        return false;
+    };
+    match rest {
+        [a, b, types @ ..] => types.len() == 4 * u16::from_be_bytes([*a, *b]) as usize,
+        _ => false,
+    }
+}
+
 impl Link<'_> {
     /// Whether a simple Query for which [`maybe_command`] says no can just be counted now (see
     /// [`Expected::queue_counted`]) instead of planned, recorded by [`Link::raw`] and followed
@@ -144,7 +159,7 @@ impl Link<'_> {
             let unnamed_stmt = || parsed && body.get(1) == Some(&0);
             let plain = match h.tag {
                 fe::PARSE => {
-                    parsed = body.first() == Some(&0);
+                    parsed = body.first() == Some(&0) && self.runs(&body[1..]).is_none();
                     parsed
                 }
                 // The portal's name (usually empty: found at once), then the statement's.
@@ -207,10 +222,14 @@ impl Link<'_> {
         match h.tag {
             fe::PARSE | fe::DESCRIBE | fe::CLOSE if !whole => Plan::NeedMore,
             fe::PARSE => {
-                if buf.get(HEADER_LEN) == Some(&0) {
-                    Plan::Raw // unnamed: only remembered
-                } else {
+                let body = &buf[HEADER_LEN..h.total_len()];
+                if !well_formed_parse(body) {
+                    Plan::Raw // the server refuses it as PostgreSQL does
+                } else if body[0] != 0 || self.runs(&body[1..]).is_some() {
+                    // Named, or the unnamed one running one of the client's statements.
                     Plan::Rewrite
+                } else {
+                    Plan::Raw // unnamed: only remembered
                 }
             }
             fe::BIND => {
@@ -225,15 +244,19 @@ impl Link<'_> {
                     },
                 }
             }
+            // Malformed (no NUL, bytes after it): the server refuses it as PostgreSQL does.
             fe::DESCRIBE => match buf.get(HEADER_LEN) {
                 Some(b'S') => match cstr(&buf[HEADER_LEN + 1..h.total_len()]) {
-                    Some((stmt, _)) => self.statement_plan(stmt),
-                    None => Plan::Raw,
+                    Some((stmt, [])) => self.statement_plan(stmt),
+                    _ => Plan::Raw,
                 },
                 _ => Plan::Raw,
             },
-            fe::CLOSE => match (buf.get(HEADER_LEN), buf.get(HEADER_LEN + 1)) {
-                (Some(b'S'), Some(&c)) if c != 0 => Plan::Rewrite,
+            fe::CLOSE => match (
+                buf.get(HEADER_LEN),
+                cstr(buf.get(HEADER_LEN + 1..h.total_len()).unwrap_or_default()),
+            ) {
+                (Some(b'S'), Some((name, []))) if !name.is_empty() => Plan::Rewrite,
                 _ => Plan::Raw,
             },
             fe::QUERY => match maybe_command(h, buf) {
@@ -284,13 +307,31 @@ impl Link<'_> {
             .or_else(|| self.client.named(name.as_bytes()))
     }
 
+    /// The client's statement a Parse runs, when its text (`rest`: the body after the
+    /// statement name) is SQL `EXECUTE` of one (as asyncpg sends for a statement made by SQL
+    /// `PREPARE`): on the server it has pgcorral's name. One level only: a statement whose text
+    /// is itself an `EXECUTE` is left to the server.
+    fn runs(&self, rest: &[u8]) -> Option<&Arc<Statement>> {
+        // The usual text starts with another letter: one look at its first byte.
+        let first = rest.iter().find(|b| !b.is_ascii_whitespace())?;
+        if !first.eq_ignore_ascii_case(&b'e') {
+            return None;
+        }
+        let (text, _) = cstr(rest)?;
+        let Command::Execute { name, .. } = sql::parse(std::str::from_utf8(text).ok()?)? else {
+            return None;
+        };
+        self.lookup(&name).filter(|s| s.runs.is_none())
+    }
+
     /// Records a message forwarded unchanged (after [`Plan::Raw`]); `counted` is false for a
     /// Sync that PostgreSQL will ignore (COPY IN).
     pub fn raw(&mut self, h: Header, buf: &[u8], counted: bool) {
         let msg = match h.tag {
             fe::PARSE => {
+                let unnamed = buf.get(HEADER_LEN) == Some(&0);
                 if let Some((_, rest)) = buf.get(HEADER_LEN..h.total_len()).and_then(cstr) {
-                    if !self.expect.skipping {
+                    if unnamed && !self.expect.skipping {
                         self.client.set_unnamed(rest);
                         *self.unnamed_here = true;
                     }
@@ -335,12 +376,26 @@ impl Link<'_> {
         match h.tag {
             fe::PARSE => {
                 st.unsynced = true;
-                let Some((name, rest)) = cstr(body) else {
+                let (name, rest) = cstr(body).expect("planned");
+                let runs = self.runs(rest).cloned();
+                if name.is_empty() {
+                    // The unnamed statement runs one of the client's: its text gets the name
+                    // that one has on this server.
+                    let runs = runs.expect("planned");
+                    let here = self.make_present(&runs, st, false);
+                    let text = cstr(rest).map_or(&[][..], |(t, _)| t);
+                    let mut renamed = super::execute_text(text, &here.name).unwrap_or_default();
+                    renamed.push(0);
+                    renamed.extend_from_slice(cstr(rest).map_or(&[][..], |(_, types)| types));
+                    pgwire::encode::parse(self.out, b"", &renamed);
+                    self.expect.push(Msg::Parse);
+                    self.client.set_unnamed_runs(rest, runs);
+                    *self.unnamed_here = true;
                     return whole();
-                };
+                }
                 let stmt = self
                     .registry
-                    .intern(Source::Parse(Bytes::copy_from_slice(rest)));
+                    .fresh(Source::Parse(Bytes::copy_from_slice(rest)), runs);
                 if !self.client.add_named(name, stmt.clone()) {
                     self.own_error(
                         "42P05",
@@ -351,29 +406,22 @@ impl Link<'_> {
                     );
                     return whole();
                 }
-                if self.server.touch(&stmt) {
-                    self.expect.push_fake(Fake::ParseComplete);
-                } else {
-                    self.prepare_on_server(&stmt, st, true, Some(name));
-                    if stmt.shape.get().is_some() {
-                        // Prepared here now, its description may differ from the one other
-                        // clients were given: pgcorral describes it (hidden) to check.
-                        pgwire::encode::describe(self.out, b'S', stmt.name.as_bytes());
-                        self.expect.push_hidden_describe(stmt.id);
-                    }
-                }
+                // Always a Parse on the server, never an answer of pgcorral's: what it resolves
+                // now is the client's statement. Other clients' statements of the same text
+                // are shared only once this one resolved as they did (see `expect::resolve`).
+                self.prepare_on_server(&stmt, st, true, Some(name));
                 whole()
             }
             fe::BIND => {
                 let (portal, rest) = cstr(body).expect("planned");
                 let (name, _) = cstr(rest).expect("planned");
                 let prefix = HEADER_LEN + portal.len() + 1 + name.len() + 1;
-                let stmt = match self.ensure(name, st) {
+                let stmt = match self.ensure(name, st, Some(buf)) {
                     Use::Ready(stmt) => stmt,
                     Use::Wait => return WAIT,
                     Use::Changed => return self.changed(h),
                 };
-                let new_name = stmt.as_deref().map_or("", |s| s.name.as_str());
+                let new_name = stmt.as_ref().map_or("", |(_, s)| s.name.as_str());
                 st.unsynced = true;
                 let new_len = h.total_len() - 1 - name.len() + new_name.len();
                 self.out.put_u8(fe::BIND);
@@ -383,7 +431,7 @@ impl Link<'_> {
                 self.out.put_slice(new_name.as_bytes());
                 self.out.put_u8(0);
                 match stmt {
-                    Some(s) => self.expect.push_about(Msg::Bind, s.id),
+                    Some((id, _)) => self.expect.push_about(Msg::Bind, id),
                     None => self.expect.push(Msg::Bind),
                 }
                 Applied {
@@ -393,16 +441,16 @@ impl Link<'_> {
             }
             fe::DESCRIBE => {
                 let (name, _) = cstr(&body[1..]).expect("planned");
-                let stmt = match self.ensure(name, st) {
+                let stmt = match self.ensure(name, st, None) {
                     Use::Ready(stmt) => stmt,
                     Use::Wait => return WAIT,
                     Use::Changed => return self.changed(h),
                 };
                 st.unsynced = true;
-                let new_name = stmt.as_deref().map_or("", |s| s.name.as_str());
+                let new_name = stmt.as_ref().map_or("", |(_, s)| s.name.as_str());
                 pgwire::encode::describe(self.out, b'S', new_name.as_bytes());
                 match stmt {
-                    Some(s) => self.expect.push_about(Msg::DescribeStatement, s.id),
+                    Some((id, _)) => self.expect.push_about(Msg::DescribeStatement, id),
                     None => self.expect.push(Msg::DescribeStatement),
                 }
                 whole()
@@ -421,10 +469,10 @@ impl Link<'_> {
                     Some(Command::Prepare { name, rest }) => self.sql_prepare(name, rest, st),
                     Some(Command::Execute { name, rest }) => {
                         let stmt = self.lookup(&name).cloned().expect("planned");
-                        self.make_present(&stmt, st);
+                        let here = self.make_present(&stmt, st, true);
                         let q = format!(
                             "EXECUTE {}{}{}",
-                            stmt.name,
+                            here.name,
                             if rest.is_empty() { "" } else { " " },
                             rest
                         );
@@ -453,9 +501,10 @@ impl Link<'_> {
         }
     }
 
-    /// `PREPARE name ...`: sent under pgcorral's name unless this server has it already.
+    /// `PREPARE name ...`: sent under pgcorral's name, always, and described (hidden, in a
+    /// batch of its own) to learn what it resolved, as a Parse is.
     fn sql_prepare(&mut self, name: String, rest: &str, st: &mut LinkState) {
-        let stmt = self.registry.intern(Source::Sql(rest.to_string()));
+        let stmt = self.registry.fresh(Source::Sql(rest.to_string()), None);
         if !self.client.add_sql(name.clone(), stmt.clone()) {
             let msg = format!("prepared statement \"{name}\" already exists");
             let mut e = BytesMut::new();
@@ -463,15 +512,11 @@ impl Link<'_> {
             self.answer_locally(Fake::Error(e.freeze()), st);
             return;
         }
-        if self.server.touch(&stmt) {
-            self.answer_locally(Fake::Command("PREPARE"), st);
-            return;
-        }
         self.evict_for(&stmt, st);
         pgwire::encode::query(self.out, &format!("PREPARE {} {rest}", stmt.name));
         st.on_request();
         self.expect.push_entry(
-            Msg::Query,
+            Msg::QueryReadyLater,
             true,
             Some(Box::new(Undo {
                 stmt: stmt.id,
@@ -479,6 +524,18 @@ impl Link<'_> {
                 client_sql: Some(name),
             })),
         );
+        self.resolve_sql(&stmt, st, true);
+    }
+
+    /// Describe and Sync after an SQL `PREPARE` of `stmt` (hidden: see
+    /// [`super::expect::Msg::Resolve`]); `ready`: the Sync's ReadyForQuery is the client's.
+    fn resolve_sql(&mut self, stmt: &Statement, st: &mut LinkState, ready: bool) {
+        pgwire::encode::describe(self.out, b'S', stmt.name.as_bytes());
+        st.unsynced = true;
+        self.expect.push_resolve(stmt.id);
+        pgwire::encode::sync(self.out);
+        st.on_sync();
+        self.expect.push_entry(Msg::Sync, ready, None);
     }
 
     /// Answers a simple Query with `fake`, then a Sync so the server supplies ReadyForQuery
@@ -508,12 +565,23 @@ impl Link<'_> {
     /// there first ([`Use::Wait`]) and compares; a retired statement (see
     /// [`Statement::retire`]) is not prepared again for such a client, except in a batch
     /// pgcorral retries (whose client is given the new description), where the client's names
-    /// move to the statement's new version.
-    fn ensure(&mut self, name: &[u8], st: &mut LinkState) -> Use {
+    /// move to the statement's new version. So do those of a batch that would be retried (see
+    /// [`renewable_batch`]; `batch`: the buffer from a Bind): were the statement not shared, the server would have answered it
+    /// the error that makes the retry.
+    fn ensure(&mut self, name: &[u8], st: &mut LinkState, batch: Option<&[u8]>) -> Use {
         if name.is_empty() {
             if !*self.unnamed_here {
                 if let Some(body) = self.client.unnamed() {
-                    pgwire::encode::parse(self.out, b"", body);
+                    let mut body = body.to_vec();
+                    if let Some(runs) = self.client.unnamed_runs().cloned() {
+                        let here = self.make_present(&runs, st, false);
+                        let (text, types) = cstr(&body).unwrap_or_default();
+                        let mut renamed = super::execute_text(text, &here.name).unwrap_or_default();
+                        renamed.push(0);
+                        renamed.extend_from_slice(types);
+                        body = renamed;
+                    }
+                    pgwire::encode::parse(self.out, b"", &body);
                     self.expect.push_entry(Msg::Parse, false, None);
                     *self.unnamed_here = true;
                 }
@@ -523,36 +591,41 @@ impl Link<'_> {
         if self.expect.verifying {
             return Use::Wait;
         }
-        let mut stmt = self.client.named(name).cloned().expect("planned");
+        let known = self.client.named(name).expect("planned");
         if self
             .expect
             .verify_failed
-            .take_if(|id| *id == stmt.id)
+            .take_if(|id| *id == known.id)
             .is_some()
         {
             return Use::Changed;
         }
-        if !self.server.touch(&stmt) {
-            if stmt.is_retired() {
-                if self.expect.replay.in_retry() {
-                    let fresh = self.registry.renew(&stmt);
-                    self.client.replace(stmt.id, &fresh);
-                    stmt = fresh;
-                } else if stmt.shape.get().is_some() {
-                    return Use::Changed;
-                }
-            }
-            if !self.server.touch(&stmt) {
-                self.prepare_on_server(&stmt, st, false, None);
-                if stmt.shape.get().is_some() {
-                    pgwire::encode::describe(self.out, b'S', stmt.name.as_bytes());
-                    pgwire::encode::flush(self.out);
-                    self.expect.push_verify(stmt.id);
-                    return Use::Wait;
-                }
+        // The usual case, one reference taken (the statement is shared by clients on every
+        // worker: its count is touched once per Bind, as before).
+        if let Some(here) = self.server.name_of(known) {
+            return Use::Ready(Some((known.id, here)));
+        }
+        let mut stmt = known.clone();
+        if stmt.is_retired() {
+            if self.expect.replay.in_retry() || batch.is_some_and(|b| renewable_batch(b, st)) {
+                let fresh = self.registry.renew(&stmt);
+                self.client.replace(stmt.id, &fresh);
+                stmt = fresh;
+            } else if stmt.shape.get().is_some() {
+                return Use::Changed;
             }
         }
-        Use::Ready(Some(stmt))
+        if let Some(here) = self.server.name_of(&stmt) {
+            return Use::Ready(Some((stmt.id, here)));
+        }
+        self.prepare_on_server(&stmt, st, false, None);
+        if stmt.shape.get().is_some() {
+            pgwire::encode::describe(self.out, b'S', stmt.name.as_bytes());
+            pgwire::encode::flush(self.out);
+            self.expect.push_verify(stmt.id);
+            return Use::Wait;
+        }
+        Use::Ready(Some((stmt.id, stmt)))
     }
 
     /// The client's Bind or Describe (header `h`, wholly buffered) of a statement whose result
@@ -576,47 +649,61 @@ impl Link<'_> {
         }
     }
 
-    /// Makes `stmt` exist on the server before an SQL EXECUTE of it.
-    fn make_present(&mut self, stmt: &Arc<Statement>, st: &mut LinkState) {
-        if self.server.touch(stmt) {
-            return;
+    /// Makes `stmt` exist on the server before an `EXECUTE` of it (in a Query, or in the text
+    /// of a Parse); returns the statement whose name it has there. `sync`: a Sync follows a
+    /// Parse, so an error in it does not make the server skip the Query after it.
+    fn make_present(
+        &mut self,
+        stmt: &Arc<Statement>,
+        st: &mut LinkState,
+        sync: bool,
+    ) -> Arc<Statement> {
+        if let Some(here) = self.server.name_of(stmt) {
+            return here;
         }
-        match &stmt.source {
-            Source::Parse(_) => {
-                self.prepare_on_server(stmt, st, false, None);
-                // A Sync, so an error in that Parse does not make the server skip the query.
-                pgwire::encode::sync(self.out);
-                st.on_sync();
-                self.expect.push_entry(Msg::Sync, false, None);
-            }
-            Source::Sql(rest) => {
-                self.evict_for(stmt, st);
-                pgwire::encode::query(self.out, &format!("PREPARE {} {rest}", stmt.name));
-                st.on_request();
-                self.expect
-                    .push_entry(Msg::Query, false, Some(undo(stmt, None)));
-            }
+        if self.prepare_on_server(stmt, st, false, None) && sync {
+            pgwire::encode::sync(self.out);
+            st.on_sync();
+            self.expect.push_entry(Msg::Sync, false, None);
         }
+        stmt.clone()
     }
 
-    /// Sends a Parse of `stmt` under its server name; its answer reaches the client when the
-    /// Parse is the client's own (`client_name`).
+    /// Sends a Parse of `stmt` under its server name, with the parameter types its first
+    /// Parse resolved (see [`Statement::parse_body`]), and a Describe (hidden) when what it
+    /// resolves is not known yet; its answer reaches the client when the Parse is the
+    /// client's own (`client_name`). An SQL-level statement not resolved yet is prepared with
+    /// its own `PREPARE` instead (then false is returned).
     fn prepare_on_server(
         &mut self,
         stmt: &Arc<Statement>,
         st: &mut LinkState,
         forward: bool,
         client_name: Option<&[u8]>,
-    ) {
-        let Source::Parse(body) = &stmt.source else {
-            // An SQL-level statement used by Bind: prepare it the SQL way first.
-            return self.make_present(stmt, st);
+    ) -> bool {
+        let runs_as = stmt.runs.as_ref().map(|r| self.make_present(r, st, false));
+        let Some(body) = stmt.parse_body(runs_as.as_ref().map(|r| r.name.as_str())) else {
+            let Source::Sql(rest) = &stmt.source else {
+                unreachable!("a Parse has a body")
+            };
+            self.evict_for(stmt, st);
+            pgwire::encode::query(self.out, &format!("PREPARE {} {rest}", stmt.name));
+            st.on_request();
+            self.expect
+                .push_entry(Msg::Query, false, Some(undo(stmt, None)));
+            self.resolve_sql(stmt, st, false);
+            return false;
         };
         self.evict_for(stmt, st);
-        pgwire::encode::parse(self.out, stmt.name.as_bytes(), body);
+        pgwire::encode::parse(self.out, stmt.name.as_bytes(), &body);
         st.unsynced = true;
         self.expect
             .push_entry(Msg::Parse, forward, Some(undo(stmt, client_name)));
+        if stmt.shape.get().is_none() {
+            pgwire::encode::describe(self.out, b'S', stmt.name.as_bytes());
+            self.expect.push_hidden_describe(stmt.id);
+        }
+        true
     }
 
     /// Records `stmt` as prepared on the server, closing the least recently used statement
@@ -633,6 +720,34 @@ impl Link<'_> {
             self.expect.push_entry(Msg::Close, false, None);
         }
     }
+}
+
+/// Whether the batch starting with the Bind at the start of `buf` is one [`super::replay`]
+/// would send again after a stale-plan error: it begins with that Bind (nothing outstanding,
+/// no transaction open) and is buffered through its Sync, with only Describe of the portal,
+/// Execute and Flush between, a Describe among them (the client learns the new row shape).
+fn renewable_batch(buf: &[u8], st: &LinkState) -> bool {
+    if st.pending != 0 || st.unsynced || st.tx != pgwire::backend::TxStatus::Idle {
+        return false;
+    }
+    let (mut pos, mut describes) = (0, false);
+    let mut first = true;
+    while let Some(&[tag, a, b, c, d]) = buf.get(pos..pos + HEADER_LEN) {
+        let len = u32::from_be_bytes([a, b, c, d]) as usize;
+        if len < 4 || buf.len() < pos + 1 + len {
+            return false;
+        }
+        match tag {
+            fe::BIND if first => {}
+            fe::DESCRIBE if buf.get(pos + HEADER_LEN) == Some(&b'P') => describes = true,
+            fe::EXECUTE | fe::FLUSH => {}
+            fe::SYNC => return describes,
+            _ => return false,
+        }
+        first = false;
+        pos += 1 + len;
+    }
+    false
 }
 
 /// [`Applied`] for a message that waits.
@@ -696,6 +811,71 @@ mod tests {
         ] {
             assert_eq!(decided(sql).0, Some(false), "{sql}");
         }
+    }
+
+    #[test]
+    fn malformed_parses_are_left_to_the_server() {
+        assert!(well_formed_parse(b"s\0select 1\0\0\0"));
+        assert!(well_formed_parse(b"\0select $1\0\0\x01\0\0\0\x17"));
+        for bad in [
+            &b""[..],
+            b"s2",
+            b"s\0select 1",
+            b"s\0select 1\0",
+            b"s\0select 1\0\0",
+            b"s\0select 1\0\0\x01\0\0",
+            b"s\0select 1\0\0\0extra",
+        ] {
+            assert!(!well_formed_parse(bad), "{bad:?}");
+        }
+    }
+
+    /// A Bind of a statement a schema change retired moves to a new statement at once only
+    /// where pgcorral would have retried the batch: it begins the batch outside a transaction
+    /// and the batch describes its portal.
+    #[test]
+    fn renewable_batches_begin_with_the_bind_and_describe_the_portal() {
+        let mut b = BytesMut::new();
+        pgwire::encode::message(&mut b, fe::BIND, |m| {
+            m.extend_from_slice(b"\0s\0\0\0\0\0\0\0")
+        });
+        let bind = b.split().freeze();
+        pgwire::encode::describe(&mut b, b'P', b"");
+        let describe = b.split().freeze();
+        pgwire::encode::message(&mut b, fe::EXECUTE, |m| m.extend_from_slice(b"\0\0\0\0\0"));
+        let execute = b.split().freeze();
+        pgwire::encode::sync(&mut b);
+        let sync = b.split().freeze();
+        let idle = LinkState::default();
+        let batch = |parts: &[&[u8]]| parts.concat();
+        assert!(renewable_batch(
+            &batch(&[&bind, &describe, &execute, &sync]),
+            &idle
+        ));
+        assert!(
+            !renewable_batch(&batch(&[&bind, &execute, &sync]), &idle),
+            "no Describe"
+        );
+        assert!(
+            !renewable_batch(&batch(&[&bind, &describe, &execute]), &idle),
+            "no Sync yet"
+        );
+        let in_tx = LinkState {
+            tx: pgwire::backend::TxStatus::InTransaction,
+            ..idle
+        };
+        assert!(!renewable_batch(
+            &batch(&[&bind, &describe, &execute, &sync]),
+            &in_tx
+        ));
+        let unsynced = LinkState {
+            unsynced: true,
+            ..idle
+        };
+        assert!(!renewable_batch(
+            &batch(&[&bind, &describe, &sync]),
+            &unsynced
+        ));
     }
 
     /// Part of a text is decided only when no more of it could change the answer.

@@ -401,14 +401,20 @@ fn rows() -> Vec<u8> {
     ])
 }
 
+/// The answers to pgcorral's hidden Describe after a client's Parse (no parameters, no rows).
+fn described() -> Vec<u8> {
+    msgs(&[msg(b't', b"\0\0"), msg(b'n', b"")])
+}
+
 /// Plain Queries are counted, not queued; pipelined with extended-protocol messages that
 /// pgcorral rewrites and answers itself, every answer still comes out in order.
 #[test]
 fn counted_queries_mix_with_tracked_messages_in_one_pipeline() {
     let mut t = Tracked::default();
     let mut st = LinkState::default();
-    // Counted; then a named Parse (prepared under pgcorral's name) and its Sync; then a
-    // Query behind them, which is queued (something tracked is owed before it).
+    // Counted; then a named Parse (prepared under pgcorral's name, with a hidden Describe)
+    // and its Sync; then a Query behind them, which is queued (something tracked is owed
+    // before it).
     let sent = t.send(
         &msgs(&[
             msg(b'Q', b"select 1\0"),
@@ -418,16 +424,16 @@ fn counted_queries_mix_with_tracked_messages_in_one_pipeline() {
         ]),
         &mut st,
     );
-    assert_eq!(tags_of(&sent), "QPSQ");
+    assert_eq!(tags_of(&sent), "QPDSQ");
     assert!(String::from_utf8_lossy(&sent).contains("pgcorral_1\0select 2"));
     assert_eq!(st.pending, 3);
-    let answer = msgs(&[rows(), msg(b'1', b""), msg(b'Z', b"I"), rows()]);
+    let answer = msgs(&[rows(), msg(b'1', b""), described(), msg(b'Z', b"I"), rows()]);
     assert_eq!(tags_of(&t.receive(&answer, &mut st)), "TDCZ1ZTDCZ");
     assert!(t.expect.is_empty() && st.is_idle());
 
-    // The same text under another name is on the server already: pgcorral answers its
-    // Parse, but only after the counted Query before it has had its ReadyForQuery; an
-    // error in a counted Query is just forwarded.
+    // The same text under another name: parsed on the server all the same (then found to
+    // be the same statement), after the counted Query before it; an error in a counted Query
+    // is just forwarded.
     let sent = t.send(
         &msgs(&[
             msg(b'Q', b"select 1/0\0"),
@@ -438,10 +444,12 @@ fn counted_queries_mix_with_tracked_messages_in_one_pipeline() {
         ]),
         &mut st,
     );
-    assert_eq!(tags_of(&sent), "QBES");
+    assert_eq!(tags_of(&sent), "QPDBES");
     let answer = msgs(&[
         msg(b'E', b"SERROR\0C22012\0Mdivision by zero\0\0"),
         msg(b'Z', b"I"),
+        msg(b'1', b""),
+        described(),
         msg(b'2', b""),
         msg(b'D', b"\0\0"),
         msg(b'C', b"SELECT 1\0"),
@@ -450,9 +458,16 @@ fn counted_queries_mix_with_tracked_messages_in_one_pipeline() {
     assert_eq!(tags_of(&t.receive(&answer, &mut st)), "EZ12DCZ");
     assert!(t.expect.is_empty() && st.is_idle());
     assert_eq!(t.client.count(), 2);
+    assert_eq!(
+        t.client.named(b"s1").map(|s| s.id),
+        t.client.named(b"s2").map(|s| s.id),
+        "one statement"
+    );
+    // s2's copy on the server is closed before the next prepare there.
+    assert_eq!(t.server.take_stale().len(), 1);
 
     // Answers split anywhere between reads come out the same.
-    let answer = msgs(&[rows(), msg(b'1', b""), msg(b'Z', b"I"), rows()]);
+    let answer = msgs(&[rows(), msg(b'1', b""), described(), msg(b'Z', b"I"), rows()]);
     for cut in 0..answer.len() {
         let mut st = LinkState::default();
         t.send(
@@ -500,21 +515,21 @@ fn counted_queries_alone_and_then_with_a_batch_behind_them() {
         let q = msg(b'Q', b"select 1\0");
         t.send(&msgs(&[q.clone(), q]), &mut st);
         let mut shown = t.receive(&first[..cut], &mut st);
-        // A named Parse of a statement this server has: pgcorral answers it, after the two
-        // counted Queries' answers.
-        t.server.insert(
-            &t.registry
-                .intern(crate::prepared::Source::Parse(bytes::Bytes::from_static(
-                    b"select 2\0\0\0",
-                ))),
-            0,
+        // A Close of a statement of the client's: pgcorral answers it, after the two counted
+        // Queries' answers.
+        t.client.add_named(
+            b"s1",
+            t.registry.fresh(
+                crate::prepared::Source::Parse(bytes::Bytes::from_static(b"select 2\0\0\0")),
+                None,
+            ),
         );
-        let sent = t.send(&msgs(&[parse("s1", "select 2"), msg(b'S', b"")]), &mut st);
+        let sent = t.send(&msgs(&[msg(b'C', b"Ss1\0"), msg(b'S', b"")]), &mut st);
         assert_eq!(tags_of(&sent), "S");
         assert!(!t.expect.only_counted());
         shown.extend(t.receive(&first[cut..], &mut st));
         shown.extend(t.receive(&msgs(&[rows(), msg(b'Z', b"I")]), &mut st));
-        assert_eq!(tags_of(&shown), "TDCZTDCZ1Z", "cut at {cut}");
+        assert_eq!(tags_of(&shown), "TDCZTDCZ3Z", "cut at {cut}");
         assert!(t.expect.is_empty() && st.is_idle(), "cut at {cut}");
     }
 }
@@ -688,10 +703,10 @@ fn batches_that_need_tracking_are_not_counted() {
         let mut st = LinkState::default();
         t.client.add_named(
             b"s1",
-            t.registry
-                .intern(crate::prepared::Source::Parse(bytes::Bytes::from_static(
-                    b"select 1\0\0\0",
-                ))),
+            t.registry.fresh(
+                crate::prepared::Source::Parse(bytes::Bytes::from_static(b"select 1\0\0\0")),
+                None,
+            ),
         );
         t.send(&batch, &mut st);
         assert!(!t.expect.only_counted(), "{:?}", tags_of(&batch));
@@ -702,7 +717,7 @@ fn batches_that_need_tracking_are_not_counted() {
     t.send(&parse("s1", "select 1"), &mut st);
     t.send(&unnamed_batch("select 2"), &mut st);
     assert!(!t.expect.only_counted());
-    let answer = msgs(&[msg(b'1', b""), unnamed_answer()]);
+    let answer = msgs(&[msg(b'1', b""), described(), unnamed_answer()]);
     assert_eq!(tags_of(&t.receive(&answer, &mut st)), "112TDCZ");
     assert!(t.expect.is_empty() && st.is_idle());
 }
@@ -731,14 +746,15 @@ fn errors_inside_a_counted_batch_end_at_its_ready_for_query() {
     }
 }
 
-/// Counted batches pipelined with named statements: the ParseComplete pgcorral owes for a
-/// statement the server has comes after the counted batch's answers, wherever reads split
-/// them; a later Bind of the unnamed statement in another relay (another server) parses it
-/// again, hidden.
+/// Counted batches pipelined with named statements: the named Parse and its hidden Describe
+/// are answered after the counted batch's answers, wherever reads split them; a later Bind of
+/// the unnamed statement in another relay (another server) parses it again, hidden.
 #[test]
 fn counted_batches_mix_with_named_statements() {
     let answer = msgs(&[
         unnamed_answer(),
+        msg(b'1', b""),
+        described(),
         msg(b'2', b""),
         msg(b'C', b"SELECT 1\0"),
         msg(b'Z', b"I"),
@@ -747,10 +763,10 @@ fn counted_batches_mix_with_named_statements() {
         let mut t = Tracked::default();
         let mut st = LinkState::default();
         t.server.insert(
-            &t.registry
-                .intern(crate::prepared::Source::Parse(bytes::Bytes::from_static(
-                    b"select 2\0\0\0",
-                ))),
+            &t.registry.fresh(
+                crate::prepared::Source::Parse(bytes::Bytes::from_static(b"select 2\0\0\0")),
+                None,
+            ),
             0,
         );
         let sent = t.send(
@@ -763,8 +779,8 @@ fn counted_batches_mix_with_named_statements() {
             ]),
             &mut st,
         );
-        assert_eq!(tags_of(&sent), "PBDESBES");
-        assert!(String::from_utf8_lossy(&sent).contains("pgcorral_1\0"));
+        assert_eq!(tags_of(&sent), "PBDESPDBES");
+        assert!(String::from_utf8_lossy(&sent).contains("pgcorral_2\0"));
         let mut shown = t.receive(&answer[..cut], &mut st);
         shown.extend(t.receive(&answer[cut..], &mut st));
         assert_eq!(tags_of(&shown), "12TDCZ12CZ", "cut at {cut}");
@@ -885,7 +901,14 @@ fn a_query_split_across_reads_is_still_rewritten() {
                 let prep = msg(b'Q', b"PREPARE p AS SELECT 1\0");
                 t.client(&prep, &mut 0, &mut st);
                 t.wout.clear();
-                t.receive(&msgs(&[msg(b'C', b"PREPARE\0"), msg(b'Z', b"I")]), &mut st);
+                // Its answer, then that of pgcorral's Describe and Sync after it (hidden).
+                let answer = msgs(&[
+                    msg(b'C', b"PREPARE\0"),
+                    msg(b'Z', b"I"),
+                    described(),
+                    msg(b'Z', b"I"),
+                ]);
+                t.receive(&answer, &mut st);
                 assert!(t.expect.is_empty());
             }
             if queued {
