@@ -28,19 +28,19 @@ pub(super) enum Admitted {
 
 /// Startup packets, limits, authentication and the welcome. `None` when the client is done
 /// (a cancel request, a probe, or a failure already reported to it). The connection is counted
-/// against the login budget until this returns; a logged-in client is counted against
-/// max_client_conn by the returned guard.
+/// against the login budget until it has authenticated (or this returns), and from then on
+/// against max_client_conn, by the returned guard.
 pub(super) async fn admit(
     client: &mut ClientConn,
     services: &Services,
 ) -> Option<(Admitted, ClientCount)> {
-    let _login = LoginCount::adopt(services);
     let login_timeout = millis_opt(services.config.load().general.client_login_timeout)
         .unwrap_or(std::time::Duration::MAX);
     let limit = Limit {
         start: tokio::time::Instant::now(),
         deadline: tokio::time::Instant::now().checked_add(login_timeout),
         services,
+        login: parking_lot::Mutex::new(Some(LoginCount::adopt(services))),
     };
     let timed_out = |short: bool| {
         let message = match short {
@@ -103,7 +103,7 @@ pub(super) async fn admit(
     }
     let login = limit
         .run(login(
-            client, services, &user, &database, minor, &params, binding,
+            client, &user, &database, minor, &params, binding, &limit,
         ))
         .await
         .unwrap_or_else(|short| Err(timed_out(short)));
@@ -117,15 +117,23 @@ pub(super) async fn admit(
 }
 
 /// How long a login may take: until client_login_timeout (`deadline`, `None` = no limit), and
-/// while more than half of the login budget is in use, no longer than
+/// while unauthenticated and more than half of the login budget is in use, no longer than
 /// [`PRESSURE_LOGIN_TIMEOUT`] (checked every that long from the connection's start).
 struct Limit<'a> {
     start: tokio::time::Instant,
     deadline: Option<tokio::time::Instant>,
     services: &'a Services,
+    /// The connection's place in the login budget, until it has authenticated.
+    login: parking_lot::Mutex<Option<LoginCount>>,
 }
 
 impl Limit<'_> {
+    /// The client has authenticated: it leaves the login budget (it is counted against
+    /// max_client_conn now) and is no longer cut short by its pressure.
+    fn authenticated(&self) {
+        drop(self.login.lock().take());
+    }
+
     /// Runs `f` within the limit; `Err(short)` when it expired, `short` when it was cut
     /// short by the login budget's pressure.
     async fn run<T>(
@@ -145,7 +153,7 @@ impl Limit<'_> {
             if let Ok(v) = crate::timer::timeout_at(check, f.as_mut()).await {
                 return Ok(v);
             }
-            if self.services.login_pressure() {
+            if self.login.lock().is_some() && self.services.login_pressure() {
                 return Err(true);
             }
         }
@@ -165,13 +173,14 @@ pub(super) async fn fail<T>(client: &mut ClientConn, e: Error) -> Option<T> {
 /// parameters, key, ReadyForQuery.
 async fn login(
     client: &mut ClientConn,
-    services: &Services,
     user: &str,
     database: &str,
     minor: u16,
     params: &[(String, String)],
     binding: Option<Vec<u8>>,
+    limit: &Limit<'_>,
 ) -> Result<(Admitted, ClientCount)> {
+    let services = limit.services;
     let config = services.config.load_full();
     let mut out = BytesMut::with_capacity(512);
     startup::negotiate(&mut out, minor, params);
@@ -195,6 +204,7 @@ async fn login(
             "no more connections allowed (max_client_conn)",
         ));
     };
+    limit.authenticated();
     if console {
         return console_login(client, services, user, database, out)
             .await
