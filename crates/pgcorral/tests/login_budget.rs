@@ -143,6 +143,27 @@ async fn connections_beyond_the_login_budget_are_refused_at_once() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_login_budget_is_capped_by_the_open_files_limit() {
+    let pg = Postgres::start();
+    // 64 descriptors: at most 16 connections logging in, whatever max_login_clients says.
+    let toml = config(&pg, "postgres", "max_login_clients = 1000\nworkers = 1");
+    let p = PoolerProcess::start_limited(&toml, "info", Some(64));
+    let silent_ones = silent(p.port, 16).await;
+    let mut extra = TcpStream::connect(("127.0.0.1", p.port)).await.unwrap();
+    assert!(
+        closed_within(&mut extra, Duration::from_secs(2)).await,
+        "a connection beyond a quarter of the open-files limit was held"
+    );
+    drop(silent_ones);
+    let start = Instant::now();
+    while let Err(e) = select_one(p.port, "postgres", "postgres").await {
+        assert!(start.elapsed() < Duration::from_secs(5), "{e}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(p.log().contains("max_login_clients"), "{}", p.log());
+}
+
 /// GET /metrics over a plain TCP connection.
 async fn reqwest_metrics(addr: std::net::SocketAddr) -> String {
     use tokio::io::AsyncWriteExt;
