@@ -507,7 +507,6 @@ impl PoolerProcess {
         let path = dir.join("pgcorral.toml");
         std::fs::write(&path, toml).unwrap();
         let log = dir.join("pgcorral.log");
-        #[allow(clippy::zombie_processes)] // waited for in Drop
         let mut command = match nofile {
             None => Command::new(pgcorral_bin()),
             Some(n) => {
@@ -517,6 +516,7 @@ impl PoolerProcess {
                 c
             }
         };
+        #[allow(clippy::zombie_processes)] // waited for in Drop
         let child = command
             .arg("--config")
             .arg(&path)
