@@ -71,7 +71,7 @@ impl CancelMap {
         match sent {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                tracing::info!(server = %key.addr, error = %e, "could not forward cancel request")
+                tracing::info!(server = %key.addr, error = %crate::logsafe::Esc(&e), "could not forward cancel request")
             }
             Err(_) => tracing::info!(
                 server = %key.addr,

@@ -20,6 +20,7 @@ pub mod config;
 pub mod conns;
 pub mod control;
 pub mod error;
+pub mod logsafe;
 pub mod metrics;
 pub mod net;
 pub mod pool;

@@ -1,7 +1,7 @@
 //! The handle every task gets: configuration, pools, the cancel map, client accounting and the
 //! shutdown signal. Built once at start and passed down; cheap to clone.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -19,8 +19,15 @@ pub struct Inner {
     pub cancel: CancelMap,
     /// SCRAM secrets derived from plaintext passwords, reused across logins.
     pub scram_cache: crate::client::auth::SecretCache,
-    /// Clients connected now (counted against max_client_conn).
+    /// Clients logged in now (counted against max_client_conn), console users included.
     pub clients: AtomicUsize,
+    /// Connections accepted and still logging in (counted against the login budget).
+    pub logins: AtomicUsize,
+    /// Connections refused at accept because the login budget was used up.
+    pub logins_refused: AtomicU64,
+    /// A quarter of the open-files limit at start: the login budget's ceiling whatever
+    /// max_login_clients says, so sockets that never log in cannot take every descriptor.
+    pub login_fd_cap: usize,
     /// Fired on SIGINT/SIGTERM: stop accepting, finish transactions, close.
     pub shutdown: Arc<Shutdown>,
     /// Every client task, so shutdown can wait for them.
@@ -69,6 +76,9 @@ impl Services {
             cancel: CancelMap::default(),
             scram_cache: Default::default(),
             clients: AtomicUsize::new(0),
+            logins: AtomicUsize::new(0),
+            logins_refused: AtomicU64::new(0),
+            login_fd_cap: open_files_limit().map_or(usize::MAX, |n| (n / 4).max(1)),
             shutdown,
             tasks: TaskTracker::new(),
             balance: Arc::new(Balance::new(workers)),
@@ -82,21 +92,118 @@ impl Services {
         }))
     }
 
-    /// Counts a new client; the guard uncounts it. Also returns whether the client is over
-    /// max_client_conn.
-    pub fn admit_client(&self) -> (ClientCount, bool) {
-        let max = self.config.load().general.max_client_conn;
+    /// Counts a logged-in client against max_client_conn (plus [`ADMIN_RESERVE`] for an
+    /// admin user on the console); the guard uncounts it. `None` when there is no room.
+    pub fn admit_client(&self, admin: bool) -> Option<ClientCount> {
+        let mut max = self.config.load().general.max_client_conn;
+        if admin {
+            max = max.saturating_add(ADMIN_RESERVE);
+        }
         let n = self.clients.fetch_add(1, Ordering::AcqRel) + 1;
-        (
-            ClientCount {
-                services: self.clone(),
-            },
-            n > max,
-        )
+        let count = ClientCount {
+            services: self.clone(),
+        };
+        (n <= max).then_some(count)
+    }
+
+    /// How many connections may be logging in at once: max_login_clients, or a quarter of the
+    /// open-files limit when that is smaller.
+    pub fn login_budget(&self) -> usize {
+        self.config
+            .load()
+            .general
+            .max_login_clients
+            .min(self.login_fd_cap)
+    }
+
+    /// Counts a connection just accepted as logging in, when the login budget (plus
+    /// [`UNIX_LOGIN_RESERVE`] on the Unix socket) has room; otherwise counts it refused and
+    /// returns false. The client's task takes over the count ([`LoginCount::adopt`]).
+    pub fn start_login(&self, unix: bool) -> bool {
+        let mut budget = self.login_budget();
+        if unix {
+            budget = budget.saturating_add(UNIX_LOGIN_RESERVE);
+        }
+        let n = self.logins.fetch_add(1, Ordering::AcqRel) + 1;
+        if n <= budget {
+            return true;
+        }
+        self.logins.fetch_sub(1, Ordering::AcqRel);
+        let refused = self.logins_refused.fetch_add(1, Ordering::Relaxed) + 1;
+        // Logged at the 1st, 2nd, 4th, 8th... refusal: an attack cannot flood the log.
+        if refused.is_power_of_two() {
+            tracing::warn!(
+                refused,
+                budget,
+                "connections refused at accept: too many clients still logging in (max_login_clients)"
+            );
+        }
+        false
+    }
+
+    /// More than half of the login budget is in use: logins are cut short
+    /// ([`PRESSURE_LOGIN_TIMEOUT`]).
+    pub fn login_pressure(&self) -> bool {
+        self.logins.load(Ordering::Relaxed).saturating_mul(2) > self.login_budget()
     }
 }
 
-/// One counted client; uncounted on drop. A pointer: every client's task holds one.
+/// Logins beyond max_client_conn kept for admin_users on the admin console, so that it stays
+/// reachable when applications (or an attacker with valid logins) hold every place.
+pub const ADMIN_RESERVE: usize = 3;
+
+/// Connections the Unix socket may have logging in beyond the login budget, so that a local
+/// administrator gets in while TCP connections use the budget up.
+pub const UNIX_LOGIN_RESERVE: usize = 8;
+
+/// While more than half of the login budget is in use, a login still unfinished after this
+/// long (checked every this long) is ended, whatever client_login_timeout says.
+pub const PRESSURE_LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The soft limit on open files (RLIMIT_NOFILE), when there is one (from /proc, Linux).
+fn open_files_limit() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    soft_open_files(&text)
+}
+
+/// The soft limit of "Max open files" in the text of /proc/self/limits; `None` if unlimited.
+fn soft_open_files(limits: &str) -> Option<usize> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A connection counted as logging in ([`Services::start_login`]); uncounted on drop.
+pub struct LoginCount {
+    services: Services,
+}
+
+impl LoginCount {
+    /// Takes over the count `start_login` made for this connection.
+    pub fn adopt(services: &Services) -> LoginCount {
+        LoginCount {
+            services: services.clone(),
+        }
+    }
+}
+
+impl LoginCount {
+    /// Leaves the count to the client's task, which adopts it.
+    pub fn hand_over(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for LoginCount {
+    fn drop(&mut self) {
+        self.services.logins.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One logged-in client; uncounted on drop. A pointer: every client's task holds one.
 pub struct ClientCount {
     services: Services,
 }
@@ -133,5 +240,20 @@ impl Shutdown {
     /// Completes once fired.
     pub fn cancelled(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
         self.token.cancelled()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn open_files_limit_is_read_from_proc() {
+        let text = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                    Max processes             63704                63704                processes \n\
+                    Max open files            1024                 524288               files     \n";
+        assert_eq!(super::soft_open_files(text), Some(1024));
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
+        assert_eq!(super::soft_open_files(unlimited), None);
+        assert!(super::open_files_limit().is_some_and(|n| n > 0));
     }
 }

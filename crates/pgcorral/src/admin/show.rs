@@ -266,7 +266,10 @@ fn lists(services: &Services, config: &Config) -> Table {
         ("pools", pools.len() + 1),
         ("free_clients", 0),
         ("used_clients", clients),
-        ("login_clients", 0),
+        (
+            "login_clients",
+            services.logins.load(std::sync::atomic::Ordering::Relaxed),
+        ),
         ("free_servers", 0),
         ("used_servers", used_servers),
         ("dns_names", 0),

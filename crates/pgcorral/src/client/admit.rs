@@ -13,8 +13,9 @@ use crate::admin;
 use crate::cancel::CancelSlot;
 use crate::config::{millis_opt, PoolMode};
 use crate::error::{Error, Kind, Result};
+use crate::logsafe::Esc;
 use crate::net::peer::Peer;
-use crate::services::Services;
+use crate::services::{ClientCount, LoginCount, Services, PRESSURE_LOGIN_TIMEOUT};
 use crate::session::{apply, Settings};
 
 /// A client past login.
@@ -26,37 +27,45 @@ pub(super) enum Admitted {
 }
 
 /// Startup packets, limits, authentication and the welcome. `None` when the client is done
-/// (a cancel request, a probe, or a failure already reported to it).
+/// (a cancel request, a probe, or a failure already reported to it). The connection is counted
+/// against the login budget until it has authenticated (or this returns), and from then on
+/// against max_client_conn, by the returned guard.
 pub(super) async fn admit(
     client: &mut ClientConn,
     services: &Services,
-    over_limit: bool,
-) -> Option<Admitted> {
+) -> Option<(Admitted, ClientCount)> {
     let login_timeout = millis_opt(services.config.load().general.client_login_timeout)
         .unwrap_or(std::time::Duration::MAX);
-    let deadline = tokio::time::Instant::now().checked_add(login_timeout);
-    let timed_out = || {
-        Error::new(
-            Kind::ClientIdle,
-            format!(
+    let limit = Limit {
+        start: tokio::time::Instant::now(),
+        deadline: tokio::time::Instant::now().checked_add(login_timeout),
+        services,
+        login: parking_lot::Mutex::new(Some(LoginCount::adopt(services))),
+    };
+    let timed_out = |short: bool| {
+        let message = match short {
+            true => format!(
+                "login not completed within {} ms while more than half of max_login_clients is in use",
+                limit.start.elapsed().as_millis()
+            ),
+            false => format!(
                 "client_login_timeout: login not completed within {} ms",
                 login_timeout.as_millis()
             ),
-        )
+        };
+        Error::new(Kind::ClientIdle, message)
     };
     let tls = services.tls.load_full();
     // Over a Unix socket there is no TLS, and none is required (as PgBouncer and PostgreSQL).
     let unix = client.stream.is_unix();
     let side = tls.client.as_ref().filter(|_| !unix);
-    let opening = match within(
-        deadline,
-        startup::open(&mut client.stream, &mut client.buf, side),
-    )
-    .await
+    let opening = match limit
+        .run(startup::open(&mut client.stream, &mut client.buf, side))
+        .await
     {
-        Some(Ok(o)) => o,
-        Some(Err(e)) => return fail(client, e).await,
-        None => return fail(client, timed_out()).await,
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return fail(client, e).await,
+        Err(short) => return fail(client, timed_out(short)).await,
     };
     let (minor, params) = match opening {
         Opening::Closed => return None,
@@ -92,46 +101,72 @@ pub(super) async fn admit(
         .filter(|d| !d.is_empty())
         .unwrap_or(&user)
         .to_string();
-    if over_limit {
-        let e = Error::new(
-            Kind::TooManyClients,
-            "no more connections allowed (max_client_conn)",
-        );
-        return fail(client, e).await;
-    }
     if services.shutdown.is_cancelled() {
         let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
         return fail(client, e).await;
     }
-    let login = within(
-        deadline,
-        login(client, services, &user, &database, minor, &params, binding),
-    )
-    .await
-    .unwrap_or_else(|| Err(timed_out()));
+    let login = limit
+        .run(login(
+            client, &user, &database, minor, &params, binding, &limit,
+        ))
+        .await
+        .unwrap_or_else(|short| Err(timed_out(short)));
     match login {
         Ok(admitted) => {
-            tracing::info!(peer = %client.peer, %user, %database, "client logged in");
+            tracing::info!(peer = %client.peer, user = %Esc(&user), database = %Esc(&database), "client logged in");
             Some(admitted)
         }
         Err(e) => fail(client, e).await,
     }
 }
 
-/// Runs `f` until `deadline` (`None` = no deadline); `None` when it expired.
-async fn within<T>(
+/// How long a login may take: until client_login_timeout (`deadline`, `None` = no limit), and
+/// while unauthenticated and more than half of the login budget is in use, no longer than
+/// [`PRESSURE_LOGIN_TIMEOUT`] (checked every that long from the connection's start).
+struct Limit<'a> {
+    start: tokio::time::Instant,
     deadline: Option<tokio::time::Instant>,
-    f: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    match deadline {
-        Some(d) => crate::timer::timeout_at(d, f).await.ok(),
-        None => Some(f.await),
+    services: &'a Services,
+    /// The connection's place in the login budget, until it has authenticated.
+    login: parking_lot::Mutex<Option<LoginCount>>,
+}
+
+impl Limit<'_> {
+    /// The client has authenticated: it leaves the login budget (it is counted against
+    /// max_client_conn now) and is no longer cut short by its pressure.
+    fn authenticated(&self) {
+        drop(self.login.lock().take());
+    }
+
+    /// Runs `f` within the limit; `Err(short)` when it expired, `short` when it was cut
+    /// short by the login budget's pressure.
+    async fn run<T>(
+        &self,
+        f: impl std::future::Future<Output = T>,
+    ) -> std::result::Result<T, bool> {
+        let mut f = std::pin::pin!(f);
+        let mut check = self.start;
+        loop {
+            check += PRESSURE_LOGIN_TIMEOUT;
+            match self.deadline {
+                Some(d) if d <= check => {
+                    return crate::timer::timeout_at(d, f).await.map_err(|_| false);
+                }
+                _ => {}
+            }
+            if let Ok(v) = crate::timer::timeout_at(check, f.as_mut()).await {
+                return Ok(v);
+            }
+            if self.login.lock().is_some() && self.services.login_pressure() {
+                return Err(true);
+            }
+        }
     }
 }
 
 /// Reports a startup/login failure as FATAL and logs it.
 pub(super) async fn fail<T>(client: &mut ClientConn, e: Error) -> Option<T> {
-    tracing::info!(peer = %client.peer, error = %e, sqlstate = e.sqlstate(), "client login failed");
+    tracing::info!(peer = %client.peer, error = %Esc(&e), sqlstate = e.sqlstate(), "client login failed");
     let mut out = BytesMut::new();
     e.write_response(&mut out, "FATAL");
     let _ = client.stream.send(&out).await;
@@ -142,13 +177,14 @@ pub(super) async fn fail<T>(client: &mut ClientConn, e: Error) -> Option<T> {
 /// parameters, key, ReadyForQuery.
 async fn login(
     client: &mut ClientConn,
-    services: &Services,
     user: &str,
     database: &str,
     minor: u16,
     params: &[(String, String)],
     binding: Option<Vec<u8>>,
-) -> Result<Admitted> {
+    limit: &Limit<'_>,
+) -> Result<(Admitted, ClientCount)> {
+    let services = limit.services;
     let config = services.config.load_full();
     let mut out = BytesMut::with_capacity(512);
     startup::negotiate(&mut out, minor, params);
@@ -162,8 +198,21 @@ async fn login(
         binding.as_deref(),
     )
     .await?;
-    if admin::is_console(database) {
-        return console_login(client, services, user, database, out).await;
+    // Counted from a successful authentication on; admin users on the console have a few
+    // places more, so that it stays reachable when every other place is taken.
+    let console = admin::is_console(database);
+    let admin = console && config.general.admin_users.iter().any(|u| u == user);
+    let Some(count) = services.admit_client(admin) else {
+        return Err(Error::new(
+            Kind::TooManyClients,
+            "no more connections allowed (max_client_conn)",
+        ));
+    };
+    limit.authenticated();
+    if console {
+        return console_login(client, services, user, database, out)
+            .await
+            .map(|a| (a, count));
     }
     // Only an authenticated client learns whether the database exists, as with PostgreSQL.
     let cluster = services.pools.get(&config, database, user)?;
@@ -277,7 +326,7 @@ async fn login(
         }
     };
     pool.client_joined();
-    Ok(Admitted::Pool(Session {
+    let session = Admitted::Pool(Session {
         pool,
         cluster,
         route: Default::default(),
@@ -289,7 +338,8 @@ async fn login(
         settings,
         startup,
         pinned: Vec::new(),
-    }))
+    });
+    Ok((session, count))
 }
 
 /// Where a server for the whole session (session mode), or for the login's parameters, comes

@@ -19,11 +19,12 @@ use crate::cancel::CancelSlot;
 use crate::config::{millis_opt, PoolMode};
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
+use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::net::stream::{Detached, Stream};
 use crate::pool::{Checkout, Pool};
 use crate::relay::{self, Outcome, Timeouts};
-use crate::services::{ClientCount, Services};
+use crate::services::{ClientCount, LoginCount, Services};
 use crate::session::Settings;
 use admit::admit;
 use replies::{refuse_statement, refuse_transaction, timed_out};
@@ -122,7 +123,10 @@ fn task(
             Ok(s) => s,
             Err(e) => {
                 match moved {
-                    None => tracing::warn!(error = %e, "could not register a client socket"),
+                    None => {
+                        drop(LoginCount::adopt(&services));
+                        tracing::warn!(error = %e, "could not register a client socket")
+                    }
                     Some(m) => {
                         tracing::warn!(peer = %client.peer, error = %e, "could not move a client between workers");
                         services.cancel.unregister(m.session.pid, m.session.secret);
@@ -135,13 +139,15 @@ fn task(
         let mut admitted;
         match moved {
             None => {
-                let over_limit;
-                (count, over_limit) = services.admit_client();
                 client.max_len = services.config.load().general.max_packet_size;
                 // Startup and login are boxed: their state is large and short-lived, and must
                 // not size the future that lives as long as the client (idle clients should
-                // cost little memory).
-                admitted = crate::cold::cold(admit(&mut client, &services, over_limit)).await;
+                // cost little memory). The client is counted against max_client_conn from its
+                // successful login on.
+                match crate::cold::cold(admit(&mut client, &services)).await {
+                    Some((a, c)) => (admitted, count) = (Some(a), c),
+                    None => return,
+                }
             }
             Some(m) => {
                 let Moved {
@@ -237,13 +243,13 @@ fn left(exit: Result<Exit>, session: &Session, peer: &Peer) -> Option<BytesMut> 
     let (database, user) = session.pool.name();
     match exit {
         Ok(Exit::Left(reason)) => {
-            tracing::info!(%peer, %user, %database, reason, "client disconnected");
+            tracing::info!(%peer, user = %Esc(user), database = %Esc(database), reason, "client disconnected");
             None
         }
         // Not a departure: the caller moves the client.
         Ok(Exit::Move(_)) => None,
         Err(e) => {
-            tracing::info!(%peer, %user, %database, error = %e, "client disconnected");
+            tracing::info!(%peer, user = %Esc(user), database = %Esc(database), error = %Esc(&e), "client disconnected");
             let mut out = BytesMut::new();
             e.write_response(&mut out, "FATAL");
             Some(out)
@@ -365,6 +371,7 @@ fn relay_mode<'a>(
         // Session mode: a client holds its server for good, so it can only move with it, and
         // only at an idle answer (pooled clients move between transactions, without one).
         shed: (!pooled && services.balance.len() > 1).then_some((&*services.balance, worker)),
+        pools: Some(&services.pools),
     }
 }
 

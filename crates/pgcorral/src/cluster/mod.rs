@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Kind, Result};
+use crate::logsafe::Esc;
 use crate::pool::{Checkout, Pool};
 use topology::{Node, Role, Topology, View};
 
@@ -129,7 +130,7 @@ impl Cluster {
             match self.0.pools[i].checkout(worker).await {
                 Ok(c) => return Ok(c),
                 Err(e) if takes_server_down(&e) => {
-                    tracing::info!(database = %topology.database, server = %node.addr(), error = %e, want = want.name(), "server failed; trying another");
+                    tracing::info!(database = %Esc(&topology.database), server = %node.addr(), error = %Esc(&e), want = want.name(), "server failed; trying another");
                     node.ban(topology.settings().ban_time, e.message());
                     tried.push(i);
                     last = Some(e);
@@ -178,7 +179,7 @@ impl Cluster {
                 .filter(|(_, v)| v.role == Role::Replica)
                 .collect();
             if !replicas.is_empty() && replicas.iter().all(|(_, v)| v.banned) {
-                tracing::warn!(database = %topology.database, "every replica is banned; lifting the bans");
+                tracing::warn!(database = %Esc(&topology.database), "every replica is banned; lifting the bans");
                 for (n, _) in &replicas {
                     n.unban();
                 }
@@ -218,7 +219,7 @@ pub async fn wal_position(server: &mut Checkout) -> u64 {
             .and_then(monitor::parse_lsn)
             .unwrap_or(0),
         Err(e) => {
-            tracing::debug!(error = %e, "could not read the primary's WAL position");
+            tracing::debug!(error = %Esc(&e), "could not read the primary's WAL position");
             0
         }
     }

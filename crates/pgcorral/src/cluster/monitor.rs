@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::topology::{Node, Role, Topology};
+use crate::logsafe::Esc;
 use crate::server::ServerConn;
 use crate::session::exec;
 
@@ -113,7 +114,7 @@ impl Topology {
             match status {
                 Ok(st) => node.update(|s| {
                     if s.down || s.in_recovery != Some(st.in_recovery) {
-                        tracing::info!(database = %self.database, server = %node.addr(), in_recovery = st.in_recovery, "server checked: up");
+                        tracing::info!(database = %Esc(&self.database), server = %node.addr(), in_recovery = st.in_recovery, "server checked: up");
                     }
                     s.down = false;
                     s.in_recovery = Some(st.in_recovery);
@@ -128,7 +129,7 @@ impl Topology {
                         s.checked_at = Some(now);
                     });
                     if was_up {
-                        tracing::warn!(database = %self.database, server = %node.addr(), error = %e, "health check failed");
+                        tracing::warn!(database = %Esc(&self.database), server = %node.addr(), error = %Esc(&e), "health check failed");
                     }
                     node.ban(settings.ban_time, &format!("health check failed: {e}"));
                 }
@@ -140,7 +141,7 @@ impl Topology {
             .filter(|n| n.role() == Role::Primary)
             .collect();
         if primaries.len() > 1 {
-            tracing::warn!(database = %self.database, "more than one server is a primary; writes go to the first listed");
+            tracing::warn!(database = %Esc(&self.database), "more than one server is a primary; writes go to the first listed");
         }
         let primary_lsn = primaries
             .first()
@@ -161,7 +162,7 @@ impl Topology {
                 let over_time = settings.max_lag.time.zip(s.lag_time).is_some_and(|(m, l)| l > m);
                 let lagging = !s.down && (over_bytes || over_time);
                 if lagging != s.lagging {
-                    tracing::info!(database = %self.database, server = %node.addr(), lag_bytes = ?s.lag_bytes, lag_time = ?s.lag_time, lagging, "replica lag");
+                    tracing::info!(database = %Esc(&self.database), server = %node.addr(), lag_bytes = ?s.lag_bytes, lag_time = ?s.lag_time, lagging, "replica lag");
                 }
                 s.lagging = lagging;
             });

@@ -88,7 +88,11 @@ pub struct General {
     pub listen_port: u16,
     pub pool_mode: PoolMode,
     pub default_pool_size: usize,
+    /// Most clients logged in at once (admin_users on the console have a few more).
     pub max_client_conn: usize,
+    /// Most connections still logging in (startup and authentication) at once; further ones
+    /// are refused at accept. Also capped by a quarter of the open-files limit.
+    pub max_login_clients: usize,
     pub auth_type: AuthType,
     pub admin_users: Vec<String>,
     /// Users who may connect to the admin console for SHOW commands only.
@@ -298,6 +302,7 @@ impl Default for General {
             pool_mode: PoolMode::Transaction,
             default_pool_size: 20,
             max_client_conn: 5000,
+            max_login_clients: 1000,
             auth_type: AuthType::ScramSha256,
             admin_users: Vec::new(),
             stats_users: Vec::new(),

@@ -91,6 +91,9 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
     if g.max_client_conn < 1 {
         errs.push("general.max_client_conn: must be at least 1".into());
     }
+    if g.max_login_clients < 1 {
+        errs.push("general.max_login_clients: must be at least 1".into());
+    }
     if !MAX_PACKET_SIZE_RANGE.contains(&g.max_packet_size) {
         errs.push(format!(
             "general.max_packet_size: must be {}..{} (bytes), got {}",
@@ -390,6 +393,10 @@ mod tests {
             (
                 "max_client_conn = 0",
                 "general.max_client_conn: must be at least 1",
+            ),
+            (
+                "max_login_clients = 0",
+                "general.max_login_clients: must be at least 1",
             ),
             (
                 "max_packet_size = 1023",

@@ -194,11 +194,29 @@ impl Collector for Pgcorral {
         gauge(
             &mut e.encode_descriptor(
                 "pgcorral_clients_connected",
-                "Client connections open now, logged in or not (counted against max_client_conn)",
+                "Clients logged in now, console users included (counted against max_client_conn)",
                 None,
                 MetricType::Gauge,
             )?,
             services.clients.load(Relaxed) as u64,
+        )?;
+        gauge(
+            &mut e.encode_descriptor(
+                "pgcorral_clients_logging_in",
+                "Client connections accepted and still in startup or authentication (counted against max_login_clients)",
+                None,
+                MetricType::Gauge,
+            )?,
+            services.logins.load(Relaxed) as u64,
+        )?;
+        counter(
+            &mut e.encode_descriptor(
+                "pgcorral_clients_login_refused",
+                "Client connections refused at accept because max_login_clients were logging in",
+                None,
+                MetricType::Counter,
+            )?,
+            services.logins_refused.load(Relaxed),
         )?;
 
         let mut m = e.encode_descriptor(

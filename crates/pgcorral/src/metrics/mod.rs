@@ -78,7 +78,7 @@ pub async fn serve(listener: TcpListener, services: Services) {
                 }
             };
             if let Err(e) = r {
-                tracing::debug!(error = %e, "metrics: connection ended");
+                tracing::debug!(error = %crate::logsafe::Esc(&e), "metrics: connection ended");
             }
         });
     }

@@ -12,7 +12,7 @@ use crate::net::peer::Peer;
 use crate::net::stream::Detached;
 use crate::net::unix_listener::UnixListen;
 use crate::net::workers::{self, Workers};
-use crate::services::Services;
+use crate::services::{LoginCount, Services};
 
 /// A bound pooler, ready to run.
 pub struct Server {
@@ -125,11 +125,20 @@ impl Server {
             match accepted {
                 Ok((socket, peer)) => {
                     backoff = Duration::from_millis(5);
+                    // The login budget: beyond it a connection is refused now, before it
+                    // costs more than this descriptor for a moment.
+                    if !services.start_login(matches!(peer, Peer::Unix { .. })) {
+                        refuse(socket);
+                        continue;
+                    }
+                    let login = LoginCount::adopt(&services);
                     let worker = services.balance.pick();
                     let Some(handle) = services.balance.handle(worker) else {
                         continue;
                     };
                     let client = crate::client::serve(socket, peer, services.clone(), worker);
+                    // The client's task counts its login from here.
+                    login.hand_over();
                     handle.spawn(services.tasks.track_future(crate::clock::moments(client)));
                 }
                 Err(e) => {
@@ -158,6 +167,25 @@ impl Server {
         }
         drop(workers);
     }
+}
+
+/// Ends a connection refused at accept (the login budget is used up): one try at sending
+/// FATAL 53300 without waiting (before its startup packet is read, as a PostgreSQL server
+/// too busy to fork says), then the socket is closed.
+fn refuse(socket: Detached) {
+    use std::io::Write;
+    let mut out = bytes::BytesMut::new();
+    crate::error::Error::new(
+        crate::error::Kind::TooManyClients,
+        "no more connections allowed (max_login_clients: too many clients logging in)",
+    )
+    .write_response(&mut out, "FATAL");
+    // Accepted sockets are non-blocking: a full socket buffer loses the message, not time.
+    let _ = match &socket {
+        Detached::Plain(s, _) => (&*s).write(&out),
+        Detached::Unix(s, _) => (&*s).write(&out),
+        Detached::Tls(..) => Ok(0),
+    };
 }
 
 /// The next client on the Unix socket; never, without one.

@@ -492,7 +492,7 @@ impl Pool {
             match connect(&target, worker).await {
                 Ok(s) => break s,
                 Err(e) if for_client && e.server_unavailable() && Instant::now() < give_up => {
-                    tracing::debug!(pool = ?self.0.name, error = %e, "server unavailable; waiting for it");
+                    tracing::debug!(pool = ?self.0.name, error = %crate::logsafe::Esc(&e), "server unavailable; waiting for it");
                     crate::timer::sleep(pause.min(give_up - Instant::now())).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
@@ -580,7 +580,7 @@ impl Pool {
             inner::Slot::new(self.clone())
         };
         if let Err(e) = self.open_for(slot, worker, false).await {
-            tracing::debug!(pool = ?self.0.name, error = %e, "could not open a min_pool_size server");
+            tracing::debug!(pool = ?self.0.name, error = %crate::logsafe::Esc(&e), "could not open a min_pool_size server");
         }
     }
 

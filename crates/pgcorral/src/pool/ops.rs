@@ -1,8 +1,10 @@
 //! What the admin console does to a pool: count the servers lent out, close the idle ones, and
-//! retire every server opened so far (RECONNECT: each is closed when it comes back).
+//! retire every server opened so far (RECONNECT: each is closed when it comes back); and the
+//! closing of every idle server to one database before DROP DATABASE and the like.
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::registry::Registry;
 use super::Pool;
 
 impl Pool {
@@ -12,13 +14,20 @@ impl Pool {
         i.open - i.idle.len()
     }
 
-    /// Closes every idle server (their places are given back).
-    pub fn close_idle(&self) {
+    /// Closes every idle server (their places are given back); returns how many.
+    pub fn close_idle(&self) -> usize {
         let idle = std::mem::take(&mut self.0.inner.lock().idle);
+        let n = idle.len();
         for server in idle {
             drop(server);
             self.release_slot();
         }
+        n
+    }
+
+    /// Whether this pool's servers are connected to the server's database `db`.
+    pub fn serves_database(&self, db: &str) -> bool {
+        self.0.target.lock().database == db
     }
 
     /// Servers opened from now on belong to a new generation; older ones are closed when they
@@ -60,5 +69,17 @@ impl Pool {
     /// The current generation (see [`Pool::reconnect`]).
     pub fn generation(&self) -> u64 {
         self.0.generation.load(Relaxed)
+    }
+}
+
+impl Registry {
+    /// Closes the idle servers of every pool connected to the server's database `db`;
+    /// returns how many.
+    pub fn close_idle_to(&self, db: &str) -> usize {
+        self.all()
+            .iter()
+            .filter(|p| p.serves_database(db))
+            .map(Pool::close_idle)
+            .sum()
     }
 }

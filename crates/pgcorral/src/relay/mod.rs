@@ -21,6 +21,7 @@ use crate::prepared::rewrite::Link;
 use crate::prepared::Registry;
 use crate::server::{LinkState, ServerConn};
 
+pub mod database_ddl;
 mod scan;
 pub use scan::{scan_client, scan_server, ClientScan, ServerScan};
 
@@ -134,6 +135,9 @@ pub struct Mode<'a> {
     /// client elsewhere (the balance and that worker), so that the client can move with its
     /// server.
     pub shed: Option<(&'a crate::net::balance::Balance, usize)>,
+    /// Every pool: idle servers to a database are closed before a statement that needs no
+    /// other session on it (DROP DATABASE and the like: [`database_ddl`]).
+    pub pools: Option<&'a crate::pool::registry::Registry>,
 }
 
 impl Mode<'_> {
@@ -173,6 +177,28 @@ struct ClientSide {
     held: bool,
 }
 
+/// Before a statement that PostgreSQL refuses while other sessions are connected to its
+/// database (the message at the start of `msg`), closes pgcorral's idle servers to that
+/// database, in every pool. Servers lent to clients stay: PostgreSQL's error is then the truth.
+#[cold]
+#[inline(never)]
+fn close_for_ddl(pools: &crate::pool::registry::Registry, msg: &[u8]) {
+    let Some(h) = pgwire::Header::parse(msg, u32::MAX).ok().flatten() else {
+        return;
+    };
+    let Some(database) = scan::sql_text(msg, h).and_then(database_ddl::target) else {
+        return;
+    };
+    let closed = pools.close_idle_to(&database);
+    if closed > 0 {
+        tracing::info!(
+            database = %crate::logsafe::Esc(&database),
+            closed,
+            "closed idle server connections to a database before a statement that needs it unused"
+        );
+    }
+}
+
 fn scan_c(
     client: &mut ClientConn,
     server: &mut ServerConn,
@@ -198,6 +224,9 @@ fn scan_c(
         link.as_mut(),
     ) {
         Ok(s) => {
+            if let (Some(at), Some(pools)) = (s.ddl, mode.pools) {
+                close_for_ddl(pools, &client.buf[at..]);
+            }
             client.buf.advance(s.front);
             ClientSide {
                 ready: s.ready - s.front,
@@ -343,7 +372,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "server sent an invalid message");
+                    tracing::warn!(error = %crate::logsafe::Esc(&e), "server sent an invalid message");
                     s_stop = Some(server_gone(server, false));
                 }
             }

@@ -271,11 +271,15 @@ pub struct ClientScan {
     pub refuse: Option<&'static str>,
     /// Stopped before a batch that must wait for the answer to the last (`one_batch`).
     pub held: bool,
+    /// Where the first Query or Parse starting with DROP, CREATE or ALTER is (see
+    /// [`super::database_ddl`]).
+    pub ddl: Option<usize>,
 }
 
 /// Scans client bytes: counts requests owed a ReadyForQuery and notes unsynced extended
 /// messages. Stops before Terminate or an unknown tag. With `track`, the SQL of Query and
-/// Parse messages is checked for statements that may change session state.
+/// Parse messages is checked for statements that may change session state. The first that
+/// may be a statement on a database is noted ([`ClientScan::ddl`]).
 pub fn scan_client(
     buf: &[u8],
     pass: &mut usize,
@@ -304,6 +308,12 @@ pub fn scan_client(
         let Some(h) = Header::parse(&buf[pos..], max)? else {
             break;
         };
+        if (h.tag == frontend::QUERY || h.tag == frontend::PARSE)
+            && out.ddl.is_none()
+            && super::database_ddl::maybe(h, &buf[pos..])
+        {
+            out.ddl = Some(pos);
+        }
         if st.one_batch && st.pending > 0 && !st.unsynced {
             // The next batch waits for the answer to this one: it may be routed elsewhere.
             out.held = true;

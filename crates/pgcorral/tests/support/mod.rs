@@ -496,14 +496,28 @@ impl PoolerProcess {
 
     /// Same, with the log filter `rust_log`.
     pub fn start_logging(toml: &str, rust_log: &str) -> PoolerProcess {
+        PoolerProcess::start_limited(toml, rust_log, None)
+    }
+
+    /// Same, with the open-files limit (`ulimit -n`) set to `nofile` when given.
+    pub fn start_limited(toml: &str, rust_log: &str, nofile: Option<u64>) -> PoolerProcess {
         let port = free_port();
         let toml = toml.replace("listen_port = 0", &format!("listen_port = {port}"));
         let dir = tempfile::tempdir().unwrap().keep();
         let path = dir.join("pgcorral.toml");
         std::fs::write(&path, toml).unwrap();
         let log = dir.join("pgcorral.log");
+        let mut command = match nofile {
+            None => Command::new(pgcorral_bin()),
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\"")])
+                    .arg(pgcorral_bin());
+                c
+            }
+        };
         #[allow(clippy::zombie_processes)] // waited for in Drop
-        let child = Command::new(pgcorral_bin())
+        let child = command
             .arg("--config")
             .arg(&path)
             .env("RUST_LOG", rust_log)
