@@ -2,9 +2,10 @@
 //! straight against PostgreSQL and through pgcorral in each pool mode, and every message each
 //! client receives must be the same but for the documented differences (docs/testing.md).
 //!
-//! Environment: `DIFF_CASES` (generated cases per pool mode, default 200), `DIFF_SEED` (first
+//! Environment: `DIFF_CASES` (generated cases per pool mode, default 50), `DIFF_SEED` (first
 //! seed, default 1), `DIFF_MODES` (e.g. `transaction,statement`), `DIFF_CASE` (run only the
-//! seeded cases whose name contains it). `scripts/differential.sh` runs long sessions.
+//! seeded cases whose name contains it), `DIFF_SHOW` (print both transcripts), `DIFF_TRACE`
+//! (time each run). `scripts/differential.sh` runs long sessions.
 
 #[path = "support/diff/mod.rs"]
 mod diff;
@@ -301,7 +302,7 @@ async fn judge(h: &mut Harness, seed: u64, modes: &[Mode]) -> Vec<(Mode, Verdict
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_interleavings() {
-    let n = env_u64("DIFF_CASES", 200);
+    let n = env_u64("DIFF_CASES", 50);
     let first = env_u64("DIFF_SEED", 1);
     let modes = env_modes();
     // Session and transaction mode compare the same cases against one direct run.
@@ -326,6 +327,14 @@ async fn random_interleavings() {
     let mut known = BTreeMap::<(&str, String), usize>::new();
     let started = std::time::Instant::now();
     for seed in first..first + n {
+        if (seed - first) % 500 == 0 && seed > first {
+            eprintln!(
+                "progress: {} seeds in {:.0?}, unexplained {}",
+                seed - first,
+                started.elapsed(),
+                failures.len()
+            );
+        }
         for family in &families {
             for (mode, verdict) in judge(&mut h, seed, family).await {
                 match verdict {
