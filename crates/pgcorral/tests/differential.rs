@@ -327,7 +327,7 @@ async fn random_interleavings() {
     let mut known = BTreeMap::<(&str, String), usize>::new();
     let started = std::time::Instant::now();
     for seed in first..first + n {
-        if (seed - first) % 500 == 0 && seed > first {
+        if (seed - first).is_multiple_of(500) && seed > first {
             eprintln!(
                 "progress: {} seeds in {:.0?}, unexplained {}",
                 seed - first,
