@@ -148,6 +148,15 @@ fn prepared() -> Vec<Case> {
             .ext(0, Batch::new().parse("", "SELECT $1::int + 1").sync())
             .ext(0, Batch::new().bind("", &[Some("1")]).execute().sync())
             .ext(0, Batch::new().bind("", &[Some("2")]).execute().sync()),
+        Case::new("unnamed_statement_per_client", 2)
+            .ext(0, Batch::new().parse("", "SELECT $1::int * 10").sync())
+            .ext(1, Batch::new().parse("", "SELECT $1::text || 'x'").sync())
+            .ext(0, Batch::new().bind("", &[Some("4")]).describe_portal().execute().sync())
+            .ext(1, Batch::new().bind("", &[Some("4")]).describe_portal().execute().sync()),
+        Case::new("same_text_other_parameter_types", 2)
+            .ext(0, Batch::new().parse_typed("a", "SELECT $1", &[23]).describe_stmt("a").bind("a", &[Some("7")]).execute().sync())
+            .ext(1, Batch::new().parse_typed("a", "SELECT $1", &[25]).describe_stmt("a").bind("a", &[Some("7")]).execute().sync())
+            .ext(1, Batch::new().parse("b", "SELECT $1").describe_stmt("b").sync()),
         Case::new("statement_after_discard_all", 2)
             .ext(0, Batch::new().parse("k", "SELECT 42").sync())
             .q(0, "DISCARD ALL")

@@ -224,9 +224,24 @@ fn notifications() -> Vec<Case> {
             .q(0, &format!("SET work_mem = '{}MB'", i + 1));
     }
     set = set.q(0, "UNLISTEN *");
+    let mut load = Case::new("notifications_under_load", 3)
+        .no_statement()
+        .pool(3)
+        .q(0, "LISTEN a")
+        .q(1, "LISTEN a; LISTEN b");
+    for i in 0..15 {
+        load = load
+            .q(2, &format!("NOTIFY a, 'a{i}'; NOTIFY b, 'b{i}'"))
+            .q(2, &format!("SET application_name = 'n{i}'"));
+        if i % 5 == 0 {
+            load = load.q(0, "SELECT 1").q(1, "SET work_mem = '2MB'");
+        }
+    }
+    load = load.q(0, "UNLISTEN *").q(1, "UNLISTEN *");
     vec![
         many,
         set,
+        load,
         Case::new("notify_in_transaction_to_self", 1)
             .no_statement()
             .q(0, "LISTEN a")
