@@ -57,6 +57,7 @@ const KNOWN_DIFFERENCES: &[Known] = &[
     known("prepared_param_type_after_alter_column", "1"),
     known("pg_prepared_statements_shows_own_only", "1"),
     known("fresh_parse_without_describe_after_result_type_change", "1"),
+    known("search_path_change_then_discard_by_other", "1"),
     // 2: session changes the text scan does not see leak to the next client.
     known("set_config_quoted_name", "2"),
     known("set_config_schema_quoted", "2"),

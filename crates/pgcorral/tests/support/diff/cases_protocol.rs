@@ -68,6 +68,16 @@ fn prepared() -> Vec<Case> {
             .ext(0, Batch::new().parse("sx", "SELECT * FROM x").bind("sx", &[]).describe_portal().execute().sync())
             .q(1, "SET search_path = s2")
             .ext(1, Batch::new().parse("sx", "SELECT * FROM x").bind("sx", &[]).describe_portal().execute().sync()),
+        // Found by the generator (seed 2766): PostgreSQL re-analyses a prepared statement under
+        // the new search_path; through pgcorral, after another client's DISCARD ALL, the
+        // statement prepared again resolves to another table and gets 0A000.
+        Case::new("search_path_change_then_discard_by_other", 2)
+            .setup("CREATE TABLE t(id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a')")
+            .setup("CREATE TABLE s1.t(id int, v text); INSERT INTO s1.t VALUES (1, 's1')")
+            .ext(1, Batch::new().parse("sel", "SELECT * FROM t WHERE id = $1").describe_stmt("sel").sync())
+            .q(1, "SET search_path = s1, public")
+            .q(0, "DISCARD ALL")
+            .ext(1, Batch::new().bind("sel", &[Some("1")]).describe_portal().execute().sync()),
         Case::new("pg_prepared_statements_shows_own_only", 2)
             .ext(0, Batch::new().parse("secret", "SELECT 'c0 secret'").sync())
             .ext(1, Batch::new().parse("mine", "SELECT 'c1'").sync())
