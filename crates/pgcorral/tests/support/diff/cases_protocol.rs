@@ -78,6 +78,16 @@ fn prepared() -> Vec<Case> {
             .q(1, "SET search_path = s1, public")
             .q(0, "DISCARD ALL")
             .ext(1, Batch::new().bind("sel", &[Some("1")]).describe_portal().execute().sync()),
+        // Found by the generator (seed 5738): one text prepared by two clients whose
+        // search_path differs; the first client's Bind then gets 0A000.
+        Case::new("same_text_other_search_path_interleaved", 2)
+            .setup("CREATE TABLE t(id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a')")
+            .setup("CREATE TABLE s1.t(id int, v text); INSERT INTO s1.t VALUES (1, 's1')")
+            .q(0, "SET search_path = s1, public")
+            .ext(1, Batch::new().parse("sel", "SELECT * FROM t WHERE id = $1").describe_stmt("sel").sync())
+            .ext(0, Batch::new().parse("sel", "SELECT * FROM t WHERE id = $1").describe_stmt("sel").sync())
+            .ext(1, Batch::new().bind("sel", &[Some("1")]).describe_portal().execute().sync())
+            .ext(0, Batch::new().bind("sel", &[Some("1")]).describe_portal().execute().sync()),
         Case::new("pg_prepared_statements_shows_own_only", 2)
             .ext(0, Batch::new().parse("secret", "SELECT 'c0 secret'").sync())
             .ext(1, Batch::new().parse("mine", "SELECT 'c1'").sync())
