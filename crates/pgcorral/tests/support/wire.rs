@@ -124,6 +124,11 @@ fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
     v
 }
 
+/// Any frontend message: `tag`, a length and `body` as given (for deliberately malformed ones).
+pub fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+    msg(tag, body)
+}
+
 fn cstr(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
     out.push(0);
@@ -322,17 +327,43 @@ impl Wire {
     }
 
     async fn fill(&mut self, want: usize) -> bool {
+        self.fill_within(want, READ_TIMEOUT)
+            .await
+            .unwrap_or_else(|| panic!("no backend message within {READ_TIMEOUT:?}"))
+    }
+
+    /// Reads until `want` bytes are buffered: `Some(false)` if the peer closed first, `None`
+    /// if a read waited longer than `wait`.
+    async fn fill_within(&mut self, want: usize, wait: Duration) -> Option<bool> {
         while self.buf.len() < want {
             self.buf.reserve(64 * 1024);
-            let n = tokio::time::timeout(READ_TIMEOUT, self.stream.read_buf(&mut self.buf))
+            let n = tokio::time::timeout(wait, self.stream.read_buf(&mut self.buf))
                 .await
-                .unwrap_or_else(|_| panic!("no backend message within {READ_TIMEOUT:?}"))
+                .ok()?
                 .unwrap_or(0);
             if n == 0 {
-                return false;
+                return Some(false);
             }
         }
-        true
+        Some(true)
+    }
+
+    /// The next message within `wait` (`Err` on timeout), or `Ok(None)` if the peer closed the
+    /// connection (also mid-message); never panics.
+    pub async fn recv_within(&mut self, wait: Duration) -> Result<Option<Msg>, ()> {
+        if !self.fill_within(5, wait).await.ok_or(())? {
+            return Ok(None);
+        }
+        let len = i32::from_be_bytes(self.buf[1..5].try_into().unwrap()) as usize;
+        if len < 4 || !self.fill_within(1 + len, wait).await.ok_or(())? {
+            return Ok(None);
+        }
+        let m = Msg {
+            tag: self.buf[0],
+            body: self.buf[5..1 + len].to_vec(),
+        };
+        self.buf.drain(..1 + len);
+        Ok(Some(m))
     }
 
     /// The next message, or `None` if the peer closed the connection.
