@@ -176,9 +176,12 @@ fn soft_open_files(limits: &str) -> Option<usize> {
         .ok()
 }
 
-/// A connection counted as logging in ([`Services::start_login`]); uncounted on drop.
+/// A connection counted as logging in ([`Services::start_login`]); uncounted on drop unless
+/// handed over.
 pub struct LoginCount {
     services: Services,
+    /// Still this guard's to uncount.
+    counted: bool,
 }
 
 impl LoginCount {
@@ -186,20 +189,23 @@ impl LoginCount {
     pub fn adopt(services: &Services) -> LoginCount {
         LoginCount {
             services: services.clone(),
+            counted: true,
         }
     }
-}
 
-impl LoginCount {
-    /// Leaves the count to the client's task, which adopts it.
-    pub fn hand_over(self) {
-        std::mem::forget(self);
+    /// Leaves the count to the client's task, which adopts it. (Not `mem::forget`: the guard's
+    /// handle on the services must still be dropped, or they, their pools and every server
+    /// connection would outlive shutdown.)
+    pub fn hand_over(mut self) {
+        self.counted = false;
     }
 }
 
 impl Drop for LoginCount {
     fn drop(&mut self) {
-        self.services.logins.fetch_sub(1, Ordering::AcqRel);
+        if self.counted {
+            self.services.logins.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

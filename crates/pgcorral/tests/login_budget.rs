@@ -353,3 +353,29 @@ async fn database_commands_are_not_refused_for_pgcorrals_idle_servers() {
     );
     assert_eq!(left, "0");
 }
+
+/// Counting logins keeps nothing alive past shutdown: a pooler shut down leaves no server
+/// connection behind (a guard once kept the services, and so every pool, forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_leaves_no_server_connection_behind() {
+    let pg = Postgres::start();
+    let backends = || {
+        pg.sql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' \
+             AND pid <> pg_backend_pid()",
+        )
+    };
+    for _ in 0..5 {
+        let pooler = Pooler::start(&config(&pg, "postgres", "default_pool_size = 1")).await;
+        let c = pooler.connect("postgres", None, "postgres").await;
+        c.simple_query("SELECT 1").await.unwrap();
+        drop(c);
+        pooler.shutdown().await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backends() != "0" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(backends(), "0");
+}
