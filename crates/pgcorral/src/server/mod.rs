@@ -224,7 +224,7 @@ pub struct ServerConn {
     pub wout: BytesMut,
     /// Answers pgcorral gives the client itself, sent before the server's next bytes.
     pub fout: BytesMut,
-    /// Notifications and notices the server sent while pgcorral ran its own queries on it
+    /// Notifications the server sent while pgcorral ran its own queries on it
     /// (session sync and capture): the client that holds it gets them next, in order (see
     /// [`crate::session::exec`]). Empty, with no allocation, almost always.
     pub held: BytesMut,

@@ -1,6 +1,6 @@
 //! Running pgcorral's own simple-protocol queries on a server between clients' requests: rows
-//! are collected, ParameterStatus updates the server's known parameters, notifications and
-//! notices are kept for the client, and an error is returned as the server's own
+//! are collected, ParameterStatus updates the server's known parameters, notifications are
+//! kept for the client, and an error is returned as the server's own
 //! ErrorResponse (after its ReadyForQuery has been read).
 
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use crate::server::ServerConn;
 /// How long one of pgcorral's own queries may take before the server is given up.
 pub const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The most bytes of notifications and notices kept for a client while one of pgcorral's own
+/// The most bytes of notifications kept for a client while one of pgcorral's own
 /// queries runs (see [`ServerConn::held`]); beyond it the server is given up rather than
 /// lose one or buffer without bound.
 const MAX_HELD: usize = 16 << 20;
@@ -79,8 +79,10 @@ async fn run(server: &mut ServerConn, sql: &str) -> Result<Rows> {
                     fields.code,
                 ));
             }
-            backend::NOTIFICATION_RESPONSE | backend::NOTICE_RESPONSE => {
-                // Meant for the client that holds the server: kept for it, not dropped.
+            backend::NOTIFICATION_RESPONSE => {
+                // Meant for the client that holds the server: kept for it, not dropped. (A
+                // NoticeResponse here answers pgcorral's own statement, as PostgreSQL sends
+                // notices only about the session's own commands: the client sent none of it.)
                 if server.held.len() + body.len() > MAX_HELD {
                     server.state.broken = true;
                     return Err(Error::new(

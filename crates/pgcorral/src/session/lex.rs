@@ -69,11 +69,20 @@ pub(super) struct Lexer<'a> {
     i: usize,
     /// Words may be qualified (`a.b`), as one word.
     dotted: bool,
+    /// A plain string held `\'`: with `standard_conforming_strings` off PostgreSQL reads the
+    /// quote as escaped and the string as going on, so what follows may be code the tokens
+    /// here took for a string, or the other way round.
+    pub(super) ambiguous: bool,
 }
 
 impl<'a> Lexer<'a> {
     pub(super) fn new(s: &'a [u8], dotted: bool) -> Self {
-        Lexer { s, i: 0, dotted }
+        Lexer {
+            s,
+            i: 0,
+            dotted,
+            ambiguous: false,
+        }
     }
 
     pub(super) fn next(&mut self) -> Option<Token<'a>> {
@@ -166,6 +175,11 @@ impl<'a> Lexer<'a> {
         while self.i < s.len() {
             match s[self.i] {
                 b'\\' if escapes => self.i += 2,
+                b'\'' if !escapes && s[self.i - 1] == b'\\' => {
+                    self.ambiguous = true;
+                    self.i += 1;
+                    return &s[start..self.i - 1];
+                }
                 b'\'' if s.get(self.i + 1) == Some(&b'\'') => self.i += 2,
                 b'\'' => {
                     self.i += 1;

@@ -25,12 +25,16 @@ pub fn matches(applied: &Option<Settings>, desired: &Settings) -> bool {
     }
 }
 
-/// Quotes a string literal for SQL (standard_conforming_strings on, as every server since 9.1).
+/// Quotes a string literal for SQL, read alike whatever the session's
+/// standard_conforming_strings: a value with a backslash is an `E''` string with it doubled.
 pub fn literal(out: &mut String, s: &str) {
+    if s.contains('\\') {
+        out.push('E');
+    }
     out.push('\'');
     for ch in s.chars() {
-        if ch == '\'' {
-            out.push('\'');
+        if ch == '\'' || ch == '\\' {
+            out.push(ch);
         }
         out.push(ch);
     }
@@ -152,8 +156,8 @@ pub fn capture_sql(login_user: &str, custom: &[String]) -> String {
          WHERE relnamespace = pg_catalog.pg_my_temp_schema()) \
          UNION ALL SELECT 'p', 'WITH HOLD cursor', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) \
          UNION ALL SELECT 'p', 'SQL PREPARE', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_prepared_statements \
-         WHERE from_sql AND name NOT LIKE 'pgcorral\\_%') \
-         UNION ALL SELECT 'q', name, '' FROM pg_catalog.pg_prepared_statements WHERE name LIKE 'pgcorral\\_%';"
+         WHERE from_sql AND NOT pg_catalog.starts_with(name, 'pgcorral_')) \
+         UNION ALL SELECT 'q', name, '' FROM pg_catalog.pg_prepared_statements WHERE pg_catalog.starts_with(name, 'pgcorral_');"
     );
     q
 }

@@ -768,6 +768,10 @@ fn lex_classify(sql: &[u8]) -> Effect {
     if let Some(w) = walk {
         effect = effect.max(w.end());
     }
+    if lex.ambiguous {
+        // Read the other way (standard_conforming_strings off), the text may hold more.
+        effect = effect.max(Effect::Taint);
+    }
     effect
 }
 
@@ -912,6 +916,8 @@ mod tests {
             "LOAD 'x'",
             "\"select\" 1",
             "select a from t join (select g()) s on true",
+            "select 'a\\''; set role r1; select 'b'",
+            "select 'a\\'', f() --'",
         ] {
             assert_eq!(c(sql), Effect::Taint, "{sql}");
         }
