@@ -13,8 +13,13 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let mut parts = data.splitn(2, |&b| b == 0xff);
-    let a = String::from_utf8_lossy(parts.next().unwrap_or_default());
-    let b = String::from_utf8_lossy(parts.next().unwrap_or_default());
+    // A query's text ends at its first NUL (`frontend::query_text`); libpg_query would cut it
+    // there too, making two texts with one skeleton parse differently.
+    let text = |p: Option<&[u8]>| {
+        let p = p.unwrap_or_default();
+        String::from_utf8_lossy(p.split(|&b| b == 0).next().unwrap_or_default()).into_owned()
+    };
+    let (a, b) = (text(parts.next()), text(parts.next()));
     let functions = vec!["nextval".to_string(), "setval".to_string()];
     let cache = Cache::new(16);
     let class_a = cache.classify(&a, &functions, 1);
