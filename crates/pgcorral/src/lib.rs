@@ -20,6 +20,8 @@ pub mod config;
 pub mod conns;
 pub mod control;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod logsafe;
 pub mod metrics;
 pub mod net;

@@ -4,7 +4,7 @@
 //! encodes result sets.
 
 mod actions;
-mod command;
+pub(crate) mod command;
 mod show;
 mod show_conns;
 mod show_stats;
