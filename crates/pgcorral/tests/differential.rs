@@ -38,6 +38,8 @@ const fn known(case: &'static str, item: &'static str) -> Known {
     }
 }
 
+/// A timing-dependent entry (none today: the lost notifications of item 3 are fixed).
+#[allow(dead_code)]
 const fn flaky(case: &'static str, item: &'static str) -> Known {
     Known {
         case,
