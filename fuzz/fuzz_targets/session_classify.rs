@@ -8,12 +8,13 @@
 use libfuzzer_sys::fuzz_target;
 use pgcorral::session::scan::{classify, custom_names, Effect};
 
-/// None < Dirty < Pins, whatever the reason a statement pins.
+/// None < Dirty < Taint < Pins, whatever the reason a statement pins.
 fn rank(e: Effect) -> u8 {
     match e {
         Effect::None => 0,
         Effect::Dirty => 1,
-        Effect::Pins(_) => 2,
+        Effect::Taint => 2,
+        Effect::Pins(_) => 3,
     }
 }
 
