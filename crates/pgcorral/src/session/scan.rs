@@ -232,8 +232,8 @@ fn worth_lexing(sql: &[u8]) -> bool {
 }
 
 /// The rest of the quick look, over `sql[from..]`: true at a `;` followed by more than white
-/// space (another statement), at `(` or `"`, at `pg_settings`, and with `temp` at `temp`, in
-/// any case.
+/// space (another statement), at `(` or `"`, at `\\'`, at `pg_settings`, and with `temp` at
+/// `temp`, in any case.
 ///
 /// One pass, 16 bytes at a time: a step marks the bytes that may end one of these ([`marks`])
 /// and only marked bytes get a closer look. The words are found by letters rarer in SQL than
@@ -281,6 +281,8 @@ fn look(sql: &[u8], from: usize, base: usize, mut marks: u128, temp: bool) -> bo
         let found = match sql[i] {
             // Before the end: another statement follows. A call, or a quoted name.
             b';' | b'(' | b'"' => true,
+            // `\'`: a string the lexer cannot read one way only (see `Lexer::ambiguous`).
+            b'\\' => sql.get(i + 1) == Some(&b'\''),
             b'g' | b'G' => ends(sql, from, i + 1, b"pg_settings"),
             b'p' | b'P' => temp && ends(sql, from, i, b"temp"),
             _ => false,
@@ -293,7 +295,7 @@ fn look(sql: &[u8], from: usize, base: usize, mut marks: u128, temp: bool) -> bo
 }
 
 /// The bytes of `chunk` that [`rest_matters`] looks at closer, as the high bits of a u128's
-/// bytes: `;`, `(`, `"`, and `g` and `p` (unless 0) in either case. Written byte by byte for
+/// bytes: `;`, `(`, `"`, `\\`, and `g` and `p` (unless 0) in either case. Written byte by byte for
 /// the compiler to compare all 16 at once (SSE2 on x86-64).
 #[inline(always)]
 fn marks(chunk: [u8; 16], p: u8) -> u128 {
@@ -301,8 +303,10 @@ fn marks(chunk: [u8; 16], p: u8) -> u128 {
     for (k, &b) in chunk.iter().enumerate() {
         // ORed with 0x20, a byte is a lower-case letter only if it was a letter.
         let l = b | 0x20;
-        m[k] = u8::from((b == b';') | (b == b'(') | (b == b'"') | (l == b'g') | (l == p))
-            .wrapping_neg();
+        m[k] = u8::from(
+            (b == b';') | (b == b'(') | (b == b'"') | (b == b'\\') | (l == b'g') | (l == p),
+        )
+        .wrapping_neg();
     }
     u128::from_le_bytes(m) & u128::from_le_bytes([0x80; 16])
 }
@@ -1132,6 +1136,7 @@ mod tests {
             ("select", "1;\n\tdrop table x"),
             ("update", "t set a = 1; discard all"),
             ("select", "f(1)"),
+            ("select", "'a\\' ; set role r'"),
             ("update", "pg_settings set setting = 1"),
             ("update", "PG_CATALOG.PG_SETTINGS set setting = 1"),
         ];
