@@ -28,15 +28,17 @@ fn check(packet: &[u8]) {
                     params: params.clone()
                 }
             );
-            // Canonical input: minor 0, its length field right, nothing after the terminator.
+            // Canonical input: minor 0, its length field right, a terminator and nothing after.
             let used: usize = 8
                 + params
                     .iter()
                     .map(|(k, v)| k.len() + v.len() + 2)
                     .sum::<usize>()
                 + 1;
+            // (PostgreSQL's walk takes any last byte where the terminator belongs.)
             if *minor == 0
                 && used == packet.len()
+                && packet.last() == Some(&0)
                 && startup::packet_len(packet) == Ok(Some(packet.len()))
             {
                 assert_eq!(&buf[..], packet);
