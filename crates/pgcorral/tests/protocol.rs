@@ -4,13 +4,11 @@ mod support;
 #[path = "support/wire.rs"]
 mod wire;
 
-use std::future::poll_fn;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::mpsc;
 use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, Client, SimpleQueryMessage};
 
@@ -37,24 +35,6 @@ async fn direct(pg: &Postgres) -> Client {
     connect(pg.port, "postgres", None, "postgres")
         .await
         .expect("direct connection")
-}
-
-/// A tokio-postgres client whose notices and notifications arrive on the returned channel.
-async fn client_with_messages(port: u16) -> (Client, mpsc::UnboundedReceiver<AsyncMessage>) {
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host("127.0.0.1")
-        .port(port)
-        .user("postgres")
-        .dbname("postgres")
-        .connect_timeout(Duration::from_secs(10));
-    let (client, mut conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(Ok(m)) = poll_fn(|cx| conn.poll_message(cx)).await {
-            let _ = tx.send(m);
-        }
-    });
-    (client, rx)
 }
 
 fn sqlstate(e: &tokio_postgres::Error) -> String {

@@ -15,13 +15,11 @@ mod support;
 mod wire;
 
 use std::collections::BTreeMap;
-use std::future::poll_fn;
 use std::sync::Arc;
 use std::time::Duration;
 
 use pgwire::backend;
 use raw::{sqlstate, within, Raw};
-use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, Client, SimpleQueryMessage};
 
 use support::*;
@@ -122,24 +120,6 @@ async fn connect_with(
         let _ = conn.await;
     });
     Ok((client, params))
-}
-
-/// A tokio-postgres client whose notifications arrive on the returned channel.
-async fn client_with_messages(port: u16) -> (Client, mpsc::UnboundedReceiver<AsyncMessage>) {
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host("127.0.0.1")
-        .port(port)
-        .user("postgres")
-        .dbname("postgres")
-        .connect_timeout(Duration::from_secs(10));
-    let (client, mut conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(Ok(m)) = poll_fn(|cx| conn.poll_message(cx)).await {
-            let _ = tx.send(m);
-        }
-    });
-    (client, rx)
 }
 
 /// Runs a blocking command (psql, pgbench) off the async workers, which run the pooler.

@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::future::poll_fn;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -182,24 +181,6 @@ async fn a_prepared_statement_changes_the_session_when_it_runs() {
     assert_eq!(first_row(&a, VIEW).await, ROLE_R);
 }
 
-/// A tokio-postgres client whose notifications and notices arrive on the returned channel.
-async fn listener(port: u16) -> (Client, mpsc::UnboundedReceiver<AsyncMessage>) {
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host("127.0.0.1")
-        .port(port)
-        .user("postgres")
-        .dbname("postgres")
-        .connect_timeout(Duration::from_secs(10));
-    let (client, mut conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(Ok(m)) = poll_fn(|cx| conn.poll_message(cx)).await {
-            let _ = tx.send(m);
-        }
-    });
-    (client, rx)
-}
-
 /// The payloads of the notifications that arrive within `wait`, stopping at `want`.
 async fn payloads(
     rx: &mut mpsc::UnboundedReceiver<AsyncMessage>,
@@ -227,7 +208,7 @@ async fn a_notification_right_after_listen_is_delivered() {
     let notifier = pooler.connect("postgres", None, "postgres").await;
     let mut lost = Vec::new();
     for i in 0..20 {
-        let (l, mut rx) = listener(pooler.port()).await;
+        let (l, mut rx) = client_with_messages(pooler.port()).await;
         let chan = format!("ch{i}");
         let listen_sql = format!("LISTEN {chan}");
         let listen = l.simple_query(&listen_sql);
@@ -261,7 +242,7 @@ async fn notifications_during_a_session_capture_are_delivered_in_order() {
     let pg = Postgres::start();
     let pooler = Pooler::start(&config(&pg, "postgres", "default_pool_size = 3")).await;
     let notifier = pooler.connect("postgres", None, "postgres").await;
-    let (l, mut rx) = listener(pooler.port()).await;
+    let (l, mut rx) = client_with_messages(pooler.port()).await;
     l.simple_query("LISTEN ch").await.unwrap();
     for i in 0..10 {
         let set = l.simple_query("SET search_path = public");
