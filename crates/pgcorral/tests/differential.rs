@@ -65,11 +65,6 @@ const KNOWN_DIFFERENCES: &[Known] = &[
     // A placeholder GUC, once set, stays defined in its server process ('' after RESET where a
     // fresh session has none): only a server not used by that client avoids it (documented).
     known("set_custom_placeholder", "2"),
-    // Found by this harness: pgcorral's own answers to SQL PREPARE/DEALLOCATE and to a
-    // duplicate Parse ignore the transaction (42P05 leaves it open; DEALLOCATE succeeds in an
-    // aborted one and the statement is gone after ROLLBACK).
-    known("own_errors_abort_transaction", "own-answers"),
-    known("own_answers_in_aborted_transaction", "own-answers"),
     // The client's own statement after its result type changed: a batch that describes its
     // portal outside a transaction is prepared again and retried (README, *Re-preparing after a
     // schema change*) where PostgreSQL answers 0A000.

@@ -74,18 +74,64 @@ pub enum Msg {
 
 /// What to undo when a Parse fails or is skipped: the statement is not on the server, and the
 /// client's name for it (when the Parse was the client's own) does not exist either.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Undo {
-    pub stmt: u64,
+    /// The statement the server does not have after all (none for a message that made none).
+    pub stmt: Option<u64>,
     /// The client's protocol-level name for it.
     pub client_name: Option<Box<[u8]>>,
     /// The client's SQL-level name for it.
     pub client_sql: Option<String>,
+    /// How the server's answers become PostgreSQL's answers to the client's own message.
+    pub reword: Reword,
+}
+
+/// How the answers to a message pgcorral sent in place of the client's become what
+/// PostgreSQL would have answered the client's own (see [`Expected::reworded`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reword {
+    /// The server found pgcorral's name taken (42P05): the client's name is, in the error.
+    pub taken: Option<(String, String)>,
+    /// pgcorral's text has this many more characters than the client's before the part they
+    /// share: an error's position (field `P`) is moved back by as many.
+    pub shift: i64,
+    /// The Sync stands for the client's `DEALLOCATE` (its name; `None`: `ALL`), which
+    /// PostgreSQL refuses in an aborted transaction: the ReadyForQuery tells which answer is
+    /// due, and only a statement deallocated is forgotten.
+    pub deallocate: Option<Option<String>>,
+    /// The first CommandComplete is pgcorral's, not the client's.
+    pub hide_completion: bool,
+}
+
+impl Reword {
+    fn is_empty(&self) -> bool {
+        self.taken.is_none()
+            && self.shift == 0
+            && self.deallocate.is_none()
+            && !self.hide_completion
+    }
+}
+
+/// PostgreSQL's answer to a statement other than COMMIT/ROLLBACK in an aborted transaction.
+const ABORTED: &str =
+    "current transaction is aborted, commands ignored until end of transaction block";
+
+/// What [`Expected::reworded`] says of a server message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reworded {
+    /// Nothing: it goes on as usual.
+    No,
+    /// pgcorral's answers go to the client before it.
+    Before,
+    /// pgcorral's answer goes to the client instead of it.
+    Instead,
 }
 
 impl Undo {
     fn apply(&self, server: &mut ServerStatements, client: &mut ClientStatements) {
-        server.remove(self.stmt);
+        if let Some(id) = self.stmt {
+            server.remove(id);
+        }
         if let Some(name) = &self.client_name {
             client.remove_named(name);
         }
@@ -216,6 +262,16 @@ impl Expected {
         self.push_full(msg, forward, undo, None);
     }
 
+    /// A client's message about statement `stmt` (if any), answered to the client as
+    /// `reword` says.
+    pub fn push_reworded(&mut self, msg: Msg, stmt: Option<u64>, reword: Reword) {
+        let undo = Undo {
+            reword,
+            ..Undo::default()
+        };
+        self.push_full(msg, true, Some(Box::new(undo)), stmt);
+    }
+
     /// A client's message about statement `stmt`, answered to the client.
     pub fn push_about(&mut self, msg: Msg, stmt: u64) {
         self.push_full(msg, true, None, Some(stmt));
@@ -307,6 +363,89 @@ impl Expected {
                 | be::ERROR_RESPONSE
         ) && self.counted == 0
             && matches!(self.q.front(), Some(Expect::Msg { forward: false, .. }))
+    }
+
+    /// The head entry's [`Reword`], when it has one.
+    fn reword_of_head(&self) -> Option<(Msg, &Reword)> {
+        if self.counted > 0 {
+            return None;
+        }
+        match self.q.front() {
+            Some(Expect::Msg {
+                msg, undo: Some(u), ..
+            }) if !u.reword.is_empty() => Some((*msg, &u.reword)),
+            _ => None,
+        }
+    }
+
+    /// Whether the server message (`tag`, its whole `body`) gets answers of pgcorral's before
+    /// it or instead of it (see [`Reword`]); changes nothing: [`Expected::reword`] does.
+    pub fn reworded(&self, tag: u8, body: &[u8]) -> Reworded {
+        let Some((msg, r)) = self.reword_of_head() else {
+            return Reworded::No;
+        };
+        match tag {
+            be::READY_FOR_QUERY if msg == Msg::Sync && r.deallocate.is_some() => Reworded::Before,
+            be::COMMAND_COMPLETE if r.hide_completion => Reworded::Instead,
+            be::ERROR_RESPONSE => {
+                let taken = r.taken.is_some()
+                    && be::ErrorFields::parse(body).is_some_and(|f| f.code == "42P05");
+                if taken || (r.shift != 0 && field(body, b'P').is_some()) {
+                    Reworded::Instead
+                } else {
+                    Reworded::No
+                }
+            }
+            _ => Reworded::No,
+        }
+    }
+
+    /// pgcorral's answer for the server message of which [`Expected::reworded`] said `Before`
+    /// or `Instead`, to go to the client at once (then the message is answered as usual).
+    pub fn reword(&mut self, tag: u8, body: &[u8], client: &mut ClientStatements) -> Option<Fake> {
+        let Some(Expect::Msg { undo: Some(u), .. }) = self.q.front_mut() else {
+            return None;
+        };
+        let r = &mut u.reword;
+        if tag == be::COMMAND_COMPLETE {
+            r.hide_completion = false;
+            return None;
+        }
+        let fake = if tag == be::READY_FOR_QUERY {
+            let target = r.deallocate.take()?;
+            if body.first() == Some(&b'E') {
+                let mut e = BytesMut::new();
+                pgwire::encode::error_response(&mut e, "ERROR", "25P02", ABORTED);
+                Fake::Error(e.freeze())
+            } else {
+                match target {
+                    Some(name) => {
+                        client.remove_sql(&name);
+                        Fake::Command("DEALLOCATE")
+                    }
+                    None => {
+                        client.clear();
+                        Fake::Command("DEALLOCATE ALL")
+                    }
+                }
+            }
+        } else {
+            let (taken, shift) = (r.taken.clone(), r.shift);
+            let is_taken = be::ErrorFields::parse(body).is_some_and(|f| f.code == "42P05");
+            Fake::Error(rewrite_fields(body, |kind, value| match kind {
+                b'M' if is_taken => taken.as_ref().map(|(ours, theirs)| {
+                    String::from_utf8_lossy(value)
+                        .replacen(ours.as_str(), theirs, 1)
+                        .into_bytes()
+                }),
+                b'P' => std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .map(|p| (p - shift).max(1).to_string().into_bytes()),
+                _ => None,
+            }))
+        };
+        Some(fake)
     }
 
     /// Whether an answer pgcorral owes is next.
@@ -501,6 +640,45 @@ impl Expected {
     }
 }
 
+/// The value of field `kind` of an ErrorResponse or NoticeResponse body.
+fn field(body: &[u8], kind: u8) -> Option<&[u8]> {
+    let mut rest = body;
+    while let Some((&k, tail)) = rest.split_first() {
+        if k == 0 {
+            break;
+        }
+        let end = tail.iter().position(|&b| b == 0)?;
+        if k == kind {
+            return Some(&tail[..end]);
+        }
+        rest = &tail[end + 1..];
+    }
+    None
+}
+
+/// An ErrorResponse (whole message) from the fields of `body`, each replaced by what `f`
+/// gives for it, if anything.
+fn rewrite_fields(body: &[u8], f: impl Fn(u8, &[u8]) -> Option<Vec<u8>>) -> Bytes {
+    let mut fields = Vec::with_capacity(body.len() + 16);
+    let mut rest = body;
+    while let Some((&k, tail)) = rest.split_first() {
+        let Some(end) = tail.iter().position(|&b| b == 0).filter(|_| k != 0) else {
+            break;
+        };
+        let value = &tail[..end];
+        fields.push(k);
+        fields.extend_from_slice(f(k, value).as_deref().unwrap_or(value));
+        fields.push(0);
+        rest = &tail[end + 1..];
+    }
+    fields.push(0);
+    let mut out = BytesMut::with_capacity(fields.len() + 5);
+    out.extend_from_slice(&[be::ERROR_RESPONSE]);
+    out.extend_from_slice(&((fields.len() + 4) as u32).to_be_bytes());
+    out.extend_from_slice(&fields);
+    out.freeze()
+}
+
 /// Statement `id` is described on this server (a Describe right after its Parse there, or
 /// the client's own): the first time, that is what its Parse resolved, with the parameter
 /// types of the ParameterDescription before it. When another client's Parse resolved the same
@@ -598,9 +776,9 @@ mod tests {
             Msg::Parse,
             true,
             Some(Box::new(Undo {
-                stmt: st.id,
+                stmt: Some(st.id),
                 client_name: Some(b"a".to_vec().into()),
-                client_sql: None,
+                ..Undo::default()
             })),
         );
         e.push_fake(Fake::CloseComplete);

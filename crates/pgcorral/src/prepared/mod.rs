@@ -295,6 +295,15 @@ impl ClientStatements {
         self.0.as_ref()?.unnamed_runs.as_ref()
     }
 
+    /// The client has no unnamed statement (a simple Query dropped it).
+    #[inline]
+    pub fn drop_unnamed(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            c.unnamed.clear();
+            c.unnamed_runs = None;
+        }
+    }
+
     pub fn set_unnamed(&mut self, body: &[u8]) {
         let c = self.get();
         c.unnamed.clear();

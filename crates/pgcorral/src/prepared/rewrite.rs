@@ -13,7 +13,7 @@ use pgwire::frontend as fe;
 use pgwire::header::HEADER_LEN;
 use pgwire::Header;
 
-use super::expect::{Expected, Fake, Msg, Undo};
+use super::expect::{Expected, Fake, Msg, Reword, Undo};
 use super::sql::{self, Command};
 use super::{ClientStatements, Registry, ServerStatements, Source, Statement};
 use crate::server::LinkState;
@@ -64,6 +64,10 @@ enum Use {
 }
 
 /// The first words of the statements pgcorral rewrites or follows in a simple Query.
+/// The statement name pgcorral makes taken on a server to have it answer a client's Parse or
+/// `PREPARE` of a name the client has taken (see [`Link::duplicate_parse`]).
+const DUP: &str = "pgcorral_taken";
+
 const COMMANDS: [&[u8]; 4] = [b"prepare", b"execute", b"deallocate", b"discard"];
 
 /// Whether the simple Query at the start of `msg` (header `h`; possibly only partly buffered)
@@ -193,7 +197,11 @@ impl Link<'_> {
     #[inline]
     pub fn counted(&mut self, h: Header, msg: &[u8]) {
         match h.tag {
-            fe::QUERY | fe::SYNC => self.expect.queue_counted(),
+            fe::QUERY => {
+                self.expect.queue_counted();
+                self.simple_query();
+            }
+            fe::SYNC => self.expect.queue_counted(),
             fe::PARSE => {
                 self.client.set_unnamed(&msg[HEADER_LEN + 1..h.total_len()]);
                 *self.unnamed_here = true;
@@ -280,9 +288,19 @@ impl Link<'_> {
         }
     }
 
+    /// A simple Query reaches the server, which drops its unnamed statement for it (PostgreSQL
+    /// runs a simple Query as the unnamed statement): the client has none any more, nor has
+    /// the server.
+    #[inline]
+    fn simple_query(&mut self) {
+        self.client.drop_unnamed();
+        *self.unnamed_here = true;
+    }
+
     fn statement_plan(&self, stmt: &[u8]) -> Plan {
         if stmt.is_empty() {
-            if !*self.unnamed_here && self.client.unnamed().is_some() {
+            // The server's unnamed statement may be another client's.
+            if !*self.unnamed_here {
                 Plan::Rewrite
             } else {
                 Plan::Raw
@@ -347,7 +365,13 @@ impl Link<'_> {
                 self.expect.dropping = false;
                 Msg::Sync
             }
-            fe::QUERY | fe::FUNCTION_CALL => Msg::Query,
+            fe::QUERY => {
+                if !self.expect.skipping {
+                    self.simple_query();
+                }
+                Msg::Query
+            }
+            fe::FUNCTION_CALL => Msg::Query,
             _ => return, // Flush, COPY messages, an ignored Sync: no answer of their own
         };
         // While the server skips to Sync it ignores a DISCARD ALL too.
@@ -397,13 +421,7 @@ impl Link<'_> {
                     .registry
                     .fresh(Source::Parse(Bytes::copy_from_slice(rest)), runs);
                 if !self.client.add_named(name, stmt.clone()) {
-                    self.own_error(
-                        "42P05",
-                        &format!(
-                            "prepared statement \"{}\" already exists",
-                            String::from_utf8_lossy(name)
-                        ),
-                    );
+                    self.duplicate_parse(name, rest, st);
                     return whole();
                 }
                 // Always a Parse on the server, never an answer of pgcorral's: what it resolves
@@ -465,8 +483,17 @@ impl Link<'_> {
                 whole()
             }
             fe::QUERY => {
+                let text = fe::query_text(body).unwrap_or_default();
+                // The client's characters before `rest`, its part that pgcorral's text keeps.
+                let before = |rest: &str| {
+                    let at = (rest.as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
+                    text.get(..at).map_or(0, |t| t.chars().count()) as i64
+                };
                 match query_command(body) {
-                    Some(Command::Prepare { name, rest }) => self.sql_prepare(name, rest, st),
+                    Some(Command::Prepare { name, rest }) => {
+                        let shift = before(rest);
+                        self.sql_prepare(name, rest, shift, st)
+                    }
                     Some(Command::Execute { name, rest }) => {
                         let stmt = self.lookup(&name).cloned().expect("planned");
                         let here = self.make_present(&stmt, st, true);
@@ -476,22 +503,31 @@ impl Link<'_> {
                             if rest.is_empty() { "" } else { " " },
                             rest
                         );
+                        let shift = ("EXECUTE ".len() + here.name.len() + 1) as i64 - before(rest);
                         pgwire::encode::query(self.out, &q);
                         st.on_request();
-                        self.expect.push_about(Msg::Query, stmt.id);
+                        self.expect.push_reworded(
+                            Msg::Query,
+                            Some(stmt.id),
+                            Reword {
+                                shift,
+                                ..Reword::default()
+                            },
+                        );
                     }
                     Some(Command::Deallocate { name }) => {
-                        let tag = match name {
-                            Some(n) => {
-                                self.client.remove_sql(&n);
-                                "DEALLOCATE"
-                            }
-                            None => {
-                                self.client.clear();
-                                "DEALLOCATE ALL"
-                            }
-                        };
-                        self.answer_locally(Fake::Command(tag), st);
+                        // Forgotten when the server's ReadyForQuery shows the transaction
+                        // was not aborted (PostgreSQL refuses DEALLOCATE there).
+                        pgwire::encode::sync(self.out);
+                        st.on_sync();
+                        self.expect.push_reworded(
+                            Msg::Sync,
+                            None,
+                            Reword {
+                                deallocate: Some(name),
+                                ..Reword::default()
+                            },
+                        );
                     }
                     Some(Command::DiscardAll) | None => unreachable!("planned as raw"),
                 }
@@ -503,28 +539,81 @@ impl Link<'_> {
 
     /// `PREPARE name ...`: sent under pgcorral's name, always, and described (hidden, in a
     /// batch of its own) to learn what it resolved, as a Parse is.
-    fn sql_prepare(&mut self, name: String, rest: &str, st: &mut LinkState) {
+    /// `before`: the characters of the client's text before `rest`.
+    fn sql_prepare(&mut self, name: String, rest: &str, before: i64, st: &mut LinkState) {
         let stmt = self.registry.fresh(Source::Sql(rest.to_string()), None);
         if !self.client.add_sql(name.clone(), stmt.clone()) {
-            let msg = format!("prepared statement \"{name}\" already exists");
-            let mut e = BytesMut::new();
-            pgwire::encode::error_response(&mut e, "ERROR", "42P05", &msg);
-            self.answer_locally(Fake::Error(e.freeze()), st);
+            self.duplicate_sql(name, rest, before, st);
             return;
         }
         self.evict_for(&stmt, st);
-        pgwire::encode::query(self.out, &format!("PREPARE {} {rest}", stmt.name));
+        let q = format!("PREPARE {} {rest}", stmt.name);
+        pgwire::encode::query(self.out, &q);
         st.on_request();
+        let shift = ("PREPARE ".len() + stmt.name.len() + 1) as i64 - before;
         self.expect.push_entry(
             Msg::QueryReadyLater,
             true,
             Some(Box::new(Undo {
-                stmt: stmt.id,
-                client_name: None,
+                stmt: Some(stmt.id),
                 client_sql: Some(name),
+                reword: Reword {
+                    shift,
+                    ..Reword::default()
+                },
+                ..Undo::default()
             })),
         );
         self.resolve_sql(&stmt, st, true);
+    }
+
+    /// A Parse of a statement name the client has taken already. PostgreSQL reads and analyses
+    /// the text first (its errors, or 25P02 in an aborted transaction, come before "already
+    /// exists") and fails the batch, its implicit transaction included. So does the server,
+    /// given the client's text twice under a name of pgcorral's: the first Parse (hidden but
+    /// for its error) fails as PostgreSQL would fail the client's, or else the second finds
+    /// the name taken, and its "already exists" is given the client's name.
+    fn duplicate_parse(&mut self, name: &[u8], rest: &[u8], st: &mut LinkState) {
+        self.free_dup_name();
+        pgwire::encode::parse(self.out, DUP.as_bytes(), rest);
+        self.expect.push_entry(Msg::Parse, false, None);
+        pgwire::encode::parse(self.out, DUP.as_bytes(), rest);
+        pgwire::encode::flush(self.out);
+        st.unsynced = true;
+        self.expect.push_reworded(
+            Msg::Parse,
+            None,
+            Reword {
+                taken: Some((DUP.into(), String::from_utf8_lossy(name).into_owned())),
+                ..Reword::default()
+            },
+        );
+        self.expect.dropping = true;
+    }
+
+    /// SQL `PREPARE` of a name the client has taken: as [`Link::duplicate_parse`], with both
+    /// `PREPARE`s in one Query, whose first completion is hidden (`before`: the client's
+    /// characters before `rest`, for the position of an error in it).
+    fn duplicate_sql(&mut self, name: String, rest: &str, before: i64, st: &mut LinkState) {
+        self.free_dup_name();
+        pgwire::encode::sync(self.out);
+        st.on_sync();
+        self.expect.push_entry(Msg::Sync, false, None);
+        pgwire::encode::query(
+            self.out,
+            &format!("PREPARE {DUP} {rest}; PREPARE {DUP} {rest}"),
+        );
+        st.on_request();
+        self.expect.push_reworded(
+            Msg::Query,
+            None,
+            Reword {
+                taken: Some((DUP.into(), name)),
+                shift: ("PREPARE ".len() + DUP.len() + 1) as i64 - before,
+                hide_completion: true,
+                ..Reword::default()
+            },
+        );
     }
 
     /// Describe and Sync after an SQL `PREPARE` of `stmt` (hidden: see
@@ -538,22 +627,10 @@ impl Link<'_> {
         self.expect.push_entry(Msg::Sync, ready, None);
     }
 
-    /// Answers a simple Query with `fake`, then a Sync so the server supplies ReadyForQuery
-    /// with the real transaction status.
-    fn answer_locally(&mut self, fake: Fake, st: &mut LinkState) {
-        self.expect.push_fake(fake);
-        pgwire::encode::sync(self.out);
-        st.on_sync();
-        self.expect.push(Msg::Sync);
-    }
-
-    /// An error of pgcorral's own in an extended batch: like PostgreSQL, the rest of the batch
-    /// up to Sync is dropped.
-    fn own_error(&mut self, code: &str, msg: &str) {
-        let mut e = BytesMut::new();
-        pgwire::encode::error_response(&mut e, "ERROR", code, msg);
-        self.expect.push_fake(Fake::Error(e.freeze()));
-        self.expect.dropping = true;
+    /// Closes [`DUP`] on the server (it may be there from last time).
+    fn free_dup_name(&mut self) {
+        pgwire::encode::close(self.out, b'S', DUP.as_bytes());
+        self.expect.push_entry(Msg::Close, false, None);
     }
 
     /// The server-side name for the client's statement `name` (empty: unnamed), prepared there
@@ -583,8 +660,13 @@ impl Link<'_> {
                     }
                     pgwire::encode::parse(self.out, b"", &body);
                     self.expect.push_entry(Msg::Parse, false, None);
-                    *self.unnamed_here = true;
+                } else {
+                    // The client has none: neither may the server, which then says so.
+                    pgwire::encode::close(self.out, b'S', b"");
+                    self.expect.push_entry(Msg::Close, false, None);
                 }
+                st.unsynced = true;
+                *self.unnamed_here = true;
             }
             return Use::Ready(None);
         }
@@ -758,9 +840,9 @@ const WAIT: Applied = Applied {
 
 fn undo(stmt: &Statement, client_name: Option<&[u8]>) -> Box<Undo> {
     Box::new(Undo {
-        stmt: stmt.id,
+        stmt: Some(stmt.id),
         client_name: client_name.map(Into::into),
-        client_sql: None,
+        ..Undo::default()
     })
 }
 

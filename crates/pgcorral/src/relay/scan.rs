@@ -8,7 +8,7 @@ use pgwire::{FrameError, Header};
 
 use super::{Outcome, Track};
 use crate::pool::stats::Done;
-use crate::prepared::expect::{stale_plan, Answers};
+use crate::prepared::expect::{stale_plan, Answers, Reworded};
 use crate::prepared::replay::AtReady;
 use crate::prepared::rewrite::{maybe_command, Link, Plan};
 use crate::server::{LinkState, ServerParams};
@@ -93,8 +93,14 @@ pub fn scan_server(
             if !streamed && buf.len() - pos < h.total_len() {
                 break;
             }
-            hide = a.expect.hides(h.tag);
             let msg = &buf[pos..];
+            // pgcorral's own answer before this message, or instead of it (see `Reword`).
+            let reworded = if streamed {
+                Reworded::No
+            } else {
+                a.expect.reworded(h.tag, &msg[5..h.total_len()])
+            };
+            hide = reworded == Reworded::Instead || a.expect.hides(h.tag);
             let retry = match h.tag {
                 backend::ERROR_RESPONSE => {
                     stale_plan(&msg[5..h.total_len()])
@@ -114,9 +120,14 @@ pub fn scan_server(
             hide |= retry;
             // A hidden error shown after all goes out just before its ReadyForQuery.
             let show = h.tag == backend::READY_FOR_QUERY && a.expect.replay.at_ready_pending();
-            if (hide || show) && pos > front {
+            if (hide || show || reworded != Reworded::No) && pos > front {
                 out.again = true;
                 break;
+            }
+            if reworded != Reworded::No {
+                if let Some(f) = a.expect.reword(h.tag, &msg[5..h.total_len()], a.client) {
+                    f.encode(a.out);
+                }
             }
             if retry && h.tag == backend::ERROR_RESPONSE {
                 a.expect.replay.hide_error(&msg[..h.total_len()]);

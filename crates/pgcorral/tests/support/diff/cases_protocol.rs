@@ -142,6 +142,42 @@ fn prepared() -> Vec<Case> {
             .q(0, "EXECUTE q2")
             .ext(0, Batch::new().bind("n1", &[]).execute().sync())
             .ext(0, Batch::new().bind("n2", &[]).execute().sync()),
+        // An error pgcorral answers in an extended batch fails the batch's implicit
+        // transaction on the server too: the INSERT before it is rolled back.
+        Case::new("own_error_rolls_back_its_batch", 1)
+            .q(0, "CREATE TABLE r(v int)")
+            .ext(0, Batch::new().parse("dup", "SELECT 1").sync())
+            .ext(0, Batch::new().parse("", INS).bind("", &[Some("1")]).execute().parse("dup", "SELECT 2").sync())
+            .q(0, "SELECT v FROM r ORDER BY v"),
+        // A duplicate name whose text is wrong: PostgreSQL reports the text's error first.
+        Case::new("duplicate_name_with_bad_text", 1)
+            .no_statement()
+            .ext(0, Batch::new().parse("dup", "SELECT 1").sync())
+            .ext(0, Batch::new().parse("dup", "SELEC 1").sync())
+            .ext(0, Batch::new().parse("dup", "SELECT * FROM no_such_table").sync())
+            .ext(0, Batch::new().parse("dup", "SELECT $1").sync())
+            .q(0, "PREPARE q AS SELECT 1")
+            .q(0, "PREPARE q AS SELEC 1")
+            .q(0, "PREPARE q AS SELECT * FROM no_such_table")
+            .q(0, "  PREPARE  q AS SELECT 'x'::int")
+            .q(0, "EXECUTE q('y')")
+            .q(0, "BEGIN")
+            .q(0, "PREPARE q AS SELECT * FROM no_such_table")
+            .q(0, "ROLLBACK")
+            .q(0, "BEGIN")
+            .q(0, "SELECT 1/0")
+            .ext(0, Batch::new().parse("dup", "SELECT 1").sync())
+            .ext(0, Batch::new().parse("dup", "SELEC 1").sync())
+            .q(0, "PREPARE q AS SELECT 1")
+            .q(0, "DEALLOCATE ALL")
+            .q(0, "ROLLBACK")
+            .q(0, "EXECUTE q")
+            .ext(0, Batch::new().bind("dup", &[]).execute().sync()),
+        // A simple Query drops the unnamed statement (PostgreSQL's simple Query uses it).
+        Case::new("unnamed_statement_after_simple_query", 1)
+            .ext(0, Batch::new().parse("", "SELECT 7").sync())
+            .q(0, "SELECT 1")
+            .ext(0, Batch::new().bind("", &[]).execute().sync()),
         // DISCARD ALL refused inside a transaction block discards nothing.
         Case::new("discard_all_refused_in_transaction", 3)
             .no_statement()
