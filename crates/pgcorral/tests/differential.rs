@@ -52,9 +52,6 @@ const fn flaky(case: &'static str, item: &'static str) -> Known {
 /// entry that no longer differs fails the test ("now passes: remove it"), unless it is timing
 /// dependent. Session mode differs in none of them.
 const KNOWN_DIFFERENCES: &[Known] = &[
-    // 1: a statement prepared again after another client's DISCARD ALL, under the client's new
-    // search_path, gets 0A000 where PostgreSQL re-analyses it.
-    known("search_path_change_then_discard_by_other", "1"),
     // 1: pg_prepared_statements shows pgcorral's names and other clients' statement texts on
     // the server a client holds (documented in docs/architecture.md).
     known("pg_prepared_statements_shows_own_only", "1"),

@@ -157,6 +157,42 @@ pub fn shape_of(tag: u8, body: &[u8]) -> Box<[u8]> {
     s.into()
 }
 
+/// Whether a statement described as `known` (see [`shape_of`]) may now be described by `tag`
+/// and `body` without PostgreSQL's "cached plan must not change result type": as PostgreSQL
+/// compares a re-analysed statement's result, by the columns' names, types and type
+/// modifiers, not by the table each comes from (a changed search_path may find a table of the
+/// same shape elsewhere).
+pub fn same_result_type(known: &[u8], tag: u8, body: &[u8]) -> bool {
+    if known.first() != Some(&tag) {
+        return false;
+    }
+    let known = &known[1..];
+    if tag != pgwire::backend::ROW_DESCRIPTION {
+        return known == body;
+    }
+    /// The bytes of a field after its name: table oid (4), column number (2), type oid (4),
+    /// type length (2), type modifier (4), format (2).
+    const AFTER_NAME: usize = 18;
+    let columns = |b: &[u8]| -> Option<Vec<(Vec<u8>, [u8; 12])>> {
+        let n = u16::from_be_bytes(b.get(..2)?.try_into().ok()?) as usize;
+        let mut rest = b.get(2..)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let end = rest.iter().position(|&c| c == 0)?;
+            let f = rest.get(end + 1..end + 1 + AFTER_NAME)?;
+            let mut kept = [0u8; 12];
+            kept.copy_from_slice(&f[6..]);
+            out.push((rest[..end].to_vec(), kept));
+            rest = &rest[end + 1 + AFTER_NAME..];
+        }
+        rest.is_empty().then_some(out)
+    };
+    match (columns(known), columns(body)) {
+        (Some(a), Some(b)) => a == b,
+        _ => known == body,
+    }
+}
+
 /// The parameter types of a ParameterDescription body.
 pub fn param_types(body: &[u8]) -> Option<Box<[u32]>> {
     let n = u16::from_be_bytes(body.get(..2)?.try_into().ok()?) as usize;
@@ -519,6 +555,47 @@ mod tests {
     }
 
     /// A statement as a Parse of `text` resolved it.
+    fn row_description(cols: &[(&str, u32, u32)]) -> Vec<u8> {
+        let mut b = (cols.len() as u16).to_be_bytes().to_vec();
+        for (name, table, ty) in cols {
+            b.extend_from_slice(name.as_bytes());
+            b.push(0);
+            b.extend_from_slice(&table.to_be_bytes());
+            b.extend_from_slice(&1u16.to_be_bytes());
+            b.extend_from_slice(&ty.to_be_bytes());
+            b.extend_from_slice(&4i16.to_be_bytes());
+            b.extend_from_slice(&(-1i32).to_be_bytes());
+            b.extend_from_slice(&0u16.to_be_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn the_result_type_is_the_columns_not_their_tables() {
+        let rd = pgwire::backend::ROW_DESCRIPTION;
+        let known = shape_of(rd, &row_description(&[("id", 16384, 23)]));
+        let other_table = row_description(&[("id", 16390, 23)]);
+        assert!(same_result_type(&known, rd, &other_table));
+        assert!(!same_result_type(
+            &known,
+            rd,
+            &row_description(&[("id", 16384, 20)])
+        ));
+        assert!(!same_result_type(
+            &known,
+            rd,
+            &row_description(&[("ID", 16384, 23)])
+        ));
+        assert!(!same_result_type(
+            &known,
+            rd,
+            &row_description(&[("id", 16384, 23), ("v", 16384, 25)])
+        ));
+        assert!(!same_result_type(&known, pgwire::backend::NO_DATA, b""));
+        let none = shape_of(pgwire::backend::NO_DATA, b"");
+        assert!(same_result_type(&none, pgwire::backend::NO_DATA, b""));
+    }
+
     fn resolved(r: &Registry, text: &str, params: &[u32], shape: &[u8]) -> Arc<Statement> {
         let s = r.fresh(parse(text), None);
         s.params.set(params.into()).unwrap();

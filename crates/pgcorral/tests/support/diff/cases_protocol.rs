@@ -178,6 +178,13 @@ fn prepared() -> Vec<Case> {
             .ext(0, Batch::new().parse("", "SELECT 7").sync())
             .q(0, "SELECT 1")
             .ext(0, Batch::new().bind("", &[]).execute().sync()),
+        // A Bind of the unnamed statement by a client that has none: another client's is
+        // never run.
+        Case::new("unnamed_statement_of_another_client", 2)
+            .ext(0, Batch::new().parse("", "SELECT 'c0 secret'").sync())
+            .ext(1, Batch::new().bind("", &[]).execute().sync())
+            .ext(1, Batch::new().describe_stmt("").sync())
+            .ext(0, Batch::new().bind("", &[]).execute().sync()),
         // DISCARD ALL refused inside a transaction block discards nothing.
         Case::new("discard_all_refused_in_transaction", 3)
             .no_statement()
