@@ -62,10 +62,6 @@ const KNOWN_DIFFERENCES: &[Known] = &[
     // A placeholder GUC, once set, stays defined in its server process ('' after RESET where a
     // fresh session has none): only a server not used by that client avoids it (documented).
     known("set_custom_placeholder", "2"),
-    // The client's own statement after its result type changed: a batch that describes its
-    // portal outside a transaction is prepared again and retried (README, *Re-preparing after a
-    // schema change*) where PostgreSQL answers 0A000.
-    known("own_statement_after_result_type_change", "retry"),
 ];
 
 fn env_modes() -> Vec<Mode> {

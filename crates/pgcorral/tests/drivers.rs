@@ -77,12 +77,17 @@ impl Setup {
     /// The pooler's config: trust, one database `postgres`. No client should wait 30 s for a
     /// server here: a stuck run fails then instead of after the default two minutes.
     fn config(&self, pg: &Postgres) -> String {
+        self.config_with(pg, "")
+    }
+
+    /// [`Setup::config`] with more `[general]` lines.
+    fn config_with(&self, pg: &Postgres, general: &str) -> String {
         config(
             pg,
             "postgres",
             &format!(
                 "pool_mode = \"{}\"\ndefault_pool_size = {}\nmax_client_conn = {}\n\
-                 query_wait_timeout = 30000",
+                 query_wait_timeout = 30000\n{general}",
                 self.mode(),
                 self.pool_size,
                 self.clients + 100
@@ -456,8 +461,8 @@ fn stale_plans(driver: &str, port: u16, seconds: u32) -> Command {
 }
 
 /// Columns added to a table while 8 connections over 2 servers keep running a prepared
-/// `SELECT *` of it: through pgcorral every row matches its description, no psycopg query
-/// fails (pgcorral retries its described executions itself), and asyncpg (which gets the
+/// `SELECT *` of it: through pgcorral with `retry_stale_statements` every row matches its
+/// description, no psycopg query fails (pgcorral retries its described executions itself), and asyncpg (which gets the
 /// error, as its executions are not described, and prepares again once on its own) fails only
 /// where another column landed between its re-prepare and the execution, as it would directly
 /// (at most 1 in 1,000; it happened on a loaded machine). Directly against PostgreSQL the same
@@ -472,7 +477,7 @@ async fn prepared_statements_survive_columns_added_under_them() {
         "CREATE TABLE t (a int); INSERT INTO t SELECT generate_series(1, 10)",
     );
     let setup = Setup::new(2, 8);
-    let pooler = Pooler::start(&setup.config(&pg)).await;
+    let pooler = Pooler::start(&setup.config_with(&pg, "retry_stale_statements = true")).await;
     for driver in ["psycopg", "asyncpg"] {
         let out = while_columns_are_added(&pg, stale_plans(driver, pooler.port(), 4), driver).await;
         let (o, e) = (stdout(&out), stderr(&out));

@@ -339,8 +339,8 @@ async fn run_described(c: &mut Wire, stmt: &str, arg: &str) -> Vec<Msg> {
 }
 
 /// A table changed under a prepared statement ("cached plan must not change result type"):
-/// outside a transaction, for a batch that describes its portal (so the client learns the new
-/// row shape) pgcorral prepares the statement again and retries, for protocol-level named and
+/// with `retry_stale_statements`, outside a transaction, for a batch that describes its portal
+/// (so the client learns the new row shape) pgcorral prepares the statement again and retries, for protocol-level named and
 /// unnamed statements and SQL EXECUTE; a client sharing the statement on the same server is
 /// retried too. A batch without Describe (the client may decode by a description it got
 /// earlier), one with more pipelined behind it, and one inside a transaction get the error as
@@ -352,7 +352,7 @@ async fn statements_made_stale_by_a_schema_change_are_prepared_again_and_retried
         "postgres",
         "CREATE TABLE t (a int); INSERT INTO t VALUES (1)",
     );
-    let p = pooler(&pg, "default_pool_size = 1").await;
+    let p = pooler(&pg, "default_pool_size = 1\nretry_stale_statements = true").await;
     let mut a = wire(&p).await;
     let mut b = wire(&p).await;
     let all = "SELECT * FROM t WHERE $1::int IS NOT NULL";
@@ -415,6 +415,33 @@ async fn statements_made_stale_by_a_schema_change_are_prepared_again_and_retried
     let got = run_described(&mut a, "s", "1").await;
     assert_eq!(tags(&got), "2TDCZ", "{got:?}");
     assert_eq!(widths(&got), [6]);
+}
+
+/// By default a statement made stale by a schema change fails as on PostgreSQL, described or
+/// not, protocol-level or SQL, every time, until the client prepares it again; inside or
+/// outside a transaction.
+#[tokio::test]
+async fn stale_statements_fail_as_on_postgresql_by_default() {
+    let pg = Postgres::start();
+    pg.sql(
+        "postgres",
+        "CREATE TABLE t (a int); INSERT INTO t VALUES (1)",
+    );
+    let p = pooler(&pg, "default_pool_size = 1").await;
+    let mut a = wire(&p).await;
+    let all = "SELECT * FROM t WHERE $1::int IS NOT NULL";
+    assert_eq!(tags(&prepare(&mut a, "s", all).await), "1Z");
+    assert_eq!(widths(&run_described(&mut a, "s", "1").await), [1]);
+    assert_eq!(tags(&a.simple("PREPARE q AS SELECT * FROM t").await), "CZ");
+    pg.sql("postgres", "ALTER TABLE t ADD COLUMN b int DEFAULT 7");
+    for _ in 0..2 {
+        let got = run_described(&mut a, "s", "1").await;
+        assert_eq!(error_code(&got).as_deref(), Some("0A000"), "{got:?}");
+        let got = a.simple("EXECUTE q").await;
+        assert_eq!(error_code(&got).as_deref(), Some("0A000"), "{got:?}");
+    }
+    assert_eq!(tags(&prepare(&mut a, "s2", all).await), "1Z");
+    assert_eq!(widths(&run_described(&mut a, "s2", "1").await), [2]);
 }
 
 /// A statement whose description the client was given is checked where pgcorral prepares it

@@ -365,7 +365,11 @@ fn relay_mode<'a>(
             idle_in_transaction: millis_opt(g.idle_transaction_timeout),
             client_idle: millis_opt(g.client_idle_timeout),
         },
-        prepared: pooled.then_some((&services.statements, g.max_prepared_statements)),
+        prepared: pooled.then_some((
+            &services.statements,
+            g.max_prepared_statements,
+            g.retry_stale_statements,
+        )),
         stats: Some((pool.clone(), worker)),
         one_batch: false,
         // Session mode: a client holds its server for good, so it can only move with it, and

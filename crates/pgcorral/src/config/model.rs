@@ -158,6 +158,11 @@ pub struct General {
     /// Prepared statements kept on each server connection in transaction and statement mode
     /// (least recently used ones are closed beyond it); 0 = no limit.
     pub max_prepared_statements: usize,
+    /// Transaction and statement mode: a batch that describes its portal, outside a
+    /// transaction, whose statement a schema change made stale ("cached plan must not change
+    /// result type") is prepared again and retried instead of failing as it would on
+    /// PostgreSQL. Off by default: clients get PostgreSQL's answer.
+    pub retry_stale_statements: bool,
     /// tracing filter, e.g. "info" or "pgcorral=debug"; RUST_LOG wins when set.
     pub log_level: String,
     /// Defaults for databases with several servers (each may be set per database).
@@ -335,6 +340,7 @@ impl Default for General {
             session_pinning: SessionPinning::Pin,
             max_packet_size: 1 << 30,
             max_prepared_statements: 200,
+            retry_stale_statements: false,
             log_level: "info".into(),
             load_balancing: LoadBalancing::Random,
             default_role: DefaultRole::Any,

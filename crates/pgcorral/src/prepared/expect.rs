@@ -101,6 +101,9 @@ pub struct Reword {
     pub deallocate: Option<Option<String>>,
     /// The first CommandComplete is pgcorral's, not the client's.
     pub hide_completion: bool,
+    /// pgcorral's statement that fails in place of the client's: its error (but 25P02, which
+    /// PostgreSQL would have given) is replaced by this one (a whole ErrorResponse).
+    pub instead: Option<Bytes>,
 }
 
 impl Reword {
@@ -109,6 +112,7 @@ impl Reword {
             && self.shift == 0
             && self.deallocate.is_none()
             && !self.hide_completion
+            && self.instead.is_none()
     }
 }
 
@@ -388,9 +392,12 @@ impl Expected {
             be::READY_FOR_QUERY if msg == Msg::Sync && r.deallocate.is_some() => Reworded::Before,
             be::COMMAND_COMPLETE if r.hide_completion => Reworded::Instead,
             be::ERROR_RESPONSE => {
-                let taken = r.taken.is_some()
-                    && be::ErrorFields::parse(body).is_some_and(|f| f.code == "42P05");
-                if taken || (r.shift != 0 && field(body, b'P').is_some()) {
+                let code = be::ErrorFields::parse(body)
+                    .map(|f| f.code)
+                    .unwrap_or_default();
+                let taken = r.taken.is_some() && code == "42P05";
+                let instead = r.instead.is_some() && code != "25P02";
+                if taken || instead || (r.shift != 0 && field(body, b'P').is_some()) {
                     Reworded::Instead
                 } else {
                     Reworded::No
@@ -429,6 +436,8 @@ impl Expected {
                     }
                 }
             }
+        } else if let Some(e) = r.instead.take() {
+            Fake::Error(e)
         } else {
             let (taken, shift) = (r.taken.clone(), r.shift);
             let is_taken = be::ErrorFields::parse(body).is_some_and(|f| f.code == "42P05");

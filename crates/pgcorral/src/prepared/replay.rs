@@ -81,9 +81,9 @@ impl Replay {
         matches!(self.state, State::Off) && !self.retried && !self.in_retry
     }
 
-    /// Whether the batch being sent is a retry.
+    /// Whether the batch being sent is a retry (or its first message is about to be).
     pub fn in_retry(&self) -> bool {
-        self.in_retry
+        self.in_retry || self.retried
     }
 
     /// A client message (`msg` starts at its header `h`, possibly not wholly buffered) is about

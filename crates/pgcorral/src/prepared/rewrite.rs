@@ -30,6 +30,10 @@ pub struct Link<'a> {
     pub out: &'a mut BytesMut,
     /// The client's unnamed statement was parsed on this server during this relay.
     pub unnamed_here: &'a mut bool,
+    /// `retry_stale_statements`: a batch whose statement a schema change made stale is
+    /// prepared again and retried (see [`super::replay`]); off, the client gets PostgreSQL's
+    /// error.
+    pub retry: bool,
 }
 
 /// What a client message at the start of the buffer needs.
@@ -67,6 +71,12 @@ enum Use {
 /// The statement name pgcorral makes taken on a server to have it answer a client's Parse or
 /// `PREPARE` of a name the client has taken (see [`Link::duplicate_parse`]).
 const DUP: &str = "pgcorral_taken";
+
+/// A statement that fails on any server when analysed, without touching anything: what
+/// pgcorral sends in place of a client's message it answers with an error of its own (see
+/// [`Link::fail_as`]). The server's log says why.
+const FAILS: &str =
+    "SELECT 'pgcorral answers this statement with an error of its own'::pg_catalog.int4";
 
 const COMMANDS: [&[u8]; 4] = [b"prepare", b"execute", b"deallocate", b"discard"];
 
@@ -437,7 +447,7 @@ impl Link<'_> {
                 let stmt = match self.ensure(name, st, Some(buf)) {
                     Use::Ready(stmt) => stmt,
                     Use::Wait => return WAIT,
-                    Use::Changed => return self.changed(h),
+                    Use::Changed => return self.changed(h, st),
                 };
                 let new_name = stmt.as_ref().map_or("", |(_, s)| s.name.as_str());
                 st.unsynced = true;
@@ -462,7 +472,7 @@ impl Link<'_> {
                 let stmt = match self.ensure(name, st, None) {
                     Use::Ready(stmt) => stmt,
                     Use::Wait => return WAIT,
-                    Use::Changed => return self.changed(h),
+                    Use::Changed => return self.changed(h, st),
                 };
                 st.unsynced = true;
                 let new_name = stmt.as_ref().map_or("", |(_, s)| s.name.as_str());
@@ -483,6 +493,9 @@ impl Link<'_> {
                 whole()
             }
             fe::QUERY => {
+                // Each way it goes, the server's unnamed statement is dropped, as PostgreSQL
+                // drops it for the client's Query.
+                self.simple_query();
                 let text = fe::query_text(body).unwrap_or_default();
                 // The client's characters before `rest`, its part that pgcorral's text keeps.
                 let before = |rest: &str| {
@@ -496,7 +509,12 @@ impl Link<'_> {
                     }
                     Some(Command::Execute { name, rest }) => {
                         let stmt = self.lookup(&name).cloned().expect("planned");
-                        let here = self.make_present(&stmt, st, true);
+                        let here = match self.ensure_sql(stmt.clone(), st) {
+                            Use::Ready(Some((_, here))) => here,
+                            Use::Ready(None) => unreachable!("a named statement"),
+                            Use::Wait => return WAIT,
+                            Use::Changed => return self.changed(h, st),
+                        };
                         let q = format!(
                             "EXECUTE {}{}{}",
                             here.name,
@@ -518,6 +536,8 @@ impl Link<'_> {
                     Some(Command::Deallocate { name }) => {
                         // Forgotten when the server's ReadyForQuery shows the transaction
                         // was not aborted (PostgreSQL refuses DEALLOCATE there).
+                        pgwire::encode::close(self.out, b'S', b"");
+                        self.expect.push_entry(Msg::Close, false, None);
                         pgwire::encode::sync(self.out);
                         st.on_sync();
                         self.expect.push_reworded(
@@ -687,9 +707,43 @@ impl Link<'_> {
         if let Some(here) = self.server.name_of(known) {
             return Use::Ready(Some((known.id, here)));
         }
-        let mut stmt = known.clone();
+        let known = known.clone();
+        self.ensure_elsewhere(known, st, batch, false)
+    }
+
+    /// [`Link::ensure`] for a statement an SQL `EXECUTE` runs: a Sync follows what pgcorral
+    /// sends before it (a simple Query comes next, which the server would skip after an error).
+    fn ensure_sql(&mut self, known: Arc<Statement>, st: &mut LinkState) -> Use {
+        if self.expect.verifying {
+            return Use::Wait;
+        }
+        if self
+            .expect
+            .verify_failed
+            .take_if(|id| *id == known.id)
+            .is_some()
+        {
+            return Use::Changed;
+        }
+        if let Some(here) = self.server.name_of(&known) {
+            return Use::Ready(Some((known.id, here)));
+        }
+        self.ensure_elsewhere(known, st, None, true)
+    }
+
+    /// [`Link::ensure`] for a statement not prepared on this server (`sync`: see
+    /// [`Link::ensure_sql`]).
+    fn ensure_elsewhere(
+        &mut self,
+        mut stmt: Arc<Statement>,
+        st: &mut LinkState,
+        batch: Option<&[u8]>,
+        sync: bool,
+    ) -> Use {
         if stmt.is_retired() {
-            if self.expect.replay.in_retry() || batch.is_some_and(|b| renewable_batch(b, st)) {
+            if self.expect.replay.in_retry()
+                || (self.retry && batch.is_some_and(|b| renewable_batch(b, st)))
+            {
                 let fresh = self.registry.renew(&stmt);
                 self.client.replace(stmt.id, &fresh);
                 stmt = fresh;
@@ -700,19 +754,29 @@ impl Link<'_> {
         if let Some(here) = self.server.name_of(&stmt) {
             return Use::Ready(Some((stmt.id, here)));
         }
-        self.prepare_on_server(&stmt, st, false, None);
-        if stmt.shape.get().is_some() {
+        let parsed = self.prepare_on_server(&stmt, st, false, None);
+        let verify = parsed && stmt.shape.get().is_some();
+        if verify {
             pgwire::encode::describe(self.out, b'S', stmt.name.as_bytes());
-            pgwire::encode::flush(self.out);
             self.expect.push_verify(stmt.id);
+        }
+        if parsed && sync {
+            pgwire::encode::sync(self.out);
+            st.on_sync();
+            self.expect.push_entry(Msg::Sync, false, None);
+        } else if verify {
+            pgwire::encode::flush(self.out);
+        }
+        if verify {
             return Use::Wait;
         }
         Use::Ready(Some((stmt.id, stmt)))
     }
 
-    /// The client's Bind or Describe (header `h`, wholly buffered) of a statement whose result
-    /// type changed: answered with PostgreSQL's error, the rest of the batch dropped.
-    fn changed(&mut self, h: Header) -> Applied {
+    /// The client's Bind, Describe or SQL `EXECUTE` (header `h`, wholly buffered) of a
+    /// statement whose result type changed: answered with PostgreSQL's error, which fails the
+    /// transaction on the server too (see [`Link::fail_as`]); the rest of a batch is dropped.
+    fn changed(&mut self, h: Header, st: &mut LinkState) -> Applied {
         // As PostgreSQL words it: drivers (asyncpg, pgjdbc) recognise it by its routine, and
         // prepare the statement again.
         let mut e = BytesMut::new();
@@ -723,11 +787,37 @@ impl Link<'_> {
             "cached plan must not change result type",
             &[(b'F', "plancache.c"), (b'R', "RevalidateCachedQuery")],
         );
-        self.expect.push_fake(Fake::Error(e.freeze()));
-        self.expect.dropping = true;
+        self.fail_as(e.freeze(), h.tag == fe::QUERY, st);
         Applied {
             consume: h.total_len(),
             pass: 0,
+        }
+    }
+
+    /// Answers the client's message with `error` (a whole ErrorResponse), as PostgreSQL would
+    /// have: the server is sent a statement that fails (a Query when `query`, else a Parse in
+    /// the client's batch, whose rest is dropped), so that its transaction fails as the
+    /// client's would, and its error is replaced by `error`; but in a transaction aborted
+    /// before, where PostgreSQL answers 25P02 first, the server's 25P02 is the answer.
+    fn fail_as(&mut self, error: Bytes, query: bool, st: &mut LinkState) {
+        let reword = Reword {
+            instead: Some(error),
+            ..Reword::default()
+        };
+        if query {
+            pgwire::encode::query(self.out, FAILS);
+            st.on_request();
+            self.expect.push_reworded(Msg::Query, None, reword);
+        } else {
+            pgwire::encode::parse(
+                self.out,
+                DUP.as_bytes(),
+                format!("{FAILS}\0\0\0").as_bytes(),
+            );
+            pgwire::encode::flush(self.out);
+            st.unsynced = true;
+            self.expect.push_reworded(Msg::Parse, None, reword);
+            self.expect.dropping = true;
         }
     }
 

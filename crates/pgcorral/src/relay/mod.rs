@@ -123,8 +123,9 @@ pub struct Mode<'a> {
     pub track: Track,
     pub timeouts: Timeouts,
     /// Prepared statements are the client's own, moved between servers (transaction and
-    /// statement mode): the registry that shares them, and max_prepared_statements.
-    pub prepared: Option<(&'a Registry, usize)>,
+    /// statement mode): the registry that shares them, max_prepared_statements and
+    /// retry_stale_statements.
+    pub prepared: Option<(&'a Registry, usize, bool)>,
     /// The pool whose statistics count queries, transactions and bytes, and the worker's
     /// shard. A pool rather than its statistics, so that a request loop keeps one `Mode` and
     /// points it at each server's pool (several servers).
@@ -205,7 +206,7 @@ fn scan_c(
     mode: &Mode,
     unnamed_here: &mut bool,
 ) -> ClientSide {
-    let mut link = mode.prepared.map(|(registry, max)| Link {
+    let mut link = mode.prepared.map(|(registry, max, retry)| Link {
         registry,
         max,
         client: &mut client.statements,
@@ -213,6 +214,7 @@ fn scan_c(
         expect: &mut server.expect,
         out: &mut server.wout,
         unnamed_here,
+        retry,
     });
     match scan_client(
         &client.buf,
@@ -250,7 +252,7 @@ fn scan_s(
     server: &mut ServerConn,
     mode: &Mode,
 ) -> Result<ServerScan, FrameError> {
-    let mut answers = mode.prepared.map(|(registry, _)| Answers {
+    let mut answers = mode.prepared.map(|(registry, _, _)| Answers {
         registry,
         expect: &mut server.expect,
         server: &mut server.statements,

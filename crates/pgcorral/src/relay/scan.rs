@@ -374,9 +374,11 @@ pub fn scan_client(
                         out.again = true;
                         break;
                     }
-                    l.expect
-                        .replay
-                        .client_message(h, &buf[pos..], &before, true);
+                    if l.retry {
+                        l.expect
+                            .replay
+                            .client_message(h, &buf[pos..], &before, true);
+                    }
                     pos += a.consume;
                     front = pos;
                     *pass = a.pass;
@@ -403,7 +405,7 @@ pub fn scan_client(
             // A function called by its oid may be any function.
             mark(st, Effect::Taint);
         }
-        if let Some(l) = link.as_deref_mut().filter(|_| !count_only) {
+        if let Some(l) = link.as_deref_mut().filter(|l| !count_only && l.retry) {
             l.expect.replay.client_message(h, &buf[pos..], st, false);
         }
         let mut counted = true;

@@ -57,6 +57,14 @@ fn prepared() -> Vec<Case> {
             .q(0, "ALTER TABLE t ADD COLUMN w text DEFAULT 'w'")
             .ext(0, Batch::new().bind("sel", &[]).describe_portal().execute().sync())
             .ext(0, Batch::new().bind("sel", &[]).execute().sync()),
+        Case::new("sql_statement_after_result_type_change", 1)
+            .q(0, "CREATE TABLE t(id int)")
+            .q(0, "INSERT INTO t VALUES (1)")
+            .q(0, "PREPARE q AS SELECT * FROM t")
+            .q(0, "EXECUTE q")
+            .q(0, "ALTER TABLE t ADD COLUMN w text DEFAULT 'w'")
+            .q(0, "EXECUTE q")
+            .q(0, "EXECUTE q"),
         Case::new("prepared_param_type_after_alter_column", 2)
             .q(0, "CREATE TABLE t(id int, v int)")
             .ext(0, Batch::new().parse("up", "UPDATE t SET v = $1").describe_stmt("up").sync())
@@ -174,9 +182,24 @@ fn prepared() -> Vec<Case> {
             .q(0, "EXECUTE q")
             .ext(0, Batch::new().bind("dup", &[]).execute().sync()),
         // A simple Query drops the unnamed statement (PostgreSQL's simple Query uses it).
+        // Found by the generator (seed 704): so does a PREPARE, EXECUTE or DEALLOCATE that
+        // pgcorral rewrites.
         Case::new("unnamed_statement_after_simple_query", 1)
             .ext(0, Batch::new().parse("", "SELECT 7").sync())
             .q(0, "SELECT 1")
+            .ext(0, Batch::new().bind("", &[]).execute().sync())
+            .ext(0, Batch::new().parse("", "SELECT 8").sync())
+            .q(0, "PREPARE q AS SELECT 1")
+            .ext(0, Batch::new().bind("", &[]).execute().sync())
+            .ext(0, Batch::new().parse("", "SELECT 9").sync())
+            .q(0, "EXECUTE q")
+            .ext(0, Batch::new().bind("", &[]).execute().sync())
+            .ext(0, Batch::new().parse("", "SELECT 10").sync())
+            .q(0, "DEALLOCATE q")
+            .ext(0, Batch::new().bind("", &[]).execute().sync())
+            .ext(0, Batch::new().parse("", "SELECT 11").sync())
+            .q(0, "PREPARE q AS SELECT 1")
+            .q(0, "PREPARE q AS SELECT 1")
             .ext(0, Batch::new().bind("", &[]).execute().sync()),
         // A Bind of the unnamed statement by a client that has none: another client's is
         // never run.
