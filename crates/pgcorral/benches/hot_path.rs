@@ -130,6 +130,7 @@ impl Tracked {
             expect: &mut self.expect,
             out: &mut self.wout,
             unnamed_here: &mut unnamed_here,
+            retry: false,
         };
         let c = scan_client(
             request,
