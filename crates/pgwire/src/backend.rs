@@ -109,6 +109,22 @@ impl ErrorFields {
 }
 
 /// Splits a ParameterStatus body into name and value.
+/// The value of field `kind` (`P`, `C`, ...) of an ErrorResponse or NoticeResponse body.
+pub fn error_field(body: &[u8], kind: u8) -> Option<&[u8]> {
+    let mut rest = body;
+    while let Some((&k, tail)) = rest.split_first() {
+        if k == 0 {
+            break;
+        }
+        let end = tail.iter().position(|&b| b == 0)?;
+        if k == kind {
+            return Some(&tail[..end]);
+        }
+        rest = &tail[end + 1..];
+    }
+    None
+}
+
 pub fn parameter_status(body: &[u8]) -> Option<(&str, &str)> {
     let n = body.iter().position(|&b| b == 0)?;
     let rest = &body[n + 1..];

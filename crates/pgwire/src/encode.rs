@@ -93,6 +93,18 @@ pub fn error_response(buf: &mut BytesMut, severity: &str, code: &str, msg: &str)
 /// Re-encodes an ErrorResponse body (its fields) with another severity (`S` and `V` fields),
 /// keeping every other field as it was.
 pub fn error_with_severity(buf: &mut BytesMut, body: &[u8], severity: &str) {
+    error_with_fields(buf, body, |kind, _| {
+        (kind == b'S' || kind == b'V').then(|| severity.as_bytes().to_vec())
+    });
+}
+
+/// Re-encodes an ErrorResponse body with each field's value replaced by what `f` gives for
+/// it (its type and value), if anything.
+pub fn error_with_fields(
+    buf: &mut BytesMut,
+    body: &[u8],
+    f: impl Fn(u8, &[u8]) -> Option<Vec<u8>>,
+) {
     message(buf, backend::ERROR_RESPONSE, |b| {
         let mut rest = body;
         while let Some((&kind, tail)) = rest.split_first() {
@@ -101,10 +113,9 @@ pub fn error_with_severity(buf: &mut BytesMut, body: &[u8], severity: &str) {
             }
             let end = tail.iter().position(|&c| c == 0).unwrap_or(tail.len());
             b.put_u8(kind);
-            if kind == b'S' || kind == b'V' {
-                b.put_slice(severity.as_bytes());
-            } else {
-                b.put_slice(&tail[..end]);
+            match f(kind, &tail[..end]) {
+                Some(v) => b.put_slice(&v),
+                None => b.put_slice(&tail[..end]),
             }
             b.put_u8(0);
             rest = tail.get(end + 1..).unwrap_or(&[]);

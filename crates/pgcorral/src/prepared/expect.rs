@@ -397,7 +397,7 @@ impl Expected {
                     .unwrap_or_default();
                 let taken = r.taken.is_some() && code == "42P05";
                 let instead = r.instead.is_some() && code != "25P02";
-                if taken || instead || (r.shift != 0 && field(body, b'P').is_some()) {
+                if taken || instead || (r.shift != 0 && be::error_field(body, b'P').is_some()) {
                     Reworded::Instead
                 } else {
                     Reworded::No
@@ -441,7 +441,8 @@ impl Expected {
         } else {
             let (taken, shift) = (r.taken.clone(), r.shift);
             let is_taken = be::ErrorFields::parse(body).is_some_and(|f| f.code == "42P05");
-            Fake::Error(rewrite_fields(body, |kind, value| match kind {
+            let mut e = BytesMut::new();
+            pgwire::encode::error_with_fields(&mut e, body, |kind, value| match kind {
                 b'M' if is_taken => taken.as_ref().map(|(ours, theirs)| {
                     String::from_utf8_lossy(value)
                         .replacen(ours.as_str(), theirs, 1)
@@ -452,7 +453,8 @@ impl Expected {
                     .and_then(|v| v.parse::<i64>().ok())
                     .map(|p| (p - shift).max(1).to_string().into_bytes()),
                 _ => None,
-            }))
+            });
+            Fake::Error(e.freeze())
         };
         Some(fake)
     }
@@ -647,45 +649,6 @@ impl Expected {
             undo.apply(server, client);
         }
     }
-}
-
-/// The value of field `kind` of an ErrorResponse or NoticeResponse body.
-fn field(body: &[u8], kind: u8) -> Option<&[u8]> {
-    let mut rest = body;
-    while let Some((&k, tail)) = rest.split_first() {
-        if k == 0 {
-            break;
-        }
-        let end = tail.iter().position(|&b| b == 0)?;
-        if k == kind {
-            return Some(&tail[..end]);
-        }
-        rest = &tail[end + 1..];
-    }
-    None
-}
-
-/// An ErrorResponse (whole message) from the fields of `body`, each replaced by what `f`
-/// gives for it, if anything.
-fn rewrite_fields(body: &[u8], f: impl Fn(u8, &[u8]) -> Option<Vec<u8>>) -> Bytes {
-    let mut fields = Vec::with_capacity(body.len() + 16);
-    let mut rest = body;
-    while let Some((&k, tail)) = rest.split_first() {
-        let Some(end) = tail.iter().position(|&b| b == 0).filter(|_| k != 0) else {
-            break;
-        };
-        let value = &tail[..end];
-        fields.push(k);
-        fields.extend_from_slice(f(k, value).as_deref().unwrap_or(value));
-        fields.push(0);
-        rest = &tail[end + 1..];
-    }
-    fields.push(0);
-    let mut out = BytesMut::with_capacity(fields.len() + 5);
-    out.extend_from_slice(&[be::ERROR_RESPONSE]);
-    out.extend_from_slice(&((fields.len() + 4) as u32).to_be_bytes());
-    out.extend_from_slice(&fields);
-    out.freeze()
 }
 
 /// Statement `id` is described on this server (a Describe right after its Parse there, or
@@ -1005,5 +968,114 @@ mod tests {
         }
         assert_eq!(got, "C---Z");
         assert!(e.is_empty());
+    }
+
+    /// An ErrorResponse body of these fields.
+    fn error(fields: &[(u8, &str)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (k, v) in fields {
+            b.push(*k);
+            b.extend_from_slice(v.as_bytes());
+            b.push(0);
+        }
+        b.push(0);
+        b
+    }
+
+    fn fields_of(f: Fake) -> be::ErrorFields {
+        let Fake::Error(m) = f else {
+            panic!("not an error: {f:?}")
+        };
+        be::ErrorFields::parse(&m[5..]).unwrap()
+    }
+
+    #[test]
+    fn a_deallocate_is_answered_by_the_transaction_status() {
+        let registry = Registry::default();
+        let stmt = registry.fresh(super::super::Source::Sql("AS SELECT 1".into()), None);
+        for (status, forgotten) in [(b'E', false), (b'T', true), (b'I', true)] {
+            let mut c = ClientStatements::default();
+            assert!(c.add_sql("q".into(), stmt.clone()));
+            let mut e = Expected::default();
+            e.push_reworded(
+                Msg::Sync,
+                None,
+                Reword {
+                    deallocate: Some(Some("q".into())),
+                    ..Reword::default()
+                },
+            );
+            assert_eq!(e.reworded(be::READY_FOR_QUERY, &[status]), Reworded::Before);
+            let f = e.reword(be::READY_FOR_QUERY, &[status], &mut c).unwrap();
+            if forgotten {
+                assert_eq!(f, Fake::Command("DEALLOCATE"));
+            } else {
+                assert_eq!(fields_of(f).code, "25P02");
+            }
+            assert_eq!(c.sql("q").is_none(), forgotten, "{}", status as char);
+        }
+    }
+
+    #[test]
+    fn errors_are_given_back_in_the_clients_words() {
+        let mut c = ClientStatements::default();
+        let taken = Reword {
+            taken: Some(("pgcorral_taken".into(), "mine".into())),
+            shift: 7,
+            ..Reword::default()
+        };
+        let mut e = Expected::default();
+        e.push_reworded(Msg::Query, None, taken.clone());
+        let dup = error(&[
+            (b'S', "ERROR"),
+            (b'C', "42P05"),
+            (b'M', "prepared statement \"pgcorral_taken\" already exists"),
+            (b'F', "prepare.c"),
+        ]);
+        assert_eq!(e.reworded(be::ERROR_RESPONSE, &dup), Reworded::Instead);
+        let f = fields_of(e.reword(be::ERROR_RESPONSE, &dup, &mut c).unwrap());
+        assert_eq!(
+            (f.code.as_str(), f.message.as_str()),
+            ("42P05", "prepared statement \"mine\" already exists")
+        );
+        // A syntax error: its position moves back into the client's text.
+        let syntax = error(&[
+            (b'S', "ERROR"),
+            (b'C', "42601"),
+            (b'M', "syntax error"),
+            (b'P', "21"),
+        ]);
+        assert_eq!(e.reworded(be::ERROR_RESPONSE, &syntax), Reworded::Instead);
+        let Fake::Error(m) = e.reword(be::ERROR_RESPONSE, &syntax, &mut c).unwrap() else {
+            panic!()
+        };
+        assert_eq!(be::error_field(&m[5..], b'P'), Some(&b"14"[..]));
+        // Without a position, another error passes as it is.
+        let other = error(&[(b'S', "ERROR"), (b'C', "25P02"), (b'M', "aborted")]);
+        assert_eq!(e.reworded(be::ERROR_RESPONSE, &other), Reworded::No);
+
+        // pgcorral's failing statement: its error is replaced, but 25P02.
+        let mut e = Expected::default();
+        let mine = Bytes::from_static(b"E\0\0\0\x05\0");
+        e.push_reworded(
+            Msg::Parse,
+            None,
+            Reword {
+                instead: Some(mine.clone()),
+                ..Reword::default()
+            },
+        );
+        let aborted = error(&[(b'S', "ERROR"), (b'C', "25P02"), (b'M', "aborted")]);
+        assert_eq!(e.reworded(be::ERROR_RESPONSE, &aborted), Reworded::No);
+        let bad = error(&[(b'S', "ERROR"), (b'C', "22P02"), (b'M', "invalid input")]);
+        assert_eq!(e.reworded(be::ERROR_RESPONSE, &bad), Reworded::Instead);
+        assert_eq!(
+            e.reword(be::ERROR_RESPONSE, &bad, &mut c),
+            Some(Fake::Error(mine))
+        );
+        // Nothing to reword for an entry without a Reword.
+        let mut e = Expected::default();
+        e.push(Msg::Parse);
+        assert_eq!(e.reworded(be::ERROR_RESPONSE, &bad), Reworded::No);
     }
 }
