@@ -8,7 +8,9 @@
 #
 # Knobs (environment): DURATION (seconds, default 60), CLIENTS (200), JOBS (pgbench threads, 2),
 # POOL_SIZE (10), PG_BINDIR (PostgreSQL's server binaries; found under /usr/lib/postgresql
-# otherwise), KEEP=1 (keep the work directory with its logs).
+# otherwise), KEEP=1 (keep the work directory with its logs), SCRIPT (another pgbench script),
+# SETUP (SQL run once before pgbench), DIRECT=1 (then run the same pgbench straight against
+# PostgreSQL too, for comparison). bench/restore_cost.sh uses the last three.
 #
 # What it does: builds pgcorral (cargo build --release -p pgcorral) and copies the binary aside;
 # initdb's a PostgreSQL of its own in a temporary directory (as the `postgres` OS user when run
@@ -25,7 +27,9 @@ set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
-SCRIPT=$BENCH_DIR/session_state.sql
+SCRIPT=${SCRIPT:-$BENCH_DIR/session_state.sql}
+SETUP=${SETUP:-}
+DIRECT=${DIRECT:-0}
 
 DURATION=${DURATION:-60}
 CLIENTS=${CLIENTS:-200}
@@ -152,7 +156,7 @@ cat >>"$PGDATA/postgresql.conf" <<EOF
 listen_addresses = '127.0.0.1'
 port = $PG_PORT
 unix_socket_directories = ''
-max_connections = $((POOL_SIZE + 20))
+max_connections = $(((DIRECT == 1 ? CLIENTS : 0) + POOL_SIZE + 20))
 fsync = off
 synchronous_commit = off
 full_page_writes = off
@@ -191,15 +195,26 @@ wait_port "$CORRAL_PORT" pgcorral "$CORRAL_PID"
 got=$("$PSQL" -X -At -h 127.0.0.1 -p "$CORRAL_PORT" -U postgres -d postgres -c "SELECT 1" 2>&1) ||
   die "pgcorral does not answer: $got"
 
+if [ -n "$SETUP" ]; then
+  "$PSQL" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -c "$SETUP" >/dev/null ||
+    die "SETUP failed"
+fi
+
 # ---- the run --------------------------------------------------------------------------------------
-log "pgbench -c $CLIENTS -j $JOBS -T $DURATION --protocol simple -f bench/session_state.sql"
+run_pgbench() { # port output
+  timeout --kill-after=10 $((DURATION * 2 + 120)) \
+    "$PGBENCH" -n --protocol simple -c "$CLIENTS" -j "$JOBS" -T "$DURATION" -f "$SCRIPT" \
+    -h 127.0.0.1 -p "$1" -U postgres postgres >"$2" 2>&1 &
+  PGBENCH_PID=$!
+  wait "$PGBENCH_PID"
+}
+log "pgbench -c $CLIENTS -j $JOBS -T $DURATION --protocol simple -f $(basename "$SCRIPT")"
 rc=0
-timeout --kill-after=10 $((DURATION * 2 + 120)) \
-  "$PGBENCH" -n --protocol simple -c "$CLIENTS" -j "$JOBS" -T "$DURATION" -f "$SCRIPT" \
-  -h 127.0.0.1 -p "$CORRAL_PORT" -U postgres postgres >"$WORK/pgbench.out" 2>&1 &
-PGBENCH_PID=$!
-wait "$PGBENCH_PID" || rc=$?
+cpu_before=$(awk '{print $14 + $15}' "/proc/$CORRAL_PID/stat")
+run_pgbench "$CORRAL_PORT" "$WORK/pgbench.out" || rc=$?
 PGBENCH_PID=""
+# pgcorral's CPU time over the run, in clock ticks.
+cpu_ticks=$(($(awk '{print $14 + $15}' "/proc/$CORRAL_PID/stat") - cpu_before))
 # The summary, and at most a few of the errors (one per aborted client).
 grep -v '^pgbench: error: client' "$WORK/pgbench.out" || true
 grep '^pgbench: error: client' "$WORK/pgbench.out" | head -n 5 || true
@@ -222,3 +237,12 @@ if [ "${#problems[@]}" -gt 0 ]; then
   exit 1
 fi
 log "OK: $processed transactions, 0 failed, no client aborted"
+tps() { sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$1"; }
+lat() { sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' "$1"; }
+echo "through pgcorral: tps $(tps "$WORK/pgbench.out"), latency $(lat "$WORK/pgbench.out") ms, pgcorral CPU $(python3 -c "print(round($cpu_ticks / $(getconf CLK_TCK) * 1e6 / $processed, 1))") us/transaction"
+if [ "$DIRECT" = 1 ]; then
+  log "the same pgbench straight against PostgreSQL"
+  run_pgbench "$PG_PORT" "$WORK/direct.out" || die "pgbench against PostgreSQL failed; see $WORK/direct.out"
+  PGBENCH_PID=""
+  echo "direct: tps $(tps "$WORK/direct.out"), latency $(lat "$WORK/direct.out") ms"
+fi

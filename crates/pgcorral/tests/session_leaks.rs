@@ -181,6 +181,52 @@ async fn a_prepared_statement_changes_the_session_when_it_runs() {
     assert_eq!(first_row(&a, VIEW).await, ROLE_R);
 }
 
+/// A client's tiny statement_timeout applies to its own statements only: pgcorral's own
+/// statements on its behalf (the read-back after a SET, the settings of the next client) are
+/// never cancelled by it, so neither that client nor the next one is cut off, and the next
+/// one runs without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_statement_timeout_cancels_only_its_clients_own_statements() {
+    let pg = Postgres::start();
+    // Long enough to be cancelled by 1 ms, short enough for the other client.
+    pg.sql(
+        "postgres",
+        "CREATE FUNCTION slow() RETURNS bigint LANGUAGE sql \
+           AS $$ SELECT count(*) FROM generate_series(1, 300000) $$",
+    );
+    let pooler = Pooler::start(&config(&pg, "postgres", "default_pool_size = 1")).await;
+    let other = pooler.connect("postgres", None, "postgres").await;
+    for round in 0..5 {
+        let a = pooler.connect("postgres", None, "postgres").await;
+        a.simple_query("SET statement_timeout = '1ms'")
+            .await
+            .unwrap();
+        // Each of these is a read-back (a capture) or a settings sync on pgcorral's side.
+        for q in [
+            "SET TimeZone = 'UTC'",
+            "SELECT pg_catalog.upper('x')",
+            "SET DateStyle = 'German'",
+        ] {
+            match a.simple_query(q).await {
+                Ok(_) => {}
+                // Its own statement may be cancelled by its own timeout on a loaded machine.
+                Err(e) => assert_eq!(
+                    e.code().map(|c| c.code()),
+                    Some("57014"),
+                    "round {round}: {q:?}: {e}"
+                ),
+            }
+        }
+        let e = a.simple_query("SELECT slow()").await.unwrap_err();
+        assert_eq!(e.code().map(|c| c.code()), Some("57014"), "{e}");
+        assert!(!a.is_closed(), "round {round}: the client was cut off");
+        assert_eq!(first_row(&a, "SHOW statement_timeout").await, ["1ms"]);
+        // The next client of the one server: no timeout, its slow query runs.
+        assert_eq!(first_row(&other, "SHOW statement_timeout").await, ["0"]);
+        assert_eq!(first_row(&other, "SELECT slow()").await, ["300000"]);
+    }
+}
+
 /// The payloads of the notifications that arrive within `wait`, stopping at `want`.
 async fn payloads(
     rx: &mut mpsc::UnboundedReceiver<AsyncMessage>,

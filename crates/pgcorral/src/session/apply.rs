@@ -25,12 +25,12 @@ pub async fn capture(
     custom: &[String],
 ) -> Result<Captured> {
     server.applied = None;
-    let rows = exec::query(server, &capture_sql(login_user, custom)).await?;
-    let captured = parse_capture(rows);
+    let sets = exec::query_sets(server, &capture_sql(login_user, custom)).await?;
+    let captured = parse_capture(last_two(sets));
     // After a statement pgcorral could not see through, the session may hold more than the
     // capture reads (a custom setting whose name was never in the text): the server's settings
     // count as unknown, so the next checkout resets them all before applying its client's.
-    server.applied = (!server.state.taint).then(|| captured.settings.clone());
+    server.applied = (!server.state.taint).then(|| captured.on_server.clone());
     server.statements.retain_names(&captured.statements);
     server.state.dirty = false;
     server.state.taint = false;
@@ -50,8 +50,14 @@ pub async fn login(
     let custom: Vec<String> = super::custom_names_of(startup).collect();
     sql.push_str(&capture_sql(login_user, &custom));
     server.applied = None;
-    let rows = exec::query(server, &sql).await?;
-    let captured = parse_capture(rows);
-    server.applied = Some(captured.settings.clone());
+    let sets = exec::query_sets(server, &sql).await?;
+    let captured = parse_capture(last_two(sets));
+    server.applied = Some(captured.on_server.clone());
     Ok(captured)
+}
+
+/// The rows of a capture's results, the last two of its Query (see [`super::capture_sql`]).
+fn last_two(mut sets: Vec<exec::Rows>) -> exec::Rows {
+    let tail = sets.split_off(sets.len().saturating_sub(2));
+    tail.into_iter().flatten().collect()
 }

@@ -26,8 +26,13 @@ pub type Rows = Vec<Vec<Option<String>>>;
 /// Runs `sql` (one or more statements) and returns the rows of the last result. On an I/O error
 /// or timeout the server is marked broken.
 pub async fn query(server: &mut ServerConn, sql: &str) -> Result<Rows> {
+    Ok(query_sets(server, sql).await?.pop().unwrap_or_default())
+}
+
+/// [`query`], returning the rows of each statement that returned rows, in order.
+pub async fn query_sets(server: &mut ServerConn, sql: &str) -> Result<Vec<Rows>> {
     match crate::timer::timeout(EXEC_TIMEOUT, run(server, sql)).await {
-        Ok(Ok(rows)) => Ok(rows),
+        Ok(Ok(sets)) => Ok(sets),
         Ok(Err(e)) => {
             if e.kind() != Kind::ServerError {
                 server.state.broken = true;
@@ -44,7 +49,7 @@ pub async fn query(server: &mut ServerConn, sql: &str) -> Result<Rows> {
     }
 }
 
-async fn run(server: &mut ServerConn, sql: &str) -> Result<Rows> {
+async fn run(server: &mut ServerConn, sql: &str) -> Result<Vec<Rows>> {
     let mut out = BytesMut::with_capacity(sql.len() + 8);
     pgwire::encode::query(&mut out, sql);
     server
@@ -52,15 +57,19 @@ async fn run(server: &mut ServerConn, sql: &str) -> Result<Rows> {
         .send(&out)
         .await
         .map_err(|e| Error::with_source(Kind::ServerIo, "write to server", e))?;
-    let mut rows = Vec::new();
+    let mut sets: Vec<Rows> = Vec::new();
     let mut failed: Option<Error> = None;
     loop {
         let (tag, body) = read_message(&mut server.stream, &mut server.rbuf, 1 << 30)
             .await
             .map_err(|e| Error::with_source(Kind::ServerIo, "server closed the connection", e))?;
         match tag {
-            backend::ROW_DESCRIPTION => rows.clear(),
-            backend::DATA_ROW => rows.push(data_row(&body)),
+            backend::ROW_DESCRIPTION => sets.push(Vec::new()),
+            backend::DATA_ROW => {
+                if let Some(rows) = sets.last_mut() {
+                    rows.push(data_row(&body));
+                }
+            }
             backend::PARAMETER_STATUS => {
                 if let Some((k, v)) = backend::parameter_status(&body) {
                     set_param(&mut server.params, k, v);
@@ -103,7 +112,7 @@ async fn run(server: &mut ServerConn, sql: &str) -> Result<Rows> {
                 }
                 return match failed {
                     Some(e) => Err(e),
-                    None => Ok(rows),
+                    None => Ok(sets),
                 };
             }
             _ => {}

@@ -53,6 +53,21 @@ fn ident(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// The setting that arms a timer as each statement starts: under a client's small value it
+/// would cut pgcorral's own statements short (a capture or sync cancelled, its error taken
+/// for the server's). pgcorral's statements turn it off first (the next statement of the
+/// same Query starts without the timer) and set the client's value again last.
+const TIMEOUT: &str = "statement_timeout";
+const TIMEOUT_OFF: &str = "SET statement_timeout = 0;";
+
+/// Whether a server with `applied` may have a statement_timeout (unknown settings may).
+fn may_time_out(applied: &Option<Settings>) -> bool {
+    match applied {
+        None => true,
+        Some(a) => a.iter().any(|(n, v)| n == TIMEOUT && v != "0"),
+    }
+}
+
 /// True for the two settings that change who the session runs as.
 fn is_identity(name: &str) -> bool {
     name == "session_authorization" || name == "role"
@@ -94,6 +109,10 @@ pub fn sync_sql(applied: &Option<Settings>, desired: &Settings) -> Option<String
         return None;
     }
     let mut out = String::new();
+    let off = may_time_out(applied);
+    if off {
+        out.push_str(TIMEOUT_OFF);
+    }
     let empty = Vec::new();
     let (current, reset_all): (&Vec<(String, String)>, bool) = match applied {
         Some(a) => (a, false),
@@ -116,7 +135,9 @@ pub fn sync_sql(applied: &Option<Settings>, desired: &Settings) -> Option<String
     let changed: Vec<(String, String)> = desired
         .iter()
         .filter(|(n, v)| {
-            (identity_set && is_identity(n)) || !current.iter().any(|(an, av)| an == n && av == v)
+            (identity_set && is_identity(n))
+                || (off && n == TIMEOUT)
+                || !current.iter().any(|(an, av)| an == n && av == v)
         })
         .cloned()
         .collect();
@@ -127,9 +148,18 @@ pub fn sync_sql(applied: &Option<Settings>, desired: &Settings) -> Option<String
 /// A query that reports the session's settings and any state bound to the server, as rows of
 /// (kind, name, value): kind `s` is a setting, `p` a reason to pin. `login_user` is the user
 /// the server connection logged in as (its default session authorization).
+///
+/// Three statements: the session's statement_timeout as the client has it (row `o`), that
+/// timeout turned off, and the capture (with the timeout's reset value, row `r`); their
+/// results are the last two of the Query (see [`parse_capture`]).
 pub fn capture_sql(login_user: &str, custom: &[String]) -> String {
     let mut q = String::from(
+        "SELECT 'o', 'statement_timeout', pg_catalog.current_setting('statement_timeout');",
+    );
+    q.push_str(TIMEOUT_OFF);
+    q.push_str(
         "SELECT 's', name, setting FROM pg_catalog.pg_settings WHERE source = 'session' \
+         UNION ALL SELECT 'r', name, reset_val FROM pg_catalog.pg_settings WHERE name = 'statement_timeout' \
          UNION ALL SELECT 's', 'role', pg_catalog.current_setting('role') \
          WHERE pg_catalog.current_setting('role') <> 'none' \
          UNION ALL SELECT 's', 'session_authorization', pg_catalog.current_setting('session_authorization') \
@@ -165,7 +195,10 @@ pub fn capture_sql(login_user: &str, custom: &[String]) -> String {
 /// What a capture found.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Captured {
+    /// The client's settings.
     pub settings: Settings,
+    /// The server's settings, now that the capture turned its statement_timeout off.
+    pub on_server: Settings,
     /// Why the session cannot leave its server; empty when it can.
     pub pins: Vec<String>,
     /// pgcorral's prepared statements present on the server.
@@ -197,11 +230,12 @@ pub fn with_startup(captured: &Settings, startup: &[(String, String)]) -> Settin
     Arc::new(all)
 }
 
-/// Reads a capture's rows.
+/// Reads a capture's rows (of its last two results: see [`capture_sql`]).
 pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
     let mut settings = Vec::new();
     let mut pins = Vec::new();
     let mut statements = Vec::new();
+    let (mut timeout, mut reset) = (None, None);
     for row in rows {
         let mut it = row.into_iter();
         let (Some(Some(kind)), Some(Some(name)), Some(value)) = (it.next(), it.next(), it.next())
@@ -211,13 +245,34 @@ pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
         match kind.as_str() {
             "s" => settings.push((name, value.unwrap_or_default())),
             "q" => statements.push(name),
+            "o" => timeout = value,
+            "r" => reset = value,
             _ => pins.push(name),
         }
     }
     settings.sort();
     settings.dedup_by(|a, b| a.0 == b.0);
+    let mut on_server = settings.clone();
+    if let Some(t) = timeout {
+        // The server's is off now (a session value of 0); the client's is what it was, kept
+        // unless it is the server's own default of 0.
+        settings.retain(|(n, _)| n != TIMEOUT);
+        on_server.retain(|(n, _)| n != TIMEOUT);
+        on_server.push((TIMEOUT.into(), "0".into()));
+        if t != "0" || reset.as_deref() != Some("0") {
+            settings.push((TIMEOUT.into(), t));
+        }
+        settings.sort();
+        on_server.sort();
+    }
+    let settings = Arc::new(settings);
     Captured {
-        settings: Arc::new(settings),
+        on_server: if on_server == *settings {
+            settings.clone()
+        } else {
+            Arc::new(on_server)
+        },
+        settings,
         pins,
         statements,
     }
@@ -260,14 +315,75 @@ mod tests {
              SELECT pg_catalog.set_config('TimeZone', 'Asia/Tokyo', false), \
              pg_catalog.set_config('session_authorization', 'al''ice', false);"
         );
+        // Unknown settings may hold a statement_timeout: off first.
         let q = sync_sql(&None, &s(&[])).unwrap();
-        assert_eq!(q, "RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL;");
+        assert_eq!(
+            q,
+            "SET statement_timeout = 0;RESET SESSION AUTHORIZATION;RESET ROLE;RESET ALL;"
+        );
         // No identity involved: only what differs.
         let q = sync_sql(&Some(s(&[("a.b", "1")])), &s(&[("TimeZone", "UTC")])).unwrap();
         assert_eq!(
             q,
             "RESET \"a.b\";SELECT pg_catalog.set_config('TimeZone', 'UTC', false);"
         );
+    }
+
+    /// pgcorral's own statements never run under a client's statement_timeout: it is turned
+    /// off first and the desired value set again last, even when unchanged.
+    #[test]
+    fn a_statement_timeout_is_off_while_pgcorral_syncs() {
+        let mine = s(&[("TimeZone", "UTC"), ("statement_timeout", "1")]);
+        let other = s(&[("TimeZone", "Asia/Tokyo"), ("statement_timeout", "1")]);
+        assert_eq!(
+            sync_sql(&Some(mine.clone()), &other).unwrap(),
+            "SET statement_timeout = 0;SELECT pg_catalog.set_config('TimeZone', 'Asia/Tokyo', false), \
+             pg_catalog.set_config('statement_timeout', '1', false);"
+        );
+        assert_eq!(
+            sync_sql(&Some(mine), &s(&[])).unwrap(),
+            "SET statement_timeout = 0;RESET \"TimeZone\";RESET \"statement_timeout\";"
+        );
+        // A server whose timeout is off needs nothing more.
+        let off = s(&[("statement_timeout", "0")]);
+        assert_eq!(
+            sync_sql(&Some(off), &s(&[("TimeZone", "UTC")])).unwrap(),
+            "RESET \"statement_timeout\";SELECT pg_catalog.set_config('TimeZone', 'UTC', false);"
+        );
+    }
+
+    /// The capture turns the timeout off: the server has 0, the client keeps its value, and a
+    /// client that never set one gets none.
+    #[test]
+    fn a_capture_keeps_the_clients_statement_timeout() {
+        let row = |k: &str, n: &str, v: &str| vec![Some(k.into()), Some(n.into()), Some(v.into())];
+        let c = parse_capture(vec![
+            row("o", "statement_timeout", "1ms"),
+            row("s", "statement_timeout", "0"),
+            row("r", "statement_timeout", "0"),
+            row("s", "TimeZone", "UTC"),
+        ]);
+        assert_eq!(
+            *c.settings,
+            *s(&[("TimeZone", "UTC"), ("statement_timeout", "1ms")])
+        );
+        assert_eq!(
+            *c.on_server,
+            *s(&[("TimeZone", "UTC"), ("statement_timeout", "0")])
+        );
+        let c = parse_capture(vec![
+            row("o", "statement_timeout", "0"),
+            row("s", "statement_timeout", "0"),
+            row("r", "statement_timeout", "0"),
+        ]);
+        assert_eq!(*c.settings, *s(&[]));
+        assert_eq!(*c.on_server, *s(&[("statement_timeout", "0")]));
+        // A server whose default is not 0: a client's 0 is kept.
+        let c = parse_capture(vec![
+            row("o", "statement_timeout", "0"),
+            row("r", "statement_timeout", "30000"),
+        ]);
+        assert_eq!(*c.settings, *s(&[("statement_timeout", "0")]));
     }
 
     #[test]
