@@ -101,6 +101,9 @@ pub struct Reword {
     pub deallocate: Option<Option<String>>,
     /// The first CommandComplete is pgcorral's, not the client's.
     pub hide_completion: bool,
+    /// The client's `DISCARD ALL`: once it completes (PostgreSQL refuses it in a transaction
+    /// block), the client's statements and the server's are gone.
+    pub discard: bool,
     /// pgcorral's statement that fails in place of the client's: its error (but 25P02, which
     /// PostgreSQL would have given) is replaced by this one (a whole ErrorResponse).
     pub instead: Option<Bytes>,
@@ -112,6 +115,7 @@ impl Reword {
             && self.shift == 0
             && self.deallocate.is_none()
             && !self.hide_completion
+            && !self.discard
             && self.instead.is_none()
     }
 }
@@ -390,6 +394,7 @@ impl Expected {
         };
         match tag {
             be::READY_FOR_QUERY if msg == Msg::Sync && r.deallocate.is_some() => Reworded::Before,
+            be::COMMAND_COMPLETE if r.discard => Reworded::Before,
             be::COMMAND_COMPLETE if r.hide_completion => Reworded::Instead,
             be::ERROR_RESPONSE => {
                 let code = be::ErrorFields::parse(body)
@@ -409,11 +414,23 @@ impl Expected {
 
     /// pgcorral's answer for the server message of which [`Expected::reworded`] said `Before`
     /// or `Instead`, to go to the client at once (then the message is answered as usual).
-    pub fn reword(&mut self, tag: u8, body: &[u8], client: &mut ClientStatements) -> Option<Fake> {
+    pub fn reword(
+        &mut self,
+        tag: u8,
+        body: &[u8],
+        client: &mut ClientStatements,
+        server: &mut ServerStatements,
+    ) -> Option<Fake> {
         let Some(Expect::Msg { undo: Some(u), .. }) = self.q.front_mut() else {
             return None;
         };
         let r = &mut u.reword;
+        if tag == be::COMMAND_COMPLETE && r.discard {
+            r.discard = false;
+            client.clear();
+            server.clear();
+            return None;
+        }
         if tag == be::COMMAND_COMPLETE {
             r.hide_completion = false;
             return None;
@@ -1006,7 +1023,14 @@ mod tests {
                 },
             );
             assert_eq!(e.reworded(be::READY_FOR_QUERY, &[status]), Reworded::Before);
-            let f = e.reword(be::READY_FOR_QUERY, &[status], &mut c).unwrap();
+            let f = e
+                .reword(
+                    be::READY_FOR_QUERY,
+                    &[status],
+                    &mut c,
+                    &mut ServerStatements::default(),
+                )
+                .unwrap();
             if forgotten {
                 assert_eq!(f, Fake::Command("DEALLOCATE"));
             } else {
@@ -1033,7 +1057,15 @@ mod tests {
             (b'F', "prepare.c"),
         ]);
         assert_eq!(e.reworded(be::ERROR_RESPONSE, &dup), Reworded::Instead);
-        let f = fields_of(e.reword(be::ERROR_RESPONSE, &dup, &mut c).unwrap());
+        let f = fields_of(
+            e.reword(
+                be::ERROR_RESPONSE,
+                &dup,
+                &mut c,
+                &mut ServerStatements::default(),
+            )
+            .unwrap(),
+        );
         assert_eq!(
             (f.code.as_str(), f.message.as_str()),
             ("42P05", "prepared statement \"mine\" already exists")
@@ -1046,7 +1078,15 @@ mod tests {
             (b'P', "21"),
         ]);
         assert_eq!(e.reworded(be::ERROR_RESPONSE, &syntax), Reworded::Instead);
-        let Fake::Error(m) = e.reword(be::ERROR_RESPONSE, &syntax, &mut c).unwrap() else {
+        let Fake::Error(m) = e
+            .reword(
+                be::ERROR_RESPONSE,
+                &syntax,
+                &mut c,
+                &mut ServerStatements::default(),
+            )
+            .unwrap()
+        else {
             panic!()
         };
         assert_eq!(be::error_field(&m[5..], b'P'), Some(&b"14"[..]));
@@ -1070,7 +1110,12 @@ mod tests {
         let bad = error(&[(b'S', "ERROR"), (b'C', "22P02"), (b'M', "invalid input")]);
         assert_eq!(e.reworded(be::ERROR_RESPONSE, &bad), Reworded::Instead);
         assert_eq!(
-            e.reword(be::ERROR_RESPONSE, &bad, &mut c),
+            e.reword(
+                be::ERROR_RESPONSE,
+                &bad,
+                &mut c,
+                &mut ServerStatements::default()
+            ),
             Some(Fake::Error(mine))
         );
         // Nothing to reword for an entry without a Reword.

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use pgwire::backend::TxStatus;
 use pgwire::frontend as fe;
 use pgwire::header::HEADER_LEN;
 use pgwire::Header;
@@ -354,7 +355,7 @@ impl Link<'_> {
 
     /// Records a message forwarded unchanged (after [`Plan::Raw`]); `counted` is false for a
     /// Sync that PostgreSQL will ignore (COPY IN).
-    pub fn raw(&mut self, h: Header, buf: &[u8], counted: bool) {
+    pub fn raw(&mut self, h: Header, buf: &[u8], counted: bool, st: &LinkState) {
         let msg = match h.tag {
             fe::PARSE => {
                 let unnamed = buf.get(HEADER_LEN) == Some(&0);
@@ -389,9 +390,22 @@ impl Link<'_> {
             if let Some(Command::DiscardAll) =
                 buf.get(HEADER_LEN..h.total_len()).and_then(query_command)
             {
-                // The server drops every statement; the client forgets its own.
-                self.client.clear();
-                self.server.clear();
+                // It is the one request outstanding: the transaction status says whether the
+                // server runs it (PostgreSQL refuses it inside a transaction block). Behind
+                // others, its CommandComplete will say.
+                if st.pending == 1 && !st.unsynced {
+                    if st.tx == TxStatus::Idle {
+                        self.client.clear();
+                        self.server.clear();
+                    }
+                } else {
+                    let reword = Reword {
+                        discard: true,
+                        ..Reword::default()
+                    };
+                    self.expect.push_reworded(Msg::Query, None, reword);
+                    return;
+                }
             }
         }
         self.expect.push(msg);

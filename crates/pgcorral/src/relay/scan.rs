@@ -125,7 +125,10 @@ pub fn scan_server(
                 break;
             }
             if reworded != Reworded::No {
-                if let Some(f) = a.expect.reword(h.tag, &msg[5..h.total_len()], a.client) {
+                if let Some(f) = a
+                    .expect
+                    .reword(h.tag, &msg[5..h.total_len()], a.client, a.server)
+                {
                     f.encode(a.out);
                 }
             }
@@ -434,7 +437,7 @@ pub fn scan_client(
                     continue;
                 }
             } else {
-                l.raw(h, &buf[pos..], counted);
+                l.raw(h, &buf[pos..], counted, st);
             }
         }
         pos += pgwire::header::HEADER_LEN;

@@ -208,6 +208,21 @@ fn prepared() -> Vec<Case> {
             .ext(1, Batch::new().bind("", &[]).execute().sync())
             .ext(1, Batch::new().describe_stmt("").sync())
             .ext(0, Batch::new().bind("", &[]).execute().sync()),
+        // Found by the generator (seed 20278): the client's names survive it too.
+        Case::new("discard_all_in_transaction_keeps_names", 1)
+            .no_statement()
+            .q(0, "BEGIN")
+            .ext(0, Batch::new().parse("sel", "SELECT 1").describe_stmt("sel").sync())
+            .q(0, "PREPARE q AS SELECT 2")
+            .q(0, "DISCARD ALL")
+            .q(0, "ROLLBACK")
+            .ext(0, Batch::new().parse("sel", "SELECT 1").sync())
+            .q(0, "EXECUTE q")
+            .q(0, "SELECT 1; DISCARD ALL")
+            .q(0, "EXECUTE q")
+            .q(0, "DISCARD ALL")
+            .q(0, "EXECUTE q")
+            .ext(0, Batch::new().parse("sel", "SELECT 1").sync()),
         // DISCARD ALL refused inside a transaction block discards nothing.
         Case::new("discard_all_refused_in_transaction", 3)
             .no_statement()

@@ -183,6 +183,12 @@ fn transaction(rng: &mut Rng, c: usize) -> Unit {
     let begin = rng.pick(&["BEGIN", "START TRANSACTION ISOLATION LEVEL REPEATABLE READ"]);
     let mut steps = vec![(q(c, begin), None)];
     for _ in 0..1 + rng.below(3) {
+        if rng.below(4) == 0 {
+            // Extended-protocol messages inside the transaction (a duplicate Parse, a Bind of
+            // a statement another step closed, ...).
+            steps.extend(extended(rng, c).steps);
+            continue;
+        }
         let (sql, k) = match rng.below(5) {
             0 => (
                 rng.pick(&[
