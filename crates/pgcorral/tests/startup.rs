@@ -413,3 +413,70 @@ async fn two_startup_messages_in_one_write_are_refused_at_once() {
         }
     }
 }
+
+/// A login that runs out of time before the client has authenticated is closed without a word,
+/// as PostgreSQL's authentication_timeout closes it: while it waits for the startup packet (or
+/// the rest of it), after answering an SSLRequest ('N', or 'S' and no handshake), and in the
+/// middle of a SCRAM exchange (its FATAL "canceling authentication due to timeout" goes to
+/// the server's log only). Both sides here give up after 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_out_of_time_is_closed_without_a_word() {
+    let certs = Certs::new();
+    let pg = postgres_tls_with(
+        &certs.server,
+        &certs.ca.cert_file,
+        "host all all 127.0.0.1/32 scram-sha-256\n",
+        PgOptions {
+            auth: "scram-sha-256",
+            conf: "authentication_timeout = 1".into(),
+        },
+    );
+    pg.create_user("app", "app-secret");
+    let general = format!(
+        "client_login_timeout = 1000\nclient_tls_sslmode = \"prefer\"\nclient_tls_cert_file = \"{}\"\n\
+         client_tls_key_file = \"{}\"\n",
+        certs.server.cert.display(),
+        certs.server.key.display(),
+    );
+    let toml = format!(
+        "{}\n[users.app]\npassword = \"app-secret\"\n",
+        config(&pg, "postgres", &general).replace("\"trust\"", "\"scram-sha-256\"")
+    );
+    let pooler = Pooler::start(&toml).await;
+    let login = startup("app");
+    let cases: [(&str, Vec<&[u8]>); 5] = [
+        ("nothing sent", vec![]),
+        ("half a startup packet", vec![&login[..login.len() / 2]]),
+        ("a length word only", vec![&login[..4]]),
+        ("an SSLRequest, then nothing", vec![&SSL]),
+        ("a stalled SCRAM exchange", vec![&login]),
+    ];
+    // Every case on both sides at once: each waits out the timeout.
+    let quiet = Duration::from_secs(4);
+    let (pg_port, port) = (pg.port, pooler.port());
+    let runs = cases.iter().map(|(what, parts)| async move {
+        let start = Instant::now();
+        let (direct, pooled) = tokio::join!(
+            exchange(pg_port, parts, quiet),
+            exchange(port, parts, quiet)
+        );
+        (*what, start.elapsed(), direct, pooled)
+    });
+    for (what, took, direct, pooled) in futures_util::future::join_all(runs).await {
+        assert!(
+            direct.closed,
+            "{what}: PostgreSQL did not close: {direct:?}"
+        );
+        assert_eq!(
+            comparable(&pooled),
+            comparable(&direct),
+            "{what}: pgcorral (left) and PostgreSQL (right) answer differently"
+        );
+        let (msgs, _) = comparable(&direct);
+        assert!(
+            !msgs.iter().any(|m| m.starts_with("E ")),
+            "{what}: {msgs:?}"
+        );
+        assert!(took < quiet, "{what}: {took:?}");
+    }
+}

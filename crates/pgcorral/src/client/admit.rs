@@ -65,7 +65,8 @@ pub(super) async fn admit(
     {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return fail(client, e).await,
-        Err(short) => return fail(client, timed_out(short)).await,
+        // Not authenticated: closed without a word, as PostgreSQL does.
+        Err(short) => return out_of_time(client, timed_out(short)),
     };
     let (minor, params) = match opening {
         Opening::Closed => return None,
@@ -109,15 +110,28 @@ pub(super) async fn admit(
         .run(login(
             client, &user, &database, minor, &params, binding, &limit,
         ))
-        .await
-        .unwrap_or_else(|short| Err(timed_out(short)));
+        .await;
     match login {
-        Ok(admitted) => {
+        Ok(Ok(admitted)) => {
             tracing::info!(peer = %client.peer, user = %Esc(&user), database = %Esc(&database), "client logged in");
             Some(admitted)
         }
-        Err(e) => fail(client, e).await,
+        Ok(Err(e)) => fail(client, e).await,
+        Err(short) if !limit.is_authenticated() => out_of_time(client, timed_out(short)),
+        // Authenticated, then waiting for a server or for its startup parameters to be
+        // applied (PostgreSQL has no timeout there): told why.
+        Err(short) => fail(client, timed_out(short)).await,
     }
+}
+
+/// Ends a login that ran out of time before the client authenticated: logged, and closed
+/// without a word to the client, as PostgreSQL's authentication_timeout does both while it
+/// reads the startup packet (the backend exits at once) and during authentication (its FATAL
+/// "canceling authentication due to timeout" goes to the log only, not to a client that has
+/// not authenticated).
+fn out_of_time<T>(client: &ClientConn, e: Error) -> Option<T> {
+    tracing::info!(peer = %client.peer, error = %Esc(&e), sqlstate = e.sqlstate(), "client login timed out");
+    None
 }
 
 /// How long a login may take: until client_login_timeout (`deadline`, `None` = no limit), and
@@ -136,6 +150,11 @@ impl Limit<'_> {
     /// max_client_conn now) and is no longer cut short by its pressure.
     fn authenticated(&self) {
         drop(self.login.lock().take());
+    }
+
+    /// Whether [`Limit::authenticated`] was called.
+    fn is_authenticated(&self) -> bool {
+        self.login.lock().is_none()
     }
 
     /// Runs `f` within the limit; `Err(short)` when it expired, `short` when it was cut
