@@ -15,7 +15,7 @@ use crate::server::{CancelKey, ServerAddr, ServerConn};
 
 /// Bind/Execute pairs (of a named statement) per write, and at most in all.
 const CHUNK: usize = 1000;
-const TOTAL: usize = 100_000;
+const TOTAL: usize = 200_000;
 
 fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
     let mut v = vec![tag];
