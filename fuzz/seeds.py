@@ -265,6 +265,8 @@ for i, t in enumerate(texts):
 for name, data in FRONTEND.items():
     for flags in (0, 1, 2, 4):
         write("relay_client", f"{name}_{flags}", bytes([flags, 0x31]) + data)
+# The fuzzer's find: a refused LISTEN in reads of 3 and 1 bytes was forwarded.
+write("relay_client", "refuse_split_listen", bytes.fromhex("0202510000000d4c495354454e207800"))
 for name, data in BACKEND.items():
     for flags in (1, 5, 9):
         write("relay_server", f"{name}_{flags}", bytes([flags, 0x52]) + data)

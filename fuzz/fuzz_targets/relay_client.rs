@@ -3,7 +3,7 @@
 //! rest kept. Input: a flags byte (tracking mode, one batch at a time), a byte of read sizes,
 //! then the client's bytes. Checks: no panic; `front <= ready <= buffered`; a scan that does not
 //! stop leaves no whole message behind; and the link state is the same whether the bytes came in
-//! one read or in many.
+//! one read or in many (and, with `session_pinning = "refuse"`, so is the refusal).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -12,9 +12,14 @@ use pgcorral::server::LinkState;
 
 const MAX: u32 = 1 << 16;
 
-/// Runs the scans over `data` in reads of `sizes` bytes (cycled); returns the state and whether
-/// it stopped (error, Terminate, bad tag, refusal, held batch).
-fn run(data: &[u8], sizes: &[usize], track: Track, one_batch: bool) -> (LinkState, bool) {
+/// Runs the scans over `data` in reads of `sizes` bytes (cycled); returns the state, whether
+/// it stopped (error, Terminate, bad tag, refusal, held batch) and the refusal if any.
+fn run(
+    data: &[u8],
+    sizes: &[usize],
+    track: Track,
+    one_batch: bool,
+) -> (LinkState, bool, Option<&'static str>) {
     let mut st = LinkState {
         one_batch,
         ..Default::default()
@@ -30,7 +35,7 @@ fn run(data: &[u8], sizes: &[usize], track: Track, one_batch: bool) -> (LinkStat
         buf.extend_from_slice(&data[fed..fed + n]);
         fed += n;
         let Ok(s) = scan_client(&buf, &mut pass, &mut st, track, &mut custom, MAX, None) else {
-            return (st, true);
+            return (st, true, None);
         };
         assert!(s.front <= s.ready && s.ready <= buf.len(), "{s:?}");
         let stopped = s.terminate || s.bad_tag.is_some() || s.refuse.is_some() || s.held;
@@ -51,10 +56,10 @@ fn run(data: &[u8], sizes: &[usize], track: Track, one_batch: bool) -> (LinkStat
         }
         buf.drain(..s.ready);
         if stopped {
-            return (st, true);
+            return (st, true, s.refuse);
         }
     }
-    (st, false)
+    (st, false, None)
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -71,8 +76,10 @@ fuzz_target!(|data: &[u8]| {
         1 + usize::from(sizes & 0x0f),
         1 + usize::from(sizes >> 4) * 3,
     ];
-    let (whole, whole_stopped) = run(data, &[data.len().max(1)], track, one_batch);
-    let (parts, parts_stopped) = run(data, &chunk, track, one_batch);
+    let (whole, whole_stopped, whole_refused) = run(data, &[data.len().max(1)], track, one_batch);
+    let (parts, parts_stopped, parts_refused) = run(data, &chunk, track, one_batch);
+    // A Query is refused or not by its whole text, however it came.
+    assert_eq!(whole_refused, parts_refused);
     if !whole_stopped && !parts_stopped {
         assert_eq!(whole.pending, parts.pending);
         assert_eq!(whole.unsynced, parts.unsynced);

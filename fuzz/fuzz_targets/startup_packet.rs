@@ -16,11 +16,7 @@ fn check(packet: &[u8]) {
     let mut buf = BytesMut::new();
     match &parsed {
         StartupPacket::Startup { minor, params } => {
-            let pairs: Vec<(&str, &str)> = params
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            encode::startup(&mut buf, &pairs);
+            encode::startup(&mut buf, params);
             assert_eq!(
                 startup::parse(&buf).unwrap(),
                 StartupPacket::Startup {
@@ -44,7 +40,7 @@ fn check(packet: &[u8]) {
                 assert_eq!(&buf[..], packet);
             }
             for (k, v) in params {
-                assert!(!k.is_empty() && !k.contains('\0') && !v.contains('\0'));
+                assert!(!k.is_empty() && !k.contains(&0) && !v.contains(&0));
             }
         }
         StartupPacket::Cancel { pid, secret } => {

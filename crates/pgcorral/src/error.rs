@@ -42,6 +42,8 @@ pub enum Kind {
     ClientIdle,
     /// The database was disabled from the admin console (DISABLE).
     Disabled,
+    /// Bytes that are not UTF-8 where pgcorral needs text (a startup parameter).
+    InvalidEncoding,
 }
 
 struct Inner {
@@ -168,6 +170,7 @@ impl Error {
             Kind::IdleInTransaction => sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
             Kind::ClientIdle => sqlstate::IDLE_SESSION_TIMEOUT,
             Kind::Disabled => sqlstate::CANNOT_CONNECT_NOW,
+            Kind::InvalidEncoding => sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
         }
     }
 
@@ -181,6 +184,29 @@ impl Error {
             }
             Some((raw, _)) => buf.extend_from_slice(raw),
             None => pgwire::encode::error_response(buf, severity, self.sqlstate(), &self.0.message),
+        }
+    }
+
+    /// [`Error::write_response`], with `"text"` in the message written as `"raw"`: a client's
+    /// name that is not UTF-8 (`text` holds it replaced lossily), quoted as it was sent, as
+    /// PostgreSQL quotes it.
+    pub fn write_response_quoting(
+        &self,
+        buf: &mut BytesMut,
+        severity: &str,
+        text: &str,
+        raw: &[u8],
+    ) {
+        let quoted = format!("\"{text}\"");
+        let message = &self.0.message;
+        match message.find(&quoted) {
+            Some(at) if self.0.server_error.is_none() => {
+                let mut m = message.as_bytes()[..at + 1].to_vec();
+                m.extend_from_slice(raw);
+                m.extend_from_slice(&message.as_bytes()[at + quoted.len() - 1..]);
+                pgwire::encode::error_response_bytes(buf, severity, self.sqlstate(), &m);
+            }
+            _ => self.write_response(buf, severity),
         }
     }
 }

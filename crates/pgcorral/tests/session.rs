@@ -1181,6 +1181,56 @@ async fn refuse_mode_answers_pinning_statements_with_0a000() {
     assert_eq!(one(&other, "SHOW search_path").await, "\"$user\", public");
 }
 
+/// A refused Query that arrives in several reads is refused all the same: nothing of it
+/// reaches a server (it was forwarded, and ran, when its start came before its text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuse_mode_refuses_a_query_split_across_writes() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(
+        &pg,
+        "default_pool_size = 1\nsession_pinning = \"refuse\"",
+    ))
+    .await;
+    let mut c = Raw::login(pooler.port(), "postgres", "postgres")
+        .await
+        .unwrap();
+    c.stream.set_nodelay(true).unwrap();
+    let mut q = bytes::BytesMut::new();
+    pgwire::encode::query(&mut q, "LISTEN split_x");
+    // In writes of 3 and 1 bytes, as the fuzzer's reads.
+    let mut at = 0;
+    for n in [3, 1].into_iter().cycle() {
+        let end = (at + n).min(q.len());
+        c.send(&q[at..end]).await;
+        at = end;
+        if at == q.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let mut error = None;
+    loop {
+        let (tag, body) = c.read().await.expect("an answer");
+        match tag {
+            backend::ERROR_RESPONSE => error = backend::ErrorFields::parse(&body),
+            backend::READY_FOR_QUERY => break,
+            other => panic!("the refused LISTEN got {:?}", other as char),
+        }
+    }
+    let e = error.expect("an ErrorResponse");
+    assert_eq!(e.code, "0A000", "{e:?}");
+    assert_eq!(c.query("SELECT 1").await.unwrap(), [[Some("1".into())]]);
+    let d = direct(&pg).await;
+    assert_eq!(
+        one(
+            &d,
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+        )
+        .await,
+        "0"
+    );
+}
+
 // ---- 5. pgbench: bench/session_state.sql ----------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -413,3 +413,237 @@ async fn two_startup_messages_in_one_write_are_refused_at_once() {
         }
     }
 }
+
+/// A login that runs out of time before the client has authenticated is closed without a word,
+/// as PostgreSQL's authentication_timeout closes it: while it waits for the startup packet (or
+/// the rest of it), after answering an SSLRequest ('N', or 'S' and no handshake), and in the
+/// middle of a SCRAM exchange (its FATAL "canceling authentication due to timeout" goes to
+/// the server's log only). Both sides here give up after 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_out_of_time_is_closed_without_a_word() {
+    let certs = Certs::new();
+    let pg = postgres_tls_with(
+        &certs.server,
+        &certs.ca.cert_file,
+        "host all all 127.0.0.1/32 scram-sha-256\n",
+        PgOptions {
+            auth: "scram-sha-256",
+            conf: "authentication_timeout = 1".into(),
+        },
+    );
+    pg.create_user("app", "app-secret");
+    let general = format!(
+        "client_login_timeout = 1000\nclient_tls_sslmode = \"prefer\"\nclient_tls_cert_file = \"{}\"\n\
+         client_tls_key_file = \"{}\"\n",
+        certs.server.cert.display(),
+        certs.server.key.display(),
+    );
+    let toml = format!(
+        "{}\n[users.app]\npassword = \"app-secret\"\n",
+        config(&pg, "postgres", &general).replace("\"trust\"", "\"scram-sha-256\"")
+    );
+    let pooler = Pooler::start(&toml).await;
+    let login = startup("app");
+    let cases: [(&str, Vec<&[u8]>); 5] = [
+        ("nothing sent", vec![]),
+        ("half a startup packet", vec![&login[..login.len() / 2]]),
+        ("a length word only", vec![&login[..4]]),
+        ("an SSLRequest, then nothing", vec![&SSL]),
+        ("a stalled SCRAM exchange", vec![&login]),
+    ];
+    // Every case on both sides at once: each waits out the timeout.
+    let quiet = Duration::from_secs(4);
+    let (pg_port, port) = (pg.port, pooler.port());
+    let runs = cases.iter().map(|(what, parts)| async move {
+        let start = Instant::now();
+        let (direct, pooled) = tokio::join!(
+            exchange(pg_port, parts, quiet),
+            exchange(port, parts, quiet)
+        );
+        (*what, start.elapsed(), direct, pooled)
+    });
+    for (what, took, direct, pooled) in futures_util::future::join_all(runs).await {
+        assert!(
+            direct.closed,
+            "{what}: PostgreSQL did not close: {direct:?}"
+        );
+        assert_eq!(
+            comparable(&pooled),
+            comparable(&direct),
+            "{what}: pgcorral (left) and PostgreSQL (right) answer differently"
+        );
+        let (msgs, _) = comparable(&direct);
+        assert!(
+            !msgs.iter().any(|m| m.starts_with("E ")),
+            "{what}: {msgs:?}"
+        );
+        assert!(took < quiet, "{what}: {took:?}");
+    }
+}
+
+/// A StartupMessage of `params` (any bytes but NUL), then, when `sql` is given, a Query for it
+/// in the same write.
+fn login_then(params: &[(&[u8], &[u8])], sql: Option<&str>) -> Vec<u8> {
+    let mut out = bytes::BytesMut::new();
+    pgwire::encode::startup(&mut out, params);
+    if let Some(sql) = sql {
+        pgwire::encode::query(&mut out, sql);
+    }
+    out.to_vec()
+}
+
+/// An ErrorResponse's SQLSTATE and message (as sent: any bytes).
+type Failure = (String, Vec<u8>);
+
+/// The first ErrorResponse in `a`, and the first column of its first DataRow.
+fn error_and_value(a: &Answer) -> (Option<Failure>, Option<Vec<u8>>) {
+    let (mut error, mut value) = (None, None);
+    let mut rest = &a.bytes[..];
+    while rest.len() >= 5 {
+        let len = i32::from_be_bytes(rest[1..5].try_into().unwrap()) as usize;
+        let Some(body) = rest.get(5..1 + len) else {
+            break;
+        };
+        match rest[0] {
+            b'E' if error.is_none() => {
+                let field = |t: u8| {
+                    body.split(|&b| b == 0)
+                        .find(|f| f.first() == Some(&t))
+                        .map(|f| f[1..].to_vec())
+                        .unwrap_or_default()
+                };
+                let code = String::from_utf8(field(b'C')).unwrap();
+                error = Some((code, field(b'M')));
+            }
+            b'D' if value.is_none() => {
+                let n = i32::from_be_bytes(body[2..6].try_into().unwrap()) as usize;
+                value = Some(body[6..6 + n].to_vec());
+            }
+            _ => {}
+        }
+        rest = &rest[1 + len..];
+    }
+    (error, value)
+}
+
+/// Startup parameters that are not UTF-8 (PostgreSQL takes any bytes there, whatever the
+/// encoding): a user or database is quoted as sent in the error that refuses it, as
+/// PostgreSQL quotes a role or database that does not exist (pgcorral's message for a database
+/// says where it looked); application_name loses each byte outside printable ASCII to `?`, as
+/// in PostgreSQL; a `_pq_.` option is announced unknown as sent. Any other setting whose bytes
+/// are not UTF-8 refuses the login with 22021 (PostgreSQL keeps the bytes, which pgcorral could
+/// carry to a pooled server only in SQL, where they are refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_parameters_that_are_not_utf8() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&config(&pg, "postgres", "")).await;
+    let quiet = Duration::from_millis(1500);
+    let both = |bytes: Vec<u8>| {
+        let (pg, port) = (pg.port, pooler.port());
+        async move {
+            let parts: [&[u8]; 1] = [&bytes];
+            tokio::join!(exchange(pg, &parts, quiet), exchange(port, &parts, quiet))
+        }
+    };
+    let db: (&[u8], &[u8]) = (b"database", b"postgres");
+    for (what, params, code, message) in [
+        (
+            "user",
+            vec![(&b"user"[..], &b"p\xffx"[..]), db],
+            "28000",
+            &b"role \"p\xffx\" does not exist"[..],
+        ),
+        (
+            "user and database",
+            vec![(b"user", b"p\xffx"), (b"database", b"d\xfe")],
+            "28000",
+            b"role \"p\xffx\" does not exist",
+        ),
+        (
+            "database",
+            vec![(b"user", b"postgres"), (b"database", b"po\xffstgres")],
+            "3D000",
+            b"database \"po\xffstgres\" does not exist",
+        ),
+    ] {
+        let (direct, pooled) = both(login_then(&params, None)).await;
+        for (side, a) in [("PostgreSQL", &direct), ("pgcorral", &pooled)] {
+            let (e, _) = error_and_value(a);
+            let (c, m) = e.unwrap_or_else(|| panic!("{what}: {side}: no error in {a:?}"));
+            assert_eq!(c, code, "{what}: {side}");
+            assert!(
+                m.starts_with(message),
+                "{what}: {side}: {:?}",
+                String::from_utf8_lossy(&m)
+            );
+            assert!(a.closed, "{what}: {side}");
+        }
+    }
+    let user: (&[u8], &[u8]) = (b"user", b"postgres");
+    // application_name, cleaned alike.
+    let app = login_then(
+        &[user, db, (b"application_name", b"a\xffb\xc3\xa9")],
+        Some("SHOW application_name"),
+    );
+    let (direct, pooled) = both(app).await;
+    assert_eq!(error_and_value(&direct).1.as_deref(), Some(&b"a?b??"[..]));
+    assert_eq!(error_and_value(&pooled), error_and_value(&direct));
+    // A protocol option, listed as sent.
+    let (direct, pooled) = both(login_then(&[user, db, (b"_pq_.a\xff", b"1")], None)).await;
+    assert_eq!(comparable(&pooled), comparable(&direct));
+    assert!(comparable(&direct).0[0].starts_with("v "), "{direct:?}");
+    // Other settings: refused by pgcorral, the first bad character named.
+    for (what, param, bytes) in [
+        (
+            "a value",
+            (&b"search_path"[..], &b"a\xe9b"[..]),
+            "0xe9 0x62",
+        ),
+        ("options", (b"options", b"-c search_path=a\xffb"), "0xff"),
+        ("a name", (b"my\xff.opt", b"1"), "0xff"),
+    ] {
+        let sql = Some("SHOW search_path");
+        let pooled = exchange(
+            pooler.port(),
+            &[&login_then(&[user, db, param], sql)],
+            quiet,
+        )
+        .await;
+        let (e, _) = error_and_value(&pooled);
+        let want = format!("invalid byte sequence for encoding \"UTF8\": {bytes}");
+        assert_eq!(
+            e,
+            Some(("22021".to_string(), want.into_bytes())),
+            "{what}: {pooled:?}"
+        );
+        assert!(pooled.closed, "{what}");
+    }
+    // PostgreSQL keeps such bytes as they are.
+    let app = login_then(
+        &[user, db, (b"search_path", b"a\xe9b")],
+        Some("SHOW search_path"),
+    );
+    let (direct, _) = both(app).await;
+    assert_eq!(error_and_value(&direct), (None, Some(b"a\xe9b".to_vec())));
+
+    // Where pgcorral knows its users, such a name is an unknown user's, even beside a user
+    // its lossy reading would name: with a password the exchange runs (and fails); trusted,
+    // it is refused at once.
+    for auth in ["scram-sha-256", "trust"] {
+        let toml = format!(
+            "{}\n[users.app]\npassword = \"app-secret\"\n[users.\"a\u{fffd}pp\"]\n\
+             password = \"app-secret\"\n",
+            config(&pg, "postgres", "").replace("\"trust\"", &format!("\"{auth}\""))
+        );
+        let pooler = Pooler::start(&toml).await;
+        let sent = login_then(&[(b"user", b"a\xffpp"), db], None);
+        let pooled = exchange(pooler.port(), &[&sent], quiet).await;
+        if auth == "trust" {
+            let e = error_and_value(&pooled).0;
+            let want = b"no such user: \"a\xffpp\"".to_vec();
+            assert_eq!(e, Some(("28000".to_string(), want)), "{pooled:?}");
+        } else {
+            assert_eq!(comparable(&pooled), (vec!["R".into()], false), "{pooled:?}");
+        }
+    }
+}

@@ -735,20 +735,39 @@ async fn client_login_timeout_closes_stalled_logins() {
         let err = expect_close(&mut raw, "stalled SCRAM login").await;
         (start.elapsed(), err)
     };
-    let results = tokio::join!(nothing, partial, mid_auth);
-    for (what, (took, err)) in [
-        ("nothing sent", results.0),
-        ("half a startup packet", results.1),
-        ("stalled SCRAM exchange", results.2),
+    // Authenticated, then waiting for a server that never answers its login.
+    let silent = Proxy::silent().await;
+    let waiting = Pooler::start(&config_at(silent.port, "postgres", &general)).await;
+    let no_server = async {
+        let start = Instant::now();
+        let mut raw = Raw::connect(waiting.port()).await;
+        let mut out = BytesMut::new();
+        pgwire::encode::startup(&mut out, &[("user", "postgres"), ("database", "postgres")]);
+        raw.send(&out).await;
+        let err = expect_close(&mut raw, "login waiting for a server").await;
+        (start.elapsed(), err)
+    };
+    let results = tokio::join!(nothing, partial, mid_auth, no_server);
+    // Before the client has authenticated, PostgreSQL's authentication_timeout closes the
+    // connection without a word; after, only pgcorral has a timeout, and says so.
+    for (what, (took, err), told) in [
+        ("nothing sent", results.0, false),
+        ("half a startup packet", results.1, false),
+        ("stalled SCRAM exchange", results.2, false),
+        ("authenticated, no server", results.3, true),
     ] {
         assert!(
             took >= Duration::from_millis(LOGIN - 50),
             "{what}: closed before the timeout: {took:?}"
         );
         assert!(took < Duration::from_secs(9), "{what}: {took:?}");
-        if let Some(e) = err {
-            assert_eq!(e.severity, "FATAL", "{what}: {e:?}");
-            assert!(e.message.contains("client_login_timeout"), "{what}: {e:?}");
+        match err {
+            Some(e) if told => {
+                assert_eq!((e.severity.as_str(), e.code.as_str()), ("FATAL", "57P05"));
+                assert!(e.message.contains("client_login_timeout"), "{what}: {e:?}");
+            }
+            None if !told => {}
+            other => panic!("{what}: {other:?}"),
         }
     }
     // Logins that complete in time are unaffected.

@@ -22,14 +22,16 @@ fn cstr(buf: &mut BytesMut, s: &str) {
     buf.put_u8(0);
 }
 
-/// StartupMessage for protocol 3.0 with the given parameters.
-pub fn startup(buf: &mut BytesMut, params: &[(&str, &str)]) {
+/// StartupMessage for protocol 3.0 with the given parameters (text, or any bytes but NUL).
+pub fn startup<K: AsRef<[u8]>, V: AsRef<[u8]>>(buf: &mut BytesMut, params: &[(K, V)]) {
     let at = buf.len();
     buf.put_i32(0);
     buf.put_i32(startup::PROTOCOL_3_0);
     for (k, v) in params {
-        cstr(buf, k);
-        cstr(buf, v);
+        for s in [k.as_ref(), v.as_ref()] {
+            buf.put_slice(s);
+            buf.put_u8(0);
+        }
     }
     buf.put_u8(0);
     let len = (buf.len() - at) as i32;
@@ -88,6 +90,21 @@ pub fn error_response_with(
 /// ErrorResponse.
 pub fn error_response(buf: &mut BytesMut, severity: &str, code: &str, msg: &str) {
     error_fields(buf, backend::ERROR_RESPONSE, severity, code, msg);
+}
+
+/// ErrorResponse whose message is bytes (any but NUL), as PostgreSQL's may be: it quotes
+/// names as a client sent them, whatever their encoding.
+pub fn error_response_bytes(buf: &mut BytesMut, severity: &str, code: &str, msg: &[u8]) {
+    message(buf, backend::ERROR_RESPONSE, |b| {
+        for (kind, value) in [(b'S', severity), (b'V', severity), (b'C', code)] {
+            b.put_u8(kind);
+            cstr(b, value);
+        }
+        b.put_u8(b'M');
+        b.put_slice(msg);
+        b.put_u8(0);
+        b.put_u8(0);
+    });
 }
 
 /// Re-encodes an ErrorResponse body (its fields) with another severity (`S` and `V` fields),

@@ -16,3 +16,4 @@ pub const INTERNAL_ERROR: &str = "XX000";
 pub const CONFIGURATION_LIMIT_EXCEEDED: &str = "53400";
 pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: &str = "25P03";
 pub const IDLE_SESSION_TIMEOUT: &str = "57P05";
+pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";

@@ -21,8 +21,9 @@ pub enum StartupPacket {
     Startup {
         /// Minor protocol version requested (major is always 3).
         minor: u16,
-        /// Parameters in order, e.g. ("user", "app"), ("database", "bench").
-        params: Vec<(String, String)>,
+        /// Parameters in order, e.g. ("user", "app"), ("database", "bench"), as the bytes
+        /// sent: PostgreSQL takes any (see [`Param`]).
+        params: Vec<(Param, Param)>,
     },
     SslRequest,
     GssEncRequest,
@@ -116,11 +117,15 @@ pub fn parse(packet: &[u8]) -> Result<StartupPacket, StartupError> {
     }
 }
 
+/// A startup parameter's name or value: the bytes the client sent, with no NUL. PostgreSQL
+/// takes any bytes here, whatever the encoding; what to make of some that are not UTF-8 is the
+/// caller's to decide.
+pub type Param = Vec<u8>;
+
 /// Name/value pairs up to an empty name, which must be the packet's last byte. PostgreSQL's
 /// walk, step for step: each string ends at its NUL or at the end of the packet, a name with no
-/// room for its value ends the walk, and only where the walk ended is checked. Bytes that are
-/// not UTF-8 are taken (PostgreSQL takes any bytes), replaced as `from_utf8_lossy` does.
-fn parse_params(body: &[u8]) -> Result<Vec<(String, String)>, StartupError> {
+/// room for its value ends the walk, and only where the walk ended is checked.
+fn parse_params(body: &[u8]) -> Result<Vec<(Param, Param)>, StartupError> {
     let cstr = |at: usize| -> &[u8] {
         let rest = &body[at.min(body.len())..];
         &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
@@ -137,17 +142,13 @@ fn parse_params(body: &[u8]) -> Result<Vec<(String, String)>, StartupError> {
             break;
         }
         let value = cstr(at);
-        params.push((text(name), text(value)));
+        params.push((name.to_vec(), value.to_vec()));
         offset = at + value.len() + 1;
     }
     if offset + 1 != body.len() {
         return Err(StartupError::Layout);
     }
     Ok(params)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[cfg(test)]
@@ -163,8 +164,8 @@ mod tests {
         match parse(&buf).unwrap() {
             StartupPacket::Startup { minor, params } => {
                 assert_eq!(minor, 0);
-                assert_eq!(params[0], ("user".into(), "app".into()));
-                assert_eq!(params[1], ("database".into(), "db".into()));
+                assert_eq!(params[0], (b"user".to_vec(), b"app".to_vec()));
+                assert_eq!(params[1], (b"database".to_vec(), b"db".to_vec()));
             }
             other => panic!("{other:?}"),
         }
@@ -207,7 +208,7 @@ mod tests {
             ok(b"user\0app\0\0"),
             Ok(StartupPacket::Startup {
                 minor: 0,
-                params: vec![("user".into(), "app".into())]
+                params: vec![(b"user".to_vec(), b"app".to_vec())]
             })
         );
         for bad in [
@@ -224,9 +225,9 @@ mod tests {
         assert_eq!(ok(&[0u8; 9992]), Err(StartupError::Layout));
         // PostgreSQL's walk stops at a last name with no room for a value, and accepts.
         assert!(ok(b"user\0app\0x").is_ok());
-        // Bytes that are not UTF-8 are taken, as PostgreSQL takes them.
+        // Bytes that are not UTF-8 are taken as they are, as PostgreSQL takes them.
         match ok(b"user\0caf\xe9\0\0") {
-            Ok(StartupPacket::Startup { params, .. }) => assert_eq!(params[0].1, "caf\u{fffd}"),
+            Ok(StartupPacket::Startup { params, .. }) => assert_eq!(params[0].1, b"caf\xe9"),
             other => panic!("{other:?}"),
         }
         let msg = StartupError::Layout.to_string();

@@ -8,7 +8,7 @@ use pgwire::backend::TxStatus;
 use pgwire::encode;
 
 use super::startup::{self, Opening};
-use super::{auth, ClientConn, Session};
+use super::{auth, params, ClientConn, Session};
 use crate::admin;
 use crate::cancel::CancelSlot;
 use crate::config::{millis_opt, PoolMode};
@@ -65,7 +65,8 @@ pub(super) async fn admit(
     {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return fail(client, e).await,
-        Err(short) => return fail(client, timed_out(short)).await,
+        // Not authenticated: closed without a word, as PostgreSQL does.
+        Err(short) => return out_of_time(client, timed_out(short)),
     };
     let (minor, params) = match opening {
         Opening::Closed => return None,
@@ -89,35 +90,59 @@ pub(super) async fn admit(
         false => None,
     };
     drop(tls);
-    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let Some(user) = get("user").filter(|u| !u.is_empty()).map(str::to_string) else {
+    let taken = params::take(&params);
+    if taken.user.text.is_empty() {
         let e = Error::new(
             Kind::UnknownUser,
             "no PostgreSQL user name specified in startup packet",
         );
         return fail(client, e).await;
-    };
-    let database = get("database")
-        .filter(|d| !d.is_empty())
-        .unwrap_or(&user)
-        .to_string();
+    }
     if services.shutdown.is_cancelled() {
         let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
         return fail(client, e).await;
     }
     let login = limit
-        .run(login(
-            client, &user, &database, minor, &params, binding, &limit,
-        ))
-        .await
-        .unwrap_or_else(|short| Err(timed_out(short)));
+        .run(login(client, &taken, minor, &params, binding, &limit))
+        .await;
+    let (user, database) = (&taken.user.text, &taken.database.text);
     match login {
-        Ok(admitted) => {
-            tracing::info!(peer = %client.peer, user = %Esc(&user), database = %Esc(&database), "client logged in");
+        Ok(Ok(admitted)) => {
+            tracing::info!(peer = %client.peer, user = %Esc(user), database = %Esc(database), "client logged in");
             Some(admitted)
         }
-        Err(e) => fail(client, e).await,
+        Ok(Err(e)) => {
+            // A name that was not UTF-8 is quoted as it was sent.
+            let name = [&taken.user, &taken.database]
+                .into_iter()
+                .find_map(|n| n.raw.as_deref().map(|raw| (n.text.as_str(), raw)))
+                .filter(|(text, _)| e.message().contains(&format!("\"{text}\"")));
+            match name {
+                Some((text, raw)) => {
+                    log_failed(client, &e);
+                    let mut out = BytesMut::new();
+                    e.write_response_quoting(&mut out, "FATAL", text, raw);
+                    let _ = client.stream.send(&out).await;
+                    None
+                }
+                None => fail(client, e).await,
+            }
+        }
+        Err(short) if !limit.is_authenticated() => out_of_time(client, timed_out(short)),
+        // Authenticated, then waiting for a server or for its startup parameters to be
+        // applied (PostgreSQL has no timeout there): told why.
+        Err(short) => fail(client, timed_out(short)).await,
     }
+}
+
+/// Ends a login that ran out of time before the client authenticated: logged, and closed
+/// without a word to the client, as PostgreSQL's authentication_timeout does both while it
+/// reads the startup packet (the backend exits at once) and during authentication (its FATAL
+/// "canceling authentication due to timeout" goes to the log only, not to a client that has
+/// not authenticated).
+fn out_of_time<T>(client: &ClientConn, e: Error) -> Option<T> {
+    tracing::info!(peer = %client.peer, error = %Esc(&e), sqlstate = e.sqlstate(), "client login timed out");
+    None
 }
 
 /// How long a login may take: until client_login_timeout (`deadline`, `None` = no limit), and
@@ -136,6 +161,11 @@ impl Limit<'_> {
     /// max_client_conn now) and is no longer cut short by its pressure.
     fn authenticated(&self) {
         drop(self.login.lock().take());
+    }
+
+    /// Whether [`Limit::authenticated`] was called.
+    fn is_authenticated(&self) -> bool {
+        self.login.lock().is_none()
     }
 
     /// Runs `f` within the limit; `Err(short)` when it expired, `short` when it was cut
@@ -166,28 +196,32 @@ impl Limit<'_> {
 
 /// Reports a startup/login failure as FATAL and logs it.
 pub(super) async fn fail<T>(client: &mut ClientConn, e: Error) -> Option<T> {
-    tracing::info!(peer = %client.peer, error = %Esc(&e), sqlstate = e.sqlstate(), "client login failed");
+    log_failed(client, &e);
     let mut out = BytesMut::new();
     e.write_response(&mut out, "FATAL");
     let _ = client.stream.send(&out).await;
     None
 }
 
+fn log_failed(client: &ClientConn, e: &Error) {
+    tracing::info!(peer = %client.peer, error = %Esc(e), sqlstate = e.sqlstate(), "client login failed");
+}
+
 /// Authenticates, finds the pool, applies the startup parameters, and sends the welcome:
-/// parameters, key, ReadyForQuery.
+/// parameters, key, ReadyForQuery. `sent`: the parameters as sent, `taken` from them.
 async fn login(
     client: &mut ClientConn,
-    user: &str,
-    database: &str,
+    taken: &params::Params,
     minor: u16,
-    params: &[(String, String)],
+    sent: &[(pgwire::startup::Param, pgwire::startup::Param)],
     binding: Option<Vec<u8>>,
     limit: &Limit<'_>,
 ) -> Result<(Admitted, ClientCount)> {
     let services = limit.services;
     let config = services.config.load_full();
+    let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
     let mut out = BytesMut::with_capacity(512);
-    startup::negotiate(&mut out, minor, params);
+    startup::negotiate(&mut out, minor, sent);
     let authed = auth::authenticate(
         &mut client.stream,
         &mut client.buf,
@@ -195,9 +229,21 @@ async fn login(
         &config,
         &services.scram_cache,
         user,
+        taken.user.is_text(),
         binding.as_deref(),
     )
     .await?;
+    // A name that is not UTF-8 names none of pgcorral's users or databases, and cannot be
+    // passed to a server: refused as PostgreSQL refuses a role that does not exist (the
+    // authentication refused it already where pgcorral knows its users), or as pgcorral
+    // refuses a database it does not know.
+    if !taken.user.is_text() {
+        let e = format!("role \"{user}\" does not exist");
+        return Err(Error::new(Kind::UnknownUser, e));
+    }
+    if !taken.database.is_text() {
+        return Err(crate::pool::registry::unknown_database(database));
+    }
     // Counted from a successful authentication on; admin users on the console have a few
     // places more, so that it stays reachable when every other place is taken.
     let console = admin::is_console(database);
@@ -228,6 +274,10 @@ async fn login(
             p.learn_client_key(key);
         }
     }
+    if let Some(e) = &taken.unusable {
+        return Err(e.replay());
+    }
+    let params = &taken.text;
     let startup_settings = crate::session::startup::settings(params)?;
     let slot = Arc::new(CancelSlot::default());
     let session_mode = pool.settings().mode == PoolMode::Session;
@@ -314,7 +364,7 @@ async fn login(
     }
     let application_name = params
         .iter()
-        .find(|(k, _)| k == "application_name")
+        .rfind(|(k, _)| k == "application_name")
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     let (database, user) = pool.listed_names();

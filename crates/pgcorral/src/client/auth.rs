@@ -73,7 +73,10 @@ impl SecretCache {
 
 /// Runs the configured method; on success AuthenticationOk has been queued in `out`.
 /// `binding`: the tls-server-end-point data of pgcorral's certificate, on a TLS connection
-/// (SCRAM-SHA-256-PLUS is then offered).
+/// (SCRAM-SHA-256-PLUS is then offered). `user_is_text` is false when the client's user name
+/// was not UTF-8 (`user` holds it replaced lossily): it names no user then, and is refused as
+/// an unknown one.
+#[allow(clippy::too_many_arguments)]
 pub async fn authenticate(
     stream: &mut Stream,
     buf: &mut BytesMut,
@@ -81,13 +84,14 @@ pub async fn authenticate(
     config: &Config,
     cache: &SecretCache,
     user: &str,
+    user_is_text: bool,
     binding: Option<&[u8]>,
 ) -> Result<Authenticated> {
-    let entry = config.users.get(user);
+    let entry = config.users.get(user).filter(|_| user_is_text);
     let auth_type = config.general.auth_type;
     if matches!(auth_type, AuthType::Trust | AuthType::Cert) {
         if auth_type == AuthType::Cert {
-            certificate(stream, user)?;
+            certificate(stream, user, user_is_text)?;
         }
         if entry.is_none() && !config.users.is_empty() {
             return Err(Error::new(
@@ -130,7 +134,7 @@ pub async fn authenticate(
 
 /// auth_type = "cert": the client's certificate (verified in the TLS handshake against
 /// client_tls_ca_file) must name the user in its subject's CN, as PostgreSQL's `cert` method.
-fn certificate(stream: &Stream, user: &str) -> Result<()> {
+fn certificate(stream: &Stream, user: &str, user_is_text: bool) -> Result<()> {
     let Some(cert) = stream.peer_certificates().and_then(|c| c.first()) else {
         return Err(Error::new(
             Kind::Refused,
@@ -138,7 +142,7 @@ fn certificate(stream: &Stream, user: &str) -> Result<()> {
         ));
     };
     let cn = crate::tls::common_name(cert);
-    if cn.as_deref() != Some(user) {
+    if cn.as_deref() != Some(user) || !user_is_text {
         tracing::info!(
             user,
             cn = cn.as_deref().unwrap_or(""),

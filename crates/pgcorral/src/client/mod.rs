@@ -4,6 +4,7 @@
 
 mod admit;
 pub mod auth;
+mod params;
 mod replies;
 mod request;
 pub mod startup;

@@ -22,10 +22,10 @@ const INJECTED: &str = "This could be either a client-software bug or evidence o
 
 /// What the client asked for.
 pub enum Opening {
-    /// A session: the StartupMessage's parameters.
+    /// A session: the StartupMessage's parameters, as sent.
     Session {
         minor: u16,
-        params: Vec<(String, String)>,
+        params: Vec<(startup::Param, startup::Param)>,
     },
     Cancel {
         pid: i32,
@@ -197,11 +197,12 @@ async fn handshake(
 
 /// Appends NegotiateProtocolVersion when the client asked for a newer minor version or sent
 /// `_pq_.` options: we speak 3.0 and recognise none of them.
-pub fn negotiate(out: &mut BytesMut, minor: u16, params: &[(String, String)]) {
-    let unknown: Vec<&str> = params
+/// The names are listed as sent, as PostgreSQL lists them.
+pub fn negotiate(out: &mut BytesMut, minor: u16, params: &[(startup::Param, startup::Param)]) {
+    let unknown: Vec<&[u8]> = params
         .iter()
-        .filter(|(k, _)| k.starts_with("_pq_."))
-        .map(|(k, _)| k.as_str())
+        .filter(|(k, _)| k.starts_with(b"_pq_."))
+        .map(|(k, _)| &k[..])
         .collect();
     if minor == 0 && unknown.is_empty() {
         return;
@@ -212,7 +213,7 @@ pub fn negotiate(out: &mut BytesMut, minor: u16, params: &[(String, String)]) {
         b.put_i32(startup::PROTOCOL_3_0);
         b.put_i32(unknown.len() as i32);
         for k in unknown {
-            b.put_slice(k.as_bytes());
+            b.put_slice(k);
             b.put_u8(0);
         }
     });

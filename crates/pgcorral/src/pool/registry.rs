@@ -137,6 +137,14 @@ pub(crate) struct Resolved {
     pub route: RouteSettings,
 }
 
+/// The error for a database pgcorral's configuration does not name.
+pub(crate) fn unknown_database(database: &str) -> Error {
+    Error::new(
+        Kind::UnknownDatabase,
+        format!("database \"{database}\" does not exist in pgcorral's configuration"),
+    )
+}
+
 /// Where the pools for (`database`, `user`) connect and how they behave under `config`.
 pub(crate) fn resolve(
     config: &Config,
@@ -148,12 +156,7 @@ pub(crate) fn resolve(
         .databases
         .get(database)
         .or_else(|| config.databases.get("*"))
-        .ok_or_else(|| {
-            Error::new(
-                Kind::UnknownDatabase,
-                format!("database \"{database}\" does not exist in pgcorral's configuration"),
-            )
-        })?;
+        .ok_or_else(|| unknown_database(database))?;
     let user_cfg = config.users.get(user);
     let (server_user, password) = match &db.user {
         Some(u) => (u.clone(), db.password.clone()),

@@ -342,6 +342,14 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     let mut replay_due = false;
     // Sockets are read and written straight, outside any task budget: this is the relay's.
     let mut budget = crate::net::direct::Budget::new();
+    // A write to the client goes into the worker's batch (`net::batch`), which the worker
+    // sends when its tasks stop running: once this relay waits. While the client streams (a
+    // long pipeline: its socket stays readable) the relay does not wait, and the server's
+    // bytes (an error in the middle of the pipeline) would wait in the batch for as long as
+    // the client keeps sending. So when the client's last read filled the buffer, the write
+    // goes out at once (`streaming`); else it is sent at the relay's next event if the relay
+    // got that event without waiting (`held`: a flush that finds it sent costs nothing).
+    let (mut streaming, mut held) = (false, false);
 
     loop {
         if c_held && server.state.pending == 0 && s_ready == 0 && s_stop.is_none() {
@@ -442,6 +450,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     consume(&mut server.fout, n);
                     server.meter.delta.bytes_sent += n as u64;
                     wrote = true;
+                    wrote_to_client(streaming, &mut held, client);
                 }
                 Some(_) => return client_gone(client),
             }
@@ -451,6 +460,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 Some(Ok(n)) if n > 0 => {
                     to_client(server, &mut s_ready, n);
                     wrote = true;
+                    wrote_to_client(streaming, &mut held, client);
                 }
                 Some(_) => return client_gone(client),
             }
@@ -579,7 +589,14 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
             })
             .await
         };
+        if held {
+            held = false;
+            client.stream.flush_batched();
+        }
         if budget.spend() {
+            // This task is run again at once, before the worker sends its batch: what the
+            // relay wrote goes out first.
+            crate::net::batch::flush();
             tokio::task::yield_now().await;
         }
 
@@ -587,10 +604,14 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
             Event::ToServer(Ok(n)) if n > 0 => to_server(client, server, &mut c_ready, n),
             Event::ToServerOwn(Ok(n)) if n > 0 => server.wout.advance(n),
             Event::ToServer(_) | Event::ToServerOwn(_) => return server_gone(server, fatal_seen),
-            Event::ToClient(Ok(n)) if n > 0 => to_client(server, &mut s_ready, n),
+            Event::ToClient(Ok(n)) if n > 0 => {
+                to_client(server, &mut s_ready, n);
+                wrote_to_client(streaming, &mut held, client);
+            }
             Event::ToClientOwn(Ok(n)) if n > 0 => {
                 server.fout.advance(n);
                 server.meter.delta.bytes_sent += n as u64;
+                wrote_to_client(streaming, &mut held, client);
             }
             Event::ToClient(_) | Event::ToClientOwn(_) => return client_gone(client),
             Event::Timeout => {
@@ -614,7 +635,8 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 // the server's readiness would not show what it sent meanwhile (an error in the
                 // middle of a long pipeline would wait for the client to stop sending). Its
                 // socket is read straight then, once per such read.
-                if read_server && client.buf.len() == client.buf.capacity() {
+                streaming = client.buf.len() == client.buf.capacity();
+                if read_server && streaming {
                     reserve(&mut server.rbuf);
                     match server.stream.try_read_now(&mut server.rbuf) {
                         None => {}
@@ -641,6 +663,17 @@ fn server_gone(server: &mut ServerConn, notified: bool) -> Outcome {
 fn client_gone(client: &mut ClientConn) -> Outcome {
     client.buf.clear();
     Outcome::ClientGone
+}
+
+/// After a write to the client: the worker's batch goes out now while the client streams;
+/// else the write is `held` there until the relay's next event.
+#[inline]
+fn wrote_to_client(streaming: bool, held: &mut bool, client: &mut ClientConn) {
+    if streaming {
+        client.stream.flush_batched();
+    } else {
+        *held = true;
+    }
 }
 
 /// `n` of the client's `c_ready` scanned bytes went to the server.
@@ -693,5 +726,7 @@ fn client_stop(s: &ClientScan) -> Option<Outcome> {
     }
 }
 
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;

@@ -322,6 +322,10 @@ pub fn scan_client(
         let Some(h) = Header::parse(&buf[pos..], max)? else {
             break;
         };
+        if track == Track::Refuse && h.tag == frontend::QUERY && buf.len() - pos < h.total_len() {
+            // Whether it is refused shows only in its whole text: nothing of it goes before.
+            break;
+        }
         if (h.tag == frontend::QUERY || h.tag == frontend::PARSE)
             && out.ddl.is_none()
             && super::database_ddl::maybe(h, &buf[pos..])

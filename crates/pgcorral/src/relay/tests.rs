@@ -973,6 +973,53 @@ fn a_plain_query_split_across_reads_is_forwarded_as_it_comes() {
     assert!(t.expect.is_empty() && t.wout.is_empty());
 }
 
+/// `session_pinning = "refuse"`: a Query whose start arrives in one read and the rest in
+/// others is refused as it is when it arrives whole (the fuzzer's find: `LISTEN x` in reads
+/// of 3 and 1 bytes was forwarded and marked dirty); a Query that is not refused waits to be
+/// whole, then goes on as usual.
+#[test]
+fn refuse_mode_waits_for_a_split_query() {
+    /// Feeds `m` in reads of `sizes` bytes (cycled), forwarding what each scan makes ready.
+    fn feed(m: &[u8], sizes: &[usize]) -> (LinkState, Option<&'static str>, usize) {
+        let (mut st, mut buf, mut pass, mut sent) = (LinkState::default(), Vec::new(), 0, 0);
+        let mut at = 0;
+        for &n in sizes.iter().cycle() {
+            if at == m.len() {
+                break;
+            }
+            let n = n.min(m.len() - at);
+            buf.extend_from_slice(&m[at..at + n]);
+            at += n;
+            let s = scan_plain_client(&buf, &mut pass, &mut st, Track::Refuse).unwrap();
+            if s.refuse.is_some() {
+                return (st, s.refuse, sent);
+            }
+            sent += s.ready;
+            buf.drain(..s.ready);
+        }
+        (st, None, sent)
+    }
+    let listen = msg(b'Q', b"LISTEN x\0");
+    assert_eq!(
+        listen,
+        [0x51, 0, 0, 0, 0x0d, b'L', b'I', b'S', b'T', b'E', b'N', b' ', b'x', 0]
+    );
+    let (whole, why, _) = feed(&listen, &[listen.len()]);
+    assert!(why.is_some() && !whole.dirty && whole.pending == 0);
+    for sizes in [&[3, 1][..], &[1], &[7], &[6, 2], &[13]] {
+        let (st, refused, sent) = feed(&listen, sizes);
+        assert_eq!(refused, why, "reads of {sizes:?}");
+        assert_eq!(sent, 0, "reads of {sizes:?}: nothing forwarded");
+        assert!(!st.dirty && st.pending == 0, "reads of {sizes:?}: {st:?}");
+    }
+    let select = msg(b'Q', b"SELECT 1\0");
+    for sizes in [&[3, 1][..], &[1], &[7]] {
+        let (st, refused, sent) = feed(&select, sizes);
+        assert_eq!((refused, sent), (None, select.len()), "reads of {sizes:?}");
+        assert!(!st.dirty && st.pending == 1, "reads of {sizes:?}: {st:?}");
+    }
+}
+
 /// [`sql_text`] as it was written before memchr: byte loops.
 fn sql_text_naive(msg: &[u8], h: Header) -> Option<&[u8]> {
     let body = msg.get(pgwire::header::HEADER_LEN..h.total_len())?;
