@@ -376,11 +376,12 @@ async fn statements_made_stale_by_a_schema_change_are_prepared_again_and_retried
     assert_eq!(widths(&got), [2]);
 
     pg.sql("postgres", "ALTER TABLE t ADD COLUMN c int DEFAULT 8");
-    let got = a.simple("EXECUTE q").await;
-    assert_eq!(error_code(&got), None, "{got:?}");
-    assert_eq!(widths(&got), [3]);
+    // (Before any simple Query, which drops the unnamed statement as on PostgreSQL.)
     let got = run_described(&mut a, "", "1").await;
     assert_eq!(tags(&got), "2TDCZ", "unnamed statement retried: {got:?}");
+    assert_eq!(widths(&got), [3]);
+    let got = a.simple("EXECUTE q").await;
+    assert_eq!(error_code(&got), None, "{got:?}");
     assert_eq!(widths(&got), [3]);
 
     // No Describe in the batch: the client sees the error, every time, as from PostgreSQL
