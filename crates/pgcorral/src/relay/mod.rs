@@ -387,8 +387,12 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 }
             }
         }
-        if verifying && !server.expect.verifying && c_again {
-            // The client's message that waited for a description goes on.
+        if (verifying && !server.expect.verifying && c_again)
+            || (c_held && server.state.pending == 0 && s_ready == 0 && s_stop.is_none())
+        {
+            // The client's message that waited for a description goes on; so does a held
+            // batch once everything before it is answered, even when none of the answers was
+            // the client's (pgcorral's own Parse, Describe and Sync before an EXECUTE).
             continue;
         }
         if replay_due && c_ready == 0 && client.pass == 0 {
