@@ -708,18 +708,10 @@ impl Link<'_> {
             return Use::Wait;
         }
         let known = self.client.named(name).expect("planned");
-        if self
-            .expect
-            .verify_failed
-            .take_if(|id| *id == known.id)
-            .is_some()
-        {
-            return Use::Changed;
-        }
         // The usual case, one reference taken (the statement is shared by clients on every
         // worker: its count is touched once per Bind, as before).
-        if let Some(here) = self.server.name_of(known) {
-            return Use::Ready(Some((known.id, here)));
+        if let Some(u) = settled(self.expect, self.server, known) {
+            return u;
         }
         let known = known.clone();
         self.ensure_elsewhere(known, st, batch, false)
@@ -731,16 +723,8 @@ impl Link<'_> {
         if self.expect.verifying {
             return Use::Wait;
         }
-        if self
-            .expect
-            .verify_failed
-            .take_if(|id| *id == known.id)
-            .is_some()
-        {
-            return Use::Changed;
-        }
-        if let Some(here) = self.server.name_of(&known) {
-            return Use::Ready(Some((known.id, here)));
+        if let Some(u) = settled(self.expect, self.server, &known) {
+            return u;
         }
         self.ensure_elsewhere(known, st, None, true)
     }
@@ -906,6 +890,17 @@ impl Link<'_> {
             self.expect.push_entry(Msg::Close, false, None);
         }
     }
+}
+
+/// What the client's statement `known` needs when it is settled without preparing anything:
+/// its description was found changed while the message waited, or it is prepared here.
+fn settled(expect: &mut Expected, server: &mut ServerStatements, known: &Statement) -> Option<Use> {
+    if expect.verify_failed.take_if(|id| *id == known.id).is_some() {
+        return Some(Use::Changed);
+    }
+    server
+        .name_of(known)
+        .map(|here| Use::Ready(Some((known.id, here))))
 }
 
 /// Whether the batch starting with the Bind at the start of `buf` is one [`super::replay`]
