@@ -430,7 +430,7 @@ impl Link<'_> {
                     // The unnamed statement runs one of the client's: its text gets the name
                     // that one has on this server.
                     let runs = runs.expect("planned");
-                    let here = self.make_present(&runs, st, false);
+                    let here = self.make_present(&runs, st);
                     let text = cstr(rest).map_or(&[][..], |(t, _)| t);
                     let mut renamed = super::execute_text(text, &here.name).unwrap_or_default();
                     renamed.push(0);
@@ -685,7 +685,7 @@ impl Link<'_> {
                 if let Some(body) = self.client.unnamed() {
                     let mut body = body.to_vec();
                     if let Some(runs) = self.client.unnamed_runs().cloned() {
-                        let here = self.make_present(&runs, st, false);
+                        let here = self.make_present(&runs, st);
                         let (text, types) = cstr(&body).unwrap_or_default();
                         let mut renamed = super::execute_text(text, &here.name).unwrap_or_default();
                         renamed.push(0);
@@ -819,23 +819,14 @@ impl Link<'_> {
         }
     }
 
-    /// Makes `stmt` exist on the server before an `EXECUTE` of it (in a Query, or in the text
-    /// of a Parse); returns the statement whose name it has there. `sync`: a Sync follows a
-    /// Parse, so an error in it does not make the server skip the Query after it.
-    fn make_present(
-        &mut self,
-        stmt: &Arc<Statement>,
-        st: &mut LinkState,
-        sync: bool,
-    ) -> Arc<Statement> {
+    /// Makes `stmt` exist on the server before a Parse whose text is an `EXECUTE` of it (or
+    /// before another statement that runs it); returns the statement whose name it has there.
+    /// (An SQL `EXECUTE` in a Query takes [`Link::ensure_sql`].)
+    fn make_present(&mut self, stmt: &Arc<Statement>, st: &mut LinkState) -> Arc<Statement> {
         if let Some(here) = self.server.name_of(stmt) {
             return here;
         }
-        if self.prepare_on_server(stmt, st, false, None) && sync {
-            pgwire::encode::sync(self.out);
-            st.on_sync();
-            self.expect.push_entry(Msg::Sync, false, None);
-        }
+        self.prepare_on_server(stmt, st, false, None);
         stmt.clone()
     }
 
@@ -851,7 +842,7 @@ impl Link<'_> {
         forward: bool,
         client_name: Option<&[u8]>,
     ) -> bool {
-        let runs_as = stmt.runs.as_ref().map(|r| self.make_present(r, st, false));
+        let runs_as = stmt.runs.as_ref().map(|r| self.make_present(r, st));
         let Some(body) = stmt.parse_body(runs_as.as_ref().map(|r| r.name.as_str())) else {
             let Source::Sql(rest) = &stmt.source else {
                 unreachable!("a Parse has a body")
