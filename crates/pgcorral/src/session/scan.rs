@@ -623,7 +623,10 @@ impl Walk {
         let mut e = Effect::None;
         match (self.set_config, tok) {
             (SetConfig::No, _) => {}
-            (SetConfig::First, Token::Str(v)) if !v.contains(&b'\\') && !v.contains(&b'\'') => {
+            // A NUL ends the text PostgreSQL reads: a literal holding one is not the name.
+            (SetConfig::First, Token::Str(v))
+                if !v.iter().any(|b| matches!(b, b'\\' | b'\'' | 0)) =>
+            {
                 self.set_config = SetConfig::Comma;
             }
             (SetConfig::Comma, Token::Comma) => {
@@ -909,6 +912,8 @@ mod tests {
             "select set_config('app.' || 'x', '1', false)",
             "select set_config(E'app\\x2ex', '1', false)",
             "select set_config(",
+            // A NUL inside the name (found by fuzzing): the text PostgreSQL reads ends there.
+            "select set_config('app\0x', '1', false)",
             "select * from t where f(a) > 1",
             "insert into t select f(1)",
             "insert into t (a) select f(a) from u",
@@ -1271,3 +1276,4 @@ mod tests {
         );
     }
 }
+
