@@ -219,10 +219,10 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
         let addr = listener.local_addr().unwrap();
         let mut peers = Vec::new();
         for _ in 0..n {
-            let stream = pgcorral::net::sock::connect_tcp(addr).await.unwrap();
+            let stream = corral_rt::sock::connect_tcp(addr).await.unwrap();
             peers.push(listener.accept().await.unwrap().0);
             let server = ServerConn::new(
-                pgcorral::net::stream::Stream::Plain(stream),
+                corral_rt::stream::Stream::Plain(stream),
                 BytesMut::with_capacity(16 * 1024),
                 CancelKey {
                     addr: pgcorral::server::ServerAddr::Tcp(addr),

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use parking_lot::Mutex;
-
-use crate::net::stream::Stream;
+use corral_rt::stream::Stream;
+use corral_rt::timer;
+use corral_rt::sock::{connect_tcp, connect_unix};
 
 use crate::server::connect::start_tls;
 use crate::server::{CancelKey, CancelTls, ServerAddr};
@@ -65,7 +66,7 @@ impl CancelMap {
             return;
         };
         let sent = match wait {
-            Some(w) => crate::timer::timeout(w, send_cancel(&key)).await,
+            Some(w) => timer::timeout(w, send_cancel(&key)).await,
             None => Ok(send_cancel(&key).await),
         };
         match sent {
@@ -87,7 +88,7 @@ impl CancelMap {
 pub(crate) async fn send_cancel(key: &CancelKey) -> std::io::Result<()> {
     let mut stream = match &key.addr {
         ServerAddr::Tcp(a) => {
-            let tcp = crate::net::sock::connect_tcp(a).await?;
+            let tcp = connect_tcp(a).await?;
             match key.tls.as_deref() {
                 Some(CancelTls {
                     host,
@@ -102,14 +103,14 @@ pub(crate) async fn send_cancel(key: &CancelKey) -> std::io::Result<()> {
                 None => Stream::Plain(tcp),
             }
         }
-        ServerAddr::Unix(p) => Stream::Unix(crate::net::sock::connect_unix(&**p).await?),
+        ServerAddr::Unix(p) => Stream::Unix(connect_unix(&**p).await?),
     };
     let mut buf = BytesMut::with_capacity(16);
     pgwire::encode::cancel_request(&mut buf, key.pid, key.secret);
     stream.send(&buf).await?;
     // PostgreSQL closes the connection when done; wait for that so the cancel has landed.
     let mut sink = [0u8; 16];
-    let _ = crate::timer::timeout(
+    let _ = timer::timeout(
         std::time::Duration::from_secs(5),
         tokio::io::AsyncReadExt::read(&mut stream, &mut sink),
     )

@@ -50,7 +50,7 @@ fn main() -> ExitCode {
         .init();
 
     // The main thread accepts connections and handles signals; clients run on the worker
-    // threads that `Server::run` starts (see net::workers).
+    // threads that `Pooler::run` starts (see corral_rt::workers).
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -74,7 +74,7 @@ fn main() -> ExitCode {
             eprintln!("pgcorral: cannot install signal handlers");
             return ExitCode::FAILURE;
         };
-        let server = match pgcorral::Server::bind(config).await {
+        let server = match pgcorral::Pooler::bind(config).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cannot listen");

@@ -7,18 +7,19 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use corral_rt::balance::Balance;
 
 use crate::cancel::CancelMap;
 use crate::config::Config;
-use crate::net::balance::Balance;
 use crate::pool::registry::Registry;
+use crate::secrets::SecretCache;
 
 pub struct Inner {
     pub config: ArcSwap<Config>,
     pub pools: Registry,
     pub cancel: CancelMap,
     /// SCRAM secrets derived from plaintext passwords, reused across logins.
-    pub scram_cache: crate::client::auth::SecretCache,
+    pub scram_cache: SecretCache,
     /// Clients logged in now (counted against max_client_conn), console users included.
     pub clients: AtomicUsize,
     /// Connections accepted and still logging in (counted against the login budget).

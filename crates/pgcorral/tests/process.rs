@@ -91,7 +91,7 @@ async fn embedded_default_serves_any_database_with_pgbench() {
         pgcorral::config::PoolMode::Transaction
     );
     config.general.listen_port = 0;
-    let server = pgcorral::Server::bind(config).await.unwrap();
+    let server = pgcorral::Pooler::bind(config).await.unwrap();
     let p = server.local_addr().port();
     let services = server.services().clone();
     tokio::spawn(server.run());

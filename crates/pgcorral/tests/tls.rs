@@ -1045,7 +1045,7 @@ async fn tls_settings_that_cannot_work_are_refused_at_startup() {
         let toml = cfg(&pg, &general, "");
         let err = match pgcorral::config::from_toml_str(&toml) {
             Err(e) => e.to_string(),
-            Ok(c) => match pgcorral::Server::bind(c).await {
+            Ok(c) => match pgcorral::Pooler::bind(c).await {
                 Err(e) => e.to_string(),
                 Ok(_) => panic!("accepted: {general}"),
             },

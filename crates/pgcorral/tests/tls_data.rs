@@ -668,7 +668,7 @@ async fn tls_clients_moved_off_a_busy_worker_keep_answering() {
     let p = Pooler::start(&cfg(&pg, &certs, "default_pool_size = 1")).await;
     let balance = &p.services.balance;
     balance.freeze_loads(&[0, 0]);
-    assert_eq!(balance.pick(), 0);
+    assert_eq!(balance.pick(), Some(0));
     let a = tls_client(p.port(), &certs).await;
     let pid = backend_pid(&a).await;
     assert_server_hop_tls(&a).await;

@@ -178,7 +178,7 @@ async fn the_socket_file_is_replaced_refused_and_removed() {
 
     let mut config = pgcorral::config::from_toml_str(&cfg(&pg, &dir, "")).unwrap();
     config.general.listen_port = port;
-    let server = pgcorral::Server::bind(config.clone())
+    let server = pgcorral::Pooler::bind(config.clone())
         .await
         .expect("a stale socket file is replaced");
     assert_eq!(server.unix_path(), Some(path.as_path()));
@@ -194,7 +194,7 @@ async fn the_socket_file_is_replaced_refused_and_removed() {
     // The same port on another loopback address, and the same socket file.
     let mut second = config.clone();
     second.general.listen_addr = "127.0.0.2".into();
-    let err = match pgcorral::Server::bind(second).await {
+    let err = match pgcorral::Pooler::bind(second).await {
         Ok(_) => panic!("a live socket file must not be taken over"),
         Err(e) => e,
     };
@@ -211,7 +211,7 @@ async fn the_socket_file_is_replaced_refused_and_removed() {
     std::fs::write(&plain, "not a socket").unwrap();
     let mut third = config.clone();
     third.general.listen_port = other;
-    let err = match pgcorral::Server::bind(third).await {
+    let err = match pgcorral::Pooler::bind(third).await {
         Ok(_) => panic!("a file that is not a socket must not be replaced"),
         Err(e) => e,
     };

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use corral_rt::timer;
+
 use crate::conns::Kind;
 use crate::pool::Pool;
 use crate::services::Services;
@@ -52,7 +54,7 @@ pub async fn pause(services: &Services, db: Option<&str>) -> Result<(), Refusal>
             }
             break;
         }
-        crate::timer::sleep(POLL).await;
+        timer::sleep(POLL).await;
     }
     tracing::info!(database = db.unwrap_or("*"), "paused");
     Ok(())
@@ -161,6 +163,6 @@ pub async fn wait_close(services: &Services, db: Option<&str>) -> Result<(), Ref
         if !old {
             return Ok(());
         }
-        crate::timer::sleep(POLL).await;
+        timer::sleep(POLL).await;
     }
 }

@@ -8,7 +8,6 @@ pub(crate) mod command;
 mod show;
 mod show_conns;
 mod show_stats;
-pub(crate) mod table;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -16,13 +15,13 @@ use std::sync::atomic::Ordering;
 use bytes::{Buf, BytesMut};
 use pgwire::backend::{self as be, TxStatus};
 use pgwire::frontend as fe;
-
-use crate::client::ClientConn;
-use crate::net::framed::{read_message, ReadError};
-use crate::services::Services;
 use actions::Refusal;
 use command::Command;
-use table::Table;
+
+use crate::client_conn::ClientConn;
+use crate::net::framed::{read_message, ReadError};
+use crate::services::Services;
+use crate::rows::Table;
 
 /// Database names that open the console.
 pub fn is_console(database: &str) -> bool {

@@ -3,7 +3,7 @@
 
 use super::show_conns::connections;
 use super::show_stats::{latency, stats, stats_part, totals};
-use super::table::{Cell, Table, Ty};
+use crate::rows::{Cell, Table, Ty};
 use crate::config::{Config, General, PoolMode};
 use crate::conns::Kind;
 use crate::services::Services;

@@ -2,7 +2,7 @@
 //! columns, then pgcorral's own (clients: `pinned`, why a client keeps its server; servers:
 //! `role` and `health`).
 
-use super::table::{Cell, Table, Ty};
+use crate::rows::{Cell, Table, Ty};
 use crate::conns::{Kind, State};
 use crate::services::Services;
 

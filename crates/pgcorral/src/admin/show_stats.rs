@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::table::{Cell, Table, Ty};
+use crate::rows::{Cell, Table, Ty};
 use crate::pool::stats::{quantile, Averages, Totals};
 use crate::services::Services;
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use pgwire::backend::TxStatus;
 use pgwire::encode;
+use corral_rt::timer;
 
 use super::startup::{self, Opening};
 use super::{auth, params, ClientConn, Session};
@@ -180,11 +181,11 @@ impl Limit<'_> {
             check += PRESSURE_LOGIN_TIMEOUT;
             match self.deadline {
                 Some(d) if d <= check => {
-                    return crate::timer::timeout_at(d, f).await.map_err(|_| false);
+                    return timer::timeout_at(d, f).await.map_err(|_| false);
                 }
                 _ => {}
             }
-            if let Ok(v) = crate::timer::timeout_at(check, f.as_mut()).await {
+            if let Ok(v) = timer::timeout_at(check, f.as_mut()).await {
                 return Ok(v);
             }
             if self.login.lock().is_some() && self.services.login_pressure() {
@@ -380,6 +381,7 @@ async fn login(
         pool,
         cluster,
         route: Default::default(),
+        target: None,
         listed,
         server,
         slot,

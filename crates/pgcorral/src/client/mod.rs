@@ -15,58 +15,25 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-
-use crate::cancel::CancelSlot;
-use crate::config::{millis_opt, PoolMode};
-use crate::conns::State as ListState;
-use crate::error::{Error, Kind, Result};
-use crate::logsafe::Esc;
-use crate::net::peer::Peer;
-use crate::net::stream::{Detached, Stream};
-use crate::pool::{Checkout, Pool};
-use crate::relay::{self, Outcome, Timeouts};
-use crate::services::{ClientCount, LoginCount, Services};
-use crate::session::Settings;
+use corral_rt::stream::{Detached, Stream};
 use admit::admit;
 use replies::{refuse_statement, refuse_transaction, timed_out};
 use request::{next_request, IdleTimer};
 use state::{deliver_held, recapture, restore};
 
-/// The client's socket and what has been read from it but not yet forwarded.
-pub struct ClientConn {
-    pub stream: Stream,
-    /// Where it connected from.
-    pub peer: Peer,
-    pub buf: BytesMut,
-    /// Bytes of a message body still to pass through unparsed.
-    pub pass: usize,
-    /// Largest message accepted from this client.
-    pub max_len: u32,
-    /// The worker thread this client lives on; servers it holds are moved there.
-    pub worker: usize,
-    /// Custom (dotted) setting names seen in the client's SET/RESET/set_config since the last
-    /// capture; empty (no allocation) for almost every client.
-    pub custom: Vec<String>,
-    /// Its prepared statements (transaction and statement mode); empty until it prepares one.
-    pub statements: crate::prepared::ClientStatements,
-    /// The last read of the (plaintext) socket found nothing and left this task registered for
-    /// its next bytes; the socket keeps that registration until they come, so waiting for the next
-    /// request needs no second one.
-    pub read_armed: bool,
-}
-
-impl ClientConn {
-    /// One read into `buf`'s spare room (see [`Stream::poll_read_into`]), noting whether it
-    /// left the task registered for the socket.
-    #[inline]
-    pub fn poll_read(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.stream
-            .poll_read_armed(cx, &mut self.buf, &mut self.read_armed)
-    }
-}
+use crate::cancel::CancelSlot;
+use crate::client_conn::ClientConn;
+use crate::config::{millis_opt, PoolMode};
+use crate::conns::State as ListState;
+use crate::error::{Error, Kind, Result};
+use crate::logsafe::Esc;
+use crate::net::peer::Peer;
+use crate::pool::{Checkout, Pool};
+use crate::relay::{self, Outcome, Timeouts};
+use crate::cluster::{Target, Want};
+use crate::route::{self, ClientRoute, Decision};
+use crate::services::{ClientCount, LoginCount, Services};
+use crate::session::Settings;
 
 /// The task of one accepted connection, to its end: registers the socket with the reactor of
 /// the worker that polls it, admits the client and serves it. Errors are reported to the
@@ -324,7 +291,9 @@ struct Session {
     /// Every server's pool of its (database, user).
     cluster: crate::cluster::Cluster,
     /// Its SET SERVER ROLE and read-your-writes position.
-    route: crate::route::ClientRoute,
+    route: ClientRoute,
+    /// Where the transaction now running was routed (databases with routing).
+    target: Option<Target>,
     /// Its entry in SHOW CLIENTS.
     listed: crate::conns::Listed,
     /// The server held for the whole session (session mode).
@@ -372,7 +341,7 @@ fn relay_mode<'a>(
             g.retry_stale_statements,
         )),
         stats: Some((pool.clone(), worker)),
-        one_batch: false,
+        target: None,
         // Session mode: a client holds its server for good, so it can only move with it, and
         // only at an idle answer (pooled clients move between transactions, without one).
         shed: (!pooled && services.balance.len() > 1).then_some((&*services.balance, worker)),
@@ -381,33 +350,34 @@ fn relay_mode<'a>(
 }
 
 /// A server of the client's cluster for the request in its buffer, chosen by the router; `None`
-/// when pgcorral answered the request itself (SET/SHOW SERVER ROLE). Notes in `session.route` whether it may write.
+/// when pgcorral answered the request itself (SET/SHOW SERVER ROLE). The target is noted in
+/// `session.target`.
 async fn routed_checkout(
     client: &mut ClientConn,
     services: &Services,
     session: &mut Session,
 ) -> Result<Option<Checkout>> {
-    let decision = crate::route::decide(
+    let decision = route::decide(
         client,
         &session.cluster,
         &services.router,
         &mut session.route,
     )
     .await?;
-    let crate::route::Decision::Route { want, writes } = decision else {
+    let Decision::Route(target) = decision else {
         session.listed.set_state(ListState::Idle);
         return Ok(None);
     };
-    session.route.writes = writes;
+    session.target = Some(target);
     let ryw = session.cluster.topology().settings().read_your_writes;
-    let min_lsn = if ryw && want != crate::cluster::Want::Primary {
+    let min_lsn = if ryw && target.want != Want::Primary {
         session.route.min_lsn
     } else {
         0
     };
     session
         .cluster
-        .checkout(want, client.worker, min_lsn)
+        .checkout(target, client.worker, min_lsn)
         .await
         .map(Some)
 }
@@ -486,7 +456,7 @@ fn run<'a>(
             // With several servers, the statistics are those of the server's own pool, and
             // each transaction is routed on its own: a pipelined next one must wait.
             let routed = session.cluster.routed();
-            relay_mode.one_batch = routed;
+            relay_mode.target = if routed { session.target } else { None };
             let mut home = None;
             if routed {
                 // A routed session does not move (its servers may be several).
@@ -500,7 +470,7 @@ fn run<'a>(
             }
             match outcome {
                 Outcome::Idle => {
-                    if session.route.writes
+                    if session.target.is_some_and(|t| t.writes)
                         && session.cluster.topology().settings().read_your_writes
                     {
                         let at = crate::cold::cold(crate::cluster::wal_position(s)).await;

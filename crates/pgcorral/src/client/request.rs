@@ -9,6 +9,7 @@ use bytes::Buf;
 use pgwire::frontend::{self, Kind as FeKind};
 use pgwire::Header;
 use tokio::time::Sleep;
+use corral_rt::timer::sleep_until;
 
 use super::replies::client_idle_error;
 use super::ClientConn;
@@ -177,7 +178,7 @@ impl IdleTimer {
     fn arm(&mut self, deadline: tokio::time::Instant) -> Pin<&mut Sleep> {
         match &mut self.0 {
             Some(s) => s.as_mut().reset(deadline),
-            None => self.0 = Some(Box::pin(crate::timer::sleep_until(deadline))),
+            None => self.0 = Some(Box::pin(sleep_until(deadline))),
         }
         self.0.as_mut().expect("set above").as_mut()
     }

@@ -7,10 +7,10 @@
 
 use bytes::BytesMut;
 use pgwire::startup::{self, StartupError, StartupPacket};
+use corral_rt::stream::{Sock, Stream};
 
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_startup, ReadError};
-use crate::net::stream::{Sock, Stream};
 use crate::tls::{ClientSide, ALPN};
 
 /// First byte of a TLS record carrying a handshake message (a ClientHello, from a client that

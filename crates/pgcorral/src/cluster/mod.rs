@@ -10,10 +10,12 @@ pub mod topology;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corral_rt::timer;
+use topology::{Node, Role, Topology, View};
+
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
 use crate::pool::{Checkout, Pool};
-use topology::{Node, Role, Topology, View};
 
 /// How long a request waits for the first check of servers whose role is detected.
 const FIRST_CHECK_WAIT: Duration = Duration::from_secs(10);
@@ -40,6 +42,25 @@ impl Want {
             Want::Any => "any",
         }
     }
+}
+
+/// Which shards of its database a request goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shards {
+    /// One shard; a database that is not sharded has only shard 0.
+    One(usize),
+    /// Every shard of the database (what sharding sends without a sharding key).
+    All,
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub shards: Shards,
+    /// The server it needs in each shard.
+    pub want: Want,
+    /// The request may write: read-your-writes notes the primary's position after it.
+    pub writes: bool,
 }
 
 struct Inner {
@@ -85,15 +106,25 @@ impl Cluster {
         self.0.routed
     }
 
-    /// A server for a request that needs `want`, on `worker`. `min_lsn` > 0: only servers that
-    /// have replayed that far (read-your-writes). A server that cannot be reached is banned
-    /// (the primary never is) and the next one tried; a request for the primary waits up to
+    /// A server of `target`, on `worker`: the cluster is the database's one shard, and the
+    /// server the one `target.want` asks for. `min_lsn` > 0: only servers that have replayed
+    /// that far (read-your-writes). A server that cannot be reached is banned (the primary
+    /// never is) and the next one tried; a request for the primary waits up to
     /// `server_unavailable_wait` for one to be reachable (a restart, a failover).
-    pub async fn checkout(&self, want: Want, worker: usize, min_lsn: u64) -> Result<Checkout> {
+    pub async fn checkout(&self, target: Target, worker: usize, min_lsn: u64) -> Result<Checkout> {
+        if target.shards != Shards::One(0) {
+            return Err(Error::new(
+                Kind::NotSupported,
+                format!(
+                    "database \"{}\" has one shard: no request can go to {:?}",
+                    self.0.topology.database, target.shards
+                ),
+            ));
+        }
         if !self.routed() {
             return self.0.pools[0].checkout(worker).await;
         }
-        Box::pin(self.checkout_routed(want, worker, min_lsn)).await
+        Box::pin(self.checkout_routed(target.want, worker, min_lsn)).await
     }
 
     async fn checkout_routed(&self, want: Want, worker: usize, min_lsn: u64) -> Result<Checkout> {
@@ -110,7 +141,7 @@ impl Cluster {
                 if (want == Want::Primary && Instant::now() < give_up) || first_check {
                     // No primary reachable now: wait for it to come back or for a replica to
                     // be promoted (the monitor detects it).
-                    crate::timer::sleep(pause.min(give_up - Instant::now())).await;
+                    timer::sleep(pause.min(give_up - Instant::now())).await;
                     pause = (pause * 2).min(Duration::from_millis(250));
                     tried.clear();
                     continue;

@@ -8,6 +8,9 @@ use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corral_rt::timer;
+use corral_rt::exec::spawn_here;
+
 use super::topology::{Node, Role, Topology};
 use crate::logsafe::Esc;
 use crate::server::ServerConn;
@@ -53,7 +56,7 @@ impl Topology {
         let (done, mut results) = tokio::sync::mpsc::unbounded_channel();
         for node in &self.nodes {
             let (t, node, done) = (self.clone(), node.clone(), done.clone());
-            let _ = crate::net::exec::spawn_here(async move {
+            let _ = spawn_here(async move {
                 let status = t.check(&node, worker).await;
                 let _ = done.send((node, status));
             });
@@ -85,7 +88,7 @@ impl Topology {
                     .map_err(|e| e.to_string())?
             }
         };
-        let rows = crate::timer::timeout(timeout, exec::query(&mut conn, STATUS)).await;
+        let rows = timer::timeout(timeout, exec::query(&mut conn, STATUS)).await;
         let status = match rows {
             Err(_) => {
                 return Err(format!(

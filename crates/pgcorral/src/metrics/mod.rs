@@ -18,6 +18,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use corral_rt::timer;
 
 use crate::services::Services;
 
@@ -29,7 +30,8 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long in-flight requests get to finish once shutdown fires.
 const DRAIN: Duration = Duration::from_secs(1);
 
-/// Serves the endpoint until shutdown.
+/// Serves the endpoint until shutdown, on the main thread's runtime (a task per request).
+#[allow(clippy::disallowed_methods)]
 pub async fn serve(listener: TcpListener, services: Services) {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(collect::Pgcorral(services.clone())));
@@ -45,7 +47,7 @@ pub async fn serve(listener: TcpListener, services: Services) {
             Ok((stream, _)) => stream,
             Err(e) => {
                 tracing::warn!(error = %e, "metrics: accept failed");
-                crate::timer::sleep(backoff).await;
+                timer::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
@@ -71,7 +73,7 @@ pub async fn serve(listener: TcpListener, services: Services) {
                 Some(r) => r,
                 None => {
                     conn.as_mut().graceful_shutdown();
-                    match crate::timer::timeout(DRAIN, conn).await {
+                    match timer::timeout(DRAIN, conn).await {
                         Ok(r) => r,
                         Err(_) => return,
                     }

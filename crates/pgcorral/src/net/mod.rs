@@ -1,15 +1,5 @@
-//! Sockets and the workers that serve them: accepting clients, the workers' executor and epoll
-//! reactor, plaintext or TLS streams, and reading whole messages off them.
+//! What the hops share about a connection's bytes: reading whole messages during startup and
+//! authentication ([`framed`]) and where a client connected from ([`peer`]).
 
-pub mod balance;
-pub mod batch;
-pub mod direct;
-pub mod exec;
 pub mod framed;
-pub mod listener;
 pub mod peer;
-pub mod reactor;
-pub mod sock;
-pub mod stream;
-pub mod unix_listener;
-pub mod workers;

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use pgwire::backend::{self, TxStatus};
+use corral_rt::timer;
+use corral_rt::exec::spawn_here;
 
 use super::Pool;
 use crate::net::framed::read_message;
@@ -127,7 +129,7 @@ impl Drop for Checkout {
                 let running = !server.state.broken && server.state.pending > 0;
                 if running {
                     let key = server.key.clone();
-                    let _ = crate::net::exec::spawn_here(async move {
+                    let _ = spawn_here(async move {
                         let _ = crate::cancel::send_cancel(&key).await;
                     });
                 }
@@ -139,7 +141,7 @@ impl Drop for Checkout {
                 let cleaning = async move {
                     let mut server = server;
                     let ok =
-                        crate::timer::timeout(CLEANUP_TIMEOUT, clean(&mut server, rollback, reset))
+                        timer::timeout(CLEANUP_TIMEOUT, clean(&mut server, rollback, reset))
                             .await
                             .unwrap_or(false);
                     if ok {
@@ -150,7 +152,7 @@ impl Drop for Checkout {
                         pool.release_slot();
                     }
                 };
-                if crate::net::exec::spawn_here(cleaning).is_err() {
+                if spawn_here(cleaning).is_err() {
                     // No executor here (the process is ending): the server goes.
                     self.pool.release_slot();
                 }

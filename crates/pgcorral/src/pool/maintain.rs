@@ -1,52 +1,13 @@
-//! Pool upkeep in the background: closes idle servers that the server closed, that outlived
-//! `server_lifetime` or sat unused past `server_idle_timeout`, and opens servers up to
-//! `min_pool_size`; gives waiting clients reserve places and sends away those past
-//! query_wait_timeout; ends statistics periods; starts the health checks of databases with
-//! replicas when due.
+//! Pool upkeep, run on every tick of the listener's upkeep task: closes idle servers that the
+//! server closed, that outlived `server_lifetime` or sat unused past `server_idle_timeout`, and
+//! says how many to open up to `min_pool_size`.
 
 use std::time::Duration;
 
 use super::Pool;
-use crate::services::Services;
 
-/// How often every pool is looked at.
+/// How often every pool is looked at (by the listener's upkeep task, `crate::listen`).
 pub const TICK: Duration = Duration::from_millis(250);
-
-/// Runs until shutdown.
-pub async fn run(services: Services) {
-    let mut tick = crate::timer::interval(TICK);
-    let mut next_worker = 0usize;
-    loop {
-        tokio::select! {
-            _ = services.shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        for topology in services.pools.topologies() {
-            if topology.round_due() {
-                // Always on the first worker: the monitor's connections are registered there.
-                if let Some(handle) = services.balance.handle(0) {
-                    handle.spawn(topology.round(0));
-                }
-            }
-        }
-        let period = Duration::from_secs(services.config.load().general.stats_period.max(1));
-        for pool in services.pools.all() {
-            pool.stats().roll(period);
-            pool.expire_waiters();
-            let warm = pool.maintain();
-            for _ in 0..warm {
-                // Spread new servers over the workers; they move to a client's worker anyway.
-                let n = services.balance.len().max(1);
-                next_worker = (next_worker + 1) % n;
-                let Some(handle) = services.balance.handle(next_worker) else {
-                    break;
-                };
-                let (p, w) = (pool.clone(), next_worker);
-                handle.spawn(async move { p.warm(w).await });
-            }
-        }
-    }
-}
 
 impl Pool {
     /// Closes idle servers that are dead, too old or unused for too long (keeping

@@ -18,10 +18,10 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 pub use checkout::Checkout;
-
 use inner::{Grant, Inner};
 use limits::{CapKey, Limits};
 use parking_lot::Mutex;
+use corral_rt::timer;
 
 use crate::config::PoolMode;
 use crate::error::{Error, Kind, Result};
@@ -31,7 +31,7 @@ use crate::server::{ServerConn, ServerParams};
 /// Rolls back an open transaction on a checked-out server; true when it ends idle within the
 /// cleanup timeout (otherwise the caller should treat the server as broken).
 pub async fn rollback(server: &mut Checkout) -> bool {
-    crate::timer::timeout(
+    timer::timeout(
         checkout::CLEANUP_TIMEOUT,
         checkout::clean(server, true, None),
     )
@@ -299,7 +299,7 @@ impl Pool {
     async fn check_then_slow(&self, mut c: Checkout, worker: usize) -> Result<Checkout> {
         let s = self.0.settings.load_full();
         let applied = c.applied.clone();
-        let ok = crate::timer::timeout(
+        let ok = timer::timeout(
             s.check_timeout,
             checkout::clean(&mut c, false, Some(s.check_query.clone())),
         )
@@ -453,7 +453,7 @@ impl Pool {
                 let acquire = l.acquire(k, self);
                 let grant = match settings.wait_timeout {
                     None => acquire.await,
-                    Some(t) => crate::timer::timeout(t, acquire).await.map_err(|_| {
+                    Some(t) => timer::timeout(t, acquire).await.map_err(|_| {
                         Error::new(
                             Kind::PoolTimeout,
                             format!(
@@ -493,7 +493,7 @@ impl Pool {
                 Ok(s) => break s,
                 Err(e) if for_client && e.server_unavailable() && Instant::now() < give_up => {
                     tracing::debug!(pool = ?self.0.name, error = %crate::logsafe::Esc(&e), "server unavailable; waiting for it");
-                    crate::timer::sleep(pause.min(give_up - Instant::now())).await;
+                    timer::sleep(pause.min(give_up - Instant::now())).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
                 Err(e) => {

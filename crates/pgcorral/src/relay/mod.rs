@@ -12,13 +12,18 @@ use bytes::Buf;
 use pgwire::backend::TxStatus;
 use pgwire::FrameError;
 use tokio::io::AsyncWrite;
+use corral_rt::timer::sleep_until;
+use corral_rt::balance::Balance;
+use corral_rt::batch;
+use corral_rt::direct::Budget;
 
-use crate::client::ClientConn;
+use crate::client_conn::ClientConn;
 use crate::pool::stats::{Done, Meter, Stats, Totals};
 use crate::pool::Pool;
 use crate::prepared::expect::Answers;
 use crate::prepared::rewrite::Link;
 use crate::prepared::Registry;
+use crate::cluster::Target;
 use crate::server::{LinkState, ServerConn};
 
 pub mod database_ddl;
@@ -130,12 +135,14 @@ pub struct Mode<'a> {
     /// shard. A pool rather than its statistics, so that a request loop keeps one `Mode` and
     /// points it at each server's pool (several servers).
     pub stats: Option<(Pool, usize)>,
-    /// One request batch in flight at a time (see [`LinkState::one_batch`]).
-    pub one_batch: bool,
+    /// Where the request was routed, for a database with routing: each transaction is routed
+    /// on its own, so one request batch is in flight at a time (see
+    /// [`LinkState::one_batch`]). `None`: the database's one server.
+    pub target: Option<Target>,
     /// Session mode: also stop when the server is idle while the client's worker would move a
     /// client elsewhere (the balance and that worker), so that the client can move with its
     /// server.
-    pub shed: Option<(&'a crate::net::balance::Balance, usize)>,
+    pub shed: Option<(&'a Balance, usize)>,
     /// Every pool: idle servers to a database are closed before a statement that needs no
     /// other session on it (DROP DATABASE and the like: [`database_ddl`]).
     pub pools: Option<&'a crate::pool::registry::Registry>,
@@ -325,7 +332,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     // messages); c_stop: the client side ended (acted on once both are written); c_again: scan
     // again once they are. s_ready/s_stop/s_again: the same for the server side, whose bytes
     // follow `server.fout` (answers pgcorral gives).
-    server.state.one_batch = mode.one_batch;
+    server.state.one_batch = mode.target.is_some();
     // Whatever the client already sent (the request that caused checkout) goes first.
     let c = scan_c(client, server, mode, &mut unnamed_here);
     let (mut c_ready, mut c_stop, mut c_again) = (c.ready, c.stop, c.again);
@@ -341,7 +348,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     // the client sent since, once nothing of the client's is part-way out.
     let mut replay_due = false;
     // Sockets are read and written straight, outside any task budget: this is the relay's.
-    let mut budget = crate::net::direct::Budget::new();
+    let mut budget = Budget::new();
     // A write to the client goes into the worker's batch (`net::batch`), which the worker
     // sends when its tasks stop running: once this relay waits. While the client streams (a
     // long pipeline: its socket stays readable) the relay does not wait, and the server's
@@ -522,7 +529,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     let at = tokio::time::Instant::now() + d;
                     match &mut timer {
                         Some(t) => t.as_mut().reset(at),
-                        None => timer = Some(Box::pin(crate::timer::sleep_until(at))),
+                        None => timer = Some(Box::pin(sleep_until(at))),
                     }
                     armed = true;
                 }
@@ -600,7 +607,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         if budget.spend() {
             // This task is run again at once, before the worker sends its batch: what the
             // relay wrote goes out first.
-            crate::net::batch::flush();
+            batch::flush();
             tokio::task::yield_now().await;
         }
 

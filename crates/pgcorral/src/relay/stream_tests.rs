@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use corral_rt::stream::Stream;
 
 use super::{run, Mode, Outcome};
-use crate::client::ClientConn;
-use crate::net::stream::Stream;
+use crate::client_conn::ClientConn;
 use crate::server::{CancelKey, ServerAddr, ServerConn};
 
 /// Bind/Execute pairs (of a named statement) per write, and at most in all.
@@ -30,7 +30,7 @@ fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
 /// error would reach the client only when the relay ends, after the whole pipeline.
 #[tokio::test]
 async fn an_error_reaches_a_streaming_client_while_it_sends() {
-    if !crate::net::batch::enable() {
+    if !corral_rt::batch::enable() {
         eprintln!("io_uring is not available here: nothing to test");
         return;
     }
@@ -85,7 +85,7 @@ async fn an_error_reaches_a_streaming_client_while_it_sends() {
         sent
     });
     let mut client = ClientConn {
-        stream: Stream::Unix(crate::net::sock::Socket::new(c).unwrap()),
+        stream: Stream::Unix(corral_rt::sock::Socket::new(c).unwrap()),
         peer: crate::net::peer::Peer::Unix { port: 0, pid: 0 },
         buf: BytesMut::new(),
         pass: 0,
@@ -101,13 +101,13 @@ async fn an_error_reaches_a_streaming_client_while_it_sends() {
         secret: 1,
         tls: None,
     };
-    let stream = Stream::Unix(crate::net::sock::Socket::new(s).unwrap());
+    let stream = Stream::Unix(corral_rt::sock::Socket::new(s).unwrap());
     let mut server = ServerConn::new(stream, BytesMut::new(), key, Default::default(), 0);
     let outcome = run(&mut client, &mut server, &Mode::default()).await;
     assert_eq!(outcome, Outcome::ClientGone);
     let sent = writer.join().unwrap();
     drop((client, server));
-    crate::net::batch::disable();
+    corral_rt::batch::disable();
     pg_side.join().unwrap();
     let got = reader.join().unwrap();
     assert!(got.starts_with(&msg(b'E', b"SERROR\0C22012\0Mdivision by zero\0\0")));

@@ -1,7 +1,9 @@
-//! Query routing for databases with replicas: what a request needs (a primary, or any server
-//! that may serve reads), from PostgreSQL's own parser ([`classify`]), comment hints and
-//! pgcorral's `SET SERVER ROLE` / `SHOW SERVER ROLE` commands ([`hint`]). A transaction is
-//! routed by its first request; everything in it then stays on that server.
+//! Query routing: where a request goes, as a [`Target`] (which shards of the database, what
+//! server role there), for databases with replicas from PostgreSQL's own parser
+//! ([`classify`]), comment hints and pgcorral's `SET SERVER ROLE` / `SHOW SERVER ROLE` commands
+//! ([`hint`]). A transaction is routed by its first request; everything in it then stays on
+//! that server. Every database has one shard today (`Shards::One(0)`); the checkout
+//! ([`crate::cluster::Cluster::checkout`]) and the relay take the target as it is.
 
 pub mod classify;
 pub mod hint;
@@ -11,14 +13,15 @@ use bytes::{Buf, BytesMut};
 use pgwire::backend::TxStatus;
 use pgwire::frontend::query_text;
 use pgwire::Header;
-
-use crate::client::ClientConn;
-use crate::cluster::topology::RouteSettings;
-use crate::cluster::{Cluster, Want};
-use crate::config::DefaultRole;
-use crate::error::{Error, Kind, Result};
 use classify::Class;
 use hint::{Command, RoleChoice};
+
+use crate::client_conn::ClientConn;
+use crate::rows::Table;
+use crate::cluster::topology::RouteSettings;
+use crate::cluster::{Cluster, Shards, Target, Want};
+use crate::config::DefaultRole;
+use crate::error::{Error, Kind, Result};
 
 /// A client's routing state: its `SET SERVER ROLE` and its read-your-writes position.
 #[derive(Debug, Clone, Copy, Default)]
@@ -27,16 +30,13 @@ pub struct ClientRoute {
     pub role: Option<RoleChoice>,
     /// End of the client's last write in the primary's WAL (read-your-writes); 0 = none.
     pub min_lsn: u64,
-    /// The transaction now running was routed as one that may write.
-    pub writes: bool,
 }
 
 /// What to do with the client's next request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
-    /// Check out a server for `want`; `writes`: the request may write (read-your-writes
-    /// notes the primary's position after it).
-    Route { want: Want, writes: bool },
+    /// Check out a server of the target's.
+    Route(Target),
     /// pgcorral answered it (SET/SHOW SERVER ROLE): wait for the next one.
     Answered,
 }
@@ -60,19 +60,12 @@ pub async fn decide(
     let hinted = first_text(client).and_then(hint::comment_hint);
     let choice = hinted.or(route.role).unwrap_or(RoleChoice::Default);
     let by_parser = |client: &ClientConn| match classify_batch(client, cache, &settings) {
-        Class::Write => Decision::Route {
-            want: Want::Primary,
-            writes: true,
-        },
-        Class::Read | Class::ReadOnlyBegin => Decision::Route {
-            want: Want::Read,
-            writes: false,
-        },
+        Class::Write => Decision::Route(first_shard(Want::Primary, true)),
+        Class::Read | Class::ReadOnlyBegin => {
+            Decision::Route(first_shard(Want::Read, false))
+        }
     };
-    let fixed = |want: Want| Decision::Route {
-        want,
-        writes: want == Want::Primary,
-    };
+    let fixed = |want: Want| Decision::Route(first_shard(want, want == Want::Primary));
     Ok(match choice {
         RoleChoice::Primary => fixed(Want::Primary),
         RoleChoice::Replica => fixed(Want::Replica),
@@ -85,6 +78,15 @@ pub async fn decide(
             DefaultRole::Any => fixed(Want::Any),
         },
     })
+}
+
+/// Shard 0's server for `want` (every database has one shard today).
+fn first_shard(want: Want, writes: bool) -> Target {
+    Target {
+        shards: Shards::One(0),
+        want,
+        writes,
+    }
 }
 
 /// The SQL of the first message, when it is a complete Query or Parse.
@@ -128,7 +130,7 @@ fn own_command(
             pgwire::encode::command_complete(&mut out, "SET");
         }
         Ok(Some(Command::ShowRole)) => {
-            let mut t = crate::admin::table::Table::text(&["server_role"]);
+            let mut t = Table::text(&["server_role"]);
             t.row(vec![role_name(route.role, settings).into()]);
             t.describe(&mut out);
             t.rows(&mut out);

@@ -10,13 +10,14 @@ use pgwire::auth::scram::{ScramClient, ScramSecret};
 use pgwire::backend::{self, auth_code};
 use pgwire::encode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use corral_rt::timer;
+use corral_rt::sock::{connect_tcp, connect_unix, TcpSocket};
+use corral_rt::stream::{Sock, Stream};
 
 use super::{CancelKey, CancelTls, ServerAddr, ServerConn};
 use crate::config::SslMode;
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_message, ReadError};
-use crate::net::sock::{connect_tcp, connect_unix, TcpSocket};
-use crate::net::stream::{Sock, Stream};
 
 /// What pgcorral holds to prove a login to the server.
 #[derive(Clone, Default)]
@@ -97,7 +98,7 @@ fn io_err(target: &Target, what: &str, e: ReadError) -> Error {
 
 /// Connects and logs in; the whole exchange is bounded by the connect timeout.
 pub async fn connect(target: &Target, worker: usize) -> Result<ServerConn> {
-    match crate::timer::timeout(target.connect_timeout, connect_inner(target, worker)).await {
+    match timer::timeout(target.connect_timeout, connect_inner(target, worker)).await {
         Ok(r) => r,
         Err(_) => Err(Error::new(
             Kind::ServerConnect,
@@ -220,7 +221,6 @@ async fn open(target: &Target) -> Result<(Stream, ServerAddr, Option<Arc<CancelT
         .await
         .map_err(failed)?;
     let addr = tcp
-        .get_ref()
         .peer_addr()
         .map_err(|e| Error::with_source(Kind::ServerConnect, "peer address", e))?;
     // allow asks for TLS as prefer does (as PgBouncer): the server decides.

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use pgwire::backend::TxStatus;
-
-use crate::net::stream::Stream;
+use corral_rt::stream::Stream;
 
 /// The address a server connection went to: TCP, or a Unix socket's path.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
 use pgwire::backend::{self, TxStatus};
+use corral_rt::timer;
 
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::read_message;
@@ -31,7 +32,7 @@ pub async fn query(server: &mut ServerConn, sql: &str) -> Result<Rows> {
 
 /// [`query`], returning the rows of each statement that returned rows, in order.
 pub async fn query_sets(server: &mut ServerConn, sql: &str) -> Result<Vec<Rows>> {
-    match crate::timer::timeout(EXEC_TIMEOUT, run(server, sql)).await {
+    match timer::timeout(EXEC_TIMEOUT, run(server, sql)).await {
         Ok(Ok(sets)) => Ok(sets),
         Ok(Err(e)) => {
             if e.kind() != Kind::ServerError {

@@ -401,7 +401,7 @@ impl Pooler {
     pub async fn start(toml: &str) -> Pooler {
         let mut config = pgcorral::config::from_toml_str(toml).expect("test config is valid");
         config.general.listen_port = 0;
-        let server = pgcorral::Server::bind(config).await.unwrap();
+        let server = pgcorral::Pooler::bind(config).await.unwrap();
         let addr = server.local_addr();
         let metrics = server.metrics_addr();
         let services = server.services().clone();

@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 
-use super::reactor::{Events, Reactor};
+use crate::batch;
+use crate::reactor::{Events, Reactor};
+use crate::sync;
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -33,10 +35,9 @@ pub struct Handle(Arc<Shared>);
 struct Shared {
     /// Tasks spawned or woken from other threads.
     remote: parking_lot::Mutex<Remote>,
-    /// Something is in `remote` (checked without the lock).
-    has_remote: AtomicBool,
-    /// The worker is waiting (or about to wait) in its reactor: a remote push writes `wake`.
-    sleeping: AtomicBool,
+    /// Something is in `remote`, and whether the worker sleeps: a remote push writes `wake`
+    /// when it must.
+    bell: Doorbell,
     wake: OwnedFd,
     stop: AtomicBool,
 }
@@ -49,9 +50,61 @@ struct Remote {
     closed: bool,
 }
 
+/// The handshake between a worker about to wait in its reactor and a thread that gives it work
+/// (a spawn, a wake, a stop): whoever comes second sees the other, so work is never left
+/// queued while the worker sleeps (the loom model `loom_tests` checks every interleaving).
+pub(crate) struct Doorbell {
+    /// Work was queued since the worker last took the queue.
+    pending: sync::AtomicBool,
+    /// The worker waits, or is about to: the one who queues work must wake it.
+    sleeping: sync::AtomicBool,
+}
+
+impl Doorbell {
+    pub(crate) fn new() -> Doorbell {
+        Doorbell {
+            pending: sync::AtomicBool::new(false),
+            sleeping: sync::AtomicBool::new(false),
+        }
+    }
+
+    /// After work was queued: true when the worker must be woken (it waits or is about to).
+    pub(crate) fn ring(&self) -> bool {
+        self.pending.store(true, SeqCst);
+        self.sleeping.swap(false, SeqCst)
+    }
+
+    /// The worker: whether work was queued, clearing the mark (it takes the queue next).
+    pub(crate) fn take(&self) -> bool {
+        if !self.pending.load(Relaxed) {
+            return false;
+        }
+        self.pending.store(false, SeqCst);
+        true
+    }
+
+    /// The worker, before it waits: false when work came meanwhile (then it must not wait).
+    pub(crate) fn may_sleep(&self) -> bool {
+        self.sleeping.store(true, SeqCst);
+        if self.pending.load(SeqCst) {
+            self.sleeping.store(false, Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// The worker, after its wait.
+    pub(crate) fn awake(&self) {
+        self.sleeping.store(false, Relaxed);
+    }
+}
+
 enum Job {
     Spawn(Arc<Task>, BoxFuture),
     Wake(Arc<Task>),
+    /// Runs on the worker's loop, outside every task (tests: a panic there kills the worker).
+    #[cfg(test)]
+    OnLoop(Box<dyn FnOnce() + Send>),
 }
 
 struct Task {
@@ -125,8 +178,7 @@ impl Shared {
             }
             remote.jobs.push(job);
         }
-        self.has_remote.store(true, SeqCst);
-        if self.sleeping.swap(false, SeqCst) {
+        if self.bell.ring() {
             self.notify();
         }
     }
@@ -177,8 +229,7 @@ impl Handle {
         let wake = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Handle(Arc::new(Shared {
             remote: parking_lot::Mutex::new(Remote::default()),
-            has_remote: AtomicBool::new(false),
-            sleeping: AtomicBool::new(false),
+            bell: Doorbell::new(),
             wake,
             stop: AtomicBool::new(false),
         })))
@@ -202,11 +253,27 @@ impl Handle {
         })
     }
 
+    /// Closes the queue: what is queued and what is spawned from now on is dropped. For a
+    /// worker that has ended without [`Handle::run`] closing it (a panic in the loop itself).
+    pub fn close(&self) {
+        let jobs = {
+            let mut remote = self.0.remote.lock();
+            remote.closed = true;
+            std::mem::take(&mut remote.jobs)
+        };
+        drop(jobs);
+    }
+
+    /// Runs `f` on the worker's loop itself, outside every task's `catch_unwind`.
+    #[cfg(test)]
+    pub(crate) fn on_loop(&self, f: impl FnOnce() + Send + 'static) {
+        self.0.push(Job::OnLoop(Box::new(f)));
+    }
+
     /// Makes [`Handle::run`] return; its tasks are dropped.
     pub fn stop(&self) {
         self.0.stop.store(true, SeqCst);
-        self.0.has_remote.store(true, SeqCst);
-        if self.0.sleeping.swap(false, SeqCst) {
+        if self.0.bell.ring() {
             self.0.notify();
         }
     }
@@ -222,8 +289,7 @@ impl Handle {
         let mut events = Events::new();
         let mut incoming = Vec::new();
         loop {
-            if self.0.has_remote.load(Relaxed) {
-                self.0.has_remote.store(false, SeqCst);
+            if self.0.bell.take() {
                 std::mem::swap(&mut incoming, &mut self.0.remote.lock().jobs);
                 if self.0.stop.load(SeqCst) {
                     break;
@@ -232,6 +298,8 @@ impl Handle {
                     match job {
                         Job::Spawn(task, future) => tasks.take_in(task, future),
                         Job::Wake(task) => LOCAL.with(|l| l.queue.borrow_mut().push_back(task)),
+                        #[cfg(test)]
+                        Job::OnLoop(f) => f(),
                     }
                 }
             }
@@ -245,19 +313,17 @@ impl Handle {
                 tasks.take_in_spawned();
             }
             if ran == RUN_BEFORE_LOOKING || LOCAL.with(|l| !l.queue.borrow().is_empty()) {
-                super::batch::flush();
+                batch::flush();
                 reactor.turn(&mut events, 0);
                 continue;
             }
             // The turn's writes go out before the worker looks for events (and maybe sleeps).
-            super::batch::flush();
-            self.0.sleeping.store(true, SeqCst);
-            if self.0.has_remote.load(SeqCst) {
-                self.0.sleeping.store(false, Relaxed);
+            batch::flush();
+            if !self.0.bell.may_sleep() {
                 continue;
             }
             reactor.turn(&mut events, -1);
-            self.0.sleeping.store(false, Relaxed);
+            self.0.bell.awake();
         }
         {
             let mut remote = self.0.remote.lock();
@@ -382,15 +448,15 @@ thread_local! {
 }
 
 /// Runs `handle`'s executor on this thread (see [`Handle::run`]), with [`spawn_here`] spawning
-/// onto it; `batch`: hand each turn's writes to the kernel together ([`super::batch`]) if
+/// onto it; `batch`: hand each turn's writes to the kernel together ([`crate::batch`]) if
 /// io_uring allows.
 pub fn run_worker(handle: &Handle, batch: bool) -> io::Result<()> {
     LOCAL_HANDLE.with(|h| *h.borrow_mut() = Some(handle.clone()));
     if batch {
-        super::batch::enable();
+        batch::enable();
     }
     let r = handle.run();
-    super::batch::disable();
+    batch::disable();
     LOCAL_HANDLE.with(|h| h.borrow_mut().take());
     r
 }
@@ -463,7 +529,7 @@ mod tests {
         let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         h.spawn(async move {
-            let s = crate::net::sock::Socket::new(a).unwrap();
+            let s = crate::sock::Socket::new(a).unwrap();
             let mut buf = bytes::BytesMut::with_capacity(64);
             let n = std::future::poll_fn(|cx| s.poll_read_into(cx, &mut buf))
                 .await
@@ -479,5 +545,49 @@ mod tests {
         assert_eq!(&back, b"ping");
         h.stop();
         runner.join().unwrap();
+    }
+}
+
+/// Every interleaving of a push from another thread with a worker going to sleep: the worker
+/// either takes the work or is woken for it. Run with `RUSTFLAGS="--cfg corral_loom"` (see the
+/// crate's README).
+#[cfg(all(test, corral_loom))]
+mod loom_tests {
+    use super::Doorbell;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::{Arc, Mutex};
+    use std::sync::atomic::Ordering::SeqCst;
+
+    #[test]
+    fn queued_work_is_taken_or_the_sleeper_is_woken() {
+        loom::model(|| {
+            let bell = Arc::new(Doorbell::new());
+            let queue = Arc::new(Mutex::new(Vec::new()));
+            let woken = Arc::new(AtomicBool::new(false));
+            let pusher = {
+                let (bell, queue, woken) = (bell.clone(), queue.clone(), woken.clone());
+                loom::thread::spawn(move || {
+                    queue.lock().unwrap().push(1);
+                    if bell.ring() {
+                        woken.store(true, SeqCst);
+                    }
+                })
+            };
+            // The worker's loop: take what was announced, then wait unless more came.
+            let mut taken = 0;
+            loop {
+                if bell.take() {
+                    taken += queue.lock().unwrap().drain(..).count();
+                }
+                if bell.may_sleep() {
+                    break;
+                }
+            }
+            pusher.join().unwrap();
+            assert!(
+                taken == 1 || woken.load(SeqCst),
+                "asleep with work queued and no wake-up"
+            );
+        });
     }
 }

@@ -1,6 +1,6 @@
 //! The data path's system calls on plaintext sockets (reads into uninitialised room, writes
 //! without SIGPIPE, no glibc cancellation points), and the relay's own budget of events
-//! ([`Budget`]): the sockets ([`super::sock`]) keep no task budget.
+//! ([`Budget`]): the sockets ([`crate::sock`]) keep no task budget.
 
 use std::io;
 use std::mem::MaybeUninit;

@@ -1,34 +1,33 @@
 //! A TCP or Unix socket registered with a [`Reactor`], read and written straight with system
 //! calls: a ready socket costs one readiness load and the call; only one that would block
-//! registers the task. Reads go into a buffer's uninitialised room ([`super::direct`]); writes on
-//! a worker go into its turn's batch ([`super::batch`]).
+//! registers the task. Reads go into a buffer's uninitialised room ([`crate::direct`]); writes on
+//! a worker go into its turn's batch ([`crate::batch`]).
 
 use std::io;
 use std::net::Shutdown;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::marker::PhantomData;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::task::{ready, Context, Poll};
 
 use bytes::BytesMut;
+use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::batch;
-use super::direct::{probe, recv_into, recv_uninit, send};
-use super::reactor::{Reactor, Readiness, Registration, READ, WRITE};
+use crate::batch;
+use crate::direct::{probe, recv_into, recv_uninit, send};
+use crate::reactor::{Reactor, Readiness, Registration, READ, WRITE};
 
-/// A socket type [`Socket`] can hold.
-pub trait Fd: AsFd + AsRawFd + Unpin {
+/// A socket type [`Socket`] can hold: it gives its descriptor to the socket's readiness, and
+/// takes it back when the socket moves to another reactor.
+pub trait Fd: From<OwnedFd> + Into<OwnedFd> {
     fn set_nonblocking(&self, on: bool) -> io::Result<()>;
-    fn shutdown_write(&self) -> io::Result<()>;
 }
 
 impl Fd for std::net::TcpStream {
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         std::net::TcpStream::set_nonblocking(self, on)
-    }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
     }
 }
 
@@ -36,16 +35,13 @@ impl Fd for std::os::unix::net::UnixStream {
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         std::os::unix::net::UnixStream::set_nonblocking(self, on)
     }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
 }
 
-/// A socket in a reactor's epoll set.
+/// A socket in a reactor's epoll set. Its descriptor is owned by its readiness, shared with any
+/// write of it in a batch (see [`crate::reactor::Readiness::fd`]).
 pub struct Socket<S: Fd> {
-    // Dropped before `io`: the socket leaves the epoll set before it is closed.
     reg: Registration,
-    io: S,
+    kind: PhantomData<fn() -> S>,
 }
 
 pub type TcpSocket = Socket<std::net::TcpStream>;
@@ -55,8 +51,16 @@ impl<S: Fd> Socket<S> {
     /// Registers `io` (made non-blocking) with this thread's reactor.
     pub fn new(io: S) -> io::Result<Socket<S>> {
         io.set_nonblocking(true)?;
-        let reg = Reactor::current()?.register(io.as_raw_fd())?;
-        Ok(Socket { reg, io })
+        let reg = Reactor::current()?.register(io.into())?;
+        Ok(Socket {
+            reg,
+            kind: PhantomData,
+        })
+    }
+
+    #[inline]
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.reg.readiness().fd()
     }
 
     /// Registers `io` as [`Socket::new`], with `held` (from [`Socket::into_inner`] on another
@@ -72,7 +76,7 @@ impl<S: Fd> Socket<S> {
 
     /// The socket, out of the epoll set (to register it with another, with
     /// [`Socket::new_holding`]), and the bytes written that it had no room for yet.
-    pub fn into_inner(self) -> (S, Vec<u8>) {
+    pub fn into_inner(self) -> io::Result<(S, Vec<u8>)> {
         self.flush_batched();
         let ready = self.reg.readiness();
         let held = if ready.drain_held() {
@@ -80,9 +84,7 @@ impl<S: Fd> Socket<S> {
         } else {
             ready.take_held()
         };
-        let Socket { reg, io } = self;
-        drop(reg);
-        (io, held)
+        Ok((S::from(self.reg.into_fd()?), held))
     }
 
     /// Whether bytes already written wait for room in the socket ([`batch`]).
@@ -90,6 +92,12 @@ impl<S: Fd> Socket<S> {
     pub fn holds_unsent(&self) -> bool {
         let ready = self.reg.readiness();
         ready.staged.load(Relaxed) || ready.has_held()
+    }
+
+    /// The socket's readiness, which owns its descriptor.
+    #[cfg(test)]
+    pub(crate) fn readiness(&self) -> &std::sync::Arc<Readiness> {
+        self.reg.readiness()
     }
 
     /// Sends this worker's batch if it has a write of this socket.
@@ -100,9 +108,6 @@ impl<S: Fd> Socket<S> {
         }
     }
 
-    pub fn get_ref(&self) -> &S {
-        &self.io
-    }
 
     /// Ready when a read would not wait; readiness is kept for the read that follows.
     #[inline]
@@ -131,7 +136,7 @@ impl<S: Fd> Socket<S> {
     /// readiness as it is.
     #[inline]
     pub fn try_read_now(&self, buf: &mut BytesMut) -> Option<io::Result<usize>> {
-        match recv_into(&self.io, buf) {
+        match recv_into(self.fd(), buf) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
             r => Some(r),
         }
@@ -143,12 +148,12 @@ impl<S: Fd> Socket<S> {
     fn poll_recv(
         &self,
         cx: &mut Context<'_>,
-        mut recv: impl FnMut(&S) -> io::Result<(usize, usize)>,
+        mut recv: impl FnMut(BorrowedFd<'_>) -> io::Result<(usize, usize)>,
     ) -> Poll<io::Result<usize>> {
         let ready = self.reg.readiness();
         loop {
             let seen = ready!(ready.poll(cx, READ));
-            match recv(&self.io) {
+            match recv(self.fd()) {
                 Ok((n, room)) => {
                     if n > 0 && n < room {
                         ready.clear(seen, READ);
@@ -201,7 +206,7 @@ impl<S: Fd> Socket<S> {
         if data.len() <= batch::MAX_STAGED && batch::stage(self.reg.readiness(), data) {
             return Some(Ok(data.len()));
         }
-        match send(&self.io, data) {
+        match send(self.fd(), data) {
             Ok(n) => {
                 if n < data.len() {
                     ready.clear(seen, WRITE);
@@ -238,7 +243,7 @@ impl<S: Fd> Socket<S> {
         if !Readiness::is_ready(seen, READ) {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        let r = probe(&self.io);
+        let r = probe(self.fd());
         if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
             ready.clear(seen, READ);
         }
@@ -248,7 +253,7 @@ impl<S: Fd> Socket<S> {
 
 impl<S: Fd> AsFd for Socket<S> {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.io.as_fd()
+        self.fd()
     }
 }
 
@@ -295,12 +300,29 @@ impl<S: Fd> AsyncWrite for Socket<S> {
         while !ready.drain_held() {
             ready!(ready.poll(cx, WRITE));
         }
-        Poll::Ready(self.io.shutdown_write())
+        Poll::Ready(SockRef::from(&self.fd()).shutdown(Shutdown::Write))
     }
+}
+
+impl TcpSocket {
+    pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        inet(SockRef::from(&self.fd()).peer_addr()?)
+    }
+
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        inet(SockRef::from(&self.fd()).local_addr()?)
+    }
+}
+
+fn inet(addr: socket2::SockAddr) -> io::Result<std::net::SocketAddr> {
+    addr.as_socket()
+        .ok_or_else(|| io::Error::other("not an internet address"))
 }
 
 /// Connects over TCP (through tokio, whose runtime the caller's thread must be in: a worker
 /// is in the timer thread's), then registers the socket with this thread's reactor.
+// On the timer thread's runtime by design: the connect (and its name lookup) waits there.
+#[allow(clippy::disallowed_methods)]
 pub async fn connect_tcp(addr: impl tokio::net::ToSocketAddrs) -> io::Result<TcpSocket> {
     let s = tokio::net::TcpStream::connect(addr).await?;
     let _ = s.set_nodelay(true);
@@ -308,6 +330,7 @@ pub async fn connect_tcp(addr: impl tokio::net::ToSocketAddrs) -> io::Result<Tcp
 }
 
 /// Connects to a Unix socket, as [`connect_tcp`].
+#[allow(clippy::disallowed_methods)]
 pub async fn connect_unix(path: impl AsRef<std::path::Path>) -> io::Result<UnixSocket> {
     let s = tokio::net::UnixStream::connect(path).await?;
     Socket::new(s.into_std()?)

@@ -1,5 +1,6 @@
-//! A console answer: named columns (text or bigint, as PgBouncer types them) and rows, encoded
-//! as RowDescription, DataRows and CommandComplete.
+//! Result sets pgcorral answers itself (the admin console; the router's answer to a role query):
+//! named columns, text or bigint as PgBouncer types them, and rows, encoded as RowDescription,
+//! DataRows and CommandComplete.
 
 use bytes::{BufMut, BytesMut};
 use pgwire::backend as be;

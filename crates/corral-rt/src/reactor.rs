@@ -1,6 +1,6 @@
 //! Socket readiness for the data path: an epoll set per worker thread, each socket registered
 //! in it once (edge-triggered), and the task waiting on a socket woken when epoll reports it.
-//! The worker's executor ([`super::exec`]) waits in [`Reactor::turn`]; on other threads (the
+//! The worker's executor ([`crate::exec`]) waits in [`Reactor::turn`]; on other threads (the
 //! main thread, the timer thread, tests) sockets go to one background reactor thread instead.
 //!
 //! A socket's readiness is atomic and its waiters are [`AtomicWaker`]s, so a socket may be
@@ -8,12 +8,16 @@
 
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll};
 
 use atomic_waker::AtomicWaker;
+
+use crate::batch;
+use crate::direct::send;
+use crate::sync;
 
 /// A read would find something: data, the peer's close or an error.
 pub const READ: usize = 1;
@@ -44,18 +48,19 @@ pub const WAKE_KEY: u64 = u64::MAX;
 /// What epoll last said about one socket, and the tasks waiting to read and to write.
 pub struct Readiness {
     /// [`READ`] | [`WRITE`], and above them a count of events.
-    state: AtomicUsize,
+    state: ReadyWord,
     reader: AtomicWaker,
     writer: AtomicWaker,
     /// Registered for writability too (only once a write would have blocked: a Unix socket
     /// reports writability every time its peer reads, which would wake the worker for nothing).
     write_interest: AtomicBool,
-    /// The registration (the socket's descriptor and its epoll key), for
-    /// [`Readiness::want_write`], [`Readiness::drain_held`] and the batch.
-    pub(super) fd: RawFd,
+    /// The socket's descriptor, owned here: it closes when the last holder of this readiness
+    /// lets go (the socket, a write in a batch), so no late write can reach a descriptor that
+    /// another socket has been given since.
+    fd: OwnedFd,
     key: u64,
     reactor: Weak<Reactor>,
-    /// The socket has a write in this turn's batch ([`super::batch`]).
+    /// The socket has a write in this turn's batch ([`crate::batch`]).
     pub(super) staged: AtomicBool,
     /// Bytes a batch took but the socket had no room for: they go before anything else, when
     /// the socket is writable again (then from [`Reactor::turn`] if no task writes first).
@@ -66,11 +71,11 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    fn new(fd: RawFd, key: u64, reactor: Weak<Reactor>) -> Readiness {
+    fn new(fd: OwnedFd, key: u64, reactor: Weak<Reactor>) -> Readiness {
         // Both ways assumed ready: the first read or write finds out (as epoll's first report
         // would).
         Readiness {
-            state: AtomicUsize::new(READ | WRITE),
+            state: ReadyWord::new(READ | WRITE),
             reader: AtomicWaker::new(),
             writer: AtomicWaker::new(),
             write_interest: AtomicBool::new(false),
@@ -94,11 +99,17 @@ impl Readiness {
             return Ok(());
         };
         let events = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-        let r = reactor.ctl(libc::EPOLL_CTL_MOD, self.fd, events, self.key);
+        let r = reactor.ctl(libc::EPOLL_CTL_MOD, self.fd.as_raw_fd(), events, self.key);
         if r.is_err() {
             self.write_interest.store(false, Relaxed);
         }
         r
+    }
+
+    /// The socket's descriptor.
+    #[inline]
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Whether bytes a batch could not send wait for room ([`Readiness::hold`]).
@@ -137,12 +148,7 @@ impl Readiness {
         let mut held = self.held.lock();
         while !held.is_empty() {
             let seen = self.now();
-            // SAFETY: the descriptor is the registered socket's, open while its registration
-            // lives (the registration is dropped before the socket is closed), which it does
-            // while anyone can reach this readiness to call this.
-            #[allow(unsafe_code)]
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
-            match super::direct::send(fd, &held) {
+            match send(self.fd(), &held) {
                 Ok(n) if n > 0 => drop(held.drain(..n)),
                 Ok(_) => held.clear(),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -159,14 +165,7 @@ impl Readiness {
     }
 
     fn set(&self, bits: usize) {
-        let mut cur = self.state.load(Relaxed);
-        loop {
-            let new = ((cur & !BITS).wrapping_add(TICK)) | (cur & BITS) | bits;
-            match self.state.compare_exchange_weak(cur, new, AcqRel, Relaxed) {
-                Ok(_) => break,
-                Err(seen) => cur = seen,
-            }
-        }
+        self.state.set(bits);
         if bits & (READ | READ_CLOSED) != 0 {
             self.reader.wake();
         }
@@ -180,7 +179,7 @@ impl Readiness {
     #[inline]
     pub fn poll(&self, cx: &mut Context<'_>, dir: usize) -> Poll<usize> {
         let want = ready_bits(dir);
-        let cur = self.state.load(Acquire);
+        let cur = self.state.now();
         if cur & want != 0 {
             return Poll::Ready(cur);
         }
@@ -190,7 +189,7 @@ impl Readiness {
             &self.writer
         };
         waiter.register(cx.waker());
-        let cur = self.state.load(Acquire);
+        let cur = self.state.now();
         if cur & want != 0 {
             Poll::Ready(cur)
         } else {
@@ -201,7 +200,7 @@ impl Readiness {
     /// The state now, without registering anything.
     #[inline]
     pub fn now(&self) -> usize {
-        self.state.load(Acquire)
+        self.state.now()
     }
 
     /// Whether `state` (from [`Readiness::now`] or [`Readiness::poll`]) says `dir` is ready.
@@ -214,9 +213,40 @@ impl Readiness {
     /// read. A close stays.
     #[inline]
     pub fn clear(&self, seen: usize, dir: usize) {
-        let _ = self
-            .state
-            .compare_exchange(seen, seen & !dir, AcqRel, Relaxed);
+        self.state.clear(seen, dir);
+    }
+}
+
+/// A socket's readiness bits and, above them, a count of the events that set them: an event
+/// never loses to a clear made on an older look (the loom model `loom_tests` checks it).
+struct ReadyWord(sync::AtomicUsize);
+
+impl ReadyWord {
+    fn new(bits: usize) -> ReadyWord {
+        ReadyWord(sync::AtomicUsize::new(bits))
+    }
+
+    /// An event: adds `bits` and counts one more event.
+    fn set(&self, bits: usize) {
+        let mut cur = self.0.load(Relaxed);
+        loop {
+            let new = ((cur & !BITS).wrapping_add(TICK)) | (cur & BITS) | bits;
+            match self.0.compare_exchange_weak(cur, new, AcqRel, Relaxed) {
+                Ok(_) => break,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    #[inline]
+    fn now(&self) -> usize {
+        self.0.load(Acquire)
+    }
+
+    /// Clears `dir` unless the word changed since `seen` was read from it.
+    #[inline]
+    fn clear(&self, seen: usize, dir: usize) {
+        let _ = self.0.compare_exchange(seen, seen & !dir, AcqRel, Relaxed);
     }
 }
 
@@ -324,9 +354,9 @@ impl Reactor {
         )
     }
 
-    /// Registers `fd` for readability, edge-triggered. The caller keeps `fd` open until the
-    /// registration is dropped.
-    pub fn register(self: &Arc<Reactor>, fd: RawFd) -> io::Result<Registration> {
+    /// Registers `fd` for readability, edge-triggered; the registration's readiness owns it.
+    pub fn register(self: &Arc<Reactor>, fd: OwnedFd) -> io::Result<Registration> {
+        let raw = fd.as_raw_fd();
         let (key, ready) = {
             let mut s = self.slots.lock();
             let idx = match s.free.pop() {
@@ -347,7 +377,7 @@ impl Reactor {
             (key, ready)
         };
         let events = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
-        if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, fd, events, key) {
+        if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, raw, events, key) {
             self.free(key);
             return Err(e);
         }
@@ -373,7 +403,7 @@ impl Reactor {
         let buf = &mut events.0;
         // SAFETY: `buf` holds `buf.len()` initialised events for the kernel to overwrite; a null
         // signal mask makes epoll_pwait an epoll_wait. By system call number, as the data path's
-        // reads and writes (`super::direct`): glibc's wrapper is a thread-cancellation point.
+        // reads and writes (`crate::direct`): glibc's wrapper is a thread-cancellation point.
         #[allow(unsafe_code)]
         let n = unsafe {
             libc::syscall(
@@ -444,8 +474,8 @@ impl Default for Events {
     }
 }
 
-/// A socket's place in a reactor; dropping it takes the socket out of the epoll set (drop it
-/// before closing the socket).
+/// A socket's place in a reactor, and through its readiness the socket's descriptor; dropping
+/// it takes the socket out of the epoll set, and closes it once no batch holds a write of it.
 pub struct Registration {
     reactor: Arc<Reactor>,
     /// Also the socket's descriptor and key.
@@ -477,18 +507,28 @@ impl Registration {
     pub fn wants_write(&self) -> bool {
         self.ready.write_interest.load(Relaxed)
     }
+
+    /// Leaves the reactor and gives the descriptor back (to register it with another). Fails
+    /// only if something else still holds the readiness.
+    pub fn into_fd(self) -> io::Result<OwnedFd> {
+        let ready = self.ready.clone();
+        drop(self);
+        Arc::try_unwrap(ready)
+            .map(|r| r.fd)
+            .map_err(|_| io::Error::other("the socket's readiness is still held"))
+    }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        // A write in this thread's batch goes out while the descriptor is still the socket's;
-        // then a flush anywhere skips it, and what the socket held has a last try.
+        // A write in this thread's batch goes out before the socket leaves (it was taken as
+        // written); then a flush anywhere skips it, and what the socket held has a last try.
         if self.ready.staged.load(Relaxed) {
-            super::batch::flush();
+            batch::flush();
         }
         self.ready.gone.store(true, Relaxed);
         self.ready.drain_held();
-        let _ = self.reactor.ctl(libc::EPOLL_CTL_DEL, self.ready.fd, 0, 0);
+        let _ = (self.reactor).ctl(libc::EPOLL_CTL_DEL, self.ready.fd.as_raw_fd(), 0, 0);
         self.reactor.free(self.ready.key);
     }
 }
@@ -504,7 +544,7 @@ mod tests {
     fn events_set_readiness_and_a_stale_clear_loses() {
         let r = Reactor::new().unwrap();
         let (a, mut b) = UnixStream::pair().unwrap();
-        let reg = r.register(a.as_raw_fd()).unwrap();
+        let reg = r.register(a.into()).unwrap();
         let ready = reg.readiness();
         let mut events = Events::new();
         // Assumed ready at first; a read that would block clears it.
@@ -528,5 +568,48 @@ mod tests {
         assert!(ready.poll(&mut cx, READ).is_ready());
         drop(reg);
         assert!(r.slots.lock().free.contains(&0));
+    }
+}
+
+/// Every interleaving of an event with a task's look, failed read and clear, and of two events:
+/// an event after the look survives the clear, and no event's bits are lost. Run with
+/// `RUSTFLAGS="--cfg corral_loom"` (see the crate's README).
+#[cfg(all(test, corral_loom))]
+mod loom_tests {
+    use super::{ReadyWord, BITS, READ, WRITE};
+    use loom::sync::Arc;
+
+    #[test]
+    fn an_event_after_the_look_survives_the_clear() {
+        loom::model(|| {
+            let word = Arc::new(ReadyWord::new(0));
+            let event = {
+                let word = word.clone();
+                loom::thread::spawn(move || word.set(READ))
+            };
+            // A task looks, its read finds nothing, and it clears what it saw.
+            let seen = word.now();
+            word.clear(seen, READ);
+            event.join().unwrap();
+            let event_seen = seen & !BITS != 0;
+            assert!(
+                word.now() & READ != 0 || event_seen,
+                "an event after the look was lost"
+            );
+        });
+    }
+
+    #[test]
+    fn concurrent_events_keep_all_their_bits() {
+        loom::model(|| {
+            let word = Arc::new(ReadyWord::new(0));
+            let other = {
+                let word = word.clone();
+                loom::thread::spawn(move || word.set(WRITE))
+            };
+            word.set(READ);
+            other.join().unwrap();
+            assert_eq!(word.now() & (READ | WRITE), READ | WRITE);
+        });
     }
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::exec::Handle;
+use crate::exec::Handle;
 
 /// A worker busier than this (‰ of wall time) gets no new clients while another is not.
 const SPILL_ABOVE: u32 = 700;
@@ -51,6 +51,8 @@ struct WorkerLoad {
     clients: AtomicU32,
     /// When a client last moved away (ns since `epoch`).
     last_move: AtomicU64,
+    /// The worker has ended (see [`crate::workers`]): no client is placed or moved here.
+    dead: AtomicBool,
 }
 
 impl WorkerLoad {
@@ -60,6 +62,10 @@ impl WorkerLoad {
 
     fn kept_waiting(&self) -> bool {
         self.delay.load(Relaxed) > DELAYED_ABOVE
+    }
+
+    fn alive(&self) -> bool {
+        !self.dead.load(Relaxed)
     }
 }
 
@@ -173,12 +179,25 @@ impl Balance {
         total <= SPREAD_UP_TO.saturating_mul(self.loads.len() as u32)
     }
 
-    /// The worker for a new client: the lowest-numbered one that is neither busy nor (while
-    /// clients spread) kept waiting; else, while clients spread, of those not busy the one with
-    /// the fewest clients; else the first not busy; else the least busy.
-    pub fn pick(&self) -> usize {
+    /// Marks worker `w` dead: it gets no new clients and no client moves to it.
+    pub fn mark_dead(&self, w: usize) {
+        if let Some(l) = self.loads.get(w) {
+            l.dead.store(true, Relaxed);
+        }
+    }
+
+    /// Whether worker `w` is still running (not [`Balance::mark_dead`]).
+    pub fn is_alive(&self, w: usize) -> bool {
+        self.loads.get(w).is_some_and(WorkerLoad::alive)
+    }
+
+    /// The worker for a new client, of those alive: the lowest-numbered one that is neither
+    /// busy nor (while clients spread) kept waiting; else, while clients spread, of those not
+    /// busy the one with the fewest clients; else the least busy. `None` when every worker is
+    /// dead.
+    pub fn pick(&self) -> Option<usize> {
         let spread = self.spreading();
-        let ls = || self.loads.iter().enumerate();
+        let ls = || self.loads.iter().enumerate().filter(|(_, l)| l.alive());
         ls().find(|(_, l)| !(l.busy() || (spread && l.kept_waiting())))
             .or_else(|| {
                 ls().filter(|(_, l)| spread && !l.busy())
@@ -186,7 +205,6 @@ impl Balance {
             })
             .or_else(|| ls().min_by_key(|(_, l)| l.load.load(Relaxed)))
             .map(|(i, _)| i)
-            .unwrap_or(0)
     }
 
     /// Where an idle client on worker `w` should move: off an overloaded worker to one with
@@ -234,7 +252,9 @@ impl Balance {
     /// the last move away was (ns since `epoch`, 0: never), which taking the move replaces.
     fn wanted_move(&self, w: usize) -> Option<(usize, u64)> {
         let me = &self.loads[w];
-        let others = || self.loads.iter().enumerate().filter(|&(i, _)| i != w);
+        let others = || {
+            (self.loads.iter().enumerate()).filter(|&(i, l)| i != w && l.alive())
+        };
         let target = if me.load.load(Relaxed) > MOVE_FROM_ABOVE {
             others()
                 .map(|(i, l)| (i, l.load.load(Relaxed)))
@@ -242,7 +262,8 @@ impl Balance {
                 .filter(|&(_, l)| l < MOVE_TO_BELOW)
                 .map(|(i, _)| i)
         } else if !self.spreading() {
-            (self.loads[..w].iter()).position(|l| l.load.load(Relaxed) < MOVE_TO_BELOW)
+            (self.loads[..w].iter())
+                .position(|l| l.alive() && l.load.load(Relaxed) < MOVE_TO_BELOW)
         } else if me.kept_waiting() {
             let mine = me.clients.load(Relaxed);
             others()
@@ -313,12 +334,33 @@ mod tests {
     #[test]
     fn packs_then_spills() {
         let b = Balance::new(3);
-        assert_eq!(b.pick(), 0);
+        assert_eq!(b.pick().unwrap(), 0);
         set_load(&b, 0, 900);
-        assert_eq!(b.pick(), 1);
+        assert_eq!(b.pick().unwrap(), 1);
         set_load(&b, 1, 950);
         set_load(&b, 2, 990);
-        assert_eq!(b.pick(), 0, "all busy: least busy");
+        assert_eq!(b.pick().unwrap(), 0, "all busy: least busy");
+    }
+
+    #[test]
+    fn dead_workers_get_no_clients_and_no_moves() {
+        let b = Balance::new(3);
+        b.set_handles(Vec::new());
+        b.mark_dead(0);
+        assert!(!b.is_alive(0) && b.is_alive(1));
+        assert_eq!(b.pick(), Some(1), "the first live worker");
+        set_load(&b, 1, 900);
+        assert_eq!(b.pick(), Some(2));
+        set_load(&b, 2, 990);
+        assert_eq!(b.pick(), Some(1), "all live ones busy: the least busy of them");
+        // A busy worker's clients move to a live worker only.
+        set_load(&b, 2, 950);
+        set_load(&b, 1, 100);
+        assert_eq!(b.move_target(2), Some(1));
+        b.mark_dead(1);
+        assert_eq!(b.move_target(2), None, "nowhere alive to go");
+        b.mark_dead(2);
+        assert_eq!(b.pick(), None, "every worker dead");
     }
 
     #[test]
@@ -349,13 +391,13 @@ mod tests {
     #[test]
     fn a_worker_kept_waiting_gets_no_new_clients_and_the_rest_spread_by_count() {
         let b = Arc::new(Balance::new(3));
-        let seats: Vec<Seat> = (0..4).map(|_| b.seat(b.pick())).collect();
+        let seats: Vec<Seat> = (0..4).map(|_| b.seat(b.pick().unwrap())).collect();
         assert_eq!(b.clients(0), 4, "packed while nothing waits");
         set_delay(&b, 0, 700);
-        assert_eq!(b.pick(), 1, "the next worker that is not kept waiting");
+        assert_eq!(b.pick().unwrap(), 1, "the next worker that is not kept waiting");
         set_delay(&b, 1, 700);
         set_delay(&b, 2, 700);
-        let more: Vec<Seat> = (0..4).map(|_| b.seat(b.pick())).collect();
+        let more: Vec<Seat> = (0..4).map(|_| b.seat(b.pick().unwrap())).collect();
         assert_eq!(
             (b.clients(0), b.clients(1), b.clients(2)),
             (4, 2, 2),
@@ -408,12 +450,12 @@ mod tests {
         b.set_handles(Vec::new());
         set_delay(&b, 0, 700);
         set_delay(&b, 1, 700);
-        let mut seats: Vec<Seat> = (0..2 * SPREAD_UP_TO).map(|_| b.seat(b.pick())).collect();
+        let mut seats: Vec<Seat> = (0..2 * SPREAD_UP_TO).map(|_| b.seat(b.pick().unwrap())).collect();
         assert_eq!((b.clients(0), b.clients(1)), (SPREAD_UP_TO, SPREAD_UP_TO));
         assert_eq!(b.move_target(1), None, "spread, and even");
         // One more client than spreading allows: packed onto the first worker, and clients of
         // the second move back to it while it has room.
-        seats.push(b.seat(b.pick()));
+        seats.push(b.seat(b.pick().unwrap()));
         assert_eq!(b.clients(0), SPREAD_UP_TO + 1);
         assert_eq!(b.move_target(1), Some(0));
         assert_eq!(b.move_target(0), None, "the first worker keeps its clients");

@@ -1,7 +1,7 @@
 //! A connection's byte stream, plaintext (TCP or a Unix socket) or TLS (to a client or to
 //! PostgreSQL), with what the
 //! data path needs beyond reading and writing: readiness without a buffer, output TLS still
-//! holds, and moving the socket to another worker's reactor ([`super::reactor`]).
+//! holds, and moving the socket to another worker's reactor ([`crate::reactor`]).
 
 use std::io;
 use std::pin::Pin;
@@ -11,7 +11,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_rustls::rustls;
 
-use super::sock::{Socket, TcpSocket, UnixSocket};
+use crate::sock::{Socket, TcpSocket, UnixSocket};
 
 /// Plaintext, or TLS over a [`Sock`].
 pub enum Stream {
@@ -80,7 +80,7 @@ impl AsyncWrite for Sock {
 }
 
 /// A stream taken off its reactor, to be put on another's ([`Stream::detach`]), with the bytes
-/// written to it that its socket had no room for yet ([`super::batch`]).
+/// written to it that its socket had no room for yet ([`crate::batch`]).
 pub enum Detached {
     Plain(std::net::TcpStream, Vec<u8>),
     Unix(std::os::unix::net::UnixStream, Vec<u8>),
@@ -177,11 +177,11 @@ impl Stream {
     }
 
     pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
-        self.tcp().ok_or_else(not_connected)?.get_ref().peer_addr()
+        self.tcp().ok_or_else(not_connected)?.peer_addr()
     }
 
     pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
-        self.tcp().ok_or_else(not_connected)?.get_ref().local_addr()
+        self.tcp().ok_or_else(not_connected)?.local_addr()
     }
 
     /// Ready when a read would not wait: the socket is readable, or TLS holds decrypted bytes
@@ -226,7 +226,7 @@ impl Stream {
     }
 
     /// One read into `buf`'s spare room (the caller makes room). Plaintext sockets read straight
-    /// from their readiness ([`super::sock`]); TLS goes through its session.
+    /// from their readiness ([`crate::sock`]); TLS goes through its session.
     #[inline]
     pub fn poll_read_into(
         &mut self,
@@ -241,7 +241,7 @@ impl Stream {
     }
 
     /// One read into `buf`'s spare room now on a plaintext socket, whatever its readiness says
-    /// (see [`super::sock::Socket::try_read_now`]); `None` when it has nothing, or over TLS.
+    /// (see [`crate::sock::Socket::try_read_now`]); `None` when it has nothing, or over TLS.
     #[inline]
     pub fn try_read_now(&mut self, buf: &mut BytesMut) -> Option<io::Result<usize>> {
         match self {
@@ -329,7 +329,7 @@ impl Stream {
         !matches!(probed, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
-    /// Sends this thread's write batch if it holds a write of this stream ([`super::batch`]):
+    /// Sends this thread's write batch if it holds a write of this stream ([`crate::batch`]):
     /// before the stream becomes another thread's (a server checked in to its pool).
     #[inline]
     pub fn flush_batched(&mut self) {
@@ -349,16 +349,16 @@ impl Stream {
     pub fn detach(self) -> io::Result<Detached> {
         match self {
             Stream::Plain(s) => {
-                let (s, held) = s.into_inner();
+                let (s, held) = s.into_inner()?;
                 Ok(Detached::Plain(s, held))
             }
             Stream::Unix(s) => {
-                let (s, held) = s.into_inner();
+                let (s, held) = s.into_inner()?;
                 Ok(Detached::Unix(s, held))
             }
             Stream::Tls(mut t) => {
                 let io = sock(&mut t).io.take().ok_or_else(not_connected)?;
-                let (io, held) = io.into_inner();
+                let (io, held) = io.into_inner()?;
                 Ok(Detached::Tls(t, io, held))
             }
             Stream::Closed => Err(not_connected()),

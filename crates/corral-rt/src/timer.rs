@@ -1,6 +1,6 @@
-//! Timers for code that runs on the worker threads, whose executors ([`crate::net::exec`])
+//! Timers for code that runs on the worker threads, whose executors ([`crate::exec`])
 //! drive no timers: the workers enter the context of the one timer thread's tokio runtime (see
-//! [`crate::net::workers`]), so every sleep and timeout made there lives on its driver, and its
+//! [`crate::workers`]), so every sleep and timeout made there lives on its driver, and its
 //! expiry wakes the worker's task from there. tokio binds a timer to the runtime whose context
 //! it is created in, and it can be polled from any other; so a worker only pays for a timer it
 //! actually sets. Elsewhere (the main thread, tests) these are the current runtime's.
@@ -56,12 +56,12 @@ mod tests {
                 let _ = stopped.await;
             })
         });
-        let exec = crate::net::exec::Handle::new().unwrap();
+        let exec = crate::exec::Handle::new().unwrap();
         let worker = {
             let exec = exec.clone();
             std::thread::spawn(move || {
                 let _in = handle.enter();
-                crate::net::exec::run_worker(&exec, true).unwrap();
+                crate::exec::run_worker(&exec, true).unwrap();
             })
         };
         let (tx, rx) = std::sync::mpsc::channel();

@@ -7,9 +7,9 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
+use corral_rt::stream::Detached;
 
-use super::peer::Peer;
-use super::stream::Detached;
+use crate::net::peer::Peer;
 
 pub struct UnixListen {
     listener: UnixListener,
@@ -18,7 +18,9 @@ pub struct UnixListen {
 }
 
 impl UnixListen {
-    /// Binds `<dir>/.s.PGSQL.<port>` with file mode `mode`.
+    /// Binds `<dir>/.s.PGSQL.<port>` with file mode `mode`, on the caller's runtime (the main
+    /// thread's).
+    #[allow(clippy::disallowed_methods)]
     pub fn bind(dir: &str, port: u16, mode: u32) -> io::Result<UnixListen> {
         let path = Path::new(dir).join(format!(".s.PGSQL.{port}"));
         if let Ok(meta) = std::fs::symlink_metadata(&path) {

@@ -7,14 +7,14 @@
 //! allowed (then every write is a `send` of its own, as before).
 
 use std::cell::RefCell;
-use std::os::fd::BorrowedFd;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use io_uring::{opcode, types, IoUring};
 
-use super::direct::send;
-use super::reactor::Readiness;
+use crate::direct::send;
+use crate::reactor::Readiness;
 
 /// Submission queue entries: a flush with more writes submits them in several calls.
 const RING_ENTRIES: u32 = 256;
@@ -23,7 +23,8 @@ const RING_ENTRIES: u32 = 256;
 pub const MAX_STAGED: usize = 17 * 1024;
 
 struct Entry {
-    /// The socket's readiness, which also names its descriptor.
+    /// The socket's readiness, which owns its descriptor: held here, the descriptor stays the
+    /// socket's until the write is settled, whenever the socket is dropped.
     ready: Arc<Readiness>,
     /// The socket's state when the write was taken, for [`Readiness::hold`].
     seen: usize,
@@ -77,7 +78,6 @@ pub fn enable() -> bool {
 /// poll for room.
 fn full_socket_send_returns_at_once(ring: &mut IoUring) -> std::io::Result<bool> {
     use std::io::Write;
-    use std::os::fd::AsRawFd;
     /// The byte the probe sends; static, as the kernel may still hold the request when the
     /// ring is dropped.
     static ONE: [u8; 1] = [0];
@@ -152,10 +152,7 @@ pub fn flush() {
                 b.bytes.clear();
                 return;
             }
-            // SAFETY: a socket with a staged write flushes the batch before it is closed.
-            #[allow(unsafe_code)]
-            let fd = unsafe { BorrowedFd::borrow_raw(e.ready.fd) };
-            let r = send(fd, &b.bytes[e.at..e.at + e.len]);
+            let r = send(e.ready.fd(), &b.bytes[e.at..e.at + e.len]);
             settle(e, &b.bytes, r.map_or_else(|e| neg(&e), |n| n as i32));
         } else if !b
             .entries
@@ -189,18 +186,21 @@ fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) -> bool {
     {
         let mut sq = ring.submission();
         for (i, e) in chunk.iter().enumerate() {
-            // A socket closed since is skipped: its descriptor may be another socket's now.
+            // A socket its owner has dropped since is skipped (its descriptor is still open:
+            // the entry holds it).
             let sqe = if e.ready.gone.load(Relaxed) {
                 opcode::Nop::new().build()
             } else {
-                opcode::Send::new(types::Fd(e.ready.fd), bytes[e.at..].as_ptr(), e.len as u32)
+                let fd = types::Fd(e.ready.fd().as_raw_fd());
+                opcode::Send::new(fd, bytes[e.at..].as_ptr(), e.len as u32)
                     .flags(libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
                     .build()
             }
             .user_data(i as u64);
-            // SAFETY: the buffer (`bytes`) and the descriptor stay valid until every completion
-            // is reaped below, before this function returns (or, if the ring fails, the ring
-            // and the buffer are leaked); the descriptor's socket flushes before it closes.
+            // SAFETY: the buffer (`bytes`) stays valid until every completion is reaped below,
+            // before this function returns (or, if the ring fails, the ring and the buffer are
+            // leaked); the descriptor is owned by the readiness the entry holds (leaked with
+            // the entries if the ring fails).
             #[allow(unsafe_code)]
             let pushed = unsafe { sq.push(&sqe) };
             // Every flush reaps all it submitted, so the queue is empty and holds a chunk.
@@ -257,7 +257,7 @@ fn settle(e: &Entry, bytes: &[u8], result: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::sock::Socket;
+    use crate::sock::Socket;
     use std::io::Read;
     use std::os::unix::net::UnixStream;
     use std::time::{Duration, Instant};
@@ -326,6 +326,35 @@ mod tests {
         disable();
     }
 
+    /// The descriptor belongs to the readiness that a batch entry holds: while anything holds
+    /// it, the socket stays open whoever dropped it, so its number cannot be given to another
+    /// socket (which a late write would then reach); it closes when the last holder lets go.
+    #[tokio::test]
+    async fn a_held_readiness_keeps_the_descriptor_from_reuse() {
+        use std::os::fd::AsRawFd;
+        let (a, mut pa) = UnixStream::pair().unwrap();
+        let a = Socket::new(a).unwrap();
+        let held = a.readiness().clone();
+        let fd = held.fd().as_raw_fd();
+        drop(a);
+        let newer: Vec<_> = (0..8).map(|_| UnixStream::pair().unwrap()).collect();
+        assert!(
+            newer
+                .iter()
+                .all(|(x, y)| x.as_raw_fd() != fd && y.as_raw_fd() != fd),
+            "a held descriptor was given to a new socket"
+        );
+        assert_eq!(
+            crate::direct::send(held.fd(), b"still the same socket").unwrap(),
+            21
+        );
+        drop(held);
+        pa.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = Vec::new();
+        pa.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"still the same socket", "closed when the last holder let go");
+    }
+
     /// Writes batched 1,000 bytes at a time until a flush finds no room; what was written.
     fn fill(a: &Socket<UnixStream>) -> Vec<u8> {
         let mut sent = Vec::new();
@@ -375,7 +404,7 @@ mod tests {
             a.try_write(b"more").is_none(),
             "writes wait behind the held bytes"
         );
-        let (io, held) = a.into_inner();
+        let (io, held) = a.into_inner().unwrap();
         assert!(!held.is_empty());
         let a = Socket::new_holding(io, held).unwrap();
         assert!(a.holds_unsent());

@@ -6,16 +6,20 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use corral_rt::stream::Detached;
+use corral_rt::workers::{self, Workers};
+use corral_rt::timer;
+use unix::UnixListen;
 
 use crate::config::Config;
 use crate::net::peer::Peer;
-use crate::net::stream::Detached;
-use crate::net::unix_listener::UnixListen;
-use crate::net::workers::{self, Workers};
 use crate::services::{LoginCount, Services};
 
+mod unix;
+mod upkeep;
+
 /// A bound pooler, ready to run.
-pub struct Server {
+pub struct Pooler {
     listener: TcpListener,
     /// The Unix-socket listener, unless unix_socket_dir is empty.
     unix: Option<UnixListen>,
@@ -24,9 +28,11 @@ pub struct Server {
     services: Services,
 }
 
-impl Server {
-    /// Binds the configured address (port 0 picks a free port).
-    pub async fn bind(config: Config) -> std::io::Result<Server> {
+impl Pooler {
+    /// Binds the configured address (port 0 picks a free port), on the caller's runtime (the
+    /// main thread's).
+    #[allow(clippy::disallowed_methods)]
+    pub async fn bind(config: Config) -> std::io::Result<Pooler> {
         let host = match config.general.listen_addr.as_str() {
             "*" => "0.0.0.0",
             "localhost" => "127.0.0.1",
@@ -51,7 +57,7 @@ impl Server {
         let n_workers = config.general.workers;
         let services = Services::new(config, workers::count(n_workers));
         services.tls.store(std::sync::Arc::new(tls));
-        Ok(Server {
+        Ok(Pooler {
             listener,
             unix,
             metrics,
@@ -81,16 +87,19 @@ impl Server {
     }
 
     /// Starts the worker threads, accepts clients and hands each to a worker in turn until
-    /// `services().shutdown` fires, then drains for up to shutdown_timeout.
+    /// `services().shutdown` fires, then drains for up to shutdown_timeout. Runs on the main
+    /// thread's runtime, where its background tasks are spawned too.
+    #[allow(clippy::disallowed_methods)]
     pub async fn run(self) {
-        let Server {
+        let Pooler {
             listener,
             unix,
             metrics,
             services,
         } = self;
         let io_uring = services.config.load().general.io_uring;
-        let workers = match Workers::start(services.balance.clone(), io_uring) {
+        let on_start = crate::pool::stats::own_shard;
+        let workers = match Workers::start(services.balance.clone(), io_uring, on_start) {
             Ok(w) => w,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start worker threads");
@@ -99,7 +108,7 @@ impl Server {
         };
         let shutdown = services.shutdown.clone();
         tokio::spawn(sample_load(services.clone()));
-        tokio::spawn(crate::pool::maintain::run(services.clone()));
+        tokio::spawn(upkeep::run(services.clone()));
         if let Some(m) = metrics {
             tokio::spawn(crate::metrics::serve(m, services.clone()));
         }
@@ -132,8 +141,10 @@ impl Server {
                         continue;
                     }
                     let login = LoginCount::adopt(&services);
-                    let worker = services.balance.pick();
-                    let Some(handle) = services.balance.handle(worker) else {
+                    let Some((worker, handle)) = services.balance.pick().and_then(|w| {
+                        Some((w, services.balance.handle(w)?))
+                    }) else {
+                        tracing::error!("no worker thread is running: connection closed");
                         continue;
                     };
                     let client = crate::client::serve(socket, peer, services.clone(), worker);
@@ -144,7 +155,7 @@ impl Server {
                 Err(e) => {
                     // Out of file descriptors and the like: back off rather than spin.
                     tracing::warn!(error = %e, "accept failed");
-                    crate::timer::sleep(backoff).await;
+                    timer::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }
@@ -159,7 +170,7 @@ impl Server {
             timeout.as_millis()
         );
         services.tasks.close();
-        if crate::timer::timeout(timeout, services.tasks.wait())
+        if timer::timeout(timeout, services.tasks.wait())
             .await
             .is_err()
         {
@@ -200,7 +211,7 @@ async fn accept_unix(unix: Option<&UnixListen>) -> std::io::Result<(Detached, Pe
 const LOAD_SAMPLE: Duration = Duration::from_millis(100);
 
 async fn sample_load(services: Services) {
-    let mut tick = crate::timer::interval(LOAD_SAMPLE);
+    let mut tick = timer::interval(LOAD_SAMPLE);
     let mut last = tokio::time::Instant::now();
     loop {
         tokio::select! {
