@@ -1,14 +1,21 @@
-//! pgcorral: a multi-threaded PostgreSQL connection pooler.
+//! pgcorral: a multi-threaded PostgreSQL connection pooler, on the worker threads, reactors and
+//! sockets of the `corral-rt` crate.
 //!
-//! The data path, one module per hop: [`listen`] accepts → [`client::startup`] and
-//! [`client::auth`] admit the client → [`client`] reads whole requests through [`net::framed`] →
-//! [`pool`] checks out a server ([`server::connect`] when a new one is needed) → [`relay`]
-//! forwards the request and streams the answer back until the server is idle → the
+//! The data path, one module per hop: [`listen`] accepts and hands each client to a worker →
+//! [`client::startup`] and [`client::auth`] admit it, reading whole messages through
+//! [`net::framed`] → [`client`] waits for the first header of each request in the client's
+//! [`client_conn::ClientConn`] → for a database with replicas, [`route`] decides where it goes
+//! (a [`cluster::Target`]) and [`cluster`] picks the server → [`pool`] checks one out
+//! ([`server::connect`] when a new one is needed) → [`relay`] forwards the request from the
+//! client's buffer by message headers and streams the answer back until the server is idle → the
 //! [`pool::Checkout`] guard returns the server. [`session`] keeps each client's settings on
 //! whatever server it lands on, and [`prepared`] its prepared statements. Cancel requests go
-//! around it via [`cancel`]. Clients of database `pgbouncer` get the [`admin`] console, which
-//! reads [`pool::stats`] and the connection lists of [`conns`].
-//! Shared state lives in one [`Services`] handle built at start and passed down; nothing is global.
+//! around it via [`cancel`]. Clients of database `pgbouncer` (or `pgcorral`) get the [`admin`]
+//! console, which reads [`pool::stats`] and the connection lists of [`conns`] and answers with
+//! [`rows`]. Shared state lives in one [`Services`] handle built at start and passed down;
+//! no mutable state in this crate is process-wide. Per-thread state is thread-local: here the
+//! statistics shard ([`pool::stats`]), spare wait cells and read buffers, and the clock's reading
+//! of the current poll ([`clock`]); in corral-rt each worker's executor, reactor and write batch.
 
 #![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
