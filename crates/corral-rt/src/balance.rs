@@ -252,9 +252,7 @@ impl Balance {
     /// the last move away was (ns since `epoch`, 0: never), which taking the move replaces.
     fn wanted_move(&self, w: usize) -> Option<(usize, u64)> {
         let me = &self.loads[w];
-        let others = || {
-            (self.loads.iter().enumerate()).filter(|&(i, l)| i != w && l.alive())
-        };
+        let others = || (self.loads.iter().enumerate()).filter(|&(i, l)| i != w && l.alive());
         let target = if me.load.load(Relaxed) > MOVE_FROM_ABOVE {
             others()
                 .map(|(i, l)| (i, l.load.load(Relaxed)))
@@ -262,8 +260,7 @@ impl Balance {
                 .filter(|&(_, l)| l < MOVE_TO_BELOW)
                 .map(|(i, _)| i)
         } else if !self.spreading() {
-            (self.loads[..w].iter())
-                .position(|l| l.alive() && l.load.load(Relaxed) < MOVE_TO_BELOW)
+            (self.loads[..w].iter()).position(|l| l.alive() && l.load.load(Relaxed) < MOVE_TO_BELOW)
         } else if me.kept_waiting() {
             let mine = me.clients.load(Relaxed);
             others()
@@ -352,7 +349,11 @@ mod tests {
         set_load(&b, 1, 900);
         assert_eq!(b.pick(), Some(2));
         set_load(&b, 2, 990);
-        assert_eq!(b.pick(), Some(1), "all live ones busy: the least busy of them");
+        assert_eq!(
+            b.pick(),
+            Some(1),
+            "all live ones busy: the least busy of them"
+        );
         // A busy worker's clients move to a live worker only.
         set_load(&b, 2, 950);
         set_load(&b, 1, 100);
@@ -394,7 +395,11 @@ mod tests {
         let seats: Vec<Seat> = (0..4).map(|_| b.seat(b.pick().unwrap())).collect();
         assert_eq!(b.clients(0), 4, "packed while nothing waits");
         set_delay(&b, 0, 700);
-        assert_eq!(b.pick().unwrap(), 1, "the next worker that is not kept waiting");
+        assert_eq!(
+            b.pick().unwrap(),
+            1,
+            "the next worker that is not kept waiting"
+        );
         set_delay(&b, 1, 700);
         set_delay(&b, 2, 700);
         let more: Vec<Seat> = (0..4).map(|_| b.seat(b.pick().unwrap())).collect();
@@ -450,7 +455,9 @@ mod tests {
         b.set_handles(Vec::new());
         set_delay(&b, 0, 700);
         set_delay(&b, 1, 700);
-        let mut seats: Vec<Seat> = (0..2 * SPREAD_UP_TO).map(|_| b.seat(b.pick().unwrap())).collect();
+        let mut seats: Vec<Seat> = (0..2 * SPREAD_UP_TO)
+            .map(|_| b.seat(b.pick().unwrap()))
+            .collect();
         assert_eq!((b.clients(0), b.clients(1)), (SPREAD_UP_TO, SPREAD_UP_TO));
         assert_eq!(b.move_target(1), None, "spread, and even");
         // One more client than spreading allows: packed onto the first worker, and clients of

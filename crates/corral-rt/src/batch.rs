@@ -352,7 +352,10 @@ mod tests {
         pa.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut got = Vec::new();
         pa.read_to_end(&mut got).unwrap();
-        assert_eq!(got, b"still the same socket", "closed when the last holder let go");
+        assert_eq!(
+            got, b"still the same socket",
+            "closed when the last holder let go"
+        );
     }
 
     /// Writes batched 1,000 bytes at a time until a flush finds no room; what was written.

@@ -70,8 +70,11 @@ impl Doorbell {
 
     /// After work was queued: true when the worker must be woken (it waits or is about to).
     pub(crate) fn ring(&self) -> bool {
-        self.pending.store(true, SeqCst);
-        self.sleeping.swap(false, SeqCst)
+        self.pending.store(true, Relaxed);
+        // Against the fence in `may_sleep`: of this store and the worker's store of
+        // `sleeping`, at least one is seen by the other side's load after its fence.
+        sync::fence(SeqCst);
+        self.sleeping.swap(false, AcqRel)
     }
 
     /// The worker: whether work was queued, clearing the mark (it takes the queue next).
@@ -85,8 +88,9 @@ impl Doorbell {
 
     /// The worker, before it waits: false when work came meanwhile (then it must not wait).
     pub(crate) fn may_sleep(&self) -> bool {
-        self.sleeping.store(true, SeqCst);
-        if self.pending.load(SeqCst) {
+        self.sleeping.store(true, Relaxed);
+        sync::fence(SeqCst);
+        if self.pending.load(Relaxed) {
             self.sleeping.store(false, Relaxed);
             return false;
         }

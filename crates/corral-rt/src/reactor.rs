@@ -9,7 +9,7 @@
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll};
 

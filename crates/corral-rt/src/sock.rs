@@ -4,8 +4,8 @@
 //! a worker go into its turn's batch ([`crate::batch`]).
 
 use std::io;
-use std::net::Shutdown;
 use std::marker::PhantomData;
+use std::net::Shutdown;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
@@ -107,7 +107,6 @@ impl<S: Fd> Socket<S> {
             batch::flush();
         }
     }
-
 
     /// Ready when a read would not wait; readiness is kept for the read that follows.
     #[inline]

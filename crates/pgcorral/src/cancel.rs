@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use parking_lot::Mutex;
+use corral_rt::sock::{connect_tcp, connect_unix};
 use corral_rt::stream::Stream;
 use corral_rt::timer;
-use corral_rt::sock::{connect_tcp, connect_unix};
+use parking_lot::Mutex;
 
 use crate::server::connect::start_tls;
 use crate::server::{CancelKey, CancelTls, ServerAddr};

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use corral_rt::balance::Balance;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use corral_rt::balance::Balance;
 
 use crate::cancel::CancelMap;
 use crate::config::Config;

@@ -590,7 +590,7 @@ async fn clients_move_off_a_busy_worker() {
     let pooler = Pooler::start(&cfg(&pg, "workers = 2\ndefault_pool_size = 1")).await;
     let balance = &pooler.services.balance;
     balance.freeze_loads(&[0, 0]);
-    assert_eq!(balance.pick(), 0);
+    assert_eq!(balance.pick(), Some(0));
     let a = pooler.connect("postgres", None, "postgres").await;
     let pid = backend_pid(&a).await;
 
@@ -598,7 +598,7 @@ async fn clients_move_off_a_busy_worker() {
     // after the freeze below, since its answer reaches this test before its task loops.
     let before = balance.moves();
     balance.freeze_loads(&[950, 0]);
-    assert_eq!(balance.pick(), 1, "new clients avoid the busy worker");
+    assert_eq!(balance.pick(), Some(1), "new clients avoid the busy worker");
     let b = pooler.connect("postgres", None, "postgres").await;
     for _ in 0..20 {
         assert_eq!(backend_pid(&a).await, pid);

@@ -1,5 +1,5 @@
 //! The console's commands that act: PAUSE, RESUME, DISABLE, ENABLE, RECONNECT, KILL,
-//! KILL_CLIENT, WAIT_CLOSE, SHUTDOWN (RELOAD and SET are in [`super::reload`]).
+//! KILL_CLIENT, WAIT_CLOSE, SHUTDOWN (RELOAD and SET are in [`crate::reload`]).
 
 use std::time::Duration;
 

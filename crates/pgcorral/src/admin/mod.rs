@@ -1,6 +1,6 @@
 //! The admin console: clients that connect to database `pgbouncer` or `pgcorral` as one of
 //! `admin_users` (everything) or `stats_users` (SHOW only) get PgBouncer's console, over the
-//! simple and the extended protocol. [`command`] parses, [`show`] answers SHOW, [`table`]
+//! simple and the extended protocol. [`command`] parses, [`show`] answers SHOW, [`crate::rows`]
 //! encodes result sets.
 
 mod actions;
@@ -12,16 +12,16 @@ mod show_stats;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
+use actions::Refusal;
 use bytes::{Buf, BytesMut};
+use command::Command;
 use pgwire::backend::{self as be, TxStatus};
 use pgwire::frontend as fe;
-use actions::Refusal;
-use command::Command;
 
 use crate::client_conn::ClientConn;
 use crate::net::framed::{read_message, ReadError};
-use crate::services::Services;
 use crate::rows::Table;
+use crate::services::Services;
 
 /// Database names that open the console.
 pub fn is_console(database: &str) -> bool {

@@ -3,9 +3,9 @@
 
 use super::show_conns::connections;
 use super::show_stats::{latency, stats, stats_part, totals};
-use crate::rows::{Cell, Table, Ty};
 use crate::config::{Config, General, PoolMode};
 use crate::conns::Kind;
+use crate::rows::{Cell, Table, Ty};
 use crate::services::Services;
 
 /// The console's own database, as PgBouncer lists it.

@@ -2,8 +2,8 @@
 //! columns, then pgcorral's own (clients: `pinned`, why a client keeps its server; servers:
 //! `role` and `health`).
 
-use crate::rows::{Cell, Table, Ty};
 use crate::conns::{Kind, State};
+use crate::rows::{Cell, Table, Ty};
 use crate::services::Services;
 
 /// SHOW CLIENTS or SHOW SERVERS: one row per connection, PgBouncer's columns. `ptr` is the

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::rows::{Cell, Table, Ty};
 use crate::pool::stats::{quantile, Averages, Totals};
+use crate::rows::{Cell, Table, Ty};
 use crate::services::Services;
 
 /// Statistics per database (its pools summed): totals since start, averages of the last

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use corral_rt::timer;
 use pgwire::backend::TxStatus;
 use pgwire::encode;
-use corral_rt::timer;
 
 use super::startup::{self, Opening};
 use super::{auth, params, ClientConn, Session};
@@ -303,7 +303,7 @@ async fn login(
         }
         let asked = crate::clock::now();
         let mut s = cluster
-            .checkout(session_want(&cluster), client.worker, 0)
+            .checkout(session_target(&cluster), client.worker, 0)
             .await?;
         let got = crate::clock::now();
         s.pool()
@@ -396,12 +396,17 @@ async fn login(
 
 /// Where a server for the whole session (session mode), or for the login's parameters, comes
 /// from: the database's default role (the query parser cannot route a whole session).
-fn session_want(cluster: &crate::cluster::Cluster) -> crate::cluster::Want {
-    use crate::cluster::Want;
-    match cluster.topology().settings().default_role {
+fn session_target(cluster: &crate::cluster::Cluster) -> crate::cluster::Target {
+    use crate::cluster::{Shards, Target, Want};
+    let want = match cluster.topology().settings().default_role {
         crate::config::DefaultRole::Primary => Want::Primary,
         crate::config::DefaultRole::Replica => Want::Replica,
         crate::config::DefaultRole::Any => Want::Any,
+    };
+    Target {
+        shards: Shards::One(0),
+        want,
+        writes: false,
     }
 }
 

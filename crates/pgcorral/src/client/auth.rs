@@ -3,18 +3,17 @@
 //! certificate. A failure is FATAL 28P01 (28000 for certificates) and costs no server connection.
 
 use bytes::BytesMut;
+use corral_rt::stream::Stream;
 use pgwire::auth::scram::{ScramSecret, ScramServer};
 use pgwire::{encode, frontend};
-use corral_rt::stream::Stream;
 
 use crate::config::{AuthType, Config};
 use crate::error::{Error, Kind, Result};
-use crate::secrets::SecretCache;
 use crate::net::framed::{next_tag, read_message, ReadError};
+use crate::secrets::SecretCache;
 
 /// Largest password or SASL message accepted during login.
 const MAX_AUTH_MESSAGE: u32 = 8192;
-
 
 /// The outcome of a successful login.
 pub struct Authenticated {

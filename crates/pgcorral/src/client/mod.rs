@@ -14,15 +14,16 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use admit::admit;
 use bytes::BytesMut;
 use corral_rt::stream::{Detached, Stream};
-use admit::admit;
 use replies::{refuse_statement, refuse_transaction, timed_out};
 use request::{next_request, IdleTimer};
 use state::{deliver_held, recapture, restore};
 
 use crate::cancel::CancelSlot;
 use crate::client_conn::ClientConn;
+use crate::cluster::{Target, Want};
 use crate::config::{millis_opt, PoolMode};
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
@@ -30,7 +31,6 @@ use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::{Checkout, Pool};
 use crate::relay::{self, Outcome, Timeouts};
-use crate::cluster::{Target, Want};
 use crate::route::{self, ClientRoute, Decision};
 use crate::services::{ClientCount, LoginCount, Services};
 use crate::session::Settings;

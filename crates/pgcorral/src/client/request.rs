@@ -6,10 +6,10 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use bytes::Buf;
+use corral_rt::timer::sleep_until;
 use pgwire::frontend::{self, Kind as FeKind};
 use pgwire::Header;
 use tokio::time::Sleep;
-use corral_rt::timer::sleep_until;
 
 use super::replies::client_idle_error;
 use super::ClientConn;

@@ -6,8 +6,8 @@
 //! without a word (a bad length, a short CancelRequest, the client leaving mid-packet) gets none.
 
 use bytes::BytesMut;
-use pgwire::startup::{self, StartupError, StartupPacket};
 use corral_rt::stream::{Sock, Stream};
+use pgwire::startup::{self, StartupError, StartupPacket};
 
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_startup, ReadError};

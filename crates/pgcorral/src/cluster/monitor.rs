@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use corral_rt::timer;
 use corral_rt::exec::spawn_here;
+use corral_rt::timer;
 
 use super::topology::{Node, Role, Topology};
 use crate::logsafe::Esc;

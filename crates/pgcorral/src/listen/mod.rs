@@ -5,10 +5,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use corral_rt::stream::Detached;
-use corral_rt::workers::{self, Workers};
 use corral_rt::timer;
+use corral_rt::workers::{self, Workers};
+use tokio::net::TcpListener;
 use unix::UnixListen;
 
 use crate::config::Config;
@@ -141,9 +141,11 @@ impl Pooler {
                         continue;
                     }
                     let login = LoginCount::adopt(&services);
-                    let Some((worker, handle)) = services.balance.pick().and_then(|w| {
-                        Some((w, services.balance.handle(w)?))
-                    }) else {
+                    let Some((worker, handle)) = services
+                        .balance
+                        .pick()
+                        .and_then(|w| Some((w, services.balance.handle(w)?)))
+                    else {
                         tracing::error!("no worker thread is running: connection closed");
                         continue;
                     };

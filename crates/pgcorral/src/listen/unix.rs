@@ -6,8 +6,8 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use tokio::net::UnixListener;
 use corral_rt::stream::Detached;
+use tokio::net::UnixListener;
 
 use crate::net::peer::Peer;
 

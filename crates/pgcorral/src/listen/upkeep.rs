@@ -45,4 +45,3 @@ pub async fn run(services: Services) {
         }
     }
 }
-

@@ -6,9 +6,9 @@ use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use pgwire::backend::{self, TxStatus};
-use corral_rt::timer;
 use corral_rt::exec::spawn_here;
+use corral_rt::timer;
+use pgwire::backend::{self, TxStatus};
 
 use super::Pool;
 use crate::net::framed::read_message;
@@ -140,10 +140,9 @@ impl Drop for Checkout {
                 let pool = self.pool.clone();
                 let cleaning = async move {
                     let mut server = server;
-                    let ok =
-                        timer::timeout(CLEANUP_TIMEOUT, clean(&mut server, rollback, reset))
-                            .await
-                            .unwrap_or(false);
+                    let ok = timer::timeout(CLEANUP_TIMEOUT, clean(&mut server, rollback, reset))
+                        .await
+                        .unwrap_or(false);
                     if ok {
                         pool.checkin(server);
                     } else {

@@ -18,10 +18,10 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 pub use checkout::Checkout;
+use corral_rt::timer;
 use inner::{Grant, Inner};
 use limits::{CapKey, Limits};
 use parking_lot::Mutex;
-use corral_rt::timer;
 
 use crate::config::PoolMode;
 use crate::error::{Error, Kind, Result};

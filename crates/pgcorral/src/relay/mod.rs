@@ -9,21 +9,21 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Buf;
-use pgwire::backend::TxStatus;
-use pgwire::FrameError;
-use tokio::io::AsyncWrite;
-use corral_rt::timer::sleep_until;
 use corral_rt::balance::Balance;
 use corral_rt::batch;
 use corral_rt::direct::Budget;
+use corral_rt::timer::sleep_until;
+use pgwire::backend::TxStatus;
+use pgwire::FrameError;
+use tokio::io::AsyncWrite;
 
 use crate::client_conn::ClientConn;
+use crate::cluster::Target;
 use crate::pool::stats::{Done, Meter, Stats, Totals};
 use crate::pool::Pool;
 use crate::prepared::expect::Answers;
 use crate::prepared::rewrite::Link;
 use crate::prepared::Registry;
-use crate::cluster::Target;
 use crate::server::{LinkState, ServerConn};
 
 pub mod database_ddl;

@@ -10,18 +10,18 @@ pub mod hint;
 mod skeleton;
 
 use bytes::{Buf, BytesMut};
+use classify::Class;
+use hint::{Command, RoleChoice};
 use pgwire::backend::TxStatus;
 use pgwire::frontend::query_text;
 use pgwire::Header;
-use classify::Class;
-use hint::{Command, RoleChoice};
 
 use crate::client_conn::ClientConn;
-use crate::rows::Table;
 use crate::cluster::topology::RouteSettings;
 use crate::cluster::{Cluster, Shards, Target, Want};
 use crate::config::DefaultRole;
 use crate::error::{Error, Kind, Result};
+use crate::rows::Table;
 
 /// A client's routing state: its `SET SERVER ROLE` and its read-your-writes position.
 #[derive(Debug, Clone, Copy, Default)]
@@ -61,9 +61,7 @@ pub async fn decide(
     let choice = hinted.or(route.role).unwrap_or(RoleChoice::Default);
     let by_parser = |client: &ClientConn| match classify_batch(client, cache, &settings) {
         Class::Write => Decision::Route(first_shard(Want::Primary, true)),
-        Class::Read | Class::ReadOnlyBegin => {
-            Decision::Route(first_shard(Want::Read, false))
-        }
+        Class::Read | Class::ReadOnlyBegin => Decision::Route(first_shard(Want::Read, false)),
     };
     let fixed = |want: Want| Decision::Route(first_shard(want, want == Want::Primary));
     Ok(match choice {

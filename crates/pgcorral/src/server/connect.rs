@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use corral_rt::sock::{connect_tcp, connect_unix, TcpSocket};
+use corral_rt::stream::{Sock, Stream};
+use corral_rt::timer;
 use pgwire::auth::scram::{ScramClient, ScramSecret};
 use pgwire::backend::{self, auth_code};
 use pgwire::encode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use corral_rt::timer;
-use corral_rt::sock::{connect_tcp, connect_unix, TcpSocket};
-use corral_rt::stream::{Sock, Stream};
 
 use super::{CancelKey, CancelTls, ServerAddr, ServerConn};
 use crate::config::SslMode;

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use pgwire::backend::TxStatus;
 use corral_rt::stream::Stream;
+use pgwire::backend::TxStatus;
 
 /// The address a server connection went to: TCP, or a Unix socket's path.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
-use pgwire::backend::{self, TxStatus};
 use corral_rt::timer;
+use pgwire::backend::{self, TxStatus};
 
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::read_message;
