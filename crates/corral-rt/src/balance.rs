@@ -286,9 +286,10 @@ impl Balance {
         self.moves.load(Relaxed)
     }
 
-    /// Sets every worker's load (‰) and stops sampling from changing it: for tests that need a
-    /// busy worker on demand.
-    #[doc(hidden)]
+    /// Sets every worker's load (‰) and stops sampling from changing it: a hook for tests that
+    /// need a busy worker on demand (the `test-hooks` feature, which the pooler's tests turn on);
+    /// not in the product.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn freeze_loads(&self, loads: &[u32]) {
         let _sampling = self.sampling.lock();
         self.frozen.store(true, Relaxed);

@@ -11,6 +11,7 @@ use corral_rt::stream::Stream;
 use corral_rt::timer;
 use parking_lot::Mutex;
 
+use crate::logsafe;
 use crate::server::connect::start_tls;
 use crate::server::{CancelKey, CancelTls, ServerAddr};
 
@@ -72,7 +73,7 @@ impl CancelMap {
         match sent {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                tracing::info!(server = %key.addr, error = %crate::logsafe::Esc(&e), "could not forward cancel request")
+                tracing::info!(server = %key.addr, error = %logsafe::Esc(&e), "could not forward cancel request")
             }
             Err(_) => tracing::info!(
                 server = %key.addr,

@@ -4,18 +4,18 @@
 //! time) that the data path sets with plain stores, once per transaction at most.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::clock::Tick;
-
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
-
 use parking_lot::Mutex;
+
+use crate::clock;
+use crate::clock::Tick;
 
 /// A connection's state, as PgBouncer names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,7 +253,7 @@ struct WallClock {
 impl Default for WallClock {
     fn default() -> WallClock {
         WallClock {
-            at: crate::clock::now(),
+            at: clock::now(),
             wall_us: now_us(),
         }
     }

@@ -4,6 +4,8 @@
 use bytes::{Bytes, BytesMut};
 use pgwire::sqlstate;
 
+use crate::net::framed;
+
 /// What went wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -133,10 +135,10 @@ impl Error {
                 Some(src) => {
                     if let Some(e) = src.downcast_ref::<std::io::Error>() {
                         io_down(e.kind())
-                    } else if let Some(e) = src.downcast_ref::<crate::net::framed::ReadError>() {
+                    } else if let Some(e) = src.downcast_ref::<framed::ReadError>() {
                         match e {
-                            crate::net::framed::ReadError::Closed => true,
-                            crate::net::framed::ReadError::Io(e) => io_down(e.kind()),
+                            framed::ReadError::Closed => true,
+                            framed::ReadError::Io(e) => io_down(e.kind()),
                             _ => false,
                         }
                     } else {

@@ -4,9 +4,9 @@
 /// `prepared::sql::parse`: the SQL `PREPARE`/`EXECUTE`/`DEALLOCATE`/`DISCARD ALL` recogniser.
 pub use crate::prepared::sql::{parse as prepared_sql, prepared_query, Command as PreparedSql};
 
+use crate::admin::command;
+
 /// The admin console's command parser; `Some(read_only)` when `text` parses.
 pub fn admin_command(text: &str) -> Option<bool> {
-    crate::admin::command::parse(text)
-        .ok()
-        .map(|c| c.read_only())
+    command::parse(text).ok().map(|c| c.read_only())
 }

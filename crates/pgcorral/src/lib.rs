@@ -17,7 +17,7 @@
 //! statistics shard ([`pool::stats`]), spare wait cells and read buffers, and the clock's reading
 //! of the current poll ([`clock`]); in corral-rt each worker's executor, reactor and write batch.
 
-#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
+#![cfg_attr(not(test), deny(clippy::disallowed_methods, clippy::absolute_paths))]
 
 pub mod admin;
 pub mod cancel;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::config::{self, Config};
 use crate::services::Services;
+use crate::tls;
 
 /// `[general]` settings read only at start: a reload keeps their running values.
 pub const RESTART_ONLY: &[&str] = &[
@@ -100,7 +101,7 @@ pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, Strin
 /// brings the pools in line. Certificate and key files are read again (they may have been
 /// replaced under the same names); if they do not load, nothing changes.
 fn apply(services: &Services, mut new: Config) -> Result<Applied, String> {
-    let tls = crate::tls::Tls::load(&new.general).map_err(|e| {
+    let tls = tls::Tls::load(&new.general).map_err(|e| {
         tracing::error!(error = %e, "reload refused: TLS files do not load; the running certificates stay");
         format!("TLS: {e}")
     })?;

@@ -11,8 +11,13 @@ use tokio_util::task::TaskTracker;
 
 use crate::cancel::CancelMap;
 use crate::config::Config;
+use crate::conns;
+use crate::control;
 use crate::pool::registry::Registry;
+use crate::prepared;
+use crate::route::classify;
 use crate::secrets::SecretCache;
+use crate::tls;
 
 pub struct Inner {
     pub config: ArcSwap<Config>,
@@ -36,20 +41,20 @@ pub struct Inner {
     /// Worker threads: their load, runtimes, and where clients go.
     pub balance: Arc<Balance>,
     /// Prepared statements by text, shared by the clients that prepare the same one.
-    pub statements: crate::prepared::Registry,
+    pub statements: prepared::Registry,
     /// Routing decisions by query text (databases with replicas).
-    pub router: crate::route::classify::Cache,
+    pub router: classify::Cache,
     /// Admin console sessions open now.
     pub consoles: AtomicUsize,
     /// Paused and disabled databases (admin console).
-    pub control: crate::control::Control,
+    pub control: control::Control,
     /// The file the configuration came from (RELOAD, SIGHUP), when there is one.
     pub config_path: std::sync::OnceLock<std::path::PathBuf>,
     /// Bumped when the configuration is replaced; clients re-read it at their next transaction.
     pub config_gen: std::sync::atomic::AtomicU64,
     /// TLS for clients and servers, from the configuration's files (replaced on reload); the
     /// same handle as the pools' targets hold.
-    pub tls: crate::tls::Shared,
+    pub tls: tls::Shared,
 }
 
 #[derive(Clone)]
@@ -228,7 +233,7 @@ impl Drop for ClientCount {
 pub struct Shutdown {
     fired: AtomicBool,
     token: CancellationToken,
-    lists: Arc<crate::conns::Lists>,
+    lists: Arc<conns::Lists>,
 }
 
 impl Shutdown {
@@ -236,7 +241,7 @@ impl Shutdown {
     pub fn cancel(&self) {
         self.fired.store(true, Ordering::SeqCst);
         self.token.cancel();
-        self.lists.wake(crate::conns::Kind::Client);
+        self.lists.wake(conns::Kind::Client);
     }
 
     /// True once fired. One atomic load.

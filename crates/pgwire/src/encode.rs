@@ -149,10 +149,6 @@ pub fn auth_md5(buf: &mut BytesMut, salt: [u8; 4]) {
     auth(buf, auth_code::MD5, &salt);
 }
 
-pub fn auth_cleartext(buf: &mut BytesMut) {
-    auth(buf, auth_code::CLEARTEXT, &[]);
-}
-
 /// AuthenticationSASL listing `mechanisms`.
 pub fn auth_sasl(buf: &mut BytesMut, mechanisms: &[&str]) {
     message(buf, backend::AUTHENTICATION, |b| {

@@ -20,6 +20,7 @@ use pgwire::frontend as fe;
 
 use crate::client_conn::ClientConn;
 use crate::net::framed::{read_message, ReadError};
+use crate::reload;
 use crate::rows::Table;
 use crate::services::Services;
 
@@ -259,11 +260,11 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
         Command::WaitClose(db) => actions::wait_close(services, db.as_deref())
             .await
             .map(|()| done(None)),
-        Command::Reload => match crate::reload::reload(services) {
+        Command::Reload => match reload::reload(services) {
             Ok(a) => Ok(done(kept_notice(&a))),
             Err(e) => Err(("F0000", e)),
         },
-        Command::Set { key, value } => match crate::reload::set(services, &key, &value) {
+        Command::Set { key, value } => match reload::set(services, &key, &value) {
             Ok(a) => Ok(done(kept_notice(&a))),
             Err(e) => Err(("22023", e)),
         },
@@ -280,7 +281,7 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
 const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL <db>\n\tSUSPEND\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN";
 
 /// A notice naming the settings a reload could not change.
-fn kept_notice(a: &crate::reload::Applied) -> Option<(String, String)> {
+fn kept_notice(a: &reload::Applied) -> Option<(String, String)> {
     (!a.kept.is_empty()).then(|| {
         (
             format!(

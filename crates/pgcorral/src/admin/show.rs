@@ -3,8 +3,10 @@
 
 use super::show_conns::connections;
 use super::show_stats::{latency, stats, stats_part, totals};
+use crate::cluster::topology;
 use crate::config::{Config, General, PoolMode};
 use crate::conns::Kind;
+use crate::reload;
 use crate::rows::{Cell, Table, Ty};
 use crate::services::Services;
 
@@ -86,7 +88,7 @@ fn show_config(general: &General) -> Table {
             .find(|(dk, _)| *dk == k)
             .map(|(_, dv)| dv.clone())
             .unwrap_or_default();
-        let changeable = if crate::reload::RESTART_ONLY.contains(&k.as_str()) {
+        let changeable = if reload::RESTART_ONLY.contains(&k.as_str()) {
             "no"
         } else {
             "yes"
@@ -209,7 +211,7 @@ fn pools(services: &Services) -> Table {
             mode_name(p.settings().mode).into(),
             text(node.map(|n| n.addr())),
             text(node.map(|n| n.role().name().to_string())),
-            text(node.map(|n| crate::cluster::topology::status(n).to_string())),
+            text(node.map(|n| topology::status(n).to_string())),
             text(
                 state
                     .as_ref()

@@ -2,6 +2,8 @@
 //! columns, then pgcorral's own (clients: `pinned`, why a client keeps its server; servers:
 //! `role` and `health`).
 
+use crate::cluster::topology;
+use crate::conns;
 use crate::conns::{Kind, State};
 use crate::rows::{Cell, Table, Ty};
 use crate::services::Services;
@@ -86,7 +88,7 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
                     .iter()
                     .any(|p| p.name().0 == &*e.database && e.generation < p.generation());
                 row.push(node.map_or("primary", |n| n.role().name()).into());
-                let health = match node.map(|n| crate::cluster::topology::status(n)) {
+                let health = match node.map(|n| topology::status(n)) {
                     _ if retiring => "retiring",
                     Some(s) => s,
                     None => "ok",
@@ -100,7 +102,7 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
 }
 
 /// An address column: the IP, or "unix" for a connection over a Unix socket (as PgBouncer).
-fn host(e: &crate::conns::Entry, addr: std::net::SocketAddr) -> String {
+fn host(e: &conns::Entry, addr: std::net::SocketAddr) -> String {
     if e.unix {
         "unix".into()
     } else {
@@ -110,7 +112,7 @@ fn host(e: &crate::conns::Entry, addr: std::net::SocketAddr) -> String {
 
 /// Whether a server connection to `addr` is one of `node`'s (by port, and address when the
 /// node's host is written as one).
-fn serves(node: &crate::cluster::topology::Node, addr: std::net::SocketAddr) -> bool {
+fn serves(node: &topology::Node, addr: std::net::SocketAddr) -> bool {
     node.port == addr.port()
         && node
             .host

@@ -12,19 +12,27 @@ use super::startup::{self, Opening};
 use super::{auth, params, ClientConn, Session};
 use crate::admin;
 use crate::cancel::CancelSlot;
+use crate::clock;
+use crate::cluster;
+use crate::config;
 use crate::config::{millis_opt, PoolMode};
+use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
 use crate::net::peer::Peer;
+use crate::pool::logins;
+use crate::pool::registry;
 use crate::services::{ClientCount, LoginCount, Services, PRESSURE_LOGIN_TIMEOUT};
+use crate::session::startup as session_startup;
 use crate::session::{apply, Settings};
+use crate::tls;
 
 /// A client past login.
 pub(super) enum Admitted {
     /// A client of a pool.
     Pool(Session),
     /// An admin console user, listed in SHOW CLIENTS (database `pgbouncer`, as PgBouncer).
-    Console(admin::Role, crate::conns::Listed),
+    Console(admin::Role, conns::Listed),
 }
 
 /// Startup packets, limits, authentication and the welcome. `None` when the client is done
@@ -243,7 +251,7 @@ async fn login(
         return Err(Error::new(Kind::UnknownUser, e));
     }
     if !taken.database.is_text() {
-        return Err(crate::pool::registry::unknown_database(database));
+        return Err(registry::unknown_database(database));
     }
     // Counted from a successful authentication on; admin users on the console have a few
     // places more, so that it stays reachable when every other place is taken.
@@ -279,7 +287,7 @@ async fn login(
         return Err(e.replay());
     }
     let params = &taken.text;
-    let startup_settings = crate::session::startup::settings(params)?;
+    let startup_settings = session_startup::settings(params)?;
     let slot = Arc::new(CancelSlot::default());
     let session_mode = pool.settings().mode == PoolMode::Session;
     let mut settings = Settings::default();
@@ -301,11 +309,11 @@ async fn login(
         if services.control.is_paused(database) {
             services.control.wait_resumed(database).await;
         }
-        let asked = crate::clock::now();
+        let asked = clock::now();
         let mut s = cluster
             .checkout(session_target(&cluster), client.worker, 0)
             .await?;
-        let got = crate::clock::now();
+        let got = clock::now();
         s.pool()
             .stats()
             .waited(client.worker, got.micros_since(asked));
@@ -333,7 +341,7 @@ async fn login(
             if !session_mode {
                 pool.logins().put(
                     startup_settings,
-                    crate::pool::logins::Login {
+                    logins::Login {
                         settings: settings.clone(),
                         startup: startup.clone(),
                         params: s.params.clone(),
@@ -396,12 +404,12 @@ async fn login(
 
 /// Where a server for the whole session (session mode), or for the login's parameters, comes
 /// from: the database's default role (the query parser cannot route a whole session).
-fn session_target(cluster: &crate::cluster::Cluster) -> crate::cluster::Target {
+fn session_target(cluster: &cluster::Cluster) -> cluster::Target {
     use crate::cluster::{Shards, Target, Want};
     let want = match cluster.topology().settings().default_role {
-        crate::config::DefaultRole::Primary => Want::Primary,
-        crate::config::DefaultRole::Replica => Want::Replica,
-        crate::config::DefaultRole::Any => Want::Any,
+        config::DefaultRole::Primary => Want::Primary,
+        config::DefaultRole::Replica => Want::Replica,
+        config::DefaultRole::Any => Want::Any,
     };
     Target {
         shards: Shards::One(0),
@@ -467,7 +475,7 @@ fn list_client(
     user: std::sync::Arc<str>,
     database: std::sync::Arc<str>,
     application_name: String,
-) -> Result<crate::conns::Listed> {
+) -> Result<conns::Listed> {
     let (addr, local, remote_pid) = match client.peer {
         // As PgBouncer: "unix" and the listen port; the process id is known only here.
         Peer::Unix { port, pid } => (Peer::unix_addr(port), Peer::unix_addr(port), pid),
@@ -483,21 +491,17 @@ fn list_client(
         }
     };
     Ok(services.pools.lists.add(
-        crate::conns::Kind::Client,
-        crate::conns::New {
+        conns::Kind::Client,
+        conns::New {
             user,
             database,
             addr,
             local,
             unix: matches!(client.peer, Peer::Unix { .. }),
             application_name,
-            state: crate::conns::State::Active,
+            state: conns::State::Active,
             remote_pid,
-            tls: client
-                .stream
-                .tls()
-                .map(crate::tls::describe)
-                .unwrap_or_default(),
+            tls: client.stream.tls().map(tls::describe).unwrap_or_default(),
             generation: 0,
         },
     ))

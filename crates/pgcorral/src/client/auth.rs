@@ -11,6 +11,7 @@ use crate::config::{AuthType, Config};
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{next_tag, read_message, ReadError};
 use crate::secrets::SecretCache;
+use crate::tls;
 
 /// Largest password or SASL message accepted during login.
 const MAX_AUTH_MESSAGE: u32 = 8192;
@@ -98,7 +99,7 @@ fn certificate(stream: &Stream, user: &str, user_is_text: bool) -> Result<()> {
             "connection requires a valid client certificate",
         ));
     };
-    let cn = crate::tls::common_name(cert);
+    let cn = tls::common_name(cert);
     if cn.as_deref() != Some(user) || !user_is_text {
         tracing::info!(
             user,

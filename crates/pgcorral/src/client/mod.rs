@@ -21,18 +21,26 @@ use replies::{refuse_statement, refuse_transaction, timed_out};
 use request::{next_request, IdleTimer};
 use state::{deliver_held, recapture, restore};
 
+use crate::admin;
 use crate::cancel::CancelSlot;
 use crate::client_conn::ClientConn;
+use crate::clock;
+use crate::cluster;
 use crate::cluster::{Target, Want};
+use crate::cold;
+use crate::config;
 use crate::config::{millis_opt, PoolMode};
+use crate::conns;
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::{Checkout, Pool};
+use crate::prepared;
 use crate::relay::{self, Outcome, Timeouts};
 use crate::route::{self, ClientRoute, Decision};
 use crate::services::{ClientCount, LoginCount, Services};
+use crate::session;
 use crate::session::Settings;
 
 /// The task of one accepted connection, to its end: registers the socket with the reactor of
@@ -53,7 +61,7 @@ struct Moved {
     pass: usize,
     max_len: u32,
     custom: Vec<String>,
-    statements: crate::prepared::ClientStatements,
+    statements: prepared::ClientStatements,
     session: Session,
     count: ClientCount,
 }
@@ -112,7 +120,7 @@ fn task(
                 // not size the future that lives as long as the client (idle clients should
                 // cost little memory). The client is counted against max_client_conn from its
                 // successful login on.
-                match crate::cold::cold(admit(&mut client, &services)).await {
+                match cold::cold(admit(&mut client, &services)).await {
                     Some((a, c)) => (admitted, count) = (Some(a), c),
                     None => return,
                 }
@@ -180,11 +188,7 @@ fn task(
                 let served = listed
                     .entry
                     .clone()
-                    .killable(crate::cold::cold(crate::admin::serve(
-                        &mut client,
-                        &services,
-                        *role,
-                    )))
+                    .killable(cold::cold(admin::serve(&mut client, &services, *role)))
                     .await;
                 if served.is_none() {
                     let mut out = BytesMut::new();
@@ -261,7 +265,7 @@ fn migrate(
         count,
     });
     let tasks = services.tasks.clone();
-    handle.spawn(tasks.track_future(crate::clock::moments(task(
+    handle.spawn(tasks.track_future(clock::moments(task(
         socket,
         peer,
         services,
@@ -289,13 +293,13 @@ struct Session {
     /// The pool that counts the client (its cluster's first).
     pool: Pool,
     /// Every server's pool of its (database, user).
-    cluster: crate::cluster::Cluster,
+    cluster: cluster::Cluster,
     /// Its SET SERVER ROLE and read-your-writes position.
     route: ClientRoute,
     /// Where the transaction now running was routed (databases with routing).
     target: Option<Target>,
     /// Its entry in SHOW CLIENTS.
-    listed: crate::conns::Listed,
+    listed: conns::Listed,
     /// The server held for the whole session (session mode).
     server: Option<Checkout>,
     slot: Arc<CancelSlot>,
@@ -306,7 +310,7 @@ struct Session {
     settings: Settings,
     /// Its startup parameters as the server canonicalised them: what RESET returns to
     /// (shared by clients that sent the same).
-    startup: crate::session::Settings,
+    startup: session::Settings,
     /// Why the client keeps its server between transactions; empty when it does not.
     pinned: Vec<String>,
 }
@@ -323,8 +327,8 @@ fn relay_mode<'a>(
     let g = &config.general;
     let track = match (pooled, g.session_pinning) {
         (false, _) => relay::Track::Off,
-        (true, crate::config::SessionPinning::Pin) => relay::Track::Pin,
-        (true, crate::config::SessionPinning::Refuse) => relay::Track::Refuse,
+        (true, config::SessionPinning::Pin) => relay::Track::Pin,
+        (true, config::SessionPinning::Refuse) => relay::Track::Refuse,
     };
     relay::Mode {
         stop_when_idle: pooled,
@@ -412,22 +416,22 @@ fn run<'a>(
                     Some(()) => {}
                     None => return Ok(Exit::Left("client closed the connection")),
                 }
-                let asked = crate::clock::now();
+                let asked = clock::now();
                 session.listed.requested_at(asked);
                 session.listed.set_state(ListState::Waiting);
                 if services.control.is_paused(session.pool.name().0) {
                     // PAUSE: the transaction waits for RESUME before it gets a server.
-                    crate::cold::cold(services.control.wait_resumed(session.pool.name().0)).await;
+                    cold::cold(services.control.wait_resumed(session.pool.name().0)).await;
                 }
                 let mut s = if session.cluster.routed() {
-                    match crate::cold::cold(routed_checkout(client, services, session)).await? {
+                    match cold::cold(routed_checkout(client, services, session)).await? {
                         Some(s) => s,
                         None => continue,
                     }
                 } else {
                     session.pool.checkout(client.worker).await?
                 };
-                let got = crate::clock::now();
+                let got = clock::now();
                 // The wait's time and count go with the transaction's (one record of the
                 // counters per transaction); its histogram is recorded now.
                 let waited = got.micros_since(asked);
@@ -439,12 +443,12 @@ fn run<'a>(
                     l.set_link(session.listed.id);
                     session.listed.set_link(l.id);
                 }
-                if !crate::session::matches(&s.applied, &session.settings) {
+                if !session::matches(&s.applied, &session.settings) {
                     // Boxed: a round trip to the server, which allocates its query anyway; its
                     // state must not size every client's future.
-                    crate::cold::cold(restore(&mut s, &session.settings)).await?;
+                    cold::cold(restore(&mut s, &session.settings)).await?;
                     if !s.held.is_empty() {
-                        crate::cold::cold(deliver_held(client, &mut s)).await?;
+                        cold::cold(deliver_held(client, &mut s)).await?;
                     }
                 }
                 session.slot.set(Some(s.key.clone()));
@@ -473,19 +477,19 @@ fn run<'a>(
                     if session.target.is_some_and(|t| t.writes)
                         && session.cluster.topology().settings().read_your_writes
                     {
-                        let at = crate::cold::cold(crate::cluster::wal_position(s)).await;
+                        let at = cold::cold(cluster::wal_position(s)).await;
                         session.route.min_lsn = session.route.min_lsn.max(at);
                     }
                     if s.state.dirty {
                         // Taken out of the session while it is recaptured (on error, it is dropped
                         // as the request loop ends).
                         let mut s = session.server.take().expect("attached");
-                        crate::cold::cold(recapture(session, &mut s, &mut client.custom)).await?;
+                        cold::cold(recapture(session, &mut s, &mut client.custom)).await?;
                         session.server = Some(s);
                     }
                     let s = session.server.as_mut().expect("attached");
                     if !s.held.is_empty() {
-                        crate::cold::cold(deliver_held(client, s)).await?;
+                        cold::cold(deliver_held(client, s)).await?;
                     }
                     if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
                         continue;
@@ -510,14 +514,14 @@ fn run<'a>(
                     return Err(timed_out(phase, &relay_mode.timeouts));
                 }
                 Outcome::Refused(why) => {
-                    crate::cold::cold(refuse_statement(client, s.state.tx, why)).await?;
+                    cold::cold(refuse_statement(client, s.state.tx, why)).await?;
                     if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
                         session.slot.set(None);
                         session.server = None;
                     }
                 }
                 Outcome::TransactionRefused => {
-                    crate::cold::cold(refuse_transaction(client, s)).await?;
+                    cold::cold(refuse_transaction(client, s)).await?;
                     session.slot.set(None);
                     session.server = None;
                 }

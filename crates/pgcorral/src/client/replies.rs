@@ -7,6 +7,7 @@ use pgwire::{encode, sqlstate, Header};
 
 use super::ClientConn;
 use crate::error::{Error, Kind, Result};
+use crate::pool;
 use crate::pool::Checkout;
 use crate::relay::{Phase, Timeouts};
 
@@ -80,7 +81,7 @@ pub(super) async fn refuse_transaction(
         .unwrap_or(0);
     let z = z.min(server.rbuf.len());
     server.rbuf.advance(z);
-    let ok = crate::pool::rollback(server).await;
+    let ok = pool::rollback(server).await;
     let mut out = BytesMut::new();
     encode::error_response(
         &mut out,

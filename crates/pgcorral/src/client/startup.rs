@@ -10,6 +10,7 @@ use corral_rt::stream::{Sock, Stream};
 use pgwire::startup::{self, StartupError, StartupPacket};
 
 use crate::error::{Error, Kind, Result};
+use crate::net::framed;
 use crate::net::framed::{read_startup, ReadError};
 use crate::tls::{ClientSide, ALPN};
 
@@ -83,7 +84,7 @@ pub async fn open(
     let (mut ssl_done, mut gss_done) = (false, false);
     if let Some(side) = tls.filter(|_| !stream.is_tls()) {
         // Direct TLS is recognised by the first byte of the connection.
-        match crate::net::framed::fill_some(stream, buf).await {
+        match framed::fill_some(stream, buf).await {
             Ok(()) => {}
             Err(ReadError::Closed) => return Ok(Opening::Closed),
             Err(e) => {

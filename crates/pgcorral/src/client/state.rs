@@ -4,6 +4,7 @@
 use super::{ClientConn, Session};
 use crate::error::{Error, Kind, Result};
 use crate::pool::Checkout;
+use crate::session;
 use crate::session::{apply, Settings};
 
 /// Applies the client's settings to a server it was just given; a failure ends the session
@@ -25,15 +26,15 @@ pub(super) async fn recapture(
     seen: &mut Vec<String>,
 ) -> Result<()> {
     let login_user = session.pool.server_user();
-    let mut custom: Vec<String> = crate::session::custom_names_of(&session.settings)
-        .chain(crate::session::custom_names_of(&session.startup))
+    let mut custom: Vec<String> = session::custom_names_of(&session.settings)
+        .chain(session::custom_names_of(&session.startup))
         .chain(seen.drain(..))
         .collect();
     custom.sort();
     custom.dedup();
     *seen = Vec::new();
     let captured = apply::capture(server, &login_user, &custom).await?;
-    session.settings = crate::session::with_startup(&captured.settings, &session.startup);
+    session.settings = session::with_startup(&captured.settings, &session.startup);
     if captured.pins != session.pinned {
         if captured.pins.is_empty() {
             tracing::info!(

@@ -16,6 +16,7 @@ use topology::{Node, Role, Topology, View};
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
 use crate::pool::{Checkout, Pool};
+use crate::session::exec;
 
 /// How long a request waits for the first check of servers whose role is detected.
 const FIRST_CHECK_WAIT: Duration = Duration::from_secs(10);
@@ -242,7 +243,7 @@ pub async fn wal_position(server: &mut Checkout) -> u64 {
     if server.pool().node().map(|n| n.role()) != Some(Role::Primary) {
         return 0;
     }
-    match crate::session::exec::query(server, "SELECT pg_current_wal_insert_lsn()").await {
+    match exec::query(server, "SELECT pg_current_wal_insert_lsn()").await {
         Ok(rows) => rows
             .first()
             .and_then(|r| r.first())

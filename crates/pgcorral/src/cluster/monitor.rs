@@ -13,6 +13,7 @@ use corral_rt::timer;
 
 use super::topology::{Node, Role, Topology};
 use crate::logsafe::Esc;
+use crate::server::connect;
 use crate::server::ServerConn;
 use crate::session::exec;
 
@@ -83,7 +84,7 @@ impl Topology {
                 target.connect_timeout = target
                     .connect_timeout
                     .min(timeout.max(Duration::from_millis(500)));
-                crate::server::connect::connect(&target, worker)
+                connect::connect(&target, worker)
                     .await
                     .map_err(|e| e.to_string())?
             }

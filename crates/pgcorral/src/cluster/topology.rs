@@ -11,6 +11,8 @@ use parking_lot::Mutex;
 use crate::config::{
     Config, Database, DefaultRole, LagLimit, LoadBalancing, ServerEntry, ServerRole,
 };
+use crate::server;
+use crate::server::connect;
 
 /// The routing settings of one database (its own, else `[general]`'s).
 #[derive(Debug, Clone)]
@@ -212,9 +214,9 @@ pub struct Topology {
     pub(super) round_running: std::sync::atomic::AtomicBool,
     pub(super) born: Instant,
     /// The server login the monitor uses (the first pool's).
-    pub(super) login: Mutex<Option<crate::server::connect::Target>>,
+    pub(super) login: Mutex<Option<connect::Target>>,
     /// The monitor's connection to each node.
-    pub(super) links: Mutex<Vec<Option<crate::server::ServerConn>>>,
+    pub(super) links: Mutex<Vec<Option<server::ServerConn>>>,
 }
 
 impl Topology {
@@ -247,7 +249,7 @@ impl Topology {
     }
 
     /// The server login the monitor uses, unless it has one.
-    pub fn offer_login(&self, target: Option<&crate::server::connect::Target>) {
+    pub fn offer_login(&self, target: Option<&connect::Target>) {
         let mut login = self.login.lock();
         if login.is_none() {
             *login = target.cloned();

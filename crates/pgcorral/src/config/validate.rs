@@ -5,6 +5,8 @@ use std::net::IpAddr;
 use pgwire::auth::{md5, scram::ScramSecret};
 
 use super::{AuthType, Config, ConfigError, Database, LagLimit, ServerRole, User};
+use crate::config;
+use crate::tls;
 
 /// Database names the admin console answers to; they cannot be `[databases.NAME]` keys.
 pub const RESERVED_DATABASES: [&str; 2] = ["pgbouncer", "pgcorral"];
@@ -49,7 +51,7 @@ pub fn socket_mode(mode: &str) -> Option<u32> {
     u32::from_str_radix(mode, 8).ok().filter(|m| *m <= 0o777)
 }
 
-fn unix_socket(g: &crate::config::General, errs: &mut Vec<String>) {
+fn unix_socket(g: &config::General, errs: &mut Vec<String>) {
     let dir = &g.unix_socket_dir;
     if !dir.is_empty() && !dir.starts_with('/') {
         errs.push(format!(
@@ -188,7 +190,7 @@ fn tls(g: &super::General, errs: &mut Vec<String>) {
         ("client_tls_protocols", &g.client_tls_protocols),
         ("server_tls_protocols", &g.server_tls_protocols),
     ] {
-        if let Err(e) = crate::tls::versions(v) {
+        if let Err(e) = tls::versions(v) {
             errs.push(format!("general.{key}: {e}"));
         }
     }
@@ -196,7 +198,7 @@ fn tls(g: &super::General, errs: &mut Vec<String>) {
         ("client_tls_ciphers", &g.client_tls_ciphers),
         ("server_tls_ciphers", &g.server_tls_ciphers),
     ] {
-        if let Err(e) = crate::tls::provider(v) {
+        if let Err(e) = tls::provider(v) {
             errs.push(format!("general.{key}: {e}"));
         }
     }

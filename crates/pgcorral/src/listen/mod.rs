@@ -11,9 +11,16 @@ use corral_rt::workers::{self, Workers};
 use tokio::net::TcpListener;
 use unix::UnixListen;
 
+use crate::client;
+use crate::clock;
+use crate::config;
 use crate::config::Config;
+use crate::error;
+use crate::metrics;
 use crate::net::peer::Peer;
+use crate::pool::stats;
 use crate::services::{LoginCount, Services};
+use crate::tls;
 
 mod unix;
 mod upkeep;
@@ -43,8 +50,7 @@ impl Pooler {
         let unix = match config.general.unix_socket_dir.as_str() {
             "" => None,
             dir => {
-                let mode =
-                    crate::config::socket_mode(&config.general.unix_socket_mode).unwrap_or(0o777);
+                let mode = config::socket_mode(&config.general.unix_socket_mode).unwrap_or(0o777);
                 Some(UnixListen::bind(dir, listener.local_addr()?.port(), mode)?)
             }
         };
@@ -52,7 +58,7 @@ impl Pooler {
             "" => None,
             addr => Some(TcpListener::bind(addr).await?),
         };
-        let tls = crate::tls::Tls::load(&config.general)
+        let tls = tls::Tls::load(&config.general)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let n_workers = config.general.workers;
         let services = Services::new(config, workers::count(n_workers));
@@ -98,7 +104,7 @@ impl Pooler {
             services,
         } = self;
         let io_uring = services.config.load().general.io_uring;
-        let on_start = crate::pool::stats::own_shard;
+        let on_start = stats::own_shard;
         let workers = match Workers::start(services.balance.clone(), io_uring, on_start) {
             Ok(w) => w,
             Err(e) => {
@@ -110,7 +116,7 @@ impl Pooler {
         tokio::spawn(sample_load(services.clone()));
         tokio::spawn(upkeep::run(services.clone()));
         if let Some(m) = metrics {
-            tokio::spawn(crate::metrics::serve(m, services.clone()));
+            tokio::spawn(metrics::serve(m, services.clone()));
         }
         let mut backoff = Duration::from_millis(5);
         loop {
@@ -149,10 +155,10 @@ impl Pooler {
                         tracing::error!("no worker thread is running: connection closed");
                         continue;
                     };
-                    let client = crate::client::serve(socket, peer, services.clone(), worker);
+                    let client = client::serve(socket, peer, services.clone(), worker);
                     // The client's task counts its login from here.
                     login.hand_over();
-                    handle.spawn(services.tasks.track_future(crate::clock::moments(client)));
+                    handle.spawn(services.tasks.track_future(clock::moments(client)));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off rather than spin.
@@ -188,8 +194,8 @@ impl Pooler {
 fn refuse(socket: Detached) {
     use std::io::Write;
     let mut out = bytes::BytesMut::new();
-    crate::error::Error::new(
-        crate::error::Kind::TooManyClients,
+    error::Error::new(
+        error::Kind::TooManyClients,
         "no more connections allowed (max_login_clients: too many clients logging in)",
     )
     .write_response(&mut out, "FATAL");

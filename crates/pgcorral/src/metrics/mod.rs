@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use crate::logsafe;
 use crate::services::Services;
 
 /// The content type of `/metrics` (what `prometheus_client::encoding::text` writes).
@@ -80,7 +81,7 @@ pub async fn serve(listener: TcpListener, services: Services) {
                 }
             };
             if let Err(e) = r {
-                tracing::debug!(error = %crate::logsafe::Esc(&e), "metrics: connection ended");
+                tracing::debug!(error = %logsafe::Esc(&e), "metrics: connection ended");
             }
         });
     }

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use super::{Checkout, Pool};
+use crate::clock;
 use crate::clock::Tick;
 
 /// Which caps a pool's servers count against, and their sizes (0 = no cap).
@@ -123,7 +124,7 @@ impl Limits {
             }
             let (tx, rx) = oneshot::channel();
             st.waiters.push_back(Waiter {
-                since: crate::clock::now(),
+                since: clock::now(),
                 key: key.clone(),
                 tx,
             });

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::Pool;
+use crate::clock;
 
 /// How often every pool is looked at (by the listener's upkeep task, `crate::listen`).
 pub const TICK: Duration = Duration::from_millis(250);
@@ -14,7 +15,7 @@ impl Pool {
     /// `min_size`), and returns how many servers to open to get back to `min_size`.
     pub(crate) fn maintain(&self) -> usize {
         let s = self.0.settings.load();
-        let now = crate::clock::now();
+        let now = clock::now();
         let mut closed = Vec::new();
         let warm = {
             let mut inner = self.0.inner.lock();

@@ -23,10 +23,16 @@ use inner::{Grant, Inner};
 use limits::{CapKey, Limits};
 use parking_lot::Mutex;
 
+use crate::clock;
+use crate::cluster::topology;
+use crate::cold;
 use crate::config::PoolMode;
+use crate::conns;
 use crate::error::{Error, Kind, Result};
+use crate::logsafe;
 use crate::server::connect::{connect, Secret, Target};
 use crate::server::{ServerConn, ServerParams};
+use crate::tls;
 
 /// Rolls back an open transaction on a checked-out server; true when it ends idle within the
 /// cleanup timeout (otherwise the caller should treat the server as broken).
@@ -117,13 +123,13 @@ pub(crate) struct Shared {
     clients: std::sync::atomic::AtomicUsize,
     stats: stats::Stats,
     /// Where its servers are listed for SHOW SERVERS.
-    lists: Arc<crate::conns::Lists>,
+    lists: Arc<conns::Lists>,
     /// Bumped by RECONNECT: servers of older generations are closed when they come back.
     generation: std::sync::atomic::AtomicU64,
     /// (database, user) once more, shared by the pool's entries in SHOW CLIENTS/SERVERS.
     listed_names: (Arc<str>, Arc<str>),
     /// The server it connects to, as routing knows it (set by its cluster).
-    node: std::sync::OnceLock<Arc<crate::cluster::topology::Node>>,
+    node: std::sync::OnceLock<Arc<topology::Node>>,
     /// Outcomes of logins with startup parameters, reused by later logins with the same.
     logins: logins::Logins,
 }
@@ -152,7 +158,7 @@ impl Pool {
         target: Target,
         settings: PoolSettings,
         limits: &Arc<Limits>,
-        lists: &Arc<crate::conns::Lists>,
+        lists: &Arc<conns::Lists>,
     ) -> Pool {
         let limits = settings.caps.as_ref().map(|_| limits.clone());
         let listed_names = (Arc::from(name.0.as_str()), Arc::from(name.1.as_str()));
@@ -185,12 +191,12 @@ impl Pool {
     }
 
     /// Tells the pool which server of its database it serves (once, by its cluster).
-    pub fn set_node(&self, node: Arc<crate::cluster::topology::Node>) {
+    pub fn set_node(&self, node: Arc<topology::Node>) {
         let _ = self.0.node.set(node);
     }
 
     /// The server it serves, with its role, ban and lag.
-    pub fn node(&self) -> Option<&Arc<crate::cluster::topology::Node>> {
+    pub fn node(&self) -> Option<&Arc<topology::Node>> {
         self.0.node.get()
     }
 
@@ -281,7 +287,7 @@ impl Pool {
         // that every client's future stays small.
         match self.checkout_idle(worker) {
             Some(c) if !self.needs_check(&c) => Ok(c),
-            Some(c) => crate::cold::cold(self.check_then_slow(c, worker)).await,
+            Some(c) => cold::cold(self.check_then_slow(c, worker)).await,
             None => self.checkout_slow(worker).await,
         }
     }
@@ -291,7 +297,7 @@ impl Pool {
         self.0
             .hot
             .check_after_ns()
-            .is_some_and(|d| crate::clock::now().nanos_since(server.last_used) >= d)
+            .is_some_and(|d| clock::now().nanos_since(server.last_used) >= d)
     }
 
     /// Runs `server_check_query` on a long-idle server; a failed check discards it and the
@@ -363,7 +369,7 @@ impl Pool {
                 } else {
                     let (wait, entry) = mailbox::open(waker);
                     inner.waiters.push_back(inner::Waiting {
-                        since: crate::clock::now(),
+                        since: clock::now(),
                         worker,
                         entry,
                     });
@@ -371,15 +377,10 @@ impl Pool {
                 }
             };
             let mut checkout = match wait {
-                None => {
-                    return crate::cold::cold(self.open(inner::Slot::new(self.clone()), worker))
-                        .await
-                }
+                None => return cold::cold(self.open(inner::Slot::new(self.clone()), worker)).await,
                 Some(wait) => match wait.await {
                     Some(Grant::Server(checkout)) => checkout,
-                    Some(Grant::Slot(slot)) => {
-                        return crate::cold::cold(self.open(slot, worker)).await
-                    }
+                    Some(Grant::Slot(slot)) => return cold::cold(self.open(slot, worker)).await,
                     Some(Grant::TimedOut(waited)) => {
                         return Err(Error::new(
                             Kind::PoolTimeout,
@@ -403,7 +404,7 @@ impl Pool {
     /// and those that waited `wait_timeout` are sent away. A wait costs no timer of its own.
     pub(crate) fn expire_waiters(&self) {
         let s = self.0.settings.load();
-        let now = crate::clock::now();
+        let now = clock::now();
         let mut inner = self.0.inner.lock();
         while let Some(since) = inner.waiters.front().map(|w| w.since) {
             let waited = now.since(since);
@@ -492,7 +493,7 @@ impl Pool {
             match connect(&target, worker).await {
                 Ok(s) => break s,
                 Err(e) if for_client && e.server_unavailable() && Instant::now() < give_up => {
-                    tracing::debug!(pool = ?self.0.name, error = %crate::logsafe::Esc(&e), "server unavailable; waiting for it");
+                    tracing::debug!(pool = ?self.0.name, error = %logsafe::Esc(&e), "server unavailable; waiting for it");
                     timer::sleep(pause.min(give_up - Instant::now())).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
@@ -521,27 +522,21 @@ impl Pool {
                 .and_then(|a| Ok((a, server.stream.local_addr()?)))
         };
         if let Ok((addr, local)) = addrs {
-            server.listed = Some(
-                self.0.lists.add(
-                    crate::conns::Kind::Server,
-                    crate::conns::New {
-                        user: Arc::from(target.user.as_str()),
-                        database: self.0.listed_names.0.clone(),
-                        addr,
-                        local,
-                        unix,
-                        application_name: String::new(),
-                        state: crate::conns::State::Active,
-                        remote_pid: server.key.pid,
-                        generation: server.generation,
-                        tls: server
-                            .stream
-                            .tls()
-                            .map(crate::tls::describe)
-                            .unwrap_or_default(),
-                    },
-                ),
-            );
+            server.listed = Some(self.0.lists.add(
+                conns::Kind::Server,
+                conns::New {
+                    user: Arc::from(target.user.as_str()),
+                    database: self.0.listed_names.0.clone(),
+                    addr,
+                    local,
+                    unix,
+                    application_name: String::new(),
+                    state: conns::State::Active,
+                    remote_pid: server.key.pid,
+                    generation: server.generation,
+                    tls: server.stream.tls().map(tls::describe).unwrap_or_default(),
+                },
+            ));
         }
         slot.fulfil();
         tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "opened server connection");
@@ -555,8 +550,9 @@ impl Pool {
     }
 
     /// Adds an open, idle connection to the pool, counted against its size; when the pool is
-    /// full the connection is closed and `false` returned. For moving idle connections between
-    /// pools, and benchmarks.
+    /// full the connection is closed and `false` returned. A hook for the checkout benchmark
+    /// (`benches/hot_path.rs`), which has no server to connect to; not in the product.
+    #[cfg(feature = "bench-hooks")]
     pub fn adopt(&self, server: ServerConn) -> bool {
         {
             let mut inner = self.0.inner.lock();
@@ -580,7 +576,7 @@ impl Pool {
             inner::Slot::new(self.clone())
         };
         if let Err(e) = self.open_for(slot, worker, false).await {
-            tracing::debug!(pool = ?self.0.name, error = %crate::logsafe::Esc(&e), "could not open a min_pool_size server");
+            tracing::debug!(pool = ?self.0.name, error = %logsafe::Esc(&e), "could not open a min_pool_size server");
         }
     }
 
@@ -606,7 +602,7 @@ impl Pool {
         let mut server = server;
         // Another worker may take it from here: its last write must not wait in this one's batch.
         server.stream.flush_batched();
-        let now = crate::clock::now();
+        let now = clock::now();
         let expired = (self.0.hot.lifetime_ns())
             .is_some_and(|l| now.nanos_since(server.created) >= l)
             || server.generation < self.generation();
@@ -641,7 +637,7 @@ impl Pool {
         }
         server.last_used = now;
         if let Some(l) = &server.listed {
-            l.set_state(crate::conns::State::Idle);
+            l.set_state(conns::State::Idle);
             l.set_link(0);
         }
         let mut inner = self.0.inner.lock();

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::registry::Registry;
 use super::Pool;
+use crate::server::connect;
 
 impl Pool {
     /// Servers lent to clients or being opened now.
@@ -39,7 +40,7 @@ impl Pool {
     }
 
     /// Replaces where new servers connect; true when it changed.
-    pub fn set_target(&self, target: crate::server::connect::Target) -> bool {
+    pub fn set_target(&self, target: connect::Target) -> bool {
         let mut t = self.0.target.lock();
         let changed = (&t.host, t.port, &t.database, &t.user)
             != (&target.host, target.port, &target.database, &target.user)

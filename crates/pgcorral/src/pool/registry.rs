@@ -12,8 +12,10 @@ use super::{Pool, PoolSettings};
 use crate::cluster::topology::{RouteSettings, Topology};
 use crate::cluster::Cluster;
 use crate::config::{millis_opt, Config, ServerEntry, ServerRole};
+use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::server::connect::{Secret, Target};
+use crate::tls;
 
 #[derive(Default)]
 pub struct Registry {
@@ -23,9 +25,9 @@ pub struct Registry {
     /// max_db_connections / max_user_connections, shared by every pool.
     limits: Arc<Limits>,
     /// Client and server connections, for the admin console.
-    pub lists: Arc<crate::conns::Lists>,
+    pub lists: Arc<conns::Lists>,
     /// TLS to the servers (and to clients), replaced on reload; every target shares it.
-    pub tls: crate::tls::Shared,
+    pub tls: tls::Shared,
 }
 
 impl Registry {
@@ -150,7 +152,7 @@ pub(crate) fn resolve(
     config: &Config,
     database: &str,
     user: &str,
-    tls: &crate::tls::Shared,
+    tls: &tls::Shared,
 ) -> Result<Resolved> {
     let db = config
         .databases

@@ -9,11 +9,11 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use crate::clock::Tick;
-
 use parking_lot::Mutex;
 use pgwire::backend::TxStatus;
 
+use crate::clock;
+use crate::clock::Tick;
 use crate::server::LinkState;
 
 /// Shards owned by workers 0..SHARDS; one more is shared by every other thread.
@@ -390,13 +390,13 @@ impl Meter {
         let busy = st.pending > 0 || st.unsynced;
         if done.queries == 0 {
             if busy && self.query_start.is_none() {
-                let now = crate::clock::now();
+                let now = clock::now();
                 self.query_start = Some(now);
                 self.xact_start.get_or_insert(now);
             }
             return false;
         }
-        let now = crate::clock::now();
+        let now = clock::now();
         let span = self.query_start.map_or(0, |s| now.micros_since(s));
         self.query_start = busy.then_some(now);
         self.last_query = span / u64::from(done.queries);

@@ -21,6 +21,8 @@ use crate::cluster::topology::RouteSettings;
 use crate::cluster::{Cluster, Shards, Target, Want};
 use crate::config::DefaultRole;
 use crate::error::{Error, Kind, Result};
+use crate::prepared;
+use crate::prepared::sql;
 use crate::rows::Table;
 
 /// A client's routing state: its `SET SERVER ROLE` and its read-your-writes position.
@@ -218,8 +220,7 @@ fn executed<'a>(client: &'a ClientConn, sql: &str) -> Option<(&'a str, Option<St
     if !first.eq_ignore_ascii_case("execute") {
         return None;
     }
-    let crate::prepared::sql::Command::Execute { name, rest } = crate::prepared::sql::parse(sql)?
-    else {
+    let sql::Command::Execute { name, rest } = sql::parse(sql)? else {
         return None;
     };
     let stmt = client
@@ -227,8 +228,8 @@ fn executed<'a>(client: &'a ClientConn, sql: &str) -> Option<(&'a str, Option<St
         .sql(&name)
         .or_else(|| client.statements.named(name.as_bytes()))?;
     let text = match &stmt.source {
-        crate::prepared::Source::Parse(b) => query_text(b)?,
-        crate::prepared::Source::Sql(s) => crate::prepared::sql::prepared_query(s)?,
+        prepared::Source::Parse(b) => query_text(b)?,
+        prepared::Source::Sql(s) => sql::prepared_query(s)?,
     };
     let args = rest
         .strip_prefix('(')
@@ -260,7 +261,7 @@ fn bound_text<'a>(client: &'a ClientConn, body: &[u8], parsed_unnamed: bool) -> 
         return client.statements.unnamed().and_then(query_text);
     }
     match &client.statements.named(name)?.source {
-        crate::prepared::Source::Parse(b) => query_text(b),
-        crate::prepared::Source::Sql(_) => None,
+        prepared::Source::Parse(b) => query_text(b),
+        prepared::Source::Sql(_) => None,
     }
 }

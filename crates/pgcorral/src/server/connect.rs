@@ -18,6 +18,7 @@ use super::{CancelKey, CancelTls, ServerAddr, ServerConn};
 use crate::config::SslMode;
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{read_message, ReadError};
+use crate::tls;
 
 /// What pgcorral holds to prove a login to the server.
 #[derive(Clone, Default)]
@@ -85,7 +86,7 @@ pub struct Target {
     pub connect_timeout: Duration,
     pub max_packet_size: u32,
     /// TLS to the server, as configured now.
-    pub tls: crate::tls::Shared,
+    pub tls: tls::Shared,
 }
 
 fn io_err(target: &Target, what: &str, e: ReadError) -> Error {
@@ -121,7 +122,7 @@ pub(crate) async fn start_tls(
     mut tcp: TcpSocket,
     host: &str,
     port: u16,
-    side: &crate::tls::ServerSide,
+    side: &tls::ServerSide,
 ) -> Result<Stream> {
     let failed = |what: &str, e: std::io::Error| {
         Error::with_source(
@@ -271,7 +272,7 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
                     stream
                         .peer_certificates()
                         .and_then(|c| c.first())
-                        .and_then(crate::tls::binding)
+                        .and_then(tls::binding)
                 };
                 answer_auth(target, code, data, &mut scram, &mut out, binding)?;
                 if !out.is_empty() {

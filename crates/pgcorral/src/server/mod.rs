@@ -10,6 +10,15 @@ use bytes::BytesMut;
 use corral_rt::stream::Stream;
 use pgwire::backend::TxStatus;
 
+use crate::clock;
+use crate::conns;
+use crate::pool::limits;
+use crate::pool::stats;
+use crate::prepared;
+use crate::prepared::expect;
+use crate::session;
+use crate::tls;
+
 /// The address a server connection went to: TCP, or a Unix socket's path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerAddr {
@@ -41,7 +50,7 @@ pub struct CancelTls {
     pub host: String,
     pub port: u16,
     /// The TLS configuration the connection was opened with (its `server` side is set).
-    pub tls: Arc<crate::tls::Tls>,
+    pub tls: Arc<tls::Tls>,
 }
 
 impl std::fmt::Debug for CancelTls {
@@ -203,22 +212,22 @@ pub struct ServerConn {
     pub key: CancelKey,
     pub params: ServerParams,
     pub state: LinkState,
-    pub created: crate::clock::Tick,
+    pub created: clock::Tick,
     /// When it last went back to the pool.
-    pub last_used: crate::clock::Tick,
+    pub last_used: clock::Tick,
     /// The worker whose reactor the socket is registered with.
     pub home: usize,
     /// Its place under shared caps (max_db_connections, max_user_connections), if any.
-    pub permit: Option<crate::pool::limits::Permit>,
+    pub permit: Option<limits::Permit>,
     /// Session settings applied on it (see [`crate::session`]); `None` when unknown.
-    pub applied: Option<crate::session::Settings>,
+    pub applied: Option<session::Settings>,
     /// Holds state a pinned client left on it (LISTEN, temporary tables, ...): reset before
     /// anyone else uses it.
     pub bound: bool,
     /// Prepared statements pgcorral made on it (transaction and statement mode).
-    pub statements: crate::prepared::ServerStatements,
+    pub statements: prepared::ServerStatements,
     /// What it owes for the messages sent to it, when messages are rewritten.
-    pub expect: crate::prepared::expect::Expected,
+    pub expect: expect::Expected,
     /// Rewritten or added client messages, sent before the client's next unchanged bytes.
     pub wout: BytesMut,
     /// Answers pgcorral gives the client itself, sent before the server's next bytes.
@@ -228,11 +237,11 @@ pub struct ServerConn {
     /// [`crate::session::exec`]). Empty, with no allocation, almost always.
     pub held: BytesMut,
     /// Its entry in SHOW SERVERS (set by the pool that opened it).
-    pub listed: Option<crate::conns::Listed>,
+    pub listed: Option<conns::Listed>,
     /// The pool generation it was opened in (see `Pool::reconnect`).
     pub generation: u64,
     /// What the relay measures on this link (kept here rather than in each client's future).
-    pub meter: crate::pool::stats::Meter,
+    pub meter: stats::Meter,
     /// The relay's last read found nothing and left its task registered for the socket's next
     /// bytes (see [`Stream::poll_read_armed`]); cleared as each relay starts, as the server may
     /// have served another client's task since.
@@ -249,7 +258,7 @@ impl ServerConn {
         params: ServerParams,
         home: usize,
     ) -> ServerConn {
-        let now = crate::clock::now();
+        let now = clock::now();
         ServerConn {
             stream,
             rbuf,

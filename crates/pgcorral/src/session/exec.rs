@@ -11,6 +11,7 @@ use pgwire::backend::{self, TxStatus};
 
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::read_message;
+use crate::server;
 use crate::server::ServerConn;
 
 /// How long one of pgcorral's own queries may take before the server is given up.
@@ -122,7 +123,7 @@ async fn run(server: &mut ServerConn, sql: &str) -> Result<Vec<Rows>> {
 }
 
 /// Records a ParameterStatus value in a server's parameter list.
-pub fn set_param(params: &mut crate::server::ServerParams, name: &str, value: &str) {
+pub fn set_param(params: &mut server::ServerParams, name: &str, value: &str) {
     let list = Arc::make_mut(params);
     match list.iter_mut().find(|(k, _)| k == name) {
         Some((_, v)) => {
