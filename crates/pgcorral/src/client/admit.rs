@@ -9,7 +9,7 @@ use pgwire::backend::TxStatus;
 use pgwire::encode;
 
 use super::startup::{self, Opening};
-use super::{auth, params, ClientConn, Session};
+use super::{auth, params, ClientConn, LoggedIn};
 use crate::admin;
 use crate::cancel::CancelSlot;
 use crate::clock;
@@ -30,7 +30,7 @@ use crate::tls;
 /// A client past login.
 pub(super) enum Admitted {
     /// A client of a pool.
-    Pool(Session),
+    Pool(LoggedIn),
     /// An admin console user, listed in SHOW CLIENTS (database `pgbouncer`, as PgBouncer).
     Console(admin::Role, conns::Listed),
 }
@@ -385,7 +385,7 @@ async fn login(
         }
     };
     pool.client_joined();
-    let session = Admitted::Pool(Session {
+    let session = Admitted::Pool(LoggedIn {
         pool,
         cluster,
         route: Default::default(),

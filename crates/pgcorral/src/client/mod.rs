@@ -62,7 +62,7 @@ struct Moved {
     max_len: u32,
     custom: Vec<String>,
     statements: prepared::ClientStatements,
-    session: Session,
+    session: LoggedIn,
     count: ClientCount,
 }
 
@@ -211,7 +211,7 @@ fn killed() -> Error {
 }
 
 /// Logs why a logged-in client left; for an error, returns the FATAL message to send it.
-fn left(exit: Result<Exit>, session: &Session, peer: &Peer) -> Option<BytesMut> {
+fn left(exit: Result<Exit>, session: &LoggedIn, peer: &Peer) -> Option<BytesMut> {
     let (database, user) = session.pool.name();
     match exit {
         Ok(Exit::Left(reason)) => {
@@ -234,7 +234,7 @@ fn left(exit: Result<Exit>, session: &Session, peer: &Peer) -> Option<BytesMut> 
 /// it (re-registered by the new task, on its own worker).
 fn migrate(
     client: ClientConn,
-    session: Session,
+    session: LoggedIn,
     services: Services,
     count: ClientCount,
     target: usize,
@@ -274,7 +274,7 @@ fn migrate(
     ))));
 }
 
-impl Drop for Session {
+impl Drop for LoggedIn {
     fn drop(&mut self) {
         self.pool.client_left();
     }
@@ -289,7 +289,7 @@ enum Exit {
 }
 
 /// A logged-in client, ready for requests.
-struct Session {
+struct LoggedIn {
     /// The pool that counts the client (its cluster's first).
     pool: Pool,
     /// Every server's pool of its (database, user).
@@ -359,7 +359,7 @@ fn relay_mode<'a>(
 async fn routed_checkout(
     client: &mut ClientConn,
     services: &Services,
-    session: &mut Session,
+    session: &mut LoggedIn,
 ) -> Result<Option<Checkout>> {
     let decision = route::decide(
         client,
@@ -393,7 +393,7 @@ async fn routed_checkout(
 fn run<'a>(
     client: &'a mut ClientConn,
     services: &'a Services,
-    session: &'a mut Session,
+    session: &'a mut LoggedIn,
 ) -> impl Future<Output = Result<Exit>> + 'a {
     async move {
         // The pool mode is the client's for its whole connection; the rest follows reloads.

@@ -1,7 +1,7 @@
 //! A client's session state between transactions: restored on each server it is given, read
 //! back after a transaction that may have changed it, and what pins it to its server.
 
-use super::{ClientConn, Session};
+use super::{ClientConn, LoggedIn};
 use crate::error::{Error, Kind, Result};
 use crate::pool::Checkout;
 use crate::session;
@@ -21,7 +21,7 @@ pub(super) async fn restore(server: &mut Checkout, settings: &Settings) -> Resul
 /// After a transaction that may have changed the session: records the client's settings as
 /// the server now has them, and pins or unpins the client by what is bound to the server.
 pub(super) async fn recapture(
-    session: &mut Session,
+    session: &mut LoggedIn,
     server: &mut Checkout,
     seen: &mut Vec<String>,
 ) -> Result<()> {
