@@ -262,3 +262,27 @@ pub async fn wal_position(server: &mut Checkout) -> u64 {
 fn takes_server_down(e: &Error) -> bool {
     matches!(e.kind(), Kind::ServerConnect | Kind::ServerIo) || e.server_unavailable()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::embedded_default;
+    use crate::pool::registry::Registry;
+
+    /// Every database has one shard: a target naming another, or all of them, is refused with
+    /// 0A000 before any server is asked (nothing routes there until sharding does).
+    #[tokio::test]
+    async fn a_target_beyond_the_one_shard_is_refused() {
+        let config = embedded_default(|_| None).unwrap();
+        let cluster = Registry::default().get(&config, "db", "u").unwrap();
+        for shards in [Shards::One(1), Shards::All] {
+            let target = Target {
+                shards,
+                want: Want::Primary,
+                writes: false,
+            };
+            let refused = cluster.checkout(target, 0, 0).await.err().unwrap();
+            assert_eq!(refused.kind(), Kind::NotSupported, "{shards:?}");
+        }
+    }
+}
