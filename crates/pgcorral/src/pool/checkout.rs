@@ -12,7 +12,7 @@ use pgwire::backend::{self, TxStatus};
 
 use super::Pool;
 use crate::net::framed::read_message;
-use crate::server::ServerConn;
+use crate::server::{LinkState, ServerConn};
 
 /// How long a background rollback or reset may take before the server is closed instead.
 pub(super) const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,6 +24,7 @@ pub struct Checkout {
 }
 
 /// What a released server needs before it can serve someone else.
+#[derive(Debug, PartialEq, Eq)]
 enum Release {
     Ready,
     Clean {
@@ -76,27 +77,44 @@ impl Checkout {
     }
 
     fn policy(&self, server: &ServerConn) -> Release {
-        let s = &server.state;
-        if s.broken {
-            return Release::Close("broken");
-        }
-        if s.pending > 0 || s.unsynced || server.pass > 0 {
-            return Release::Close("released with a request in flight");
-        }
-        let reset = if s.dirty || server.bound {
-            // A client changed state that was not read back, or left server-bound state.
-            Some(DISCARD_ALL.to_string())
-        } else if self.pool.0.hot.session_reset() {
-            Some(self.pool.settings().reset_query.clone())
-        } else {
-            None
-        };
-        let rollback = s.tx != TxStatus::Idle;
-        if rollback || reset.is_some() {
-            Release::Clean { rollback, reset }
-        } else {
-            Release::Ready
-        }
+        // The settings are loaded only where a reset follows every release (session mode).
+        let settings = self
+            .pool
+            .0
+            .hot
+            .session_reset()
+            .then(|| self.pool.settings());
+        let session_reset = settings.as_ref().map(|s| s.reset_query.as_str());
+        release_policy(&server.state, server.pass, server.bound, session_reset)
+    }
+}
+
+/// How a server is released, from its link state, the bytes of a client message still to pass
+/// (`pass`), whether it holds server-bound state (`bound`), and the reset query when one
+/// follows every release (`session_reset`, session mode).
+fn release_policy(
+    st: &LinkState,
+    pass: usize,
+    bound: bool,
+    session_reset: Option<&str>,
+) -> Release {
+    if st.broken {
+        return Release::Close("broken");
+    }
+    if st.pending > 0 || st.unsynced || pass > 0 {
+        return Release::Close("released with a request in flight");
+    }
+    let reset = if st.dirty || bound {
+        // A client changed state that was not read back, or left server-bound state.
+        Some(DISCARD_ALL.to_string())
+    } else {
+        session_reset.map(str::to_string)
+    };
+    let rollback = st.tx != TxStatus::Idle;
+    if rollback || reset.is_some() {
+        Release::Clean { rollback, reset }
+    } else {
+        Release::Ready
     }
 }
 
@@ -224,4 +242,87 @@ pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option
         server.applied = Some(Default::default());
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One server at release: its link state, then what `release_policy` decides.
+    struct Row {
+        broken: bool,
+        pending: u32,
+        unsynced: bool,
+        pass: usize,
+        tx: TxStatus,
+        dirty: bool,
+        bound: bool,
+        session_reset: Option<&'static str>,
+        want: Release,
+    }
+
+    const IDLE: Row = Row {
+        broken: false,
+        pending: 0,
+        unsynced: false,
+        pass: 0,
+        tx: TxStatus::Idle,
+        dirty: false,
+        bound: false,
+        session_reset: None,
+        want: Release::Ready,
+    };
+
+    const IN_FLIGHT: Release = Release::Close("released with a request in flight");
+
+    fn clean(rollback: bool, reset: Option<&str>) -> Release {
+        Release::Clean {
+            rollback,
+            reset: reset.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn release_policy_by_row() {
+        use TxStatus::{Failed, InTransaction};
+        let reset = Some("RESET ALL");
+        #[rustfmt::skip]
+        let rows = [
+            // Clean and idle: straight back.
+            IDLE,
+            // Broken: closed, whatever else holds.
+            Row { broken: true, want: Release::Close("broken"), ..IDLE },
+            Row { broken: true, pending: 1, tx: InTransaction, dirty: true, bound: true, session_reset: reset, want: Release::Close("broken"), ..IDLE },
+            // A request in flight: closed, whatever reset it would need.
+            Row { pending: 1, want: IN_FLIGHT, ..IDLE },
+            Row { unsynced: true, want: IN_FLIGHT, ..IDLE },
+            Row { pass: 3, want: IN_FLIGHT, ..IDLE },
+            Row { pending: 2, unsynced: true, pass: 1, tx: InTransaction, dirty: true, bound: true, session_reset: reset, want: IN_FLIGHT, ..IDLE },
+            // State not read back, or server-bound state: DISCARD ALL, before any reset query.
+            Row { dirty: true, want: clean(false, Some(DISCARD_ALL)), ..IDLE },
+            Row { bound: true, want: clean(false, Some(DISCARD_ALL)), ..IDLE },
+            Row { dirty: true, bound: true, session_reset: reset, want: clean(false, Some(DISCARD_ALL)), ..IDLE },
+            // Session mode: the configured reset query.
+            Row { session_reset: reset, want: clean(false, reset), ..IDLE },
+            // A transaction left open or failed: rolled back.
+            Row { tx: InTransaction, want: clean(true, None), ..IDLE },
+            Row { tx: Failed, want: clean(true, None), ..IDLE },
+            // Both.
+            Row { tx: InTransaction, dirty: true, want: clean(true, Some(DISCARD_ALL)), ..IDLE },
+            Row { tx: Failed, bound: true, session_reset: reset, want: clean(true, Some(DISCARD_ALL)), ..IDLE },
+            Row { tx: Failed, session_reset: reset, want: clean(true, reset), ..IDLE },
+        ];
+        for (i, row) in rows.iter().enumerate() {
+            let st = LinkState {
+                broken: row.broken,
+                pending: row.pending,
+                unsynced: row.unsynced,
+                tx: row.tx,
+                dirty: row.dirty,
+                ..Default::default()
+            };
+            let got = release_policy(&st, row.pass, row.bound, row.session_reset);
+            assert_eq!(got, row.want, "row {i}");
+        }
+    }
 }

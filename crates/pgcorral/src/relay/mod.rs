@@ -3,7 +3,7 @@
 //! ReadyForQuery and ErrorResponse), writes apply backpressure to reads, and the relay stops at
 //! the first point where the server is idle and may go back to the pool.
 
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
@@ -12,7 +12,6 @@ use bytes::Buf;
 use corral_rt::balance::Balance;
 use corral_rt::batch;
 use corral_rt::direct::Budget;
-use corral_rt::timer::sleep_until;
 use pgwire::backend::TxStatus;
 use pgwire::FrameError;
 use tokio::io::AsyncWrite;
@@ -28,7 +27,9 @@ use crate::server::{LinkState, ServerConn};
 
 pub mod database_ddl;
 mod scan;
+mod state;
 pub use scan::{scan_client, scan_server, ClientScan, ServerScan};
+use state::{ClientFlush, ClientSide, PhaseTimer, ServerSide};
 
 /// Read no more from a side while this much of its data waits to be written to the other.
 const READ_CHUNK: usize = 16 * 1024;
@@ -176,15 +177,6 @@ enum Event {
     Timeout,
 }
 
-/// The client side's scan: bytes to forward (after dropping what was rewritten), a stop, and
-/// whether to scan again once those bytes are written.
-struct ClientSide {
-    ready: usize,
-    stop: Option<Outcome>,
-    again: bool,
-    held: bool,
-}
-
 /// Before a statement that PostgreSQL refuses while other sessions are connected to its
 /// database (the message at the start of `msg`), closes pgcorral's idle servers to that
 /// database, in every pool. Servers lent to clients stay: PostgreSQL's error is then the truth.
@@ -207,6 +199,8 @@ fn close_for_ddl(pools: &crate::pool::registry::Registry, msg: &[u8]) {
     }
 }
 
+/// The client side's scan: bytes to forward (after dropping what was rewritten), a stop, and
+/// whether to scan again once those bytes are written.
 fn scan_c(
     client: &mut ClientConn,
     server: &mut ServerConn,
@@ -242,6 +236,7 @@ fn scan_c(
                 stop: client_stop(&s),
                 again: s.again,
                 held: s.held,
+                reading: false,
             }
         }
         Err(e) => ClientSide {
@@ -249,6 +244,7 @@ fn scan_c(
             stop: Some(Outcome::ClientProtocol(e.to_string())),
             again: false,
             held: false,
+            reading: false,
         },
     }
 }
@@ -322,88 +318,52 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     server.read_armed = false;
     // The client's unnamed statement is not on this server until it is parsed here.
     let mut unnamed_here = false;
-    // The timer exists only when some timeout is configured; it is re-armed when the phase
-    // changes.
-    let timed = mode.timeouts.any();
-    let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
-    let mut phase: Option<Phase> = None;
-    let mut armed = false;
-    // c_ready: client bytes scanned, to write to the server after `server.wout` (rewritten
-    // messages); c_stop: the client side ended (acted on once both are written); c_again: scan
-    // again once they are. s_ready/s_stop/s_again: the same for the server side, whose bytes
-    // follow `server.fout` (answers pgcorral gives).
+    let mut timer = PhaseTimer::new(&mode.timeouts);
     server.state.one_batch = mode.target.is_some();
     // Whatever the client already sent (the request that caused checkout) goes first.
-    let c = scan_c(client, server, mode, &mut unnamed_here);
-    let (mut c_ready, mut c_stop, mut c_again) = (c.ready, c.stop, c.again);
-    // The client's next batch waits for the answer to the last (one_batch).
-    let mut c_held = c.held;
+    let mut c = scan_c(client, server, mode, &mut unnamed_here);
     metered(mode, &mut server.meter, &server.state, Done::default());
-    let mut s_ready = 0usize;
-    let mut s_stop: Option<Outcome> = None;
     // Anything the server sent while idle reaches this client; answers pgcorral owes go out.
-    let mut s_again = !server.rbuf.is_empty() || server.expect.fake_next();
-    let mut fatal_seen = false;
-    // A batch whose stale-plan error was hidden goes to the server again, ahead of anything
-    // the client sent since, once nothing of the client's is part-way out.
-    let mut replay_due = false;
+    let mut s = ServerSide::new(!server.rbuf.is_empty() || server.expect.fake_next());
     // Sockets are read and written straight, outside any task budget: this is the relay's.
     let mut budget = Budget::new();
-    // A write to the client goes into the worker's batch (`net::batch`), which the worker
-    // sends when its tasks stop running: once this relay waits. While the client streams (a
-    // long pipeline: its socket stays readable) the relay does not wait, and the server's
-    // bytes (an error in the middle of the pipeline) would wait in the batch for as long as
-    // the client keeps sending. So when the client's last read filled the buffer, the write
-    // goes out at once (`streaming`); else it is sent at the relay's next event if the relay
-    // got that event without waiting (`held`: a flush that finds it sent costs nothing).
-    let (mut streaming, mut held) = (false, false);
+    let mut flush = ClientFlush::default();
 
     loop {
-        if c_held && server.state.pending == 0 && s_ready == 0 && s_stop.is_none() {
+        if c.may_resume(&s, &server.state) {
             // Answered, and still in a transaction: the next batch belongs to it.
-            c_held = false;
-            c_again = true;
+            c.resume();
         }
-        if c_again && c_ready == 0 && c_stop.is_none() {
-            let c = scan_c(client, server, mode, &mut unnamed_here);
-            (c_ready, c_stop, c_again) = (c.ready, c.stop, c.again);
-            c_held = c.held;
-            s_again |= server.expect.fake_next();
+        if c.wants_scan() {
+            c = scan_c(client, server, mode, &mut unnamed_here);
+            s.again |= server.expect.fake_next();
             metered(mode, &mut server.meter, &server.state, Done::default());
         }
         let verifying = server.expect.verifying;
-        if s_again && s_ready == 0 && s_stop.is_none() {
-            s_again = false;
+        if s.begin_scan() {
             match scan_s(client, server, mode) {
-                Ok(s) => {
-                    s_ready = s.ready;
-                    fatal_seen |= s.fatal;
-                    s_stop = s.stop;
-                    s_again = s.again;
-                    replay_due |= s.replay;
-                    metered(mode, &mut server.meter, &server.state, s.done);
+                Ok(scan) => {
+                    metered(mode, &mut server.meter, &server.state, scan.done);
                     if let Some((stats, _)) = mode.stats() {
-                        for class in &s.errors[..s.n_errors] {
+                        for class in &scan.errors[..scan.n_errors] {
                             stats.error(*class);
                         }
                     }
+                    s.scanned(scan);
                 }
                 Err(e) => {
                     tracing::warn!(error = %crate::logsafe::Esc(&e), "server sent an invalid message");
-                    s_stop = Some(server_gone(server, false));
+                    s.stop = Some(server_gone(server, false));
                 }
             }
         }
-        if (verifying && !server.expect.verifying && c_again)
-            || (c_held && server.state.pending == 0 && s_ready == 0 && s_stop.is_none())
-        {
+        if (verifying && !server.expect.verifying && c.again) || c.may_resume(&s, &server.state) {
             // The client's message that waited for a description goes on; so does a held
             // batch once everything before it is answered, even when none of the answers was
             // the client's (pgcorral's own Parse, Describe and Sync before an EXECUTE).
             continue;
         }
-        if replay_due && c_ready == 0 && client.pass == 0 {
-            replay_due = false;
+        if s.take_replay(&c, client.pass) {
             if let Some(batch) = server.expect.replay.take_due() {
                 let mut buf = bytes::BytesMut::with_capacity(batch.len() + client.buf.len());
                 buf.extend_from_slice(&batch);
@@ -411,7 +371,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 client.buf = buf;
                 // The unnamed statement may have gone stale too: parse it again.
                 unnamed_here = false;
-                c_again = true;
+                c.again = true;
                 continue;
             }
         }
@@ -425,10 +385,10 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         // pgcorral gives and the server's bytes after them. Plain forwarding only tests
         // whether there are any such bytes of pgcorral's own.
         if !server.wout.is_empty() {
-            if c_ready > 0 && c_ready <= MERGE_MAX {
-                server.wout.extend_from_slice(&client.buf[..c_ready]);
-                let n = c_ready;
-                to_server(client, server, &mut c_ready, n);
+            if c.ready > 0 && c.ready <= MERGE_MAX {
+                server.wout.extend_from_slice(&client.buf[..c.ready]);
+                let n = c.ready;
+                to_server(client, server, &mut c, n);
             }
             match server.stream.try_write_now(&server.wout) {
                 None => {}
@@ -436,24 +396,24 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     consume(&mut server.wout, n);
                     wrote = true;
                 }
-                Some(_) => return server_gone(server, fatal_seen),
+                Some(_) => return server_gone(server, s.fatal),
             }
-        } else if c_ready > 0 {
-            match server.stream.try_write_now(&client.buf[..c_ready]) {
+        } else if c.ready > 0 {
+            match server.stream.try_write_now(&client.buf[..c.ready]) {
                 None => {}
                 Some(Ok(n)) if n > 0 => {
-                    to_server(client, server, &mut c_ready, n);
+                    to_server(client, server, &mut c, n);
                     wrote = true;
                 }
-                Some(_) => return server_gone(server, fatal_seen),
+                Some(_) => return server_gone(server, s.fatal),
             }
         }
         if !server.fout.is_empty() {
-            if s_ready > 0 && s_ready <= MERGE_MAX {
-                server.fout.extend_from_slice(&server.rbuf[..s_ready]);
+            if s.ready > 0 && s.ready <= MERGE_MAX {
+                server.fout.extend_from_slice(&server.rbuf[..s.ready]);
                 // Counted as sent when `fout` is written.
-                consume(&mut server.rbuf, s_ready);
-                s_ready = 0;
+                consume(&mut server.rbuf, s.ready);
+                s.ready = 0;
             }
             match client.stream.try_write_now(&server.fout) {
                 None => {}
@@ -461,84 +421,60 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     consume(&mut server.fout, n);
                     server.meter.delta.bytes_sent += n as u64;
                     wrote = true;
-                    wrote_to_client(streaming, &mut held, client);
+                    wrote_to_client(&mut flush, client);
                 }
                 Some(_) => return client_gone(client),
             }
-        } else if s_ready > 0 {
-            match client.stream.try_write_now(&server.rbuf[..s_ready]) {
+        } else if s.ready > 0 {
+            match client.stream.try_write_now(&server.rbuf[..s.ready]) {
                 None => {}
                 Some(Ok(n)) if n > 0 => {
-                    to_client(server, &mut s_ready, n);
+                    to_client(server, &mut s, n);
                     wrote = true;
-                    wrote_to_client(streaming, &mut held, client);
+                    wrote_to_client(&mut flush, client);
                 }
                 Some(_) => return client_gone(client),
             }
         }
-        if wrote && (c_held || c_again || s_again || replay_due) {
+        if wrote && (c.rescans() || s.rescans()) {
             // A side waited for its bytes to be written before its next scan (or a held batch,
             // or a replay): back to the top, as after a write the poll made.
             continue;
         }
-        let c_sent = c_ready == 0 && server.wout.is_empty();
-        if s_ready == 0 && server.fout.is_empty() && s_stop.is_some() {
+        let c_sent = c.all_sent(&server.wout);
+        if s.finished(&server.fout) {
             // The server may be released, but not while the client is part-way through a
             // message (stray COPY data after a failed COPY): the server would take the next
             // client's bytes for the rest of it. Forward the rest of that message first.
             let mid_message = !c_sent || client.pass > 0;
-            let releasable = matches!(s_stop, Some(Outcome::Idle | Outcome::TransactionRefused));
-            if !(mid_message && releasable) {
-                let o = s_stop.take().expect("checked");
-                return finish(o, client, server, c_ready);
+            if !(mid_message && s.releasable()) {
+                let o = s.stop.take().expect("checked");
+                return finish(o, client, server, c.ready);
             }
-            if let Some(o) = c_stop.take() {
+            if let Some(o) = c.stop.take() {
                 // The client left part-way through it: the server is out of frame (closed).
-                return finish(o, client, server, c_ready);
+                return finish(o, client, server, c.ready);
             }
         }
         if c_sent {
             // A refused Query waits until what came before it has been answered.
-            let answered = server.state.pending == 0 && s_ready == 0;
-            if !matches!(c_stop, Some(Outcome::Refused(_))) || answered {
-                if let Some(o) = c_stop.take() {
-                    return finish(o, client, server, c_ready);
-                }
+            if let Some(o) = c.take_stop(server.state.pending == 0 && s.ready == 0) {
+                return finish(o, client, server, c.ready);
             }
         }
-        let read_server = s_ready == 0 && s_stop.is_none() && !s_again;
-        // Once the server side has stopped, the client is read only to finish the message in
-        // flight; its next request waits for the next checkout.
-        let read_client = c_sent
-            && !c_again
-            && !c_held
-            && c_stop.is_none()
-            && (s_stop.is_none() || client.pass > 0);
-        if read_server {
+        if s.plan_read() {
             reserve(&mut server.rbuf);
         }
-        if read_client {
+        if c.plan_read(c_sent, &s, client.pass) {
             reserve(&mut client.buf);
         }
-        if timed {
-            let p = Phase::of(&server.state);
-            if phase != Some(p) {
-                phase = Some(p);
-                armed = false;
-                if let Some(d) = mode.timeouts.of(p) {
-                    let at = tokio::time::Instant::now() + d;
-                    match &mut timer {
-                        Some(t) => t.as_mut().reset(at),
-                        None => timer = Some(Box::pin(sleep_until(at))),
-                    }
-                    armed = true;
-                }
-            }
-        }
-        // A `move` closure holds the two connections and the timer whole, and copies of the
-        // counts: one pointer per field it reads would make every client's future bigger.
+        timer.follow(&server.state, &mode.timeouts);
+        // A `move` closure holds one pointer to each of the two connections, the timer and the
+        // two sides: a pointer (or a copy) per field it reads would make every client's future
+        // bigger.
         let ev = {
             let (client, server, timer) = (&mut *client, &mut *server, &mut timer);
+            let (c, s) = (&c, &s);
             poll_fn(move |cx| {
                 // TLS records still in a session go out as the socket takes them.
                 if client.stream.pending_output() {
@@ -555,9 +491,9 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     if let Poll::Ready(r) = server.stream.poll_write_from(cx, &server.wout) {
                         return Poll::Ready(Event::ToServerOwn(r));
                     }
-                } else if c_ready > 0 {
+                } else if c.ready > 0 {
                     if let Poll::Ready(r) =
-                        server.stream.poll_write_from(cx, &client.buf[..c_ready])
+                        server.stream.poll_write_from(cx, &client.buf[..c.ready])
                     {
                         return Poll::Ready(Event::ToServer(r));
                     }
@@ -566,9 +502,9 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     if let Poll::Ready(r) = client.stream.poll_write_from(cx, &server.fout) {
                         return Poll::Ready(Event::ToClientOwn(r));
                     }
-                } else if s_ready > 0 {
+                } else if s.ready > 0 {
                     if let Poll::Ready(r) =
-                        client.stream.poll_write_from(cx, &server.rbuf[..s_ready])
+                        client.stream.poll_write_from(cx, &server.rbuf[..s.ready])
                     {
                         return Poll::Ready(Event::ToClient(r));
                     }
@@ -577,31 +513,26 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                 // made readable since, needs no second registration: the socket keeps the first
                 // until bytes come (and wakes the task then). Within a transaction or session
                 // that saves two of them per statement.
-                if read_server && !server.stream.still_registered(server.read_armed) {
+                if s.reading && !server.stream.still_registered(server.read_armed) {
                     let (stream, rbuf) = (&mut server.stream, &mut server.rbuf);
                     if let Poll::Ready(r) = stream.poll_read_armed(cx, rbuf, &mut server.read_armed)
                     {
                         return Poll::Ready(Event::FromServer(r));
                     }
                 }
-                if read_client && !client.stream.still_registered(client.read_armed) {
+                if c.reading && !client.stream.still_registered(client.read_armed) {
                     if let Poll::Ready(r) = client.poll_read(cx) {
                         return Poll::Ready(Event::FromClient(r));
                     }
                 }
-                if armed {
-                    if let Some(t) = timer.as_mut() {
-                        if t.as_mut().poll(cx).is_ready() {
-                            return Poll::Ready(Event::Timeout);
-                        }
-                    }
+                if timer.expired(cx) {
+                    return Poll::Ready(Event::Timeout);
                 }
                 Poll::Pending
             })
             .await
         };
-        if held {
-            held = false;
+        if flush.take_held() {
             client.stream.flush_batched();
         }
         if budget.spend() {
@@ -612,51 +543,48 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         }
 
         match ev {
-            Event::ToServer(Ok(n)) if n > 0 => to_server(client, server, &mut c_ready, n),
+            Event::ToServer(Ok(n)) if n > 0 => to_server(client, server, &mut c, n),
             Event::ToServerOwn(Ok(n)) if n > 0 => server.wout.advance(n),
-            Event::ToServer(_) | Event::ToServerOwn(_) => return server_gone(server, fatal_seen),
+            Event::ToServer(_) | Event::ToServerOwn(_) => return server_gone(server, s.fatal),
             Event::ToClient(Ok(n)) if n > 0 => {
-                to_client(server, &mut s_ready, n);
-                wrote_to_client(streaming, &mut held, client);
+                to_client(server, &mut s, n);
+                wrote_to_client(&mut flush, client);
             }
             Event::ToClientOwn(Ok(n)) if n > 0 => {
                 server.fout.advance(n);
                 server.meter.delta.bytes_sent += n as u64;
-                wrote_to_client(streaming, &mut held, client);
+                wrote_to_client(&mut flush, client);
             }
             Event::ToClient(_) | Event::ToClientOwn(_) => return client_gone(client),
             Event::Timeout => {
-                let p = phase.expect("armed for a phase");
-                client.buf.advance(c_ready);
-                return Outcome::TimedOut(p);
+                client.buf.advance(c.ready);
+                return Outcome::TimedOut(timer.phase());
             }
-            Event::FromServer(Ok(n)) if n > 0 => s_again = true,
-            Event::FromServer(_) => s_stop = Some(server_gone(server, fatal_seen)),
-            Event::FromClient(Ok(n)) if n > 0 && s_stop.is_some() => {
+            Event::FromServer(Ok(n)) if n > 0 => s.received(),
+            Event::FromServer(_) => s.stop = Some(server_gone(server, s.fatal)),
+            Event::FromClient(Ok(n)) if n > 0 && s.stop.is_some() => {
                 // Draining: only the rest of the message in flight, unscanned (it can only be
                 // COPY data the server will ignore).
-                let take = client.pass.min(client.buf.len());
-                client.pass -= take;
-                c_ready = take;
+                c.drain(&mut client.pass, client.buf.len());
             }
             Event::FromClient(Ok(n)) if n > 0 => {
-                c_again = true;
+                c.received();
                 // A read that filled the buffer leaves the client's readiness set: the relay goes
                 // on forwarding without waiting, so the worker does not look for events, and
                 // the server's readiness would not show what it sent meanwhile (an error in the
                 // middle of a long pipeline would wait for the client to stop sending). Its
                 // socket is read straight then, once per such read.
-                streaming = client.buf.len() == client.buf.capacity();
-                if read_server && streaming {
+                flush.client_read(&client.buf);
+                if s.reading && flush.streaming() {
                     reserve(&mut server.rbuf);
                     match server.stream.try_read_now(&mut server.rbuf) {
                         None => {}
-                        Some(Ok(n)) if n > 0 => s_again = true,
-                        Some(_) => s_stop = Some(server_gone(server, fatal_seen)),
+                        Some(Ok(n)) if n > 0 => s.received(),
+                        Some(_) => s.stop = Some(server_gone(server, s.fatal)),
                     }
                 }
             }
-            Event::FromClient(_) => c_stop = Some(client_gone(client)),
+            Event::FromClient(_) => c.stop = Some(client_gone(client)),
         }
     }
 }
@@ -677,29 +605,27 @@ fn client_gone(client: &mut ClientConn) -> Outcome {
 }
 
 /// After a write to the client: the worker's batch goes out now while the client streams;
-/// else the write is `held` there until the relay's next event.
+/// else the write is held there until the relay's next event.
 #[inline]
-fn wrote_to_client(streaming: bool, held: &mut bool, client: &mut ClientConn) {
-    if streaming {
+fn wrote_to_client(flush: &mut ClientFlush, client: &mut ClientConn) {
+    if flush.wrote() {
         client.stream.flush_batched();
-    } else {
-        *held = true;
     }
 }
 
-/// `n` of the client's `c_ready` scanned bytes went to the server.
+/// `n` of the client side's scanned bytes went to the server.
 #[inline]
-fn to_server(client: &mut ClientConn, server: &mut ServerConn, c_ready: &mut usize, n: usize) {
+fn to_server(client: &mut ClientConn, server: &mut ServerConn, c: &mut ClientSide, n: usize) {
     consume(&mut client.buf, n);
-    *c_ready -= n;
+    c.sent(n);
     server.meter.delta.bytes_received += n as u64;
 }
 
-/// `n` of the server's `s_ready` scanned bytes went to the client.
+/// `n` of the server side's scanned bytes went to the client.
 #[inline]
-fn to_client(server: &mut ServerConn, s_ready: &mut usize, n: usize) {
+fn to_client(server: &mut ServerConn, s: &mut ServerSide, n: usize) {
     consume(&mut server.rbuf, n);
-    *s_ready -= n;
+    s.sent(n);
     server.meter.delta.bytes_sent += n as u64;
 }
 
