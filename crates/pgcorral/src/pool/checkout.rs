@@ -11,8 +11,11 @@ use corral_rt::timer;
 use pgwire::backend::{self, TxStatus};
 
 use super::Pool;
+use crate::cancel;
+use crate::conns;
 use crate::net::framed::read_message;
 use crate::server::{LinkState, ServerConn};
+use crate::session::exec;
 
 /// How long a background rollback or reset may take before the server is closed instead.
 pub(super) const CLEANUP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,7 +43,7 @@ const DISCARD_ALL: &str = "DISCARD ALL";
 impl Checkout {
     pub(super) fn new(server: Box<ServerConn>, pool: Pool) -> Checkout {
         if let Some(l) = &server.listed {
-            l.set_state(crate::conns::State::Active);
+            l.set_state(conns::State::Active);
         }
         Checkout {
             server: Some(server),
@@ -148,7 +151,7 @@ impl Drop for Checkout {
                 if running {
                     let key = server.key.clone();
                     let _ = spawn_here(async move {
-                        let _ = crate::cancel::send_cancel(&key).await;
+                        let _ = cancel::send_cancel(&key).await;
                     });
                 }
                 drop(server);
@@ -227,7 +230,7 @@ pub(crate) async fn clean(server: &mut ServerConn, rollback: bool, reset: Option
             }
             Ok((backend::PARAMETER_STATUS, body)) => {
                 if let Some((k, v)) = backend::parameter_status(&body) {
-                    crate::session::exec::set_param(&mut server.params, k, v);
+                    exec::set_param(&mut server.params, k, v);
                 }
             }
             Ok(_) => {}

@@ -18,6 +18,8 @@ use tokio::io::AsyncWrite;
 
 use crate::client_conn::ClientConn;
 use crate::cluster::Target;
+use crate::logsafe;
+use crate::pool::registry;
 use crate::pool::stats::{Done, Meter, Stats, Totals};
 use crate::pool::Pool;
 use crate::prepared::expect::Answers;
@@ -146,7 +148,7 @@ pub struct Mode<'a> {
     pub shed: Option<(&'a Balance, usize)>,
     /// Every pool: idle servers to a database are closed before a statement that needs no
     /// other session on it (DROP DATABASE and the like: [`database_ddl`]).
-    pub pools: Option<&'a crate::pool::registry::Registry>,
+    pub pools: Option<&'a registry::Registry>,
 }
 
 impl Mode<'_> {
@@ -182,7 +184,7 @@ enum Event {
 /// database, in every pool. Servers lent to clients stay: PostgreSQL's error is then the truth.
 #[cold]
 #[inline(never)]
-fn close_for_ddl(pools: &crate::pool::registry::Registry, msg: &[u8]) {
+fn close_for_ddl(pools: &registry::Registry, msg: &[u8]) {
     let Some(h) = pgwire::Header::parse(msg, u32::MAX).ok().flatten() else {
         return;
     };
@@ -192,7 +194,7 @@ fn close_for_ddl(pools: &crate::pool::registry::Registry, msg: &[u8]) {
     let closed = pools.close_idle_to(&database);
     if closed > 0 {
         tracing::info!(
-            database = %crate::logsafe::Esc(&database),
+            database = %logsafe::Esc(&database),
             closed,
             "closed idle server connections to a database before a statement that needs it unused"
         );
@@ -352,7 +354,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
                     s.scanned(scan);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %crate::logsafe::Esc(&e), "server sent an invalid message");
+                    tracing::warn!(error = %logsafe::Esc(&e), "server sent an invalid message");
                     s.stop = Some(server_gone(server, false));
                 }
             }

@@ -12,6 +12,7 @@ use crate::prepared::expect::{stale_plan, Answers, Reworded};
 use crate::prepared::replay::AtReady;
 use crate::prepared::rewrite::{maybe_command, Link, Plan};
 use crate::server::{LinkState, ServerParams};
+use crate::session::exec;
 use crate::session::scan::{classify, custom_names, Effect};
 
 /// Moves `pos` over what is buffered of a passing body; false when the buffer ends inside it.
@@ -165,7 +166,7 @@ pub fn scan_server(
                 let body = &buf[pos + 5..pos + h.total_len()];
                 if h.tag == backend::PARAMETER_STATUS {
                     if let Some((k, v)) = backend::parameter_status(body) {
-                        crate::session::exec::set_param(params, k, v);
+                        exec::set_param(params, k, v);
                     }
                 } else if h.tag == backend::ERROR_RESPONSE {
                     let fields = backend::ErrorFields::parse(body);
