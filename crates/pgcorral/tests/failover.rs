@@ -9,8 +9,6 @@
 //! console (and, to tell a banned server from one that is only reported down, from pgcorral's
 //! routing state in this process).
 
-#[path = "support/raw.rs"]
-mod raw;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +16,6 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use raw::{db_message, sqlstate, within};
 use support::replicas::{self, Replicated};
 use support::*;
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -43,12 +40,6 @@ const PARSER_ON_PRIMARY_READS: &str = "query_parser_enabled = true\nprimary_read
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-/// Runs blocking fixture work (psql, pg_ctl) without stalling pgcorral, which runs on this
-/// test's runtime.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
 
 /// A primary and two replicas that every test may use but none stops: the tests whose servers
 /// stay up share it. Table `t` exists (and has reached the replicas). Never dropped: the
@@ -600,7 +591,9 @@ async fn pipelined_write_after_a_read_goes_to_the_primary() {
             .await
             .unwrap_or_else(|| panic!("[{row}] connection closed after {answers:?}"));
         match tag {
-            pgwire::backend::DATA_ROW => this = Some(first_column(&body)),
+            pgwire::backend::DATA_ROW => {
+                this = Some(wire::first_column(&body).unwrap_or_else(|| "NULL".into()))
+            }
             pgwire::backend::ERROR_RESPONSE => {
                 let e = pgwire::backend::ErrorFields::parse(&body).expect("error fields");
                 this = Some(format!("SQLSTATE {} ({})", e.code, e.message));
@@ -635,15 +628,6 @@ async fn pipelined_write_after_a_read_goes_to_the_primary() {
             .unwrap_or_else(|e| panic!("[{row}] write {i} after a read: {}", describe(&e)));
         assert_eq!(write, r.primary.port, "[{row}] write {i}");
     }
-}
-
-/// The first column of a DataRow body, as text ("NULL" for a null).
-fn first_column(body: &[u8]) -> String {
-    let len = i32::from_be_bytes([body[2], body[3], body[4], body[5]]);
-    if len < 0 {
-        return "NULL".into();
-    }
-    String::from_utf8_lossy(&body[6..6 + len as usize]).into_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1004,11 +988,7 @@ async fn replica_killed_under_pgbench_load() {
     let (out, err) = (stdout(&o), stderr(&o));
     println!("pgbench ({}):\n{out}\n{err}", o.status);
 
-    let tx: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
-        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|v| v.parse().ok())
+    let tx = pgbench_transactions(&out)
         .unwrap_or_else(|| panic!("no transaction count in\n{out}\n{err}"));
     let aborted = err.matches("aborted in command").count();
     // "progress: 4.0 s, 812.3 tps, lat ..." per second.

@@ -6,8 +6,6 @@
 //! Server connections are counted on the PostgreSQL side (pg_stat_activity), never through
 //! pgcorral's own counters.
 
-#[path = "support/raw.rs"]
-mod raw;
 mod support;
 
 use std::collections::HashSet;
@@ -15,7 +13,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use raw::{one, sqlstate, within};
 use support::*;
 use tokio_postgres::Client;
 
@@ -43,26 +40,9 @@ fn user(name: &str, extra: &str) -> String {
     format!("[users.{name}]\n{extra}\n\n")
 }
 
-/// Runs blocking fixture work (psql, pg_ctl) without stalling the runtime's other tasks
-/// (pgcorral runs in this process, on the same runtime).
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
 /// `pg.sql` without blocking the runtime.
 fn sql(pg: &Postgres, db: &str, q: &str) -> String {
     blocking(|| pg.sql(db, q))
-}
-
-/// A direct superuser connection to PostgreSQL, bypassing pgcorral.
-async fn direct(pg: &Postgres) -> Client {
-    within(
-        Duration::from_secs(10),
-        "direct connection",
-        connect(pg.port, "postgres", None, "postgres"),
-    )
-    .await
-    .unwrap()
 }
 
 /// `pg_stat_activity` condition for the backends of `user` on `db`.
@@ -118,82 +98,8 @@ async fn wait_count(admin: &Client, cond: &str, want: i64, limit: Duration, what
     }
 }
 
-/// Server connections matching `cond` that pgcorral holds: backends PostgreSQL lists whose
-/// client socket pgcorral has not closed yet. A backend pgcorral just hung up on stays in
-/// pg_stat_activity for a moment while it exits; pgcorral's replacement may already be there.
-/// That overlap is not pgcorral holding more than its cap, so it is not counted.
-async fn held(admin: &Client, cond: &str, pg_port: u16) -> i64 {
-    let ports: Vec<i32> = admin
-        .query(
-            &format!(
-                "SELECT client_port FROM pg_stat_activity WHERE backend_type = 'client backend' \
-                 AND pid <> pg_backend_pid() AND {cond}"
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let open = established_to(pg_port);
-    ports
-        .iter()
-        .filter(|p| u16::try_from(**p).is_ok_and(|p| open.contains(&p)))
-        .count() as i64
-}
-
-/// The highest `held(cond)` seen while sampling every 10 ms, until `finish`.
-struct Peak {
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<i64>,
-}
-
-impl Peak {
-    async fn watch(pg: &Postgres, cond: String) -> Peak {
-        let admin = direct(pg).await;
-        let port = pg.port;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let task = tokio::spawn(async move {
-            let mut max = 0;
-            while !flag.load(Ordering::SeqCst) {
-                let n = held(&admin, &cond, port).await;
-                max = max.max(n);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            max
-        });
-        Peak { stop, task }
-    }
-
-    async fn finish(self) -> i64 {
-        self.stop.store(true, Ordering::SeqCst);
-        self.task.await.unwrap()
-    }
-}
-
-/// The server backend pid a query of `c` ran on.
-async fn pid(c: &Client) -> i32 {
-    within(
-        Duration::from_secs(10),
-        "SELECT pg_backend_pid()",
-        one(c, "SELECT pg_backend_pid()"),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("SELECT pg_backend_pid(): {e}"))
-    .unwrap()
-    .parse()
-    .unwrap()
-}
-
-/// First column of the first row of `q`, as text; panics on an error or after 10 s.
-async fn value(c: &Client, q: &str) -> String {
-    within(Duration::from_secs(10), q, one(c, q))
-        .await
-        .unwrap_or_else(|e| panic!("{q}: {e}"))
-        .unwrap_or_default()
-}
+/// How often a [`Peak`] samples the server connections.
+const SAMPLE: Duration = Duration::from_millis(10);
 
 /// `n` clients of `user` on `db`, connected one after another.
 async fn clients(pooler: &Pooler, user: &str, db: &str, n: usize) -> Vec<Client> {
@@ -218,7 +124,7 @@ async fn hold_transaction(c: &Client, hold: Duration, who: &str) -> i32 {
         c.batch_execute("BEGIN")
             .await
             .unwrap_or_else(|e| panic!("{who}: BEGIN: {e}"));
-        let p = pid(c).await;
+        let p = backend_pid(c).await;
         tokio::time::sleep(hold).await;
         c.batch_execute("COMMIT")
             .await
@@ -329,7 +235,7 @@ async fn pool_size_precedence_bounds_server_connections() {
         ),
     ] {
         let cs = clients(&pooler, u, d, 8).await;
-        let peak = Peak::watch(&pg, of(u, d)).await;
+        let peak = Peak::watch(&pg, of(u, d), SAMPLE).await;
         let (cs, pids) = transactions(cs, 2, Duration::from_millis(250)).await;
         let max = peak.finish().await;
         assert!(
@@ -472,12 +378,12 @@ async fn reserve_pool_serves_a_client_that_waited_reserve_pool_timeout() {
         let a = pooler.connect("app", None, "postgres").await;
         let b = Arc::new(pooler.connect("app", None, "postgres").await);
         a.batch_execute("BEGIN").await.unwrap();
-        let a_pid = pid(&a).await;
+        let a_pid = backend_pid(&a).await;
         let start = Instant::now();
         let waiting = {
             let b = b.clone();
             tokio::spawn(async move {
-                let p = pid(&b).await;
+                let p = backend_pid(&b).await;
                 (p, start.elapsed())
             })
         };
@@ -528,7 +434,7 @@ async fn max_db_connections_caps_servers_across_users() {
     }
     let rest = db(&pg, "shared", "max_db_connections = 2") + &user("alice", "") + &user("bob", "");
     let pooler = Pooler::start(&toml("default_pool_size = 5", &rest)).await;
-    let peak = Peak::watch(&pg, "datname = 'shared'".into()).await;
+    let peak = Peak::watch(&pg, "datname = 'shared'".into(), SAMPLE).await;
     let mut tasks = Vec::new();
     for _ in 0..5 {
         for u in ["alice", "bob"] {
@@ -552,7 +458,7 @@ async fn max_db_connections_caps_servers_across_users() {
     );
     assert!(max >= 1);
     let admin = direct(&pg).await;
-    assert!(held(&admin, "datname = 'shared'", pg.port).await <= 2);
+    assert!(held_servers(&admin, "datname = 'shared'", pg.port).await <= 2);
 }
 
 /// Under a shared cap, a pool hammered by many clients cannot starve another pool's single
@@ -569,7 +475,12 @@ async fn busy_pool_cannot_starve_another_under_a_shared_cap() {
         &rest,
     ))
     .await;
-    let peak = Peak::watch(&pg, "datname = 'postgres' AND usename <> 'postgres'".into()).await;
+    let peak = Peak::watch(
+        &pg,
+        "datname = 'postgres' AND usename <> 'postgres'".into(),
+        SAMPLE,
+    )
+    .await;
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicUsize::new(0));
     let mut hammers = Vec::new();
@@ -615,7 +526,7 @@ async fn busy_pool_cannot_starve_another_under_a_shared_cap() {
         let who = within(
             Duration::from_secs(5),
             &format!("bob's query {i} while alice hammers"),
-            one(&bob, "SELECT current_user"),
+            scalar(&bob, "SELECT current_user"),
         )
         .await
         .unwrap();
@@ -752,7 +663,7 @@ async fn max_user_connections_caps_a_user_across_databases() {
         + &user("carol", "max_user_connections = 2")
         + &user("dave", "");
     let pooler = Pooler::start(&toml("default_pool_size = 5", &rest)).await;
-    let peak = Peak::watch(&pg, "usename = 'carol'".into()).await;
+    let peak = Peak::watch(&pg, "usename = 'carol'".into(), SAMPLE).await;
     let mut tasks = Vec::new();
     for _ in 0..4 {
         for d in ["one", "two"] {
@@ -837,38 +748,46 @@ async fn databases_users_wildcard_and_pool_modes() {
     // on the same database is another.
     let a = clients(&pooler, "alice", "alpha", 2).await;
     let b = pooler.connect("bob", None, "alpha").await;
-    let shared = pid(&a[0]).await;
+    let shared = backend_pid(&a[0]).await;
     for _ in 0..3 {
         for c in &a {
-            assert_eq!(pid(c).await, shared, "alice's transaction-mode clients");
+            assert_eq!(
+                backend_pid(c).await,
+                shared,
+                "alice's transaction-mode clients"
+            );
         }
     }
-    assert_ne!(pid(&b).await, shared, "bob has his own pool");
+    assert_ne!(backend_pid(&b).await, shared, "bob has his own pool");
     // The wildcard's pools are transaction mode too.
     let g = clients(&pooler, "alice", "gamma", 2).await;
-    let gp = pid(&g[0]).await;
-    assert_eq!(pid(&g[1]).await, gp, "wildcard pool of size 1, shared");
+    let gp = backend_pid(&g[0]).await;
+    assert_eq!(
+        backend_pid(&g[1]).await,
+        gp,
+        "wildcard pool of size 1, shared"
+    );
 
     // Session mode by database: each client keeps its own server.
     let s = clients(&pooler, "alice", "sessdb", 2).await;
-    let (s0, s1) = (pid(&s[0]).await, pid(&s[1]).await);
+    let (s0, s1) = (backend_pid(&s[0]).await, backend_pid(&s[1]).await);
     assert_ne!(s0, s1, "session-mode clients share a server");
     for _ in 0..3 {
-        assert_eq!(pid(&s[0]).await, s0);
-        assert_eq!(pid(&s[1]).await, s1);
-        assert_eq!(pid(&a[0]).await, shared);
+        assert_eq!(backend_pid(&s[0]).await, s0);
+        assert_eq!(backend_pid(&s[1]).await, s1);
+        assert_eq!(backend_pid(&a[0]).await, shared);
     }
 
     // Session mode by user, over the general transaction mode.
     let u = clients(&pooler, "sess", "alpha", 2).await;
-    let (u0, u1) = (pid(&u[0]).await, pid(&u[1]).await);
+    let (u0, u1) = (backend_pid(&u[0]).await, backend_pid(&u[1]).await);
     assert_ne!(u0, u1, "user-level session mode");
     u[0].batch_execute("SET application_name = 'mine'")
         .await
         .unwrap();
     for _ in 0..3 {
-        assert_eq!(pid(&u[0]).await, u0);
-        assert_eq!(pid(&u[1]).await, u1);
+        assert_eq!(backend_pid(&u[0]).await, u0);
+        assert_eq!(backend_pid(&u[1]).await, u1);
     }
     assert_eq!(value(&u[0], "SHOW application_name").await, "mine");
 
@@ -892,11 +811,11 @@ async fn databases_users_wildcard_and_pool_modes() {
     );
     // ... but a user in session mode on that database may use transactions (user wins).
     let us = pooler.connect("sess", None, "stmt").await;
-    let p = pid(&us).await;
+    let p = backend_pid(&us).await;
     us.batch_execute("BEGIN").await.unwrap();
-    assert_eq!(pid(&us).await, p);
+    assert_eq!(backend_pid(&us).await, p);
     us.batch_execute("COMMIT").await.unwrap();
-    assert_eq!(pid(&us).await, p);
+    assert_eq!(backend_pid(&us).await, p);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -930,7 +849,7 @@ async fn terminated_idle_servers_are_never_handed_out() {
             .enumerate()
             .map(|(i, c)| {
                 tokio::spawn(async move {
-                    match one(&c, "SELECT pg_backend_pid()").await {
+                    match scalar(&c, "SELECT pg_backend_pid()").await {
                         Ok(p) => (c, p.unwrap().parse::<i32>().unwrap()),
                         Err(e) => panic!("round {round} client {i}: stale server: {e}"),
                     }
@@ -965,7 +884,7 @@ async fn servers_closed_by_idle_session_timeout_are_never_handed_out() {
             match within(
                 Duration::from_secs(10),
                 "query",
-                one(c, "SELECT pg_backend_pid()"),
+                scalar(c, "SELECT pg_backend_pid()"),
             )
             .await
             {
@@ -999,10 +918,14 @@ async fn failing_check_discards_the_server(check: &str) {
     ))
     .await;
     let c = pooler.connect("app", None, "checked").await;
-    let first = pid(&c).await;
-    assert_eq!(pid(&c).await, first, "a passing check keeps the server");
+    let first = backend_pid(&c).await;
+    assert_eq!(
+        backend_pid(&c).await,
+        first,
+        "a passing check keeps the server"
+    );
     sql(&pg, "checked", "UPDATE health SET v = 0");
-    let second = pid(&c).await;
+    let second = backend_pid(&c).await;
     assert_ne!(
         second, first,
         "a server whose server_check_query failed was handed out"
@@ -1016,8 +939,12 @@ async fn failing_check_discards_the_server(check: &str) {
     )
     .await;
     sql(&pg, "checked", "UPDATE health SET v = 1");
-    let third = pid(&c).await;
-    assert_eq!(pid(&c).await, third, "checks pass again: server reused");
+    let third = backend_pid(&c).await;
+    assert_eq!(
+        backend_pid(&c).await,
+        third,
+        "checks pass again: server reused"
+    );
     assert_eq!(count(&admin, &of("app", "checked")).await, 1);
 }
 
@@ -1065,7 +992,7 @@ async fn postgres_restart_costs_idle_clients_nothing() {
                     let r = within(
                         Duration::from_secs(10),
                         "query after restart",
-                        one(c, "SELECT 1"),
+                        scalar(c, "SELECT 1"),
                     )
                     .await;
                     if let Err(e) = r {

@@ -1,8 +1,6 @@
 //! The wire protocol through pgcorral against a real PostgreSQL, message type by message type.
 
 mod support;
-#[path = "support/wire.rs"]
-mod wire;
 
 use std::time::{Duration, Instant};
 
@@ -12,8 +10,8 @@ use futures_util::{SinkExt, StreamExt};
 use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, Client, SimpleQueryMessage};
 
+use support::wire::{tags, Msg, Param, Wire};
 use support::*;
-use wire::{tags, Msg, Param, Wire};
 
 // ---- helpers --------------------------------------------------------------------------------
 
@@ -30,37 +28,6 @@ async fn client(p: &Pooler) -> Client {
     p.connect("postgres", None, "postgres").await
 }
 
-/// A client straight to PostgreSQL, bypassing pgcorral.
-async fn direct(pg: &Postgres) -> Client {
-    connect(pg.port, "postgres", None, "postgres")
-        .await
-        .expect("direct connection")
-}
-
-fn sqlstate(e: &tokio_postgres::Error) -> String {
-    e.code().map(|c| c.code().to_string()).unwrap_or_default()
-}
-
-async fn pid(c: &Client) -> i32 {
-    c.simple_query("SELECT pg_backend_pid()")
-        .await
-        .unwrap()
-        .iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => r.get(0).map(|s| s.parse().unwrap()),
-            _ => None,
-        })
-        .expect("a pid row")
-}
-
-/// Awaits `fut`, failing the test if it takes longer than `limit`.
-async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(limit, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not done within {limit:?}"))
-}
-
-/// The value rows of a simple query's answer, as text.
 /// Rows in table `xc` as another client of the same pooler sees them: proves the server a
 /// COPY ran on went back to the pool in frame.
 async fn rows_in_xc(other: &mut Wire, what: &str) -> String {
@@ -70,19 +37,6 @@ async fn rows_in_xc(other: &mut Wire, what: &str) -> String {
         other.scalar("SELECT count(*) FROM xc"),
     )
     .await
-}
-
-fn simple_rows(msgs: &[SimpleQueryMessage]) -> Vec<Vec<String>> {
-    msgs.iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect()
 }
 
 fn i32_be(v: i32) -> Vec<u8> {
@@ -195,7 +149,7 @@ async fn error_in_transaction_fails_until_rollback_and_server_returns_to_pool() 
     let b = client(&p).await;
 
     a.batch_execute("BEGIN").await.unwrap();
-    let a_pid = pid(&a).await;
+    let a_pid = backend_pid(&a).await;
     let e = a.batch_execute("SELECT 1/0").await.unwrap_err();
     assert_eq!(sqlstate(&e), "22012");
     for _ in 0..2 {
@@ -207,7 +161,7 @@ async fn error_in_transaction_fails_until_rollback_and_server_returns_to_pool() 
 
     // The failed transaction keeps the only server: b waits.
     let waiting = tokio::spawn(async move {
-        let pid = pid(&b).await;
+        let pid = backend_pid(&b).await;
         (b, pid)
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -230,7 +184,7 @@ async fn error_in_transaction_fails_until_rollback_and_server_returns_to_pool() 
             .get::<_, i32>(0),
         2
     );
-    assert_eq!(pid(&b).await, a_pid);
+    assert_eq!(backend_pid(&b).await, a_pid);
 
     // Raw wire: the ReadyForQuery statuses are passed through as the server sent them.
     let mut w = Wire::connect(p.port(), "postgres", "postgres").await;
@@ -455,7 +409,7 @@ async fn flush_without_sync_keeps_the_server() {
 
     // b wants the only server; a has not synced, so b must wait.
     let waiting = tokio::spawn(async move {
-        let pid = pid(&b).await;
+        let pid = backend_pid(&b).await;
         (b, pid)
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -517,7 +471,7 @@ async fn a_flush_after_sync_holds_no_server() {
 /// A fixed sequence of frontend requests, each with the number of ReadyForQuery it earns
 /// (0: a COPY FROM STDIN that waits for data after its CopyInResponse).
 fn exact_script(int4pl: u32) -> Vec<(Vec<u8>, usize)> {
-    use wire::*;
+    use support::wire::*;
     let int = |v: i32| Param::Binary(v.to_be_bytes().to_vec());
     let q = |sql: &str| (query(sql), 1);
     let mut s = vec![
@@ -716,14 +670,6 @@ async fn relay_is_byte_exact() {
 
 // ---- 4. COPY --------------------------------------------------------------------------------
 
-/// 64-bit FNV-1a.
-fn fnv(hash: &mut u64, bytes: &[u8]) {
-    for &b in bytes {
-        *hash ^= b as u64;
-        *hash = hash.wrapping_mul(0x100_0000_01b3);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_in_and_out_round_trip() {
     let pg = Postgres::start();
@@ -764,10 +710,10 @@ async fn copy_in_and_out_round_trip() {
         within(
             Duration::from_secs(5),
             "other client after COPY IN",
-            pid(&other)
+            backend_pid(&other)
         )
         .await,
-        pid(&c).await
+        backend_pid(&c).await
     );
 
     let row = c
@@ -932,7 +878,7 @@ async fn copy_in_bad_data_is_an_error_and_the_connection_survives() {
     );
     // The only server went back to the pool: another client can use it.
     let other = client(&p).await;
-    assert_eq!(pid(&other).await, pid(&c).await);
+    assert_eq!(backend_pid(&other).await, backend_pid(&c).await);
 
     // CopyFail from the client: the server aborts the COPY with 57014.
     let mut w = Wire::connect(p.port(), "postgres", "postgres").await;
@@ -948,7 +894,7 @@ async fn copy_in_bad_data_is_an_error_and_the_connection_survives() {
     assert_eq!(msgs[0].code(), "57014");
     assert!(msgs[0].field(b'M').unwrap().contains("client gave up"));
     assert_eq!(w.scalar("SELECT count(*) FROM ci").await, "0");
-    assert_eq!(pid(&other).await, pid(&c).await);
+    assert_eq!(backend_pid(&other).await, backend_pid(&c).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1176,8 +1122,8 @@ async fn notification_reaches_listener_in_session_mode() {
     let (listener, mut rx) = client_with_messages(p.port()).await;
     listener.batch_execute("LISTEN chan_one").await.unwrap();
     let notifier = client(&p).await;
-    let notifier_pid = pid(&notifier).await;
-    assert_ne!(notifier_pid, pid(&listener).await);
+    let notifier_pid = backend_pid(&notifier).await;
+    assert_ne!(notifier_pid, backend_pid(&listener).await);
 
     notifier
         .batch_execute("NOTIFY chan_one, 'payload one'")
@@ -1317,7 +1263,7 @@ async fn terminate_is_not_passed_to_the_server() {
     .await;
 
     let c = client(&p).await;
-    assert_eq!(pid(&c).await, first);
+    assert_eq!(backend_pid(&c).await, first);
     let e = c
         .simple_query("SELECT * FROM left_behind")
         .await
@@ -1331,7 +1277,7 @@ async fn terminate_is_not_passed_to_the_server() {
     drop(c);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let c = client(&p).await;
-    assert_eq!(pid(&c).await, first);
+    assert_eq!(backend_pid(&c).await, first);
     // The backend never went away.
     let d = direct(&pg).await;
     let n: i64 = d

@@ -8,41 +8,23 @@
 //! state shows up in the next one); `server_lifetime = 1` gives every transaction a brand-new
 //! backend (a setting that is not replayed shows up as lost).
 
-#[path = "support/raw.rs"]
-mod raw;
 mod support;
-#[path = "support/wire.rs"]
-mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use pgwire::backend;
-use raw::{sqlstate, within, Raw};
+use support::raw::Raw;
 use tokio_postgres::{AsyncMessage, Client, SimpleQueryMessage};
 
+use support::wire::Msg;
 use support::*;
-use wire::Msg;
 
 // ---- helpers --------------------------------------------------------------------------------
 
 fn cfg(pg: &Postgres, general: &str) -> String {
     config(pg, "postgres", general)
-}
-
-/// The rows of a simple query's answer as text ("NULL" for NULL).
-fn simple_rows(msgs: &[SimpleQueryMessage]) -> Vec<Vec<String>> {
-    msgs.iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect()
 }
 
 async fn try_rows(c: &Client, sql: &str) -> Result<Vec<Vec<String>>, tokio_postgres::Error> {
@@ -76,19 +58,8 @@ async fn exec(c: &Client, sql: &str) {
         .unwrap_or_else(|e| panic!("{sql:?} failed: {e}"));
 }
 
-async fn pid(c: &Client) -> i32 {
-    one(c, "SELECT pg_backend_pid()").await.parse().unwrap()
-}
-
 fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
-}
-
-/// A client straight to PostgreSQL, bypassing pgcorral.
-async fn direct(pg: &Postgres) -> Client {
-    connect(pg.port, "postgres", None, "postgres")
-        .await
-        .expect("direct connection")
 }
 
 /// A tokio-postgres client through `port` built from `cfg`; also returns the ParameterStatus
@@ -120,13 +91,6 @@ async fn connect_with(
         let _ = conn.await;
     });
     Ok((client, params))
-}
-
-/// Runs a blocking command (psql, pgbench) off the async workers, which run the pooler.
-async fn run_blocking(c: std::process::Command) -> std::process::Output {
-    tokio::task::spawn_blocking(move || output(c))
-        .await
-        .expect("command thread")
 }
 
 // ---- a raw client, for exact ParameterStatus and ErrorResponse messages ---------------------
@@ -357,7 +321,7 @@ async fn psql_pgoptions_and_conninfo_options_apply() {
     c.env("PGOPTIONS", "-c statement_timeout=7s -c search_path=bar")
         .env("PGAPPNAME", "psql-opts")
         .args(["-At", "-v", "ON_ERROR_STOP=1", "-c", q, "-c", q]);
-    let out = run_blocking(c).await;
+    let out = run_cmd(c).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "7s|bar|psql-opts\n7s|bar|psql-opts\n");
     assert_eq!(row(&other, STARTUP_VIEW).await, defaults);
@@ -369,7 +333,7 @@ async fn psql_pgoptions_and_conninfo_options_apply() {
         None,
     );
     c.args(["-At", "-v", "ON_ERROR_STOP=1", "-c", q, "-c", q]);
-    let out = run_blocking(c).await;
+    let out = run_cmd(c).await;
     assert!(out.status.success(), "{}", stderr(&out));
     // psql's own application_name.
     assert_eq!(stdout(&out), "9s|baz|psql\n9s|baz|psql\n");
@@ -429,7 +393,7 @@ async fn client_encoding_is_reported_as_the_server_spells_it() {
         "-c",
         "SHOW client_encoding",
     ]);
-    let out = run_blocking(c).await;
+    let out = run_cmd(c).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "UTF8\nUTF8\n");
 }
@@ -584,7 +548,7 @@ async fn settings_follow_each_client(general: &str, fresh_servers: bool) {
                         exec(&a, "SELECT pg_sleep(0.002)").await;
                     }
                     assert_eq!(row(&a, &q).await, want_a, "a, round {i}");
-                    a_pids.push(pid(&a).await);
+                    a_pids.push(backend_pid(&a).await);
                 }
                 1 => assert_eq!(row(&b, &q).await, want_b, "b, round {i}"),
                 _ => {
@@ -931,17 +895,17 @@ async fn server_bound_state_pins_the_client_until_released() {
         let kind = pin.kind;
         let (p, mut notes) = client_with_messages(port).await;
         exec(&p, pin.create).await;
-        let pinned = pid(&p).await;
+        let pinned = backend_pid(&p).await;
         for round in 0..5 {
             // Others run on the other server and see none of it.
-            let other = pid(&o1).await;
+            let other = backend_pid(&o1).await;
             assert_ne!(
                 other, pinned,
                 "{kind}: o1 got the pinned server (round {round})"
             );
             assert_eq!(row(&o2, LEFTOVERS).await, clean_server(), "{kind}: o2");
             assert_eq!(
-                pid(&p).await,
+                backend_pid(&p).await,
                 pinned,
                 "{kind}: pinned client moved (round {round})"
             );
@@ -978,7 +942,7 @@ async fn server_bound_state_pins_the_client_until_released() {
                 "{kind}: o2 got a server while one was pinned and o1 held the other"
             );
             // ...while the pinned client goes on, needing no server from the pool.
-            assert_eq!(pid(&p).await, pinned, "{kind}");
+            assert_eq!(backend_pid(&p).await, pinned, "{kind}");
             exec(&o1, "COMMIT").await;
             let got = within(Duration::from_secs(5), "o2 after o1's COMMIT", waiting)
                 .await
@@ -1013,7 +977,7 @@ async fn server_bound_state_pins_the_client_until_released() {
         exec(on_other, "COMMIT").await;
         // The formerly pinned client now takes whatever server is free.
         assert_eq!(
-            pid(&p).await,
+            backend_pid(&p).await,
             held,
             "{kind}: unpinned client got the free server"
         );
@@ -1050,13 +1014,18 @@ async fn pinned_until_every_kind_is_released_or_discarded() {
     for pin in &PINS {
         exec(&p, pin.create).await;
     }
-    let pinned = pid(&p).await;
+    let pinned = backend_pid(&p).await;
     // Releasing all but one keeps the client pinned.
     for pin in &PINS[..PINS.len() - 1] {
         exec(&p, pin.release).await;
         let held = first_pid(&o.simple_query(BEGIN_PID).await.unwrap());
         assert_ne!(held, pinned, "after releasing {}", pin.kind);
-        assert_eq!(pid(&p).await, pinned, "after releasing {}", pin.kind);
+        assert_eq!(
+            backend_pid(&p).await,
+            pinned,
+            "after releasing {}",
+            pin.kind
+        );
         exec(&o, "COMMIT").await;
     }
     // DISCARD ALL releases everything at once.
@@ -1068,7 +1037,7 @@ async fn pinned_until_every_kind_is_released_or_discarded() {
     let now = within(
         Duration::from_secs(5),
         "unpinned after DISCARD ALL",
-        pid(&p),
+        backend_pid(&p),
     )
     .await;
     assert_ne!(now, held);
@@ -1088,7 +1057,7 @@ async fn pinned_state_never_reaches_the_next_client() {
         for pin in &PINS {
             exec(&p, pin.create).await;
         }
-        let pinned = pid(&p).await;
+        let pinned = backend_pid(&p).await;
         drop(p);
         // Both servers, one of them the pinned client's, once it has been cleaned.
         let mut seen = Vec::new();
@@ -1252,16 +1221,12 @@ async fn pgbench_session_state_script_has_no_failures() {
         "-f",
         script,
     ]);
-    let out = run_blocking(c).await;
+    let out = run_cmd(c).await;
     let (o, e) = (stdout(&out), stderr(&out));
     assert!(out.status.success(), "pgbench failed:\n{o}\n{e}");
     assert!(!e.contains("aborted"), "{o}\n{e}");
-    let processed: u64 = o
-        .lines()
-        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
-        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no transaction count in:\n{o}"));
+    let processed =
+        pgbench_transactions(&o).unwrap_or_else(|| panic!("no transaction count in:\n{o}"));
     assert!(processed > 50, "{o}");
     assert!(
         o.contains("number of failed transactions: 0 "),

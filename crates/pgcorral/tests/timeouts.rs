@@ -2,8 +2,6 @@
 //! login retry, waiting for a server, queries and clients that run or sit too long, slow
 //! logins, server idle time, lifetime and health checks, and cancel forwarding that stalls.
 
-#[path = "support/raw.rs"]
-mod raw;
 mod support;
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -12,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use pgwire::backend;
-use raw::{db_message, sqlstate, within, Raw};
+use support::raw::Raw;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -127,26 +125,6 @@ async fn failed_login(port: u16, user: &str, db: &str) -> (tokio_postgres::Error
     }
 }
 
-async fn backend_pid(c: &tokio_postgres::Client) -> i32 {
-    within(
-        HANG,
-        "SELECT pg_backend_pid()",
-        raw::one(c, "SELECT pg_backend_pid()"),
-    )
-    .await
-    .unwrap()
-    .unwrap()
-    .parse()
-    .unwrap()
-}
-
-async fn select_one(c: &tokio_postgres::Client) {
-    let v = within(HANG, "SELECT 1", raw::one(c, "SELECT 1"))
-        .await
-        .unwrap();
-    assert_eq!(v.as_deref(), Some("1"));
-}
-
 /// Polls `cond` every 50 ms until it holds; fails the test after `limit`.
 async fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -251,7 +229,7 @@ async fn server_connect_timeout_on_a_query() {
     ))
     .await;
     let a = pooler.connect("postgres", None, "postgres").await;
-    select_one(&a).await;
+    assert_eq!(select_one(&a).await, 1);
     proxy.set(ProxyMode::Stall);
     a.simple_query("BEGIN").await.unwrap();
     // A raw login sends no settings, so it needs no server: only its query does.
@@ -274,7 +252,7 @@ async fn server_connect_timeout_on_a_query() {
     assert!(took < Duration::from_secs(8), "{took:?}");
     assert!(proxy.stalled() >= 1);
     a.simple_query("COMMIT").await.unwrap();
-    select_one(&a).await;
+    assert_eq!(select_one(&a).await, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -338,7 +316,7 @@ async fn server_login_retry_replays_the_failure_then_tries_again() {
     )
     .await
     .unwrap_or_else(|e| panic!("login after the retry interval failed: {e}"));
-    select_one(&c).await;
+    assert_eq!(select_one(&c).await, 1);
     assert!(proxy.accepted() >= 2);
 }
 
@@ -409,7 +387,7 @@ async fn server_login_retry_after_a_wrong_server_password() {
     )
     .await
     .unwrap_or_else(|e| panic!("login after the retry interval failed: {e}"));
-    let user = raw::one(&c, "SELECT current_user").await.unwrap();
+    let user = scalar(&c, "SELECT current_user").await.unwrap();
     assert_eq!(user.as_deref(), Some("app"));
 }
 
@@ -468,12 +446,12 @@ async fn query_wait_timeout_when_the_pool_is_busy() {
     drop(known);
 
     // The holder was never disturbed, and after it commits others get the server.
-    let v = raw::one(&a, "SELECT 41 + 1").await.unwrap();
+    let v = scalar(&a, "SELECT 41 + 1").await.unwrap();
     assert_eq!(v.as_deref(), Some("42"));
     a.simple_query("COMMIT").await.unwrap();
     let c = pooler.connect("postgres", None, "postgres").await;
-    select_one(&c).await;
-    select_one(&a).await;
+    assert_eq!(select_one(&c).await, 1);
+    assert_eq!(select_one(&a).await, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -521,9 +499,9 @@ async fn query_timeout_cancels_the_query_and_closes_the_client() {
             || running(&pg, &marker) == 0,
         )
         .await;
-        select_one(&other).await;
+        assert_eq!(select_one(&other).await, 1);
         let c = pooler.connect("postgres", None, "postgres").await;
-        select_one(&c).await;
+        assert_eq!(select_one(&c).await, 1);
     }
 }
 
@@ -557,12 +535,12 @@ async fn client_idle_timeout_disconnects_idle_clients_only() {
         let worker = tokio::spawn(async move {
             let until = Instant::now() + Duration::from_millis(2000);
             while Instant::now() < until {
-                select_one(&active).await;
+                assert_eq!(select_one(&active).await, 1);
                 tokio::time::sleep(Duration::from_millis(150)).await;
             }
             // A query running longer than the idle timeout is activity, not idleness.
             active.simple_query("SELECT pg_sleep(1)").await.unwrap();
-            select_one(&active).await;
+            assert_eq!(select_one(&active).await, 1);
             active
         });
         let err = idle.expect_error_and_close().await;
@@ -572,7 +550,7 @@ async fn client_idle_timeout_disconnects_idle_clients_only() {
         assert!(took >= Duration::from_millis(450), "{mode}: {took:?}");
         let active = within(HANG, "active client", worker).await.unwrap();
         assert!(!active.is_closed(), "{mode}: the active client was closed");
-        select_one(&active).await;
+        assert_eq!(select_one(&active).await, 1);
     }
 }
 
@@ -668,16 +646,16 @@ async fn idle_transaction_timeout_rolls_back_and_reuses_the_server() {
             pid,
             "{mode}: the server was not reused"
         );
-        let txid = raw::one(&next, "SELECT txid_current_if_assigned()")
+        let txid = scalar(&next, "SELECT txid_current_if_assigned()")
             .await
             .unwrap();
         assert_eq!(txid, None, "{mode}: still inside the abandoned transaction");
-        let n = raw::one(&next, "SELECT count(*) FROM t").await.unwrap();
+        let n = scalar(&next, "SELECT count(*) FROM t").await.unwrap();
         assert_eq!(n.as_deref(), Some("0"), "{mode}");
         // A transaction that keeps working is not idle.
         next.simple_query("BEGIN").await.unwrap();
         for _ in 0..6 {
-            select_one(&next).await;
+            assert_eq!(select_one(&next).await, 1);
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
         next.simple_query("INSERT INTO t VALUES (2); COMMIT")
@@ -772,12 +750,12 @@ async fn client_login_timeout_closes_stalled_logins() {
     }
     // Logins that complete in time are unaffected.
     let c = trusting.connect("postgres", None, "postgres").await;
-    select_one(&c).await;
+    assert_eq!(select_one(&c).await, 1);
     let c = scram.connect("app", Some("app-secret"), "postgres").await;
-    select_one(&c).await;
+    assert_eq!(select_one(&c).await, 1);
     // A logged-in client idle for longer than client_login_timeout stays connected.
     tokio::time::sleep(Duration::from_millis(LOGIN + 300)).await;
-    select_one(&c).await;
+    assert_eq!(select_one(&c).await, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -916,11 +894,11 @@ async fn server_check_query_runs_before_reuse() {
     let c = pooler.connect("postgres", None, "postgres").await;
     let before = count();
     for _ in 0..5 {
-        select_one(&c).await;
+        assert_eq!(select_one(&c).await, 1);
     }
     assert_eq!(count(), before, "checked servers used moments ago");
     tokio::time::sleep(Duration::from_millis(1300)).await;
-    select_one(&c).await;
+    assert_eq!(select_one(&c).await, 1);
     assert_eq!(count(), before + 1, "no check after server_check_delay");
 }
 
@@ -944,7 +922,7 @@ async fn server_check_query_select_1_keeps_servers() {
     for _ in 0..5 {
         assert_eq!(backend_pid(&c).await, pid);
     }
-    let name = raw::one(&c, "SHOW application_name").await.unwrap();
+    let name = scalar(&c, "SHOW application_name").await.unwrap();
     assert_eq!(name.as_deref(), Some("checked"));
 }
 
@@ -966,7 +944,7 @@ async fn server_check_query_failure_discards_the_server() {
     for _ in 0..4 {
         pids.push(backend_pid(&c).await);
     }
-    select_one(&c).await;
+    assert_eq!(select_one(&c).await, 1);
     // The check did run (and failed) on the server.
     let log = std::fs::read_to_string(pg.dir.join("log")).unwrap_or_default();
     assert!(

@@ -18,8 +18,6 @@ use tokio_rustls::rustls::version::{TLS12, TLS13};
 
 // ---- helpers --------------------------------------------------------------------------------
 
-const SSL_OF_BACKEND: &str = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
-
 /// Makes `postgres` an admin console user (add to [general]).
 const ADMIN: &str = "admin_users = [\"postgres\"]\n";
 
@@ -60,22 +58,6 @@ fn psql_opts<'a>(certs: &'a Certs, sslmode: &'a str) -> PsqlTls<'a> {
         rootcert: Some(&certs.ca.cert_file),
         ..PsqlTls::default()
     }
-}
-
-fn assert_psql_ok(what: &str, out: &std::process::Output, expect: &str) {
-    assert!(out.status.success(), "{what}: psql failed: {}", stderr(out));
-    assert_eq!(stdout(out).trim(), expect, "{what}");
-}
-
-fn assert_psql_fails(what: &str, out: &std::process::Output, needle: &str) -> String {
-    let err = stderr(out);
-    assert!(
-        !out.status.success(),
-        "{what}: psql succeeded: {}",
-        stdout(out)
-    );
-    assert!(err.contains(needle), "{what}: expected {needle:?} in {err}");
-    err
 }
 
 /// The SQLSTATE and message of a tokio-postgres error ("" when it carries none).

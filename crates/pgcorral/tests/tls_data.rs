@@ -7,8 +7,6 @@
 //! transaction and in session mode, pipelined requests, cancel requests over TLS, many idle
 //! TLS clients, and the SNI pgcorral sends to PostgreSQL.
 
-#[path = "support/raw.rs"]
-mod raw;
 mod support;
 
 use std::future::Future;
@@ -19,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use raw::{sqlstate, within};
 use support::tls::*;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,8 +27,6 @@ use tokio_postgres::SimpleQueryMessage;
 use tokio_rustls::rustls::ServerConfig;
 
 // ---- setup ----------------------------------------------------------------------------------
-
-const SSL_OF_BACKEND: &str = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
 
 /// pg_hba.conf lines after the superuser's: `app` may log in over TLS only, so a server
 /// connection of pgcorral's that is not TLS fails its login.
@@ -137,19 +132,6 @@ async fn raw_tls_client_with_rcvbuf(port: u16, certs: &Certs, rcvbuf: u32) -> Pg
     s
 }
 
-/// A Query message.
-fn query_msg(sql: &str) -> Vec<u8> {
-    let mut m = vec![b'Q'];
-    m.extend_from_slice(&((sql.len() + 5) as i32).to_be_bytes());
-    m.extend_from_slice(sql.as_bytes());
-    m.push(0);
-    m
-}
-
-async fn backend_pid(c: &tokio_postgres::Client) -> String {
-    scalar(c, "SELECT pg_backend_pid()").await.unwrap().unwrap()
-}
-
 // ---- checking rows ---------------------------------------------------------------------------
 
 /// What came back of a `rows_sql` query: every row is checked as it arrives (in order, value
@@ -167,15 +149,12 @@ impl Tally {
         Tally {
             rows: 0,
             bytes: 0,
-            hash: 0xcbf2_9ce4_8422_2325,
+            hash: FNV_OFFSET,
         }
     }
 
     fn fnv(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.hash ^= b as u64;
-            self.hash = self.hash.wrapping_mul(0x100_0000_01b3);
-        }
+        fnv(&mut self.hash, bytes);
     }
 
     /// Adds row (`g`, `value`) of a `rows_sql(_, width)` result; Err when it is not the next
@@ -523,7 +502,9 @@ async fn a_slow_tls_reader_gets_every_byte_while_pgcorral_memory_stays_bounded()
     let base = rss_kib(pid);
     let mut peak = base;
 
-    s.send(&query_msg(&rows_sql(BIG_ROWS, 1000))).await.unwrap();
+    s.send(&wire::query(&rows_sql(BIG_ROWS, 1000)))
+        .await
+        .unwrap();
     // Nothing read for 2 s: PostgreSQL, pgcorral and the sockets fill up, and must stop there.
     let pause = Instant::now();
     while pause.elapsed() < Duration::from_secs(2) {
@@ -828,7 +809,7 @@ async fn ask_leaving_the_end_in_tls(
 ) -> bool {
     let me = s.stream.get_ref().0.local_addr().unwrap().port();
     let n = steer.n;
-    s.send(&query_msg(&format!("SELECT repeat('x', {n})")))
+    s.send(&wire::query(&format!("SELECT repeat('x', {n})")))
         .await
         .unwrap();
     // What pgcorral holds (in its buffers and TLS session, or not yet read from PostgreSQL)
@@ -1012,7 +993,7 @@ async fn pipelined_requests_over_tls_are_all_answered_in_order() {
             if i % 10 == 0 && i > 0 {
                 groups.push(Vec::new());
             }
-            groups.last_mut().unwrap().extend(query_msg(&sql));
+            groups.last_mut().unwrap().extend(wire::query(&sql));
             want.push(format!("{round}-{i}:{pad}:{}", i * 13 % 3000));
         }
         let writer = tokio::spawn(async move {
@@ -1140,26 +1121,6 @@ where
             handshakes.fetch_add(1, Ordering::SeqCst);
             Ok(s)
         })
-    }
-}
-
-/// Waits until PostgreSQL shows a running `pg_sleep` (so that a cancel has something to hit).
-async fn wait_for_sleeping_query(pg: &Postgres) {
-    let start = Instant::now();
-    loop {
-        let n = pg.sql(
-            "postgres",
-            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' \
-             AND query LIKE 'SELECT pg_sleep%'",
-        );
-        if n != "0" {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "query never started"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
