@@ -6,14 +6,12 @@
 //! commands as errors that keep the connection, logins refused to other users, database
 //! `pgcorral` as an alias, and SHOW through the extended protocol.
 
-#[path = "support/pgbouncer.rs"]
-mod pgbouncer;
 mod support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use pgbouncer::PgBouncer;
+use support::pgbouncer::PgBouncer;
 use support::wire::{Msg, Wire};
 use support::*;
 

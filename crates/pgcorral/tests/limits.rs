@@ -127,7 +127,7 @@ async fn server_unreachable(port: u16, min: Duration) {
         );
         let pooler = Pooler::start(&toml).await;
         // Twice: a failed connect must give its pool slot back (pool_size = 1). With
-        // server_login_retry = 0 each client really tries (tests/timeouts.rs covers the retry).
+        // server_login_retry = 0 each client really tries (tests/timeouts_server.rs covers the retry).
         for _ in 0..2 {
             let start = Instant::now();
             let err = refused(pooler.port(), "postgres", "postgres").await;

@@ -4,12 +4,9 @@
 
 mod support;
 
+use support::protocol::pooler;
 use support::wire::{tags, Msg, Param, Wire};
 use support::*;
-
-async fn pooler(pg: &Postgres, general: &str) -> Pooler {
-    Pooler::start(&config(pg, "postgres", general)).await
-}
 
 async fn wire(p: &Pooler) -> Wire {
     Wire::connect(p.port(), "postgres", "postgres").await

@@ -1,6 +1,9 @@
 //! Test fixtures: real PostgreSQL servers started from initdb on free ports (as the `postgres`
 //! OS user when run as root), pgcorral in-process on port 0 or as a process, and the helpers
-//! every test file may share (its submodules: clients, raw protocol, TLS, replication).
+//! the test files share. Submodules: `client` (tokio-postgres helpers, re-exported here), `raw`
+//! and `wire` (the protocol by hand), `tls`, `replicas` and `pgbouncer`; and the helpers of one
+//! family of test files each (`protocol`, `session`, `pools`, `timeouts`, `failover`,
+//! `tls_pooler`, `tls_data`). The differential harness (`diff/`) is included by its one test.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -12,9 +15,17 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 pub mod client;
+pub mod failover;
+pub mod pgbouncer;
+pub mod pools;
+pub mod protocol;
 pub mod raw;
 pub mod replicas;
+pub mod session;
+pub mod timeouts;
 pub mod tls;
+pub mod tls_data;
+pub mod tls_pooler;
 pub mod wire;
 
 pub use client::*;
