@@ -6,18 +6,14 @@
 //! commands as errors that keep the connection, logins refused to other users, database
 //! `pgcorral` as an alias, and SHOW through the extended protocol.
 
-#[path = "support/pgbouncer.rs"]
-mod pgbouncer;
 mod support;
-#[path = "support/wire.rs"]
-mod wire;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use pgbouncer::PgBouncer;
+use support::pgbouncer::PgBouncer;
+use support::wire::{Msg, Wire};
 use support::*;
-use wire::{Msg, Wire};
 
 /// The SHOW commands whose columns must start with PgBouncer's (SHOW HELP has none).
 const SHOW: &[&str] = &[
@@ -65,10 +61,14 @@ impl Both {
             (Who::Pgcorral, corral.port()),
             (Who::PgBouncer, bouncer.port),
         ] {
-            let c = within("warm-up login", connect(port, "postgres", None, "postgres"))
-                .await
-                .unwrap_or_else(|e| panic!("{who:?}: connect to database postgres: {e}"));
-            within("warm-up query", c.simple_query("SELECT 1"))
+            let c = within(
+                ANSWER,
+                "warm-up login",
+                connect(port, "postgres", None, "postgres"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{who:?}: connect to database postgres: {e}"));
+            within(ANSWER, "warm-up query", c.simple_query("SELECT 1"))
                 .await
                 .unwrap_or_else(|e| panic!("{who:?}: SELECT 1: {e}"));
             warm.push(c);
@@ -91,6 +91,7 @@ impl Both {
     /// An admin console session as `user`.
     async fn console(&self, who: Who, user: &str) -> Wire {
         within(
+            ANSWER,
             &format!("{who:?}: console login as {user}"),
             Wire::connect(self.port(who), user, "pgbouncer"),
         )
@@ -98,11 +99,8 @@ impl Both {
     }
 }
 
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(20), fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no answer within 20 s"))
-}
+/// How long a login or an answer may take before the test fails instead of hanging.
+const ANSWER: Duration = Duration::from_secs(20);
 
 /// A simple query's answer, message by message.
 #[derive(Debug, Default)]
@@ -354,6 +352,7 @@ async fn show_state_says_active_paused_suspended() {
     let pg = Postgres::start();
     let corral = Pooler::start(&config(&pg, "postgres", ADMIN)).await;
     let mut w = within(
+        ANSWER,
         "console login",
         Wire::connect(corral.port(), "postgres", "pgbouncer"),
     )
@@ -377,6 +376,7 @@ async fn the_console_also_answers_to_database_pgcorral() {
     let pg = Postgres::start();
     let corral = Pooler::start(&config(&pg, "postgres", ADMIN)).await;
     let mut w = within(
+        ANSWER,
         "console login",
         Wire::connect(corral.port(), "postgres", "pgcorral"),
     )
@@ -433,16 +433,22 @@ async fn other_users_are_refused_at_login() {
     pg.create_user("app", "app-secret");
     let corral = Pooler::start(&config(&pg, "postgres", ADMIN)).await;
     let c = within(
+        ANSWER,
         "login to postgres",
         connect(corral.port(), "app", None, "postgres"),
     )
     .await
     .unwrap_or_else(|e| panic!("app cannot use database postgres: {e}"));
-    within("SELECT 1", c.simple_query("SELECT 1"))
+    within(ANSWER, "SELECT 1", c.simple_query("SELECT 1"))
         .await
         .unwrap();
     for db in ["pgbouncer", "pgcorral"] {
-        let r = within("console login", connect(corral.port(), "app", None, db)).await;
+        let r = within(
+            ANSWER,
+            "console login",
+            connect(corral.port(), "app", None, db),
+        )
+        .await;
         assert!(r.is_err(), "user app logged in to the console as {db}");
     }
 }
@@ -459,12 +465,13 @@ async fn show_pools_through_the_extended_protocol() {
     let mut w = both.console(Who::Pgcorral, "postgres").await;
     let simple = show(&mut w, Who::Pgcorral, "SHOW POOLS").await;
     let c = within(
+        ANSWER,
         "console login",
         connect(both.corral.port(), "postgres", None, "pgbouncer"),
     )
     .await
     .unwrap_or_else(|e| panic!("tokio-postgres console login: {e}"));
-    let rows = within("extended SHOW POOLS", c.query("SHOW POOLS", &[]))
+    let rows = within(ANSWER, "extended SHOW POOLS", c.query("SHOW POOLS", &[]))
         .await
         .unwrap_or_else(|e| panic!("extended SHOW POOLS: {e}"));
     assert!(!rows.is_empty(), "extended SHOW POOLS returned no rows");
@@ -479,9 +486,13 @@ async fn show_pools_through_the_extended_protocol() {
         "extended and simple SHOW POOLS columns"
     );
     // The connection stays usable.
-    let again = within("extended SHOW VERSION", c.query("SHOW VERSION", &[]))
-        .await
-        .unwrap_or_else(|e| panic!("extended SHOW VERSION: {e}"));
+    let again = within(
+        ANSWER,
+        "extended SHOW VERSION",
+        c.query("SHOW VERSION", &[]),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("extended SHOW VERSION: {e}"));
     assert_eq!(again.len(), 1);
 }
 
@@ -614,7 +625,7 @@ async fn clients_and_servers_show_who_holds_what() {
     let a = client_named(p.port(), "alpha").await;
     let b = client_named(p.port(), "beta").await;
     a.simple_query("BEGIN").await.unwrap();
-    let pid = raw_pid(&a).await;
+    let pid = backend_pid(&a).await;
     let waiting = tokio::spawn(async move {
         b.simple_query("SELECT 1").await.unwrap();
         b
@@ -661,7 +672,7 @@ async fn clients_and_servers_show_who_holds_what() {
     assert_eq!(num(s, "port"), pg.port as i64);
 
     a.simple_query("COMMIT").await.unwrap();
-    let b = within("the waiting client", waiting).await.unwrap();
+    let b = within(ANSWER, "the waiting client", waiting).await.unwrap();
     drop(b);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let servers = rows_of(&mut w, "SHOW SERVERS").await;
@@ -672,14 +683,4 @@ async fn clients_and_servers_show_who_holds_what() {
         clients.iter().all(|r| r["application_name"] != "beta"),
         "a client that left is not listed: {clients:?}"
     );
-}
-
-async fn raw_pid(c: &tokio_postgres::Client) -> i32 {
-    let msgs = c.simple_query("SELECT pg_backend_pid()").await.unwrap();
-    msgs.iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no pid in {msgs:?}"))
 }

@@ -1,7 +1,5 @@
 //! Authentication end to end: clients to pgcorral (scram, md5, trust, verifiers) and pgcorral to real servers (trust, password, md5, scram); secrets stay out of logs.
 
-#[path = "support/raw.rs"]
-mod raw;
 mod support;
 
 use std::process::Output;
@@ -9,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use pgwire::backend;
-use raw::{backends, sqlstate, within, Raw};
+use support::raw::{backends, Raw};
 use support::*;
 
 /// A config for database `postgres` on `pg` with the given auth type and `[users]` tables.
@@ -65,7 +63,7 @@ async fn assert_refused_without_server(pg: &Postgres, pooler: &Pooler, user: &st
 
 async fn current_user(pooler: &Pooler, user: &str, pw: Option<&str>) -> String {
     let client = pooler.connect(user, pw, "postgres").await;
-    raw::one(&client, "SELECT current_user")
+    scalar(&client, "SELECT current_user")
         .await
         .unwrap()
         .unwrap()
@@ -77,22 +75,17 @@ fn psql_current_user(port: u16, user: &str, pw: Option<&str>) -> Output {
     output(c)
 }
 
-fn assert_psql_ok(port: u16, user: &str, pw: Option<&str>) {
-    let out = psql_current_user(port, user, pw);
-    assert!(out.status.success(), "psql failed: {}", stderr(&out));
-    assert_eq!(stdout(&out).trim(), user);
+/// psql logs in to `port` as `user` and finds itself `current_user`.
+fn assert_psql_login(port: u16, user: &str, pw: Option<&str>) {
+    assert_psql_ok("psql", &psql_current_user(port, user, pw), user);
 }
 
+/// psql with the wrong password `pw` is refused for it.
 fn assert_psql_refused(port: u16, user: &str, pw: &str) {
-    let out = psql_current_user(port, user, Some(pw));
-    assert!(
-        !out.status.success(),
-        "psql with a wrong password succeeded"
-    );
-    assert!(
-        stderr(&out).contains("password authentication failed"),
-        "{}",
-        stderr(&out)
+    assert_psql_fails(
+        "psql with a wrong password",
+        &psql_current_user(port, user, Some(pw)),
+        "password authentication failed",
     );
 }
 
@@ -124,7 +117,7 @@ async fn password_case(auth: &str, code: i32, stored: impl FnOnce(&Postgres) -> 
         current_user(&pooler, "app", Some("app-secret")).await,
         "app"
     );
-    assert_psql_ok(pooler.port(), "app", Some("app-secret"));
+    assert_psql_login(pooler.port(), "app", Some("app-secret"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,7 +144,7 @@ async fn trust_without_users_admits_anyone_without_a_password() {
     assert_eq!(first_auth_code(pooler.port(), "someone").await, 0, "OK");
     assert_eq!(current_user(&pooler, "someone", None).await, "someone");
     assert_eq!(current_user(&pooler, "postgres", None).await, "postgres");
-    assert_psql_ok(pooler.port(), "someone", None);
+    assert_psql_login(pooler.port(), "someone", None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,7 +194,7 @@ async fn scram_verifier_serves_clients_and_logs_in_to_a_scram_server() {
         "app"
     );
     assert!(backends(&pg, "app", "postgres") >= 1);
-    assert_psql_ok(pooler.port(), "app", Some("Verif1ed-Only"));
+    assert_psql_login(pooler.port(), "app", Some("Verif1ed-Only"));
 
     // Session mode: each client gets its own server login, made with the learned key.
     let session = Pooler::start(&toml.replace(
@@ -216,7 +209,7 @@ async fn scram_verifier_serves_clients_and_logs_in_to_a_scram_server() {
         .connect("app", Some("Verif1ed-Only"), "postgres")
         .await;
     let pid = |c: tokio_postgres::Client| async move {
-        raw::one(&c, "SELECT pg_backend_pid()").await.unwrap()
+        scalar(&c, "SELECT pg_backend_pid()").await.unwrap()
     };
     assert_ne!(pid(a).await, pid(b).await);
 
@@ -290,7 +283,7 @@ async fn passwords_that_only_look_like_hashes_are_plaintext() {
                 &format!("[users.{user}]\npassword = \"{password}\""),
             ))
             .await;
-            assert_psql_ok(pooler.port(), &user, Some(password));
+            assert_psql_login(pooler.port(), &user, Some(password));
             assert_eq!(
                 current_user(&pooler, &user, Some(password)).await,
                 user,
@@ -353,7 +346,7 @@ async fn server_method(method: &'static str, md5_storage: bool) {
             };
             assert!(start.elapsed() < Duration::from_secs(3));
             assert_eq!(sqlstate(&err), "28P01", "{method} {mode}: {err}");
-            let msg = raw::db_message(&err);
+            let msg = db_message(&err);
             assert!(
                 msg.contains("password authentication failed for user \"app\""),
                 "{msg}"
@@ -405,7 +398,7 @@ async fn server_password_missing_is_a_clear_error() {
         Err(e) => e,
     };
     assert_eq!(sqlstate(&err), "08001", "{err}");
-    let msg = raw::db_message(&err);
+    let msg = db_message(&err);
     assert!(msg.contains(&format!("127.0.0.1:{}", pg.port)), "{msg}");
 }
 

@@ -1,12 +1,10 @@
 //! Query cancellation through pgcorral: BackendKeyData, CancelRequest forwarding in session and transaction mode, psql Ctrl-C, and keys that must cancel nothing.
 
-#[path = "support/raw.rs"]
-mod raw;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use raw::{sqlstate, within, Raw};
+use support::raw::Raw;
 use support::*;
 
 fn cfg(pg: &Postgres, mode: &str, pool_size: usize) -> String {
@@ -15,25 +13,6 @@ fn cfg(pg: &Postgres, mode: &str, pool_size: usize) -> String {
         "postgres",
         &format!("pool_mode = \"{mode}\"\ndefault_pool_size = {pool_size}"),
     )
-}
-
-/// Waits until the server shows a running `pg_sleep` query (so a cancel has something to hit).
-async fn wait_for_sleeping_query(pg: &Postgres) {
-    let start = Instant::now();
-    loop {
-        let n = pg.sql(
-            "postgres",
-            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'SELECT pg_sleep%'",
-        );
-        if n != "0" {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "query never started"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,12 +57,12 @@ async fn cancel_token_cancels(mode: &str) {
     let err = res.map(drop).expect_err("query was cancelled");
     assert_eq!(sqlstate(&err), "57014", "{err}");
     assert!(
-        raw::db_message(&err).contains("canceling statement due to user request"),
+        db_message(&err).contains("canceling statement due to user request"),
         "{err}"
     );
     assert!(start.elapsed() < Duration::from_secs(2));
     // The client goes on working.
-    let seven = raw::one(&client, "SELECT 7").await.unwrap();
+    let seven = scalar(&client, "SELECT 7").await.unwrap();
     assert_eq!(seven.as_deref(), Some("7"));
 }
 
@@ -138,7 +117,7 @@ async fn unknown_keys_cancel_nothing() {
     for mode in ["session", "transaction"] {
         let pooler = Pooler::start(&cfg(&pg, mode, 2)).await;
         let client = pooler.connect("postgres", None, "postgres").await;
-        let pid: i32 = raw::one(&client, "SELECT pg_backend_pid()")
+        let pid: i32 = scalar(&client, "SELECT pg_backend_pid()")
             .await
             .unwrap()
             .unwrap()
@@ -198,7 +177,7 @@ async fn stale_key_of_a_departed_session_cancels_nothing() {
         pooler.connect("postgres", None, "postgres"),
     )
     .await;
-    let pid_b = raw::one(&b, "SELECT pg_backend_pid()").await.unwrap();
+    let pid_b = scalar(&b, "SELECT pg_backend_pid()").await.unwrap();
     assert_eq!(pid_b, Some(pid_a.to_string()), "B reuses A's server");
     let query = tokio::spawn(async move { b.simple_query("SELECT pg_sleep(1.5)").await });
     wait_for_sleeping_query(&pg).await;

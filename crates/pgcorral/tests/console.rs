@@ -4,13 +4,11 @@
 //! SIGHUP) with a refused bad file, and SET.
 
 mod support;
-#[path = "support/wire.rs"]
-mod wire;
 
 use std::time::Duration;
 
+use support::wire::Wire;
 use support::*;
-use wire::Wire;
 
 const ADMIN: &str = "admin_users = [\"postgres\"]";
 
@@ -63,16 +61,6 @@ fn column_names(b: &[u8]) -> Vec<String> {
             name
         })
         .collect()
-}
-
-async fn scalar(c: &tokio_postgres::Client, sql: &str) -> String {
-    let msgs = c.simple_query(sql).await.unwrap();
-    msgs.iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 /// SHOW CLIENTS' column `i` (pinned) for every client, polled until `done` holds or 2.5 s
@@ -129,7 +117,7 @@ async fn pause_waits_for_transactions_and_holds_new_ones_until_resume() {
     assert_eq!(r, Ok("PAUSE".into()));
     assert_eq!(shown(&mut w, "STATE", "paused", "value").await, "yes");
 
-    let held = tokio::spawn(async move { scalar(&b, "SELECT 42").await });
+    let held = tokio::spawn(async move { value(&b, "SELECT 42").await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!held.is_finished(), "a query ran while paused");
     assert_eq!(admin(&mut w, "RESUME").await, Ok("RESUME".into()));
@@ -183,10 +171,10 @@ async fn disable_refuses_new_logins_and_enable_admits_them() {
         Some("57P03"),
         "{e}"
     );
-    assert_eq!(scalar(&a, "SELECT 1").await, "1", "connected clients go on");
+    assert_eq!(value(&a, "SELECT 1").await, "1", "connected clients go on");
     assert_eq!(admin(&mut w, "ENABLE postgres").await, Ok("ENABLE".into()));
     let b = p.connect("postgres", None, "postgres").await;
-    assert_eq!(scalar(&b, "SELECT 2").await, "2");
+    assert_eq!(value(&b, "SELECT 2").await, "2");
     assert_eq!(
         admin(&mut w, "DISABLE nosuchdb").await.unwrap_err().0,
         "3D000"
@@ -203,8 +191,8 @@ async fn reconnect_replaces_servers_and_wait_close_waits_for_it() {
     let b = p.connect("postgres", None, "postgres").await;
     a.simple_query("BEGIN").await.unwrap();
     b.simple_query("BEGIN").await.unwrap();
-    let busy_pid = scalar(&a, "SELECT pg_backend_pid()").await;
-    let idle_pid = scalar(&b, "SELECT pg_backend_pid()").await;
+    let busy_pid = value(&a, "SELECT pg_backend_pid()").await;
+    let idle_pid = value(&b, "SELECT pg_backend_pid()").await;
     b.simple_query("COMMIT").await.unwrap();
     assert_ne!(idle_pid, busy_pid);
     let mut w = console(&p).await;
@@ -227,7 +215,7 @@ async fn reconnect_replaces_servers_and_wait_close_waits_for_it() {
     );
     assert_eq!(shown(&mut w, "SERVERS", "S", "role").await, "primary");
     // The transaction goes on on its old server.
-    assert_eq!(scalar(&a, "SELECT pg_backend_pid()").await, busy_pid);
+    assert_eq!(value(&a, "SELECT pg_backend_pid()").await, busy_pid);
     a.simple_query("COMMIT").await.unwrap();
     let r = tokio::time::timeout(Duration::from_secs(10), wait)
         .await
@@ -235,7 +223,7 @@ async fn reconnect_replaces_servers_and_wait_close_waits_for_it() {
         .unwrap();
     assert_eq!(r, Ok("WAIT_CLOSE".into()));
     for c in [&a, &b] {
-        let pid = scalar(c, "SELECT pg_backend_pid()").await;
+        let pid = value(c, "SELECT pg_backend_pid()").await;
         assert!(pid != idle_pid && pid != busy_pid, "still on an old server");
     }
 }
@@ -284,11 +272,7 @@ async fn kill_client_and_kill_database() {
     let fatal = a.recv().await;
     assert_eq!((fatal.tag, fatal.code()), (b'E', "57P01".to_string()));
     a.expect_closed().await;
-    assert_eq!(
-        scalar(&b, "SELECT 1").await,
-        "1",
-        "the other client goes on"
-    );
+    assert_eq!(value(&b, "SELECT 1").await, "1", "the other client goes on");
     assert!(admin(&mut w, "KILL_CLIENT 0xfffff").await.is_err());
 
     assert_eq!(admin(&mut w, "KILL postgres").await, Ok("KILL".into()));
@@ -299,7 +283,7 @@ async fn kill_client_and_kill_database() {
     let port = p.port();
     let held = tokio::spawn(async move {
         let c = connect(port, "postgres", None, "postgres").await.unwrap();
-        scalar(&c, "SELECT 3").await
+        value(&c, "SELECT 3").await
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!held.is_finished(), "new transactions wait after KILL");
@@ -329,7 +313,7 @@ async fn reload_and_set_change_the_running_configuration() {
     let b = p.connect("postgres", None, "postgres").await;
     a.simple_query("BEGIN").await.unwrap();
     let waiting = tokio::spawn(async move {
-        let v = scalar(&b, "SELECT 7").await;
+        let v = value(&b, "SELECT 7").await;
         (b, v)
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -364,7 +348,7 @@ async fn reload_and_set_change_the_running_configuration() {
         shown(&mut w, "CONFIG", "default_pool_size", "value").await,
         "2"
     );
-    assert_eq!(scalar(&a, "SELECT 8").await, "8");
+    assert_eq!(value(&a, "SELECT 8").await, "8");
 
     // Restart-only settings keep their running value.
     write("default_pool_size = 2\nworkers = 3");
@@ -453,16 +437,12 @@ async fn restart_without_pause_fails_only_transactions_on_a_server() {
         aborted <= 10,
         "{aborted} clients failed, more than the 10 servers that could have been mid-transaction\n{err}"
     );
-    let tx: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
-        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no transaction count\n{out}\n{err}"));
+    let tx =
+        pgbench_transactions(&out).unwrap_or_else(|| panic!("no transaction count\n{out}\n{err}"));
     assert!(tx > 0, "{out}\n{err}");
     // The clients that went on ran transactions after the restart too.
     let c = p.connect("postgres", None, "postgres").await;
-    assert_eq!(scalar(&c, "SELECT 1").await, "1");
+    assert_eq!(value(&c, "SELECT 1").await, "1");
 }
 
 /// SUSPEND pauses everything and stops accepting connections; RESUME ends both.
@@ -479,9 +459,9 @@ async fn suspend_stops_accepting_until_resume() {
     let raw = tokio::spawn(async move { Wire::connect(port, "postgres", "postgres").await });
     let late = tokio::spawn(async move {
         let c = connect(port, "postgres", None, "postgres").await.unwrap();
-        scalar(&c, "SELECT 5").await
+        value(&c, "SELECT 5").await
     });
-    let held = tokio::spawn(async move { scalar(&a, "SELECT 6").await });
+    let held = tokio::spawn(async move { value(&a, "SELECT 6").await });
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(
         !late.is_finished(),

@@ -10,8 +10,6 @@
 #[path = "support/diff/mod.rs"]
 mod diff;
 mod support;
-#[path = "support/wire.rs"]
-mod wire;
 
 use std::collections::BTreeMap;
 

@@ -115,68 +115,9 @@ impl Setup {
     }
 }
 
-/// The highest number of server connections pgcorral held at once, sampled every 20 ms until
-/// `finish`: client backends on `pg` (other than the sampling one; everything else reaches
-/// PostgreSQL through the pooler) whose client socket is still open. A backend pgcorral just
-/// hung up on stays in pg_stat_activity for a moment while it exits; that overlap with its
-/// replacement is not pgcorral holding more than its pool, so it is not counted (as in
-/// tests/pools.rs).
-struct Peak {
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<i64>,
-}
-
-impl Peak {
-    async fn watch(pg: &Postgres) -> Peak {
-        let admin = connect(pg.port, "postgres", None, "postgres")
-            .await
-            .expect("direct connection to PostgreSQL");
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let pg_port = pg.port;
-        let task = tokio::spawn(async move {
-            let mut max = 0;
-            while !flag.load(Ordering::SeqCst) {
-                let ports: Vec<i32> = admin
-                    .query(
-                        "SELECT client_port FROM pg_stat_activity \
-                         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
-                        &[],
-                    )
-                    .await
-                    .expect("list server connections")
-                    .iter()
-                    .map(|r| r.get(0))
-                    .collect();
-                let open = established_to(pg_port);
-                let held = ports
-                    .iter()
-                    .filter(|p| u16::try_from(**p).is_ok_and(|p| open.contains(&p)))
-                    .count() as i64;
-                max = max.max(held);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            max
-        });
-        Peak { stop, task }
-    }
-
-    async fn finish(self) -> i64 {
-        self.stop.store(true, Ordering::SeqCst);
-        self.task.await.unwrap()
-    }
-}
-
-/// Runs a blocking command off the async workers (pgcorral runs in this process).
-async fn run_blocking(mut c: Command, what: &str) -> std::process::Output {
-    let what = what.to_string();
-    tokio::task::spawn_blocking(move || {
-        c.output()
-            .unwrap_or_else(|e| panic!("{what}: cannot run {:?}: {e}", c.get_program()))
-    })
-    .await
-    .expect("command thread")
-}
+/// How often a [`Peak`] samples the server connections. Every client backend on the test's
+/// PostgreSQL but the sampling one reaches it through the pooler, so the condition is "true".
+const SAMPLE: Duration = Duration::from_millis(20);
 
 fn python() -> String {
     std::env::var("PGCORRAL_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string())
@@ -249,7 +190,7 @@ async fn run_driver(
         .args(["--rounds", &rounds.to_string(), "--timeout", "90"])
         .env_remove("PGPASSWORD")
         .stdin(Stdio::null());
-    let out = run_blocking(c, name).await;
+    let out = run_cmd(c).await;
     let (o, e) = (stdout(&out), stderr(&out));
     let mode = setup.mode();
     assert!(
@@ -281,7 +222,7 @@ async fn driver_through_small_pool(name: &str, program: String, script: &str) {
     let pg = Postgres::start();
     let setup = Setup::new(4, 40);
     let pooler = Pooler::start(&setup.config(&pg)).await;
-    let peak = Peak::watch(&pg).await;
+    let peak = Peak::watch(&pg, "true".into(), SAMPLE).await;
     let summary = run_driver(name, program, script, pooler.port(), &setup, 30).await;
     let peak = peak.finish().await;
     eprintln!("{summary} ({} mode, peak {peak} servers)", setup.mode());
@@ -306,15 +247,7 @@ async fn pgbench_prepared_200_clients_over_10_servers() {
     let pg = Postgres::start();
     let setup = Setup::new(10, 200);
     let pooler = Pooler::start(&setup.config(&pg)).await;
-    let mut init = pgbench_cmd(pooler.port(), "postgres", "postgres", None);
-    init.args(["-i", "-q", "-s", "1"]);
-    let o = run_blocking(init, "pgbench -i").await;
-    assert!(
-        o.status.success(),
-        "pgbench -i: {}{}",
-        stdout(&o),
-        stderr(&o)
-    );
+    pgbench_init(pooler.port()).await;
 
     let all = setup.clients.to_string();
     let tpcb = setup.clients.min(64).to_string();
@@ -322,11 +255,11 @@ async fn pgbench_prepared_200_clients_over_10_servers() {
         ("pgbench -M prepared -S", &all, "2", Some("-S")),
         ("pgbench -M prepared (tpcb-like)", &tpcb, &tpcb, None),
     ] {
-        let peak = Peak::watch(&pg).await;
+        let peak = Peak::watch(&pg, "true".into(), SAMPLE).await;
         let mut run = pgbench_cmd(pooler.port(), "postgres", "postgres", None);
         run.args(["-n", "-c", clients, "-j", jobs, "-T", "5", "-M", "prepared"]);
         run.args(script);
-        let o = run_blocking(run, what).await;
+        let o = run_cmd(run).await;
         let peak = peak.finish().await;
         let tx = assert_pgbench_ok(what, &o);
         eprintln!(
@@ -380,7 +313,7 @@ async fn node_postgres_quick_disconnect_gets_no_error() {
         ])
         .env_remove("PGPASSWORD")
         .stdin(Stdio::null());
-    let out = run_blocking(c, "pg_quick_disconnect.js").await;
+    let out = run_cmd(c).await;
     assert!(
         out.status.success() && stdout(&out).contains("quick disconnect ok"),
         "{}\n--- stdout\n{}--- stderr\n{}",
@@ -404,7 +337,7 @@ async fn psycopg_pipeline_then_idle_frees_the_only_server() {
         .args(["--host", "127.0.0.1", "--port", &pooler.port().to_string()])
         .env_remove("PGPASSWORD")
         .stdin(Stdio::null());
-    let out = run_blocking(c, "psycopg pipeline").await;
+    let out = run_cmd(c).await;
     assert!(
         out.status.success() && stdout(&out).contains("psycopg-pipeline ok: "),
         "psycopg pipeline: {}\n{}{}",
@@ -423,12 +356,9 @@ async fn psycopg_pipeline_then_idle_frees_the_only_server() {
 async fn while_columns_are_added(pg: &Postgres, cmd: Command, tag: &str) -> std::process::Output {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
-    let pg_port = pg.port;
+    let admin = direct(pg).await;
     let tag = tag.to_string();
     let alter = tokio::spawn(async move {
-        let admin = connect(pg_port, "postgres", None, "postgres")
-            .await
-            .expect("direct connection");
         let mut n = 0;
         while !flag.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -442,7 +372,7 @@ async fn while_columns_are_added(pg: &Postgres, cmd: Command, tag: &str) -> std:
         }
         n
     });
-    let out = run_blocking(cmd, "queries while columns are added").await;
+    let out = run_cmd(cmd).await;
     stop.store(true, Ordering::SeqCst);
     let altered = alter.await.unwrap();
     assert!(altered >= 2, "only {altered} ALTER TABLEs during the run");
@@ -522,8 +452,8 @@ async fn asyncpg_sees_no_stale_statement_and_runs_sql_execute() {
             .stdin(Stdio::null());
         c
     };
-    let direct = run_blocking(run(pg.port), "asyncpg_stale.py directly").await;
-    let pooled = run_blocking(run(pooler.port()), "asyncpg_stale.py through pgcorral").await;
+    let direct = run_cmd(run(pg.port)).await;
+    let pooled = run_cmd(run(pooler.port())).await;
     for (what, out) in [("directly", &direct), ("through pgcorral", &pooled)] {
         assert!(
             out.status.success(),

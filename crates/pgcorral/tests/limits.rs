@@ -1,7 +1,5 @@
 //! Limits and failures a user can hit: max_client_conn, unknown databases, dead or silent servers, servers dying, protocol garbage, the pool cap, and abandoned transactions.
 
-#[path = "support/raw.rs"]
-mod raw;
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use raw::{backends, db_message, sqlstate, within, Raw};
+use support::raw::{backends, Raw};
 use support::*;
 
 fn cfg(pg: &Postgres, general: &str) -> String {
@@ -28,31 +26,6 @@ async fn refused(port: u16, user: &str, db: &str) -> tokio_postgres::Error {
         Ok(_) => panic!("login to {db} as {user} succeeded"),
         Err(e) => e,
     }
-}
-
-async fn select_one(c: &tokio_postgres::Client) -> i32 {
-    raw::one(c, "SELECT 1")
-        .await
-        .unwrap()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-async fn backend_pid(c: &tokio_postgres::Client) -> i32 {
-    raw::one(c, "SELECT pg_backend_pid()")
-        .await
-        .unwrap()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-/// A direct superuser connection to the server, bypassing pgcorral.
-async fn direct(pg: &Postgres) -> tokio_postgres::Client {
-    connect(pg.port, "postgres", None, "postgres")
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,7 +104,7 @@ async fn wildcard_routes_any_database_and_relays_the_servers_3d000() {
         .await;
         for db in ["other db", "third", "postgres"] {
             let c = pooler.connect("postgres", None, db).await;
-            let name = raw::one(&c, "SELECT current_database()").await.unwrap();
+            let name = scalar(&c, "SELECT current_database()").await.unwrap();
             assert_eq!(name.as_deref(), Some(db));
         }
         let err = refused(pooler.port(), "postgres", "doesnotexist").await;
@@ -154,7 +127,7 @@ async fn server_unreachable(port: u16, min: Duration) {
         );
         let pooler = Pooler::start(&toml).await;
         // Twice: a failed connect must give its pool slot back (pool_size = 1). With
-        // server_login_retry = 0 each client really tries (tests/timeouts.rs covers the retry).
+        // server_login_retry = 0 each client really tries (tests/timeouts_server.rs covers the retry).
         for _ in 0..2 {
             let start = Instant::now();
             let err = refused(pooler.port(), "postgres", "postgres").await;
@@ -271,7 +244,7 @@ async fn server_killed_while_idle_costs_a_transaction_mode_client_nothing() {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let new_pid: i32 = match raw::one(&client, "SELECT pg_backend_pid()").await {
+        let new_pid: i32 = match scalar(&client, "SELECT pg_backend_pid()").await {
             Ok(pid) => pid.unwrap().parse().unwrap(),
             Err(e) => panic!("round {round}: a query after an idle server died failed: {e}"),
         };
@@ -440,7 +413,7 @@ async fn abandoned_transaction(raw_close: bool) {
         let q = |sql: &'static str| {
             let b = &b;
             async move {
-                within(Duration::from_secs(5), sql, raw::one(b, sql))
+                within(Duration::from_secs(5), sql, scalar(b, sql))
                     .await
                     .unwrap()
             }
@@ -665,7 +638,7 @@ async fn session_clients_move_with_their_server() {
         "temp table and prepared statement kept"
     );
     assert_eq!(
-        raw::one(&a, "SHOW application_name")
+        scalar(&a, "SHOW application_name")
             .await
             .unwrap()
             .as_deref(),

@@ -4,13 +4,10 @@
 //! names are escaped in the log; and DROP DATABASE (and its kin) through pgcorral is not
 //! refused because of pgcorral's own idle servers.
 
-#[path = "support/raw.rs"]
-mod raw;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use raw::{db_message, sqlstate, within};
 use support::*;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -56,7 +53,11 @@ async fn listed(console: &tokio_postgres::Client, list: &str) -> i64 {
     panic!("no {list} in SHOW LISTS")
 }
 
-async fn select_one(port: u16, user: &str, db: &str) -> Result<(), tokio_postgres::Error> {
+async fn login_and_select_one(
+    port: u16,
+    user: &str,
+    db: &str,
+) -> Result<(), tokio_postgres::Error> {
     let c = connect(port, user, None, db).await?;
     c.simple_query("SELECT 1").await.map(drop)
 }
@@ -137,7 +138,7 @@ async fn connections_beyond_the_login_budget_are_refused_at_once() {
     // The budget is given back when the silent ones leave.
     drop(silent_ones);
     let start = Instant::now();
-    while let Err(e) = select_one(port, "postgres", "postgres").await {
+    while let Err(e) = login_and_select_one(port, "postgres", "postgres").await {
         assert!(start.elapsed() < Duration::from_secs(5), "{e}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -157,7 +158,7 @@ async fn the_login_budget_is_capped_by_the_open_files_limit() {
     );
     drop(silent_ones);
     let start = Instant::now();
-    while let Err(e) = select_one(p.port, "postgres", "postgres").await {
+    while let Err(e) = login_and_select_one(p.port, "postgres", "postgres").await {
         assert!(start.elapsed() < Duration::from_secs(5), "{e}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -205,7 +206,7 @@ async fn logins_are_cut_short_while_half_the_budget_is_in_use() {
         "{closed} of 10 silent logins ended under pressure"
     );
     assert!(start.elapsed() < Duration::from_secs(14));
-    select_one(pooler.port(), "postgres", "postgres")
+    login_and_select_one(pooler.port(), "postgres", "postgres")
         .await
         .unwrap();
 }

@@ -3,17 +3,13 @@
 //! counters, errors by SQLSTATE class and histograms after the traffic; `/healthz`, 404 and 405;
 //! nothing listens without `metrics_addr`; the endpoint closes on shutdown.
 
-#[path = "support/raw.rs"]
-mod raw;
 mod support;
-#[path = "support/wire.rs"]
-mod wire;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use raw::Raw;
+use support::raw::Raw;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -3,8 +3,6 @@
 //! directly (asyncpg's executemany stops sending on it), with backpressure kept.
 
 mod support;
-#[path = "support/wire.rs"]
-mod wire;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,8 +10,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use support::wire::{Param, Wire};
 use support::*;
-use wire::{Param, Wire};
 
 /// Bind/Execute pairs written per write.
 const CHUNK: usize = 1000;

@@ -3,15 +3,10 @@
 //! closed per client, bounded per server, and SQL PREPARE/EXECUTE/DEALLOCATE work without pinning.
 
 mod support;
-#[path = "support/wire.rs"]
-mod wire;
 
+use support::protocol::pooler;
+use support::wire::{tags, Msg, Param, Wire};
 use support::*;
-use wire::{tags, Msg, Param, Wire};
-
-async fn pooler(pg: &Postgres, general: &str) -> Pooler {
-    Pooler::start(&config(pg, "postgres", general)).await
-}
 
 async fn wire(p: &Pooler) -> Wire {
     Wire::connect(p.port(), "postgres", "postgres").await

@@ -6,11 +6,9 @@
 //! found in the same code (a malformed Parse, SQL `EXECUTE` sent as a Parse).
 
 mod support;
-#[path = "support/wire.rs"]
-mod wire;
 
+use support::wire::{Msg, Param, Wire};
 use support::*;
-use wire::{Msg, Param, Wire};
 
 /// One step of a script: client 0 or 1 sends these messages and reads up to the ReadyForQuery
 /// of each Sync or Query among them.

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use support::replicas::{kill, pause_replay, promote, resume_replay, Replicated};
-use support::Pooler;
+use support::{value, Pooler};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// A pgcorral config for database `app` over `r`'s servers, with `roles` (one per server,
@@ -30,23 +30,9 @@ fn config(r: &Replicated, roles: &[&str], general: &str, db: &str) -> String {
     )
 }
 
-/// The first column of the first row of `sql` (simple protocol).
-async fn first(c: &Client, sql: &str) -> String {
-    let msgs = c
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    msgs.iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("{sql}: no row"))
-}
-
 /// The port of the server that ran `sql` (which must return `inet_server_port()` first).
 async fn port(c: &Client, sql: &str) -> u16 {
-    first(c, sql).await.parse().unwrap()
+    value(c, sql).await.parse().unwrap()
 }
 
 /// How many of `n` runs of `sql` each server answered.
@@ -198,11 +184,11 @@ async fn the_parser_sends_reads_to_replicas_and_the_rest_to_the_primary() {
     c.simple_query("COMMIT").await.unwrap();
 
     // SET SERVER ROLE / SHOW SERVER ROLE, answered by pgcorral.
-    assert_eq!(first(&c, "SHOW SERVER ROLE").await, "auto");
+    assert_eq!(value(&c, "SHOW SERVER ROLE").await, "auto");
     c.simple_query("SET SERVER ROLE TO 'primary'")
         .await
         .unwrap();
-    assert_eq!(first(&c, "SHOW SERVER ROLE").await, "primary");
+    assert_eq!(value(&c, "SHOW SERVER ROLE").await, "primary");
     let seen = spread(&c, "SELECT inet_server_port()", 10).await;
     assert_eq!(seen.keys().copied().collect::<Vec<_>>(), vec![primary]);
     c.simple_query("SET SERVER ROLE TO 'replica'")
@@ -218,7 +204,7 @@ async fn the_parser_sends_reads_to_replicas_and_the_rest_to_the_primary() {
         "a write sent to a replica by SET SERVER ROLE fails there: {write}"
     );
     c.simple_query("SET SERVER ROLE TO default").await.unwrap();
-    assert_eq!(first(&c, "SHOW SERVER ROLE").await, "auto");
+    assert_eq!(value(&c, "SHOW SERVER ROLE").await, "auto");
     let bad = c
         .simple_query("SET SERVER ROLE TO 'leader'")
         .await
@@ -498,8 +484,8 @@ async fn read_your_writes_never_reads_older_than_the_clients_own_write() {
     pause_replay(&r.replicas[0]);
     let c = p.connect("postgres", None, "app").await;
     for i in 0..20 {
-        let id = first(&c, &format!("INSERT INTO t (v) VALUES ({i}) RETURNING id")).await;
-        let found = first(&c, &format!("SELECT count(*) FROM t WHERE id = {id}")).await;
+        let id = value(&c, &format!("INSERT INTO t (v) VALUES ({i}) RETURNING id")).await;
+        let found = value(&c, &format!("SELECT count(*) FROM t WHERE id = {id}")).await;
         assert_eq!(found, "1", "read {i} after the client's write sees it");
     }
     let seen = spread(&c, "SELECT inet_server_port()", 20).await;
@@ -517,8 +503,8 @@ async fn read_your_writes_never_reads_older_than_the_clients_own_write() {
     let c = p2.connect("postgres", None, "app").await;
     let mut missed = 0;
     for i in 0..20 {
-        let id = first(&c, &format!("INSERT INTO t (v) VALUES ({i}) RETURNING id")).await;
-        if first(&c, &format!("SELECT count(*) FROM t WHERE id = {id}")).await == "0" {
+        let id = value(&c, &format!("INSERT INTO t (v) VALUES ({i}) RETURNING id")).await;
+        if value(&c, &format!("SELECT count(*) FROM t WHERE id = {id}")).await == "0" {
             missed += 1;
         }
     }

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, Client, SimpleQueryMessage};
+use tokio_postgres::{AsyncMessage, Client};
 
 use support::*;
 
@@ -24,18 +24,7 @@ async fn first_row(c: &Client, sql: &str) -> Vec<String> {
         .simple_query(sql)
         .await
         .unwrap_or_else(|e| panic!("{sql:?} failed: {e}"));
-    let rows: Vec<Vec<String>> = msgs
-        .iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect();
-    rows.last().cloned().unwrap_or_default()
+    simple_rows(&msgs).last().cloned().unwrap_or_default()
 }
 
 fn setup(pg: &Postgres) {

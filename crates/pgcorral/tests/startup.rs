@@ -26,7 +26,7 @@ fn packet(version: i32, body: &[u8]) -> Vec<u8> {
 }
 
 fn startup(user: &str) -> Vec<u8> {
-    startup_bytes(&[("user", user), ("database", "postgres")])
+    wire::startup(&[("user", user), ("database", "postgres")])
 }
 
 /// What a connection got: its bytes, and whether the peer closed it (else it went quiet).
@@ -396,7 +396,7 @@ async fn two_startup_messages_in_one_write_are_refused_at_once() {
         for short in [false, true] {
             let two = |u: &str| match short {
                 false => [startup(u), startup(u)].concat(),
-                true => [startup_bytes(&[("user", u)]), startup_bytes(&[("user", u)])].concat(),
+                true => [wire::startup(&[("user", u)]), wire::startup(&[("user", u)])].concat(),
             };
             let start = Instant::now();
             let quiet = Duration::from_secs(20);

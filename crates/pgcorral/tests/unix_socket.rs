@@ -4,8 +4,6 @@
 //! and a missing socket reported to the client.
 
 mod support;
-#[path = "support/wire.rs"]
-mod wire;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -28,10 +26,6 @@ fn cfg(port: u16, dir: &Path, general: &str) -> String {
          {general}\n\n[databases.postgres]\nhost = \"{}\"\nport = {port}\n",
         dir.display()
     )
-}
-
-fn sqlstate(e: &tokio_postgres::Error) -> String {
-    e.code().map(|c| c.code().to_string()).unwrap_or_default()
 }
 
 /// Queries reach the server over its socket (`inet_server_addr()` is NULL there), in the

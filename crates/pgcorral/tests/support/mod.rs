@@ -1,15 +1,34 @@
 //! Test fixtures: real PostgreSQL servers started from initdb on free ports (as the `postgres`
-//! OS user when run as root), pgcorral in-process on port 0 or as a process, and client helpers.
+//! OS user when run as root), pgcorral in-process on port 0 or as a process, and the helpers
+//! the test files share. Submodules: `client` (tokio-postgres helpers, re-exported here), `raw`
+//! and `wire` (the protocol by hand), `tls`, `replicas` and `pgbouncer`; and the helpers of one
+//! family of test files each (`protocol`, `session`, `pools`, `timeouts`, `failover`,
+//! `tls_pooler`, `tls_data`). The differential harness (`diff/`) is included by its one test.
 #![allow(dead_code)]
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
+pub mod client;
+pub mod failover;
+pub mod pgbouncer;
+pub mod pools;
+pub mod protocol;
+pub mod raw;
 pub mod replicas;
+pub mod session;
+pub mod timeouts;
 pub mod tls;
+pub mod tls_data;
+pub mod tls_pooler;
+pub mod wire;
+
+pub use client::*;
 
 /// Directory holding PostgreSQL's server binaries (initdb, pg_ctl, postgres).
 pub fn pg_bindir() -> PathBuf {
@@ -311,11 +330,64 @@ pub fn pgbench_cmd(port: u16, user: &str, db: &str, password: Option<&str>) -> C
     c
 }
 
-/// Runs `c` off the async runtime's threads and returns its output.
+/// Runs `c` (psql, pgbench, a driver) off the async runtime's threads, which may be running
+/// pgcorral, and returns its output.
 pub async fn run_cmd(c: Command) -> Output {
     tokio::task::spawn_blocking(move || output(c))
         .await
-        .unwrap()
+        .expect("command thread")
+}
+
+/// Runs blocking fixture work (psql, pg_ctl) without stalling the runtime's other tasks: an
+/// in-process pgcorral runs on the same runtime. Needs the multi-threaded runtime.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// Awaits `fut`, failing the test if it takes longer than `limit`.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no answer within {limit:?}"),
+    }
+}
+
+/// Waits until `pg` shows a running `pg_sleep` query, so that a cancel has something to hit.
+pub async fn wait_for_sleeping_query(pg: &Postgres) {
+    let start = Instant::now();
+    loop {
+        let n = pg.sql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' \
+             AND query LIKE 'SELECT pg_sleep%'",
+        );
+        if n != "0" {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "query never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Checks a psql run that must succeed and print `expect` (its output trimmed).
+pub fn assert_psql_ok(what: &str, out: &Output, expect: &str) {
+    assert!(out.status.success(), "{what}: psql failed: {}", stderr(out));
+    assert_eq!(stdout(out).trim(), expect, "{what}");
+}
+
+/// Checks a psql run that must fail with `needle` in its stderr; returns the stderr.
+pub fn assert_psql_fails(what: &str, out: &Output, needle: &str) -> String {
+    let err = stderr(out);
+    assert!(
+        !out.status.success(),
+        "{what}: psql succeeded: {}",
+        stdout(out)
+    );
+    assert!(err.contains(needle), "{what}: expected {needle:?} in {err}");
+    err
 }
 
 /// `pgbench -i -q -s 1` through 127.0.0.1:`port` as postgres into database postgres; panics
@@ -330,6 +402,14 @@ pub async fn pgbench_init(port: u16) {
         stdout(&o),
         stderr(&o)
     );
+}
+
+/// The "number of transactions actually processed" of a pgbench report; `None` when it has none.
+pub fn pgbench_transactions(out: &str) -> Option<u64> {
+    out.lines()
+        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|v| v.parse().ok())
 }
 
 /// Checks a pgbench run: exit 0, transactions processed, none failed, no client aborted.
@@ -348,14 +428,22 @@ pub fn assert_pgbench_ok(what: &str, o: &std::process::Output) -> u64 {
         out.contains("number of failed transactions: 0 "),
         "{what}: failed transactions\n{out}\n{err}"
     );
-    let tx: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
-        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|v| v.parse().ok())
+    let tx = pgbench_transactions(&out)
         .unwrap_or_else(|| panic!("{what}: no transaction count in\n{out}\n{err}"));
     assert!(tx > 0, "{what}: no transactions\n{out}\n{err}");
     tx
+}
+
+/// The starting value of a 64-bit FNV-1a hash (see [`fnv`]).
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Adds `bytes` to a 64-bit FNV-1a hash: a cheap digest to compare large data two paths
+/// carried without keeping it.
+pub fn fnv(hash: &mut u64, bytes: &[u8]) {
+    for &b in bytes {
+        *hash ^= b as u64;
+        *hash = hash.wrapping_mul(0x100_0000_01b3);
+    }
 }
 
 /// Local ports of the TCP connections to 127.0.0.1:`port` whose connecting side has not closed
@@ -373,9 +461,68 @@ pub fn established_to(port: u16) -> std::collections::HashSet<u16> {
         .collect()
 }
 
+/// Server connections matching `cond` (a condition over pg_stat_activity) that pgcorral holds,
+/// asked over `admin`, a direct connection to the server at `pg_port`: client backends, other
+/// than the asking one, whose client socket is still open. A backend pgcorral just hung up on
+/// stays in pg_stat_activity for a moment while it exits, and pgcorral's replacement may already
+/// be there; that overlap is not pgcorral holding more than its cap, so it is not counted.
+pub async fn held_servers(admin: &tokio_postgres::Client, cond: &str, pg_port: u16) -> i64 {
+    let ports: Vec<i32> = admin
+        .query(
+            &format!(
+                "SELECT client_port FROM pg_stat_activity WHERE backend_type = 'client backend' \
+                 AND pid <> pg_backend_pid() AND {cond}"
+            ),
+            &[],
+        )
+        .await
+        .expect("list server connections")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let open = established_to(pg_port);
+    ports
+        .iter()
+        .filter(|p| u16::try_from(**p).is_ok_and(|p| open.contains(&p)))
+        .count() as i64
+}
+
+/// The highest [`held_servers`] count seen while sampling until `finish`.
+pub struct Peak {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<i64>,
+}
+
+impl Peak {
+    /// Starts sampling the server connections to `pg` matching `cond` every `every`.
+    pub async fn watch(pg: &Postgres, cond: String, every: Duration) -> Peak {
+        let admin = direct(pg).await;
+        let port = pg.port;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut max = 0;
+            while !flag.load(Ordering::SeqCst) {
+                let n = held_servers(&admin, &cond, port).await;
+                max = max.max(n);
+                tokio::time::sleep(every).await;
+            }
+            max
+        });
+        Peak { stop, task }
+    }
+
+    /// Stops sampling; the highest count seen.
+    pub async fn finish(self) -> i64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.unwrap()
+    }
+}
+
 /// Runs a command, returning its output (stdout+stderr readable via helpers).
 pub fn output(mut c: Command) -> Output {
-    c.output().expect("command runs")
+    c.output()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", c.get_program()))
 }
 
 pub fn stdout(o: &Output) -> String {
@@ -555,28 +702,4 @@ impl Drop for PoolerProcess {
         // Killed, it could not remove its Unix socket (unix_socket_dir's default).
         let _ = std::fs::remove_file(format!("/tmp/.s.PGSQL.{}", self.port));
     }
-}
-
-/// A tokio-postgres client through `port` (user and database postgres) whose notices and
-/// notifications arrive on the returned channel.
-pub async fn client_with_messages(
-    port: u16,
-) -> (
-    tokio_postgres::Client,
-    tokio::sync::mpsc::UnboundedReceiver<tokio_postgres::AsyncMessage>,
-) {
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host("127.0.0.1")
-        .port(port)
-        .user("postgres")
-        .dbname("postgres")
-        .connect_timeout(Duration::from_secs(10));
-    let (client, mut conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(Ok(m)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
-            let _ = tx.send(m);
-        }
-    });
-    (client, rx)
 }

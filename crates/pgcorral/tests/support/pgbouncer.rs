@@ -18,7 +18,7 @@ pub struct PgBouncer {
     dir: tempfile::TempDir,
 }
 
-use crate::support::{free_port, is_root};
+use super::{free_port, is_root};
 
 impl PgBouncer {
     /// Starts PgBouncer in front of the PostgreSQL on 127.0.0.1:`pg_port` and waits (up to 10 s)

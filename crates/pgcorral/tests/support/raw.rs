@@ -1,7 +1,7 @@
-//! Raw wire-protocol helpers for tests that must send or see exact bytes: a trust-only client, CancelRequests, SQLSTATE helpers and time bounds.
+//! Raw wire-protocol helpers for tests that must send or see exact bytes (built with the pgwire
+//! crate): a trust-only client, CancelRequests, and a count of server backends.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -10,28 +10,11 @@ use pgwire::Header;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::wire::data_row;
+use super::{within, Postgres};
+
 /// How long a raw read may wait before the test fails instead of hanging.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Awaits `fut`, failing the test if it takes longer than `limit`.
-pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: no answer within {limit:?}"),
-    }
-}
-
-/// The SQLSTATE of a tokio-postgres error ("" when it carries none).
-pub fn sqlstate(e: &tokio_postgres::Error) -> String {
-    e.code().map(|c| c.code().to_string()).unwrap_or_default()
-}
-
-/// The server message of a tokio-postgres error ("" when it carries none).
-pub fn db_message(e: &tokio_postgres::Error) -> String {
-    e.as_db_error()
-        .map(|d| d.message().to_string())
-        .unwrap_or_default()
-}
 
 /// A raw protocol connection.
 pub struct Raw {
@@ -140,26 +123,6 @@ impl Raw {
     }
 }
 
-fn data_row(body: &[u8]) -> Vec<Option<String>> {
-    let n = i16::from_be_bytes([body[0], body[1]]) as usize;
-    let mut pos = 2;
-    let mut row = Vec::with_capacity(n);
-    for _ in 0..n {
-        let len = i32::from_be_bytes(body[pos..pos + 4].try_into().unwrap());
-        pos += 4;
-        if len < 0 {
-            row.push(None);
-        } else {
-            let len = len as usize;
-            row.push(Some(
-                String::from_utf8_lossy(&body[pos..pos + len]).into_owned(),
-            ));
-            pos += len;
-        }
-    }
-    row
-}
-
 /// Sends a CancelRequest to `port` and waits for the peer to close the connection.
 pub async fn cancel(port: u16, pid: i32, secret: i32) {
     let mut raw = Raw::connect(port).await;
@@ -173,7 +136,7 @@ pub async fn cancel(port: u16, pid: i32, secret: i32) {
 }
 
 /// Counts server backends of `user` on `db`, seen from a direct superuser connection.
-pub fn backends(pg: &crate::support::Postgres, user: &str, db: &str) -> usize {
+pub fn backends(pg: &Postgres, user: &str, db: &str) -> usize {
     pg.sql(
         "postgres",
         &format!(
@@ -182,18 +145,4 @@ pub fn backends(pg: &crate::support::Postgres, user: &str, db: &str) -> usize {
     )
     .parse()
     .unwrap()
-}
-
-/// The first value of the first row of `sql`, run with the simple protocol (one round trip,
-/// so it is safe in transaction mode, where a prepared statement may not outlive its transaction).
-pub async fn one(
-    c: &tokio_postgres::Client,
-    sql: &str,
-) -> Result<Option<String>, tokio_postgres::Error> {
-    for m in c.simple_query(sql).await? {
-        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
-            return Ok(r.get(0).map(str::to_string));
-        }
-    }
-    panic!("{sql:?} returned no row");
 }

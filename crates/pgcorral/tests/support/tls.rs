@@ -23,10 +23,14 @@ use tokio_rustls::rustls::{
     ClientConfig, RootCertStore, SupportedCipherSuite, SupportedProtocolVersion,
 };
 
+use super::wire::{self, first_column};
 use super::{chown_postgres, psql_cmd, Postgres};
 
 /// How long a raw read or a wait for PostgreSQL may take before the test fails.
 pub const TLS_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Whether the server backend running this query has a TLS connection ("t" or "f").
+pub const SSL_OF_BACKEND: &str = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
 
 /// The ALPN protocol name of PostgreSQL's direct TLS.
 pub const ALPN_POSTGRESQL: &[u8] = b"postgresql";
@@ -435,19 +439,6 @@ pub async fn connect_tls(
     Ok(client)
 }
 
-/// The first value of the first row of `sql` (simple protocol).
-pub async fn scalar(
-    c: &tokio_postgres::Client,
-    sql: &str,
-) -> Result<Option<String>, tokio_postgres::Error> {
-    for m in c.simple_query(sql).await? {
-        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
-            return Ok(r.get(0).map(str::to_string));
-        }
-    }
-    Ok(None)
-}
-
 // ---- raw protocol over plain TCP or TLS -----------------------------------------------------
 
 /// How a raw client starts TLS.
@@ -640,7 +631,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PgStream<S> {
 
     /// Sends a protocol 3.0 StartupMessage.
     pub async fn startup(&mut self, user: &str, db: &str) -> io::Result<()> {
-        self.send(&startup_bytes(&[("user", user), ("database", db)]))
+        self.send(&wire::startup(&[("user", user), ("database", db)]))
             .await
     }
 
@@ -668,13 +659,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> PgStream<S> {
 
     /// Runs a simple query: the first value of the first row, or the error.
     pub async fn scalar(&mut self, sql: &str) -> Result<Option<String>, String> {
-        let mut q = Vec::new();
-        q.extend_from_slice(sql.as_bytes());
-        q.push(0);
-        let mut msg = vec![b'Q'];
-        msg.extend_from_slice(&((q.len() + 4) as i32).to_be_bytes());
-        msg.extend_from_slice(&q);
-        self.send(&msg).await.map_err(|e| e.to_string())?;
+        self.send(&wire::query(sql))
+            .await
+            .map_err(|e| e.to_string())?;
         let mut value = None;
         let mut err = None;
         loop {
@@ -700,30 +687,6 @@ pub fn sasl_mechanisms(rest: &[u8]) -> Vec<String> {
         .filter(|s| !s.is_empty())
         .map(|s| String::from_utf8_lossy(s).into_owned())
         .collect()
-}
-
-/// A protocol 3.0 StartupMessage.
-pub fn startup_bytes(params: &[(&str, &str)]) -> Vec<u8> {
-    let mut body = 196608i32.to_be_bytes().to_vec();
-    for (k, v) in params {
-        body.extend_from_slice(k.as_bytes());
-        body.push(0);
-        body.extend_from_slice(v.as_bytes());
-        body.push(0);
-    }
-    body.push(0);
-    let mut out = ((body.len() + 4) as i32).to_be_bytes().to_vec();
-    out.extend(body);
-    out
-}
-
-fn first_column(body: &[u8]) -> Option<String> {
-    let n = i16::from_be_bytes([body[0], body[1]]);
-    if n < 1 {
-        return None;
-    }
-    let len = i32::from_be_bytes(body[2..6].try_into().unwrap());
-    (len >= 0).then(|| String::from_utf8_lossy(&body[6..6 + len as usize]).into_owned())
 }
 
 /// A plain TCP raw client to 127.0.0.1:`port`.

@@ -53,24 +53,7 @@ impl Msg {
     /// The columns of a DataRow as text (`None` for NULL).
     pub fn row(&self) -> Vec<Option<String>> {
         assert_eq!(self.tag, b'D', "not a DataRow: {self:?}");
-        let b = &self.body;
-        let n = i16::from_be_bytes([b[0], b[1]]) as usize;
-        let mut pos = 2;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let len = i32::from_be_bytes(b[pos..pos + 4].try_into().unwrap());
-            pos += 4;
-            if len < 0 {
-                out.push(None);
-            } else {
-                let len = len as usize;
-                out.push(Some(
-                    String::from_utf8_lossy(&b[pos..pos + len]).into_owned(),
-                ));
-                pos += len;
-            }
-        }
-        out
+        data_row(&self.body)
     }
 
     /// The NUL-terminated text of a CommandComplete.
@@ -91,6 +74,32 @@ impl Msg {
         let v = String::from_utf8_lossy(parts.next().unwrap()).into_owned();
         (k, v)
     }
+}
+
+/// The columns of a DataRow body as text (`None` for NULL).
+pub fn data_row(body: &[u8]) -> Vec<Option<String>> {
+    let n = i16::from_be_bytes([body[0], body[1]]) as usize;
+    let mut pos = 2;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = i32::from_be_bytes(body[pos..pos + 4].try_into().unwrap());
+        pos += 4;
+        if len < 0 {
+            out.push(None);
+        } else {
+            let len = len as usize;
+            out.push(Some(
+                String::from_utf8_lossy(&body[pos..pos + len]).into_owned(),
+            ));
+            pos += len;
+        }
+    }
+    out
+}
+
+/// The first column of a DataRow body as text (`None` for NULL or a row without columns).
+pub fn first_column(body: &[u8]) -> Option<String> {
+    data_row(body).into_iter().next().flatten()
 }
 
 /// The tags of `msgs`, as a string ("TDCZ").

@@ -437,9 +437,9 @@ fn protocol() -> Vec<Case> {
 
 /// CopyData, CopyDone and the Sync the copy-in batch still owes.
 fn copy_rows(c: usize) -> super::script::Step {
-    let mut send = crate::wire::copy_data(b"5\n");
-    send.extend(crate::wire::copy_done());
-    send.extend(crate::wire::sync());
+    let mut send = crate::support::wire::copy_data(b"5\n");
+    send.extend(crate::support::wire::copy_done());
+    send.extend(crate::support::wire::sync());
     super::script::Step {
         client: c,
         send,

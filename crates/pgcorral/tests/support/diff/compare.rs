@@ -15,7 +15,7 @@
 
 use super::run::{End, Transcript};
 use super::script::Case;
-use crate::wire::Msg;
+use crate::support::wire::Msg;
 
 /// First user-assigned OID (PostgreSQL's FirstNormalObjectId).
 const FIRST_NORMAL_OID: u32 = 16384;

@@ -7,8 +7,8 @@ use super::compare::{compare, Difference};
 
 use super::run::{run, Timing, Transcript};
 use super::script::{Case, Mode};
+use crate::support::wire::Wire;
 use crate::support::{Pooler, Postgres};
-use crate::wire::Wire;
 
 /// The database every case runs in.
 const DB: &str = "diff";

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::script::{Case, Until};
-use crate::wire::{Msg, Wire};
+use crate::support::wire::{Msg, Wire};
 
 /// How a step's reading ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub async fn run(
         notifications[c].extend(tail);
     }
     for w in &mut clients {
-        let _ = send(w, &crate::wire::terminate()).await;
+        let _ = send(w, &crate::support::wire::terminate()).await;
     }
     Transcript {
         login,

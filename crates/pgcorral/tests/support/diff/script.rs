@@ -1,7 +1,7 @@
 //! The script model: a case is setup SQL plus steps, each one client sending some frontend
 //! messages and reading until a given point; built with small Rust builders.
 
-use crate::wire::{self, Param};
+use crate::support::wire::{self, Param};
 
 /// A pgcorral pool mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,193 @@
+//! Certificate rotation: RELOAD and SIGHUP load new certificates and keep TLS clients
+//! connected; a bad certificate file is refused and the old certificate kept.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use support::tls::*;
+use support::tls_pooler::*;
+use support::*;
+
+// ---- helpers --------------------------------------------------------------------------------
+
+/// Writes `toml` to a file in `certs`' directory and tells the in-process pooler to RELOAD from it.
+fn config_file(certs: &Certs, p: &Pooler, toml: &str) -> std::path::PathBuf {
+    let path = certs.dir().join("pgcorral.toml");
+    std::fs::write(&path, toml).unwrap();
+    p.services.config_path.set(path.clone()).unwrap();
+    path
+}
+
+/// Runs an admin console command over `c`: Ok(()) or Err(message).
+async fn console(c: &tokio_postgres::Client, sql: &str) -> Result<(), String> {
+    c.simple_query(sql).await.map(|_| ()).map_err(|e| {
+        e.as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_else(|| e.to_string())
+    })
+}
+
+// ---- reload ---------------------------------------------------------------------------------
+
+/// RELOAD re-reads the certificate files even though their paths did not change: new
+/// connections get the new certificate (not before RELOAD); a TLS client connected before keeps
+/// working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_rotates_the_certificate_and_keeps_tls_clients_connected() {
+    let certs = Certs::new();
+    let pg = Postgres::start();
+    let general = format!(
+        "auth_type = \"trust\"\n{ADMIN}{}",
+        client_tls(&certs, "require")
+    );
+    let toml = cfg(&pg, &general, "");
+    let p = Pooler::start(&toml).await;
+    config_file(&certs, &p, &toml);
+    let tls = || tls_config(&certs.ca, None);
+    let old = connect_tls(p.port(), "postgres", None, "postgres", tls(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(scalar(&old, "SELECT 1").await.unwrap().unwrap(), "1");
+    let admin = connect_tls(p.port(), "postgres", None, "pgbouncer", tls(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        peer_certificate(p.port(), &certs.ca).await.unwrap(),
+        certs.server.der.to_vec()
+    );
+
+    let rotated = certs.ca.server("server", &["localhost", "127.0.0.1"]);
+    assert_ne!(rotated.der, certs.server.der);
+    assert_eq!(
+        peer_certificate(p.port(), &certs.ca).await.unwrap(),
+        certs.server.der.to_vec(),
+        "the files are read at RELOAD, not before"
+    );
+    console(&admin, "RELOAD").await.unwrap();
+    assert_eq!(
+        peer_certificate(p.port(), &certs.ca).await.unwrap(),
+        rotated.der.to_vec(),
+        "new connections get the new certificate"
+    );
+    assert_eq!(scalar(&old, "SELECT 2").await.unwrap().unwrap(), "2");
+    let new = connect_tls(p.port(), "postgres", None, "postgres", tls(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(scalar(&new, "SELECT 3").await.unwrap().unwrap(), "3");
+    console(&admin, "SHOW VERSION").await.unwrap();
+}
+
+/// RELOAD with a bad certificate, key or CA file (garbage, missing, a key that does not match)
+/// returns an ERROR naming the problem and changes nothing: the other changed setting keeps
+/// its value and new connections still get the old certificate. Fixed files reload.
+/// (verify-ca, so that client_tls_ca_file is surely in use.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_with_a_bad_certificate_file_fails_and_keeps_the_old_certificate() {
+    let certs = Certs::new();
+    let pg = Postgres::start();
+    let general = |size: u32| {
+        format!(
+            "auth_type = \"trust\"\n{ADMIN}default_pool_size = {size}\n{}",
+            client_tls(&certs, "verify-ca")
+        )
+    };
+    let toml = cfg(&pg, &general(5), "");
+    let p = Pooler::start(&toml).await;
+    let path = config_file(&certs, &p, &toml);
+    std::fs::write(&path, cfg(&pg, &general(7), "")).unwrap();
+    let me = certs.client("postgres");
+    let tls = || tls_config(&certs.ca, Some(&me));
+    let old = connect_tls(p.port(), "postgres", None, "postgres", tls(), |_| {})
+        .await
+        .unwrap();
+    let admin = connect_tls(p.port(), "postgres", None, "pgbouncer", tls(), |_| {})
+        .await
+        .unwrap();
+    let pool_size = || async {
+        show(&admin, "CONFIG")
+            .await
+            .into_iter()
+            .find(|r| r.get("key").map(String::as_str) == Some("default_pool_size"))
+            .and_then(|r| r.get("value").cloned())
+            .unwrap_or_default()
+    };
+
+    let (cert, key, ca) = (&certs.server.cert, &certs.server.key, &certs.ca.cert_file);
+    let good = |p: &Path| std::fs::read(p).unwrap();
+    let (good_cert, good_key, good_ca) = (good(cert), good(key), good(ca));
+    let mismatched = std::fs::read(&certs.other_server.key).unwrap();
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    type Break<'a> = Box<dyn Fn() + 'a>;
+    let cases: Vec<(&str, Break, String)> = vec![
+        (
+            "garbage certificate",
+            Box::new(|| std::fs::write(cert, "not a certificate\n").unwrap()),
+            name(cert),
+        ),
+        (
+            "missing key",
+            Box::new(|| std::fs::remove_file(key).unwrap()),
+            name(key),
+        ),
+        (
+            "key of another certificate",
+            Box::new(|| write_private(key, &mismatched)),
+            "key".to_string(),
+        ),
+        (
+            "garbage CA",
+            Box::new(|| std::fs::write(ca, "-----BEGIN CERTIFICATE-----\nAAAA\n").unwrap()),
+            name(ca),
+        ),
+    ];
+    for (what, break_it, needle) in cases {
+        break_it();
+        let err = console(&admin, "RELOAD")
+            .await
+            .expect_err(&format!("{what}: RELOAD succeeded"));
+        eprintln!("{what}: RELOAD said {err:?}");
+        assert!(err.contains(&needle), "{what}: {needle:?} not in {err:?}");
+        assert_eq!(pool_size().await, "5", "{what}: the config changed");
+        assert_eq!(
+            peer_certificate_with(p.port(), tls()).await.unwrap(),
+            certs.server.der.to_vec(),
+            "{what}: the old certificate is still served"
+        );
+        assert_eq!(scalar(&old, "SELECT 1").await.unwrap().unwrap(), "1");
+        std::fs::write(cert, &good_cert).unwrap();
+        write_private(key, &good_key);
+        std::fs::write(ca, &good_ca).unwrap();
+    }
+    console(&admin, "RELOAD").await.unwrap();
+    assert_eq!(pool_size().await, "7");
+}
+
+/// SIGHUP re-reads the certificate files of a pgcorral process, like RELOAD; a bad file at
+/// SIGHUP leaves the old certificate in use.
+#[test]
+fn sighup_rotates_the_certificate() {
+    let certs = Certs::new();
+    let pg = Postgres::start();
+    let general = format!("auth_type = \"trust\"\n{}", client_tls(&certs, "require"));
+    let p = PoolerProcess::start(&cfg(&pg, &general, ""));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let peer = || rt.block_on(peer_certificate(p.port, &certs.ca)).unwrap();
+    assert_eq!(peer(), certs.server.der.to_vec());
+    let rotated = certs.ca.server("server", &["localhost", "127.0.0.1"]);
+    p.signal("HUP");
+    let start = Instant::now();
+    while peer() != rotated.der.to_vec() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the new certificate was not served after SIGHUP: {}",
+            p.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(&rotated.cert, "garbage\n").unwrap();
+    p.signal("HUP");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(peer(), rotated.der.to_vec(), "{}", p.log());
+}
