@@ -26,7 +26,7 @@ fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
 
 /// The client writes its pipeline until it has read the server's error; the server reads
 /// everything and sends the error once it has its first bytes. The thread batches writes
-/// (`net::batch`) as a worker does, but nothing sends the batch but the relay: without it, the
+/// (`corral_rt::batch`) as a worker does, but nothing sends the batch but the relay: without it, the
 /// error would reach the client only when the relay ends, after the whole pipeline.
 #[tokio::test]
 async fn an_error_reaches_a_streaming_client_while_it_sends() {
