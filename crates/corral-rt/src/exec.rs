@@ -329,13 +329,9 @@ impl Handle {
             reactor.turn(&mut events, -1);
             self.0.bell.awake();
         }
-        {
-            let mut remote = self.0.remote.lock();
-            remote.closed = true;
-            incoming.append(&mut remote.jobs);
-        }
         // Dropped here, with this thread still the worker's: a drop that spawns or wakes
         // stays local, and `drop_all` drops what it spawns.
+        self.close();
         drop(incoming);
         tasks.drop_all();
         LOCAL.with(|l| l.queue.borrow_mut().clear());

@@ -405,17 +405,13 @@ async fn login(
 /// Where a server for the whole session (session mode), or for the login's parameters, comes
 /// from: the database's default role (the query parser cannot route a whole session).
 fn session_target(cluster: &cluster::Cluster) -> cluster::Target {
-    use crate::cluster::{Shards, Target, Want};
+    use crate::cluster::{Target, Want};
     let want = match cluster.topology().settings().default_role {
         config::DefaultRole::Primary => Want::Primary,
         config::DefaultRole::Replica => Want::Replica,
         config::DefaultRole::Any => Want::Any,
     };
-    Target {
-        shards: Shards::One(0),
-        want,
-        writes: false,
-    }
+    Target::first_shard(want, false)
 }
 
 /// Welcomes an authenticated admin or stats user to the console, without a server.

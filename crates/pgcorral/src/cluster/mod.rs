@@ -64,6 +64,17 @@ pub struct Target {
     pub writes: bool,
 }
 
+impl Target {
+    /// Shard 0's server for `want` (every database has one shard today).
+    pub fn first_shard(want: Want, writes: bool) -> Target {
+        Target {
+            shards: Shards::One(0),
+            want,
+            writes,
+        }
+    }
+}
+
 struct Inner {
     /// One per node of the topology, in the same order.
     pools: Vec<Pool>,

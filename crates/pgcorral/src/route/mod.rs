@@ -18,7 +18,7 @@ use pgwire::Header;
 
 use crate::client_conn::ClientConn;
 use crate::cluster::topology::RouteSettings;
-use crate::cluster::{Cluster, Shards, Target, Want};
+use crate::cluster::{Cluster, Target, Want};
 use crate::config::DefaultRole;
 use crate::error::{Error, Kind, Result};
 use crate::prepared;
@@ -62,10 +62,12 @@ pub async fn decide(
     let hinted = first_text(client).and_then(hint::comment_hint);
     let choice = hinted.or(route.role).unwrap_or(RoleChoice::Default);
     let by_parser = |client: &ClientConn| match classify_batch(client, cache, &settings) {
-        Class::Write => Decision::Route(first_shard(Want::Primary, true)),
-        Class::Read | Class::ReadOnlyBegin => Decision::Route(first_shard(Want::Read, false)),
+        Class::Write => Decision::Route(Target::first_shard(Want::Primary, true)),
+        Class::Read | Class::ReadOnlyBegin => {
+            Decision::Route(Target::first_shard(Want::Read, false))
+        }
     };
-    let fixed = |want: Want| Decision::Route(first_shard(want, want == Want::Primary));
+    let fixed = |want: Want| Decision::Route(Target::first_shard(want, want == Want::Primary));
     Ok(match choice {
         RoleChoice::Primary => fixed(Want::Primary),
         RoleChoice::Replica => fixed(Want::Replica),
@@ -78,15 +80,6 @@ pub async fn decide(
             DefaultRole::Any => fixed(Want::Any),
         },
     })
-}
-
-/// Shard 0's server for `want` (every database has one shard today).
-fn first_shard(want: Want, writes: bool) -> Target {
-    Target {
-        shards: Shards::One(0),
-        want,
-        writes,
-    }
 }
 
 /// The SQL of the first message, when it is a complete Query or Parse.

@@ -31,13 +31,10 @@ pub async fn client_with_messages(
     tokio_postgres::Client,
     tokio::sync::mpsc::UnboundedReceiver<tokio_postgres::AsyncMessage>,
 ) {
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host("127.0.0.1")
-        .port(port)
-        .user("postgres")
-        .dbname("postgres")
-        .connect_timeout(Duration::from_secs(10));
-    let (client, mut conn) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
+    let (client, mut conn) = super::pg_config(port, "postgres", "postgres")
+        .connect(tokio_postgres::NoTls)
+        .await
+        .unwrap();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Some(Ok(m)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {

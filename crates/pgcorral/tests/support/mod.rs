@@ -592,6 +592,18 @@ impl Drop for Pooler {
     }
 }
 
+/// A tokio-postgres configuration for 127.0.0.1:`port` as `user` on database `db`, giving up
+/// on the connection after 10 s.
+pub fn pg_config(port: u16, user: &str, db: &str) -> tokio_postgres::Config {
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host("127.0.0.1")
+        .port(port)
+        .user(user)
+        .dbname(db)
+        .connect_timeout(Duration::from_secs(10));
+    cfg
+}
+
 /// Connects with tokio-postgres and drives the connection in a task.
 pub async fn connect(
     port: u16,
@@ -599,9 +611,7 @@ pub async fn connect(
     password: Option<&str>,
     db: &str,
 ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host("127.0.0.1").port(port).user(user).dbname(db);
-    cfg.connect_timeout(Duration::from_secs(10));
+    let mut cfg = pg_config(port, user, db);
     if let Some(p) = password {
         cfg.password(p);
     }

@@ -4,7 +4,6 @@
 //! for exact ParameterStatus and ErrorResponse messages.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use pgwire::backend;
 use tokio_postgres::Client;
@@ -63,12 +62,7 @@ pub async fn connect_with(
     port: u16,
     build: impl FnOnce(&mut tokio_postgres::Config),
 ) -> Result<(Client, BTreeMap<String, String>), tokio_postgres::Error> {
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host("127.0.0.1")
-        .port(port)
-        .user("postgres")
-        .dbname("postgres")
-        .connect_timeout(Duration::from_secs(10));
+    let mut cfg = pg_config(port, "postgres", "postgres");
     build(&mut cfg);
     let (client, conn) = cfg.connect(tokio_postgres::NoTls).await?;
     let mut params = BTreeMap::new();

@@ -24,7 +24,7 @@ use tokio_rustls::rustls::{
 };
 
 use super::wire::{self, first_column};
-use super::{chown_postgres, psql_cmd, Postgres};
+use super::{chown_postgres, pg_config, psql_cmd, Postgres};
 
 /// How long a raw read or a wait for PostgreSQL may take before the test fails.
 pub const TLS_TIMEOUT: Duration = Duration::from_secs(15);
@@ -422,9 +422,7 @@ pub async fn connect_tls(
     tls: ClientConfig,
     configure: impl FnOnce(&mut tokio_postgres::Config),
 ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host("127.0.0.1").port(port).user(user).dbname(db);
-    cfg.connect_timeout(Duration::from_secs(10));
+    let mut cfg = pg_config(port, user, db);
     cfg.ssl_mode(tokio_postgres::config::SslMode::Require);
     if let Some(p) = password {
         cfg.password(p);
