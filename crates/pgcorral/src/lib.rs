@@ -46,6 +46,7 @@ pub mod secrets;
 pub mod server;
 pub mod services;
 pub mod session;
+pub mod shard;
 pub mod tls;
 
 pub use listen::Pooler;
