@@ -47,6 +47,7 @@ pub mod server;
 pub mod services;
 pub mod session;
 pub mod shard;
+pub mod skeleton;
 pub mod tls;
 
 pub use listen::Pooler;

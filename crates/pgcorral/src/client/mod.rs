@@ -361,16 +361,26 @@ async fn routed_checkout(
     services: &Services,
     session: &mut LoggedIn,
 ) -> Result<Option<Checkout>> {
-    let decision = route::decide(
-        client,
-        &session.cluster,
-        &services.router,
-        &mut session.route,
-    )
-    .await?;
-    let Decision::Route(target) = decision else {
-        session.listed.set_state(ListState::Idle);
-        return Ok(None);
+    let target = loop {
+        let decision = route::decide(
+            client,
+            &session.cluster,
+            &services.router,
+            &mut session.route,
+        )
+        .await?;
+        match decision {
+            Decision::Route(target) => break target,
+            Decision::Answered => {
+                session.listed.set_state(ListState::Idle);
+                return Ok(None);
+            }
+            Decision::NeedMore => {
+                if request::read_more(client).await?.is_none() {
+                    return Err(Error::new(Kind::ClientIo, "client closed the connection"));
+                }
+            }
+        }
     };
     session.target = Some(target);
     let ryw = session.cluster.topology().settings().read_your_writes;

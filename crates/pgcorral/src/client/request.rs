@@ -148,6 +148,27 @@ pub(super) fn next_request<'a>(
     }
 }
 
+/// Most bytes of one request buffered while its shard waits for the rest of it.
+const ROUTE_WAIT_MAX: usize = 16 << 20;
+
+/// Reads more of a request that cannot be routed before the rest of it comes (a sharded
+/// database's Parse before its Bind). `None` when the client is gone.
+pub(super) async fn read_more(client: &mut ClientConn) -> Result<Option<()>> {
+    if client.buf.len() >= ROUTE_WAIT_MAX {
+        return Err(Error::new(
+            Kind::ClientProtocol,
+            format!(
+                "a request of more than {ROUTE_WAIT_MAX} bytes without a Sync cannot be routed to a shard"
+            ),
+        ));
+    }
+    match poll_fn(|cx| read_into_buffer(client, cx)).await {
+        Ok(0) => Ok(None),
+        Ok(_) => Ok(Some(())),
+        Err(e) => Err(Error::with_source(Kind::ClientIo, "read", e)),
+    }
+}
+
 /// One read into the client's buffer, taken from the worker's spares if it holds none; a read
 /// that finds nothing gives an empty buffer back, so an idle client keeps none.
 fn read_into_buffer(

@@ -17,6 +17,7 @@ use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
 use crate::pool::{Checkout, Pool};
 use crate::session::exec;
+use crate::shard::Sharding;
 
 /// How long a request waits for the first check of servers whose role is detected.
 const FIRST_CHECK_WAIT: Duration = Duration::from_secs(10);
@@ -75,12 +76,36 @@ impl Target {
     }
 }
 
-struct Inner {
+/// One shard's pools (one per server) and what is known of its servers.
+pub struct ShardPools {
     /// One per node of the topology, in the same order.
-    pools: Vec<Pool>,
-    topology: Arc<Topology>,
+    pub pools: Vec<Pool>,
+    pub topology: Arc<Topology>,
     /// [`Topology::monitored`], fixed with its servers.
     routed: bool,
+}
+
+impl ShardPools {
+    pub fn new(pools: Vec<Pool>, topology: Arc<Topology>) -> ShardPools {
+        for (pool, node) in pools.iter().zip(&topology.nodes) {
+            pool.set_node(node.clone());
+        }
+        let routed = topology.monitored();
+        ShardPools {
+            pools,
+            topology,
+            routed,
+        }
+    }
+}
+
+struct Inner {
+    /// One for a database that is not sharded.
+    shards: Vec<ShardPools>,
+    /// Every shard's pools, in shard order.
+    all: Vec<Pool>,
+    /// How keys map to shards (sharded databases).
+    sharding: Option<Arc<Sharding>>,
 }
 
 /// A cheap-to-clone handle on one (database, user)'s pools.
@@ -88,77 +113,100 @@ struct Inner {
 pub struct Cluster(Arc<Inner>);
 
 impl Cluster {
-    pub fn new(pools: Vec<Pool>, topology: Arc<Topology>) -> Cluster {
-        for (pool, node) in pools.iter().zip(&topology.nodes) {
-            pool.set_node(node.clone());
-        }
-        let routed = topology.monitored();
+    pub fn new(shards: Vec<ShardPools>, sharding: Option<Arc<Sharding>>) -> Cluster {
+        assert!(!shards.is_empty() && shards.iter().all(|s| !s.pools.is_empty()));
+        let all = shards
+            .iter()
+            .flat_map(|s| s.pools.iter().cloned())
+            .collect();
         Cluster(Arc::new(Inner {
-            pools,
-            topology,
-            routed,
+            shards,
+            all,
+            sharding,
         }))
     }
 
     /// The pool that names the cluster and counts its clients (the first server's).
     pub fn home(&self) -> &Pool {
-        &self.0.pools[0]
+        &self.0.all[0]
     }
 
+    /// Every pool of every shard.
     pub fn pools(&self) -> &[Pool] {
-        &self.0.pools
+        &self.0.all
     }
 
+    pub fn shards(&self) -> &[ShardPools] {
+        &self.0.shards
+    }
+
+    /// How keys map to shards, for a sharded database.
+    pub fn sharding(&self) -> Option<&Arc<Sharding>> {
+        self.0.sharding.as_ref()
+    }
+
+    /// The first shard's servers; their routing settings are the database's.
     pub fn topology(&self) -> &Arc<Topology> {
-        &self.0.topology
+        &self.0.shards[0].topology
     }
 
-    /// Requests need routing: the database has several servers, or one of detected role.
+    /// Requests need routing: the database is sharded, has several servers, or one of
+    /// detected role.
     pub fn routed(&self) -> bool {
-        self.0.routed
+        self.0.sharding.is_some() || self.0.shards[0].routed
     }
 
-    /// A server of `target`, on `worker`: the cluster is the database's one shard, and the
-    /// server the one `target.want` asks for. `min_lsn` > 0: only servers that have replayed
-    /// that far (read-your-writes). A server that cannot be reached is banned (the primary
-    /// never is) and the next one tried; a request for the primary waits up to
-    /// `server_unavailable_wait` for one to be reachable (a restart, a failover).
+    /// A server of `target`, on `worker`: in the shard it names, the server `target.want`
+    /// asks for. `min_lsn` > 0: only servers that have replayed that far (read-your-writes). A
+    /// server that cannot be reached is banned (the primary never is) and the next one tried;
+    /// a request for the primary waits up to `server_unavailable_wait` for one to be
+    /// reachable (a restart, a failover).
     pub async fn checkout(&self, target: Target, worker: usize, min_lsn: u64) -> Result<Checkout> {
-        if target.shards != Shards::One(0) {
-            return Err(Error::new(
-                Kind::NotSupported,
-                format!(
-                    "database \"{}\" has one shard: no request can go to {:?}",
-                    self.0.topology.database, target.shards
-                ),
-            ));
+        let shard = match target.shards {
+            Shards::One(n) if n < self.0.shards.len() => &self.0.shards[n],
+            other => {
+                return Err(Error::new(
+                    Kind::NotSupported,
+                    format!(
+                        "database \"{}\" has {} shard(s): no request can go to {other:?}",
+                        self.0.shards[0].topology.database,
+                        self.0.shards.len()
+                    ),
+                ))
+            }
+        };
+        if !shard.routed {
+            return shard.pools[0].checkout(worker).await;
         }
-        if !self.routed() {
-            return self.0.pools[0].checkout(worker).await;
-        }
-        Box::pin(self.checkout_routed(target.want, worker, min_lsn)).await
+        Box::pin(checkout_routed(shard, target.want, worker, min_lsn)).await
     }
+}
 
-    async fn checkout_routed(&self, want: Want, worker: usize, min_lsn: u64) -> Result<Checkout> {
-        let topology = &self.0.topology;
-        let started = Instant::now();
-        let give_up = started + topology.settings().unavailable_wait;
-        let mut tried: Vec<usize> = Vec::new();
-        let mut last: Option<Error> = None;
-        let mut pause = Duration::from_millis(50);
-        loop {
-            let Some(i) = self.pick(want, &tried, min_lsn) else {
-                // Roles of `auto` servers are not known until their first check: wait for it.
-                let first_check = topology.unchecked() && started.elapsed() < FIRST_CHECK_WAIT;
-                if (want == Want::Primary && Instant::now() < give_up) || first_check {
-                    // No primary reachable now: wait for it to come back or for a replica to
-                    // be promoted (the monitor detects it).
-                    timer::sleep(pause.min(give_up - Instant::now())).await;
-                    pause = (pause * 2).min(Duration::from_millis(250));
-                    tried.clear();
-                    continue;
-                }
-                return Err(last.unwrap_or_else(|| {
+async fn checkout_routed(
+    shard: &ShardPools,
+    want: Want,
+    worker: usize,
+    min_lsn: u64,
+) -> Result<Checkout> {
+    let topology = &shard.topology;
+    let started = Instant::now();
+    let give_up = started + topology.settings().unavailable_wait;
+    let mut tried: Vec<usize> = Vec::new();
+    let mut last: Option<Error> = None;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let Some(i) = pick(shard, want, &tried, min_lsn) else {
+            // Roles of `auto` servers are not known until their first check: wait for it.
+            let first_check = topology.unchecked() && started.elapsed() < FIRST_CHECK_WAIT;
+            if (want == Want::Primary && Instant::now() < give_up) || first_check {
+                // No primary reachable now: wait for it to come back or for a replica to
+                // be promoted (the monitor detects it).
+                timer::sleep(pause.min(give_up - Instant::now())).await;
+                pause = (pause * 2).min(Duration::from_millis(250));
+                tried.clear();
+                continue;
+            }
+            return Err(last.unwrap_or_else(|| {
                     Error::new(
                         Kind::ServerConnect,
                         format!(
@@ -168,83 +216,82 @@ impl Cluster {
                         ),
                     )
                 }));
-            };
-            let node = &topology.nodes[i];
-            match self.0.pools[i].checkout(worker).await {
-                Ok(c) => return Ok(c),
-                Err(e) if takes_server_down(&e) => {
-                    tracing::info!(database = %Esc(&topology.database), server = %node.addr(), error = %Esc(&e), want = want.name(), "server failed; trying another");
-                    node.ban(topology.settings().ban_time, e.message());
-                    tried.push(i);
-                    last = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// The server to try next for `want`, skipping `tried`.
-    pub fn pick(&self, want: Want, tried: &[usize], min_lsn: u64) -> Option<usize> {
-        let topology = &self.0.topology;
-        let settings = topology.settings();
-        let now = Instant::now();
-        let views: Vec<(&Arc<Node>, View)> = topology
-            .nodes
-            .iter()
-            .filter(|n| !tried.contains(&n.index))
-            .map(|n| (n, n.view(now)))
-            .collect();
-        if want == Want::Primary {
-            return views
-                .iter()
-                .find(|(_, v)| v.role == Role::Primary)
-                .map(|(n, _)| n.index);
-        }
-        let eligible = |n: &Node, v: &View| match want {
-            Want::Replica => v.role == Role::Replica,
-            Want::Read => {
-                v.role == Role::Replica
-                    || (v.role == Role::Primary && settings.primary_reads_enabled && n.weight > 0)
-            }
-            Want::Any => v.role != Role::Unknown,
-            Want::Primary => unreachable!(),
         };
-        let fresh = |v: &View| v.role == Role::Primary || (v.lsn >= min_lsn && !v.lagging);
-        let mut candidates: Vec<&Arc<Node>> = views
-            .iter()
-            .filter(|(n, v)| eligible(n, v) && !v.banned && fresh(v))
-            .map(|(n, _)| *n)
-            .collect();
-        if candidates.is_empty() {
-            // Every replica banned: lift the bans, a guard against false positives.
-            let replicas: Vec<_> = views
-                .iter()
-                .filter(|(_, v)| v.role == Role::Replica)
-                .collect();
-            if !replicas.is_empty() && replicas.iter().all(|(_, v)| v.banned) {
-                tracing::warn!(database = %Esc(&topology.database), "every replica is banned; lifting the bans");
-                for (n, _) in &replicas {
-                    n.unban();
-                }
-                candidates = replicas
-                    .iter()
-                    .filter(|(n, v)| eligible(n, v) && fresh(v))
-                    .map(|(n, _)| *n)
-                    .collect();
+        let node = &topology.nodes[i];
+        match shard.pools[i].checkout(worker).await {
+            Ok(c) => return Ok(c),
+            Err(e) if takes_server_down(&e) => {
+                tracing::info!(database = %Esc(&topology.database), server = %node.addr(), error = %Esc(&e), want = want.name(), "server failed; trying another");
+                node.ban(topology.settings().ban_time, e.message());
+                tried.push(i);
+                last = Some(e);
             }
+            Err(e) => return Err(e),
         }
-        if candidates.is_empty() && want != Want::Replica {
-            // Reads fall back to the primary rather than fail.
-            return views
-                .iter()
-                .find(|(_, v)| v.role == Role::Primary)
-                .map(|(n, _)| n.index);
-        }
-        topology.choose(&candidates, |i| {
-            let (open, idle, _) = self.0.pools[i].counts();
-            open.saturating_sub(idle)
-        })
     }
+}
+
+/// The server of `shard` to try next for `want`, skipping `tried`.
+pub fn pick(shard: &ShardPools, want: Want, tried: &[usize], min_lsn: u64) -> Option<usize> {
+    let topology = &shard.topology;
+    let settings = topology.settings();
+    let now = Instant::now();
+    let views: Vec<(&Arc<Node>, View)> = topology
+        .nodes
+        .iter()
+        .filter(|n| !tried.contains(&n.index))
+        .map(|n| (n, n.view(now)))
+        .collect();
+    if want == Want::Primary {
+        return views
+            .iter()
+            .find(|(_, v)| v.role == Role::Primary)
+            .map(|(n, _)| n.index);
+    }
+    let eligible = |n: &Node, v: &View| match want {
+        Want::Replica => v.role == Role::Replica,
+        Want::Read => {
+            v.role == Role::Replica
+                || (v.role == Role::Primary && settings.primary_reads_enabled && n.weight > 0)
+        }
+        Want::Any => v.role != Role::Unknown,
+        Want::Primary => unreachable!(),
+    };
+    let fresh = |v: &View| v.role == Role::Primary || (v.lsn >= min_lsn && !v.lagging);
+    let mut candidates: Vec<&Arc<Node>> = views
+        .iter()
+        .filter(|(n, v)| eligible(n, v) && !v.banned && fresh(v))
+        .map(|(n, _)| *n)
+        .collect();
+    if candidates.is_empty() {
+        // Every replica banned: lift the bans, a guard against false positives.
+        let replicas: Vec<_> = views
+            .iter()
+            .filter(|(_, v)| v.role == Role::Replica)
+            .collect();
+        if !replicas.is_empty() && replicas.iter().all(|(_, v)| v.banned) {
+            tracing::warn!(database = %Esc(&topology.database), "every replica is banned; lifting the bans");
+            for (n, _) in &replicas {
+                n.unban();
+            }
+            candidates = replicas
+                .iter()
+                .filter(|(n, v)| eligible(n, v) && fresh(v))
+                .map(|(n, _)| *n)
+                .collect();
+        }
+    }
+    if candidates.is_empty() && want != Want::Replica {
+        // Reads fall back to the primary rather than fail.
+        return views
+            .iter()
+            .find(|(_, v)| v.role == Role::Primary)
+            .map(|(n, _)| n.index);
+    }
+    topology.choose(&candidates, |i| {
+        let (open, idle, _) = shard.pools[i].counts();
+        open.saturating_sub(idle)
+    })
 }
 
 /// The primary's WAL insert position after a client's write on `server` (read-your-writes):

@@ -85,7 +85,10 @@ impl Role {
 /// One server of the database.
 #[derive(Debug)]
 pub struct Node {
+    /// Its place in its shard's list.
     pub index: usize,
+    /// The shard it serves (0 for a database that is not sharded).
+    pub shard: usize,
     pub host: String,
     pub port: u16,
     pub configured: ServerRole,
@@ -202,9 +205,10 @@ pub fn status(node: &Node) -> &'static str {
     }
 }
 
-/// A database's servers, in configuration order.
+/// A database's servers (one shard's, for a sharded database), in configuration order.
 pub struct Topology {
     pub database: String,
+    pub shard: usize,
     pub nodes: Vec<Arc<Node>>,
     settings: arc_swap::ArcSwap<RouteSettings>,
     /// Round-robin position.
@@ -220,13 +224,19 @@ pub struct Topology {
 }
 
 impl Topology {
-    pub fn new(database: &str, servers: &[ServerEntry], settings: RouteSettings) -> Topology {
+    pub fn new(
+        database: &str,
+        shard: usize,
+        servers: &[ServerEntry],
+        settings: RouteSettings,
+    ) -> Topology {
         let nodes = servers
             .iter()
             .enumerate()
             .map(|(index, s)| {
                 Arc::new(Node {
                     index,
+                    shard,
                     host: s.host.clone(),
                     port: s.port,
                     configured: s.role,
@@ -237,6 +247,7 @@ impl Topology {
             .collect();
         Topology {
             database: database.to_string(),
+            shard,
             nodes,
             settings: arc_swap::ArcSwap::from_pointee(settings),
             turn: AtomicUsize::new(0),

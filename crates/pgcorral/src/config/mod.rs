@@ -2,6 +2,7 @@
 
 mod load;
 mod model;
+mod sharding;
 mod validate;
 
 pub use load::{embedded_default, from_toml_str, load_file, ConfigError};

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::sharding::{ShardEntry, ShardServers, ShardedTable};
+use crate::shard::key::{Function, KeyType};
+
 /// When a server connection goes back to the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -431,6 +434,21 @@ pub struct Database {
     pub ban_time: Option<u64>,
     pub max_replica_lag: Option<String>,
     pub read_your_writes: Option<bool>,
+    /// Shards, each a server or a primary and its replicas, instead of `host`/`port`/`servers`:
+    /// the database is one logical database over them (see `config::sharding`).
+    #[serde(default)]
+    pub shards: Vec<ShardEntry>,
+    /// Tables whose rows are spread over the shards by their key.
+    #[serde(default)]
+    pub sharded_tables: Vec<ShardedTable>,
+    /// Tables that are the same on every shard: reads go to any one shard.
+    #[serde(default)]
+    pub omnisharded_tables: Vec<String>,
+    /// Where a query that names no shard goes; unset: such a query is refused.
+    pub default_shard: Option<usize>,
+    pub sharding_function: Option<Function>,
+    /// The type of a key given by `SET SHARDING KEY` (see [`Database::key_types`]).
+    pub sharding_key_type: Option<KeyType>,
 }
 
 impl Default for Database {
@@ -457,6 +475,12 @@ impl Default for Database {
             ban_time: None,
             max_replica_lag: None,
             read_your_writes: None,
+            shards: Vec::new(),
+            sharded_tables: Vec::new(),
+            omnisharded_tables: Vec::new(),
+            default_shard: None,
+            sharding_function: None,
+            sharding_key_type: None,
         }
     }
 }
@@ -523,10 +547,10 @@ impl LagLimit {
     }
 }
 
-fn default_host() -> String {
+pub(super) fn default_host() -> String {
     "127.0.0.1".into()
 }
 
-fn default_port() -> u16 {
+pub(super) fn default_port() -> u16 {
     5432
 }

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use pgwire::auth::{md5, scram::ScramSecret};
 
-use super::{AuthType, Config, ConfigError, Database, LagLimit, ServerRole, User};
+use super::{AuthType, Config, ConfigError, Database, LagLimit, ServerEntry, ServerRole, User};
 use crate::config;
 use crate::tls;
 
@@ -308,47 +308,8 @@ fn check_servers(name: &str, db: &Database, errs: &mut Vec<String>) {
             "databases.{name}.servers: give either servers or host/port, not both"
         ));
     }
-    for (i, s) in db.servers.iter().enumerate() {
-        if s.host.trim().is_empty() {
-            errs.push(format!(
-                "databases.{name}.servers[{i}].host: must not be empty"
-            ));
-        }
-        if s.port == 0 {
-            errs.push(format!(
-                "databases.{name}.servers[{i}].port: must be 1..65535"
-            ));
-        }
-        if s.weight == 0 && s.role != ServerRole::Primary {
-            errs.push(format!(
-                "databases.{name}.servers[{i}].weight: must be at least 1"
-            ));
-        }
-    }
-    let primaries = db
-        .servers
-        .iter()
-        .filter(|s| s.role == ServerRole::Primary)
-        .count();
-    if primaries > 1 {
-        errs.push(format!(
-            "databases.{name}.servers: at most one server may have role = \"primary\" (use \"auto\" to follow failovers)"
-        ));
-    }
-    if !db.servers.is_empty() && db.servers.iter().all(|s| s.role == ServerRole::Replica) {
-        errs.push(format!(
-            "databases.{name}.servers: writes need a server with role = \"primary\" or \"auto\""
-        ));
-    }
-    let mut seen = std::collections::HashSet::new();
-    for s in &db.servers {
-        if !seen.insert((&s.host, s.port)) {
-            errs.push(format!(
-                "databases.{name}.servers: {}:{} is listed twice",
-                s.host, s.port
-            ));
-        }
-    }
+    check_server_list(name, &db.servers, errs);
+    super::sharding::check(name, db, errs);
     if let Some(Err(e)) = db.max_replica_lag.as_deref().map(LagLimit::parse) {
         errs.push(format!("databases.{name}.max_replica_lag: {e}"));
     }
@@ -361,6 +322,50 @@ fn check_servers(name: &str, db: &Database, errs: &mut Vec<String>) {
         errs.push(format!(
             "databases.{name}.healthcheck_interval: must be greater than 0 (milliseconds)"
         ));
+    }
+}
+
+/// A list of servers (a database's or a shard's `servers`); `at` names it after `databases.`.
+pub(super) fn check_server_list(at: &str, servers: &[ServerEntry], errs: &mut Vec<String>) {
+    for (i, s) in servers.iter().enumerate() {
+        if s.host.trim().is_empty() {
+            errs.push(format!(
+                "databases.{at}.servers[{i}].host: must not be empty"
+            ));
+        }
+        if s.port == 0 {
+            errs.push(format!(
+                "databases.{at}.servers[{i}].port: must be 1..65535"
+            ));
+        }
+        if s.weight == 0 && s.role != ServerRole::Primary {
+            errs.push(format!(
+                "databases.{at}.servers[{i}].weight: must be at least 1"
+            ));
+        }
+    }
+    let primaries = servers
+        .iter()
+        .filter(|s| s.role == ServerRole::Primary)
+        .count();
+    if primaries > 1 {
+        errs.push(format!(
+            "databases.{at}.servers: at most one server may have role = \"primary\" (use \"auto\" to follow failovers)"
+        ));
+    }
+    if !servers.is_empty() && servers.iter().all(|s| s.role == ServerRole::Replica) {
+        errs.push(format!(
+            "databases.{at}.servers: writes need a server with role = \"primary\" or \"auto\""
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for s in servers {
+        if !seen.insert((&s.host, s.port)) {
+            errs.push(format!(
+                "databases.{at}.servers: {}:{} is listed twice",
+                s.host, s.port
+            ));
+        }
     }
 }
 

@@ -10,18 +10,19 @@ use parking_lot::Mutex;
 use super::limits::{CapKey, Limits};
 use super::{Pool, PoolSettings};
 use crate::cluster::topology::{RouteSettings, Topology};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ShardPools};
 use crate::config::{millis_opt, Config, ServerEntry, ServerRole};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::server::connect::{Secret, Target};
+use crate::shard::{Sharding, Table};
 use crate::tls;
 
 #[derive(Default)]
 pub struct Registry {
     clusters: Mutex<HashMap<(String, String), Cluster>>,
     /// What is known of each database's servers, shared by its users' clusters.
-    topologies: Mutex<HashMap<String, Arc<Topology>>>,
+    topologies: Mutex<HashMap<(String, usize), Arc<Topology>>>,
     /// max_db_connections / max_user_connections, shared by every pool.
     limits: Arc<Limits>,
     /// Client and server connections, for the admin console.
@@ -57,31 +58,37 @@ impl Registry {
 
     fn build(&self, config: &Config, database: &str, user: &str) -> Result<Cluster> {
         let r = resolve(config, database, user, &self.tls)?;
-        let topology = {
-            let mut t = self.topologies.lock();
-            let entry = t
-                .entry(database.to_string())
-                .or_insert_with(|| Arc::new(Topology::new(database, &r.servers, r.route.clone())));
-            if !entry.same_servers(&r.servers) {
-                *entry = Arc::new(Topology::new(database, &r.servers, r.route.clone()));
-            }
-            entry.clone()
-        };
-        topology.offer_login(r.targets.first());
-        let pools = r
-            .targets
+        let shards = r
+            .shards
             .into_iter()
-            .map(|target| {
-                Pool::new(
-                    (database.to_string(), user.to_string()),
-                    target,
-                    r.settings.clone(),
-                    &self.limits,
-                    &self.lists,
-                )
+            .enumerate()
+            .map(|(i, (servers, targets))| {
+                let topology = {
+                    let mut t = self.topologies.lock();
+                    let new = || Arc::new(Topology::new(database, i, &servers, r.route.clone()));
+                    let entry = t.entry((database.to_string(), i)).or_insert_with(new);
+                    if !entry.same_servers(&servers) {
+                        *entry = new();
+                    }
+                    entry.clone()
+                };
+                topology.offer_login(targets.first());
+                let pools = targets
+                    .into_iter()
+                    .map(|target| {
+                        Pool::new(
+                            (database.to_string(), user.to_string()),
+                            target,
+                            r.settings.clone(),
+                            &self.limits,
+                            &self.lists,
+                        )
+                    })
+                    .collect();
+                ShardPools::new(pools, topology)
             })
             .collect();
-        Ok(Cluster::new(pools, topology))
+        Ok(Cluster::new(shards, r.sharding))
     }
 
     /// Brings every pool in line with a new `config` (reload): new settings in place, servers
@@ -96,16 +103,19 @@ impl Registry {
             match resolve(config, database, user, &self.tls) {
                 Ok(r)
                     if r.settings.caps == cluster.home().settings().caps
-                        && cluster.topology().same_servers(&r.servers) =>
+                        && r.sharding.as_deref() == cluster.sharding().map(|s| &**s)
+                        && same_shards(cluster, &r.shards) =>
                 {
-                    for (pool, target) in cluster.pools().iter().zip(r.targets) {
-                        if pool.set_target(target) {
-                            pool.reconnect();
+                    for (shard, (_, targets)) in cluster.shards().iter().zip(r.shards) {
+                        for (pool, target) in shard.pools.iter().zip(targets) {
+                            if pool.set_target(target) {
+                                pool.reconnect();
+                            }
+                            pool.set_settings(r.settings.clone());
+                            pool.grow();
                         }
-                        pool.set_settings(r.settings.clone());
-                        pool.grow();
+                        shard.topology.set_settings(r.route.clone());
                     }
-                    cluster.topology().set_settings(r.route);
                     updated += n;
                     true
                 }
@@ -119,24 +129,36 @@ impl Registry {
             }
         });
         let mut topologies = self.topologies.lock();
-        topologies.retain(|database, t| {
+        topologies.retain(|(database, shard), t| {
             let db = config
                 .databases
                 .get(database)
                 .or_else(|| config.databases.get("*"));
-            db.is_some_and(|db| t.same_servers(&db.server_list()))
+            db.and_then(|db| db.shard_list().into_iter().nth(*shard))
+                .is_some_and(|s| t.same_servers(&s.servers))
         });
         (updated, removed)
     }
 }
 
+/// The cluster has the shards and servers of `shards`.
+fn same_shards(cluster: &Cluster, shards: &[(Vec<ServerEntry>, Vec<Target>)]) -> bool {
+    cluster.shards().len() == shards.len()
+        && cluster
+            .shards()
+            .iter()
+            .zip(shards)
+            .all(|(have, (servers, _))| have.topology.same_servers(servers))
+}
+
 /// Where a (database, user)'s pools connect and how they behave.
 pub(crate) struct Resolved {
-    /// One per server, in the order of [`Resolved::servers`].
-    pub targets: Vec<Target>,
-    pub servers: Vec<ServerEntry>,
+    /// One per shard (one for a database that is not sharded): its servers, and where the
+    /// pool of each connects, in the same order.
+    pub shards: Vec<(Vec<ServerEntry>, Vec<Target>)>,
     pub settings: PoolSettings,
     pub route: RouteSettings,
+    pub sharding: Option<Arc<Sharding>>,
 }
 
 /// The error for a database pgcorral's configuration does not name.
@@ -170,20 +192,42 @@ pub(crate) fn resolve(
         ),
     };
     let g = &config.general;
-    let servers = db.server_list();
-    let targets = servers
-        .iter()
-        .map(|s| Target {
-            host: s.host.clone(),
-            port: s.port,
-            database: db.dbname.clone().unwrap_or_else(|| database.to_string()),
-            user: server_user.clone(),
-            secret: Secret::from_config(password.as_deref()),
-            connect_timeout: g.server_connect_timeout(),
-            max_packet_size: g.max_packet_size,
-            tls: tls.clone(),
+    let shards: Vec<(Vec<ServerEntry>, Vec<Target>)> = db
+        .shard_list()
+        .into_iter()
+        .map(|shard| {
+            let targets = shard
+                .servers
+                .iter()
+                .map(|s| Target {
+                    host: s.host.clone(),
+                    port: s.port,
+                    database: shard.dbname.clone().unwrap_or_else(|| database.to_string()),
+                    user: server_user.clone(),
+                    secret: Secret::from_config(password.as_deref()),
+                    connect_timeout: g.server_connect_timeout(),
+                    max_packet_size: g.max_packet_size,
+                    tls: tls.clone(),
+                })
+                .collect();
+            (shard.servers, targets)
         })
         .collect();
+    let sharding = db.sharded().then(|| {
+        let tables = db
+            .sharded_tables
+            .iter()
+            .map(|t| Table::new(&t.name, t.columns.clone(), t.types.clone()))
+            .collect();
+        Arc::new(Sharding::new(
+            db.shards.len(),
+            db.function(),
+            tables,
+            &db.omnisharded_tables,
+            db.default_shard,
+            db.key_types(),
+        ))
+    });
     let route = RouteSettings::of(config, db);
     let max_db = db.max_db_connections.unwrap_or(g.max_db_connections);
     let max_user = user_cfg
@@ -220,7 +264,10 @@ pub(crate) fn resolve(
         check_timeout: super::checkout::CLEANUP_TIMEOUT,
         fail_on_check: false,
     };
-    if servers.len() > 1 || servers.iter().any(|s| s.role == ServerRole::Auto) {
+    let several = |servers: &[ServerEntry]| {
+        servers.len() > 1 || servers.iter().any(|s| s.role == ServerRole::Auto)
+    };
+    if shards.iter().any(|(servers, _)| several(servers)) {
         // Several servers: a server that fails its check is banned and the request moves on
         // (the cluster retries, and waits for a primary, itself).
         settings.check_delay = settings.check_delay.min(route.healthcheck_delay);
@@ -235,9 +282,9 @@ pub(crate) fn resolve(
         settings.login_retry = Duration::ZERO;
     }
     Ok(Resolved {
-        targets,
-        servers,
+        shards,
         settings,
         route,
+        sharding,
     })
 }

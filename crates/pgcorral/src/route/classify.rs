@@ -9,6 +9,8 @@ use pg_query::protobuf::{
 };
 use pg_query::{Node, NodeEnum};
 
+use crate::skeleton;
+
 /// Where a query may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -225,11 +227,11 @@ impl Cache {
     }
 
     /// [`classify`], remembered by the text's skeleton (its constants left out, see
-    /// [`super::skeleton`]) and `functions_key`, a digest of `writing_functions`.
+    /// [`crate::skeleton`]) and `functions_key`, a digest of `writing_functions`.
     pub fn classify(&self, sql: &str, writing_functions: &[String], functions_key: u64) -> Class {
         let mut h = self.hasher.build_hasher();
         h.write_u64(functions_key);
-        if !super::skeleton::hash(sql, &mut h) {
+        if !skeleton::hash(sql, &mut h) {
             h = self.hasher.build_hasher();
             h.write_u64(functions_key);
             h.write_u8(0xff);

@@ -1,4 +1,6 @@
-//! Routing requests the parser cannot see: leading comment hints and `SET/SHOW SERVER ROLE`.
+//! Routing requests the parser cannot see: leading comment hints (role, shard, sharding key)
+//! and pgcorral's own commands (`SET/SHOW SERVER ROLE`, PgCat's `SET SHARD`, `SET SHARDING
+//! KEY`, PgDog's `SET pgdog.shard`, `SET pgdog.sharding_key`, `SHOW SHARD`).
 
 /// Which servers a client wants its queries to go to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +24,46 @@ impl RoleChoice {
         .into_iter()
         .find(|(name, _)| name.eq_ignore_ascii_case(word))
         .map(|(_, role)| role)
+    }
+}
+
+/// Where a comment or a `SET` sends a sharded database's requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardChoice {
+    /// A shard by number (`SET SHARD TO '1'`, `/* shard_id: 1 */`).
+    Shard(usize),
+    /// A key's value, hashed to its shard (`SET SHARDING KEY TO '1234'`, `/* sharding_key: 1234 */`).
+    Key(String),
+}
+
+/// The shard named by the comments at the start of the text: `/* shard_id: n */`,
+/// `/* sharding_key: v */` (PgCat's), `/* pgdog_shard: n */`, `/* pgdog_sharding_key: v */`
+/// (PgDog's); the value may be quoted. The first found wins.
+pub fn comment_shard(sql: &str) -> Option<ShardChoice> {
+    let mut rest = sql;
+    while let Some((body, after)) = leading_comment(rest) {
+        if let Some(choice) = shard_in(body) {
+            return Some(choice);
+        }
+        rest = after;
+    }
+    None
+}
+
+fn shard_in(body: &str) -> Option<ShardChoice> {
+    let (name, value) = body.trim_ascii().split_once(':')?;
+    let value = value.trim_ascii();
+    let value = ['\'', '"']
+        .iter()
+        .find_map(|q| value.strip_prefix(*q)?.strip_suffix(*q))
+        .unwrap_or(value);
+    if value.is_empty() {
+        return None;
+    }
+    match name.trim_ascii().to_ascii_lowercase().as_str() {
+        "shard_id" | "pgdog_shard" => value.parse().ok().map(ShardChoice::Shard),
+        "sharding_key" | "pgdog_sharding_key" => Some(ShardChoice::Key(value.to_string())),
+        _ => None,
     }
 }
 
@@ -98,14 +140,58 @@ fn leading_comment(sql: &str) -> Option<(&str, &str)> {
 
 /// pgcorral's own commands, recognised when they are the whole query (leading comments,
 /// surrounding whitespace and a trailing ';' allowed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     SetRole(RoleChoice),
     ShowRole,
+    /// `SET SHARD TO 'n'` / `SET pgdog.shard TO n`; `None` for `default` (back to routing by
+    /// the query).
+    SetShard(Option<usize>),
+    /// `SET SHARDING KEY TO 'v'` / `SET pgdog.sharding_key TO 'v'`.
+    SetShardingKey(String),
+    ShowShard,
 }
 
 const USAGE: &str =
     "expected SET SERVER ROLE TO primary|replica|auto|any|default, or SHOW SERVER ROLE";
+
+/// What a `SET` or `SHOW` of pgcorral's names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Name {
+    Role,
+    Shard,
+    ShardingKey,
+}
+
+/// The name after SET or SHOW: `server role` (also PgCat's README's `sharding role`),
+/// `shard`, `sharding key`, `pgdog.shard`, `pgdog.sharding_key`.
+fn name(tokens: &mut Tokens) -> Option<Name> {
+    let word = |t: Option<Token>| match t {
+        Some(Token::Word(w)) => Some(w.to_ascii_lowercase()),
+        _ => None,
+    };
+    let first = word(tokens.next())?;
+    match first.as_str() {
+        "server" => (word(tokens.next())? == "role").then_some(Name::Role),
+        "shard" => Some(Name::Shard),
+        "sharding" => match word(tokens.next())?.as_str() {
+            "key" => Some(Name::ShardingKey),
+            "role" => Some(Name::Role),
+            _ => None,
+        },
+        "pgdog" => {
+            if !matches!(tokens.next(), Some(Token::Dot)) {
+                return None;
+            }
+            match word(tokens.next())?.as_str() {
+                "shard" => Some(Name::Shard),
+                "sharding_key" => Some(Name::ShardingKey),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
 
 /// `SET SERVER ROLE TO 'primary'` / `SET SERVER ROLE = replica` (quotes optional; values
 /// primary, replica, auto, any, default) and `SHOW SERVER ROLE`, keywords in any case. `Err`
@@ -118,16 +204,26 @@ pub fn command(sql: &str) -> Result<Option<Command>, String> {
     }
     let text = skip_space(rest).trim_ascii_end();
     let mut tokens = Tokens(text.strip_suffix(';').unwrap_or(text));
-    let is = |token: Option<Token>, word: &str| matches!(token, Some(Token::Word(w)) if w.eq_ignore_ascii_case(word));
-    let first = tokens.next();
-    let set = is(first, "set");
-    if !(set || is(first, "show")) || !is(tokens.next(), "server") || !is(tokens.next(), "role") {
+    let set = match tokens.next() {
+        Some(Token::Word(w)) if w.eq_ignore_ascii_case("set") => true,
+        Some(Token::Word(w)) if w.eq_ignore_ascii_case("show") => false,
+        _ => return Ok(None),
+    };
+    let Some(name) = name(&mut tokens) else {
         return Ok(None);
-    }
+    };
+    let usage = match name {
+        Name::Role => USAGE,
+        Name::Shard => "expected SET SHARD TO 'n' (a shard number, or default), or SHOW SHARD",
+        Name::ShardingKey => "expected SET SHARDING KEY TO 'value'",
+    };
     if !set {
-        return match tokens.next() {
-            None => Ok(Some(Command::ShowRole)),
-            Some(_) => Err(USAGE.to_string()),
+        return match (name, tokens.next()) {
+            (Name::Role, None) => Ok(Some(Command::ShowRole)),
+            (Name::Shard, None) => Ok(Some(Command::ShowShard)),
+            // SHOW SHARDING KEY is not a command of PgCat's: PostgreSQL answers it.
+            (Name::ShardingKey, None) => Ok(None),
+            _ => Err(usage.to_string()),
         };
     }
     let value = match (tokens.next(), tokens.next(), tokens.next()) {
@@ -137,13 +233,21 @@ pub fn command(sql: &str) -> Result<Option<Command>, String> {
         {
             v
         }
-        _ => return Err(USAGE.to_string()),
+        _ => return Err(usage.to_string()),
     };
-    match RoleChoice::from_word(value) {
-        Some(role) => Ok(Some(Command::SetRole(role))),
-        None => Err(format!(
-            "invalid value for SERVER ROLE: \"{value}\"; {USAGE}"
-        )),
+    match name {
+        Name::Role => match RoleChoice::from_word(value) {
+            Some(role) => Ok(Some(Command::SetRole(role))),
+            None => Err(format!(
+                "invalid value for SERVER ROLE: \"{value}\"; {USAGE}"
+            )),
+        },
+        Name::Shard if value.eq_ignore_ascii_case("default") => Ok(Some(Command::SetShard(None))),
+        Name::Shard => match value.trim_ascii().parse() {
+            Ok(n) => Ok(Some(Command::SetShard(Some(n)))),
+            Err(_) => Err(format!("invalid value for SHARD: \"{value}\"; {usage}")),
+        },
+        Name::ShardingKey => Ok(Some(Command::SetShardingKey(value.to_string()))),
     }
 }
 
@@ -152,6 +256,7 @@ enum Token<'a> {
     Word(&'a str),
     Quoted(&'a str),
     Equals,
+    Dot,
     Other,
 }
 
@@ -165,11 +270,12 @@ impl<'a> Iterator for Tokens<'a> {
         let s = skip_space(self.0);
         let word_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
         let (token, len) = match s.chars().next()? {
-            c if word_char(c) => {
-                let n = s.find(|c| !word_char(c)).unwrap_or(s.len());
+            c if word_char(c) || (c == '-' && s[1..].starts_with(|c: char| c.is_ascii_digit())) => {
+                let n = 1 + s[1..].find(|c| !word_char(c)).unwrap_or(s.len() - 1);
                 (Token::Word(&s[..n]), n)
             }
             '=' => (Token::Equals, 1),
+            '.' => (Token::Dot, 1),
             q @ ('\'' | '"') => match s[1..].find(q) {
                 Some(n) => (Token::Quoted(&s[1..n + 1]), n + 2),
                 None => (Token::Other, s.len()),
@@ -270,6 +376,55 @@ mod tests {
         assert!(command("SET SERVER ROLE TO primary extra").is_err());
         assert!(command("SET SERVER ROLE TO primary; SELECT 1").is_err());
         assert!(command("SHOW SERVER ROLE x").is_err());
+    }
+
+    #[test]
+    fn shard_commands_of_pgcat_and_pgdog() {
+        let shard = |n| Ok(Some(Command::SetShard(Some(n))));
+        let key = |k: &str| Ok(Some(Command::SetShardingKey(k.to_string())));
+        assert_eq!(command("SET SHARD TO '1';"), shard(1));
+        assert_eq!(command("set shard = 2"), shard(2));
+        assert_eq!(
+            command("SET SHARD TO DEFAULT"),
+            Ok(Some(Command::SetShard(None)))
+        );
+        assert_eq!(command("SET pgdog.shard TO 3"), shard(3));
+        assert_eq!(command("SET SHARDING KEY TO '1234'"), key("1234"));
+        assert_eq!(command("SET SHARDING KEY TO -5"), key("-5"));
+        assert_eq!(command("set pgdog.sharding_key = 'abc'"), key("abc"));
+        assert_eq!(
+            command("SET SHARDING ROLE TO 'primary'"),
+            Ok(Some(Command::SetRole(RoleChoice::Primary)))
+        );
+        assert_eq!(command("SHOW SHARD"), Ok(Some(Command::ShowShard)));
+        assert!(command("SET SHARD TO 'x'").is_err());
+        assert!(command("SET SHARD TO").is_err());
+        assert_eq!(command("SET pgdog.other TO 1"), Ok(None));
+        assert_eq!(command("SET shard_count TO 1"), Ok(None));
+        assert_eq!(command("SHOW SHARDING KEY"), Ok(None));
+    }
+
+    #[test]
+    fn shard_comments() {
+        assert_eq!(
+            comment_shard("/* shard_id: 2 */ SELECT 1"),
+            Some(ShardChoice::Shard(2))
+        );
+        assert_eq!(
+            comment_shard("/* sharding_key: 1234 */ SELECT 1"),
+            Some(ShardChoice::Key("1234".into()))
+        );
+        assert_eq!(
+            comment_shard("/*pgdog_shard:1*/SELECT 1"),
+            Some(ShardChoice::Shard(1))
+        );
+        assert_eq!(
+            comment_shard("-- x\n/* pgdog_sharding_key: 'a b' */ SELECT 1"),
+            Some(ShardChoice::Key("a b".into()))
+        );
+        assert_eq!(comment_shard("SELECT 1 /* shard_id: 2 */"), None);
+        assert_eq!(comment_shard("/* shard_id: x */ SELECT 1"), None);
+        assert_eq!(comment_shard("/* note: 1 */ SELECT 1"), None);
     }
 
     #[test]

@@ -7,31 +7,35 @@
 
 pub mod classify;
 pub mod hint;
-mod skeleton;
+pub mod shard;
 
 use bytes::{Buf, BytesMut};
 use classify::Class;
-use hint::{Command, RoleChoice};
+use hint::{Command, RoleChoice, ShardChoice};
 use pgwire::backend::TxStatus;
 use pgwire::frontend::query_text;
 use pgwire::Header;
 
 use crate::client_conn::ClientConn;
 use crate::cluster::topology::RouteSettings;
-use crate::cluster::{Cluster, Target, Want};
+use crate::cluster::{Cluster, Shards, Target, Want};
 use crate::config::DefaultRole;
 use crate::error::{Error, Kind, Result};
 use crate::prepared;
 use crate::prepared::sql;
 use crate::rows::Table;
+use crate::shard::Sharding;
 
-/// A client's routing state: its `SET SERVER ROLE` and its read-your-writes position.
+/// A client's routing state: its `SET SERVER ROLE`, `SET SHARD` and read-your-writes position.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClientRoute {
     /// `None`: the database's default.
     pub role: Option<RoleChoice>,
     /// End of the client's last write in the primary's WAL (read-your-writes); 0 = none.
     pub min_lsn: u64,
+    /// The shard `SET SHARD` or `SET SHARDING KEY` chose (sharded databases); `None`: each
+    /// request's own keys choose.
+    pub shard: Option<usize>,
 }
 
 /// What to do with the client's next request.
@@ -39,8 +43,10 @@ pub struct ClientRoute {
 pub enum Decision {
     /// Check out a server of the target's.
     Route(Target),
-    /// pgcorral answered it (SET/SHOW SERVER ROLE): wait for the next one.
+    /// pgcorral answered it (SET/SHOW SERVER ROLE, a refused request): wait for the next one.
     Answered,
+    /// The request is not whole yet (a sharded database's Parse waits for its Bind): read more.
+    NeedMore,
 }
 
 /// Decides where the request at the start of `client.buf` goes.
@@ -51,12 +57,9 @@ pub async fn decide(
     route: &mut ClientRoute,
 ) -> Result<Decision> {
     let settings = cluster.topology().settings();
-    if let Some(answer) = own_command(client, route, &settings)? {
-        client
-            .stream
-            .send(&answer)
-            .await
-            .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    let sharding = cluster.sharding();
+    if let Some(answer) = own_command(client, route, &settings, sharding.map(|s| &**s))? {
+        send(client, &answer).await?;
         return Ok(Decision::Answered);
     }
     let hinted = first_text(client).and_then(hint::comment_hint);
@@ -68,7 +71,7 @@ pub async fn decide(
         }
     };
     let fixed = |want: Want| Decision::Route(Target::first_shard(want, want == Want::Primary));
-    Ok(match choice {
+    let decision = match choice {
         RoleChoice::Primary => fixed(Want::Primary),
         RoleChoice::Replica => fixed(Want::Replica),
         RoleChoice::Any => fixed(Want::Any),
@@ -79,7 +82,34 @@ pub async fn decide(
             DefaultRole::Any if settings.query_parser_enabled => by_parser(client),
             DefaultRole::Any => fixed(Want::Any),
         },
-    })
+    };
+    let (Some(sharding), Decision::Route(mut target)) = (sharding, decision) else {
+        return Ok(decision);
+    };
+    let writes = || classify_batch(client, cache, &settings) == Class::Write;
+    match shard::shard_of(client, sharding, route.shard, writes) {
+        shard::Shard::One(n) => {
+            target.shards = Shards::One(n);
+            Ok(Decision::Route(target))
+        }
+        shard::Shard::NeedMore => Ok(Decision::NeedMore),
+        shard::Shard::Refused(len, msg) => {
+            client.buf.advance(len);
+            let mut out = BytesMut::new();
+            pgwire::encode::error_response(&mut out, "ERROR", "0A000", &msg);
+            pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
+            send(client, &out).await?;
+            Ok(Decision::Answered)
+        }
+    }
+}
+
+async fn send(client: &mut ClientConn, out: &[u8]) -> Result<()> {
+    client
+        .stream
+        .send(out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
 }
 
 /// The SQL of the first message, when it is a complete Query or Parse.
@@ -99,11 +129,13 @@ fn parse_text(body: &[u8]) -> Option<&str> {
     query_text(&body[name_end + 1..])
 }
 
-/// Answers `SET SERVER ROLE` / `SHOW SERVER ROLE` (a whole simple Query), consuming it.
+/// Answers `SET SERVER ROLE` / `SHOW SERVER ROLE` (a whole simple Query), and for a sharded
+/// database `SET SHARD`, `SET SHARDING KEY` and `SHOW SHARD`, consuming it.
 fn own_command(
     client: &mut ClientConn,
     route: &mut ClientRoute,
     settings: &RouteSettings,
+    sharding: Option<&Sharding>,
 ) -> Result<Option<BytesMut>> {
     let Ok(Some(h)) = Header::parse(&client.buf, client.max_len) else {
         return Ok(None);
@@ -116,7 +148,18 @@ fn own_command(
         return Ok(None);
     };
     let mut out = BytesMut::new();
-    match hint::command(text) {
+    let command = hint::command(text);
+    let shard_command = matches!(
+        command,
+        Ok(Some(
+            Command::SetShard(_) | Command::SetShardingKey(_) | Command::ShowShard
+        ))
+    );
+    if shard_command && sharding.is_none() {
+        // Not pgcorral's on a database that is not sharded: PostgreSQL answers it.
+        return Ok(None);
+    }
+    match command {
         Ok(None) => return Ok(None),
         Ok(Some(Command::SetRole(choice))) => {
             route.role = (choice != RoleChoice::Default).then_some(choice);
@@ -125,6 +168,38 @@ fn own_command(
         Ok(Some(Command::ShowRole)) => {
             let mut t = Table::text(&["server_role"]);
             t.row(vec![role_name(route.role, settings).into()]);
+            t.describe(&mut out);
+            t.rows(&mut out);
+        }
+        Ok(Some(Command::SetShard(n))) => {
+            let sharding = sharding.expect("checked");
+            match n
+                .map(|n| shard::choose(sharding, &ShardChoice::Shard(n)))
+                .transpose()
+            {
+                Ok(n) => {
+                    route.shard = n;
+                    pgwire::encode::command_complete(&mut out, "SET");
+                }
+                Err(msg) => pgwire::encode::error_response(&mut out, "ERROR", "22023", &msg),
+            }
+        }
+        Ok(Some(Command::SetShardingKey(key))) => {
+            let sharding = sharding.expect("checked");
+            match shard::choose(sharding, &ShardChoice::Key(key)) {
+                Ok(n) => {
+                    route.shard = Some(n);
+                    pgwire::encode::command_complete(&mut out, "SET");
+                }
+                Err(msg) => pgwire::encode::error_response(&mut out, "ERROR", "22023", &msg),
+            }
+        }
+        Ok(Some(Command::ShowShard)) => {
+            let mut t = Table::text(&["shard"]);
+            let shown = route
+                .shard
+                .map_or_else(|| "auto".to_string(), |n| n.to_string());
+            t.row(vec![shown.into()]);
             t.describe(&mut out);
             t.rows(&mut out);
         }

@@ -9,8 +9,22 @@ use std::hash::Hasher;
 /// `standard_conforming_strings = off`) or dollar quoting; those are keyed by their whole text.
 pub fn hash(sql: &str, h: &mut impl Hasher) -> bool {
     let b = sql.as_bytes();
-    let mut i = 0;
     let mut start = 0;
+    let whole = constants(sql, |from, to| {
+        h.write(&b[start..from]);
+        h.write(b"?");
+        start = to;
+    });
+    h.write(&b[start.min(b.len())..]);
+    whole
+}
+
+/// Calls `found(start, end)` for each string (`'…'`, quotes included) and numeric constant of
+/// `sql`, in order. Returns false, part-way, where [`hash`] would: the constants of such a text
+/// cannot be told apart by this scan.
+pub fn constants(sql: &str, mut found: impl FnMut(usize, usize)) -> bool {
+    let b = sql.as_bytes();
+    let mut i = 0;
     while i < b.len() {
         match b[i] {
             b'\\' => return false,
@@ -25,8 +39,7 @@ pub fn hash(sql: &str, h: &mut impl Hasher) -> bool {
                 }
             }
             b'\'' => {
-                h.write(&b[start..i]);
-                h.write(b"?");
+                let from = i;
                 i += 1;
                 loop {
                     match b.get(i) {
@@ -37,7 +50,7 @@ pub fn hash(sql: &str, h: &mut impl Hasher) -> bool {
                     }
                 }
                 i += 1;
-                start = i;
+                found(from, i);
             }
             b'"' => {
                 // A quoted name: part of the skeleton.
@@ -71,10 +84,9 @@ pub fn hash(sql: &str, h: &mut impl Hasher) -> bool {
                 }
             }
             c if c.is_ascii_digit() && (i == 0 || !is_ident(b[i - 1])) => {
-                h.write(&b[start..i]);
-                h.write(b"?");
+                let from = i;
                 i = number_end(b, i);
-                start = i;
+                found(from, i);
             }
             c if is_ident(c) => {
                 while i < b.len() && is_ident(b[i]) {
@@ -84,7 +96,6 @@ pub fn hash(sql: &str, h: &mut impl Hasher) -> bool {
             _ => i += 1,
         }
     }
-    h.write(&b[start.min(b.len())..]);
     true
 }
 

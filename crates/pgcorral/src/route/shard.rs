@@ -1,0 +1,258 @@
+//! The shard of a sharded database's request: the shard its client named (comment, `SET SHARD`,
+//! `SET SHARDING KEY`), else the keys its statements name with their constants and Bind
+//! parameters, else the database's default shard.
+
+use pgwire::frontend::{self, query_text};
+use pgwire::Header;
+
+use super::hint::{self, ShardChoice};
+use crate::client_conn::ClientConn;
+use crate::prepared;
+use crate::shard::key::{KeyType, Value};
+use crate::shard::plan::{Place, Plan};
+use crate::shard::Sharding;
+
+/// The shard of the request at the start of the client's buffer, or why it has none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shard {
+    One(usize),
+    /// Bytes of the request (up to its Sync, or its Query) and the message for the client.
+    Refused(usize, String),
+    /// The request's values are still to come (a Parse whose Bind is not read yet).
+    NeedMore,
+}
+
+/// Where the request goes: `chosen` is the client's `SET SHARD` or `SET SHARDING KEY` (already
+/// a shard), `writes` whether the request may write.
+pub fn shard_of(
+    client: &ClientConn,
+    sharding: &Sharding,
+    chosen: Option<usize>,
+    writes: impl FnOnce() -> bool,
+) -> Shard {
+    let batch = match Batch::read(client) {
+        Some(b) => b,
+        None => return Shard::NeedMore,
+    };
+    let by_comment = batch.first_text.and_then(hint::comment_shard);
+    if let Some(choice) = by_comment {
+        return match choose(sharding, &choice) {
+            Ok(n) => Shard::One(n),
+            Err(msg) => Shard::Refused(batch.len, msg),
+        };
+    }
+    if let Some(n) = chosen {
+        return Shard::One(n);
+    }
+    let mut place = Place::Any;
+    for (text, bind) in &batch.statements {
+        let plan = sharding.plans.get(sharding, text);
+        let here = plan_place(&plan, sharding, text, *bind);
+        place = match (place, here) {
+            (Place::Any, p) | (p, Place::Any) => p,
+            (Place::Shard(a), Place::Shard(b)) if a != b => Place::Refuse(format!(
+                "the request's statements are on shards {a} and {b}: a request goes to one shard"
+            )),
+            (p @ (Place::Refuse(_) | Place::OmniWrite(_)), _)
+            | (_, p @ (Place::Refuse(_) | Place::OmniWrite(_))) => p,
+            (p @ Place::Shard(_), _) | (_, p @ Place::Shard(_)) => p,
+            (p @ Place::Default(_), Place::Default(_)) => p,
+        };
+    }
+    match place {
+        Place::Shard(n) => Shard::One(n),
+        Place::Any => Shard::One(sharding.plans.any_shard(sharding.shards)),
+        Place::OmniWrite(t) if writes() => Shard::Refused(
+            batch.len,
+            format!("table {t} is omnisharded (the same on every shard): writing it needs writes across shards, which pgcorral does not do yet; name the shard to write one copy"),
+        ),
+        Place::OmniWrite(_) => Shard::One(sharding.plans.any_shard(sharding.shards)),
+        Place::Default(why) => match sharding.default_shard {
+            Some(n) => Shard::One(n),
+            None => Shard::Refused(batch.len, why),
+        },
+        Place::Refuse(why) => Shard::Refused(batch.len, why),
+    }
+}
+
+/// The shard a comment or `SET` names.
+pub fn choose(sharding: &Sharding, choice: &ShardChoice) -> Result<usize, String> {
+    match choice {
+        ShardChoice::Shard(n) if *n < sharding.shards => Ok(*n),
+        ShardChoice::Shard(n) => Err(format!(
+            "shard {n} does not exist: the database has shards 0 to {}",
+            sharding.shards - 1
+        )),
+        ShardChoice::Key(k) => sharding.shard_of_text(k).map_err(|e| e.to_string()),
+    }
+}
+
+fn plan_place(plan: &Plan, sharding: &Sharding, text: &str, bind: Option<&[u8]>) -> Place {
+    let param = |i: usize, ty: KeyType| bind.and_then(|b| bind_param(b, i, ty));
+    // Without a Bind (a simple Query; a Parse alone) the key is in the text or nowhere; a
+    // Parse and Describe alone are answered alike by every shard.
+    if bind.is_none() && plan.has_params() {
+        return Place::Any;
+    }
+    plan.place(sharding, text, &param, false)
+}
+
+/// Parameter `i` of a Bind body as a key value of type `ty`.
+fn bind_param(body: &[u8], i: usize, ty: KeyType) -> Option<Value> {
+    let mut r = Reader(body);
+    r.cstr()?;
+    r.cstr()?;
+    let nfmt = r.u16()? as usize;
+    let fmts: Vec<u16> = (0..nfmt).map(|_| r.u16()).collect::<Option<_>>()?;
+    let nparams = r.u16()? as usize;
+    if i >= nparams {
+        return None;
+    }
+    let format = match nfmt {
+        0 => 0,
+        1 => fmts[0],
+        _ => *fmts.get(i)?,
+    };
+    let mut value = None;
+    for _ in 0..=i {
+        let len = r.i32()?;
+        value = if len < 0 {
+            Some(None)
+        } else {
+            Some(Some(r.take(len as usize)?))
+        };
+    }
+    match value? {
+        None => Some(Value::Null),
+        Some(bytes) if format == 1 => Value::from_binary(ty, bytes).ok(),
+        Some(bytes) => Value::from_text(ty, bytes).ok(),
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn cstr(&mut self) -> Option<&'a [u8]> {
+        let end = self.0.iter().position(|&b| b == 0)?;
+        let s = self.take(end)?;
+        self.take(1)?;
+        Some(s)
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn i32(&mut self) -> Option<i32> {
+        self.take(4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+/// The statements of the request at the start of the client's buffer.
+struct Batch<'a> {
+    /// Bytes up to and including its Sync (or its Query).
+    len: usize,
+    /// The first message's SQL (for comments).
+    first_text: Option<&'a str>,
+    /// Each statement that runs: its text, and its Bind's body (extended protocol).
+    statements: Vec<(&'a str, Option<&'a [u8]>)>,
+}
+
+impl<'a> Batch<'a> {
+    /// `None` until the request is whole: its Query, or its messages up to a Sync (or a Flush
+    /// after which nothing is bound: the client waits for a description).
+    fn read(client: &'a ClientConn) -> Option<Batch<'a>> {
+        let buf = &client.buf[..];
+        let mut pos = 0;
+        let mut batch = Batch {
+            len: 0,
+            first_text: None,
+            statements: Vec::new(),
+        };
+        // Statements parsed in this request, by name (the unnamed one as "").
+        let mut parsed: Vec<(&[u8], &str)> = Vec::new();
+        let mut bound = false;
+        loop {
+            let h = Header::parse(&buf[pos..], client.max_len).ok()??;
+            if buf.len() - pos < h.total_len() {
+                return None;
+            }
+            let body = &buf[pos + pgwire::header::HEADER_LEN..pos + h.total_len()];
+            pos += h.total_len();
+            match h.tag {
+                frontend::QUERY => {
+                    let text = query_text(body);
+                    batch.first_text = batch.first_text.or(text);
+                    batch.statements.extend(text.map(|t| (t, None)));
+                    batch.len = pos;
+                    return Some(batch);
+                }
+                frontend::PARSE => {
+                    let name_end = body.iter().position(|&b| b == 0)?;
+                    let text = query_text(&body[name_end + 1..]);
+                    if batch.first_text.is_none() {
+                        batch.first_text = text;
+                    }
+                    if let Some(t) = text {
+                        parsed.retain(|(n, _)| *n != &body[..name_end]);
+                        parsed.push((&body[..name_end], t));
+                    }
+                }
+                frontend::BIND => {
+                    bound = true;
+                    let portal_end = body.iter().position(|&b| b == 0)?;
+                    let rest = &body[portal_end + 1..];
+                    let name = &rest[..rest.iter().position(|&b| b == 0)?];
+                    let text = parsed
+                        .iter()
+                        .rev()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, t)| *t)
+                        .or_else(|| statement_text(client, name));
+                    if batch.first_text.is_none() {
+                        batch.first_text = text;
+                    }
+                    if let Some(t) = text {
+                        batch.statements.push((t, Some(body)));
+                    }
+                }
+                frontend::SYNC => {
+                    batch.len = pos;
+                    // Parsed but never bound: their texts still tell about tables.
+                    if !bound {
+                        batch
+                            .statements
+                            .extend(parsed.iter().map(|(_, t)| (*t, None)));
+                    }
+                    return Some(batch);
+                }
+                frontend::FLUSH if !bound => {
+                    batch.len = pos;
+                    batch
+                        .statements
+                        .extend(parsed.iter().map(|(_, t)| (*t, None)));
+                    return Some(batch);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The text of one of the client's prepared statements (`b""`: its unnamed one).
+fn statement_text<'a>(client: &'a ClientConn, name: &[u8]) -> Option<&'a str> {
+    if name.is_empty() {
+        return client.statements.unnamed().and_then(query_text);
+    }
+    match &client.statements.named(name)?.source {
+        prepared::Source::Parse(b) => query_text(b),
+        prepared::Source::Sql(_) => None,
+    }
+}

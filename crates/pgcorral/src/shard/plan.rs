@@ -1,0 +1,621 @@
+//! Where a statement's rows live, read with PostgreSQL's own parser: the sharding keys it
+//! names (`WHERE key = …`, `key IN (…)`, `INSERT … VALUES`), as a [`Plan`] that refers to its
+//! constants by position and to its parameters by number, so that one parse serves every text
+//! of the same shape and every Bind of a prepared statement.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use pg_query::protobuf::{a_const, AExprKind, BoolExprType, RangeVar, SelectStmt};
+use pg_query::{Node, NodeEnum};
+
+use super::key::Value;
+use super::Sharding;
+use crate::skeleton;
+
+/// Where one key column's value comes from.
+#[derive(Debug, Clone, PartialEq)]
+enum Src {
+    /// The `index`-th constant of the text ([`skeleton::constants`]), negated when written
+    /// after a unary minus.
+    Literal {
+        index: usize,
+        negate: bool,
+    },
+    /// Parameter `$n` (0-based here).
+    Param(usize),
+    /// A constant's text read from the parse tree (texts whose constants the scan cannot
+    /// number).
+    Text(String),
+    Null,
+}
+
+/// One full key of a sharded table (the table's index in [`Sharding::tables`]).
+#[derive(Debug, Clone, PartialEq)]
+struct KeyUse {
+    table: usize,
+    sources: Vec<Src>,
+}
+
+/// What a request's statements say about their shard, before their constants and parameters
+/// are read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// Every full key named; all must land on one shard.
+    keys: Vec<KeyUse>,
+    /// A sharded table named without a full key (its name and key columns, for the message).
+    unkeyed: Option<String>,
+    /// A table neither sharded nor omnisharded.
+    unsharded: Option<String>,
+    /// An omnisharded table.
+    omni: Option<String>,
+    /// A statement that needs the default shard for another reason.
+    elsewhere: Option<&'static str>,
+    /// An UPDATE that assigns a sharding key (the row would move to another shard).
+    moves_key: Option<String>,
+}
+
+/// Where a request goes, once its values are known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// Every key names this shard.
+    Shard(usize),
+    /// No key, and nothing that needs one: any shard answers alike (PostgreSQL's own error for a
+    /// bad key value included).
+    Any,
+    /// Only omnisharded tables, and the request writes: refused until writes span shards.
+    OmniWrite(String),
+    /// The database's default shard, if it has one; else refused for this reason.
+    Default(String),
+    /// Refused: keys on several shards, or a key moved.
+    Refuse(String),
+}
+
+impl Plan {
+    /// Adds `other`'s findings (another statement of the same request).
+    pub fn merge(&mut self, other: &Plan) {
+        self.keys.extend(other.keys.iter().cloned());
+        self.unkeyed = self.unkeyed.take().or_else(|| other.unkeyed.clone());
+        self.unsharded = self.unsharded.take().or_else(|| other.unsharded.clone());
+        self.omni = self.omni.take().or_else(|| other.omni.clone());
+        self.elsewhere = self.elsewhere.or(other.elsewhere);
+        self.moves_key = self.moves_key.take().or_else(|| other.moves_key.clone());
+    }
+
+    /// Needs the values of `$n` parameters.
+    pub fn has_params(&self) -> bool {
+        self.keys
+            .iter()
+            .any(|k| k.sources.iter().any(|s| matches!(s, Src::Param(_))))
+    }
+
+    /// The place of a request with this plan: `text` is the statement's text (for its
+    /// constants), `param(i)` the value of `$i+1` as a key column of `table`'s type `col`,
+    /// `writes` whether the request may write.
+    pub fn place(
+        &self,
+        sharding: &Sharding,
+        text: &str,
+        param: &dyn Fn(usize, super::key::KeyType) -> Option<Value>,
+        writes: bool,
+    ) -> Place {
+        if let Some(m) = &self.moves_key {
+            return Place::Refuse(format!(
+                "UPDATE assigns the sharding key of {m}: the row would move to another shard; delete it and insert it again"
+            ));
+        }
+        let mut spans: Option<Vec<(usize, usize)>> = None;
+        let mut shards: Vec<usize> = Vec::new();
+        for k in &self.keys {
+            let table = &sharding.tables[k.table];
+            let mut values = Vec::with_capacity(k.sources.len());
+            for (src, &ty) in k.sources.iter().zip(&table.types) {
+                let v = match src {
+                    Src::Null => Some(Value::Null),
+                    Src::Text(t) => Value::from_text(ty, t.as_bytes()).ok(),
+                    Src::Param(i) => param(*i, ty),
+                    Src::Literal { index, negate } => {
+                        let spans = spans.get_or_insert_with(|| {
+                            let mut v = Vec::new();
+                            skeleton::constants(text, |a, b| v.push((a, b)));
+                            v
+                        });
+                        spans
+                            .get(*index)
+                            .and_then(|&(a, b)| literal(&text[a..b], *negate, ty))
+                    }
+                };
+                match v {
+                    Some(v) => values.push(v),
+                    // A value PostgreSQL will refuse (or a parameter not sent): any shard
+                    // gives the client PostgreSQL's own answer.
+                    None => return Place::Any,
+                }
+            }
+            let shard = sharding.shard_of(&table.types, &values);
+            if !shards.contains(&shard) {
+                shards.push(shard);
+            }
+        }
+        if shards.len() > 1 {
+            shards.sort_unstable();
+            return Place::Refuse(format!(
+                "the request's sharding keys are on shards {shards:?}: a request goes to one shard (split it by key, or name the shard)"
+            ));
+        }
+        if let Some(&s) = shards.first() {
+            return Place::Shard(s);
+        }
+        if let Some(t) = &self.unkeyed {
+            return Place::Default(format!(
+                "the query names sharded table {t} without its sharding key: give the key in WHERE (key = value), SET SHARDING KEY, SET SHARD or a /* sharding_key: v */ comment"
+            ));
+        }
+        if let Some(t) = &self.unsharded {
+            return Place::Default(format!(
+                "table {t} is neither sharded nor omnisharded in pgcorral's configuration: name the shard (SET SHARD, /* shard_id: n */)"
+            ));
+        }
+        if let Some(why) = self.elsewhere {
+            return Place::Default(why.to_string());
+        }
+        match &self.omni {
+            Some(t) if writes => Place::OmniWrite(t.clone()),
+            _ => Place::Any,
+        }
+    }
+}
+
+/// A constant's text as a key value of type `ty` (`None` when it is not one).
+fn literal(text: &str, negate: bool, ty: super::key::KeyType) -> Option<Value> {
+    let v = if let Some(quoted) = text.strip_prefix('\'') {
+        let inner = quoted.strip_suffix('\'')?;
+        Value::from_text(ty, inner.replace("''", "'").as_bytes())
+    } else if negate {
+        Value::from_text(ty, format!("-{text}").as_bytes())
+    } else {
+        Value::from_text(ty, text.as_bytes())
+    };
+    v.ok()
+}
+
+/// Plans remembered by the shape of their text (constants left out), for one sharding
+/// configuration.
+#[derive(Default)]
+pub struct Plans {
+    map: Mutex<HashMap<u64, Arc<Plan>>>,
+    hasher: RandomState,
+    /// Turns of the shards answering requests that any shard can answer.
+    turn: AtomicUsize,
+}
+
+impl std::fmt::Debug for Plans {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Plans")
+    }
+}
+
+impl PartialEq for Plans {
+    /// A cache: two configurations are equal whatever they remember.
+    fn eq(&self, _: &Plans) -> bool {
+        true
+    }
+}
+
+impl Eq for Plans {}
+
+/// Most plans kept per database (then forgotten all at once).
+const PLANS_CAP: usize = 4096;
+
+impl Plans {
+    /// The next of `shards` to answer a request that any shard can answer.
+    pub fn any_shard(&self, shards: usize) -> usize {
+        self.turn.fetch_add(1, Relaxed) % shards
+    }
+
+    /// The plan of `sql` (one or more statements) under `sharding`.
+    pub fn get(&self, sharding: &Sharding, sql: &str) -> Arc<Plan> {
+        let mut h = self.hasher.build_hasher();
+        if !skeleton::hash(sql, &mut h) {
+            // Its constants cannot be numbered: planned from its parse tree every time.
+            return Arc::new(plan(sharding, sql, false));
+        }
+        let key = h.finish();
+        if let Some(p) = self.map.lock().get(&key) {
+            return p.clone();
+        }
+        let p = Arc::new(plan(sharding, sql, true));
+        let mut map = self.map.lock();
+        if map.len() >= PLANS_CAP {
+            map.clear();
+        }
+        map.insert(key, p.clone());
+        p
+    }
+}
+
+/// Reads `sql`'s statements. `numbered`: constants are referred to by their place in the
+/// text (the scan numbers them), else by value.
+pub fn plan(sharding: &Sharding, sql: &str, numbered: bool) -> Plan {
+    let Ok(parsed) = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT) else {
+        // PostgreSQL refuses it too, wherever it goes.
+        return Plan::default();
+    };
+    let starts: Vec<usize> = if numbered {
+        let mut v = Vec::new();
+        skeleton::constants(sql, |a, _| v.push(a));
+        v
+    } else {
+        Vec::new()
+    };
+    let mut reader = Reader {
+        sharding,
+        sql,
+        starts: numbered.then_some(starts),
+        plan: Plan::default(),
+        keyed: Vec::new(),
+    };
+    for raw in &parsed.protobuf.stmts {
+        reader.statement(raw.stmt.as_deref());
+    }
+    // Every table the statements name, wherever (subqueries, CTEs, joins).
+    for name in parsed.tables() {
+        let (schema, rel) = match name.split_once('.') {
+            Some((s, r)) => (Some(s), r),
+            None => (None, name.as_str()),
+        };
+        if let Some(i) = sharding.tables.iter().position(|t| t.is(schema, rel)) {
+            if !reader.keyed.contains(&i) {
+                let t = &sharding.tables[i];
+                reader.plan.unkeyed.get_or_insert_with(|| {
+                    format!("\"{}\" (key: {})", t.name, t.columns.join(", "))
+                });
+            }
+        } else if sharding.is_omnisharded(schema, rel) {
+            reader
+                .plan
+                .omni
+                .get_or_insert_with(|| format!("\"{name}\""));
+        } else {
+            reader
+                .plan
+                .unsharded
+                .get_or_insert_with(|| format!("\"{name}\""));
+        }
+    }
+    reader.plan
+}
+
+struct Reader<'a> {
+    sharding: &'a Sharding,
+    sql: &'a str,
+    /// Where each numbered constant starts, when constants are numbered.
+    starts: Option<Vec<usize>>,
+    plan: Plan,
+    /// Tables (indexes) a key was found for.
+    keyed: Vec<usize>,
+}
+
+/// A table of the FROM list: its index among the sharded tables and the name it is seen by.
+struct Visible {
+    table: usize,
+    name: String,
+}
+
+impl Reader<'_> {
+    fn statement(&mut self, stmt: Option<&Node>) {
+        match stmt.and_then(|n| n.node.as_ref()) {
+            Some(NodeEnum::SelectStmt(s)) => self.select(s),
+            Some(NodeEnum::UpdateStmt(u)) => {
+                let mut from = self.visible(u.relation.as_ref());
+                self.tables_in(&u.from_clause, &mut from);
+                if let Some(rel) = u.relation.as_ref() {
+                    if let Some(v) = from.first().filter(|v| v.name == visible_name(rel)) {
+                        let t = &self.sharding.tables[v.table];
+                        for target in &u.target_list {
+                            if let Some(NodeEnum::ResTarget(r)) = target.node.as_ref() {
+                                if t.columns.contains(&r.name) {
+                                    self.plan.moves_key =
+                                        Some(format!("\"{}\" ({})", t.name, r.name));
+                                }
+                            }
+                        }
+                    }
+                }
+                self.keys_from(u.where_clause.as_deref(), &from);
+            }
+            Some(NodeEnum::DeleteStmt(d)) => {
+                let mut from = self.visible(d.relation.as_ref());
+                self.tables_in(&d.using_clause, &mut from);
+                self.keys_from(d.where_clause.as_deref(), &from);
+            }
+            Some(NodeEnum::InsertStmt(i)) => self.insert(i),
+            Some(NodeEnum::ExplainStmt(e)) => self.statement(e.query.as_deref()),
+            // Settings, transaction control and the like run anywhere; what they change
+            // follows the client to every shard.
+            Some(
+                NodeEnum::VariableSetStmt(_)
+                | NodeEnum::VariableShowStmt(_)
+                | NodeEnum::TransactionStmt(_)
+                | NodeEnum::DiscardStmt(_)
+                | NodeEnum::DeallocateStmt(_)
+                | NodeEnum::PrepareStmt(_)
+                | NodeEnum::ListenStmt(_)
+                | NodeEnum::UnlistenStmt(_),
+            ) => {}
+            Some(NodeEnum::ExecuteStmt(_)) => {
+                self.plan.elsewhere.get_or_insert(
+                    "an SQL EXECUTE is routed by SET SHARD, SET SHARDING KEY or a comment, not by its arguments",
+                );
+            }
+            // Anything else that names a table is placed by that table (below); one that
+            // names none (a function call, DO, CREATE FUNCTION, ...) cannot be placed.
+            Some(_) => {
+                self.plan.elsewhere.get_or_insert(
+                    "the statement names no sharded table: name the shard (SET SHARD, /* shard_id: n */)",
+                );
+            }
+            None => {}
+        }
+    }
+
+    fn select(&mut self, s: &SelectStmt) {
+        if let (Some(l), Some(r)) = (s.larg.as_deref(), s.rarg.as_deref()) {
+            self.select(l);
+            self.select(r);
+            return;
+        }
+        let mut from = Vec::new();
+        self.tables_in(&s.from_clause, &mut from);
+        self.keys_from(s.where_clause.as_deref(), &from);
+    }
+
+    /// The sharded table `rel` names, if it is one, as a one-entry list.
+    fn visible(&self, rel: Option<&RangeVar>) -> Vec<Visible> {
+        rel.and_then(|r| self.sharded(r)).into_iter().collect()
+    }
+
+    fn sharded(&self, r: &RangeVar) -> Option<Visible> {
+        let schema = (!r.schemaname.is_empty()).then_some(r.schemaname.as_str());
+        let table = self
+            .sharding
+            .tables
+            .iter()
+            .position(|t| t.is(schema, &r.relname))?;
+        Some(Visible {
+            table,
+            name: visible_name(r),
+        })
+    }
+
+    /// The sharded tables of a FROM list (joins included); join conditions count as WHERE.
+    fn tables_in(&mut self, items: &[Node], out: &mut Vec<Visible>) {
+        let mut quals = Vec::new();
+        for item in items {
+            self.table_in(item, out, &mut quals);
+        }
+        for q in quals {
+            let from = std::mem::take(out);
+            self.keys_from(Some(q), &from);
+            *out = from;
+        }
+    }
+
+    fn table_in<'n>(&self, item: &'n Node, out: &mut Vec<Visible>, quals: &mut Vec<&'n Node>) {
+        match item.node.as_ref() {
+            Some(NodeEnum::RangeVar(r)) => out.extend(self.sharded(r)),
+            Some(NodeEnum::JoinExpr(j)) => {
+                for side in [j.larg.as_deref(), j.rarg.as_deref()].into_iter().flatten() {
+                    self.table_in(side, out, quals);
+                }
+                if let Some(q) = j.quals.as_deref() {
+                    quals.push(q);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Keys of `from`'s tables in `where_`: `col = v` terms of its top-level AND, and
+    /// `col IN (v, ...)` for one-column keys.
+    fn keys_from(&mut self, where_: Option<&Node>, from: &[Visible]) {
+        if from.is_empty() {
+            return;
+        }
+        let mut terms: Vec<(&[Node], Vec<Src>)> = Vec::new();
+        if let Some(w) = where_ {
+            self.terms(w, &mut terms);
+        }
+        for v in from {
+            let t = &self.sharding.tables[v.table];
+            let names_col = |fields: &[Node], col: &str| -> bool {
+                let names: Vec<&str> = fields
+                    .iter()
+                    .filter_map(|f| match f.node.as_ref() {
+                        Some(NodeEnum::String(s)) => Some(s.sval.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                match names[..] {
+                    [c] => c == col && from.len() == 1,
+                    [q, c] => c == col && q == v.name,
+                    [_, q, c] => c == col && q == v.name,
+                    _ => false,
+                }
+            };
+            // Each key column's candidate values.
+            let per_col: Vec<Option<&Vec<Src>>> = t
+                .columns
+                .iter()
+                .map(|c| {
+                    terms
+                        .iter()
+                        .find(|(f, _)| names_col(f, c))
+                        .map(|(_, vals)| vals)
+                })
+                .collect();
+            if per_col.iter().any(Option::is_none) {
+                continue;
+            }
+            let per_col: Vec<&Vec<Src>> = per_col.into_iter().flatten().collect();
+            if per_col.len() == 1 {
+                for src in per_col[0] {
+                    self.plan.keys.push(KeyUse {
+                        table: v.table,
+                        sources: vec![src.clone()],
+                    });
+                }
+            } else if per_col.iter().all(|vals| vals.len() == 1) {
+                self.plan.keys.push(KeyUse {
+                    table: v.table,
+                    sources: per_col.iter().map(|vals| vals[0].clone()).collect(),
+                });
+            } else {
+                continue;
+            }
+            self.keyed.push(v.table);
+        }
+    }
+
+    /// `column = value` and `column IN (values)` terms of a conjunction.
+    fn terms<'n>(&self, node: &'n Node, out: &mut Vec<(&'n [Node], Vec<Src>)>) {
+        match node.node.as_ref() {
+            Some(NodeEnum::BoolExpr(b)) if b.boolop() == BoolExprType::AndExpr => {
+                for a in &b.args {
+                    self.terms(a, out);
+                }
+            }
+            Some(NodeEnum::AExpr(e)) => {
+                let is_eq = e.name.len() == 1
+                    && matches!(e.name[0].node.as_ref(), Some(NodeEnum::String(s)) if s.sval == "=");
+                let (Some(l), Some(r)) = (e.lexpr.as_deref(), e.rexpr.as_deref()) else {
+                    return;
+                };
+                match e.kind() {
+                    AExprKind::AexprOp if is_eq => {
+                        for (col, val) in [(l, r), (r, l)] {
+                            if let (Some(fields), Some(src)) = (column(col), self.source(val)) {
+                                out.push((fields, vec![src]));
+                                break;
+                            }
+                        }
+                    }
+                    AExprKind::AexprIn if is_eq => {
+                        let (Some(fields), Some(NodeEnum::List(list))) =
+                            (column(l), r.node.as_ref())
+                        else {
+                            return;
+                        };
+                        let vals: Option<Vec<Src>> =
+                            list.items.iter().map(|i| self.source(i)).collect();
+                        if let Some(vals) = vals.filter(|v| !v.is_empty()) {
+                            out.push((fields, vals));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn insert(&mut self, i: &pg_query::protobuf::InsertStmt) {
+        let Some(v) = i.relation.as_ref().and_then(|r| self.sharded(r)) else {
+            return;
+        };
+        let t = &self.sharding.tables[v.table];
+        let cols: Vec<&str> = i
+            .cols
+            .iter()
+            .filter_map(|c| match c.node.as_ref() {
+                Some(NodeEnum::ResTarget(r)) => Some(r.name.as_str()),
+                _ => None,
+            })
+            .collect();
+        // The position of each key column in the VALUES rows (the column list must name it).
+        let Some(at): Option<Vec<usize>> = t
+            .columns
+            .iter()
+            .map(|c| cols.iter().position(|n| n == c))
+            .collect()
+        else {
+            return;
+        };
+        let Some(NodeEnum::SelectStmt(s)) = i.select_stmt.as_deref().and_then(|n| n.node.as_ref())
+        else {
+            return;
+        };
+        if s.values_lists.is_empty() {
+            // INSERT ... SELECT: its rows are not known here.
+            return;
+        }
+        let mut keys = Vec::new();
+        for row in &s.values_lists {
+            let Some(NodeEnum::List(items)) = row.node.as_ref() else {
+                return;
+            };
+            let sources: Option<Vec<Src>> = at
+                .iter()
+                .map(|&p| items.items.get(p).and_then(|n| self.source(n)))
+                .collect();
+            let Some(sources) = sources else {
+                return;
+            };
+            keys.push(KeyUse {
+                table: v.table,
+                sources,
+            });
+        }
+        self.plan.keys.extend(keys);
+        self.keyed.push(v.table);
+    }
+
+    /// A value whose key hash can be computed: a constant, a parameter, NULL, or one of them
+    /// cast.
+    fn source(&self, node: &Node) -> Option<Src> {
+        match node.node.as_ref()? {
+            NodeEnum::TypeCast(c) => self.source(c.arg.as_deref()?),
+            NodeEnum::ParamRef(p) if p.number >= 1 => Some(Src::Param(p.number as usize - 1)),
+            NodeEnum::AConst(c) if c.isnull => Some(Src::Null),
+            NodeEnum::AConst(c) => {
+                let loc = usize::try_from(c.location).ok()?;
+                if let Some(starts) = &self.starts {
+                    // A negative number is read from the '-' before its digits.
+                    let (at, negate) = if self.sql.as_bytes().get(loc) == Some(&b'-') {
+                        let rest = &self.sql[loc + 1..];
+                        (loc + 1 + (rest.len() - rest.trim_start().len()), true)
+                    } else {
+                        (loc, false)
+                    };
+                    let index = starts.iter().position(|&s| s == at)?;
+                    return Some(Src::Literal { index, negate });
+                }
+                match c.val.as_ref()? {
+                    a_const::Val::Ival(i) => Some(Src::Text(i.ival.to_string())),
+                    a_const::Val::Sval(s) => Some(Src::Text(s.sval.clone())),
+                    a_const::Val::Fval(f) => Some(Src::Text(f.fval.clone())),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The fields of a column reference.
+fn column(node: &Node) -> Option<&[Node]> {
+    match node.node.as_ref()? {
+        NodeEnum::ColumnRef(c) => Some(&c.fields),
+        _ => None,
+    }
+}
+
+/// The name a FROM item is seen by: its alias, else its name.
+fn visible_name(r: &RangeVar) -> String {
+    r.alias
+        .as_ref()
+        .map_or_else(|| r.relname.clone(), |a| a.aliasname.clone())
+}
