@@ -87,6 +87,11 @@ pub fn error_response_with(
     });
 }
 
+/// NoticeResponse (a WARNING, NOTICE, ...).
+pub fn notice_response(buf: &mut BytesMut, severity: &str, code: &str, msg: &str) {
+    error_fields(buf, backend::NOTICE_RESPONSE, severity, code, msg);
+}
+
 /// ErrorResponse.
 pub fn error_response(buf: &mut BytesMut, severity: &str, code: &str, msg: &str) {
     error_fields(buf, backend::ERROR_RESPONSE, severity, code, msg);

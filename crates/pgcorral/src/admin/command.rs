@@ -6,6 +6,11 @@
 pub enum Command {
     /// `SHOW what` (upper-cased).
     Show(String),
+    /// `SHOW SHARD FOR 'value' [IN database]`: where a sharding key lives.
+    ShowShardFor {
+        value: String,
+        database: Option<String>,
+    },
     Pause(Option<String>),
     Resume(Option<String>),
     Suspend,
@@ -28,7 +33,7 @@ impl Command {
     /// The command's keyword.
     pub fn name(&self) -> &'static str {
         match self {
-            Command::Show(_) => "SHOW",
+            Command::Show(_) | Command::ShowShardFor { .. } => "SHOW",
             Command::Pause(_) => "PAUSE",
             Command::Resume(_) => "RESUME",
             Command::Suspend => "SUSPEND",
@@ -46,7 +51,7 @@ impl Command {
 
     /// Whether a stats user (SHOW only) may run it.
     pub fn read_only(&self) -> bool {
-        matches!(self, Command::Show(_))
+        matches!(self, Command::Show(_) | Command::ShowShardFor { .. })
     }
 }
 
@@ -72,7 +77,9 @@ pub fn parse(text: &str) -> Result<Command, String> {
         "SHOW" if !rest.is_empty() && !rest.contains(char::is_whitespace) => {
             Ok(Command::Show(rest.to_ascii_uppercase()))
         }
-        "SHOW" => Err("SHOW needs one thing to show: see SHOW HELP".into()),
+        "SHOW" => {
+            shard_for(rest).ok_or_else(|| "SHOW needs one thing to show: see SHOW HELP".into())
+        }
         "PAUSE" => Ok(Command::Pause(arg())),
         "RESUME" => Ok(Command::Resume(arg())),
         "SUSPEND" => none(Command::Suspend),
@@ -106,6 +113,32 @@ pub fn parse(text: &str) -> Result<Command, String> {
     }
 }
 
+/// `SHARD FOR 'value' [IN database]` (after SHOW).
+fn shard_for(rest: &str) -> Option<Command> {
+    let mut words = rest.splitn(3, char::is_whitespace);
+    let (shard, for_, tail) = (words.next()?, words.next()?, words.next()?.trim());
+    if !shard.eq_ignore_ascii_case("shard") || !for_.eq_ignore_ascii_case("for") {
+        return None;
+    }
+    // The value, quoted or one word, then optionally IN database.
+    let (value, after) = match tail.strip_prefix('\'') {
+        Some(q) => {
+            let end = q.find('\'')?;
+            (q[..end].to_string(), q[end + 1..].trim())
+        }
+        None => match tail.split_once(char::is_whitespace) {
+            Some((v, a)) => (v.to_string(), a.trim()),
+            None => (tail.to_string(), ""),
+        },
+    };
+    let database = match after.split_once(char::is_whitespace) {
+        Some((kw, db)) if kw.eq_ignore_ascii_case("in") => Some(unquote(db.trim())),
+        None if after.is_empty() => None,
+        _ => return None,
+    };
+    Some(Command::ShowShardFor { value, database })
+}
+
 /// A name or value as written, without surrounding single or double quotes.
 fn unquote(s: &str) -> String {
     for q in ['\'', '"'] {
@@ -123,6 +156,21 @@ mod tests {
     #[test]
     fn commands() {
         assert_eq!(parse("show pools;"), Ok(Command::Show("POOLS".into())));
+        assert_eq!(
+            parse("SHOW SHARD FOR '1234'"),
+            Ok(Command::ShowShardFor {
+                value: "1234".into(),
+                database: None
+            })
+        );
+        assert_eq!(
+            parse("show shard for 'a b' in app;"),
+            Ok(Command::ShowShardFor {
+                value: "a b".into(),
+                database: Some("app".into())
+            })
+        );
+        assert!(parse("SHOW SHARD FOR").is_err());
         assert_eq!(
             parse("  SHOW  stats_totals "),
             Ok(Command::Show("STATS_TOTALS".into()))

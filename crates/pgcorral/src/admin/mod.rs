@@ -7,6 +7,7 @@ mod actions;
 pub(crate) mod command;
 mod show;
 mod show_conns;
+mod show_shards;
 mod show_stats;
 
 use std::collections::HashMap;
@@ -228,6 +229,9 @@ fn cstr(body: &mut BytesMut) -> Vec<u8> {
 fn describe(services: &Services, text: &str) -> Option<Table> {
     match command::parse(text) {
         Ok(Command::Show(what)) if what != "HELP" => show::table(services, &what).ok(),
+        Ok(Command::ShowShardFor { value, database }) => {
+            show_shards::shard_for(&services.config.load(), &value, database.as_deref()).ok()
+        }
         _ => None,
     }
 }
@@ -248,6 +252,11 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
         Command::Show(what) => show::table(services, &what)
             .map(Answer::Table)
             .map_err(|e| ("0A000", e)),
+        Command::ShowShardFor { value, database } => {
+            show_shards::shard_for(&services.config.load(), &value, database.as_deref())
+                .map(Answer::Table)
+                .map_err(|e| ("22023", e))
+        }
         Command::Pause(db) => actions::pause(services, db.as_deref())
             .await
             .map(|()| done(None)),

@@ -2,6 +2,7 @@
 //! that scripts and exporters written for PgBouncer read them unchanged.
 
 use super::show_conns::connections;
+use super::show_shards;
 use super::show_stats::{latency, stats, stats_part, totals};
 use crate::cluster::topology;
 use crate::config::{Config, General, PoolMode};
@@ -15,7 +16,7 @@ const CONSOLE_DB: &str = "pgbouncer";
 
 /// Every SHOW pgcorral answers, for SHOW HELP and errors.
 pub const TOPICS: &str =
-    "HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|LISTS|STATE|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LATENCY";
+    "HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|LISTS|STATE|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LATENCY|SHARDS";
 
 /// The answer to `SHOW what`, or why there is none.
 pub fn table(services: &Services, what: &str) -> Result<Table, String> {
@@ -35,6 +36,7 @@ pub fn table(services: &Services, what: &str) -> Result<Table, String> {
         "LATENCY" => latency(services),
         "CLIENTS" => connections(services, Kind::Client),
         "SERVERS" => connections(services, Kind::Server),
+        "SHARDS" => show_shards::shards(services, &config),
         _ => return Err(format!("unknown SHOW topic '{what}': use SHOW {TOPICS}")),
     })
 }
@@ -183,6 +185,7 @@ fn pools(services: &Services) -> Table {
         ("status", Ty::Text),
         ("lag_bytes", Ty::Int),
         ("lag_ms", Ty::Int),
+        ("shard", Ty::Int),
     ]);
     let mut pools = services.pools.all();
     pools.sort_by(|a, b| a.name().cmp(&b.name()));
@@ -224,6 +227,7 @@ fn pools(services: &Services) -> Table {
                     .and_then(|s| s.lag_time)
                     .map(|t| t.as_millis().to_string()),
             ),
+            node.map_or(0, |n| n.shard).into(),
         ]);
     }
     let consoles = services.consoles.load(std::sync::atomic::Ordering::Relaxed);
@@ -231,6 +235,7 @@ fn pools(services: &Services) -> Table {
     row.extend((0..12).map(|_| Cell::from(0u8)));
     row.push("statement".into());
     row.extend((0..5).map(|_| Cell::Null));
+    row.push(0u8.into());
     t.row(row);
     t
 }

@@ -35,7 +35,7 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
     // pgcorral's own, after PgBouncer's columns.
     match kind {
         Kind::Client => cols.push(("pinned", Ty::Text)),
-        Kind::Server => cols.extend([("role", Ty::Text), ("health", Ty::Text)]),
+        Kind::Server => cols.extend([("role", Ty::Text), ("health", Ty::Text), ("shard", Ty::Int)]),
     }
     let mut t = Table::new(&cols);
     let pools = services.pools.all();
@@ -94,6 +94,7 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
                     None => "ok",
                 };
                 row.push(health.into());
+                row.push(node.map_or(0, |n| n.shard).into());
             }
         }
         t.row(row);

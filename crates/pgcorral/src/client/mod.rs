@@ -7,6 +7,7 @@ pub mod auth;
 mod params;
 mod replies;
 mod request;
+mod sharded;
 pub mod startup;
 mod state;
 
@@ -19,6 +20,7 @@ use bytes::BytesMut;
 use corral_rt::stream::{Detached, Stream};
 use replies::{refuse_statement, refuse_transaction, timed_out};
 use request::{next_request, IdleTimer};
+use sharded::check_in_transaction;
 use state::{deliver_held, recapture, restore};
 
 use crate::admin;
@@ -37,10 +39,11 @@ use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::{Checkout, Pool};
 use crate::prepared;
-use crate::relay::{self, Outcome, Timeouts};
+use crate::relay::{self, Outcome, Phase, Timeouts};
 use crate::route::{self, ClientRoute, Decision};
 use crate::services::{ClientCount, LoginCount, Services};
 use crate::session;
+use crate::session::exec;
 use crate::session::Settings;
 
 /// The task of one accepted connection, to its end: registers the socket with the reactor of
@@ -346,6 +349,7 @@ fn relay_mode<'a>(
         )),
         stats: Some((pool.clone(), worker)),
         target: None,
+        between: false,
         // Session mode: a client holds its server for good, so it can only move with it, and
         // only at an idle answer (pooled clients move between transactions, without one).
         shed: (!pooled && services.balance.len() > 1).then_some((&*services.balance, worker)),
@@ -411,6 +415,7 @@ fn run<'a>(
         let mut config_gen = services.config_gen.load(Ordering::Relaxed);
         let mut relay_mode = relay_mode(services, &session.pool, mode, client.worker);
         let mut idle_timer = IdleTimer::default();
+        let mut between = false;
         loop {
             if session.server.is_none() {
                 let gen = services.config_gen.load(Ordering::Relaxed);
@@ -461,8 +466,28 @@ fn run<'a>(
                         cold::cold(deliver_held(client, &mut s)).await?;
                     }
                 }
+                if let Some(begin) = session.route.pending_begin.take() {
+                    // A sharded database's deferred BEGIN, now that its shard is known.
+                    cold::cold(exec::in_transaction(&mut s, &begin)).await?;
+                }
                 session.slot.set(Some(s.key.clone()));
                 session.server = Some(s);
+            } else if between {
+                // A sharded database's transaction: its next batch must stay on its shard.
+                between = false;
+                let wait = relay_mode.timeouts.idle_in_transaction;
+                match next_request(client, services, wait, &mut idle_timer).await {
+                    Ok(Some(())) => {}
+                    Ok(None) => return Ok(Exit::Left("client closed the connection")),
+                    Err(e) if e.kind() == Kind::ClientIdle => {
+                        return Err(timed_out(Phase::IdleInTransaction, &relay_mode.timeouts))
+                    }
+                    Err(e) => return Err(e),
+                }
+                if cold::cold(check_in_transaction(client, session)).await? {
+                    between = true;
+                    continue;
+                }
             }
             let s = session.server.as_mut().expect("attached");
             // Set for this relay in place (no second Mode kept in every client's future).
@@ -471,6 +496,7 @@ fn run<'a>(
             // each transaction is routed on its own: a pipelined next one must wait.
             let routed = session.cluster.routed();
             relay_mode.target = if routed { session.target } else { None };
+            relay_mode.between = routed && session.cluster.sharding().is_some();
             let mut home = None;
             if routed {
                 // A routed session does not move (its servers may be several).
@@ -519,6 +545,7 @@ fn run<'a>(
                         return Ok(Exit::Left("shutdown"));
                     }
                 }
+                Outcome::Between => between = true,
                 Outcome::TimedOut(phase) => {
                     session.slot.set(None);
                     return Err(timed_out(phase, &relay_mode.timeouts));

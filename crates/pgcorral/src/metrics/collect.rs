@@ -31,6 +31,8 @@ struct PoolData {
     user: String,
     /// `host:port`: a database with replicas has one pool per server.
     server: String,
+    /// The shard the server serves ("0" for a database that is not sharded).
+    shard: String,
     mode: &'static str,
     size: usize,
     now: Snapshot,
@@ -41,17 +43,18 @@ struct PoolData {
 }
 
 impl PoolData {
-    fn labels(&self) -> [(&str, &str); 3] {
+    fn labels(&self) -> [(&str, &str); 4] {
         [
             ("database", &self.database),
             ("user", &self.user),
             ("server", &self.server),
+            ("shard", &self.shard),
         ]
     }
 
-    fn with<'a>(&'a self, key: &'a str, value: &'a str) -> [(&'a str, &'a str); 4] {
-        let [d, u, s] = self.labels();
-        [d, u, s, (key, value)]
+    fn with<'a>(&'a self, key: &'a str, value: &'a str) -> [(&'a str, &'a str); 5] {
+        let [d, u, s, h] = self.labels();
+        [d, u, s, h, (key, value)]
     }
 }
 
@@ -67,6 +70,7 @@ fn read(services: &Services) -> Vec<PoolData> {
                 database: database.to_string(),
                 user: user.to_string(),
                 server: p.node().map(|n| n.addr()).unwrap_or_default(),
+                shard: p.node().map_or(0, |n| n.shard).to_string(),
                 mode: mode_name(p.settings().mode),
                 size: p.settings().size,
                 now: p.snapshot(),

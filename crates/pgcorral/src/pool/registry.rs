@@ -11,7 +11,7 @@ use super::limits::{CapKey, Limits};
 use super::{Pool, PoolSettings};
 use crate::cluster::topology::{RouteSettings, Topology};
 use crate::cluster::{Cluster, ShardPools};
-use crate::config::{millis_opt, Config, ServerEntry, ServerRole};
+use crate::config::{millis_opt, Config, Database, ServerEntry, ServerRole};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::server::connect::{Secret, Target};
@@ -161,6 +161,23 @@ pub(crate) struct Resolved {
     pub sharding: Option<Arc<Sharding>>,
 }
 
+/// How a sharded database's keys map to its shards, from its configuration.
+pub(crate) fn sharding_of(db: &Database) -> Sharding {
+    let tables = db
+        .sharded_tables
+        .iter()
+        .map(|t| Table::new(&t.name, t.columns.clone(), t.types.clone()))
+        .collect();
+    Sharding::new(
+        db.shards.len(),
+        db.function(),
+        tables,
+        &db.omnisharded_tables,
+        db.default_shard,
+        db.key_types(),
+    )
+}
+
 /// The error for a database pgcorral's configuration does not name.
 pub(crate) fn unknown_database(database: &str) -> Error {
     Error::new(
@@ -213,21 +230,7 @@ pub(crate) fn resolve(
             (shard.servers, targets)
         })
         .collect();
-    let sharding = db.sharded().then(|| {
-        let tables = db
-            .sharded_tables
-            .iter()
-            .map(|t| Table::new(&t.name, t.columns.clone(), t.types.clone()))
-            .collect();
-        Arc::new(Sharding::new(
-            db.shards.len(),
-            db.function(),
-            tables,
-            &db.omnisharded_tables,
-            db.default_shard,
-            db.key_types(),
-        ))
-    });
+    let sharding = db.sharded().then(|| Arc::new(sharding_of(db)));
     let route = RouteSettings::of(config, db);
     let max_db = db.max_db_connections.unwrap_or(g.max_db_connections);
     let max_user = user_cfg

@@ -661,6 +661,15 @@ impl Link<'_> {
         self.expect.push_entry(Msg::Sync, ready, None);
     }
 
+    /// A client's Flush after a Parse and Describe with no Bind, on a sharded database: sent as
+    /// a Sync of pgcorral's whose ReadyForQuery is hidden, so that the batch ends and the
+    /// server can go back to the pool before the client's Bind is routed by its parameters.
+    pub fn flush_as_sync(&mut self, st: &mut LinkState) {
+        pgwire::encode::sync(self.out);
+        st.on_sync();
+        self.expect.push_entry(Msg::Sync, false, None);
+    }
+
     /// Closes [`DUP`] on the server (it may be there from last time).
     fn free_dup_name(&mut self) {
         pgwire::encode::close(self.out, b'S', DUP.as_bytes());

@@ -59,6 +59,10 @@ pub enum Outcome {
     ServerGone { notified: bool },
     /// A timeout of [`Timeouts`] expired.
     TimedOut(Phase),
+    /// A sharded database's batch inside a transaction is answered (see
+    /// [`LinkState::between`]): the server stays the client's, and its next batch is checked
+    /// before it goes.
+    Between,
     /// The next message is a Query refused by `session_pinning = "refuse"` (left unread in
     /// the client's buffer); everything before it has been answered.
     Refused(&'static str),
@@ -142,6 +146,8 @@ pub struct Mode<'a> {
     /// on its own, so one request batch is in flight at a time (see
     /// [`LinkState::one_batch`]). `None`: the database's one server.
     pub target: Option<Target>,
+    /// A sharded database: stop at each answered batch of a transaction ([`Outcome::Between`]).
+    pub between: bool,
     /// Session mode: also stop when the server is idle while the client's worker would move a
     /// client elsewhere (the balance and that worker), so that the client can move with its
     /// server.
@@ -322,6 +328,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     let mut unnamed_here = false;
     let mut timer = PhaseTimer::new(&mode.timeouts);
     server.state.one_batch = mode.target.is_some();
+    server.state.between = mode.between;
     // Whatever the client already sent (the request that caused checkout) goes first.
     let mut c = scan_c(client, server, mode, &mut unnamed_here);
     metered(mode, &mut server.meter, &server.state, Done::default());

@@ -217,6 +217,19 @@ pub fn scan_server(
                         out.stop = Some(Outcome::Idle);
                         break;
                     }
+                    if hide && st.between && stop_when_idle && st.is_idle() {
+                        // The ReadyForQuery of the Sync that ended a sharded database's
+                        // describe-only batch (see `flush_as_sync`): the server may go.
+                        pos += h.total_len();
+                        front = pos;
+                        out.stop = Some(Outcome::Idle);
+                        break;
+                    }
+                    if !hide && st.between && quiet && st.tx != TxStatus::Idle {
+                        pos += h.total_len();
+                        out.stop = Some(Outcome::Between);
+                        break;
+                    }
                 }
                 pos += h.total_len();
                 if hide {
@@ -362,6 +375,22 @@ pub fn scan_client(
                 mark(st, bound_effect(l, &buf[pos..], h));
             }
         }
+        if h.tag == frontend::FLUSH && st.between && st.unsynced && !st.bound && !count_only {
+            if let Some(l) = link.as_deref_mut() {
+                // A sharded database's Parse and Describe without a Bind: the statement's
+                // shard is not known yet, so this batch ends here, with a Sync of pgcorral's
+                // (its ReadyForQuery hidden) in place of the Flush; the Bind that follows is
+                // routed on its own.
+                if pos > front {
+                    out.again = true;
+                    break;
+                }
+                l.flush_as_sync(st);
+                pos += h.total_len();
+                front = pos;
+                continue;
+            }
+        }
         if let Some(l) = link.as_deref_mut().filter(|_| !count_only) {
             match l.plan(h, &buf[pos..]) {
                 Plan::NeedMore => break,
@@ -458,6 +487,7 @@ pub fn scan_client(
 fn on_extended(st: &mut LinkState, tag: u8) {
     // A Flush asks for nothing of its own: after a Sync it leaves the link synced.
     st.unsynced |= tag != frontend::FLUSH;
+    st.bound |= tag == frontend::BIND;
     if tag == frontend::EXECUTE {
         st.on_execute();
     } else {

@@ -8,6 +8,7 @@
 pub mod classify;
 pub mod hint;
 pub mod shard;
+pub mod tx;
 
 use bytes::{Buf, BytesMut};
 use classify::Class;
@@ -27,7 +28,7 @@ use crate::rows::Table;
 use crate::shard::Sharding;
 
 /// A client's routing state: its `SET SERVER ROLE`, `SET SHARD` and read-your-writes position.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ClientRoute {
     /// `None`: the database's default.
     pub role: Option<RoleChoice>,
@@ -36,6 +37,19 @@ pub struct ClientRoute {
     /// The shard `SET SHARD` or `SET SHARDING KEY` chose (sharded databases); `None`: each
     /// request's own keys choose.
     pub shard: Option<usize>,
+    /// A transaction opened by a lone BEGIN, waiting for a statement that names its shard.
+    pub deferred: Option<Box<tx::Deferred>>,
+    /// That BEGIN, to run on the server before the request that placed it.
+    pub pending_begin: Option<Box<str>>,
+}
+
+impl ClientRoute {
+    /// The transaction status pgcorral's own answers report.
+    fn status(&self) -> TxStatus {
+        self.deferred
+            .as_ref()
+            .map_or(TxStatus::Idle, |d| d.status())
+    }
 }
 
 /// What to do with the client's next request.
@@ -58,7 +72,8 @@ pub async fn decide(
 ) -> Result<Decision> {
     let settings = cluster.topology().settings();
     let sharding = cluster.sharding();
-    if let Some(answer) = own_command(client, route, &settings, sharding.map(|s| &**s))? {
+    let status = route.status();
+    if let Some(answer) = own_command(client, route, &settings, sharding.map(|s| &**s), status)? {
         send(client, &answer).await?;
         return Ok(Decision::Answered);
     }
@@ -86,22 +101,169 @@ pub async fn decide(
     let (Some(sharding), Decision::Route(mut target)) = (sharding, decision) else {
         return Ok(decision);
     };
+    if let Some(answer) = transaction_command(client, route) {
+        send(client, &answer).await?;
+        return Ok(Decision::Answered);
+    }
+    if route.deferred.as_ref().is_some_and(|d| d.failed) {
+        let Some(len) = shard::request_len(client) else {
+            return Ok(Decision::NeedMore);
+        };
+        client.buf.advance(len);
+        let mut out = BytesMut::new();
+        tx::aborted(&mut out);
+        pgwire::encode::ready_for_query(&mut out, TxStatus::Failed);
+        send(client, &out).await?;
+        return Ok(Decision::Answered);
+    }
     let writes = || classify_batch(client, cache, &settings) == Class::Write;
-    match shard::shard_of(client, sharding, route.shard, writes) {
-        shard::Shard::One(n) => {
+    let chosen = route
+        .deferred
+        .as_ref()
+        .and_then(|d| d.shard)
+        .or(route.shard);
+    let refused = match shard::shard_of(client, sharding, chosen, writes) {
+        shard::Shard::One(n) => Ok(n),
+        shard::Shard::Any => Ok(sharding.plans.any_shard(sharding.shards)),
+        shard::Shard::NoKey(len, why) => sharding.default_shard.ok_or((len, why)),
+        shard::Shard::Refused(len, why) => Err((len, why)),
+        shard::Shard::NeedMore => return Ok(Decision::NeedMore),
+    };
+    match refused {
+        Ok(n) => {
+            if let Some(d) = route.deferred.take() {
+                route.pending_begin = Some(d.begin.into_boxed_str());
+            }
             target.shards = Shards::One(n);
             Ok(Decision::Route(target))
         }
-        shard::Shard::NeedMore => Ok(Decision::NeedMore),
-        shard::Shard::Refused(len, msg) => {
+        Err((len, msg)) => {
             client.buf.advance(len);
+            if let Some(d) = &mut route.deferred {
+                d.failed = true;
+            }
             let mut out = BytesMut::new();
             pgwire::encode::error_response(&mut out, "ERROR", "0A000", &msg);
-            pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
+            pgwire::encode::ready_for_query(&mut out, route.status());
             send(client, &out).await?;
             Ok(Decision::Answered)
         }
     }
+}
+
+/// pgcorral's answer to a lone transaction command on a sharded database: a BEGIN that no
+/// shard is chosen for yet is deferred, and the commands of a deferred transaction answered.
+fn transaction_command(client: &mut ClientConn, route: &mut ClientRoute) -> Option<BytesMut> {
+    let (len, text) = whole_query(client)?;
+    let cmd = tx::command(text)?;
+    let begins_unplaced = matches!(cmd, tx::TxCommand::Begin(_))
+        && route.shard.is_none()
+        && hint::comment_shard(text).is_none();
+    if route.deferred.is_none() && !begins_unplaced {
+        return None;
+    }
+    let text = text.to_string();
+    let mut out = BytesMut::new();
+    tx::answer(cmd, &mut route.deferred, &text, &mut out);
+    client.buf.advance(len);
+    Some(out)
+}
+
+/// A whole simple Query at the start of the client's buffer: its length and text.
+fn whole_query(client: &ClientConn) -> Option<(usize, &str)> {
+    let h = Header::parse(&client.buf, client.max_len).ok()??;
+    if h.tag != b'Q' || client.buf.len() < h.total_len() {
+        return None;
+    }
+    let text = query_text(&client.buf[pgwire::header::HEADER_LEN..h.total_len()])?;
+    Some((h.total_len(), text))
+}
+
+/// What a batch inside a sharded database's transaction (on `shard`) may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InTransaction {
+    /// Go on the transaction's server.
+    Go,
+    /// pgcorral answered it (its own commands).
+    Answered,
+    /// It needs another shard (or several): the transaction fails with this message; the
+    /// request (its bytes at the front of the buffer) is consumed.
+    Fail(String),
+    /// Read more of it.
+    NeedMore,
+}
+
+/// Checks the client's next batch inside a transaction on `shard` of a sharded database.
+pub async fn in_transaction(
+    client: &mut ClientConn,
+    cluster: &Cluster,
+    route: &mut ClientRoute,
+    shard: usize,
+    status: TxStatus,
+) -> Result<InTransaction> {
+    let Some(sharding) = cluster.sharding() else {
+        return Ok(InTransaction::Go);
+    };
+    if let Some((len, text)) = whole_query(client) {
+        if hint::command(text) == Ok(Some(Command::ShowShard)) {
+            client.buf.advance(len);
+            let mut out = BytesMut::new();
+            let mut t = Table::text(&["shard"]);
+            t.row(vec![shard.to_string().into()]);
+            t.describe(&mut out);
+            t.rows(&mut out);
+            pgwire::encode::ready_for_query(&mut out, status);
+            send(client, &out).await?;
+            return Ok(InTransaction::Answered);
+        }
+        let named = match hint::command(text) {
+            Ok(Some(Command::SetShard(Some(n)))) => {
+                Some(shard::choose(sharding, &ShardChoice::Shard(n)))
+            }
+            Ok(Some(Command::SetShardingKey(k))) => {
+                Some(shard::choose(sharding, &ShardChoice::Key(k)))
+            }
+            _ => None,
+        };
+        if let Some(named) = named {
+            client.buf.advance(len);
+            return Ok(match named {
+                Ok(n) if n == shard => {
+                    let mut out = BytesMut::new();
+                    pgwire::encode::command_complete(&mut out, "SET");
+                    pgwire::encode::ready_for_query(&mut out, status);
+                    send(client, &out).await?;
+                    InTransaction::Answered
+                }
+                Ok(n) => InTransaction::Fail(format!(
+                    "the transaction is on shard {shard}: it cannot move to shard {n} (a transaction stays on one shard)"
+                )),
+                Err(msg) => InTransaction::Fail(msg),
+            });
+        }
+    }
+    let settings = cluster.topology().settings();
+    if let Some(answer) = own_command(client, route, &settings, Some(sharding), status)? {
+        send(client, &answer).await?;
+        return Ok(InTransaction::Answered);
+    }
+    // A shard the client chose keeps the transaction where it is; else its keys must agree.
+    let chosen = route.shard.map(|_| shard);
+    Ok(match shard::shard_of(client, sharding, chosen, || false) {
+        shard::Shard::One(n) if n != shard => {
+            let len = shard::request_len(client).unwrap_or(0);
+            client.buf.advance(len);
+            InTransaction::Fail(format!(
+                "the transaction is on shard {shard}, and this request's key is on shard {n}: a transaction stays on one shard"
+            ))
+        }
+        shard::Shard::Refused(len, msg) => {
+            client.buf.advance(len);
+            InTransaction::Fail(msg)
+        }
+        shard::Shard::NeedMore => InTransaction::NeedMore,
+        _ => InTransaction::Go,
+    })
 }
 
 async fn send(client: &mut ClientConn, out: &[u8]) -> Result<()> {
@@ -136,6 +298,7 @@ fn own_command(
     route: &mut ClientRoute,
     settings: &RouteSettings,
     sharding: Option<&Sharding>,
+    status: TxStatus,
 ) -> Result<Option<BytesMut>> {
     let Ok(Some(h)) = Header::parse(&client.buf, client.max_len) else {
         return Ok(None);
@@ -177,6 +340,11 @@ fn own_command(
                 .map(|n| shard::choose(sharding, &ShardChoice::Shard(n)))
                 .transpose()
             {
+                // Inside a deferred transaction: for that transaction only.
+                Ok(n) if route.deferred.is_some() => {
+                    route.deferred.as_mut().expect("checked").shard = n;
+                    pgwire::encode::command_complete(&mut out, "SET");
+                }
                 Ok(n) => {
                     route.shard = n;
                     pgwire::encode::command_complete(&mut out, "SET");
@@ -187,6 +355,10 @@ fn own_command(
         Ok(Some(Command::SetShardingKey(key))) => {
             let sharding = sharding.expect("checked");
             match shard::choose(sharding, &ShardChoice::Key(key)) {
+                Ok(n) if route.deferred.is_some() => {
+                    route.deferred.as_mut().expect("checked").shard = Some(n);
+                    pgwire::encode::command_complete(&mut out, "SET");
+                }
                 Ok(n) => {
                     route.shard = Some(n);
                     pgwire::encode::command_complete(&mut out, "SET");
@@ -205,7 +377,7 @@ fn own_command(
         }
         Err(msg) => pgwire::encode::error_response(&mut out, "ERROR", "22023", &msg),
     }
-    pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
+    pgwire::encode::ready_for_query(&mut out, status);
     client.buf.advance(h.total_len());
     Ok(Some(out))
 }

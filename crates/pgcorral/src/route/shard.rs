@@ -16,7 +16,12 @@ use crate::shard::Sharding;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Shard {
     One(usize),
-    /// Bytes of the request (up to its Sync, or its Query) and the message for the client.
+    /// Any shard answers it alike.
+    Any,
+    /// It names no shard: the database's default shard takes it, else it is refused (bytes of
+    /// the request, up to its Sync or its Query, and the message for the client).
+    NoKey(usize, String),
+    /// Refused (bytes of the request and the message for the client).
     Refused(usize, String),
     /// The request's values are still to come (a Parse whose Bind is not read yet).
     NeedMore,
@@ -61,18 +66,20 @@ pub fn shard_of(
     }
     match place {
         Place::Shard(n) => Shard::One(n),
-        Place::Any => Shard::One(sharding.plans.any_shard(sharding.shards)),
+        Place::Any => Shard::Any,
         Place::OmniWrite(t) if writes() => Shard::Refused(
             batch.len,
             format!("table {t} is omnisharded (the same on every shard): writing it needs writes across shards, which pgcorral does not do yet; name the shard to write one copy"),
         ),
-        Place::OmniWrite(_) => Shard::One(sharding.plans.any_shard(sharding.shards)),
-        Place::Default(why) => match sharding.default_shard {
-            Some(n) => Shard::One(n),
-            None => Shard::Refused(batch.len, why),
-        },
+        Place::OmniWrite(_) => Shard::Any,
+        Place::Default(why) => Shard::NoKey(batch.len, why),
         Place::Refuse(why) => Shard::Refused(batch.len, why),
     }
+}
+
+/// Bytes of the whole request at the front of the client's buffer (`None`: not all read).
+pub fn request_len(client: &ClientConn) -> Option<usize> {
+    Batch::read(client).map(|b| b.len)
 }
 
 /// The shard a comment or `SET` names.

@@ -70,6 +70,8 @@ pub struct LinkState {
     pub pending: u32,
     /// Extended-protocol messages were sent after the last Sync.
     pub unsynced: bool,
+    /// A Bind was sent after the last Sync.
+    pub bound: bool,
     /// Transaction status from the last ReadyForQuery.
     pub tx: TxStatus,
     /// The connection must not be reused (I/O error, FATAL, protocol confusion).
@@ -87,6 +89,9 @@ pub struct LinkState {
     /// One request batch at a time (databases with replicas): a client's next batch is not
     /// sent before the last one is answered, as it may need another server.
     pub one_batch: bool,
+    /// Sharded databases: the relay also stops when a batch inside a transaction is answered,
+    /// so that the next one is checked against the transaction's shard.
+    pub between: bool,
 }
 
 /// Extended-protocol clients send Sync (or Flush) right after Execute, before they know the
@@ -134,6 +139,7 @@ impl LinkState {
         }
         self.pending += 1;
         self.unsynced = false;
+        self.bound = false;
         true
     }
 
@@ -192,12 +198,14 @@ impl Default for LinkState {
         LinkState {
             pending: 0,
             unsynced: false,
+            bound: false,
             tx: TxStatus::Idle,
             broken: false,
             copy: CopyTrack::default(),
             dirty: false,
             taint: false,
             one_batch: false,
+            between: false,
         }
     }
 }

@@ -33,7 +33,17 @@ pub async fn query(server: &mut ServerConn, sql: &str) -> Result<Rows> {
 
 /// [`query`], returning the rows of each statement that returned rows, in order.
 pub async fn query_sets(server: &mut ServerConn, sql: &str) -> Result<Vec<Rows>> {
-    match timer::timeout(EXEC_TIMEOUT, run(server, sql)).await {
+    timed(server, sql, false).await
+}
+
+/// Runs `sql` for the client inside its transaction (a deferred BEGIN, a statement that fails
+/// the transaction): the server may be left in a transaction.
+pub async fn in_transaction(server: &mut ServerConn, sql: &str) -> Result<()> {
+    timed(server, sql, true).await.map(drop)
+}
+
+async fn timed(server: &mut ServerConn, sql: &str, in_tx: bool) -> Result<Vec<Rows>> {
+    match timer::timeout(EXEC_TIMEOUT, run(server, sql, in_tx)).await {
         Ok(Ok(sets)) => Ok(sets),
         Ok(Err(e)) => {
             if e.kind() != Kind::ServerError {
@@ -51,7 +61,7 @@ pub async fn query_sets(server: &mut ServerConn, sql: &str) -> Result<Vec<Rows>>
     }
 }
 
-async fn run(server: &mut ServerConn, sql: &str) -> Result<Vec<Rows>> {
+async fn run(server: &mut ServerConn, sql: &str, in_tx: bool) -> Result<Vec<Rows>> {
     let mut out = BytesMut::with_capacity(sql.len() + 8);
     pgwire::encode::query(&mut out, sql);
     server
@@ -109,7 +119,7 @@ async fn run(server: &mut ServerConn, sql: &str) -> Result<Vec<Rows>> {
                     .copied()
                     .and_then(TxStatus::from_byte)
                     .unwrap_or(TxStatus::Failed);
-                if server.state.tx != TxStatus::Idle {
+                if server.state.tx != TxStatus::Idle && !in_tx {
                     server.state.broken = true;
                 }
                 return match failed {

@@ -119,17 +119,19 @@ impl Value {
         }
     }
 
-    /// A value from a binary-format parameter.
+    /// A value from a binary-format parameter. An integer key takes any integer width: the
+    /// client chose the parameter's type (int2 for a small number, say), and the value is
+    /// the same whatever its width.
     pub fn from_binary(ty: KeyType, bytes: &[u8]) -> Result<Value, BadKey> {
         let bad = |why| BadKey { ty, why };
+        let int = match bytes.len() {
+            2 => i64::from(i16::from_be_bytes([bytes[0], bytes[1]])),
+            4 => i64::from(i32::from_be_bytes(bytes.try_into().expect("4 bytes"))),
+            8 => i64::from_be_bytes(bytes.try_into().expect("8 bytes")),
+            _ => 0,
+        };
         match (ty, bytes.len()) {
-            (KeyType::Int2, 2) => Ok(Value::Int(i16::from_be_bytes([bytes[0], bytes[1]]).into())),
-            (KeyType::Int4, 4) => Ok(Value::Int(
-                i32::from_be_bytes(bytes.try_into().expect("4 bytes")).into(),
-            )),
-            (KeyType::Int8, 8) => Ok(Value::Int(i64::from_be_bytes(
-                bytes.try_into().expect("8 bytes"),
-            ))),
+            (KeyType::Int2 | KeyType::Int4 | KeyType::Int8, 2 | 4 | 8) => in_range(ty, int),
             (KeyType::Uuid, 16) => Ok(Value::Uuid(bytes.try_into().expect("16 bytes"))),
             (KeyType::Text | KeyType::Varchar | KeyType::Bpchar, _) => {
                 Ok(Value::Text(bytes.to_vec()))
@@ -290,7 +292,12 @@ mod tests {
         for (ty, text, bin) in cases {
             assert_eq!(Value::from_text(ty, text), Value::from_binary(ty, bin));
         }
-        assert!(Value::from_binary(KeyType::Int4, &[0, 1]).is_err());
+        assert!(Value::from_binary(KeyType::Int4, &[0, 1, 2]).is_err());
+        assert_eq!(
+            Value::from_binary(KeyType::Int8, &7i16.to_be_bytes()),
+            Ok(Value::Int(7))
+        );
+        assert!(Value::from_binary(KeyType::Int2, &70000i32.to_be_bytes()).is_err());
     }
 
     /// PgCat's own expectations for its two functions (its tests' tables of keys and shards).

@@ -116,7 +116,17 @@ impl Plan {
                 let v = match src {
                     Src::Null => Some(Value::Null),
                     Src::Text(t) => Value::from_text(ty, t.as_bytes()).ok(),
-                    Src::Param(i) => param(*i, ty),
+                    Src::Param(i) => match param(*i, ty) {
+                        Some(v) => Some(v),
+                        // Not read, not a guess: the request goes where no key sends it.
+                        None => {
+                            return Place::Default(format!(
+                                "the sharding key in parameter ${} cannot be read as {}: name the shard (SET SHARD, /* shard_id: n */)",
+                                i + 1,
+                                ty.name()
+                            ))
+                        }
+                    },
                     Src::Literal { index, negate } => {
                         let spans = spans.get_or_insert_with(|| {
                             let mut v = Vec::new();
@@ -130,8 +140,8 @@ impl Plan {
                 };
                 match v {
                     Some(v) => values.push(v),
-                    // A value PostgreSQL will refuse (or a parameter not sent): any shard
-                    // gives the client PostgreSQL's own answer.
+                    // A constant that is not a value of the key's type: PostgreSQL refuses
+                    // it, or it matches nothing, on any shard alike.
                     None => return Place::Any,
                 }
             }

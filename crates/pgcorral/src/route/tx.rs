@@ -1,0 +1,152 @@
+//! A sharded database's transactions stay on one shard: a `BEGIN` sent alone is answered by
+//! pgcorral and waits for the first statement that names a shard (it is then run there first),
+//! and each later batch of the transaction is checked against the transaction's shard.
+
+use bytes::BytesMut;
+use pg_query::protobuf::TransactionStmtKind;
+use pg_query::NodeEnum;
+use pgwire::backend::TxStatus;
+use pgwire::encode;
+
+/// A transaction opened by a lone `BEGIN` that no statement has placed on a shard yet.
+#[derive(Debug, Clone, Default)]
+pub struct Deferred {
+    /// The client's BEGIN, run on the shard first.
+    pub begin: String,
+    /// A statement failed (it named no shard, or several): the rest is refused until the
+    /// transaction ends, as PostgreSQL refuses it in a failed transaction.
+    pub failed: bool,
+    /// `SET SHARD` or `SET SHARDING KEY` inside it: the shard of this transaction only.
+    pub shard: Option<usize>,
+}
+
+impl Deferred {
+    pub fn status(&self) -> TxStatus {
+        if self.failed {
+            TxStatus::Failed
+        } else {
+            TxStatus::InTransaction
+        }
+    }
+}
+
+/// Transaction control sent alone in a simple Query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxCommand {
+    /// BEGIN or START TRANSACTION (the CommandComplete tag).
+    Begin(&'static str),
+    Commit,
+    Rollback,
+}
+
+/// The transaction command `sql` is, when it is exactly one BEGIN, START TRANSACTION, COMMIT,
+/// END, ROLLBACK or ABORT (without AND CHAIN); the parser is asked only when the first word
+/// is one of those.
+pub fn command(sql: &str) -> Option<TxCommand> {
+    let first = sql
+        .trim_start_matches(|c: char| c.is_ascii_whitespace() || c == ';')
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()?
+        .to_ascii_lowercase();
+    if !matches!(
+        first.as_str(),
+        "begin" | "start" | "commit" | "end" | "rollback" | "abort"
+    ) {
+        return None;
+    }
+    let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT).ok()?;
+    let [raw] = &parsed.protobuf.stmts[..] else {
+        return None;
+    };
+    let Some(NodeEnum::TransactionStmt(t)) = raw.stmt.as_ref().and_then(|n| n.node.as_ref()) else {
+        return None;
+    };
+    match t.kind() {
+        TransactionStmtKind::TransStmtBegin => Some(TxCommand::Begin("BEGIN")),
+        TransactionStmtKind::TransStmtStart => Some(TxCommand::Begin("START TRANSACTION")),
+        TransactionStmtKind::TransStmtCommit if !t.chain => Some(TxCommand::Commit),
+        TransactionStmtKind::TransStmtRollback if !t.chain => Some(TxCommand::Rollback),
+        _ => None,
+    }
+}
+
+/// pgcorral's answer to a transaction command while a transaction is deferred (or to the
+/// BEGIN that defers one); `None` when the deferred transaction ends with it.
+pub fn answer(cmd: TxCommand, deferred: &mut Option<Box<Deferred>>, sql: &str, out: &mut BytesMut) {
+    match (cmd, deferred.as_mut()) {
+        (TxCommand::Begin(tag), None) => {
+            *deferred = Some(Box::new(Deferred {
+                begin: sql.to_string(),
+                ..Deferred::default()
+            }));
+            encode::command_complete(out, tag);
+        }
+        (TxCommand::Begin(_), Some(d)) if d.failed => aborted(out),
+        (TxCommand::Begin(tag), Some(_)) => {
+            // PostgreSQL warns and goes on.
+            encode::notice_response(
+                out,
+                "WARNING",
+                "25001",
+                "there is already a transaction in progress",
+            );
+            encode::command_complete(out, tag);
+        }
+        (TxCommand::Commit, Some(d)) if d.failed => {
+            *deferred = None;
+            encode::command_complete(out, "ROLLBACK");
+        }
+        (TxCommand::Commit, _) => {
+            *deferred = None;
+            encode::command_complete(out, "COMMIT");
+        }
+        (TxCommand::Rollback, _) => {
+            *deferred = None;
+            encode::command_complete(out, "ROLLBACK");
+        }
+    }
+    let status = deferred.as_ref().map_or(TxStatus::Idle, |d| d.status());
+    encode::ready_for_query(out, status);
+}
+
+/// PostgreSQL's error for a statement in a failed transaction.
+pub fn aborted(out: &mut BytesMut) {
+    encode::error_response(
+        out,
+        "ERROR",
+        "25P02",
+        "current transaction is aborted, commands ignored until end of transaction block",
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transaction_commands() {
+        assert_eq!(command("BEGIN"), Some(TxCommand::Begin("BEGIN")));
+        assert_eq!(
+            command("begin isolation level serializable;"),
+            Some(TxCommand::Begin("BEGIN"))
+        );
+        assert_eq!(
+            command("START TRANSACTION READ ONLY"),
+            Some(TxCommand::Begin("START TRANSACTION"))
+        );
+        assert_eq!(command("commit"), Some(TxCommand::Commit));
+        assert_eq!(command("END"), Some(TxCommand::Commit));
+        assert_eq!(command("ABORT"), Some(TxCommand::Rollback));
+        assert_eq!(command("ROLLBACK"), Some(TxCommand::Rollback));
+        for not in [
+            "BEGIN; SELECT 1",
+            "COMMIT AND CHAIN",
+            "ROLLBACK TO SAVEPOINT a",
+            "SELECT 1",
+            "begin_work()",
+            "PREPARE TRANSACTION 'x'",
+        ] {
+            assert_eq!(command(not), None, "{not}");
+        }
+    }
+}
