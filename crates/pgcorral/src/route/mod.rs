@@ -122,12 +122,24 @@ pub async fn decide(
         .as_ref()
         .and_then(|d| d.shard)
         .or(route.shard);
-    let refused = match shard::shard_of(client, sharding, chosen, writes) {
+    let placed = match shard::shard_of(client, sharding, chosen, writes) {
+        shard::Shard::NeedColumns(t) => {
+            shard::learn_columns(cluster, sharding, t, client.worker).await?;
+            let writes = || classify_batch(client, cache, &settings) == Class::Write;
+            shard::shard_of(client, sharding, chosen, writes)
+        }
+        other => other,
+    };
+    let refused = match placed {
         shard::Shard::One(n) => Ok(n),
         shard::Shard::Any => Ok(sharding.plans.any_shard(sharding.shards)),
         shard::Shard::NoKey(len, why) => sharding.default_shard.ok_or((len, why)),
         shard::Shard::Refused(len, why) => Err((len, why)),
         shard::Shard::NeedMore => return Ok(Decision::NeedMore),
+        shard::Shard::NeedColumns(_) => Err((
+            shard::request_len(client).unwrap_or(0),
+            "an INSERT without a column list into a sharded table whose columns could not be read from shard 0's catalog (does the table exist?): name the columns".to_string(),
+        )),
     };
     match refused {
         Ok(n) => {
@@ -249,7 +261,12 @@ pub async fn in_transaction(
     }
     // A shard the client chose keeps the transaction where it is; else its keys must agree.
     let chosen = route.shard.map(|_| shard);
-    Ok(match shard::shard_of(client, sharding, chosen, || false) {
+    let mut placed = shard::shard_of(client, sharding, chosen, || false);
+    if let shard::Shard::NeedColumns(t) = placed {
+        shard::learn_columns(cluster, sharding, t, client.worker).await?;
+        placed = shard::shard_of(client, sharding, chosen, || false);
+    }
+    Ok(match placed {
         shard::Shard::One(n) if n != shard => {
             let len = shard::request_len(client).unwrap_or(0);
             client.buf.advance(len);

@@ -7,7 +7,10 @@ use pgwire::Header;
 
 use super::hint::{self, ShardChoice};
 use crate::client_conn::ClientConn;
+use crate::cluster::{Cluster, Target, Want};
+use crate::error::{Kind, Result};
 use crate::prepared;
+use crate::session::exec;
 use crate::shard::key::{KeyType, Value};
 use crate::shard::plan::{Place, Plan};
 use crate::shard::Sharding;
@@ -25,6 +28,8 @@ pub enum Shard {
     Refused(usize, String),
     /// The request's values are still to come (a Parse whose Bind is not read yet).
     NeedMore,
+    /// Sharded table `n`'s columns must be read from a shard's catalog first.
+    NeedColumns(usize),
 }
 
 /// Where the request goes: `chosen` is the client's `SET SHARD` or `SET SHARDING KEY` (already
@@ -58,20 +63,22 @@ pub fn shard_of(
             (Place::Shard(a), Place::Shard(b)) if a != b => Place::Refuse(format!(
                 "the request's statements are on shards {a} and {b}: a request goes to one shard"
             )),
-            (p @ (Place::Refuse(_) | Place::OmniWrite(_)), _)
-            | (_, p @ (Place::Refuse(_) | Place::OmniWrite(_))) => p,
+            (p @ Place::NeedColumns(_), _) | (_, p @ Place::NeedColumns(_)) => p,
+            (p @ Place::Refuse(_), _) | (_, p @ Place::Refuse(_)) => p,
             (p @ Place::Shard(_), _) | (_, p @ Place::Shard(_)) => p,
-            (p @ Place::Default(_), Place::Default(_)) => p,
+            (p @ Place::Default(_), _) | (_, p @ Place::Default(_)) => p,
+            (p @ Place::Omni(_), Place::Omni(_)) => p,
         };
     }
     match place {
         Place::Shard(n) => Shard::One(n),
         Place::Any => Shard::Any,
-        Place::OmniWrite(t) if writes() => Shard::Refused(
+        Place::Omni(t) if writes() => Shard::Refused(
             batch.len,
             format!("table {t} is omnisharded (the same on every shard): writing it needs writes across shards, which pgcorral does not do yet; name the shard to write one copy"),
         ),
-        Place::OmniWrite(_) => Shard::Any,
+        Place::Omni(_) => Shard::Any,
+        Place::NeedColumns(t) => Shard::NeedColumns(t),
         Place::Default(why) => Shard::NoKey(batch.len, why),
         Place::Refuse(why) => Shard::Refused(batch.len, why),
     }
@@ -80,6 +87,47 @@ pub fn shard_of(
 /// Bytes of the whole request at the front of the client's buffer (`None`: not all read).
 pub fn request_len(client: &ClientConn) -> Option<usize> {
     Batch::read(client).map(|b| b.len)
+}
+
+/// Reads sharded table `table`'s columns from a shard's catalog (for an INSERT without a
+/// column list): on a server of shard 0, under the server's own search_path.
+pub async fn learn_columns(
+    cluster: &Cluster,
+    sharding: &Sharding,
+    table: usize,
+    worker: usize,
+) -> Result<()> {
+    let t = &sharding.tables[table];
+    let name = match &t.schema {
+        Some(s) => format!("{}.{}", quote_ident(s), quote_ident(&t.name)),
+        None => quote_ident(&t.name),
+    };
+    let sql = format!(
+        "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = '{}'::regclass \
+         AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        name.replace('\'', "''")
+    );
+    let mut server = cluster
+        .checkout(Target::first_shard(Want::Any, false), worker, 0)
+        .await?;
+    let columns: Vec<String> = match exec::query(&mut server, &sql).await {
+        Ok(rows) => rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten())
+            .collect(),
+        // No such table (yet): asked again next time.
+        Err(e) if e.kind() == Kind::ServerError => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    if !columns.is_empty() {
+        sharding.plans.learn_columns(table, columns);
+    }
+    Ok(())
+}
+
+/// `name` as a quoted identifier.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// The shard a comment or `SET` names.
@@ -101,7 +149,7 @@ fn plan_place(plan: &Plan, sharding: &Sharding, text: &str, bind: Option<&[u8]>)
     if bind.is_none() && plan.has_params() {
         return Place::Any;
     }
-    plan.place(sharding, text, &param, false)
+    plan.place(sharding, text, &param)
 }
 
 /// Parameter `i` of a Bind body as a key value of type `ty`.

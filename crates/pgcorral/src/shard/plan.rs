@@ -56,6 +56,8 @@ pub struct Plan {
     elsewhere: Option<&'static str>,
     /// An UPDATE that assigns a sharding key (the row would move to another shard).
     moves_key: Option<String>,
+    /// An INSERT without a column list into this sharded table, whose columns are not known.
+    needs_columns: Option<usize>,
 }
 
 /// Where a request goes, once its values are known.
@@ -66,8 +68,12 @@ pub enum Place {
     /// No key, and nothing that needs one: any shard answers alike (PostgreSQL's own error for a
     /// bad key value included).
     Any,
-    /// Only omnisharded tables, and the request writes: refused until writes span shards.
-    OmniWrite(String),
+    /// Only omnisharded tables: any shard for a read; a write is refused until writes span
+    /// shards.
+    Omni(String),
+    /// The columns of sharded table `n` (its index) must be read from the catalog first (an
+    /// INSERT without a column list).
+    NeedColumns(usize),
     /// The database's default shard, if it has one; else refused for this reason.
     Default(String),
     /// Refused: keys on several shards, or a key moved.
@@ -83,6 +89,7 @@ impl Plan {
         self.omni = self.omni.take().or_else(|| other.omni.clone());
         self.elsewhere = self.elsewhere.or(other.elsewhere);
         self.moves_key = self.moves_key.take().or_else(|| other.moves_key.clone());
+        self.needs_columns = self.needs_columns.or(other.needs_columns);
     }
 
     /// Needs the values of `$n` parameters.
@@ -93,15 +100,16 @@ impl Plan {
     }
 
     /// The place of a request with this plan: `text` is the statement's text (for its
-    /// constants), `param(i)` the value of `$i+1` as a key column of `table`'s type `col`,
-    /// `writes` whether the request may write.
+    /// constants), `param(i)` the value of `$i+1` as a key column of `table`'s type `col`.
     pub fn place(
         &self,
         sharding: &Sharding,
         text: &str,
         param: &dyn Fn(usize, super::key::KeyType) -> Option<Value>,
-        writes: bool,
     ) -> Place {
+        if let Some(t) = self.needs_columns {
+            return Place::NeedColumns(t);
+        }
         if let Some(m) = &self.moves_key {
             return Place::Refuse(format!(
                 "UPDATE assigns the sharding key of {m}: the row would move to another shard; delete it and insert it again"
@@ -173,8 +181,8 @@ impl Plan {
             return Place::Default(why.to_string());
         }
         match &self.omni {
-            Some(t) if writes => Place::OmniWrite(t.clone()),
-            _ => Place::Any,
+            Some(t) => Place::Omni(t.clone()),
+            None => Place::Any,
         }
     }
 }
@@ -198,6 +206,8 @@ fn literal(text: &str, negate: bool, ty: super::key::KeyType) -> Option<Value> {
 pub struct Plans {
     map: Mutex<HashMap<u64, Arc<Plan>>>,
     hasher: RandomState,
+    /// Each sharded table's columns in order (by its index), once read from a shard's catalog.
+    columns: Mutex<HashMap<usize, Arc<[String]>>>,
     /// Turns of the shards answering requests that any shard can answer.
     turn: AtomicUsize,
 }
@@ -221,6 +231,17 @@ impl Eq for Plans {}
 const PLANS_CAP: usize = 4096;
 
 impl Plans {
+    /// The columns of sharded table `table` in order, when known.
+    pub fn columns(&self, table: usize) -> Option<Arc<[String]>> {
+        self.columns.lock().get(&table).cloned()
+    }
+
+    /// Notes sharded table `table`'s columns; plans made without them are forgotten.
+    pub fn learn_columns(&self, table: usize, columns: Vec<String>) {
+        self.columns.lock().insert(table, columns.into());
+        self.map.lock().clear();
+    }
+
     /// The next of `shards` to answer a request that any shard can answer.
     pub fn any_shard(&self, shards: usize) -> usize {
         self.turn.fetch_add(1, Relaxed) % shards
@@ -537,14 +558,28 @@ impl Reader<'_> {
             return;
         };
         let t = &self.sharding.tables[v.table];
-        let cols: Vec<&str> = i
-            .cols
-            .iter()
-            .filter_map(|c| match c.node.as_ref() {
-                Some(NodeEnum::ResTarget(r)) => Some(r.name.as_str()),
-                _ => None,
-            })
-            .collect();
+        let known;
+        let cols: Vec<&str> = if i.cols.is_empty() {
+            // No column list: the table's own order, as the catalog says.
+            match self.sharding.plans.columns(v.table) {
+                Some(c) => {
+                    known = c;
+                    known.iter().map(String::as_str).collect()
+                }
+                None => {
+                    self.plan.needs_columns = Some(v.table);
+                    return;
+                }
+            }
+        } else {
+            i.cols
+                .iter()
+                .filter_map(|c| match c.node.as_ref() {
+                    Some(NodeEnum::ResTarget(r)) => Some(r.name.as_str()),
+                    _ => None,
+                })
+                .collect()
+        };
         // The position of each key column in the VALUES rows (the column list must name it).
         let Some(at): Option<Vec<usize>> = t
             .columns

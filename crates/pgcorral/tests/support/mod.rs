@@ -22,6 +22,7 @@ pub mod protocol;
 pub mod raw;
 pub mod replicas;
 pub mod session;
+pub mod sharding;
 pub mod timeouts;
 pub mod tls;
 pub mod tls_data;

@@ -1,0 +1,333 @@
+//! Sharding end to end, against real PostgreSQL servers as shards: rows written through
+//! pgcorral land on the shard PostgreSQL's hash partitioning chooses (checked on each shard
+//! with `satisfies_hash_partition`), reads by key find them, PgCat's and PgDog's commands and
+//! comments choose shards, transactions stay on one shard, and requests that name no shard are
+//! refused or go to the default shard, never guessed.
+
+mod support;
+
+use support::sharding::{assert_placed, config, keys_per_shard, shard_of_int, start};
+use support::{db_message, simple_rows, sqlstate, value, Pooler};
+use tokio_postgres::SimpleQueryMessage;
+
+use pgcorral::shard::key::KeyType;
+
+const ACCOUNTS: &str = "CREATE TABLE accounts (aid int PRIMARY KEY, v text); \
+                        CREATE TABLE countries (id int PRIMARY KEY, name text); \
+                        INSERT INTO countries VALUES (1, 'one')";
+
+const SHARDED: &str =
+    "sharded_tables = [{ name = \"accounts\", columns = [\"aid\"], types = [\"int4\"] }]\n\
+                       omnisharded_tables = [\"countries\"]";
+
+/// The rows a simple query returned, as text.
+async fn rows(c: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
+    simple_rows(&c.simple_query(sql).await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rows_land_on_the_shard_postgresql_hash_partitioning_chooses() {
+    let shards = start(3, ACCOUNTS);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    // Constants in simple queries, parameters in extended ones, several rows per INSERT
+    // when they share a shard.
+    for aid in 1..=150 {
+        c.simple_query(&format!(
+            "INSERT INTO accounts (aid, v) VALUES ({aid}, 'v{aid}')"
+        ))
+        .await
+        .unwrap();
+    }
+    for aid in 151..=300i32 {
+        c.execute(
+            "INSERT INTO accounts (v, aid) VALUES ($2, $1)",
+            &[&aid, &format!("v{aid}")],
+        )
+        .await
+        .unwrap();
+    }
+    let held = keys_per_shard(&shards, "accounts", "aid");
+    for (i, keys) in held.iter().enumerate() {
+        assert!(!keys.is_empty(), "shard {i} got no rows");
+        for k in keys {
+            assert_eq!(
+                shard_of_int(*k, KeyType::Int4, 3),
+                i,
+                "key {k} on shard {i}"
+            );
+        }
+    }
+    assert_eq!(held.iter().map(Vec::len).sum::<usize>(), 300);
+    assert_placed(&shards, "accounts", "aid", "int4");
+    // Every row is found by its key, in both protocols, and IN lists on one shard work.
+    for aid in (1..=300i32).step_by(7) {
+        assert_eq!(
+            value(&c, &format!("SELECT v FROM accounts WHERE aid = {aid}")).await,
+            format!("v{aid}")
+        );
+        let row = c
+            .query_one("SELECT v FROM accounts WHERE aid = $1", &[&aid])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), format!("v{aid}"));
+    }
+    let same: Vec<i64> = (1..300)
+        .filter(|k| shard_of_int(*k, KeyType::Int4, 3) == 0)
+        .take(3)
+        .collect();
+    let listed = rows(
+        &c,
+        &format!(
+            "SELECT aid FROM accounts WHERE aid IN ({}, {}, {}) ORDER BY aid",
+            same[0], same[1], same[2]
+        ),
+    )
+    .await;
+    assert_eq!(listed.len(), 3);
+    // Updates and deletes by key reach the row's shard.
+    c.simple_query("UPDATE accounts SET v = 'changed' WHERE aid = 42")
+        .await
+        .unwrap();
+    c.execute("DELETE FROM accounts WHERE aid = $1", &[&43i32])
+        .await
+        .unwrap();
+    let on = |k: i64| &shards[shard_of_int(k, KeyType::Int4, 3)];
+    assert_eq!(
+        on(42).sql("postgres", "SELECT v FROM accounts WHERE aid = 42"),
+        "changed"
+    );
+    assert_eq!(
+        on(43).sql("postgres", "SELECT count(*) FROM accounts WHERE aid = 43"),
+        "0"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_that_name_no_shard_are_refused_never_guessed() {
+    let shards = start(3, ACCOUNTS);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    let refused = |sql: &'static str| {
+        let c = &c;
+        async move {
+            let e = c.simple_query(sql).await.expect_err(sql);
+            (sqlstate(&e), db_message(&e))
+        }
+    };
+    let (code, msg) = refused("SELECT * FROM accounts").await;
+    assert_eq!(code, "0A000");
+    assert!(msg.contains("accounts") && msg.contains("aid"), "{msg}");
+    // Keys on several shards, a key changed, an omnisharded table written: refused.
+    let (a, b) = (
+        1i64,
+        (2..100)
+            .find(|k| shard_of_int(*k, KeyType::Int4, 3) != shard_of_int(1, KeyType::Int4, 3))
+            .unwrap(),
+    );
+    let e = c
+        .simple_query(&format!("SELECT * FROM accounts WHERE aid IN ({a}, {b})"))
+        .await
+        .unwrap_err();
+    assert!(db_message(&e).contains("shards"), "{}", db_message(&e));
+    let (_, msg) = refused("UPDATE accounts SET aid = 5 WHERE aid = 7").await;
+    assert!(msg.contains("move"), "{msg}");
+    let (_, msg) = refused("INSERT INTO countries VALUES (2, 'two')").await;
+    assert!(msg.contains("omnisharded"), "{msg}");
+    // Still a working connection: reads of omnisharded tables and keyless statements go to
+    // any shard.
+    assert_eq!(
+        value(&c, "SELECT name FROM countries WHERE id = 1").await,
+        "one"
+    );
+    assert_eq!(value(&c, "SELECT 40 + 2").await, "42");
+    c.simple_query("SET statement_timeout = '5s'")
+        .await
+        .unwrap();
+    assert_eq!(value(&c, "SHOW statement_timeout").await, "5s");
+
+    // With a default shard, a query without a key goes there.
+    drop(c);
+    let p = Pooler::start(&config(
+        &shards,
+        "",
+        &format!("{SHARDED}\ndefault_shard = 2"),
+    ))
+    .await;
+    let c = p.connect("postgres", None, "app").await;
+    shards[2].sql(
+        "postgres",
+        "INSERT INTO accounts VALUES (1000000, 'on two')",
+    );
+    assert_eq!(
+        rows(&c, "SELECT v FROM accounts ORDER BY aid DESC LIMIT 1").await,
+        vec![vec!["on two".to_string()]]
+    );
+}
+
+/// The PgCat README's sharding examples, as written (its `SET SHARDING ROLE` spelling
+/// included), and PgDog's spellings of the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn pgcat_and_pgdog_commands_and_comments_choose_the_shard() {
+    let ddl = "CREATE TABLE users (id bigint, name text, email text, zone_id bigint)";
+    let shards = start(3, ddl);
+    let db = "sharded_tables = [{ name = \"users\", columns = [\"zone_id\"], types = [\"int8\"] }]";
+    let p = Pooler::start(&config(&shards, "", db)).await;
+    let c = p.connect("postgres", None, "app").await;
+    for (i, pg) in shards.iter().enumerate() {
+        pg.sql(
+            "postgres",
+            &format!("INSERT INTO users VALUES ({i}, 'shard {i}', 'x', -1)"),
+        );
+    }
+    c.simple_query("SET SHARD TO '1'").await.unwrap();
+    assert_eq!(
+        value(&c, "SELECT name FROM users WHERE id = 1").await,
+        "shard 1"
+    );
+    assert_eq!(value(&c, "SHOW SHARD").await, "1");
+    c.simple_query("SET SHARDING KEY TO '1234'").await.unwrap();
+    let s = shard_of_int(1234, KeyType::Int8, 3);
+    assert_eq!(value(&c, "SELECT count(*) FROM users").await, "1");
+    assert_eq!(value(&c, "SHOW SHARD").await, s.to_string());
+    c.simple_query("SET SHARDING ROLE TO 'primary'")
+        .await
+        .unwrap();
+    c.simple_query("SET SHARDING KEY TO '85'").await.unwrap();
+    c.simple_query(
+        "INSERT INTO users (name, email, zone_id) VALUES ('test user', 'test@example.com', 85)",
+    )
+    .await
+    .unwrap();
+    c.simple_query("SET SERVER ROLE TO 'auto'").await.unwrap();
+    assert_eq!(
+        value(
+            &c,
+            "SELECT name FROM users WHERE email = 'test@example.com'"
+        )
+        .await,
+        "test user"
+    );
+    let home = shard_of_int(85, KeyType::Int8, 3);
+    assert_eq!(
+        shards[home].sql("postgres", "SELECT count(*) FROM users WHERE zone_id = 85"),
+        "1"
+    );
+    // PgDog's SET and both projects' comments; a comment wins over the SET for its query.
+    c.simple_query("SET pgdog.shard TO 2").await.unwrap();
+    assert_eq!(
+        value(&c, "SELECT name FROM users WHERE id >= 0").await,
+        "shard 2"
+    );
+    for (comment, shard) in [
+        ("/* shard_id: 0 */", 0),
+        ("/* pgdog_shard: 1 */", 1),
+        (&format!("/* sharding_key: {} */", 85)[..], home),
+        ("/* pgdog_sharding_key: 85 */", home),
+    ] {
+        let sql = format!("{comment} SELECT count(*) FROM users WHERE zone_id >= -1");
+        let want = shards[shard].sql("postgres", "SELECT count(*) FROM users WHERE zone_id >= -1");
+        assert_eq!(value(&c, &sql).await, want, "{comment}");
+    }
+    let e = c.simple_query("SET SHARD TO '7'").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "22023");
+    assert!(db_message(&e).contains("shard 7"), "{}", db_message(&e));
+
+    // The console: every shard's servers, and where a key lives.
+    let admin = p.connect("postgres", None, "pgbouncer").await;
+    let listed = simple_rows(&admin.simple_query("SHOW SHARDS").await.unwrap());
+    assert_eq!(listed.len(), 3);
+    let found = simple_rows(&admin.simple_query("SHOW SHARD FOR '85'").await.unwrap());
+    assert_eq!(found[0][3], home.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_stays_on_one_shard() {
+    let shards = start(3, ACCOUNTS);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    let (a, b) = {
+        let a = 1i64;
+        let b = (2..100)
+            .find(|k| shard_of_int(*k, KeyType::Int4, 3) != shard_of_int(a, KeyType::Int4, 3))
+            .unwrap();
+        (a, b)
+    };
+    // BEGIN waits for the statement that names the shard; the transaction commits there.
+    c.batch_execute("BEGIN").await.unwrap();
+    c.simple_query(&format!("INSERT INTO accounts VALUES ({a}, 'a')"))
+        .await
+        .unwrap();
+    c.simple_query(&format!("UPDATE accounts SET v = 'a2' WHERE aid = {a}"))
+        .await
+        .unwrap();
+    c.batch_execute("COMMIT").await.unwrap();
+    let home = &shards[shard_of_int(a, KeyType::Int4, 3)];
+    assert_eq!(
+        home.sql(
+            "postgres",
+            &format!("SELECT v FROM accounts WHERE aid = {a}")
+        ),
+        "a2"
+    );
+
+    // A statement for another shard fails the transaction, as an error does on PostgreSQL.
+    c.batch_execute("BEGIN").await.unwrap();
+    c.simple_query(&format!("UPDATE accounts SET v = 'lost' WHERE aid = {a}"))
+        .await
+        .unwrap();
+    let e = c
+        .simple_query(&format!("SELECT v FROM accounts WHERE aid = {b}"))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    assert!(db_message(&e).contains("one shard"), "{}", db_message(&e));
+    let e = c.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02");
+    c.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(
+        home.sql(
+            "postgres",
+            &format!("SELECT v FROM accounts WHERE aid = {a}")
+        ),
+        "a2"
+    );
+
+    // An empty transaction, and one whose shard is set inside it (for that transaction only).
+    c.batch_execute("BEGIN; COMMIT").await.unwrap();
+    c.batch_execute("BEGIN").await.unwrap();
+    c.batch_execute("COMMIT").await.unwrap();
+    c.batch_execute("BEGIN").await.unwrap();
+    c.simple_query("SET SHARD TO '2'").await.unwrap();
+    let count = value(&c, "SELECT count(*) FROM accounts").await;
+    assert_eq!(
+        count,
+        shards[2].sql("postgres", "SELECT count(*) FROM accounts")
+    );
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(value(&c, "SHOW SHARD").await, "auto");
+    // A transaction whose first statement names no shard fails, and ends cleanly.
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    let e = c.simple_query("SELECT * FROM accounts").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    let e = c.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    // The BEGIN's options reach the shard with the first statement.
+    c.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        .await
+        .unwrap();
+    let msgs = c
+        .simple_query(&format!(
+            "SELECT current_setting('transaction_isolation') FROM accounts WHERE aid = {a}"
+        ))
+        .await
+        .unwrap();
+    c.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(simple_rows(&msgs), vec![vec!["serializable".to_string()]]);
+    assert!(msgs
+        .iter()
+        .any(|m| matches!(m, SimpleQueryMessage::CommandComplete(1))));
+}
