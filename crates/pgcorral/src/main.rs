@@ -12,7 +12,8 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Cli {
-    /// Configuration file (TOML); see docs/configuration.md.
+    /// Configuration file (TOML): pgcorral's (docs/configuration.md) or PgCat's pgcat.toml
+    /// (docs/pgcat.md).
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     config: Option<PathBuf>,
 
@@ -24,10 +25,10 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let config = match &cli.config {
-        Some(path) => pgcorral::config::load_file(path),
-        None => pgcorral::config::embedded_default(|k| std::env::var(k).ok()),
+        Some(path) => pgcorral::config::load_file_warnings(path),
+        None => pgcorral::config::embedded_default(|k| std::env::var(k).ok()).map(|c| (c, vec![])),
     };
-    let config = match config {
+    let (config, warnings) = match config {
         Ok(c) => c,
         Err(e) => {
             eprintln!("pgcorral: invalid configuration: {e}");
@@ -35,6 +36,9 @@ fn main() -> ExitCode {
         }
     };
     if cli.check {
+        for w in &warnings {
+            eprintln!("pgcorral: warning: {w}");
+        }
         if let Err(e) = pgcorral::tls::Tls::load(&config.general) {
             eprintln!("pgcorral: invalid configuration: {e}");
             return ExitCode::FAILURE;
@@ -48,6 +52,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // A PgCat file's keys that pgcorral does not honour, one warning each.
+    for w in &warnings {
+        tracing::warn!(key = %w.key, "{w}");
+    }
 
     // The main thread accepts connections and handles signals; clients run on the worker
     // threads that `Pooler::run` starts (see corral_rt::workers).

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::pgcat::{from_pgcat_str, is_pgcat, Warning};
 use super::validate::{problems, validate};
 use super::{AuthType, Config, Database, General, User};
 
@@ -25,13 +26,25 @@ pub fn from_toml_str(s: &str) -> Result<Config, ConfigError> {
 
 /// Reads, parses and validates `path`; every message starts with the path.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    load_file_warnings(path).map(|(cfg, _)| cfg)
+}
+
+/// [`load_file`], with the warnings to log: one per key of a PgCat file (see
+/// [`super::pgcat`]) that pgcorral does not honour; none for pgcorral's own format.
+pub fn load_file_warnings(path: &Path) -> Result<(Config, Vec<Warning>), ConfigError> {
     let shown = path.display();
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError(format!("cannot read {shown}: {e}")))?;
+    if is_pgcat(path, &text) {
+        return from_pgcat_str(&text).map_err(|e| {
+            let lines: Vec<String> = e.0.lines().map(|l| format!("{shown}: {l}")).collect();
+            ConfigError(lines.join("\n"))
+        });
+    }
     let cfg = parse(&text).map_err(|e| ConfigError(format!("{shown}: {e}")))?;
     let found = problems(&cfg);
     if found.is_empty() {
-        Ok(cfg)
+        Ok((cfg, Vec::new()))
     } else {
         let lines: Vec<String> = found.iter().map(|p| format!("{shown}: {p}")).collect();
         Err(ConfigError(lines.join("\n")))

@@ -714,3 +714,34 @@ impl Drop for PoolerProcess {
         let _ = std::fs::remove_file(format!("/tmp/.s.PGSQL.{}", self.port));
     }
 }
+
+impl PoolerProcess {
+    /// Starts the binary with `--config` at a temp file named `file_name` holding `text` (which
+    /// must make it listen on 127.0.0.1:`port`) and waits until it accepts connections. Logs at
+    /// `RUST_LOG=info`.
+    pub fn start_file(file_name: &str, text: &str, port: u16) -> PoolerProcess {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let path = dir.join(file_name);
+        std::fs::write(&path, text).unwrap();
+        let log = dir.join("pgcorral.log");
+        #[allow(clippy::zombie_processes)] // waited for in Drop
+        let child = Command::new(pgcorral_bin())
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return PoolerProcess { child, port, log };
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!(
+            "pgcorral did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+}
