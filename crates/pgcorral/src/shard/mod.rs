@@ -2,6 +2,7 @@
 //! replicas), rows placed by PostgreSQL's own hash partitioning ([`hash`]) of a key ([`key`]).
 //! [`Sharding`] is what routing knows of a sharded database: its shards, function and tables.
 
+pub mod copy;
 pub mod hash;
 pub mod key;
 pub mod plan;
