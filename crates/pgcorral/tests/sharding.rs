@@ -271,6 +271,53 @@ async fn a_transaction_stays_on_one_shard() {
         "a2"
     );
 
+    // The extended protocol inside a transaction: the statement is prepared (Parse, Describe,
+    // Sync) before its Bind names the shard; the client still sees its transaction.
+    let mut c2 = p.connect("postgres", None, "app").await;
+    let t = c2.transaction().await.unwrap();
+    let row = t
+        .query_one("SELECT v FROM accounts WHERE aid = $1", &[&(a as i32)])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "a2");
+    t.execute(
+        "UPDATE accounts SET v = $2 WHERE aid = $1",
+        &[&(a as i32), &"a3"],
+    )
+    .await
+    .unwrap();
+    let e = t
+        .query_one("SELECT v FROM accounts WHERE aid = $1", &[&(b as i32)])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    t.rollback().await.unwrap();
+    assert_eq!(
+        home.sql(
+            "postgres",
+            &format!("SELECT v FROM accounts WHERE aid = {a}")
+        ),
+        "a2"
+    );
+    let t = c2.transaction().await.unwrap();
+    t.execute(
+        "UPDATE accounts SET v = $2 WHERE aid = $1",
+        &[&(a as i32), &"a3"],
+    )
+    .await
+    .unwrap();
+    t.commit().await.unwrap();
+    assert_eq!(
+        home.sql(
+            "postgres",
+            &format!("SELECT v FROM accounts WHERE aid = {a}")
+        ),
+        "a3"
+    );
+    c.simple_query(&format!("UPDATE accounts SET v = 'a2' WHERE aid = {a}"))
+        .await
+        .unwrap();
+
     // A statement for another shard fails the transaction, as an error does on PostgreSQL.
     c.batch_execute("BEGIN").await.unwrap();
     c.simple_query(&format!("UPDATE accounts SET v = 'lost' WHERE aid = {a}"))

@@ -4,6 +4,7 @@
 
 mod admit;
 pub mod auth;
+mod copy_split;
 mod params;
 mod replies;
 mod request;
@@ -379,6 +380,11 @@ async fn routed_checkout(
                 session.listed.set_state(ListState::Idle);
                 return Ok(None);
             }
+            Decision::CopyIn(table) => {
+                cold::cold(copy_split::copy_in(client, session, table)).await?;
+                session.listed.set_state(ListState::Idle);
+                return Ok(None);
+            }
             Decision::NeedMore => {
                 if request::read_more(client).await?.is_none() {
                     return Err(Error::new(Kind::ClientIo, "client closed the connection"));
@@ -509,6 +515,21 @@ fn run<'a>(
                 relay_mode.stats = home;
             }
             match outcome {
+                Outcome::Idle if session.route.owe_ready => {
+                    // A deferred transaction's Parse and Describe ran outside it: its
+                    // ReadyForQuery is pgcorral's (see `ClientRoute::owe_ready`).
+                    session.route.owe_ready = false;
+                    let mut ready = BytesMut::new();
+                    pgwire::encode::ready_for_query(&mut ready, session.route.status());
+                    client
+                        .stream
+                        .send(&ready)
+                        .await
+                        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+                    session.slot.set(None);
+                    session.server = None;
+                    session.listed.set_link(0);
+                }
                 Outcome::Idle => {
                     if session.target.is_some_and(|t| t.writes)
                         && session.cluster.topology().settings().read_your_writes

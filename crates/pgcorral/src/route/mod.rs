@@ -41,11 +41,15 @@ pub struct ClientRoute {
     pub deferred: Option<Box<tx::Deferred>>,
     /// That BEGIN, to run on the server before the request that placed it.
     pub pending_begin: Option<Box<str>>,
+    /// A ReadyForQuery pgcorral owes the client once the request now routed is answered: a
+    /// Parse and Describe inside a deferred transaction run outside it, their Sync sent as a
+    /// Flush, so the client's ReadyForQuery (in a transaction) comes from pgcorral.
+    pub owe_ready: bool,
 }
 
 impl ClientRoute {
     /// The transaction status pgcorral's own answers report.
-    fn status(&self) -> TxStatus {
+    pub fn status(&self) -> TxStatus {
         self.deferred
             .as_ref()
             .map_or(TxStatus::Idle, |d| d.status())
@@ -61,6 +65,8 @@ pub enum Decision {
     Answered,
     /// The request is not whole yet (a sharded database's Parse waits for its Bind): read more.
     NeedMore,
+    /// `COPY ... FROM STDIN` into sharded table `n` (its index): its rows go to their shards.
+    CopyIn(usize),
 }
 
 /// Decides where the request at the start of `client.buf` goes.
@@ -130,12 +136,28 @@ pub async fn decide(
         }
         other => other,
     };
+    // A deferred transaction is placed by a request that runs a statement: a Parse and
+    // Describe alone go to any shard, outside it.
+    let places = !(route.deferred.is_some() && shard::runs_nothing(client));
+    if !places {
+        if let Some(len) = shard::request_len(client) {
+            if len >= 5 && client.buf[len - 5] == pgwire::frontend::SYNC {
+                client.buf[len - 5] = pgwire::frontend::FLUSH;
+                route.owe_ready = true;
+            }
+        }
+    }
     let refused = match placed {
         shard::Shard::One(n) => Ok(n),
         shard::Shard::Any => Ok(sharding.plans.any_shard(sharding.shards)),
         shard::Shard::NoKey(len, why) => sharding.default_shard.ok_or((len, why)),
         shard::Shard::Refused(len, why) => Err((len, why)),
         shard::Shard::NeedMore => return Ok(Decision::NeedMore),
+        shard::Shard::CopyIn(t) if route.deferred.is_none() => return Ok(Decision::CopyIn(t)),
+        shard::Shard::CopyIn(_) => Err((
+            shard::request_len(client).unwrap_or(0),
+            "COPY FROM STDIN into a sharded table is split to the shards outside a transaction only".to_string(),
+        )),
         shard::Shard::NeedColumns(_) => Err((
             shard::request_len(client).unwrap_or(0),
             "an INSERT without a column list into a sharded table whose columns could not be read from shard 0's catalog (does the table exist?): name the columns".to_string(),
@@ -143,7 +165,7 @@ pub async fn decide(
     };
     match refused {
         Ok(n) => {
-            if let Some(d) = route.deferred.take() {
+            if let Some(d) = route.deferred.take_if(|_| places) {
                 route.pending_begin = Some(d.begin.into_boxed_str());
             }
             target.shards = Shards::One(n);
@@ -277,6 +299,13 @@ pub async fn in_transaction(
         shard::Shard::Refused(len, msg) => {
             client.buf.advance(len);
             InTransaction::Fail(msg)
+        }
+        shard::Shard::CopyIn(_) => {
+            let len = shard::request_len(client).unwrap_or(0);
+            client.buf.advance(len);
+            InTransaction::Fail(
+                "COPY FROM STDIN into a sharded table is split to the shards outside a transaction only".into(),
+            )
         }
         shard::Shard::NeedMore => InTransaction::NeedMore,
         _ => InTransaction::Go,

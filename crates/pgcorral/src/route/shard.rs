@@ -2,8 +2,10 @@
 //! `SET SHARDING KEY`), else the keys its statements name with their constants and Bind
 //! parameters, else the database's default shard.
 
+use bytes::BytesMut;
 use pgwire::frontend::{self, query_text};
 use pgwire::Header;
+use pgwire::{backend, encode};
 
 use super::hint::{self, ShardChoice};
 use crate::client_conn::ClientConn;
@@ -30,6 +32,8 @@ pub enum Shard {
     NeedMore,
     /// Sharded table `n`'s columns must be read from a shard's catalog first.
     NeedColumns(usize),
+    /// A `COPY ... FROM STDIN` (a simple Query alone) into sharded table `n`.
+    CopyIn(usize),
 }
 
 /// Where the request goes: `chosen` is the client's `SET SHARD` or `SET SHARDING KEY` (already
@@ -55,15 +59,20 @@ pub fn shard_of(
         return Shard::One(n);
     }
     let mut place = Place::Any;
-    for (text, bind) in &batch.statements {
+    for &(text, bind, runs) in &batch.statements {
         let plan = sharding.plans.get(sharding, text);
-        let here = plan_place(&plan, sharding, text, *bind);
+        let here = match plan_place(&plan, sharding, text, bind) {
+            // Parsed and described, not run: any shard describes it alike.
+            Place::CopyIn(_) if !runs => Place::Any,
+            p => p,
+        };
         place = match (place, here) {
             (Place::Any, p) | (p, Place::Any) => p,
             (Place::Shard(a), Place::Shard(b)) if a != b => Place::Refuse(format!(
                 "the request's statements are on shards {a} and {b}: a request goes to one shard"
             )),
-            (p @ Place::NeedColumns(_), _) | (_, p @ Place::NeedColumns(_)) => p,
+            (p @ (Place::NeedColumns(_) | Place::CopyIn(_)), _)
+            | (_, p @ (Place::NeedColumns(_) | Place::CopyIn(_))) => p,
             (p @ Place::Refuse(_), _) | (_, p @ Place::Refuse(_)) => p,
             (p @ Place::Shard(_), _) | (_, p @ Place::Shard(_)) => p,
             (p @ Place::Default(_), _) | (_, p @ Place::Default(_)) => p,
@@ -79,9 +88,49 @@ pub fn shard_of(
         ),
         Place::Omni(_) => Shard::Any,
         Place::NeedColumns(t) => Shard::NeedColumns(t),
+        Place::CopyIn(t) if batch.statements.len() == 1 => Shard::CopyIn(t),
+        Place::CopyIn(_) => Shard::Refused(
+            batch.len,
+            "COPY FROM STDIN into a sharded table is split to the shards only when it is the request's one statement".into(),
+        ),
         Place::Default(why) => Shard::NoKey(batch.len, why),
         Place::Refuse(why) => Shard::Refused(batch.len, why),
     }
+}
+
+/// The request at the front of the client's buffer that runs a `COPY ... FROM STDIN` (a Query,
+/// or Parse, Bind, Describe, Execute up to a Sync): its length, the COPY's text, and the
+/// answers due before the COPY starts (ParseComplete, BindComplete, NoData for a Describe), as
+/// PostgreSQL gives them.
+pub fn copy_request(client: &ClientConn) -> Option<(usize, String, BytesMut)> {
+    let batch = Batch::read(client)?;
+    let text = batch.statements.first()?.0.to_string();
+    let mut early = BytesMut::new();
+    let mut pos = 0;
+    while pos < batch.len {
+        let h = Header::parse(&client.buf[pos..], client.max_len).ok()??;
+        match h.tag {
+            frontend::PARSE => encode::message(&mut early, backend::PARSE_COMPLETE, |_| {}),
+            frontend::BIND => encode::message(&mut early, backend::BIND_COMPLETE, |_| {}),
+            frontend::DESCRIBE => {
+                if client.buf.get(pos + pgwire::header::HEADER_LEN) == Some(&b'S') {
+                    encode::message(&mut early, backend::PARAMETER_DESCRIPTION, |b| {
+                        b.extend_from_slice(&0u16.to_be_bytes())
+                    });
+                }
+                encode::message(&mut early, backend::NO_DATA, |_| {});
+            }
+            _ => {}
+        }
+        pos += h.total_len();
+    }
+    Some((batch.len, text, early))
+}
+
+/// The request at the front of the client's buffer runs no statement (Parse, Describe,
+/// Close, Sync only).
+pub fn runs_nothing(client: &ClientConn) -> bool {
+    Batch::read(client).is_some_and(|b| b.statements.iter().all(|s| !s.2) && !b.simple)
 }
 
 /// Bytes of the whole request at the front of the client's buffer (`None`: not all read).
@@ -216,8 +265,11 @@ struct Batch<'a> {
     len: usize,
     /// The first message's SQL (for comments).
     first_text: Option<&'a str>,
-    /// Each statement that runs: its text, and its Bind's body (extended protocol).
-    statements: Vec<(&'a str, Option<&'a [u8]>)>,
+    /// Each statement: its text, its Bind's body (extended protocol), and whether it runs (a
+    /// Query, or bound; else only parsed and described).
+    statements: Vec<(&'a str, Option<&'a [u8]>, bool)>,
+    /// A simple Query.
+    simple: bool,
 }
 
 impl<'a> Batch<'a> {
@@ -230,6 +282,7 @@ impl<'a> Batch<'a> {
             len: 0,
             first_text: None,
             statements: Vec::new(),
+            simple: false,
         };
         // Statements parsed in this request, by name (the unnamed one as "").
         let mut parsed: Vec<(&[u8], &str)> = Vec::new();
@@ -245,8 +298,9 @@ impl<'a> Batch<'a> {
                 frontend::QUERY => {
                     let text = query_text(body);
                     batch.first_text = batch.first_text.or(text);
-                    batch.statements.extend(text.map(|t| (t, None)));
+                    batch.statements.extend(text.map(|t| (t, None, true)));
                     batch.len = pos;
+                    batch.simple = true;
                     return Some(batch);
                 }
                 frontend::PARSE => {
@@ -275,7 +329,7 @@ impl<'a> Batch<'a> {
                         batch.first_text = text;
                     }
                     if let Some(t) = text {
-                        batch.statements.push((t, Some(body)));
+                        batch.statements.push((t, Some(body), true));
                     }
                 }
                 frontend::SYNC => {
@@ -284,7 +338,7 @@ impl<'a> Batch<'a> {
                     if !bound {
                         batch
                             .statements
-                            .extend(parsed.iter().map(|(_, t)| (*t, None)));
+                            .extend(parsed.iter().map(|(_, t)| (*t, None, false)));
                     }
                     return Some(batch);
                 }
@@ -292,7 +346,7 @@ impl<'a> Batch<'a> {
                     batch.len = pos;
                     batch
                         .statements
-                        .extend(parsed.iter().map(|(_, t)| (*t, None)));
+                        .extend(parsed.iter().map(|(_, t)| (*t, None, false)));
                     return Some(batch);
                 }
                 _ => {}

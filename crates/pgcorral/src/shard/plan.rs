@@ -56,8 +56,12 @@ pub struct Plan {
     elsewhere: Option<&'static str>,
     /// An UPDATE that assigns a sharding key (the row would move to another shard).
     moves_key: Option<String>,
+    /// Refused for this reason.
+    refused: Option<&'static str>,
     /// An INSERT without a column list into this sharded table, whose columns are not known.
     needs_columns: Option<usize>,
+    /// `COPY ... FROM STDIN` into this sharded table: its rows are split to their shards.
+    copy_in: Option<usize>,
 }
 
 /// Where a request goes, once its values are known.
@@ -74,6 +78,8 @@ pub enum Place {
     /// The columns of sharded table `n` (its index) must be read from the catalog first (an
     /// INSERT without a column list).
     NeedColumns(usize),
+    /// `COPY ... FROM STDIN` into sharded table `n`: split row by row.
+    CopyIn(usize),
     /// The database's default shard, if it has one; else refused for this reason.
     Default(String),
     /// Refused: keys on several shards, or a key moved.
@@ -89,7 +95,9 @@ impl Plan {
         self.omni = self.omni.take().or_else(|| other.omni.clone());
         self.elsewhere = self.elsewhere.or(other.elsewhere);
         self.moves_key = self.moves_key.take().or_else(|| other.moves_key.clone());
+        self.refused = self.refused.or(other.refused);
         self.needs_columns = self.needs_columns.or(other.needs_columns);
+        self.copy_in = self.copy_in.or(other.copy_in);
     }
 
     /// Needs the values of `$n` parameters.
@@ -107,8 +115,14 @@ impl Plan {
         text: &str,
         param: &dyn Fn(usize, super::key::KeyType) -> Option<Value>,
     ) -> Place {
+        if let Some(why) = self.refused {
+            return Place::Refuse(why.to_string());
+        }
         if let Some(t) = self.needs_columns {
             return Place::NeedColumns(t);
+        }
+        if let Some(t) = self.copy_in {
+            return Place::CopyIn(t);
         }
         if let Some(m) = &self.moves_key {
             return Place::Refuse(format!(
@@ -292,6 +306,12 @@ pub fn plan(sharding: &Sharding, sql: &str, numbered: bool) -> Plan {
     for raw in &parsed.protobuf.stmts {
         reader.statement(raw.stmt.as_deref());
     }
+    if reader.plan.copy_in.is_some() && parsed.protobuf.stmts.len() > 1 {
+        reader.plan.copy_in = None;
+        reader.plan.refused = Some(
+            "COPY FROM STDIN into a sharded table is split to the shards only when it is the only statement of its Query",
+        );
+    }
     // Every table the statements name, wherever (subqueries, CTEs, joins).
     for name in parsed.tables() {
         let (schema, rel) = match name.split_once('.') {
@@ -364,6 +384,12 @@ impl Reader<'_> {
                 self.keys_from(d.where_clause.as_deref(), &from);
             }
             Some(NodeEnum::InsertStmt(i)) => self.insert(i),
+            Some(NodeEnum::CopyStmt(c)) if c.is_from && !c.is_program && c.filename.is_empty() => {
+                if let Some(v) = c.relation.as_ref().and_then(|r| self.sharded(r)) {
+                    self.plan.copy_in = Some(v.table);
+                    self.keyed.push(v.table);
+                }
+            }
             Some(NodeEnum::ExplainStmt(e)) => self.statement(e.query.as_deref()),
             // Settings, transaction control and the like run anywhere; what they change
             // follows the client to every shard.

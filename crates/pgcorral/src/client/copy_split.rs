@@ -1,0 +1,419 @@
+//! `COPY ... FROM STDIN` into a sharded table: one server per shard, each in a transaction
+//! running the client's COPY; the client's rows are split to their shards as they stream in
+//! (bounded buffers), and the COPY commits everywhere or nowhere, answered with one
+//! CommandComplete of the total.
+
+use bytes::BytesMut;
+use pg_query::NodeEnum;
+use pgwire::backend::{self, TxStatus};
+use pgwire::{encode, frontend};
+
+use super::state::restore;
+use super::LoggedIn;
+use crate::client_conn::ClientConn;
+use crate::cluster::{Shards, Target, Want};
+use crate::error::{Error, Kind, Result};
+use crate::net::framed::read_message;
+use crate::pool::Checkout;
+use crate::route::shard::{copy_request, learn_columns};
+use crate::session;
+use crate::session::exec;
+use crate::shard::copy::{is_ascii_safe_encoding, Options, Splitter, To};
+use crate::shard::Sharding;
+
+/// Bytes kept for one shard before they are written to its server.
+const FLUSH_AT: usize = 64 << 10;
+
+/// Runs the client's `COPY ... FROM STDIN` (a simple Query at the front of its buffer) into
+/// sharded table `table`, answering the client as PostgreSQL would.
+pub(super) async fn copy_in(
+    client: &mut ClientConn,
+    session: &mut LoggedIn,
+    table: usize,
+) -> Result<()> {
+    let sharding = session
+        .cluster
+        .sharding()
+        .expect("a sharded database")
+        .clone();
+    // The request is whole at the front of the buffer (routing read it). Its Sync, if any,
+    // is answered with the COPY's ReadyForQuery (PostgreSQL ignores Syncs during a COPY).
+    let extended = client.buf.first() != Some(&frontend::QUERY);
+    let Some((len, text, early)) = copy_request(client) else {
+        return Err(Error::new(
+            Kind::ClientProtocol,
+            "the COPY request is not whole",
+        ));
+    };
+    let _ = client.buf.split_to(len);
+    let splitter = match splitter(client, session, &sharding, table, &text).await? {
+        Ok(s) => s,
+        Err(msg) => return answer_error(client, "0A000", &msg).await,
+    };
+    // One server per shard, with the client's settings, in a transaction running the COPY.
+    let mut servers: Vec<Checkout> = Vec::with_capacity(sharding.shards);
+    for shard in 0..sharding.shards {
+        let target = Target {
+            shards: Shards::One(shard),
+            want: Want::Primary,
+            writes: true,
+        };
+        let mut s = session.cluster.checkout(target, client.worker, 0).await?;
+        if !session::matches(&s.applied, &session.settings) {
+            restore(&mut s, &session.settings).await?;
+        }
+        servers.push(s);
+    }
+    let mut response: Option<BytesMut> = None;
+    let mut failed: Option<BytesMut> = None;
+    for s in &mut servers {
+        exec::in_transaction(s, "BEGIN").await?;
+        let mut q = BytesMut::new();
+        encode::query(&mut q, &text);
+        send(s, &q).await?;
+        match until_copy_in(s).await? {
+            Ok(r) => {
+                response.get_or_insert(r);
+            }
+            Err(e) => {
+                failed.get_or_insert(e);
+                break;
+            }
+        }
+    }
+    if let Some(error) = failed {
+        abort(&mut servers).await;
+        return answer_raw(client, &error, true).await;
+    }
+    // Once the COPY has started, an extended-protocol client ends it with a Sync of its own
+    // (the one after its Execute is ignored during a COPY, as PostgreSQL ignores it): that
+    // Sync, routed as a request of its own, gets the ReadyForQuery.
+    let ready = !extended;
+    let mut out = early;
+    out.extend_from_slice(&response.expect("every shard answered"));
+    client
+        .stream
+        .send(&out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    out.clear();
+    match stream_rows(client, &mut servers, splitter).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            abort(&mut servers).await;
+            return answer_raw(client, &error, ready).await;
+        }
+        Err(e) => {
+            abort(&mut servers).await;
+            return Err(e);
+        }
+    }
+    // Every shard's answer: its row count, or its error (the first one goes to the client).
+    let mut total: u64 = 0;
+    let mut error: Option<BytesMut> = None;
+    for s in &mut servers {
+        match until_ready(s).await? {
+            Ok(n) => total += n,
+            Err(e) => {
+                error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(error) = error {
+        abort(&mut servers).await;
+        return answer_raw(client, &error, ready).await;
+    }
+    for s in &mut servers {
+        exec::in_transaction(s, "COMMIT").await?;
+    }
+    encode::command_complete(&mut out, &format!("COPY {total}"));
+    if ready {
+        encode::ready_for_query(&mut out, TxStatus::Idle);
+    }
+    client
+        .stream
+        .send(&out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
+}
+
+/// The splitter for the COPY in `text`: its options, and where the key's columns are in its
+/// rows (its column list, or the table's own columns). `Ok(Err(message))` when pgcorral
+/// cannot split it.
+async fn splitter(
+    client: &ClientConn,
+    session: &LoggedIn,
+    sharding: &Sharding,
+    table: usize,
+    text: &str,
+) -> Result<std::result::Result<Splitter, String>> {
+    let parsed = pg_query::parse(text, pg_query::ParserOptions::DEFAULT)
+        .map_err(|e| Error::new(Kind::ClientProtocol, e.to_string()))?;
+    let Some(NodeEnum::CopyStmt(copy)) = parsed
+        .protobuf
+        .stmts
+        .first()
+        .and_then(|r| r.stmt.as_ref())
+        .and_then(|n| n.node.as_ref())
+    else {
+        return Ok(Err("not a COPY".into()));
+    };
+    let options = match Options::from_copy_options(&copy.options) {
+        Ok(o) => o,
+        Err(e) => return Ok(Err(e)),
+    };
+    let encoding = session
+        .settings
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("client_encoding"))
+        .map_or("UTF8", |(_, v)| v.as_str());
+    if !is_ascii_safe_encoding(encoding) {
+        return Ok(Err(format!(
+            "COPY into a sharded table cannot be split in client_encoding {encoding}, whose characters may hold the bytes of a delimiter or quote"
+        )));
+    }
+    let t = &sharding.tables[table];
+    let listed: Vec<String> = copy
+        .attlist
+        .iter()
+        .filter_map(|n| match n.node.as_ref() {
+            Some(NodeEnum::String(s)) => Some(s.sval.clone()),
+            _ => None,
+        })
+        .collect();
+    let columns: Vec<String> = if listed.is_empty() {
+        if sharding.plans.columns(table).is_none() {
+            learn_columns(&session.cluster, sharding, table, client.worker).await?;
+        }
+        match sharding.plans.columns(table) {
+            Some(c) => c.to_vec(),
+            None => {
+                return Ok(Err(format!(
+                    "the columns of sharded table \"{}\" could not be read from shard 0's catalog",
+                    t.name
+                )))
+            }
+        }
+    } else {
+        listed
+    };
+    let positions: Option<Vec<usize>> = t
+        .columns
+        .iter()
+        .map(|k| columns.iter().position(|c| c == k))
+        .collect();
+    let Some(positions) = positions else {
+        return Ok(Err(format!(
+            "COPY into sharded table \"{}\" must include its sharding key ({})",
+            t.name,
+            t.columns.join(", ")
+        )));
+    };
+    Ok(Ok(Splitter::new(
+        options,
+        positions,
+        t.types.clone(),
+        sharding.function,
+        sharding.shards,
+        client.max_len as usize,
+    )
+    .with_key_columns(&t.columns)))
+}
+
+/// Streams the client's COPY data to the shards until its CopyDone (`Ok(Ok)`: every shard got
+/// its rows and a CopyDone) or CopyFail / bad data (`Ok(Err(error message))`: every shard got
+/// a CopyFail).
+async fn stream_rows(
+    client: &mut ClientConn,
+    servers: &mut [Checkout],
+    mut splitter: Splitter,
+) -> Result<std::result::Result<(), BytesMut>> {
+    let mut pending: Vec<BytesMut> = servers.iter().map(|_| BytesMut::new()).collect();
+    loop {
+        let (tag, body) = read_message(&mut client.stream, &mut client.buf, client.max_len)
+            .await
+            .map_err(|e| Error::new(Kind::ClientIo, e.to_string()))?;
+        let mut split = |to: To, row: &[u8]| match to {
+            To::Shard(n) => encode::message(&mut pending[n], frontend::COPY_DATA, |b| {
+                b.extend_from_slice(row)
+            }),
+            To::Every => {
+                for p in pending.iter_mut() {
+                    encode::message(p, frontend::COPY_DATA, |b| b.extend_from_slice(row));
+                }
+            }
+        };
+        let done = match tag {
+            frontend::COPY_DATA => splitter.feed(&body, &mut split).map(|()| false),
+            frontend::COPY_DONE => splitter.finish(&mut split).map(|()| true),
+            frontend::COPY_FAIL => {
+                let why =
+                    String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into_owned();
+                Err(format!("COPY from stdin failed: {why}"))
+            }
+            // PostgreSQL ignores these during COPY.
+            frontend::FLUSH | frontend::SYNC => Ok(false),
+            other => Err(format!(
+                "unexpected message type 0x{other:02X} during COPY from stdin"
+            )),
+        };
+        match done {
+            Ok(done) => {
+                for (s, p) in servers.iter_mut().zip(pending.iter_mut()) {
+                    if done {
+                        encode::message(p, frontend::COPY_DONE, |_| {});
+                    }
+                    if done || p.len() >= FLUSH_AT {
+                        send(s, p).await?;
+                        p.clear();
+                    }
+                }
+                if done {
+                    return Ok(Ok(()));
+                }
+            }
+            Err(msg) => {
+                for s in servers.iter_mut() {
+                    let mut fail = BytesMut::new();
+                    encode::message(&mut fail, frontend::COPY_FAIL, |b| {
+                        b.extend_from_slice(msg.as_bytes());
+                        b.extend_from_slice(&[0]);
+                    });
+                    send(s, &fail).await?;
+                    let _ = until_ready(s).await?;
+                }
+                let mut error = BytesMut::new();
+                let code = if tag == frontend::COPY_FAIL {
+                    "57014"
+                } else {
+                    "22P04"
+                };
+                encode::error_response(&mut error, "ERROR", code, &msg);
+                return Ok(Err(error));
+            }
+        }
+    }
+}
+
+/// Reads a server's answers to the COPY Query up to its CopyInResponse (returned whole, for
+/// the client), or its error (`Err`, the whole ErrorResponse; the ReadyForQuery after it read).
+async fn until_copy_in(s: &mut Checkout) -> Result<std::result::Result<BytesMut, BytesMut>> {
+    let mut error = None;
+    loop {
+        let (tag, body) = read_server(s).await?;
+        match tag {
+            backend::COPY_IN_RESPONSE => {
+                let mut whole = BytesMut::new();
+                encode::message(&mut whole, tag, |b| b.extend_from_slice(&body));
+                return Ok(Ok(whole));
+            }
+            backend::ERROR_RESPONSE => {
+                let mut whole = BytesMut::new();
+                encode::message(&mut whole, tag, |b| b.extend_from_slice(&body));
+                error = Some(whole);
+            }
+            backend::READY_FOR_QUERY => {
+                s.state.tx = body
+                    .first()
+                    .copied()
+                    .and_then(TxStatus::from_byte)
+                    .unwrap_or(TxStatus::Failed);
+                return Ok(Err(error.unwrap_or_else(|| {
+                    let mut e = BytesMut::new();
+                    encode::error_response(
+                        &mut e,
+                        "ERROR",
+                        "08P01",
+                        "the shard did not start the COPY",
+                    );
+                    e
+                })));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reads a server's answers up to its ReadyForQuery: the COPY's row count, or its error.
+async fn until_ready(s: &mut Checkout) -> Result<std::result::Result<u64, BytesMut>> {
+    let mut count = 0;
+    let mut error = None;
+    loop {
+        let (tag, body) = read_server(s).await?;
+        match tag {
+            backend::COMMAND_COMPLETE => {
+                let tag = body.strip_suffix(&[0]).unwrap_or(&body);
+                count = std::str::from_utf8(tag)
+                    .ok()
+                    .and_then(|t| t.strip_prefix("COPY "))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+            }
+            backend::ERROR_RESPONSE => {
+                let mut whole = BytesMut::new();
+                encode::message(&mut whole, tag, |b| b.extend_from_slice(&body));
+                error.get_or_insert(whole);
+            }
+            backend::READY_FOR_QUERY => {
+                s.state.tx = body
+                    .first()
+                    .copied()
+                    .and_then(TxStatus::from_byte)
+                    .unwrap_or(TxStatus::Failed);
+                return Ok(match error {
+                    Some(e) => Err(e),
+                    None => Ok(count),
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn read_server(s: &mut Checkout) -> Result<(u8, BytesMut)> {
+    let server = &mut **s;
+    read_message(&mut server.stream, &mut server.rbuf, 1 << 30)
+        .await
+        .map_err(|e| {
+            server.state.broken = true;
+            Error::new(
+                Kind::ServerIo,
+                format!("a shard's server failed during COPY: {e}"),
+            )
+        })
+}
+
+async fn send(s: &mut Checkout, bytes: &[u8]) -> Result<()> {
+    s.stream.send(bytes).await.map_err(|e| {
+        s.state.broken = true;
+        Error::with_source(Kind::ServerIo, "write to a shard's server during COPY", e)
+    })
+}
+
+/// Rolls back every shard's transaction (a server that cannot is closed, not reused).
+async fn abort(servers: &mut [Checkout]) {
+    for s in servers.iter_mut() {
+        if exec::in_transaction(s, "ROLLBACK").await.is_err() {
+            s.state.broken = true;
+        }
+    }
+}
+
+async fn answer_error(client: &mut ClientConn, code: &str, msg: &str) -> Result<()> {
+    let mut e = BytesMut::new();
+    encode::error_response(&mut e, "ERROR", code, msg);
+    answer_raw(client, &e, true).await
+}
+
+/// An error (whole ErrorResponse) for the client, and its ReadyForQuery when `ready`.
+async fn answer_raw(client: &mut ClientConn, error: &[u8], ready: bool) -> Result<()> {
+    let mut out = BytesMut::from(error);
+    if ready {
+        encode::ready_for_query(&mut out, TxStatus::Idle);
+    }
+    client
+        .stream
+        .send(&out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
+}
