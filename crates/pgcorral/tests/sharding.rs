@@ -59,6 +59,9 @@ async fn rows_land_on_the_shard_postgresql_hash_partitioning_chooses() {
         }
     }
     assert_eq!(held.iter().map(Vec::len).sum::<usize>(), 300);
+    assert!(shards
+        .iter()
+        .all(|pg| pg.sql("postgres", "SELECT count(*) FROM accounts WHERE aid > 1000") == "0"));
     assert_placed(&shards, "accounts", "aid", "int4");
     // Every row is found by its key, in both protocols, and IN lists on one shard work.
     for aid in (1..=300i32).step_by(7) {
@@ -85,6 +88,50 @@ async fn rows_land_on_the_shard_postgresql_hash_partitioning_chooses() {
     )
     .await;
     assert_eq!(listed.len(), 3);
+    // An INSERT whose rows are on several shards is split: one INSERT per shard, all or
+    // nothing, answered as one (RETURNING rows included).
+    let msgs = c
+        .simple_query(
+            "INSERT INTO accounts (aid, v) VALUES (1001, 'm'), (1002, 'm'), (1003, 'm'), (1004, 'm') RETURNING aid",
+        )
+        .await
+        .unwrap();
+    let mut returned: Vec<i64> = simple_rows(&msgs)
+        .iter()
+        .map(|r| r[0].parse().unwrap())
+        .collect();
+    returned.sort();
+    assert_eq!(returned, vec![1001, 1002, 1003, 1004]);
+    assert!(msgs
+        .iter()
+        .any(|m| matches!(m, SimpleQueryMessage::CommandComplete(4))));
+    for k in 1001..=1004 {
+        let on = &shards[shard_of_int(k, KeyType::Int4, 3)];
+        assert_eq!(
+            on.sql(
+                "postgres",
+                &format!("SELECT v FROM accounts WHERE aid = {k}")
+            ),
+            "m"
+        );
+    }
+    let before: Vec<String> = shards
+        .iter()
+        .map(|pg| pg.sql("postgres", "SELECT count(*) FROM accounts"))
+        .collect();
+    let e = c
+        .simple_query(
+            "INSERT INTO accounts (aid, v) VALUES (1005, 'x'), (1006, 'x'), (1001, 'dup')",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    let after: Vec<String> = shards
+        .iter()
+        .map(|pg| pg.sql("postgres", "SELECT count(*) FROM accounts"))
+        .collect();
+    assert_eq!(before, after, "a failed split INSERT left rows behind");
+
     // Updates and deletes by key reach the row's shard.
     c.simple_query("UPDATE accounts SET v = 'changed' WHERE aid = 42")
         .await

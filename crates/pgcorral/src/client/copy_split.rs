@@ -8,16 +8,15 @@ use pg_query::NodeEnum;
 use pgwire::backend::{self, TxStatus};
 use pgwire::{encode, frontend};
 
-use super::state::restore;
+use super::shard_tx::{
+    abort, answer_error, answer_raw, commit, open, read_server, send, until_ready,
+};
 use super::LoggedIn;
 use crate::client_conn::ClientConn;
-use crate::cluster::{Shards, Target, Want};
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::read_message;
 use crate::pool::Checkout;
 use crate::route::shard::{copy_request, learn_columns};
-use crate::session;
-use crate::session::exec;
 use crate::shard::copy::{is_ascii_safe_encoding, Options, Splitter, To};
 use crate::shard::Sharding;
 
@@ -51,23 +50,10 @@ pub(super) async fn copy_in(
         Err(msg) => return answer_error(client, "0A000", &msg).await,
     };
     // One server per shard, with the client's settings, in a transaction running the COPY.
-    let mut servers: Vec<Checkout> = Vec::with_capacity(sharding.shards);
-    for shard in 0..sharding.shards {
-        let target = Target {
-            shards: Shards::One(shard),
-            want: Want::Primary,
-            writes: true,
-        };
-        let mut s = session.cluster.checkout(target, client.worker, 0).await?;
-        if !session::matches(&s.applied, &session.settings) {
-            restore(&mut s, &session.settings).await?;
-        }
-        servers.push(s);
-    }
+    let mut servers = open(client, session, 0..sharding.shards).await?;
     let mut response: Option<BytesMut> = None;
     let mut failed: Option<BytesMut> = None;
     for s in &mut servers {
-        exec::in_transaction(s, "BEGIN").await?;
         let mut q = BytesMut::new();
         encode::query(&mut q, &text);
         send(s, &q).await?;
@@ -123,9 +109,7 @@ pub(super) async fn copy_in(
         abort(&mut servers).await;
         return answer_raw(client, &error, ready).await;
     }
-    for s in &mut servers {
-        exec::in_transaction(s, "COMMIT").await?;
-    }
+    commit(&mut servers).await?;
     encode::command_complete(&mut out, &format!("COPY {total}"));
     if ready {
         encode::ready_for_query(&mut out, TxStatus::Idle);
@@ -332,88 +316,4 @@ async fn until_copy_in(s: &mut Checkout) -> Result<std::result::Result<BytesMut,
             _ => {}
         }
     }
-}
-
-/// Reads a server's answers up to its ReadyForQuery: the COPY's row count, or its error.
-async fn until_ready(s: &mut Checkout) -> Result<std::result::Result<u64, BytesMut>> {
-    let mut count = 0;
-    let mut error = None;
-    loop {
-        let (tag, body) = read_server(s).await?;
-        match tag {
-            backend::COMMAND_COMPLETE => {
-                let tag = body.strip_suffix(&[0]).unwrap_or(&body);
-                count = std::str::from_utf8(tag)
-                    .ok()
-                    .and_then(|t| t.strip_prefix("COPY "))
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(0);
-            }
-            backend::ERROR_RESPONSE => {
-                let mut whole = BytesMut::new();
-                encode::message(&mut whole, tag, |b| b.extend_from_slice(&body));
-                error.get_or_insert(whole);
-            }
-            backend::READY_FOR_QUERY => {
-                s.state.tx = body
-                    .first()
-                    .copied()
-                    .and_then(TxStatus::from_byte)
-                    .unwrap_or(TxStatus::Failed);
-                return Ok(match error {
-                    Some(e) => Err(e),
-                    None => Ok(count),
-                });
-            }
-            _ => {}
-        }
-    }
-}
-
-async fn read_server(s: &mut Checkout) -> Result<(u8, BytesMut)> {
-    let server = &mut **s;
-    read_message(&mut server.stream, &mut server.rbuf, 1 << 30)
-        .await
-        .map_err(|e| {
-            server.state.broken = true;
-            Error::new(
-                Kind::ServerIo,
-                format!("a shard's server failed during COPY: {e}"),
-            )
-        })
-}
-
-async fn send(s: &mut Checkout, bytes: &[u8]) -> Result<()> {
-    s.stream.send(bytes).await.map_err(|e| {
-        s.state.broken = true;
-        Error::with_source(Kind::ServerIo, "write to a shard's server during COPY", e)
-    })
-}
-
-/// Rolls back every shard's transaction (a server that cannot is closed, not reused).
-async fn abort(servers: &mut [Checkout]) {
-    for s in servers.iter_mut() {
-        if exec::in_transaction(s, "ROLLBACK").await.is_err() {
-            s.state.broken = true;
-        }
-    }
-}
-
-async fn answer_error(client: &mut ClientConn, code: &str, msg: &str) -> Result<()> {
-    let mut e = BytesMut::new();
-    encode::error_response(&mut e, "ERROR", code, msg);
-    answer_raw(client, &e, true).await
-}
-
-/// An error (whole ErrorResponse) for the client, and its ReadyForQuery when `ready`.
-async fn answer_raw(client: &mut ClientConn, error: &[u8], ready: bool) -> Result<()> {
-    let mut out = BytesMut::from(error);
-    if ready {
-        encode::ready_for_query(&mut out, TxStatus::Idle);
-    }
-    client
-        .stream
-        .send(&out)
-        .await
-        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
 }

@@ -5,9 +5,11 @@
 mod admit;
 pub mod auth;
 mod copy_split;
+mod insert_split;
 mod params;
 mod replies;
 mod request;
+mod shard_tx;
 mod sharded;
 pub mod startup;
 mod state;
@@ -377,6 +379,11 @@ async fn routed_checkout(
         match decision {
             Decision::Route(target) => break target,
             Decision::Answered => {
+                session.listed.set_state(ListState::Idle);
+                return Ok(None);
+            }
+            Decision::SplitInsert(rows) => {
+                cold::cold(insert_split::insert(client, session, rows)).await?;
                 session.listed.set_state(ListState::Idle);
                 return Ok(None);
             }

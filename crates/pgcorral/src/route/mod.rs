@@ -57,7 +57,7 @@ impl ClientRoute {
 }
 
 /// What to do with the client's next request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Check out a server of the target's.
     Route(Target),
@@ -67,6 +67,8 @@ pub enum Decision {
     NeedMore,
     /// `COPY ... FROM STDIN` into sharded table `n` (its index): its rows go to their shards.
     CopyIn(usize),
+    /// An `INSERT ... VALUES` whose rows are on several shards: each row's shard, in order.
+    SplitInsert(Vec<usize>),
 }
 
 /// Decides where the request at the start of `client.buf` goes.
@@ -104,7 +106,7 @@ pub async fn decide(
             DefaultRole::Any => fixed(Want::Any),
         },
     };
-    let (Some(sharding), Decision::Route(mut target)) = (sharding, decision) else {
+    let (Some(sharding), Decision::Route(mut target)) = (sharding, &decision) else {
         return Ok(decision);
     };
     if let Some(answer) = transaction_command(client, route) {
@@ -154,6 +156,13 @@ pub async fn decide(
         shard::Shard::Refused(len, why) => Err((len, why)),
         shard::Shard::NeedMore => return Ok(Decision::NeedMore),
         shard::Shard::CopyIn(t) if route.deferred.is_none() => return Ok(Decision::CopyIn(t)),
+        shard::Shard::SplitInsert(rows) if route.deferred.is_none() => {
+            return Ok(Decision::SplitInsert(rows))
+        }
+        shard::Shard::SplitInsert(_) => Err((
+            shard::request_len(client).unwrap_or(0),
+            "an INSERT whose rows are on several shards is split to the shards outside a transaction only".to_string(),
+        )),
         shard::Shard::CopyIn(_) => Err((
             shard::request_len(client).unwrap_or(0),
             "COPY FROM STDIN into a sharded table is split to the shards outside a transaction only".to_string(),
@@ -300,11 +309,11 @@ pub async fn in_transaction(
             client.buf.advance(len);
             InTransaction::Fail(msg)
         }
-        shard::Shard::CopyIn(_) => {
+        shard::Shard::CopyIn(_) | shard::Shard::SplitInsert(_) => {
             let len = shard::request_len(client).unwrap_or(0);
             client.buf.advance(len);
             InTransaction::Fail(
-                "COPY FROM STDIN into a sharded table is split to the shards outside a transaction only".into(),
+                "a request split between shards (COPY FROM STDIN, an INSERT of rows on several shards) runs outside a transaction only".into(),
             )
         }
         shard::Shard::NeedMore => InTransaction::NeedMore,

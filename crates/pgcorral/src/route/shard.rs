@@ -34,6 +34,9 @@ pub enum Shard {
     NeedColumns(usize),
     /// A `COPY ... FROM STDIN` (a simple Query alone) into sharded table `n`.
     CopyIn(usize),
+    /// An `INSERT ... VALUES` (a simple Query alone) whose rows are on several shards: each
+    /// row's shard.
+    SplitInsert(Vec<usize>),
 }
 
 /// Where the request goes: `chosen` is the client's `SET SHARD` or `SET SHARDING KEY` (already
@@ -71,8 +74,8 @@ pub fn shard_of(
             (Place::Shard(a), Place::Shard(b)) if a != b => Place::Refuse(format!(
                 "the request's statements are on shards {a} and {b}: a request goes to one shard"
             )),
-            (p @ (Place::NeedColumns(_) | Place::CopyIn(_)), _)
-            | (_, p @ (Place::NeedColumns(_) | Place::CopyIn(_))) => p,
+            (p @ (Place::NeedColumns(_) | Place::CopyIn(_) | Place::SplitInsert(_)), _)
+            | (_, p @ (Place::NeedColumns(_) | Place::CopyIn(_) | Place::SplitInsert(_))) => p,
             (p @ Place::Refuse(_), _) | (_, p @ Place::Refuse(_)) => p,
             (p @ Place::Shard(_), _) | (_, p @ Place::Shard(_)) => p,
             (p @ Place::Default(_), _) | (_, p @ Place::Default(_)) => p,
@@ -89,6 +92,13 @@ pub fn shard_of(
         Place::Omni(_) => Shard::Any,
         Place::NeedColumns(t) => Shard::NeedColumns(t),
         Place::CopyIn(t) if batch.statements.len() == 1 => Shard::CopyIn(t),
+        Place::SplitInsert(rows) if batch.simple && batch.statements.len() == 1 => {
+            Shard::SplitInsert(rows)
+        }
+        Place::SplitInsert(_) => Shard::Refused(
+            batch.len,
+            "an INSERT whose rows are on several shards is split only when sent alone in a simple Query with its values written out (not as parameters)".into(),
+        ),
         Place::CopyIn(_) => Shard::Refused(
             batch.len,
             "COPY FROM STDIN into a sharded table is split to the shards only when it is the request's one statement".into(),

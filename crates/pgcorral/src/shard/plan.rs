@@ -62,6 +62,9 @@ pub struct Plan {
     needs_columns: Option<usize>,
     /// `COPY ... FROM STDIN` into this sharded table: its rows are split to their shards.
     copy_in: Option<usize>,
+    /// The keys are the rows of the request's one statement, an `INSERT ... VALUES`, in order:
+    /// rows on several shards can be split into an INSERT per shard.
+    insert_rows: bool,
 }
 
 /// Where a request goes, once its values are known.
@@ -80,6 +83,8 @@ pub enum Place {
     NeedColumns(usize),
     /// `COPY ... FROM STDIN` into sharded table `n`: split row by row.
     CopyIn(usize),
+    /// An `INSERT ... VALUES` whose rows are on several shards: each row's shard, in order.
+    SplitInsert(Vec<usize>),
     /// The database's default shard, if it has one; else refused for this reason.
     Default(String),
     /// Refused: keys on several shards, or a key moved.
@@ -131,6 +136,7 @@ impl Plan {
         }
         let mut spans: Option<Vec<(usize, usize)>> = None;
         let mut shards: Vec<usize> = Vec::new();
+        let mut row_shards: Vec<usize> = Vec::with_capacity(self.keys.len());
         for k in &self.keys {
             let table = &sharding.tables[k.table];
             let mut values = Vec::with_capacity(k.sources.len());
@@ -171,6 +177,10 @@ impl Plan {
             if !shards.contains(&shard) {
                 shards.push(shard);
             }
+            row_shards.push(shard);
+        }
+        if shards.len() > 1 && self.insert_rows {
+            return Place::SplitInsert(row_shards);
         }
         if shards.len() > 1 {
             shards.sort_unstable();
@@ -305,6 +315,9 @@ pub fn plan(sharding: &Sharding, sql: &str, numbered: bool) -> Plan {
     };
     for raw in &parsed.protobuf.stmts {
         reader.statement(raw.stmt.as_deref());
+    }
+    if parsed.protobuf.stmts.len() > 1 {
+        reader.plan.insert_rows = false;
     }
     if reader.plan.copy_in.is_some() && parsed.protobuf.stmts.len() > 1 {
         reader.plan.copy_in = None;
@@ -640,6 +653,7 @@ impl Reader<'_> {
                 sources,
             });
         }
+        self.plan.insert_rows = self.plan.keys.is_empty();
         self.plan.keys.extend(keys);
         self.keyed.push(v.table);
     }
