@@ -104,7 +104,7 @@ fn is_ident(c: u8) -> bool {
 }
 
 /// The end of a numeric constant starting at `i`: digits, a fraction, an exponent.
-fn number_end(b: &[u8], mut i: usize) -> usize {
+pub fn number_end(b: &[u8], mut i: usize) -> usize {
     let digits = |b: &[u8], mut i: usize| {
         while i < b.len() && b[i].is_ascii_digit() {
             i += 1;

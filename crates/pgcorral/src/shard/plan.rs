@@ -299,13 +299,9 @@ pub fn plan(sharding: &Sharding, sql: &str, numbered: bool) -> Plan {
         // PostgreSQL refuses it too, wherever it goes.
         return Plan::default();
     };
-    let starts: Vec<usize> = if numbered {
-        let mut v = Vec::new();
-        skeleton::constants(sql, |a, _| v.push(a));
-        v
-    } else {
-        Vec::new()
-    };
+    // Constants are numbered only where the scan can tell every one of them apart.
+    let mut starts = Vec::new();
+    let numbered = numbered && skeleton::constants(sql, |a, _| starts.push(a));
     let mut reader = Reader {
         sharding,
         sql,
@@ -667,6 +663,10 @@ impl Reader<'_> {
             NodeEnum::AConst(c) if c.isnull => Some(Src::Null),
             NodeEnum::AConst(c) => {
                 let loc = usize::try_from(c.location).ok()?;
+                // Plain constants only (see `plain_constant`), so that both readings agree.
+                if !plain_constant(self.sql.as_bytes(), loc) {
+                    return None;
+                }
                 if let Some(starts) = &self.starts {
                     // A negative number is read from the '-' before its digits.
                     let (at, negate) = if self.sql.as_bytes().get(loc) == Some(&b'-') {
@@ -690,6 +690,59 @@ impl Reader<'_> {
     }
 }
 
+/// Whether the constant at `loc` is one the skeleton scan reads whole: a quoted string not
+/// continued on a later line (`'a'` newline `'b'` is one constant to PostgreSQL), a decimal
+/// number, or a minus and one. Not: `E'…'`, `U&'…'`, `B'…'`, `X'…'`, `0x1F`, `1_000`.
+fn plain_constant(sql: &[u8], loc: usize) -> bool {
+    let Some(at) = sql.get(loc..) else {
+        return false;
+    };
+    let number = |i: usize| {
+        let end = skeleton::number_end(sql, i);
+        !sql.get(end)
+            .is_some_and(|&b| b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80)
+    };
+    match at.first() {
+        Some(b'\'') => {
+            let mut i = 1;
+            while i < at.len() {
+                match at[i] {
+                    b'\'' if at.get(i + 1) == Some(&b'\'') => i += 2,
+                    b'\'' => break,
+                    _ => i += 1,
+                }
+            }
+            // Another quote after only whitespace and comments may continue this string.
+            let mut gap = &at[(i + 1).min(at.len())..];
+            loop {
+                let space = gap.iter().take_while(|b| b.is_ascii_whitespace()).count();
+                gap = &gap[space..];
+                if gap.starts_with(b"--") {
+                    let end = gap.iter().position(|&b| b == b'\n' || b == b'\r');
+                    gap = &gap[end.unwrap_or(gap.len())..];
+                } else if gap.starts_with(b"/*") {
+                    return false;
+                } else {
+                    break;
+                }
+                if gap.is_empty() {
+                    break;
+                }
+            }
+            gap.first() != Some(&b'\'')
+        }
+        Some(b'0'..=b'9') => number(loc),
+        Some(b'-') => {
+            let space = at[1..]
+                .iter()
+                .take_while(|b| b.is_ascii_whitespace())
+                .count();
+            at.get(1 + space).is_some_and(u8::is_ascii_digit) && number(loc + 1 + space)
+        }
+        _ => false,
+    }
+}
+
 /// The fields of a column reference.
 fn column(node: &Node) -> Option<&[Node]> {
     match node.node.as_ref()? {
@@ -703,4 +756,109 @@ fn visible_name(r: &RangeVar) -> String {
     r.alias
         .as_ref()
         .map_or_else(|| r.relname.clone(), |a| a.aliasname.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::key::{Function, KeyType};
+    use crate::shard::Table;
+
+    fn sharding() -> Sharding {
+        let tables = vec![
+            Table::new("t", vec!["k".into()], vec![KeyType::Int8]),
+            Table::new(
+                "u",
+                vec!["a".into(), "b".into()],
+                vec![KeyType::Text, KeyType::Int4],
+            ),
+        ];
+        Sharding::new(
+            5,
+            Function::PgHash,
+            tables,
+            &["o".into()],
+            None,
+            vec![KeyType::Int8],
+        )
+    }
+
+    fn place(s: &Sharding, sql: &str, numbered: bool) -> Place {
+        plan(s, sql, numbered).place(s, sql, &|_, _| None)
+    }
+
+    fn shard(s: &Sharding, k: i64) -> Place {
+        Place::Shard(s.shard_of(&[KeyType::Int8], &[Value::Int(k)]))
+    }
+
+    #[test]
+    fn keys_are_found_where_postgresql_would_compare_them() {
+        let s = sharding();
+        for (sql, k) in [
+            ("SELECT * FROM t WHERE k = 42", 42),
+            ("SELECT * FROM t WHERE 42 = k AND x > 1", 42),
+            ("SELECT * FROM t x WHERE x.k = -7", -7),
+            ("SELECT * FROM t WHERE k = - 7", -7),
+            ("UPDATE t SET v = 1 WHERE k = '9'::int8", 9),
+            ("DELETE FROM public.t WHERE k = 3", 3),
+            ("INSERT INTO t (v, k) VALUES ('a', 11)", 11),
+            ("SELECT * FROM t JOIN o ON o.id = t.id WHERE t.k = 5", 5),
+            ("SELECT * FROM t WHERE k IN (5)", 5),
+        ] {
+            assert_eq!(place(&s, sql, true), shard(&s, k), "{sql}");
+            assert_eq!(place(&s, sql, false), shard(&s, k), "{sql}");
+        }
+    }
+
+    #[test]
+    fn constants_the_scan_cannot_read_whole_are_not_keys_either_way() {
+        let s = sharding();
+        for sql in [
+            "SELECT * FROM t WHERE k = 0x1F",
+            "SELECT * FROM t WHERE k = 1_000",
+            "SELECT * FROM t WHERE k = '1'\n'2'",
+            "SELECT * FROM u WHERE a = U&'x' AND b = 1",
+            "SELECT * FROM u WHERE a = E'x' AND b = 1",
+        ] {
+            let (by_place, by_value) = (place(&s, sql, true), place(&s, sql, false));
+            assert_eq!(by_place, by_value, "{sql}");
+            assert!(matches!(by_place, Place::Default(_)), "{sql}: {by_place:?}");
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_placed_says_why() {
+        let s = sharding();
+        assert!(
+            matches!(place(&s, "SELECT * FROM t", true), Place::Default(m) if m.contains("\"t\" (key: k)"))
+        );
+        assert!(
+            matches!(place(&s, "SELECT * FROM other", true), Place::Default(m) if m.contains("other"))
+        );
+        assert!(
+            matches!(place(&s, "UPDATE t SET k = 1 WHERE k = 2", true), Place::Refuse(m) if m.contains("move"))
+        );
+        assert_eq!(
+            place(&s, "SELECT * FROM o", true),
+            Place::Omni("\"o\"".into())
+        );
+        assert_eq!(place(&s, "SELECT 1", true), Place::Any);
+        assert_eq!(place(&s, "SET x = 1", true), Place::Any);
+        assert!(
+            matches!(place(&s, "INSERT INTO t (k) VALUES (1), (2), (3), (4)", true), Place::SplitInsert(r) if r.len() == 4)
+        );
+    }
+
+    #[test]
+    fn a_plan_of_one_shape_serves_every_constant() {
+        let s = sharding();
+        for k in [1i64, 22, 333, 4444] {
+            let sql = format!("SELECT v FROM t WHERE k = {k}");
+            assert_eq!(
+                s.plans.get(&s, &sql).place(&s, &sql, &|_, _| None),
+                shard(&s, k)
+            );
+        }
+        assert_eq!(s.plans.map.lock().len(), 1);
+    }
 }
