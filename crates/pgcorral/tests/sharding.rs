@@ -425,3 +425,63 @@ async fn a_transaction_stays_on_one_shard() {
         .iter()
         .any(|m| matches!(m, SimpleQueryMessage::CommandComplete(1))));
 }
+
+/// With `sharded_tables_from_catalog`, a table the shards partition by hash is sharded by its
+/// partition key without being declared: each shard holds only its own partition here, so a
+/// row sent to the wrong shard would be refused by PostgreSQL itself. A declared text key under
+/// a non-deterministic collation is refused (PostgreSQL hashes its sort key).
+#[tokio::test(flavor = "multi_thread")]
+async fn hash_partitioned_tables_are_read_from_the_shards_catalogs() {
+    let shards = start(3, "SELECT 1");
+    for (i, pg) in shards.iter().enumerate() {
+        pg.sql(
+            "postgres",
+            &format!(
+                "CREATE TABLE events (tenant uuid, day int, v text) PARTITION BY HASH (tenant, day); \
+                 CREATE TABLE events_{i} PARTITION OF events FOR VALUES WITH (MODULUS 3, REMAINDER {i}); \
+                 CREATE COLLATION nocase (provider = icu, locale = 'und-u-ks-level2', deterministic = false); \
+                 CREATE TABLE names (n text COLLATE nocase)"
+            ),
+        );
+    }
+    let db = "sharded_tables_from_catalog = true\n\
+              sharded_tables = [{ name = \"names\", columns = [\"n\"], types = [\"text\"] }]";
+    let p = Pooler::start(&config(&shards, "", db)).await;
+    let c = p.connect("postgres", None, "app").await;
+    for i in 0..60 {
+        let tenant = format!("00000000-0000-4000-8000-{:012x}", i * 7919);
+        c.simple_query(&format!(
+            "INSERT INTO events (tenant, day, v) VALUES ('{tenant}', {i}, 'e{i}')"
+        ))
+        .await
+        .unwrap();
+        let v = value(
+            &c,
+            &format!("SELECT v FROM events WHERE tenant = '{tenant}' AND day = {i}"),
+        )
+        .await;
+        assert_eq!(v, format!("e{i}"));
+    }
+    let total: usize = shards
+        .iter()
+        .map(|pg| {
+            pg.sql("postgres", "SELECT count(*) FROM events")
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(total, 60);
+    assert!(shards
+        .iter()
+        .all(|pg| pg.sql("postgres", "SELECT count(*) FROM events") != "0"));
+    let e = c
+        .simple_query("SELECT * FROM names WHERE n = 'a'")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    assert!(
+        db_message(&e).contains("non-deterministic"),
+        "{}",
+        db_message(&e)
+    );
+}

@@ -30,11 +30,7 @@ pub(super) async fn copy_in(
     session: &mut LoggedIn,
     table: usize,
 ) -> Result<()> {
-    let sharding = session
-        .cluster
-        .sharding()
-        .expect("a sharded database")
-        .clone();
+    let sharding = session.cluster.sharding().expect("a sharded database");
     // The request is whole at the front of the buffer (routing read it). Its Sync, if any,
     // is answered with the COPY's ReadyForQuery (PostgreSQL ignores Syncs during a COPY).
     let extended = client.buf.first() != Some(&frontend::QUERY);

@@ -509,7 +509,7 @@ fn run<'a>(
             // each transaction is routed on its own: a pipelined next one must wait.
             let routed = session.cluster.routed();
             relay_mode.target = if routed { session.target } else { None };
-            relay_mode.between = routed && session.cluster.sharding().is_some();
+            relay_mode.between = routed && session.cluster.sharded();
             let mut home = None;
             if routed {
                 // A routed session does not move (its servers may be several).

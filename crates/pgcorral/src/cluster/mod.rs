@@ -104,8 +104,11 @@ struct Inner {
     shards: Vec<ShardPools>,
     /// Every shard's pools, in shard order.
     all: Vec<Pool>,
-    /// How keys map to shards (sharded databases).
-    sharding: Option<Arc<Sharding>>,
+    /// How keys map to shards (sharded databases), as configured and then as the shards'
+    /// catalogs completed it.
+    sharding: Option<arc_swap::ArcSwap<Sharding>>,
+    /// As configured (what a reload compares).
+    configured: Option<Arc<Sharding>>,
 }
 
 /// A cheap-to-clone handle on one (database, user)'s pools.
@@ -122,7 +125,8 @@ impl Cluster {
         Cluster(Arc::new(Inner {
             shards,
             all,
-            sharding,
+            configured: sharding.clone(),
+            sharding: sharding.map(arc_swap::ArcSwap::new),
         }))
     }
 
@@ -140,9 +144,26 @@ impl Cluster {
         &self.0.shards
     }
 
-    /// How keys map to shards, for a sharded database.
-    pub fn sharding(&self) -> Option<&Arc<Sharding>> {
-        self.0.sharding.as_ref()
+    /// How keys map to shards now, for a sharded database.
+    pub fn sharding(&self) -> Option<Arc<Sharding>> {
+        self.0.sharding.as_ref().map(|s| s.load_full())
+    }
+
+    /// The database is sharded.
+    pub fn sharded(&self) -> bool {
+        self.0.sharding.is_some()
+    }
+
+    /// How keys map to shards as configured.
+    pub fn configured_sharding(&self) -> Option<&Sharding> {
+        self.0.configured.as_deref()
+    }
+
+    /// Replaces how keys map to shards (completed from the shards' catalogs).
+    pub fn set_sharding(&self, sharding: Arc<Sharding>) {
+        if let Some(s) = &self.0.sharding {
+            s.store(sharding);
+        }
     }
 
     /// The first shard's servers; their routing settings are the database's.

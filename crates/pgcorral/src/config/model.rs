@@ -449,6 +449,9 @@ pub struct Database {
     pub sharding_function: Option<Function>,
     /// The type of a key given by `SET SHARDING KEY` (see [`Database::key_types`]).
     pub sharding_key_type: Option<KeyType>,
+    /// The shards' hash-partitioned tables (`PARTITION BY HASH`, read from shard 0's catalog
+    /// at first use) are sharded tables too, by their partition key.
+    pub sharded_tables_from_catalog: Option<bool>,
 }
 
 impl Default for Database {
@@ -481,6 +484,7 @@ impl Default for Database {
             default_shard: None,
             sharding_function: None,
             sharding_key_type: None,
+            sharded_tables_from_catalog: None,
         }
     }
 }

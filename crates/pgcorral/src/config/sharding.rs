@@ -111,6 +111,10 @@ pub(super) fn check(name: &str, db: &Database, errs: &mut Vec<String>) {
         ("default_shard", db.default_shard.is_some()),
         ("sharding_function", db.sharding_function.is_some()),
         ("sharding_key_type", db.sharding_key_type.is_some()),
+        (
+            "sharded_tables_from_catalog",
+            db.sharded_tables_from_catalog.is_some(),
+        ),
     ];
     if !db.sharded() {
         for (key, set) in sharding_only {

@@ -103,7 +103,7 @@ impl Registry {
             match resolve(config, database, user, &self.tls) {
                 Ok(r)
                     if r.settings.caps == cluster.home().settings().caps
-                        && r.sharding.as_deref() == cluster.sharding().map(|s| &**s)
+                        && r.sharding.as_deref() == cluster.configured_sharding()
                         && same_shards(cluster, &r.shards) =>
                 {
                     for (shard, (_, targets)) in cluster.shards().iter().zip(r.shards) {
@@ -168,14 +168,16 @@ pub(crate) fn sharding_of(db: &Database) -> Sharding {
         .iter()
         .map(|t| Table::new(&t.name, t.columns.clone(), t.types.clone()))
         .collect();
-    Sharding::new(
+    let mut sharding = Sharding::new(
         db.shards.len(),
         db.function(),
         tables,
         &db.omnisharded_tables,
         db.default_shard,
         db.key_types(),
-    )
+    );
+    sharding.from_catalog = db.sharded_tables_from_catalog.unwrap_or(false);
+    sharding
 }
 
 /// The error for a database pgcorral's configuration does not name.

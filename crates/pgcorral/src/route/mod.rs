@@ -81,7 +81,7 @@ pub async fn decide(
     let settings = cluster.topology().settings();
     let sharding = cluster.sharding();
     let status = route.status();
-    if let Some(answer) = own_command(client, route, &settings, sharding.map(|s| &**s), status)? {
+    if let Some(answer) = own_command(client, route, &settings, sharding.as_deref(), status)? {
         send(client, &answer).await?;
         return Ok(Decision::Answered);
     }
@@ -106,9 +106,14 @@ pub async fn decide(
             DefaultRole::Any => fixed(Want::Any),
         },
     };
-    let (Some(sharding), Decision::Route(mut target)) = (sharding, &decision) else {
+    let (Some(mut sharding), Decision::Route(mut target)) = (sharding, &decision) else {
         return Ok(decision);
     };
+    if !sharding.checked {
+        // The shards' catalogs, once: key collations, and hash-partitioned tables.
+        sharding = shard::read_catalog(cluster, &sharding, client.worker).await?;
+    }
+    let sharding = &*sharding;
     if let Some(answer) = transaction_command(client, route) {
         send(client, &answer).await?;
         return Ok(Decision::Answered);
@@ -247,6 +252,7 @@ pub async fn in_transaction(
     let Some(sharding) = cluster.sharding() else {
         return Ok(InTransaction::Go);
     };
+    let sharding = &*sharding;
     if let Some((len, text)) = whole_query(client) {
         if hint::command(text) == Ok(Some(Command::ShowShard)) {
             client.buf.advance(len);

@@ -3,6 +3,8 @@
 //! parameters, else the database's default shard.
 
 use bytes::BytesMut;
+use std::sync::Arc;
+
 use pgwire::frontend::{self, query_text};
 use pgwire::Header;
 use pgwire::{backend, encode};
@@ -11,11 +13,12 @@ use super::hint::{self, ShardChoice};
 use crate::client_conn::ClientConn;
 use crate::cluster::{Cluster, Target, Want};
 use crate::error::{Kind, Result};
+use crate::logsafe::Esc;
 use crate::prepared;
 use crate::session::exec;
 use crate::shard::key::{KeyType, Value};
 use crate::shard::plan::{Place, Plan};
-use crate::shard::Sharding;
+use crate::shard::{Sharding, Table};
 
 /// The shard of the request at the start of the client's buffer, or why it has none.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,11 +159,7 @@ pub async fn learn_columns(
     table: usize,
     worker: usize,
 ) -> Result<()> {
-    let t = &sharding.tables[table];
-    let name = match &t.schema {
-        Some(s) => format!("{}.{}", quote_ident(s), quote_ident(&t.name)),
-        None => quote_ident(&t.name),
-    };
+    let name = qualified(&sharding.tables[table]);
     let sql = format!(
         "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = '{}'::regclass \
          AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
@@ -182,6 +181,142 @@ pub async fn learn_columns(
         sharding.plans.learn_columns(table, columns);
     }
     Ok(())
+}
+
+/// Reads shard 0's catalog once for a sharded database: declared text keys under a
+/// non-deterministic collation are refused (PostgreSQL hashes their `strxfrm` form), and with
+/// `sharded_tables_from_catalog` its hash-partitioned tables become sharded tables. The
+/// completed sharding replaces the cluster's. A catalog that cannot be read is logged and
+/// the declared tables are used as they are.
+pub async fn read_catalog(
+    cluster: &Cluster,
+    sharding: &Arc<Sharding>,
+    worker: usize,
+) -> Result<Arc<Sharding>> {
+    let mut server = cluster
+        .checkout(Target::first_shard(Want::Any, false), worker, 0)
+        .await?;
+    let mut refused = Vec::new();
+    for (i, t) in sharding.tables.iter().enumerate() {
+        let textual =
+            |ty: &KeyType| matches!(ty, KeyType::Text | KeyType::Varchar | KeyType::Bpchar);
+        if !t.types.iter().any(textual) {
+            continue;
+        }
+        let sql = format!(
+            "SELECT a.attname FROM pg_catalog.pg_attribute a \
+             JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation \
+             WHERE a.attrelid = pg_catalog.to_regclass('{}') AND a.attnum > 0 \
+             AND NOT a.attisdropped AND NOT c.collisdeterministic",
+            qualified(t).replace('\'', "''")
+        );
+        match exec::query(&mut server, &sql).await {
+            Ok(rows) => {
+                let bad: Vec<String> = rows
+                    .into_iter()
+                    .filter_map(|r| r.into_iter().next().flatten())
+                    .filter(|c| t.columns.contains(c))
+                    .collect();
+                if !bad.is_empty() {
+                    refused.push((i, nondeterministic(&t.name, &bad)));
+                }
+            }
+            Err(e) if e.kind() == Kind::ServerError => {
+                tracing::warn!(table = %Esc(&t.name), error = %Esc(&e), "could not read a sharded table's key collations");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut more = Vec::new();
+    if sharding.from_catalog {
+        match exec::query(&mut server, HASH_PARTITIONED).await {
+            Ok(rows) => more = partitioned_tables(rows),
+            Err(e) if e.kind() == Kind::ServerError => {
+                tracing::warn!(error = %Esc(&e), "could not read the shards' hash-partitioned tables");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    drop(server);
+    let done = Arc::new(sharding.completed(more, refused));
+    cluster.set_sharding(done.clone());
+    Ok(done)
+}
+
+/// Each hash-partitioned table's key columns: schema, table, column, its type, whether its
+/// partition collation is deterministic; in key order. Expression keys have no column.
+const HASH_PARTITIONED: &str = "SELECT n.nspname, c.relname, a.attname, \
+     pg_catalog.format_type(a.atttypid, NULL), \
+     COALESCE((SELECT co.collisdeterministic FROM pg_catalog.pg_collation co WHERE co.oid = k.coll), true), \
+     p.partnatts \
+     FROM pg_catalog.pg_partitioned_table p \
+     JOIN pg_catalog.pg_class c ON c.oid = p.partrelid \
+     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     CROSS JOIN LATERAL unnest(p.partattrs::pg_catalog.int2[], p.partcollation::pg_catalog.oid[]) \
+       WITH ORDINALITY AS k(attnum, coll, ord) \
+     JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum \
+     WHERE p.partstrat = 'h' AND NOT c.relispartition \
+     ORDER BY n.nspname, c.relname, k.ord";
+
+/// Sharded tables from [`HASH_PARTITIONED`]'s rows: those whose every key column is one of a
+/// supported type (a key with an expression, or of another type, is left out).
+fn partitioned_tables(rows: Vec<Vec<Option<String>>>) -> Vec<Table> {
+    let mut tables: Vec<(Table, usize, Vec<String>)> = Vec::new();
+    let mut unsupported: Vec<String> = Vec::new();
+    for row in rows {
+        let [Some(schema), Some(rel), Some(col), Some(ty), Some(det), Some(natts)] = &row[..]
+        else {
+            continue;
+        };
+        let name = format!("{schema}.{rel}");
+        let Some(ty) = KeyType::from_pg_name(ty) else {
+            unsupported.push(name);
+            continue;
+        };
+        let natts: usize = natts.parse().unwrap_or(0);
+        match tables.iter_mut().find(|(t, _, _)| t.qualified() == name) {
+            Some((t, _, bad)) => {
+                t.columns.push(col.clone());
+                t.types.push(ty);
+                if det != "t" {
+                    bad.push(col.clone());
+                }
+            }
+            None => {
+                let bad = if det != "t" {
+                    vec![col.clone()]
+                } else {
+                    Vec::new()
+                };
+                tables.push((Table::new(&name, vec![col.clone()], vec![ty]), natts, bad));
+            }
+        }
+    }
+    tables
+        .into_iter()
+        .filter(|(t, natts, _)| t.columns.len() == *natts && !unsupported.contains(&t.qualified()))
+        .map(|(mut t, _, bad)| {
+            if !bad.is_empty() {
+                t.refused = Some(nondeterministic(&t.name, &bad));
+            }
+            t
+        })
+        .collect()
+}
+
+fn nondeterministic(table: &str, columns: &[String]) -> String {
+    format!(
+        "sharded table \"{table}\" has key columns under a non-deterministic collation ({}): PostgreSQL hashes their sort keys, which pgcorral cannot compute; name the shard (SET SHARD)",
+        columns.join(", ")
+    )
+}
+
+/// A table's name for `to_regclass` (quoted parts).
+fn qualified(t: &Table) -> String {
+    match &t.schema {
+        Some(s) => format!("{}.{}", quote_ident(s), quote_ident(&t.name)),
+        None => quote_ident(&t.name),
+    }
 }
 
 /// `name` as a quoted identifier.

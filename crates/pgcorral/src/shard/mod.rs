@@ -13,11 +13,15 @@ use plan::Plans;
 /// A table spread over the shards, and its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {
-    /// `None`: the name matches the table in any schema.
+    /// `None`: the name matches the table in any schema. A name a statement gives without a
+    /// schema matches the table whatever its schema (the search path finds it).
     pub schema: Option<String>,
     pub name: String,
     pub columns: Vec<String>,
     pub types: Vec<KeyType>,
+    /// Why requests naming it are refused (a key column PostgreSQL hashes in a way pgcorral
+    /// cannot: a non-deterministic collation).
+    pub refused: Option<String>,
 }
 
 impl Table {
@@ -29,11 +33,22 @@ impl Table {
             name,
             columns,
             types,
+            refused: None,
         }
     }
 
+    /// `schema.name`, or `name`.
+    pub fn qualified(&self) -> String {
+        match &self.schema {
+            Some(s) => format!("{s}.{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    /// Whether a statement's `schema.name` (or `name`, found by the search path) is this table.
     fn is(&self, schema: Option<&str>, name: &str) -> bool {
-        self.name == name && (self.schema.is_none() || self.schema.as_deref() == schema)
+        self.name == name
+            && (self.schema.is_none() || schema.is_none() || self.schema.as_deref() == schema)
     }
 }
 
@@ -58,6 +73,10 @@ pub struct Sharding {
     pub key_types: Vec<KeyType>,
     /// Plans of the texts seen, by shape.
     pub plans: Plans,
+    /// Read the shards' hash-partitioned tables as sharded tables too.
+    pub from_catalog: bool,
+    /// The shards' catalogs were read (key collations, and tables when `from_catalog`).
+    pub checked: bool,
 }
 
 impl Sharding {
@@ -77,6 +96,35 @@ impl Sharding {
             default_shard,
             key_types,
             plans: Plans::default(),
+            from_catalog: false,
+            checked: false,
+        }
+    }
+
+    /// This sharding completed from the shards' catalogs: `more` tables (those not declared
+    /// already), and reasons to refuse some of the declared ones (by index).
+    pub fn completed(&self, more: Vec<Table>, refused: Vec<(usize, String)>) -> Sharding {
+        let mut tables = self.tables.clone();
+        for (i, why) in refused {
+            if let Some(t) = tables.get_mut(i) {
+                t.refused = Some(why);
+            }
+        }
+        for t in more {
+            if self.table(t.schema.as_deref(), &t.name).is_none() {
+                tables.push(t);
+            }
+        }
+        Sharding {
+            shards: self.shards,
+            function: self.function,
+            tables,
+            omnisharded: self.omnisharded.clone(),
+            default_shard: self.default_shard,
+            key_types: self.key_types.clone(),
+            plans: Plans::default(),
+            from_catalog: self.from_catalog,
+            checked: true,
         }
     }
 
@@ -88,7 +136,7 @@ impl Sharding {
     pub fn is_omnisharded(&self, schema: Option<&str>, name: &str) -> bool {
         self.omnisharded
             .iter()
-            .any(|(s, n)| n == name && (s.is_none() || s.as_deref() == schema))
+            .any(|(s, n)| n == name && (s.is_none() || schema.is_none() || s.as_deref() == schema))
     }
 
     /// The shard of a key given as its columns' values.

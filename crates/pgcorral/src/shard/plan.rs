@@ -57,7 +57,7 @@ pub struct Plan {
     /// An UPDATE that assigns a sharding key (the row would move to another shard).
     moves_key: Option<String>,
     /// Refused for this reason.
-    refused: Option<&'static str>,
+    refused: Option<String>,
     /// An INSERT without a column list into this sharded table, whose columns are not known.
     needs_columns: Option<usize>,
     /// `COPY ... FROM STDIN` into this sharded table: its rows are split to their shards.
@@ -100,7 +100,7 @@ impl Plan {
         self.omni = self.omni.take().or_else(|| other.omni.clone());
         self.elsewhere = self.elsewhere.or(other.elsewhere);
         self.moves_key = self.moves_key.take().or_else(|| other.moves_key.clone());
-        self.refused = self.refused.or(other.refused);
+        self.refused = self.refused.take().or_else(|| other.refused.clone());
         self.needs_columns = self.needs_columns.or(other.needs_columns);
         self.copy_in = self.copy_in.or(other.copy_in);
     }
@@ -120,8 +120,8 @@ impl Plan {
         text: &str,
         param: &dyn Fn(usize, super::key::KeyType) -> Option<Value>,
     ) -> Place {
-        if let Some(why) = self.refused {
-            return Place::Refuse(why.to_string());
+        if let Some(why) = &self.refused {
+            return Place::Refuse(why.clone());
         }
         if let Some(t) = self.needs_columns {
             return Place::NeedColumns(t);
@@ -318,7 +318,7 @@ pub fn plan(sharding: &Sharding, sql: &str, numbered: bool) -> Plan {
     if reader.plan.copy_in.is_some() && parsed.protobuf.stmts.len() > 1 {
         reader.plan.copy_in = None;
         reader.plan.refused = Some(
-            "COPY FROM STDIN into a sharded table is split to the shards only when it is the only statement of its Query",
+            "COPY FROM STDIN into a sharded table is split to the shards only when it is the only statement of its Query".into(),
         );
     }
     // Every table the statements name, wherever (subqueries, CTEs, joins).
@@ -328,6 +328,9 @@ pub fn plan(sharding: &Sharding, sql: &str, numbered: bool) -> Plan {
             None => (None, name.as_str()),
         };
         if let Some(i) = sharding.tables.iter().position(|t| t.is(schema, rel)) {
+            if let Some(why) = &sharding.tables[i].refused {
+                reader.plan.refused.get_or_insert_with(|| why.clone());
+            }
             if !reader.keyed.contains(&i) {
                 let t = &sharding.tables[i];
                 reader.plan.unkeyed.get_or_insert_with(|| {
