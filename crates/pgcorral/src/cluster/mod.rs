@@ -109,6 +109,8 @@ struct Inner {
     sharding: Option<arc_swap::ArcSwap<Sharding>>,
     /// As configured (what a reload compares).
     configured: Option<Arc<Sharding>>,
+    /// Some shard has several servers (or one of detected role): requests need a role.
+    roles: bool,
 }
 
 /// A cheap-to-clone handle on one (database, user)'s pools.
@@ -122,9 +124,11 @@ impl Cluster {
             .iter()
             .flat_map(|s| s.pools.iter().cloned())
             .collect();
+        let roles = shards.iter().any(|s| s.routed);
         Cluster(Arc::new(Inner {
             shards,
             all,
+            roles,
             configured: sharding.clone(),
             sharding: sharding.map(arc_swap::ArcSwap::new),
         }))
@@ -152,6 +156,12 @@ impl Cluster {
     /// The database is sharded.
     pub fn sharded(&self) -> bool {
         self.0.sharding.is_some()
+    }
+
+    /// Some shard has several servers, or one of detected role: a request needs a role
+    /// (primary, replica) as well as a shard.
+    pub fn has_roles(&self) -> bool {
+        self.0.roles
     }
 
     /// How keys map to shards as configured.

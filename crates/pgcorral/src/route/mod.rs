@@ -95,6 +95,10 @@ pub async fn decide(
     };
     let fixed = |want: Want| Decision::Route(Target::first_shard(want, want == Want::Primary));
     let decision = match choice {
+        // A sharded database whose shards have one server each: only the shard is chosen.
+        _ if sharding.is_some() && !cluster.has_roles() => {
+            Decision::Route(Target::first_shard(Want::Primary, false))
+        }
         RoleChoice::Primary => fixed(Want::Primary),
         RoleChoice::Replica => fixed(Want::Replica),
         RoleChoice::Any => fixed(Want::Any),

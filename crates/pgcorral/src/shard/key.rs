@@ -110,8 +110,13 @@ impl Value {
                 // digits (16 and later).
                 let s = s.trim_matches(|c: char| c.is_ascii_whitespace());
                 let s = s.strip_prefix('+').unwrap_or(s);
-                let digits: String = s.chars().filter(|&c| c != '_').collect();
-                let v: i64 = digits.parse().map_err(|_| bad("not an integer"))?;
+                let v: i64 = if s.contains('_') {
+                    let digits: String = s.chars().filter(|&c| c != '_').collect();
+                    digits.parse()
+                } else {
+                    s.parse()
+                }
+                .map_err(|_| bad("not an integer"))?;
                 in_range(ty, v)
             }
             KeyType::Text | KeyType::Varchar | KeyType::Bpchar => Ok(Value::Text(text.to_vec())),
@@ -172,13 +177,23 @@ impl Value {
 
 /// The shard of a key (its columns' values, in key order) among `shards`.
 pub fn shard_of(values: &[(KeyType, &Value)], function: Function, shards: usize) -> usize {
+    shard_of_pairs(values.iter().map(|(t, v)| (*t, *v)), function, shards)
+}
+
+/// [`shard_of`] with the key's types and values apart.
+pub fn shard_of_columns(types: &[KeyType], values: &[Value], function: Function, shards: usize) -> usize {
+    shard_of_pairs(types.iter().copied().zip(values), function, shards)
+}
+
+fn shard_of_pairs<'a>(
+    mut columns: impl Iterator<Item = (KeyType, &'a Value)>,
+    function: Function,
+    shards: usize,
+) -> usize {
     let row = match function {
-        Function::PgHash => hash::row(values.iter().map(|(ty, v)| v.hash(*ty, function))),
+        Function::PgHash => hash::row(columns.map(|(ty, v)| v.hash(ty, function))),
         // PgCat's sha1 has one column: the first non-NULL one's.
-        Function::Sha1 => values
-            .iter()
-            .find_map(|(ty, v)| v.hash(*ty, function))
-            .unwrap_or(0),
+        Function::Sha1 => columns.find_map(|(ty, v)| v.hash(ty, function)).unwrap_or(0),
     };
     hash::partition(row, shards)
 }

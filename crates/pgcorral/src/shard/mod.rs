@@ -141,8 +141,7 @@ impl Sharding {
 
     /// The shard of a key given as its columns' values.
     pub fn shard_of(&self, types: &[KeyType], values: &[Value]) -> usize {
-        let cols: Vec<(KeyType, &Value)> = types.iter().copied().zip(values).collect();
-        key::shard_of(&cols, self.function, self.shards)
+        key::shard_of_columns(types, values, self.function, self.shards)
     }
 
     /// The shard of a key written as text (`SET SHARDING KEY`, a `sharding_key` comment, the

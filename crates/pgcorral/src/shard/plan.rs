@@ -4,7 +4,7 @@
 //! of the same shape and every Bind of a prepared statement.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -135,11 +135,15 @@ impl Plan {
             ));
         }
         let mut spans: Option<Vec<(usize, usize)>> = None;
+        // The shards named (most requests name one: no allocation then), and each row's for an
+        // INSERT.
+        let mut first: Option<usize> = None;
         let mut shards: Vec<usize> = Vec::new();
-        let mut row_shards: Vec<usize> = Vec::with_capacity(self.keys.len());
+        let mut row_shards: Vec<usize> = Vec::new();
+        let mut values: Vec<Value> = Vec::new();
         for k in &self.keys {
             let table = &sharding.tables[k.table];
-            let mut values = Vec::with_capacity(k.sources.len());
+            values.clear();
             for (src, &ty) in k.sources.iter().zip(&table.types) {
                 let v = match src {
                     Src::Null => Some(Value::Null),
@@ -174,10 +178,15 @@ impl Plan {
                 }
             }
             let shard = sharding.shard_of(&table.types, &values);
-            if !shards.contains(&shard) {
-                shards.push(shard);
+            match first {
+                None => first = Some(shard),
+                Some(f) if f != shard && shards.is_empty() => shards.extend([f, shard]),
+                Some(_) if !shards.is_empty() && !shards.contains(&shard) => shards.push(shard),
+                Some(_) => {}
             }
-            row_shards.push(shard);
+            if self.insert_rows {
+                row_shards.push(shard);
+            }
         }
         if shards.len() > 1 && self.insert_rows {
             return Place::SplitInsert(row_shards);
@@ -188,7 +197,7 @@ impl Plan {
                 "the request's sharding keys are on shards {shards:?}: a request goes to one shard (split it by key, or name the shard)"
             ));
         }
-        if let Some(&s) = shards.first() {
+        if let Some(s) = first {
             return Place::Shard(s);
         }
         if let Some(t) = &self.unkeyed {
@@ -229,7 +238,8 @@ fn literal(text: &str, negate: bool, ty: super::key::KeyType) -> Option<Value> {
 #[derive(Default)]
 pub struct Plans {
     map: Mutex<HashMap<u64, Arc<Plan>>>,
-    hasher: RandomState,
+    /// Keyed per process (the key of a text chosen by a client cannot be predicted).
+    hasher: foldhash::quality::RandomState,
     /// Each sharded table's columns in order (by its index), once read from a shard's catalog.
     columns: Mutex<HashMap<usize, Arc<[String]>>>,
     /// Turns of the shards answering requests that any shard can answer.
