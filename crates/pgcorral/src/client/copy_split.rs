@@ -9,7 +9,7 @@ use pgwire::backend::{self, TxStatus};
 use pgwire::{encode, frontend};
 
 use super::shard_tx::{
-    abort, answer_error, answer_raw, commit, open, read_server, send, until_ready,
+    abort, answer_error, answer_raw, commit, open, read_server, send, until_ready, note_ready, reply,
 };
 use super::LoggedIn;
 use crate::client_conn::ClientConn;
@@ -73,11 +73,7 @@ pub(super) async fn copy_in(
     let ready = !extended;
     let mut out = early;
     out.extend_from_slice(&response.expect("every shard answered"));
-    client
-        .stream
-        .send(&out)
-        .await
-        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    reply(client, &out).await?;
     out.clear();
     match stream_rows(client, &mut servers, splitter).await {
         Ok(Ok(())) => {}
@@ -110,11 +106,7 @@ pub(super) async fn copy_in(
     if ready {
         encode::ready_for_query(&mut out, TxStatus::Idle);
     }
-    client
-        .stream
-        .send(&out)
-        .await
-        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
+    reply(client, &out).await
 }
 
 /// The splitter for the COPY in `text`: its options, and where the key's columns are in its
@@ -293,11 +285,7 @@ async fn until_copy_in(s: &mut Checkout) -> Result<std::result::Result<BytesMut,
                 error = Some(whole);
             }
             backend::READY_FOR_QUERY => {
-                s.state.tx = body
-                    .first()
-                    .copied()
-                    .and_then(TxStatus::from_byte)
-                    .unwrap_or(TxStatus::Failed);
+                note_ready(s, &body);
                 return Ok(Err(error.unwrap_or_else(|| {
                     let mut e = BytesMut::new();
                     encode::error_response(

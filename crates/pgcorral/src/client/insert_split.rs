@@ -10,10 +10,10 @@ use pgwire::backend::{self, TxStatus};
 use pgwire::header::HEADER_LEN;
 use pgwire::{encode, frontend, Header};
 
-use super::shard_tx::{abort, answer_error, answer_raw, commit, open, read_server, send};
+use super::shard_tx::{abort, answer_error, answer_raw, commit, open, read_server, send, note_ready, reply};
 use super::LoggedIn;
 use crate::client_conn::ClientConn;
-use crate::error::{Error, Kind, Result};
+use crate::error::Result;
 
 /// Runs the client's INSERT (a Query at the front of its buffer) whose rows go to `rows`'
 /// shards, in order.
@@ -69,11 +69,7 @@ pub(super) async fn insert(
                 }
                 backend::ERROR_RESPONSE => error = error.or_else(|| Some(whole())),
                 backend::READY_FOR_QUERY => {
-                    s.state.tx = body
-                        .first()
-                        .copied()
-                        .and_then(TxStatus::from_byte)
-                        .unwrap_or(TxStatus::Failed);
+                    note_ready(s, &body);
                     break;
                 }
                 _ => {}
@@ -89,11 +85,7 @@ pub(super) async fn insert(
     out.extend_from_slice(&data);
     encode::command_complete(&mut out, &format!("{tag_prefix} {total}"));
     encode::ready_for_query(&mut out, TxStatus::Idle);
-    client
-        .stream
-        .send(&out)
-        .await
-        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
+    reply(client, &out).await
 }
 
 /// The INSERT of `text` as one INSERT per shard: (shard, SQL with that shard's rows), in the

@@ -47,6 +47,24 @@ pub(super) async fn commit(servers: &mut [Checkout]) -> Result<()> {
     Ok(())
 }
 
+/// Notes a server's transaction status from its ReadyForQuery body.
+pub(super) fn note_ready(s: &mut Checkout, body: &[u8]) {
+    s.state.tx = body
+        .first()
+        .copied()
+        .and_then(TxStatus::from_byte)
+        .unwrap_or(TxStatus::Failed);
+}
+
+/// Writes pgcorral's answer to the client.
+pub(super) async fn reply(client: &mut ClientConn, out: &[u8]) -> Result<()> {
+    client
+        .stream
+        .send(out)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
+}
+
 /// The row count of a CommandComplete tag (`COPY 5`, `INSERT 0 5`).
 fn rows_of(tag: &[u8]) -> u64 {
     std::str::from_utf8(tag)
@@ -74,11 +92,7 @@ pub(super) async fn until_ready(s: &mut Checkout) -> Result<std::result::Result<
                 error.get_or_insert(whole);
             }
             backend::READY_FOR_QUERY => {
-                s.state.tx = body
-                    .first()
-                    .copied()
-                    .and_then(TxStatus::from_byte)
-                    .unwrap_or(TxStatus::Failed);
+                note_ready(s, &body);
                 return Ok(match error {
                     Some(e) => Err(e),
                     None => Ok(count),
@@ -130,9 +144,5 @@ pub(super) async fn answer_raw(client: &mut ClientConn, error: &[u8], ready: boo
     if ready {
         encode::ready_for_query(&mut out, TxStatus::Idle);
     }
-    client
-        .stream
-        .send(&out)
-        .await
-        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
+    reply(client, &out).await
 }

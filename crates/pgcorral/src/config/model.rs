@@ -493,16 +493,21 @@ impl Database {
     /// The servers clients of this database reach: `servers`, or the one at `host`/`port`
     /// (a primary).
     pub fn server_list(&self) -> Vec<ServerEntry> {
-        if self.servers.is_empty() {
-            vec![ServerEntry {
-                host: self.host.clone(),
-                port: self.port,
-                role: ServerRole::Primary,
-                weight: 1,
-            }]
-        } else {
-            self.servers.clone()
-        }
+        server_list(&self.servers, &self.host, self.port)
+    }
+}
+
+/// `servers`, or the one at `host`/`port` (a primary) when the list is empty.
+pub(super) fn server_list(servers: &[ServerEntry], host: &str, port: u16) -> Vec<ServerEntry> {
+    if servers.is_empty() {
+        vec![ServerEntry {
+            host: host.to_string(),
+            port,
+            role: ServerRole::Primary,
+            weight: 1,
+        }]
+    } else {
+        servers.to_vec()
     }
 }
 

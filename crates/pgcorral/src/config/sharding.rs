@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::model::{default_host, default_port, Database, PoolMode, ServerEntry, ServerRole};
+use super::model::{default_host, default_port, server_list, Database, PoolMode, ServerEntry};
 use crate::shard::key::{Function, KeyType};
 
 /// One shard of a sharded database: a server (`host`, `port`), or a primary and its replicas
@@ -24,16 +24,7 @@ pub struct ShardEntry {
 impl ShardEntry {
     /// The shard's servers: `servers`, or the one at `host`/`port` (a primary).
     pub fn server_list(&self) -> Vec<ServerEntry> {
-        if self.servers.is_empty() {
-            vec![ServerEntry {
-                host: self.host.clone(),
-                port: self.port,
-                role: ServerRole::Primary,
-                weight: 1,
-            }]
-        } else {
-            self.servers.clone()
-        }
+        server_list(&self.servers, &self.host, self.port)
     }
 }
 

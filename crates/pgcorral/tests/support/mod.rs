@@ -664,8 +664,7 @@ impl PoolerProcess {
         let dir = tempfile::tempdir().unwrap().keep();
         let path = dir.join("pgcorral.toml");
         std::fs::write(&path, toml).unwrap();
-        let log = dir.join("pgcorral.log");
-        let mut command = match nofile {
+        let command = match nofile {
             None => Command::new(pgcorral_bin()),
             Some(n) => {
                 let mut c = Command::new("sh");
@@ -674,25 +673,7 @@ impl PoolerProcess {
                 c
             }
         };
-        #[allow(clippy::zombie_processes)] // waited for in Drop
-        let child = command
-            .arg("--config")
-            .arg(&path)
-            .env("RUST_LOG", rust_log)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return PoolerProcess { child, port, log };
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!(
-            "pgcorral did not start: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        launch(command, &path, &dir, rust_log, port)
     }
 
     pub fn signal(&self, sig: &str) {
@@ -723,25 +704,31 @@ impl PoolerProcess {
         let dir = tempfile::tempdir().unwrap().keep();
         let path = dir.join(file_name);
         std::fs::write(&path, text).unwrap();
-        let log = dir.join("pgcorral.log");
-        #[allow(clippy::zombie_processes)] // waited for in Drop
-        let child = Command::new(pgcorral_bin())
-            .arg("--config")
-            .arg(&path)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return PoolerProcess { child, port, log };
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!(
-            "pgcorral did not start: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        launch(Command::new(pgcorral_bin()), &path, &dir, "info", port)
     }
+}
+
+/// Runs `command --config path`, logging at `rust_log` to `dir`/pgcorral.log, and waits until
+/// 127.0.0.1:`port` accepts connections.
+fn launch(mut command: Command, path: &Path, dir: &Path, rust_log: &str, port: u16) -> PoolerProcess {
+    let log = dir.join("pgcorral.log");
+    #[allow(clippy::zombie_processes)] // waited for in Drop
+    let child = command
+        .arg("--config")
+        .arg(path)
+        .env("RUST_LOG", rust_log)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return PoolerProcess { child, port, log };
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!(
+        "pgcorral did not start: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
 }
