@@ -9,7 +9,8 @@ use pgwire::backend::{self, TxStatus};
 use pgwire::{encode, frontend};
 
 use super::shard_tx::{
-    abort, answer_error, answer_raw, commit, open, read_server, send, until_ready, note_ready, reply,
+    abort, answer_error, answer_raw, commit, note_ready, open, read_server, reply, send,
+    until_ready,
 };
 use super::LoggedIn;
 use crate::client_conn::ClientConn;

@@ -10,7 +10,9 @@ use pgwire::backend::{self, TxStatus};
 use pgwire::header::HEADER_LEN;
 use pgwire::{encode, frontend, Header};
 
-use super::shard_tx::{abort, answer_error, answer_raw, commit, open, read_server, send, note_ready, reply};
+use super::shard_tx::{
+    abort, answer_error, answer_raw, commit, note_ready, open, read_server, reply, send,
+};
 use super::LoggedIn;
 use crate::client_conn::ClientConn;
 use crate::error::Result;

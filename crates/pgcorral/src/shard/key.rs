@@ -181,7 +181,12 @@ pub fn shard_of(values: &[(KeyType, &Value)], function: Function, shards: usize)
 }
 
 /// [`shard_of`] with the key's types and values apart.
-pub fn shard_of_columns(types: &[KeyType], values: &[Value], function: Function, shards: usize) -> usize {
+pub fn shard_of_columns(
+    types: &[KeyType],
+    values: &[Value],
+    function: Function,
+    shards: usize,
+) -> usize {
     shard_of_pairs(types.iter().copied().zip(values), function, shards)
 }
 
@@ -193,7 +198,9 @@ fn shard_of_pairs<'a>(
     let row = match function {
         Function::PgHash => hash::row(columns.map(|(ty, v)| v.hash(ty, function))),
         // PgCat's sha1 has one column: the first non-NULL one's.
-        Function::Sha1 => columns.find_map(|(ty, v)| v.hash(ty, function)).unwrap_or(0),
+        Function::Sha1 => columns
+            .find_map(|(ty, v)| v.hash(ty, function))
+            .unwrap_or(0),
     };
     hash::partition(row, shards)
 }

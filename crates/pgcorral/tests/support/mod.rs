@@ -710,7 +710,13 @@ impl PoolerProcess {
 
 /// Runs `command --config path`, logging at `rust_log` to `dir`/pgcorral.log, and waits until
 /// 127.0.0.1:`port` accepts connections.
-fn launch(mut command: Command, path: &Path, dir: &Path, rust_log: &str, port: u16) -> PoolerProcess {
+fn launch(
+    mut command: Command,
+    path: &Path,
+    dir: &Path,
+    rust_log: &str,
+    port: u16,
+) -> PoolerProcess {
     let log = dir.join("pgcorral.log");
     #[allow(clippy::zombie_processes)] // waited for in Drop
     let child = command
