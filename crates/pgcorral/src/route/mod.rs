@@ -258,7 +258,8 @@ pub async fn in_transaction(
     };
     let sharding = &*sharding;
     if let Some((len, text)) = whole_query(client) {
-        if hint::command(text) == Ok(Some(Command::ShowShard)) {
+        let command = hint::command(text);
+        if command == Ok(Some(Command::ShowShard)) {
             client.buf.advance(len);
             let mut out = BytesMut::new();
             let mut t = Table::text(&["shard"]);
@@ -269,7 +270,7 @@ pub async fn in_transaction(
             send(client, &out).await?;
             return Ok(InTransaction::Answered);
         }
-        let named = match hint::command(text) {
+        let named = match command {
             Ok(Some(Command::SetShard(Some(n)))) => {
                 Some(shard::choose(sharding, &ShardChoice::Shard(n)))
             }
@@ -365,14 +366,7 @@ fn own_command(
     sharding: Option<&Sharding>,
     status: TxStatus,
 ) -> Result<Option<BytesMut>> {
-    let Ok(Some(h)) = Header::parse(&client.buf, client.max_len) else {
-        return Ok(None);
-    };
-    if h.tag != b'Q' || client.buf.len() < h.total_len() {
-        return Ok(None);
-    }
-    let body = &client.buf[pgwire::header::HEADER_LEN..h.total_len()];
-    let Some(text) = query_text(body) else {
+    let Some((len, text)) = whole_query(client) else {
         return Ok(None);
     };
     let mut out = BytesMut::new();
@@ -443,7 +437,7 @@ fn own_command(
         Err(msg) => pgwire::encode::error_response(&mut out, "ERROR", "22023", &msg),
     }
     pgwire::encode::ready_for_query(&mut out, status);
-    client.buf.advance(h.total_len());
+    client.buf.advance(len);
     Ok(Some(out))
 }
 

@@ -15,6 +15,7 @@ use crate::cluster::{Cluster, Target, Want};
 use crate::error::{Kind, Result};
 use crate::logsafe::Esc;
 use crate::prepared;
+use crate::session;
 use crate::session::exec;
 use crate::shard::key::{KeyType, Value};
 use crate::shard::plan::{Place, Plan};
@@ -159,11 +160,10 @@ pub async fn learn_columns(
     table: usize,
     worker: usize,
 ) -> Result<()> {
-    let name = qualified(&sharding.tables[table]);
     let sql = format!(
-        "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = '{}'::regclass \
+        "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = {}::regclass \
          AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-        name.replace('\'', "''")
+        name_literal(&sharding.tables[table])
     );
     let mut server = cluster
         .checkout(Target::first_shard(Want::Any, false), worker, 0)
@@ -206,9 +206,9 @@ pub async fn read_catalog(
         let sql = format!(
             "SELECT a.attname FROM pg_catalog.pg_attribute a \
              JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation \
-             WHERE a.attrelid = pg_catalog.to_regclass('{}') AND a.attnum > 0 \
+             WHERE a.attrelid = pg_catalog.to_regclass({}) AND a.attnum > 0 \
              AND NOT a.attisdropped AND NOT c.collisdeterministic",
-            qualified(t).replace('\'', "''")
+            name_literal(t)
         );
         match exec::query(&mut server, &sql).await {
             Ok(rows) => {
@@ -311,17 +311,17 @@ fn nondeterministic(table: &str, columns: &[String]) -> String {
     )
 }
 
-/// A table's name for `to_regclass` (quoted parts).
-fn qualified(t: &Table) -> String {
-    match &t.schema {
-        Some(s) => format!("{}.{}", quote_ident(s), quote_ident(&t.name)),
-        None => quote_ident(&t.name),
+/// A table's name (its parts quoted as identifiers) as an SQL string literal, for `regclass`.
+fn name_literal(t: &Table) -> String {
+    let mut name = String::new();
+    if let Some(s) = &t.schema {
+        session::ident(&mut name, s);
+        name.push('.');
     }
-}
-
-/// `name` as a quoted identifier.
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
+    session::ident(&mut name, &t.name);
+    let mut out = String::new();
+    session::literal(&mut out, &name);
+    out
 }
 
 /// The shard a comment or `SET` names.

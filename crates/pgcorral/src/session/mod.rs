@@ -42,7 +42,7 @@ pub fn literal(out: &mut String, s: &str) {
 }
 
 /// Quotes an identifier.
-fn ident(out: &mut String, s: &str) {
+pub fn ident(out: &mut String, s: &str) {
     out.push('"');
     for ch in s.chars() {
         if ch == '"' {
