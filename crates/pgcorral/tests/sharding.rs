@@ -150,6 +150,151 @@ async fn rows_land_on_the_shard_postgresql_hash_partitioning_chooses() {
     );
 }
 
+/// The shard of each key, and the rows each shard holds of `keys`.
+fn held_by_shard(shards: &[support::Postgres], keys: &[i64]) -> Vec<Vec<i64>> {
+    let list = keys
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    shards
+        .iter()
+        .map(|pg| {
+            pg.sql(
+                "postgres",
+                &format!(
+                    "SELECT coalesce(string_agg(aid::text, ',' ORDER BY aid), '') FROM accounts WHERE aid IN ({list})"
+                ),
+            )
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect()
+        })
+        .collect()
+}
+
+fn placed(keys: &[i64], n: usize) -> Vec<Vec<i64>> {
+    let mut want = vec![Vec::new(); n];
+    for &k in keys {
+        want[shard_of_int(k, KeyType::Int4, n)].push(k);
+    }
+    for w in &mut want {
+        w.sort();
+    }
+    want
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_insert_of_rows_on_several_shards_with_parameters_is_split() {
+    let shards = start(3, ACCOUNTS);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    // A prepared statement (Parse and Describe first, then Bind and Execute), its parameters
+    // in binary, run twice with keys on several shards; one parameter in every shard's part.
+    let stmt = c
+        .prepare(
+            "INSERT INTO accounts (aid, v) VALUES ($1, $2), ($3, $2), ($4, $5), ($6, $2) \
+             ON CONFLICT (aid) DO UPDATE SET v = $7 RETURNING aid, v",
+        )
+        .await
+        .unwrap();
+    for base in [100i32, 200] {
+        let keys: Vec<i32> = (base + 1..=base + 4).collect();
+        let one = format!("a{base}");
+        let rows = c
+            .query(
+                &stmt,
+                &[
+                    &keys[0], &one, &keys[1], &keys[2], &"b", &keys[3], &"updated",
+                ],
+            )
+            .await
+            .unwrap();
+        let mut got: Vec<(i32, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                (keys[0], one.clone()),
+                (keys[1], one.clone()),
+                (keys[2], "b".to_string()),
+                (keys[3], one.clone())
+            ]
+        );
+    }
+    let keys: Vec<i64> = (101..=104).chain(201..=204).collect();
+    assert_eq!(held_by_shard(&shards, &keys), placed(&keys, 3));
+    assert!(
+        placed(&keys, 3).iter().filter(|w| !w.is_empty()).count() > 1,
+        "the keys span shards"
+    );
+    // The statement is still the client's: the ON CONFLICT part, and a one-shard run.
+    let n = c
+        .execute(
+            &stmt,
+            &[&101i32, &"x", &102i32, &103i32, &"y", &104i32, &"again"],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 4);
+    assert_eq!(
+        value(&c, "SELECT v FROM accounts WHERE aid = 103").await,
+        "again"
+    );
+    // The unnamed statement, Parse to Sync in one request (typed parameters).
+    let rows = c
+        .query_typed(
+            "INSERT INTO accounts (aid, v) VALUES ($1, 'u'), ($2, 'u'), ($3, 'u') RETURNING aid",
+            &[
+                (&301i32, tokio_postgres::types::Type::INT4),
+                (&302i32, tokio_postgres::types::Type::INT4),
+                (&303i32, tokio_postgres::types::Type::INT4),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 3);
+    let keys: Vec<i64> = vec![301, 302, 303];
+    assert_eq!(held_by_shard(&shards, &keys), placed(&keys, 3));
+    // All or nothing: a duplicate key on one shard leaves no row on the others.
+    let before: Vec<String> = shards
+        .iter()
+        .map(|pg| pg.sql("postgres", "SELECT count(*) FROM accounts"))
+        .collect();
+    let e = c
+        .execute(
+            "INSERT INTO accounts (aid, v) VALUES ($1, 'd'), ($2, 'd'), ($3, 'd'), ($4, 'd')",
+            &[&401i32, &402i32, &403i32, &101i32],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    // A value PostgreSQL cannot read fails the INSERT with PostgreSQL's error.
+    let e = c
+        .query_typed(
+            "INSERT INTO accounts (aid, v) VALUES ($1, 'e'), ($2, $3::int::text)",
+            &[
+                (&404i32, tokio_postgres::types::Type::INT4),
+                (&405i32, tokio_postgres::types::Type::INT4),
+                (&"not a number", tokio_postgres::types::Type::TEXT),
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "22P02");
+    let after: Vec<String> = shards
+        .iter()
+        .map(|pg| pg.sql("postgres", "SELECT count(*) FROM accounts"))
+        .collect();
+    assert_eq!(before, after, "a failed split INSERT left rows behind");
+    // The connection is fine afterwards.
+    assert_eq!(
+        value(&c, "SELECT v FROM accounts WHERE aid = 301").await,
+        "u"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn requests_that_name_no_shard_are_refused_never_guessed() {
     let shards = start(3, ACCOUNTS);

@@ -1,11 +1,12 @@
-//! An `INSERT ... VALUES` whose rows are on several shards (a simple Query alone, outside a
-//! transaction): one INSERT per shard with that shard's rows (PostgreSQL's parser writes each
-//! back as SQL), every shard in a transaction, committed everywhere or rolled back everywhere,
-//! answered as one INSERT of all the rows (its RETURNING rows too).
+//! An `INSERT ... VALUES` whose rows are on several shards (alone in its request, outside a
+//! transaction; a simple Query, or Parse/Bind/Describe/Execute with its rows' values as
+//! parameters): one INSERT per shard with that shard's rows and parameters, every shard in a
+//! transaction, committed everywhere or rolled back everywhere, answered as one INSERT of all
+//! the rows (its RETURNING rows too).
 
-use bytes::BytesMut;
-use pg_query::protobuf::ParseResult;
-use pg_query::NodeEnum;
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
 use pgwire::backend::{self, TxStatus};
 use pgwire::header::HEADER_LEN;
 use pgwire::{encode, frontend, Header};
@@ -15,42 +16,66 @@ use super::shard_tx::{
 };
 use super::LoggedIn;
 use crate::client_conn::ClientConn;
-use crate::error::Result;
+use crate::error::{Error, Kind, Result};
+use crate::prepared::{Registry, Source};
+use crate::route::shard::request_len;
+use crate::shard::insert::{parse_rest, split, Bind, Part};
 
-/// Runs the client's INSERT (a Query at the front of its buffer) whose rows go to `rows`'
-/// shards, in order.
+/// What each shard is sent (after its BEGIN) and which of its first answers the client sees.
+struct Work {
+    shards: Vec<usize>,
+    sends: Vec<BytesMut>,
+    /// Per shard, one entry per answer to a Parse, Bind or Describe it is sent before the
+    /// INSERT runs: shown to the client (answers to the client's own messages, from the first
+    /// shard) or hidden.
+    slots: Vec<VecDeque<bool>>,
+    /// The client's Parse (name, body after the name) and the place of its ParseComplete
+    /// among the first shard's answers: the statement is the client's once that came.
+    parse: Option<(Vec<u8>, Vec<u8>, usize)>,
+}
+
+/// Runs the client's INSERT (its whole request at the front of its buffer) whose rows go to
+/// `rows`' shards, in order.
 pub(super) async fn insert(
     client: &mut ClientConn,
     session: &mut LoggedIn,
+    registry: &Registry,
     rows: Vec<usize>,
 ) -> Result<()> {
-    let len = Header::parse(&client.buf, client.max_len)
-        .ok()
-        .flatten()
-        .map_or(0, |h| h.total_len());
-    let query = client.buf.split_to(len.min(client.buf.len()));
-    let text = query
-        .get(HEADER_LEN..)
-        .and_then(frontend::query_text)
-        .unwrap_or_default()
-        .to_string();
-    let per_shard = match split(&text, &rows) {
-        Ok(p) => p,
-        Err(msg) => return answer_error(client, "0A000", &msg).await,
+    let Some(len) = request_len(client) else {
+        return Err(Error::new(
+            Kind::ClientProtocol,
+            "the INSERT request is not whole",
+        ));
     };
-    let shards: Vec<usize> = per_shard.iter().map(|(s, _)| *s).collect();
-    let mut servers = open(client, session, shards).await?;
+    let request = client.buf.split_to(len);
+    let work = if request.first() == Some(&frontend::QUERY) {
+        // A simple Query drops the unnamed statement, as PostgreSQL's does.
+        client.statements.drop_unnamed();
+        simple(&request, &rows)
+    } else {
+        extended(client, &request, &rows)
+    };
+    let work = match work {
+        Ok(w) => w,
+        Err((code, msg)) => return answer_error(client, code, &msg).await,
+    };
+    let mut servers = open(client, session, work.shards.iter().copied()).await?;
     // Each shard's answers are kept until every shard has answered: a failure on one leaves
-    // nothing of the others behind, and the client sees none of it.
+    // nothing of the others behind, and the client sees none of their rows.
+    let mut shown = BytesMut::new();
+    let mut answered = 0;
     let mut described: Option<BytesMut> = None;
     let mut data = BytesMut::new();
     let mut total = 0u64;
     let mut tag_prefix = String::from("INSERT 0");
-    for (s, (_, sql)) in servers.iter_mut().zip(&per_shard) {
-        let mut q = BytesMut::new();
-        encode::query(&mut q, sql);
-        send(s, &q).await?;
-        let mut error: Option<BytesMut> = None;
+    let mut failed: Option<BytesMut> = None;
+    for (i, (s, (bytes, mut slots))) in servers
+        .iter_mut()
+        .zip(work.sends.iter().zip(work.slots))
+        .enumerate()
+    {
+        send(s, bytes).await?;
         loop {
             let (tag, body) = read_server(s).await?;
             let whole = || {
@@ -59,6 +84,20 @@ pub(super) async fn insert(
                 m
             };
             match tag {
+                backend::PARSE_COMPLETE
+                | backend::BIND_COMPLETE
+                | backend::PARAMETER_DESCRIPTION
+                | backend::NO_DATA
+                | backend::ROW_DESCRIPTION
+                    if !slots.is_empty() =>
+                {
+                    if slots.pop_front() == Some(true) {
+                        shown.extend_from_slice(&whole());
+                    }
+                    if i == 0 {
+                        answered += 1;
+                    }
+                }
                 backend::ROW_DESCRIPTION if described.is_none() => described = Some(whole()),
                 backend::DATA_ROW => data.extend_from_slice(&whole()),
                 backend::COMMAND_COMPLETE => {
@@ -69,7 +108,7 @@ pub(super) async fn insert(
                         tag_prefix = prefix.to_string();
                     }
                 }
-                backend::ERROR_RESPONSE => error = error.or_else(|| Some(whole())),
+                backend::ERROR_RESPONSE => failed = failed.or_else(|| Some(whole())),
                 backend::READY_FOR_QUERY => {
                     note_ready(s, &body);
                     break;
@@ -77,94 +116,250 @@ pub(super) async fn insert(
                 _ => {}
             }
         }
-        if let Some(error) = error {
-            abort(&mut servers).await;
-            return answer_raw(client, &error, true).await;
+        if failed.is_some() {
+            break;
         }
     }
+    if let Some((name, rest, slot)) = work.parse {
+        keep_parse(client, registry, &name, &rest, answered > slot);
+    }
+    if let Some(error) = failed {
+        abort(&mut servers).await;
+        shown.extend_from_slice(&error);
+        return answer_raw(client, &shown, true).await;
+    }
     commit(&mut servers).await?;
-    let mut out = described.unwrap_or_default();
+    let mut out = shown;
+    out.extend_from_slice(&described.unwrap_or_default());
     out.extend_from_slice(&data);
     encode::command_complete(&mut out, &format!("{tag_prefix} {total}"));
     encode::ready_for_query(&mut out, TxStatus::Idle);
     reply(client, &out).await
 }
 
-/// The INSERT of `text` as one INSERT per shard: (shard, SQL with that shard's rows), in the
-/// order shards first appear.
-fn split(text: &str, rows: &[usize]) -> std::result::Result<Vec<(usize, String)>, String> {
-    let parsed = pg_query::parse(text, pg_query::ParserOptions::DEFAULT)
-        .map_err(|e| e.to_string())?
-        .protobuf;
-    let values = |p: &ParseResult| -> Option<Vec<pg_query::Node>> {
-        let NodeEnum::InsertStmt(i) = p.stmts.first()?.stmt.as_ref()?.node.as_ref()? else {
-            return None;
-        };
-        let NodeEnum::SelectStmt(s) = i.select_stmt.as_ref()?.node.as_ref()? else {
-            return None;
-        };
-        Some(s.values_lists.clone())
+type Refusal = (&'static str, String);
+
+/// A simple Query's INSERT: each shard gets its rows as a Query.
+fn simple(request: &[u8], rows: &[usize]) -> std::result::Result<Work, Refusal> {
+    let text = request
+        .get(HEADER_LEN..)
+        .and_then(frontend::query_text)
+        .unwrap_or_default();
+    let parts = split(text, rows).map_err(|m| ("0A000", m))?;
+    let mut work = Work {
+        shards: Vec::new(),
+        sends: Vec::new(),
+        slots: Vec::new(),
+        parse: None,
     };
-    let all = values(&parsed).ok_or("not an INSERT ... VALUES")?;
-    if all.len() != rows.len() {
-        return Err("the INSERT's rows could not be matched to their shards".into());
+    for Part { shard, sql, .. } in parts {
+        let mut q = BytesMut::new();
+        encode::query(&mut q, &sql);
+        work.shards.push(shard);
+        work.sends.push(q);
+        work.slots.push(VecDeque::new());
     }
-    let mut shards: Vec<usize> = Vec::new();
-    for &s in rows {
-        if !shards.contains(&s) {
-            shards.push(s);
+    Ok(work)
+}
+
+/// One of the client's messages the first shard answers for it, in the client's order.
+enum Step {
+    Parse,
+    Bind,
+    Describe(u8),
+}
+
+const SHAPE: &str = "an INSERT whose rows are on several shards is split when its request is one Bind and one Execute (of every row), with at most a Parse and Describes of them, up to a Sync";
+
+/// An extended-protocol INSERT. The first shard is sent the client's own Parse, Bind and
+/// Describes (of the unnamed statement and portal) and answers them as PostgreSQL does,
+/// errors included; then every shard runs its part as the unnamed statement with its own
+/// parameters.
+fn extended(
+    client: &ClientConn,
+    request: &[u8],
+    rows: &[usize],
+) -> std::result::Result<Work, Refusal> {
+    let shape = || ("0A000", SHAPE.to_string());
+    let mut parse: Option<(&[u8], &[u8])> = None;
+    let mut bind: Option<&[u8]> = None;
+    let mut steps = Vec::new();
+    let mut executed = false;
+    let mut pos = 0;
+    while pos < request.len() {
+        let h = Header::parse(&request[pos..], u32::MAX)
+            .ok()
+            .flatten()
+            .filter(|h| h.total_len() <= request.len() - pos)
+            .ok_or_else(shape)?;
+        let body = &request[pos + HEADER_LEN..pos + h.total_len()];
+        pos += h.total_len();
+        if executed && h.tag != frontend::SYNC {
+            return Err(shape());
+        }
+        match h.tag {
+            frontend::PARSE if parse.is_none() && bind.is_none() => {
+                parse = Some(cstr(body).ok_or_else(shape)?);
+                steps.push(Step::Parse);
+            }
+            frontend::BIND if bind.is_none() => {
+                bind = Some(body);
+                steps.push(Step::Bind);
+            }
+            frontend::DESCRIBE => {
+                let (&kind, rest) = body.split_first().ok_or_else(shape)?;
+                let (name, _) = cstr(rest).ok_or_else(shape)?;
+                // A portal is described after the Bind that makes it, a statement as it is
+                // parsed or bound here.
+                let names = bind.and_then(|b| names(b));
+                let ok = match kind {
+                    b'P' => names.is_some_and(|(portal, _)| portal == name),
+                    b'S' => names.map_or(parse.map(|p| p.0), |(_, stmt)| Some(stmt)) == Some(name),
+                    _ => false,
+                };
+                if !ok {
+                    return Err(shape());
+                }
+                steps.push(Step::Describe(kind));
+            }
+            frontend::EXECUTE => {
+                let (portal, rest) = cstr(body).ok_or_else(shape)?;
+                let whole = rest == [0, 0, 0, 0];
+                if bind.and_then(names).is_none_or(|(p, _)| p != portal) || !whole {
+                    return Err(shape());
+                }
+                executed = true;
+            }
+            frontend::SYNC => {}
+            _ => return Err(shape()),
         }
     }
-    shards
-        .into_iter()
-        .map(|shard| {
-            let mut p = parsed.clone();
-            let kept: Vec<pg_query::Node> = all
-                .iter()
-                .zip(rows)
-                .filter(|(_, &s)| s == shard)
-                .map(|(row, _)| row.clone())
-                .collect();
-            set_values(&mut p, kept);
-            pg_query::deparse(&p, Default::default())
-                .map(|sql| (shard, sql))
-                .map_err(|e| e.to_string())
-        })
-        .collect()
-}
-
-fn set_values(p: &mut ParseResult, rows: Vec<pg_query::Node>) {
-    let Some(NodeEnum::InsertStmt(i)) = p
-        .stmts
-        .first_mut()
-        .and_then(|r| r.stmt.as_mut())
-        .and_then(|n| n.node.as_mut())
-    else {
-        return;
+    let (Some(bind), true) = (bind, executed) else {
+        return Err(shape());
     };
-    if let Some(NodeEnum::SelectStmt(s)) = i.select_stmt.as_mut().and_then(|n| n.node.as_mut()) {
-        s.values_lists = rows;
+    let (_, stmt) = names(bind).ok_or_else(shape)?;
+    // The statement bound: this request's Parse of it, or one the client parsed before.
+    let original: Vec<u8> = match parse {
+        Some((name, rest)) if name == stmt => rest.to_vec(),
+        Some(_) => return Err(shape()),
+        None if stmt.is_empty() => client.statements.unnamed().ok_or_else(shape)?.to_vec(),
+        None => match client.statements.named(stmt).map(|s| &s.source) {
+            Some(Source::Parse(b)) => b.to_vec(),
+            _ => return Err(shape()),
+        },
+    };
+    if let Some((name, _)) = parse.filter(|p| !p.0.is_empty()) {
+        if client.statements.named(name).is_some() {
+            return Err((
+                "42P05",
+                format!(
+                    "prepared statement \"{}\" already exists",
+                    String::from_utf8_lossy(name)
+                ),
+            ));
+        }
+    }
+    let text = frontend::query_text(&original).unwrap_or_default();
+    let parts = split(text, rows).map_err(|m| ("0A000", m))?;
+    let values = Bind::read(bind).ok_or_else(shape)?;
+    // The first shard answers the client's own messages.
+    let mut first = BytesMut::new();
+    let mut first_slots = VecDeque::new();
+    let mut parse_slot = None;
+    if parse.is_none() {
+        encode::parse(&mut first, b"", &original);
+        first_slots.push_back(false);
+    }
+    for step in &steps {
+        match step {
+            Step::Parse => {
+                encode::parse(&mut first, b"", &original);
+                parse_slot = Some(first_slots.len());
+                first_slots.push_back(true);
+            }
+            Step::Bind => {
+                let after_names = bind.len() - values_len(bind).ok_or_else(shape)?;
+                encode::message(&mut first, frontend::BIND, |b| {
+                    b.extend_from_slice(&[0, 0]);
+                    b.extend_from_slice(&bind[after_names..]);
+                });
+                first_slots.push_back(true);
+            }
+            Step::Describe(kind) => {
+                encode::describe(&mut first, *kind, b"");
+                first_slots.push_back(true);
+                if *kind == b'S' {
+                    first_slots.push_back(true);
+                }
+            }
+        }
+    }
+    let mut work = Work {
+        shards: Vec::new(),
+        sends: Vec::new(),
+        slots: Vec::new(),
+        parse: parse
+            .zip(parse_slot)
+            .map(|((n, r), slot)| (n.to_vec(), r.to_vec(), slot)),
+    };
+    for (i, part) in parts.iter().enumerate() {
+        let mut out = if i == 0 {
+            std::mem::take(&mut first)
+        } else {
+            BytesMut::new()
+        };
+        let mut slots = if i == 0 {
+            std::mem::take(&mut first_slots)
+        } else {
+            VecDeque::new()
+        };
+        let rest = parse_rest(&original, &part.sql, &part.params).ok_or_else(shape)?;
+        encode::parse(&mut out, b"", &rest);
+        let subset = values.subset(&part.params).ok_or_else(shape)?;
+        encode::message(&mut out, frontend::BIND, |b| b.extend_from_slice(&subset));
+        encode::message(&mut out, frontend::EXECUTE, |b| {
+            b.extend_from_slice(&[0, 0, 0, 0, 0])
+        });
+        encode::sync(&mut out);
+        slots.extend([false, false]);
+        work.shards.push(part.shard);
+        work.sends.push(out);
+        work.slots.push(slots);
+    }
+    Ok(work)
+}
+
+/// The client's Parse took effect (`done`: its ParseComplete came) or not: its statement is
+/// the client's, as PostgreSQL keeps it (a failed Parse of the unnamed statement leaves none).
+fn keep_parse(client: &mut ClientConn, registry: &Registry, name: &[u8], rest: &[u8], done: bool) {
+    if name.is_empty() {
+        if done {
+            client.statements.set_unnamed(rest);
+        } else {
+            client.statements.drop_unnamed();
+        }
+    } else if done {
+        let stmt = registry.fresh(Source::Parse(Bytes::copy_from_slice(rest)), None);
+        client.statements.add_named(name, stmt);
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A NUL-terminated string and what follows it.
+fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let end = b.iter().position(|&c| c == 0)?;
+    Some((&b[..end], &b[end + 1..]))
+}
 
-    #[test]
-    fn one_insert_per_shard_with_its_rows() {
-        let sql = "INSERT INTO t (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c') RETURNING k";
-        let got = split(sql, &[1, 0, 1]).unwrap();
-        assert_eq!(got.len(), 2);
-        assert_eq!(got[0].0, 1);
-        assert!(got[0].1.contains("(1, 'a'), (3, 'c')"), "{}", got[0].1);
-        assert!(got[0].1.contains("RETURNING k"), "{}", got[0].1);
-        assert_eq!(got[1].0, 0);
-        assert!(
-            got[1].1.contains("(2, 'b')") && !got[1].1.contains("'a'"),
-            "{}",
-            got[1].1
-        );
-        assert!(split(sql, &[0, 1]).is_err());
-    }
+/// A Bind's portal and statement names.
+fn names(bind: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (portal, rest) = cstr(bind)?;
+    let (stmt, _) = cstr(rest)?;
+    Some((portal, stmt))
+}
+
+/// Bytes of a Bind body after its two names.
+fn values_len(bind: &[u8]) -> Option<usize> {
+    let (_, rest) = cstr(bind)?;
+    let (_, rest) = cstr(rest)?;
+    Some(rest.len())
 }

@@ -383,7 +383,13 @@ async fn routed_checkout(
                 return Ok(None);
             }
             Decision::SplitInsert(rows) => {
-                cold::cold(insert_split::insert(client, session, rows)).await?;
+                cold::cold(insert_split::insert(
+                    client,
+                    session,
+                    &services.statements,
+                    rows,
+                ))
+                .await?;
                 session.listed.set_state(ListState::Idle);
                 return Ok(None);
             }

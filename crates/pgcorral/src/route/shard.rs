@@ -38,8 +38,8 @@ pub enum Shard {
     NeedColumns(usize),
     /// A `COPY ... FROM STDIN` (a simple Query alone) into sharded table `n`.
     CopyIn(usize),
-    /// An `INSERT ... VALUES` (a simple Query alone) whose rows are on several shards: each
-    /// row's shard.
+    /// An `INSERT ... VALUES` (its request's one statement) whose rows are on several shards:
+    /// each row's shard.
     SplitInsert(Vec<usize>),
 }
 
@@ -96,12 +96,10 @@ pub fn shard_of(
         Place::Omni(_) => Shard::Any,
         Place::NeedColumns(t) => Shard::NeedColumns(t),
         Place::CopyIn(t) if batch.statements.len() == 1 => Shard::CopyIn(t),
-        Place::SplitInsert(rows) if batch.simple && batch.statements.len() == 1 => {
-            Shard::SplitInsert(rows)
-        }
+        Place::SplitInsert(rows) if batch.statements.len() == 1 => Shard::SplitInsert(rows),
         Place::SplitInsert(_) => Shard::Refused(
             batch.len,
-            "an INSERT whose rows are on several shards is split only when sent alone in a simple Query with its values written out (not as parameters)".into(),
+            "an INSERT whose rows are on several shards is split only when it is the request's one statement".into(),
         ),
         Place::CopyIn(_) => Shard::Refused(
             batch.len,

@@ -4,6 +4,7 @@
 
 pub mod copy;
 pub mod hash;
+pub mod insert;
 pub mod key;
 pub mod plan;
 

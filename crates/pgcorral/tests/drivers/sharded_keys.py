@@ -4,7 +4,8 @@
 The database `app` has a sharded table accounts(aid int4 key, v text). Keys 1..N/2 are written
 with asyncpg (`$1` parameters in binary, statements prepared with a Parse and Describe before
 their Bind), keys N/2+1..N with psycopg (server-side binding, text and binary, prepared
-statements too); every key is then read back through both drivers, in and out of explicit
+statements too), the first 8 of each in one INSERT whose rows span shards (and a psycopg
+INSERT of rows on several shards that fails on one, which must leave no row behind); every key is then read back through both drivers, in and out of explicit
 transactions. The test that runs this checks on each shard that every key is where
 PostgreSQL's hash partitioning puts it.
 
@@ -39,7 +40,15 @@ def main():
     async def asyncpg_writes():
         c = await asyncpg.connect(host=a.host, port=a.port, user=a.user, database=a.database)
         try:
-            for k in range(1, half + 1):
+            # One INSERT of rows on several shards, its values as parameters: split.
+            args = [x for k in range(1, 9) for x in (k, f"v{k}")]
+            values = ", ".join(f"(${2 * i + 1}, ${2 * i + 2})" for i in range(8))
+            got = await c.fetch(
+                f"INSERT INTO accounts (aid, v) VALUES {values} RETURNING aid", *args
+            )
+            if sorted(r["aid"] for r in got) != list(range(1, 9)):
+                errors.append(f"asyncpg split INSERT returned {got!r}")
+            for k in range(9, half + 1):
                 await c.execute("INSERT INTO accounts (aid, v) VALUES ($1, $2)", k, f"v{k}")
         finally:
             await c.close()
@@ -69,7 +78,23 @@ def main():
     with psycopg.connect(
         host=a.host, port=a.port, user=a.user, dbname=a.database, autocommit=True
     ) as conn:
-        for k in range(half + 1, a.keys + 1):
+        first = list(range(half + 1, half + 9))
+        cur = conn.execute(
+            "INSERT INTO accounts (aid, v) VALUES " + ", ".join(["(%s, %s)"] * len(first)),
+            [x for k in first for x in (k, f"v{k}")],
+        )
+        if cur.rowcount != len(first):
+            errors.append(f"psycopg split INSERT: rowcount {cur.rowcount}")
+        # A split INSERT that fails on one shard leaves nothing on any.
+        try:
+            conn.execute(
+                "INSERT INTO accounts (aid, v) VALUES (%s, %s), (%s, %s), (%s, %s)",
+                (a.keys + 1, "x", a.keys + 2, "x", 1, "dup"),
+            )
+            errors.append("psycopg split INSERT of a duplicate key succeeded")
+        except psycopg.errors.UniqueViolation:
+            pass
+        for k in range(half + 9, a.keys + 1):
             conn.execute("INSERT INTO accounts (aid, v) VALUES (%s, %s)", (k, f"v{k}"))
         for k in range(1, a.keys + 1):
             binary = k % 2 == 0
