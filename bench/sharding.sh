@@ -6,10 +6,14 @@
 #
 #   bench/sharding.sh                               # ~10 minutes after the build
 #   T=3 REPS=1 CLIENTS=16 bench/sharding.sh         # a quick check of the harness
+#   SHARD_LAYOUT=databases bench/sharding.sh        # both shards on one server: routing alone
 #
 # Knobs (environment): PROTOCOLS (simple extended prepared), CLIENTS (16 64), REPS (3), T (seconds
 # per run, 10), SCALE (pgbench -i -s, 10), POOL_SIZE (20), JOBS (pgbench -j, 2, capped at the
-# clients), WARMUP (untimed seconds per target and protocol first, 3; 0 skips), PG_BINDIR
+# clients), SHARD_LAYOUT (`servers`: shard 1 is a second PostgreSQL server; `databases`: shard 1
+# is a copy of the database on the first server, so PostgreSQL's side is the same for `plain`
+# and `sharded` and the difference is pgcorral's routing alone, not a second server's
+# backends competing for the same cores), WARMUP (untimed seconds per target and protocol first, 3; 0 skips), PG_BINDIR
 # (PostgreSQL's binaries), BENCH_RESULTS_DIR (default bench/results), KEEP=1 (keep the work
 # directory and its logs, as a failed run does). CARGO_TARGET_DIR and CARGO_BUILD_JOBS are honoured.
 #
@@ -47,6 +51,7 @@ POOL_SIZE=${POOL_SIZE:-20}
 JOBS=${JOBS:-2}
 WARMUP=${WARMUP:-3}
 KEEP=${KEEP:-0}
+SHARD_LAYOUT=${SHARD_LAYOUT:-servers}
 RESULTS=${BENCH_RESULTS_DIR:-$BENCH_DIR/results}
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -56,6 +61,7 @@ for c in $CLIENTS; do [[ $c =~ ^[1-9][0-9]*$ ]] || die "CLIENTS must be positive
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a whole number"
 max_c=$(printf '%s\n' $CLIENTS | sort -n | tail -n1)
 for p in $PROTOCOLS; do [[ $p =~ ^(simple|extended|prepared)$ ]] || die "unknown protocol '$p'"; done
+[[ $SHARD_LAYOUT =~ ^(servers|databases)$ ]] || die "SHARD_LAYOUT is servers or databases, not '$SHARD_LAYOUT'"
 
 # ---- tools ----------------------------------------------------------------------------------------
 PG_BIN=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
@@ -169,7 +175,16 @@ EOF
     die "pgbench -i failed; see $dir/init.log"
 }
 start_pg pg1 "$PG1"
-start_pg pg2 "$PG2"
+if [ "$SHARD_LAYOUT" = servers ]; then
+  start_pg pg2 "$PG2"
+  SHARD1="{ host = \"127.0.0.1\", port = $PG2 }"
+  SHARD1_IS=$PG2
+else
+  "$PSQL" -X -q -h 127.0.0.1 -p "$PG1" -U postgres -d postgres -c "CREATE DATABASE shard1 TEMPLATE postgres" ||
+    die "could not copy the database for shard 1"
+  SHARD1="{ host = \"127.0.0.1\", port = $PG1, dbname = \"shard1\" }"
+  SHARD1_IS=shard1
+fi
 
 # ---- pgcorral -------------------------------------------------------------------------------------
 cat >"$WORK/pgcorral.toml" <<EOF
@@ -190,7 +205,7 @@ dbname = "postgres"
 
 [databases.sharded]
 dbname = "postgres"
-shards = [{ host = "127.0.0.1", port = $PG1 }, { host = "127.0.0.1", port = $PG2 }]
+shards = [{ host = "127.0.0.1", port = $PG1 }, $SHARD1]
 sharded_tables = [{ name = "pgbench_accounts", columns = ["aid"], types = ["int4"] }]
 default_shard = 0
 EOF
@@ -243,12 +258,16 @@ for t in direct pgbouncer corral-plain corral-sharded; do
   got=$("$PSQL" -X -At -h 127.0.0.1 -p "$(port_of $t)" -U postgres -d "$(db_of $t)" \
     -c "SELECT abalance FROM pgbench_accounts WHERE aid = 1" 2>&1) && [ "$got" = 0 ] || die "$t does not answer: $got"
 done
-# Keys 1..20 through `sharded`: each answer names its server's port; both shards must appear.
+# Keys 1..20 through `sharded`: each answer names its shard (the server's port, or with both
+# shards on one server the database); both shards must appear.
+SHARD0_IS=$PG1
+where="inet_server_port()"
+[ "$SHARD_LAYOUT" = databases ] && where="current_database()" && SHARD0_IS=postgres
 args=()
-for k in $(seq 1 20); do args+=(-c "SELECT inet_server_port() FROM pgbench_accounts WHERE aid = $k"); done
+for k in $(seq 1 20); do args+=(-c "SELECT $where FROM pgbench_accounts WHERE aid = $k"); done
 ports=$("$PSQL" -X -At -h 127.0.0.1 -p "$CORRAL_PORT" -U postgres -d sharded "${args[@]}" 2>&1) || die "sharded: $ports"
-shard_hits="shard 0: $(grep -cx "$PG1" <<<"$ports" || true), shard 1: $(grep -cx "$PG2" <<<"$ports" || true) of keys 1-20"
-grep -qx "$PG1" <<<"$ports" && grep -qx "$PG2" <<<"$ports" || die "sharded does not route by key ($shard_hits)"
+shard_hits="shard 0: $(grep -cx "$SHARD0_IS" <<<"$ports" || true), shard 1: $(grep -cx "$SHARD1_IS" <<<"$ports" || true) of keys 1-20"
+grep -qx "$SHARD0_IS" <<<"$ports" && grep -qx "$SHARD1_IS" <<<"$ports" || die "sharded does not route by key ($shard_hits)"
 log "routing check: $shard_hits"
 
 # ---- the runs -------------------------------------------------------------------------------------
@@ -312,9 +331,9 @@ elapsed=$(($(date +%s) - START_EPOCH))
 
 # ---- report ---------------------------------------------------------------------------------------
 mkdir -p "$RESULTS"
-REPORT=$RESULTS/$RUN_DATE-sharding.md
+REPORT=$RESULTS/$RUN_DATE-sharding$([ "$SHARD_LAYOUT" = databases ] && echo -one-server).md
 pg_version=$("$PG_BIN/postgres" --version)
-export RUNS CLK_TCK PROTOCOLS CLIENTS REPS T SCALE POOL_SIZE JOBS GIT_REV pg_version BOUNCER_VERSION shard_hits
+export SHARD_LAYOUT RUNS CLK_TCK PROTOCOLS CLIENTS REPS T SCALE POOL_SIZE JOBS GIT_REV pg_version BOUNCER_VERSION shard_hits
 export LOAD_START LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)" ELAPSED="$((elapsed / 60))m$((elapsed % 60))s"
 export RUN_DATE MACHINE="$(nproc) cores, $(uname -sr)"
 python3 - >"$REPORT" <<'EOF'
@@ -339,7 +358,10 @@ print(f"# Sharding: routing cost, {E['RUN_DATE']}\n")
 print("`bench/sharding.sh`: key-routed `SELECT abalance FROM pgbench_accounts WHERE aid = :aid` "
       "(`\\set aid random(1, 100000 * :scale)`) through pgcorral's 2-shard database `sharded` "
       "against the same query on its unsharded database `plain`, with direct PostgreSQL and "
-      "PgBouncer (`plain`, transaction mode) in the same run. Both shards hold every row.\n")
+      "PgBouncer (`plain`, transaction mode) in the same run. Both shards hold every row. "
+      + ("Shard 1 is a second PostgreSQL server.\n" if E["SHARD_LAYOUT"] == "servers" else
+         "Both shards are on the first server (shard 1 a copy of its database): PostgreSQL's side "
+         "is the same for `plain` and `sharded`, so the difference is pgcorral's routing.\n"))
 print(f"git {E['GIT_REV']}; {E['MACHINE']}; {E['pg_version']}; {E['REPS']} × {E['T']} s per target, "
       f"interleaved, pgbench -j {E['JOBS']}; scale {E['SCALE']}, pool size {E['POOL_SIZE']}, transaction mode; "
       f"routing check: {E['shard_hits']}; load average {E['LOAD_START']} → {E['LOAD_END']}; took {E['ELAPSED']}.\n")
