@@ -295,6 +295,91 @@ async fn an_insert_of_rows_on_several_shards_with_parameters_is_split() {
     );
 }
 
+/// A message as the client sees it: its tag and body, an error by its severity, code and
+/// message (PostgreSQL adds its source file and line).
+fn seen(tag: u8, body: &[u8]) -> String {
+    match tag {
+        b'E' => {
+            let e = pgwire::backend::ErrorFields::parse(body).unwrap();
+            format!("E {} {} {}", e.severity, e.code, e.message)
+        }
+        _ => format!("{} {:?}", tag as char, String::from_utf8_lossy(body)),
+    }
+}
+
+/// Sends `bytes` and reads every message up to ReadyForQuery.
+async fn transcript(raw: &mut support::raw::Raw, bytes: &[u8]) -> Vec<String> {
+    raw.send(bytes).await;
+    let mut out = Vec::new();
+    loop {
+        let (tag, body) = raw.read().await.expect("connection closed");
+        out.push(seen(tag, &body));
+        if tag == b'Z' {
+            return out;
+        }
+    }
+}
+
+/// Parse (when `parse`) of statement `name`, an INSERT of four rows, then Bind with `keys`
+/// (text), Describe of the portal, Execute, Sync.
+fn bulk_insert(name: &str, parse: bool, keys: [i32; 4]) -> bytes::BytesMut {
+    use pgwire::encode;
+    let mut out = bytes::BytesMut::new();
+    let sql = "INSERT INTO accounts (aid, v) VALUES ($1, $5), ($2, $5), ($3, $5), ($4, $5)";
+    if parse {
+        let mut rest = sql.as_bytes().to_vec();
+        rest.extend_from_slice(&[0, 0, 0]);
+        encode::parse(&mut out, name.as_bytes(), &rest);
+    }
+    encode::message(&mut out, b'B', |b| {
+        b.extend_from_slice(&[0]);
+        b.extend_from_slice(name.as_bytes());
+        b.extend_from_slice(&[0, 0, 0, 0, 5]);
+        for v in keys.iter().map(i32::to_string).chain(["bulk".to_string()]) {
+            b.extend_from_slice(&(v.len() as i32).to_be_bytes());
+            b.extend_from_slice(v.as_bytes());
+        }
+        b.extend_from_slice(&[0, 0]);
+    });
+    encode::describe(&mut out, b'P', b"");
+    encode::message(&mut out, b'E', |b| b.extend_from_slice(&[0, 0, 0, 0, 0]));
+    encode::sync(&mut out);
+    out
+}
+
+/// The same bytes straight to one PostgreSQL server and through pgcorral to three shards give
+/// the same messages: a named statement parsed, bound and run in one request, run again by
+/// its name alone, parsed again under its taken name, and the unnamed statement.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_split_insert_answers_as_one_server_does() {
+    let shards = start(3, ACCOUNTS);
+    let reference = start(1, ACCOUNTS);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let mut direct = support::raw::Raw::login(reference[0].port, "postgres", "postgres")
+        .await
+        .unwrap();
+    let mut pooled = support::raw::Raw::login(p.port(), "postgres", "app")
+        .await
+        .unwrap();
+    for (i, (name, parse)) in [("ins", true), ("ins", false), ("ins", true), ("", true)]
+        .into_iter()
+        .enumerate()
+    {
+        let base = 500 + 10 * i as i32;
+        let keys = [base + 1, base + 2, base + 3, base + 4];
+        let bytes = bulk_insert(name, parse, keys);
+        let want = transcript(&mut direct, &bytes).await;
+        let got = transcript(&mut pooled, &bytes).await;
+        assert_eq!(got, want, "step {i}: {name:?}, parse {parse}");
+    }
+    // Every row is on its shard: those of the steps that ran (not the refused re-Parse).
+    let keys: Vec<i64> = [500, 510, 530].iter().flat_map(|b| b + 1..=b + 4).collect();
+    assert_eq!(held_by_shard(&shards, &keys), placed(&keys, 3));
+    assert!(held_by_shard(&shards, &[521, 522, 523, 524])
+        .iter()
+        .all(Vec::is_empty));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn requests_that_name_no_shard_are_refused_never_guessed() {
     let shards = start(3, ACCOUNTS);
