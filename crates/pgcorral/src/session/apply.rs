@@ -3,8 +3,31 @@
 
 use super::exec;
 use super::{capture_sql, parse_capture, set_sql, sync_sql, Captured, Settings};
-use crate::error::Result;
+use crate::error::{Error, Kind, Result};
 use crate::server::ServerConn;
+
+/// How many more times one of pgcorral's own Queries runs after a cancel ended it.
+const CANCEL_RETRIES: usize = 3;
+
+/// Runs one of pgcorral's own Queries, again when a cancel ended it (57014). Its first
+/// statement always starts under the session's statement_timeout (the client's, 1 ms say;
+/// `SET statement_timeout = 0` only spares the statements after it), and a timer that fires
+/// there cancels that statement or, left pending, the next one. Each of these Queries is one
+/// implicit transaction of transactional statements (SET, RESET, set_config, SELECT): a
+/// cancelled one left the session as it was, so running it again is safe.
+async fn own_query(server: &mut ServerConn, sql: &str) -> Result<Vec<exec::Rows>> {
+    let mut left = CANCEL_RETRIES;
+    loop {
+        match exec::query_sets(server, sql).await {
+            Err(e) if left > 0 && cancelled(&e) && !server.state.broken => left -= 1,
+            done => return done,
+        }
+    }
+}
+
+fn cancelled(e: &Error) -> bool {
+    e.kind() == Kind::ServerError && e.sqlstate() == "57014"
+}
 
 /// Brings `server` in line with `desired`; nothing is sent when it already matches.
 pub async fn sync(server: &mut ServerConn, desired: &Settings) -> Result<()> {
@@ -12,7 +35,7 @@ pub async fn sync(server: &mut ServerConn, desired: &Settings) -> Result<()> {
         return Ok(());
     };
     server.applied = None;
-    exec::query(server, &sql).await?;
+    own_query(server, &sql).await?;
     server.applied = Some(desired.clone());
     Ok(())
 }
@@ -25,7 +48,7 @@ pub async fn capture(
     custom: &[String],
 ) -> Result<Captured> {
     server.applied = None;
-    let sets = exec::query_sets(server, &capture_sql(login_user, custom)).await?;
+    let sets = own_query(server, &capture_sql(login_user, custom)).await?;
     let captured = parse_capture(last_two(sets));
     // After a statement pgcorral could not see through, the session may hold more than the
     // capture reads (a custom setting whose name was never in the text): the server's settings
@@ -50,7 +73,7 @@ pub async fn login(
     let custom: Vec<String> = super::custom_names_of(startup).collect();
     sql.push_str(&capture_sql(login_user, &custom));
     server.applied = None;
-    let sets = exec::query_sets(server, &sql).await?;
+    let sets = own_query(server, &sql).await?;
     let captured = parse_capture(last_two(sets));
     server.applied = Some(captured.on_server.clone());
     Ok(captured)
