@@ -25,6 +25,7 @@ use crate::error::{Error, Kind, Result};
 use crate::prepared;
 use crate::prepared::sql;
 use crate::rows::Table;
+use crate::shard::plan::NearPlan;
 use crate::shard::Sharding;
 
 /// A client's routing state: its `SET SERVER ROLE`, `SET SHARD` and read-your-writes position.
@@ -45,6 +46,8 @@ pub struct ClientRoute {
     /// Parse and Describe inside a deferred transaction run outside it, their Sync sent as a
     /// Flush, so the client's ReadyForQuery (in a transaction) comes from pgcorral.
     pub owe_ready: bool,
+    /// The plan of the client's last request to a sharded database.
+    pub near: Option<NearPlan>,
 }
 
 impl ClientRoute {
@@ -139,11 +142,11 @@ pub async fn decide(
         .as_ref()
         .and_then(|d| d.shard)
         .or(route.shard);
-    let placed = match shard::shard_of(client, sharding, chosen, writes) {
+    let placed = match shard::shard_of(client, sharding, &mut route.near, chosen, writes) {
         shard::Shard::NeedColumns(t) => {
             shard::learn_columns(cluster, sharding, t, client.worker).await?;
             let writes = || classify_batch(client, cache, &settings) == Class::Write;
-            shard::shard_of(client, sharding, chosen, writes)
+            shard::shard_of(client, sharding, &mut route.near, chosen, writes)
         }
         other => other,
     };
@@ -303,10 +306,10 @@ pub async fn in_transaction(
     }
     // A shard the client chose keeps the transaction where it is; else its keys must agree.
     let chosen = route.shard.map(|_| shard);
-    let mut placed = shard::shard_of(client, sharding, chosen, || false);
+    let mut placed = shard::shard_of(client, sharding, &mut route.near, chosen, || false);
     if let shard::Shard::NeedColumns(t) = placed {
         shard::learn_columns(cluster, sharding, t, client.worker).await?;
-        placed = shard::shard_of(client, sharding, chosen, || false);
+        placed = shard::shard_of(client, sharding, &mut route.near, chosen, || false);
     }
     Ok(match placed {
         shard::Shard::One(n) if n != shard => {

@@ -3,6 +3,7 @@
 //! parameters, else the database's default shard.
 
 use bytes::BytesMut;
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 use pgwire::frontend::{self, query_text};
@@ -18,7 +19,7 @@ use crate::prepared;
 use crate::session;
 use crate::session::exec;
 use crate::shard::key::{KeyType, Value};
-use crate::shard::plan::{Place, Plan};
+use crate::shard::plan::{NearPlan, Place, Plan};
 use crate::shard::{Sharding, Table};
 
 /// The shard of the request at the start of the client's buffer, or why it has none.
@@ -48,6 +49,7 @@ pub enum Shard {
 pub fn shard_of(
     client: &ClientConn,
     sharding: &Sharding,
+    near: &mut Option<NearPlan>,
     chosen: Option<usize>,
     writes: impl FnOnce() -> bool,
 ) -> Shard {
@@ -67,7 +69,7 @@ pub fn shard_of(
     }
     let mut place = Place::Any;
     for &(text, bind, runs) in &batch.statements {
-        let plan = sharding.plans.get(sharding, text);
+        let plan = sharding.plans.near(near, sharding, text);
         let here = match plan_place(&plan, sharding, text, bind) {
             // Parsed and described, not run: any shard describes it alike.
             Place::CopyIn(_) if !runs => Place::Any,
@@ -410,7 +412,7 @@ struct Batch<'a> {
     first_text: Option<&'a str>,
     /// Each statement: its text, its Bind's body (extended protocol), and whether it runs (a
     /// Query, or bound; else only parsed and described).
-    statements: Vec<(&'a str, Option<&'a [u8]>, bool)>,
+    statements: SmallVec<[(&'a str, Option<&'a [u8]>, bool); 2]>,
     /// A simple Query.
     simple: bool,
 }
@@ -424,11 +426,11 @@ impl<'a> Batch<'a> {
         let mut batch = Batch {
             len: 0,
             first_text: None,
-            statements: Vec::new(),
+            statements: SmallVec::new(),
             simple: false,
         };
         // Statements parsed in this request, by name (the unnamed one as "").
-        let mut parsed: Vec<(&[u8], &str)> = Vec::new();
+        let mut parsed: SmallVec<[(&[u8], &str); 2]> = SmallVec::new();
         let mut bound = false;
         loop {
             let h = Header::parse(&buf[pos..], client.max_len).ok()??;

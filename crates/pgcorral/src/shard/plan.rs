@@ -5,12 +5,13 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use pg_query::protobuf::{a_const, AExprKind, BoolExprType, RangeVar, SelectStmt};
 use pg_query::{Node, NodeEnum};
+use smallvec::SmallVec;
 
 use super::key::Value;
 use super::Sharding;
@@ -134,13 +135,13 @@ impl Plan {
                 "UPDATE assigns the sharding key of {m}: the row would move to another shard; delete it and insert it again"
             ));
         }
-        let mut spans: Option<Vec<(usize, usize)>> = None;
+        let mut spans: Option<SmallVec<[(usize, usize); 8]>> = None;
         // The shards named (most requests name one: no allocation then), and each row's for an
         // INSERT.
         let mut first: Option<usize> = None;
         let mut shards: Vec<usize> = Vec::new();
         let mut row_shards: Vec<usize> = Vec::new();
-        let mut values: Vec<Value> = Vec::new();
+        let mut values: SmallVec<[Value; 2]> = SmallVec::new();
         for k in &self.keys {
             let table = &sharding.tables[k.table];
             values.clear();
@@ -161,7 +162,7 @@ impl Plan {
                     },
                     Src::Literal { index, negate } => {
                         let spans = spans.get_or_insert_with(|| {
-                            let mut v = Vec::new();
+                            let mut v = SmallVec::new();
                             skeleton::constants(text, |a, b| v.push((a, b)));
                             v
                         });
@@ -235,15 +236,41 @@ fn literal(text: &str, negate: bool, ty: super::key::KeyType) -> Option<Value> {
 
 /// Plans remembered by the shape of their text (constants left out), for one sharding
 /// configuration.
-#[derive(Default)]
 pub struct Plans {
     map: Mutex<HashMap<u64, Arc<Plan>>>,
+    /// This cache among every `Plans` of the process, and how many times its plans were
+    /// forgotten: a client's [`NearPlan`] is good while both are the same.
+    id: u64,
+    generation: AtomicU64,
     /// Keyed per process (the key of a text chosen by a client cannot be predicted).
     hasher: foldhash::quality::RandomState,
     /// Each sharded table's columns in order (by its index), once read from a shard's catalog.
     columns: Mutex<HashMap<usize, Arc<[String]>>>,
     /// Turns of the shards answering requests that any shard can answer.
     turn: AtomicUsize,
+}
+
+impl Default for Plans {
+    fn default() -> Plans {
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        Plans {
+            map: Default::default(),
+            id: IDS.fetch_add(1, Relaxed),
+            generation: AtomicU64::new(0),
+            hasher: Default::default(),
+            columns: Default::default(),
+            turn: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// The plan a client used last, kept by the client: its next request of the same shape finds
+/// it without the shared map's lock or a reference count other threads touch.
+#[derive(Debug, Clone)]
+pub struct NearPlan {
+    plans: (u64, u64),
+    key: u64,
+    plan: Arc<Plan>,
 }
 
 impl std::fmt::Debug for Plans {
@@ -274,6 +301,7 @@ impl Plans {
     pub fn learn_columns(&self, table: usize, columns: Vec<String>) {
         self.columns.lock().insert(table, columns.into());
         self.map.lock().clear();
+        self.generation.fetch_add(1, Relaxed);
     }
 
     /// The next of `shards` to answer a request that any shard can answer.
@@ -288,7 +316,34 @@ impl Plans {
             // Its constants cannot be numbered: planned from its parse tree every time.
             return Arc::new(plan(sharding, sql, false));
         }
+        self.shared(sharding, sql, h.finish())
+    }
+
+    /// The plan of `sql`, from the client's `near` plan when it is of the same shape (else
+    /// from the shared map, and kept as the client's near plan).
+    pub fn near<'n>(
+        &self,
+        near: &'n mut Option<NearPlan>,
+        sharding: &Sharding,
+        sql: &str,
+    ) -> std::borrow::Cow<'n, Plan> {
+        let mut h = self.hasher.build_hasher();
+        if !skeleton::hash(sql, &mut h) {
+            return std::borrow::Cow::Owned(plan(sharding, sql, false));
+        }
         let key = h.finish();
+        let plans = (self.id, self.generation.load(Relaxed));
+        if !near
+            .as_ref()
+            .is_some_and(|n| n.key == key && n.plans == plans)
+        {
+            let plan = self.shared(sharding, sql, key);
+            *near = Some(NearPlan { plans, key, plan });
+        }
+        std::borrow::Cow::Borrowed(&near.as_ref().expect("just set").plan)
+    }
+
+    fn shared(&self, sharding: &Sharding, sql: &str, key: u64) -> Arc<Plan> {
         if let Some(p) = self.map.lock().get(&key) {
             return p.clone();
         }
@@ -872,6 +927,37 @@ mod tests {
         assert!(
             matches!(place(&s, "INSERT INTO t (k) VALUES (1), (2), (3), (4)", true), Place::SplitInsert(r) if r.len() == 4)
         );
+    }
+
+    #[test]
+    fn a_clients_near_plan_serves_until_the_plans_are_forgotten() {
+        let s = sharding();
+        let mut near = None;
+        let none = |_: usize, _: KeyType| None;
+        for k in [1i64, 22] {
+            let sql = format!("SELECT v FROM t WHERE k = {k}");
+            assert_eq!(
+                s.plans.near(&mut near, &s, &sql).place(&s, &sql, &none),
+                shard(&s, k)
+            );
+        }
+        let sql = "INSERT INTO t VALUES (5, 'x')";
+        assert_eq!(
+            s.plans.near(&mut near, &s, sql).place(&s, sql, &none),
+            Place::NeedColumns(0)
+        );
+        s.plans.learn_columns(0, vec!["k".into(), "v".into()]);
+        assert_eq!(
+            s.plans.near(&mut near, &s, sql).place(&s, sql, &none),
+            shard(&s, 5)
+        );
+        // Another configuration's plans are not taken for this one's.
+        let other = sharding();
+        let sql = "SELECT v FROM t WHERE k = 7";
+        let _ = s.plans.near(&mut near, &s, sql);
+        let before = other.plans.map.lock().len();
+        let _ = other.plans.near(&mut near, &other, sql);
+        assert_eq!(other.plans.map.lock().len(), before + 1);
     }
 
     #[test]
