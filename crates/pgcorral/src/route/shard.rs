@@ -404,6 +404,10 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A statement of a request: its text, its Bind's body (extended protocol), and whether it
+/// runs.
+type Statement<'a> = (&'a str, Option<&'a [u8]>, bool);
+
 /// The statements of the request at the start of the client's buffer.
 struct Batch<'a> {
     /// Bytes up to and including its Sync (or its Query).
@@ -412,7 +416,7 @@ struct Batch<'a> {
     first_text: Option<&'a str>,
     /// Each statement: its text, its Bind's body (extended protocol), and whether it runs (a
     /// Query, or bound; else only parsed and described).
-    statements: SmallVec<[(&'a str, Option<&'a [u8]>, bool); 2]>,
+    statements: SmallVec<[Statement<'a>; 2]>,
     /// A simple Query.
     simple: bool,
 }
