@@ -122,7 +122,10 @@ async fn a_pgbouncer_ini_serves_its_databases() {
             _ => None,
         })
         .collect();
-    for want in [("shop", "app", "transaction"), ("shop_ro", "reporter", "statement")] {
+    for want in [
+        ("shop", "app", "transaction"),
+        ("shop_ro", "reporter", "statement"),
+    ] {
         let want = (want.0.to_string(), want.1.to_string(), want.2.to_string());
         assert!(modes.contains(&want), "{want:?} not in {modes:?}");
     }

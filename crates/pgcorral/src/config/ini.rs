@@ -54,7 +54,12 @@ fn parse_into(
         line: 1 + b[..p.min(b.len())].iter().filter(|&&c| c == b'\n').count(),
     };
     let syntax = |p: usize| format!("{}: syntax error in configuration", at(p));
-    let line_end = |p: usize| b[p..].iter().position(|&c| c == b'\n').map_or(b.len(), |n| p + n);
+    let line_end = |p: usize| {
+        b[p..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(b.len(), |n| p + n)
+    };
     let blank = |c: u8| c == b' ' || c == b'\t';
     let mut p = 0;
     loop {
@@ -70,8 +75,7 @@ fn parse_into(
             }
             let end = line_end(p);
             let file = text[p + 8..end].trim_matches(|c: char| c.is_ascii_whitespace());
-            let included =
-                read(file).map_err(|e| format!("{}: cannot read {file}: {e}", at(p)))?;
+            let included = read(file).map_err(|e| format!("{}: cannot read {file}: {e}", at(p)))?;
             parse_into(file, &included, read, depth + 1, out)?;
             p = end;
             continue;
@@ -185,7 +189,9 @@ pub fn connstr(s: &str) -> Result<Vec<(String, String)>, String> {
         let key = &s[start..p];
         p = skip(p);
         if key.is_empty() || b.get(p) != Some(&b'=') {
-            return Err(format!("syntax error in connection string {s:?}: {key:?} has no \"=value\""));
+            return Err(format!(
+                "syntax error in connection string {s:?}: {key:?} has no \"=value\""
+            ));
         }
         p = skip(p + 1);
         let mut value = String::new();
@@ -224,7 +230,9 @@ pub fn connstr(s: &str) -> Result<Vec<(String, String)>, String> {
             value.push_str(&s[start..p]);
         }
         if value.is_empty() {
-            return Err(format!("syntax error in connection string {s:?}: {key} has an empty value"));
+            return Err(format!(
+                "syntax error in connection string {s:?}: {key} has an empty value"
+            ));
         }
         out.push((key.to_string(), value));
     }
@@ -235,7 +243,10 @@ mod tests {
     use super::*;
 
     fn no_files(name: &str) -> std::io::Result<String> {
-        Err(std::io::Error::new(std::io::ErrorKind::NotFound, name.to_string()))
+        Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            name.to_string(),
+        ))
     }
 
     fn pairs(text: &str) -> Vec<(Item, usize)> {
@@ -255,7 +266,8 @@ mod tests {
 
     #[test]
     fn lines_comments_sections_and_values() {
-        let text = "\n  # comment\n; also\n[databases]\n\tapp = host=db port=5433 ; not a comment\n\
+        let text =
+            "\n  # comment\n; also\n[databases]\n\tapp = host=db port=5433 ; not a comment\n\
                     'my db'=dbname=x\n\"q \"\"d\"\"\" = \nfoo.bar-1* =  v  \r\n[ odd name ]k=v\n";
         assert_eq!(
             pairs(text),
@@ -330,17 +342,30 @@ mod tests {
             ("password", "it's a \\secret"),
             ("dbname", "été"),
         ];
-        let want: Vec<(String, String)> =
-            want.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         assert_eq!(got, want);
         assert!(connstr("").unwrap().is_empty());
         assert_eq!(
             connstr("connect_query='set a=1; set b=2'").unwrap()[0].1,
             "set a=1; set b=2"
         );
-        for bad in ["host=", "host=''", "host", "=x", "host='db", "host='db'x", "a=1 b"] {
+        for bad in [
+            "host=",
+            "host=''",
+            "host",
+            "=x",
+            "host='db",
+            "host='db'x",
+            "a=1 b",
+        ] {
             let err = connstr(bad).unwrap_err();
-            assert!(err.starts_with("syntax error in connection string"), "{bad}: {err}");
+            assert!(
+                err.starts_with("syntax error in connection string"),
+                "{bad}: {err}"
+            );
         }
     }
 }

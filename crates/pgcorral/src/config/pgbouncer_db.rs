@@ -128,25 +128,55 @@ pub(super) fn database(
         }
         None => g.unix_socket_dir.clone(),
         Some(h) if h.starts_with('@') => {
-            bad(c, at, &format!("{entry}.host"), &h, "abstract Unix sockets are not supported by pgcorral");
+            bad(
+                c,
+                at,
+                &format!("{entry}.host"),
+                &h,
+                "abstract Unix sockets are not supported by pgcorral",
+            );
             return None;
         }
         Some(h) => h,
     };
     let hosts: Vec<&str> = host.split(',').map(str::trim).collect();
     if hosts.iter().any(|h| h.is_empty()) {
-        bad(c, at, &format!("{entry}.host"), &host, "an empty host in the list");
+        bad(
+            c,
+            at,
+            &format!("{entry}.host"),
+            &host,
+            "an empty host in the list",
+        );
         return None;
     }
     db.host = hosts[0].to_string();
     if hosts.len() > 1 {
-        warn(c, at, &format!("{entry}.host"), format!("not honoured: pgcorral connects to the first host only, {}", hosts[0]));
+        warn(
+            c,
+            at,
+            &format!("{entry}.host"),
+            format!(
+                "not honoured: pgcorral connects to the first host only, {}",
+                hosts[0]
+            ),
+        );
     } else if load_balance {
-        warn(c, at, &format!("{entry}.load_balance_hosts"), "accepted, no effect with one host");
+        warn(
+            c,
+            at,
+            &format!("{entry}.load_balance_hosts"),
+            "accepted, no effect with one host",
+        );
     }
     match (&db.user, password) {
         (Some(_), p) => db.password = p,
-        (None, Some(_)) => warn(c, at, &format!("{entry}.password"), "ignored without user=, as PgBouncer ignores it"),
+        (None, Some(_)) => warn(
+            c,
+            at,
+            &format!("{entry}.password"),
+            "ignored without user=, as PgBouncer ignores it",
+        ),
         (None, None) => {}
     }
     if let (Some(u), None, true) = (&db.user, &db.password, x.auth_file.is_some()) {
@@ -179,7 +209,12 @@ pub(super) fn user(c: &mut Conv, name: &str, value: &str, at: &At) -> Option<Use
             }
             "reserve_pool_size" => {
                 if number(c, at, key, &v).is_some_and(|n| n > 0) {
-                    warn(c, at, key, "not honoured: pgcorral has reserve pools per database and in [pgbouncer]");
+                    warn(
+                        c,
+                        at,
+                        key,
+                        "not honoured: pgcorral has reserve pools per database and in [pgbouncer]",
+                    );
                 }
             }
             "max_user_client_connections" => {
@@ -187,8 +222,11 @@ pub(super) fn user(c: &mut Conv, name: &str, value: &str, at: &At) -> Option<Use
                     warn(c, at, key, "not honoured: pgcorral has no cap of clients per user (max_client_conn caps them all)");
                 }
             }
-            "query_timeout" | "idle_transaction_timeout" | "client_idle_timeout"
-            | "transaction_timeout" | "query_wait_timeout" => {
+            "query_timeout"
+            | "idle_transaction_timeout"
+            | "client_idle_timeout"
+            | "transaction_timeout"
+            | "query_wait_timeout" => {
                 if number(c, at, key, &v).is_some_and(|n| n > 0) {
                     warn(c, at, key, "not honoured: pgcorral has this timeout in [pgbouncer] only, for all users");
                 }
@@ -206,7 +244,9 @@ pub(super) fn user(c: &mut Conv, name: &str, value: &str, at: &At) -> Option<Use
 pub(super) fn peer(c: &mut Conv, id: &str, value: &str, at: &At) {
     let entry = format!("peers.{id}");
     if !id.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n)) {
-        c.errors.push(format!("{at}: {entry}: ids of peers must be a number larger than 0 and at most 65535"));
+        c.errors.push(format!(
+            "{at}: {entry}: ids of peers must be a number larger than 0 and at most 65535"
+        ));
         return;
     }
     let Some(pairs) = pairs(c, at, &entry, value) else {
@@ -231,8 +271,9 @@ pub(super) fn peer(c: &mut Conv, id: &str, value: &str, at: &At) {
         }
     }
     if !host {
-        c.errors
-            .push(format!("{at}: {entry}: host was not provided for peer {id}"));
+        c.errors.push(format!(
+            "{at}: {entry}: host was not provided for peer {id}"
+        ));
     }
     warn(c, at, &entry, "not honoured yet: peering, cancel requests forwarded to the process holding the client (issue 37 item 5)");
 }

@@ -215,9 +215,9 @@ enum Val {
 
 fn parse(ty: Ty, v: &str) -> Result<Val, String> {
     match ty {
-        Ty::Int => strtol(v)
-            .map(Val::Int)
-            .ok_or_else(|| "not an integer (C's strtol: decimal, 0x hex or 0 octal; flags are 0 or 1)".into()),
+        Ty::Int => strtol(v).map(Val::Int).ok_or_else(|| {
+            "not an integer (C's strtol: decimal, 0x hex or 0 octal; flags are 0 or 1)".into()
+        }),
         Ty::Time => seconds_ms(v)
             .map(Val::Ms)
             .ok_or_else(|| "not a number of seconds (e.g. 30 or 0.5; no unit)".into()),
@@ -233,7 +233,8 @@ fn parse(ty: Ty, v: &str) -> Result<Val, String> {
 /// One `[pgbouncer]` key: an error naming it and its line when the value is wrong.
 pub(super) fn apply(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, at: &At) {
     let Some(&(_, ty, how)) = KEYS.iter().find(|k| k.0 == key) else {
-        c.errors.push(format!("{at}: unknown parameter: pgbouncer/{key}"));
+        c.errors
+            .push(format!("{at}: unknown parameter: pgbouncer/{key}"));
         return;
     };
     let v = match parse(ty, value) {
@@ -246,7 +247,12 @@ pub(super) fn apply(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, val
         How::Map => map(c, g, x, key, value, v, at),
         How::Warn(why) if !off => warn(c, at, &name, format!("not honoured: {why}")),
         How::Later(why) if !off => warn(c, at, &name, format!("not honoured yet: {why}")),
-        How::Note(why) => warn(c, at, &name, format!("accepted, no effect in pgcorral: {why}")),
+        How::Note(why) => warn(
+            c,
+            at,
+            &name,
+            format!("accepted, no effect in pgcorral: {why}"),
+        ),
         How::Warn(_) | How::Later(_) => {}
     }
 }
@@ -284,18 +290,28 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
         Val::Int(n) => int(c, g, key, n, &mut bad, at),
         Val::Str(s) => match key {
             "admin_users" | "stats_users" => {
-                let list = s.split([',', ' ', '\t']).filter(|u| !u.is_empty()).map(String::from).collect();
-                if key == "admin_users" { g.admin_users = list } else { g.stats_users = list }
+                let list = s
+                    .split([',', ' ', '\t'])
+                    .filter(|u| !u.is_empty())
+                    .map(String::from)
+                    .collect();
+                if key == "admin_users" {
+                    g.admin_users = list
+                } else {
+                    g.stats_users = list
+                }
             }
             "auth_type" => x.auth_type = Some((s, at.clone())),
             "auth_file" if s.is_empty() => x.auth_file = None,
             "auth_file" => x.auth_file = Some(at.clone()),
             "listen_addr" => x.listen_addr = Some((s, at.clone())),
-            "pool_mode" => g.pool_mode = match s.as_str() {
-                "session" => PoolMode::Session,
-                "transaction" => PoolMode::Transaction,
-                _ => PoolMode::Statement,
-            },
+            "pool_mode" => {
+                g.pool_mode = match s.as_str() {
+                    "session" => PoolMode::Session,
+                    "transaction" => PoolMode::Transaction,
+                    _ => PoolMode::Statement,
+                }
+            }
             "client_tls_sslmode" => g.client_tls_sslmode = sslmode(&s),
             "server_tls_sslmode" => g.server_tls_sslmode = sslmode(&s),
             "client_tls_ca_file" => g.client_tls_ca_file = s,
@@ -305,20 +321,40 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
             "server_tls_cert_file" => g.server_tls_cert_file = s,
             "server_tls_key_file" => g.server_tls_key_file = s,
             "client_tls_protocols" | "server_tls_protocols" => {
-                let slot = if key == "client_tls_protocols" { &mut g.client_tls_protocols } else { &mut g.server_tls_protocols };
+                let slot = if key == "client_tls_protocols" {
+                    &mut g.client_tls_protocols
+                } else {
+                    &mut g.server_tls_protocols
+                };
                 match tls::versions(&s) {
                     Ok(_) => *slot = s,
-                    Err(e) => warn(c, at, &format!("pgbouncer.{key}"), format!("not honoured: {e}; pgcorral uses \"secure\" (TLS 1.2 and 1.3)")),
+                    Err(e) => warn(
+                        c,
+                        at,
+                        &format!("pgbouncer.{key}"),
+                        format!("not honoured: {e}; pgcorral uses \"secure\" (TLS 1.2 and 1.3)"),
+                    ),
                 }
             }
             "client_tls_ciphers" | "server_tls_ciphers" => {
-                let slot = if key == "client_tls_ciphers" { &mut g.client_tls_ciphers } else { &mut g.server_tls_ciphers };
+                let slot = if key == "client_tls_ciphers" {
+                    &mut g.client_tls_ciphers
+                } else {
+                    &mut g.server_tls_ciphers
+                };
                 match tls::provider(&s) {
                     Ok(_) => *slot = s,
-                    Err(e) => warn(c, at, &format!("pgbouncer.{key}"), format!("not honoured: {e}; pgcorral uses rustls's default suites")),
+                    Err(e) => warn(
+                        c,
+                        at,
+                        &format!("pgbouncer.{key}"),
+                        format!("not honoured: {e}; pgcorral uses rustls's default suites"),
+                    ),
                 }
             }
-            "unix_socket_dir" if s.starts_with('@') => bad(c, "abstract Unix sockets are not supported by pgcorral"),
+            "unix_socket_dir" if s.starts_with('@') => {
+                bad(c, "abstract Unix sockets are not supported by pgcorral")
+            }
             "unix_socket_dir" => g.unix_socket_dir = s,
             "server_check_query" => g.server_check_query = s,
             "server_reset_query" => g.server_reset_query = s,
@@ -328,7 +364,14 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
 }
 
 /// The honoured integer keys.
-fn int(c: &mut Conv, g: &mut General, key: &str, n: i64, bad: &mut dyn FnMut(&mut Conv, &str), at: &At) {
+fn int(
+    c: &mut Conv,
+    g: &mut General,
+    key: &str,
+    n: i64,
+    bad: &mut dyn FnMut(&mut Conv, &str),
+    at: &At,
+) {
     let Ok(u) = usize::try_from(n) else {
         return bad(c, "must not be negative");
     };
@@ -347,13 +390,20 @@ fn int(c: &mut Conv, g: &mut General, key: &str, n: i64, bad: &mut dyn FnMut(&mu
             Ok(p) if p > 0 => g.listen_port = p,
             _ => bad(c, "not a port number (1..65535)"),
         },
-        "unix_socket_mode" if u > 0o777 => bad(c, "not a file mode (0 to 0777; a leading 0 makes it octal)"),
+        "unix_socket_mode" if u > 0o777 => {
+            bad(c, "not a file mode (0 to 0777; a leading 0 makes it octal)")
+        }
         "unix_socket_mode" => g.unix_socket_mode = format!("0{u:o}"),
         "max_packet_size" if u < 1024 => bad(c, "pgcorral needs at least 1024 (bytes)"),
         "max_packet_size" => {
             g.max_packet_size = u.min(1 << 30) as u32;
             if u > 1 << 30 {
-                warn(c, at, "pgbouncer.max_packet_size", "pgcorral takes at most 1073741824 bytes (PostgreSQL's own limit on a message)");
+                warn(
+                    c,
+                    at,
+                    "pgbouncer.max_packet_size",
+                    "pgcorral takes at most 1073741824 bytes (PostgreSQL's own limit on a message)",
+                );
             }
         }
         "max_prepared_statements" if u == 0 => {
@@ -361,7 +411,14 @@ fn int(c: &mut Conv, g: &mut General, key: &str, n: i64, bad: &mut dyn FnMut(&mu
             warn(c, at, "pgbouncer.max_prepared_statements", "0 (not tracked): pgcorral always keeps clients' prepared statements, here up to 200 per server connection");
         }
         "max_prepared_statements" => g.max_prepared_statements = u,
-        "verbose" => g.log_level = match u { 0 => "info", 1 => "debug", _ => "trace" }.into(),
+        "verbose" => {
+            g.log_level = match u {
+                0 => "info",
+                1 => "debug",
+                _ => "trace",
+            }
+            .into()
+        }
         _ => unreachable!("{key} is not an integer pgcorral maps"),
     }
 }
@@ -382,16 +439,39 @@ pub(super) fn finish(c: &mut Conv, cfg: &mut Config, x: &Extra, name: &str) {
     let g = &mut cfg.general;
     match &x.listen_addr {
         Some((v, at)) if !v.trim().is_empty() => {
-            let addrs: Vec<&str> = v.split(',').map(str::trim).filter(|a| !a.is_empty()).collect();
+            let addrs: Vec<&str> = v
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .collect();
             if !listen_addr_ok(addrs[0]) {
-                invalid(c, at, "listen_addr", v, "pgcorral listens on an IP address, * or localhost (not a host name)");
+                invalid(
+                    c,
+                    at,
+                    "listen_addr",
+                    v,
+                    "pgcorral listens on an IP address, * or localhost (not a host name)",
+                );
             }
             g.listen_addr = addrs[0].into();
             if addrs.len() > 1 {
-                warn(c, at, "pgbouncer.listen_addr", format!("not honoured: pgcorral listens on one address, the first: {}", addrs[0]));
+                warn(
+                    c,
+                    at,
+                    "pgbouncer.listen_addr",
+                    format!(
+                        "not honoured: pgcorral listens on one address, the first: {}",
+                        addrs[0]
+                    ),
+                );
             }
             if addrs[0] == "*" {
-                warn(c, at, "pgbouncer.listen_addr", "* is every IPv4 address for pgcorral (PgBouncer's includes IPv6)");
+                warn(
+                    c,
+                    at,
+                    "pgbouncer.listen_addr",
+                    "* is every IPv4 address for pgcorral (PgBouncer's includes IPv6)",
+                );
             }
         }
         _ => {
@@ -409,7 +489,11 @@ pub(super) fn finish(c: &mut Conv, cfg: &mut Config, x: &Extra, name: &str) {
         "md5" | "plain" => AuthType::Md5,
         "scram-sha-256" => AuthType::ScramSha256,
         other => {
-            let why = if other == "hba" { "not honoured yet: hba files (issue 37 item 2)" } else { "not supported by pgcorral" };
+            let why = if other == "hba" {
+                "not honoured yet: hba files (issue 37 item 2)"
+            } else {
+                "not supported by pgcorral"
+            };
             c.errors.push(format!("{at}: auth_type = {other}: {why}; pgcorral reads this file with auth_type trust, any, cert, md5 or scram-sha-256"));
             return;
         }
@@ -429,12 +513,20 @@ pub(super) fn finish(c: &mut Conv, cfg: &mut Config, x: &Extra, name: &str) {
                 "any user name".to_string()
             } else {
                 let names: Vec<&str> = cfg.users.keys().map(String::as_str).collect();
-                format!("only the users of [users], admin_users and stats_users ({})", names.join(", "))
+                format!(
+                    "only the users of [users], admin_users and stats_users ({})",
+                    names.join(", ")
+                )
             };
             warn(c, at, "pgbouncer.auth_file", format!("not honoured yet: pgcorral does not read userlist.txt (issue 37 item 2); with auth_type = {auth} it lets in {who}"));
         }
     } else if let Some(at) = &x.auth_file {
-        warn(c, at, "pgbouncer.auth_file", "not honoured yet: pgcorral does not read userlist.txt (issue 37 item 2)");
+        warn(
+            c,
+            at,
+            "pgbouncer.auth_file",
+            "not honoured yet: pgcorral does not read userlist.txt (issue 37 item 2)",
+        );
     }
     if matches!(g.auth_type, AuthType::Md5 | AuthType::ScramSha256) {
         c.errors.push(format!(

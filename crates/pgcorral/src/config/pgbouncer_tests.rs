@@ -46,7 +46,10 @@ verbose = 1
 "#;
 
 fn no_files(name: &str) -> std::io::Result<String> {
-    Err(std::io::Error::new(std::io::ErrorKind::NotFound, name.to_string()))
+    Err(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        name.to_string(),
+    ))
 }
 
 fn read(text: &str) -> (Config, Vec<Warning>) {
@@ -101,14 +104,20 @@ fn sample_converts() {
     assert_eq!(reports.host, "/var/run/postgresql");
     assert_eq!(reports.max_db_connections, Some(8));
     let legacy = &cfg.databases["legacy db"];
-    assert_eq!((legacy.host.as_str(), legacy.min_pool_size), ("db1.internal", Some(2)));
+    assert_eq!(
+        (legacy.host.as_str(), legacy.min_pool_size),
+        ("db1.internal", Some(2))
+    );
     // No host: the Unix socket in unix_socket_dir, as PgBouncer.
     assert_eq!(cfg.databases["local"].host, "/var/run/pgbouncer");
     assert_eq!(cfg.databases["*"].port, 5433);
 
     let etl = &cfg.users["etl"];
     assert_eq!(etl.pool_mode, Some(PoolMode::Session));
-    assert_eq!((etl.pool_size, etl.max_user_connections), (Some(4), Some(6)));
+    assert_eq!(
+        (etl.pool_size, etl.max_user_connections),
+        (Some(4), Some(6))
+    );
     assert_eq!(cfg.users["dashboard"].max_user_connections, Some(10));
     // With trust and a [users] list, the admins are let in too.
     for admin in ["postgres", "ops", "monitor"] {
@@ -129,7 +138,10 @@ fn sample_converts() {
         warned(&warnings, key);
     }
     let w = warned(&warnings, "pgbouncer.logfile").to_string();
-    assert!(w.contains("not honoured yet") && w.contains("pgbouncer.ini:32"), "{w}");
+    assert!(
+        w.contains("not honoured yet") && w.contains("pgbouncer.ini:32"),
+        "{w}"
+    );
     let w = warned(&warnings, "pgbouncer.auth_file").to_string();
     assert!(w.contains("only the users of [users]"), "{w}");
     assert!(warned(&warnings, "pgbouncer.tcp_defer_accept")
@@ -148,14 +160,20 @@ fn pgbouncer_defaults() {
     assert_eq!(g.server_connect_timeout, 15_000);
     assert_eq!(g.server_unavailable_wait, 0);
     let app = &cfg.databases["app"];
-    assert_eq!((app.host.as_str(), app.port, app.dbname.as_deref()), ("/tmp", 5432, None));
+    assert_eq!(
+        (app.host.as_str(), app.port, app.dbname.as_deref()),
+        ("/tmp", 5432, None)
+    );
     // No listen_addr: PgBouncer opens no TCP port, pgcorral says it does.
     assert_eq!(g.listen_addr, "127.0.0.1");
     let w = warned(&warnings, "pgbouncer.listen_addr").to_string();
     assert!(w.contains("cannot turn TCP off"), "{w}");
     // auth_type's default is md5, whose passwords come from auth_file.
     let err = refused("[pgbouncer]\nlisten_addr = *\n");
-    assert!(err.contains("auth_type = md5 needs the users' passwords"), "{err}");
+    assert!(
+        err.contains("auth_type = md5 needs the users' passwords"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -175,7 +193,8 @@ fn value_types_as_pgbouncer_reads_them() {
         assert_eq!(seconds_ms(bad), None, "{bad}");
     }
     // 511 is decimal (0777); 777 would be 0o1411, too large, as for PgBouncer.
-    let (cfg, _) = read("[pgbouncer]\nauth_type = TRUST\nunix_socket_mode = 511\npool_mode = Statement\n");
+    let (cfg, _) =
+        read("[pgbouncer]\nauth_type = TRUST\nunix_socket_mode = 511\npool_mode = Statement\n");
     assert_eq!(cfg.general.pool_mode, PoolMode::Statement);
     assert_eq!(cfg.general.unix_socket_mode, "0777");
 }
@@ -183,16 +202,31 @@ fn value_types_as_pgbouncer_reads_them() {
 #[test]
 fn wrong_values_name_key_and_line() {
     let cases = [
-        ("query_timeout = 10s", "pgbouncer.ini:3: invalid value \"10s\" for parameter query_timeout"),
-        ("tcp_keepalive = yes", "pgbouncer.ini:3: invalid value \"yes\" for parameter tcp_keepalive"),
-        ("pool_mode = sometimes", "pgbouncer.ini:3: invalid value \"sometimes\" for parameter pool_mode"),
-        ("listen_port = 0", "pgbouncer.ini:3: invalid value \"0\" for parameter listen_port"),
+        (
+            "query_timeout = 10s",
+            "pgbouncer.ini:3: invalid value \"10s\" for parameter query_timeout",
+        ),
+        (
+            "tcp_keepalive = yes",
+            "pgbouncer.ini:3: invalid value \"yes\" for parameter tcp_keepalive",
+        ),
+        (
+            "pool_mode = sometimes",
+            "pgbouncer.ini:3: invalid value \"sometimes\" for parameter pool_mode",
+        ),
+        (
+            "listen_port = 0",
+            "pgbouncer.ini:3: invalid value \"0\" for parameter listen_port",
+        ),
         ("unix_socket_mode = 0999", "parameter unix_socket_mode"),
         ("unix_socket_mode = 777", "parameter unix_socket_mode"),
         ("unix_socket_dir = @pgb", "parameter unix_socket_dir"),
         ("default_pool_size = 0", "parameter default_pool_size"),
         ("listen_addr = db.example.com", "parameter listen_addr"),
-        ("pool_mod = session", "pgbouncer.ini:3: unknown parameter: pgbouncer/pool_mod"),
+        (
+            "pool_mod = session",
+            "pgbouncer.ini:3: unknown parameter: pgbouncer/pool_mod",
+        ),
         ("auth_type = hba", "auth_type = hba: not honoured yet"),
         ("auth_type = pam", "auth_type = pam: not supported"),
     ];
@@ -200,27 +234,67 @@ fn wrong_values_name_key_and_line() {
         let err = refused(&format!("[pgbouncer]\nauth_type = trust\n{line}\n"));
         assert!(err.contains(want), "{line}: {err}");
     }
-    let db = |entry: &str| refused(&format!("[pgbouncer]\nauth_type = trust\n[databases]\n{entry}\n"));
+    let db = |entry: &str| {
+        refused(&format!(
+            "[pgbouncer]\nauth_type = trust\n[databases]\n{entry}\n"
+        ))
+    };
     for (entry, want) in [
-        ("app = host=db pool_size=abc", "pgbouncer.ini:4: invalid value \"abc\" for databases.app.pool_size"),
+        (
+            "app = host=db pool_size=abc",
+            "pgbouncer.ini:4: invalid value \"abc\" for databases.app.pool_size",
+        ),
         ("app = host=db port=0", "databases.app.port"),
-        ("app = host=db pool_mode=sometimes", "databases.app.pool_mode"),
-        ("app = host=db hots=x", "pgbouncer.ini:4: databases.app: unrecognized connection parameter: hots"),
-        ("app = host=", "pgbouncer.ini:4: databases.app: syntax error in connection string"),
+        (
+            "app = host=db pool_mode=sometimes",
+            "databases.app.pool_mode",
+        ),
+        (
+            "app = host=db hots=x",
+            "pgbouncer.ini:4: databases.app: unrecognized connection parameter: hots",
+        ),
+        (
+            "app = host=",
+            "pgbouncer.ini:4: databases.app: syntax error in connection string",
+        ),
         ("app = host=@abstract", "databases.app.host"),
-        ("pgbouncer = host=db", "database name \"pgbouncer\" is reserved"),
-        ("pgcorral = host=db", "database name \"pgcorral\" is reserved"),
+        (
+            "pgbouncer = host=db",
+            "database name \"pgbouncer\" is reserved",
+        ),
+        (
+            "pgcorral = host=db",
+            "database name \"pgcorral\" is reserved",
+        ),
     ] {
         let err = db(entry);
         assert!(err.contains(want), "{entry}: {err}");
     }
     for (text, want) in [
-        ("[pgbouncer]\nauth_type = trust\n[users]\nbob = pool_size=x\n", "users.bob.pool_size"),
-        ("[pgbouncer]\nauth_type = trust\n[users]\nbob = colour=red\n", "unrecognized user parameter: colour"),
-        ("[pgbouncer]\nauth_type = trust\n[peers]\n0 = host=a\n", "ids of peers"),
-        ("[pgbouncer]\nauth_type = trust\n[peers]\n1 = port=6432\n", "host was not provided for peer 1"),
-        ("[pgbouncer]\nauth_type = trust\n[pgcorral]\n", "pgbouncer.ini:3: invalid section \"pgcorral\""),
-        ("listen_port = 1\n[pgbouncer]\n", "pgbouncer.ini:1: value without section: listen_port"),
+        (
+            "[pgbouncer]\nauth_type = trust\n[users]\nbob = pool_size=x\n",
+            "users.bob.pool_size",
+        ),
+        (
+            "[pgbouncer]\nauth_type = trust\n[users]\nbob = colour=red\n",
+            "unrecognized user parameter: colour",
+        ),
+        (
+            "[pgbouncer]\nauth_type = trust\n[peers]\n0 = host=a\n",
+            "ids of peers",
+        ),
+        (
+            "[pgbouncer]\nauth_type = trust\n[peers]\n1 = port=6432\n",
+            "host was not provided for peer 1",
+        ),
+        (
+            "[pgbouncer]\nauth_type = trust\n[pgcorral]\n",
+            "pgbouncer.ini:3: invalid section \"pgcorral\"",
+        ),
+        (
+            "listen_port = 1\n[pgbouncer]\n",
+            "pgbouncer.ini:1: value without section: listen_port",
+        ),
         ("[databases]\n", "main section missing"),
     ] {
         let err = refused(text);
@@ -256,47 +330,116 @@ fn includes_are_read_in_place() {
         "/etc/pgbouncer/databases.ini" => Ok("app = host=db\n".to_string()),
         other => no_files(other),
     };
-    let text = "[databases]\n%include /etc/pgbouncer/databases.ini\n[pgbouncer]\nauth_type = trust\n";
+    let text =
+        "[databases]\n%include /etc/pgbouncer/databases.ini\n[pgbouncer]\nauth_type = trust\n";
     let (cfg, _) = from_pgbouncer_with("pgbouncer.ini", text, &read).unwrap();
     assert_eq!(cfg.databases["app"].host, "db");
     let err = from_pgbouncer_with("pgbouncer.ini", "%include nope.ini\n", &read)
         .unwrap_err()
         .to_string();
-    assert!(err.starts_with("pgbouncer.ini:1: cannot read nope.ini"), "{err}");
+    assert!(
+        err.starts_with("pgbouncer.ini:1: cannot read nope.ini"),
+        "{err}"
+    );
 }
 
 #[test]
 fn every_key_of_pgbouncer_1_24_is_accepted() {
     // Each key with a value of its type: none is unknown, none is refused.
     let ints = [
-        "application_name_add_host", "default_pool_size", "disable_pqexec", "listen_backlog",
-        "listen_port", "log_connections", "log_disconnections", "log_pooler_errors", "log_stats",
-        "max_client_conn", "max_db_connections", "max_db_client_connections",
-        "max_prepared_statements", "max_user_connections", "max_user_client_connections",
-        "min_pool_size", "peer_id", "pkt_buf", "reserve_pool_size", "sbuf_loopcnt",
-        "server_fast_close", "server_reset_query_always", "server_round_robin", "so_reuseport",
-        "stats_period", "syslog", "tcp_defer_accept", "tcp_keepalive", "tcp_keepcnt",
-        "tcp_keepidle", "tcp_keepintvl", "tcp_socket_buffer", "tcp_user_timeout",
-        "unix_socket_mode", "verbose",
+        "application_name_add_host",
+        "default_pool_size",
+        "disable_pqexec",
+        "listen_backlog",
+        "listen_port",
+        "log_connections",
+        "log_disconnections",
+        "log_pooler_errors",
+        "log_stats",
+        "max_client_conn",
+        "max_db_connections",
+        "max_db_client_connections",
+        "max_prepared_statements",
+        "max_user_connections",
+        "max_user_client_connections",
+        "min_pool_size",
+        "peer_id",
+        "pkt_buf",
+        "reserve_pool_size",
+        "sbuf_loopcnt",
+        "server_fast_close",
+        "server_reset_query_always",
+        "server_round_robin",
+        "so_reuseport",
+        "stats_period",
+        "syslog",
+        "tcp_defer_accept",
+        "tcp_keepalive",
+        "tcp_keepcnt",
+        "tcp_keepidle",
+        "tcp_keepintvl",
+        "tcp_socket_buffer",
+        "tcp_user_timeout",
+        "unix_socket_mode",
+        "verbose",
     ];
     read("[pgbouncer]\nauth_type = trust\nmax_packet_size = 2147483647\n");
     let times = [
-        "autodb_idle_timeout", "cancel_wait_timeout", "client_idle_timeout",
-        "client_login_timeout", "dns_max_ttl", "dns_nxdomain_ttl", "dns_zone_check_period",
-        "idle_transaction_timeout", "query_timeout", "query_wait_timeout",
-        "reserve_pool_timeout", "server_check_delay", "server_connect_timeout",
-        "server_idle_timeout", "server_lifetime", "server_login_retry", "suspend_timeout",
+        "autodb_idle_timeout",
+        "cancel_wait_timeout",
+        "client_idle_timeout",
+        "client_login_timeout",
+        "dns_max_ttl",
+        "dns_nxdomain_ttl",
+        "dns_zone_check_period",
+        "idle_transaction_timeout",
+        "query_timeout",
+        "query_wait_timeout",
+        "reserve_pool_timeout",
+        "server_check_delay",
+        "server_connect_timeout",
+        "server_idle_timeout",
+        "server_lifetime",
+        "server_login_retry",
+        "suspend_timeout",
     ];
     let strs = [
-        "admin_users", "auth_dbname", "auth_file", "auth_hba_file", "auth_ident_file",
-        "auth_query", "auth_user", "client_tls_ca_file", "client_tls_cert_file",
-        "client_tls_ciphers", "client_tls_dheparams", "client_tls_ecdhcurve",
-        "client_tls_key_file", "client_tls_protocols", "conffile", "ignore_startup_parameters",
-        "job_name", "listen_addr", "logfile", "pidfile", "resolv_conf", "server_check_query",
-        "server_reset_query", "server_tls_ca_file", "server_tls_cert_file", "server_tls_ciphers",
-        "server_tls_key_file", "server_tls_protocols", "service_name", "stats_users",
-        "syslog_facility", "syslog_ident", "track_extra_parameters", "unix_socket_dir",
-        "unix_socket_group", "user",
+        "admin_users",
+        "auth_dbname",
+        "auth_file",
+        "auth_hba_file",
+        "auth_ident_file",
+        "auth_query",
+        "auth_user",
+        "client_tls_ca_file",
+        "client_tls_cert_file",
+        "client_tls_ciphers",
+        "client_tls_dheparams",
+        "client_tls_ecdhcurve",
+        "client_tls_key_file",
+        "client_tls_protocols",
+        "conffile",
+        "ignore_startup_parameters",
+        "job_name",
+        "listen_addr",
+        "logfile",
+        "pidfile",
+        "resolv_conf",
+        "server_check_query",
+        "server_reset_query",
+        "server_tls_ca_file",
+        "server_tls_cert_file",
+        "server_tls_ciphers",
+        "server_tls_key_file",
+        "server_tls_protocols",
+        "service_name",
+        "stats_users",
+        "syslog_facility",
+        "syslog_ident",
+        "track_extra_parameters",
+        "unix_socket_dir",
+        "unix_socket_group",
+        "user",
     ];
     let lookups = [
         ("auth_type", "trust"),
@@ -362,8 +505,17 @@ fn which_files_are_pgbouncers() {
     let ini = "[databases]\n[pgbouncer]\n";
     assert!(is_pgbouncer(Path::new("/etc/pgbouncer/pgbouncer.ini"), ""));
     assert!(is_pgbouncer(Path::new("pooler.conf"), ini));
-    assert!(is_pgbouncer(Path::new("pooler.conf"), "  \n%include /etc/pgb.ini\n"));
-    assert!(!is_pgbouncer(Path::new("pgcorral.toml"), "[general]\nlisten_port = 6432\n"));
+    assert!(is_pgbouncer(
+        Path::new("pooler.conf"),
+        "  \n%include /etc/pgb.ini\n"
+    ));
+    assert!(!is_pgbouncer(
+        Path::new("pgcorral.toml"),
+        "[general]\nlisten_port = 6432\n"
+    ));
     assert!(!is_pgbouncer(Path::new("pgcat.toml"), "[pools.app]\n"));
-    assert!(!is_pgbouncer(Path::new("pgbouncer.ini.toml"), "[general]\n"));
+    assert!(!is_pgbouncer(
+        Path::new("pgbouncer.ini.toml"),
+        "[general]\n"
+    ));
 }
