@@ -6,6 +6,7 @@ mod model;
 mod pgbouncer;
 mod pgbouncer_db;
 mod pgbouncer_general;
+mod pgbouncer_keys;
 #[cfg(test)]
 mod pgbouncer_tests;
 mod pgcat;

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use super::ini::{self, At, Item};
 use super::pgbouncer_db::{database, peer, user};
-use super::pgbouncer_general::{apply, finish, known, pgbouncer_general, Extra};
+use super::pgbouncer_general::{apply, finish, pgbouncer_general, Extra};
+use super::pgbouncer_keys::known;
 use super::pgcat::{Conv, Warning};
 use super::validate::problems;
 use super::{Config, ConfigError};

@@ -1,173 +1,12 @@
-//! pgbouncer.ini's `[pgbouncer]` section: every key PgBouncer 1.24 has (and those added since), its type and default, mapped to pgcorral's `[general]`, warned about, or noted.
+//! pgbouncer.ini's `[pgbouncer]` section converted to pgcorral's `[general]`, from PgBouncer's defaults; the keys themselves are listed in `pgbouncer_keys`.
 
 use super::ini::At;
-use super::pgbouncer::{invalid, seconds_ms, strtol, warn};
+use super::pgbouncer::{invalid, warn};
+use super::pgbouncer_keys::{lookup, parse, How, Val};
 use super::pgcat::Conv;
 use super::validate::listen_addr_ok;
 use super::{AuthType, Config, General, PoolMode, SslMode};
 use crate::tls;
-
-/// How a value is read (PgBouncer's `CF_INT`, `CF_TIME_USEC`, `CF_STR`, `CF_LOOKUP`).
-#[derive(Clone, Copy)]
-enum Ty {
-    /// `strtol` base 0.
-    Int,
-    /// Seconds, `strtod`.
-    Time,
-    Str,
-    /// One of these, any case.
-    Lookup(&'static [&'static str]),
-}
-
-/// What pgcorral does with a key.
-#[derive(Clone, Copy)]
-enum How {
-    /// Honoured: mapped to pgcorral's setting (see [`map`]).
-    Map,
-    /// Not honoured; warned unless the value is 0 or empty.
-    Warn(&'static str),
-    /// Not honoured yet (a later part of issue 37); warned unless the value is 0 or empty.
-    Later(&'static str),
-    /// Accepted; it has no meaning for pgcorral; noted whatever its value.
-    Note(&'static str),
-}
-
-const SSLMODES: &[&str] = &[
-    "disable",
-    "allow",
-    "prefer",
-    "require",
-    "verify-ca",
-    "verify-full",
-];
-const POOL_MODES: &[&str] = &["session", "transaction", "statement"];
-const AUTH_TYPES: &[&str] = &[
-    "any",
-    "trust",
-    "plain",
-    "md5",
-    "cert",
-    "hba",
-    "pam",
-    "scram-sha-256",
-    "ldap",
-];
-const LOGS: &str = "pgcorral writes its own log lines to stderr (PgBouncer's: issue 37 item 4)";
-const KEEPALIVE: &str = "pgcorral does not set TCP keepalives or TCP_USER_TIMEOUT on its sockets";
-const NEWER: &str = "a key of PgBouncer after 1.24";
-
-/// The keys of `[pgbouncer]`: PgBouncer 1.24's 91 (`bouncer_params` in src/main.c), then the
-/// ones added since.
-#[rustfmt::skip]
-const KEYS: &[(&str, Ty, How)] = &[
-    ("admin_users", Ty::Str, How::Map),
-    ("application_name_add_host", Ty::Int, How::Warn("pgcorral does not add the client's address to application_name")),
-    ("auth_dbname", Ty::Str, How::Later("auth_user/auth_query (issue 37 item 2)")),
-    ("auth_file", Ty::Str, How::Map),
-    ("auth_hba_file", Ty::Str, How::Later("hba files (issue 37 item 2)")),
-    ("auth_ident_file", Ty::Str, How::Later("ident maps (issue 37 item 2)")),
-    ("auth_query", Ty::Str, How::Later("auth_query (issue 37 item 2): users not in the file cannot log in")),
-    ("auth_type", Ty::Lookup(AUTH_TYPES), How::Map),
-    ("auth_user", Ty::Str, How::Later("auth_user/auth_query (issue 37 item 2): users not in the file cannot log in")),
-    ("autodb_idle_timeout", Ty::Time, How::Note("pgcorral keeps the pools of databases reached through \"*\" until a reload")),
-    ("cancel_wait_timeout", Ty::Time, How::Map),
-    ("client_idle_timeout", Ty::Time, How::Map),
-    ("client_login_timeout", Ty::Time, How::Map),
-    ("client_tls_ca_file", Ty::Str, How::Map),
-    ("client_tls_cert_file", Ty::Str, How::Map),
-    ("client_tls_ciphers", Ty::Str, How::Map),
-    ("client_tls_dheparams", Ty::Str, How::Note("rustls has no DHE key exchange")),
-    ("client_tls_ecdhcurve", Ty::Str, How::Note("rustls chooses among X25519, P-256 and P-384")),
-    ("client_tls_key_file", Ty::Str, How::Map),
-    ("client_tls_protocols", Ty::Str, How::Map),
-    ("client_tls_sslmode", Ty::Lookup(SSLMODES), How::Map),
-    ("conffile", Ty::Str, How::Note("pgcorral reads again the file it was started with")),
-    ("default_pool_size", Ty::Int, How::Map),
-    ("disable_pqexec", Ty::Int, How::Warn("pgcorral accepts simple-protocol queries")),
-    ("dns_max_ttl", Ty::Time, How::Note("pgcorral resolves host names at each connection, with no cache")),
-    ("dns_nxdomain_ttl", Ty::Time, How::Note("pgcorral resolves host names at each connection, with no cache")),
-    ("dns_zone_check_period", Ty::Time, How::Note("pgcorral resolves host names at each connection, with no cache")),
-    ("idle_transaction_timeout", Ty::Time, How::Map),
-    ("ignore_startup_parameters", Ty::Str, How::Note("pgcorral accepts every startup parameter and applies it on the client's servers")),
-    ("job_name", Ty::Str, How::Note("a Windows service name")),
-    ("listen_addr", Ty::Str, How::Map),
-    ("listen_backlog", Ty::Int, How::Note("pgcorral uses its own accept backlog")),
-    ("listen_port", Ty::Int, How::Map),
-    ("log_connections", Ty::Int, How::Later(LOGS)),
-    ("log_disconnections", Ty::Int, How::Later(LOGS)),
-    ("log_pooler_errors", Ty::Int, How::Later(LOGS)),
-    ("log_stats", Ty::Int, How::Later(LOGS)),
-    ("logfile", Ty::Str, How::Later("pgcorral logs to stderr (issue 37 item 3)")),
-    ("max_client_conn", Ty::Int, How::Map),
-    ("max_db_client_connections", Ty::Int, How::Warn("pgcorral has no cap of clients per database (max_client_conn caps them all)")),
-    ("max_db_connections", Ty::Int, How::Map),
-    ("max_packet_size", Ty::Int, How::Map),
-    ("max_prepared_statements", Ty::Int, How::Map),
-    ("max_user_client_connections", Ty::Int, How::Warn("pgcorral has no cap of clients per user (max_client_conn caps them all)")),
-    ("max_user_connections", Ty::Int, How::Map),
-    ("min_pool_size", Ty::Int, How::Map),
-    ("peer_id", Ty::Int, How::Later("peering (issue 37 item 5)")),
-    ("pidfile", Ty::Str, How::Later("pgcorral writes no pid file (issue 37 item 3)")),
-    ("pkt_buf", Ty::Int, How::Note("pgcorral sizes its buffers itself")),
-    ("pool_mode", Ty::Lookup(POOL_MODES), How::Map),
-    ("query_timeout", Ty::Time, How::Map),
-    ("query_wait_timeout", Ty::Time, How::Map),
-    ("reserve_pool_size", Ty::Int, How::Map),
-    ("reserve_pool_timeout", Ty::Time, How::Map),
-    ("resolv_conf", Ty::Str, How::Warn("pgcorral resolves host names with the system's resolver")),
-    ("sbuf_loopcnt", Ty::Int, How::Note("pgcorral's workers share their time in their own way")),
-    ("server_check_delay", Ty::Time, How::Map),
-    ("server_check_query", Ty::Str, How::Map),
-    ("server_connect_timeout", Ty::Time, How::Map),
-    ("server_fast_close", Ty::Int, How::Warn("pgcorral closes a server that must close when its client is done with it")),
-    ("server_idle_timeout", Ty::Time, How::Map),
-    ("server_lifetime", Ty::Time, How::Map),
-    ("server_login_retry", Ty::Time, How::Map),
-    ("server_reset_query", Ty::Str, How::Map),
-    ("server_reset_query_always", Ty::Int, How::Warn("pgcorral runs server_reset_query in session mode only")),
-    ("server_round_robin", Ty::Int, How::Warn("pgcorral's pools choose the idle server connection themselves")),
-    ("server_tls_ca_file", Ty::Str, How::Map),
-    ("server_tls_cert_file", Ty::Str, How::Map),
-    ("server_tls_ciphers", Ty::Str, How::Map),
-    ("server_tls_key_file", Ty::Str, How::Map),
-    ("server_tls_protocols", Ty::Str, How::Map),
-    ("server_tls_sslmode", Ty::Lookup(SSLMODES), How::Map),
-    ("service_name", Ty::Str, How::Note("a Windows service name")),
-    ("so_reuseport", Ty::Int, How::Later("several processes on one port (issue 37 item 3)")),
-    ("stats_period", Ty::Int, How::Map),
-    ("stats_users", Ty::Str, How::Map),
-    ("suspend_timeout", Ty::Time, How::Note("pgcorral has no online restart (-R) yet")),
-    ("syslog", Ty::Int, How::Later("pgcorral does not log to syslog (issue 37 item 4)")),
-    ("syslog_facility", Ty::Str, How::Later("pgcorral does not log to syslog (issue 37 item 4)")),
-    ("syslog_ident", Ty::Str, How::Later("pgcorral does not log to syslog (issue 37 item 4)")),
-    ("tcp_defer_accept", Ty::Int, How::Note("pgcorral accepts connections at once")),
-    ("tcp_keepalive", Ty::Int, How::Warn(KEEPALIVE)),
-    ("tcp_keepcnt", Ty::Int, How::Warn(KEEPALIVE)),
-    ("tcp_keepidle", Ty::Int, How::Warn(KEEPALIVE)),
-    ("tcp_keepintvl", Ty::Int, How::Warn(KEEPALIVE)),
-    ("tcp_socket_buffer", Ty::Int, How::Note("pgcorral leaves socket buffers to the kernel")),
-    ("tcp_user_timeout", Ty::Int, How::Warn(KEEPALIVE)),
-    ("track_extra_parameters", Ty::Str, How::Note("pgcorral tracks every setting of a client's session")),
-    ("unix_socket_dir", Ty::Str, How::Map),
-    ("unix_socket_group", Ty::Str, How::Warn("pgcorral does not change the socket's group")),
-    ("unix_socket_mode", Ty::Int, How::Map),
-    ("user", Ty::Str, How::Later("pgcorral does not change its OS user (issue 37 item 3)")),
-    ("verbose", Ty::Int, How::Map),
-    // After 1.24.
-    ("auth_ldap_options", Ty::Str, How::Warn(NEWER)),
-    ("client_tls13_ciphers", Ty::Str, How::Warn(NEWER)),
-    ("login_notify_message", Ty::Str, How::Warn(NEWER)),
-    ("pool_idle_timeout", Ty::Time, How::Warn(NEWER)),
-    ("query_wait_notify", Ty::Int, How::Warn(NEWER)),
-    ("scram_iterations", Ty::Int, How::Warn(NEWER)),
-    ("server_tls13_ciphers", Ty::Str, How::Warn(NEWER)),
-    ("transaction_timeout", Ty::Time, How::Warn(NEWER)),
-];
-
-/// Is `key` a `[pgbouncer]` key? (PgBouncer refuses the whole file otherwise.)
-pub(super) fn known(key: &str) -> bool {
-    KEYS.iter().any(|k| k.0 == key)
-}
 
 /// pgcorral's `[general]` with PgBouncer's defaults where they differ: session mode, 100
 /// clients, md5 logins, 15 s to connect to a server, and no wait for a server that is down
@@ -206,33 +45,9 @@ impl Extra {
     }
 }
 
-/// A parsed value.
-enum Val {
-    Int(i64),
-    Ms(u64),
-    Str(String),
-}
-
-fn parse(ty: Ty, v: &str) -> Result<Val, String> {
-    match ty {
-        Ty::Int => strtol(v).map(Val::Int).ok_or_else(|| {
-            "not an integer (C's strtol: decimal, 0x hex or 0 octal; flags are 0 or 1)".into()
-        }),
-        Ty::Time => seconds_ms(v)
-            .map(Val::Ms)
-            .ok_or_else(|| "not a number of seconds (e.g. 30 or 0.5; no unit)".into()),
-        Ty::Str => Ok(Val::Str(v.into())),
-        Ty::Lookup(names) => names
-            .iter()
-            .find(|n| n.eq_ignore_ascii_case(v))
-            .map(|n| Val::Str(n.to_string()))
-            .ok_or_else(|| format!("one of {}", names.join(", "))),
-    }
-}
-
 /// One `[pgbouncer]` key: an error naming it and its line when the value is wrong.
 pub(super) fn apply(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, at: &At) {
-    let Some(&(_, ty, how)) = KEYS.iter().find(|k| k.0 == key) else {
+    let Some((ty, how)) = lookup(key) else {
         c.errors
             .push(format!("{at}: unknown parameter: pgbouncer/{key}"));
         return;
