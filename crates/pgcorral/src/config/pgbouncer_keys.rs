@@ -51,7 +51,7 @@ const LOGS: &str = "pgcorral writes its own log lines to stderr (PgBouncer's: is
 const KEEPALIVE: &str = "pgcorral does not set TCP keepalives or TCP_USER_TIMEOUT on its sockets";
 const NEWER: &str = "a key of PgBouncer after 1.24";
 
-/// The keys of `[pgbouncer]`: PgBouncer 1.24's 91 (`bouncer_params` in src/main.c), then the
+/// The keys of `[pgbouncer]`: PgBouncer 1.24's 93 (`bouncer_params` in src/main.c), then the
 /// ones added since.
 #[rustfmt::skip]
 const KEYS: &[(&str, Ty, How)] = &[
@@ -193,5 +193,155 @@ pub(super) fn parse(ty: Ty, v: &str) -> Result<Val, String> {
             .find(|n| n.eq_ignore_ascii_case(v))
             .map(|n| Val::Str(n.to_string()))
             .ok_or_else(|| format!("one of {}", names.join(", "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KEYS;
+    use crate::config::from_pgbouncer_str;
+
+    fn read(text: &str) -> Vec<crate::config::Warning> {
+        from_pgbouncer_str("pgbouncer.ini", text)
+            .unwrap_or_else(|e| panic!("{text}\n{e}"))
+            .1
+    }
+
+    #[test]
+    fn every_key_of_pgbouncer_1_24_is_accepted() {
+        // Each key with a value of its type: none is unknown, none is refused.
+        let ints = [
+            "application_name_add_host",
+            "default_pool_size",
+            "disable_pqexec",
+            "listen_backlog",
+            "listen_port",
+            "log_connections",
+            "log_disconnections",
+            "log_pooler_errors",
+            "log_stats",
+            "max_client_conn",
+            "max_db_connections",
+            "max_db_client_connections",
+            "max_prepared_statements",
+            "max_user_connections",
+            "max_user_client_connections",
+            "min_pool_size",
+            "peer_id",
+            "pkt_buf",
+            "reserve_pool_size",
+            "sbuf_loopcnt",
+            "server_fast_close",
+            "server_reset_query_always",
+            "server_round_robin",
+            "so_reuseport",
+            "stats_period",
+            "syslog",
+            "tcp_defer_accept",
+            "tcp_keepalive",
+            "tcp_keepcnt",
+            "tcp_keepidle",
+            "tcp_keepintvl",
+            "tcp_socket_buffer",
+            "tcp_user_timeout",
+            "unix_socket_mode",
+            "verbose",
+        ];
+        read("[pgbouncer]\nauth_type = trust\nmax_packet_size = 2147483647\n");
+        let times = [
+            "autodb_idle_timeout",
+            "cancel_wait_timeout",
+            "client_idle_timeout",
+            "client_login_timeout",
+            "dns_max_ttl",
+            "dns_nxdomain_ttl",
+            "dns_zone_check_period",
+            "idle_transaction_timeout",
+            "query_timeout",
+            "query_wait_timeout",
+            "reserve_pool_timeout",
+            "server_check_delay",
+            "server_connect_timeout",
+            "server_idle_timeout",
+            "server_lifetime",
+            "server_login_retry",
+            "suspend_timeout",
+        ];
+        let strs = [
+            "admin_users",
+            "auth_dbname",
+            "auth_file",
+            "auth_hba_file",
+            "auth_ident_file",
+            "auth_query",
+            "auth_user",
+            "client_tls_ca_file",
+            "client_tls_cert_file",
+            "client_tls_ciphers",
+            "client_tls_dheparams",
+            "client_tls_ecdhcurve",
+            "client_tls_key_file",
+            "client_tls_protocols",
+            "conffile",
+            "ignore_startup_parameters",
+            "job_name",
+            "listen_addr",
+            "logfile",
+            "pidfile",
+            "resolv_conf",
+            "server_check_query",
+            "server_reset_query",
+            "server_tls_ca_file",
+            "server_tls_cert_file",
+            "server_tls_ciphers",
+            "server_tls_key_file",
+            "server_tls_protocols",
+            "service_name",
+            "stats_users",
+            "syslog_facility",
+            "syslog_ident",
+            "track_extra_parameters",
+            "unix_socket_dir",
+            "unix_socket_group",
+            "user",
+        ];
+        let lookups = [
+            ("auth_type", "trust"),
+            ("client_tls_sslmode", "disable"),
+            ("pool_mode", "session"),
+            ("server_tls_sslmode", "prefer"),
+        ];
+        // With max_packet_size above: the 93 of src/main.c's bouncer_params.
+        assert_eq!(
+            ints.len() + times.len() + strs.len() + lookups.len() + 1,
+            93
+        );
+        for (key, _, _) in KEYS.iter().take(93) {
+            assert!(
+                ints.contains(key)
+                    || times.contains(key)
+                    || strs.contains(key)
+                    || lookups.iter().any(|l| l.0 == *key)
+                    || *key == "max_packet_size",
+                "{key}"
+            );
+        }
+        for key in ints.iter().chain(&times) {
+            let w = read(&format!("[pgbouncer]\nauth_type = trust\n{key} = 1\n"));
+            assert!(w.iter().all(|w| !w.message.contains("unknown")), "{key}");
+        }
+        for key in strs {
+            let v = match key {
+                "listen_addr" => "127.0.0.1",
+                "unix_socket_dir" => "/tmp",
+                "client_tls_protocols" | "server_tls_protocols" => "secure",
+                k if k.ends_with("_file") && k.contains("tls") => "",
+                _ => "default",
+            };
+            read(&format!("[pgbouncer]\nauth_type = trust\n{key} = {v}\n"));
+        }
+        for (key, v) in lookups {
+            read(&format!("[pgbouncer]\nauth_type = trust\n{key} = {v}\n"));
+        }
     }
 }
