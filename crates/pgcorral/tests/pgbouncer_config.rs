@@ -7,7 +7,8 @@
 mod support;
 
 use support::{
-    blocking, connect, free_port, pgcorral_bin, socket_dir, PgOptions, PoolerProcess, Postgres,
+    blocking, connect, db_message, free_port, pgcorral_bin, socket_dir, PgOptions, PoolerProcess,
+    Postgres,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,7 +106,8 @@ async fn a_pgbouncer_ini_serves_its_databases() {
 
     // A name the file does not know is refused, as PgBouncer refuses it.
     let err = connect(port, "nobody", None, "shop").await.unwrap_err();
-    assert!(err.to_string().contains("nobody"), "{err}");
+    let msg = db_message(&err);
+    assert!(msg.contains("nobody"), "{msg}");
 
     // The admin reaches the console; the pools have the file's modes (user's over database's
     // over [pgbouncer]'s).
