@@ -12,8 +12,8 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 #[command(version, about, long_about)]
 struct Cli {
-    /// Configuration file (TOML): pgcorral's (docs/configuration.md) or PgCat's pgcat.toml
-    /// (docs/pgcat.md).
+    /// Configuration file: pgcorral's TOML (docs/configuration.md), PgCat's pgcat.toml
+    /// (docs/pgcat.md) or PgBouncer's pgbouncer.ini (docs/pgbouncer.md).
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     config: Option<PathBuf>,
 
@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    // A PgCat file's keys that pgcorral does not honour, one warning each.
+    // A PgCat or PgBouncer file's keys that pgcorral does not honour, one warning each.
     for w in &warnings {
         tracing::warn!(key = %w.key, "{w}");
     }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::pgbouncer::{from_pgbouncer_str, is_pgbouncer};
 use super::pgcat::{from_pgcat_str, is_pgcat, Warning};
 use super::validate::{problems, validate};
 use super::{AuthType, Config, Database, General, User};
@@ -29,12 +30,17 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     load_file_warnings(path).map(|(cfg, _)| cfg)
 }
 
-/// [`load_file`], with the warnings to log: one per key of a PgCat file (see
-/// [`super::pgcat`]) that pgcorral does not honour; none for pgcorral's own format.
+/// [`load_file`], with the warnings to log: one per key of a PgCat or PgBouncer file (see
+/// [`super::pgcat`], [`super::pgbouncer`]) that pgcorral does not honour; none for
+/// pgcorral's own format.
 pub fn load_file_warnings(path: &Path) -> Result<(Config, Vec<Warning>), ConfigError> {
     let shown = path.display();
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError(format!("cannot read {shown}: {e}")))?;
+    if is_pgbouncer(path, &text) {
+        // Its errors start with `file:line:` (or the path) themselves.
+        return from_pgbouncer_str(&shown.to_string(), &text);
+    }
     if is_pgcat(path, &text) {
         return from_pgcat_str(&text).map_err(|e| {
             let lines: Vec<String> = e.0.lines().map(|l| format!("{shown}: {l}")).collect();

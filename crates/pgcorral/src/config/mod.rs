@@ -1,7 +1,14 @@
-//! Configuration: the TOML model, its validation, and the embedded default used without a file.
+//! Configuration: the TOML model, its validation, the embedded default used without a file, and PgCat's and PgBouncer's files read as they are.
 
+mod ini;
 mod load;
 mod model;
+mod pgbouncer;
+mod pgbouncer_db;
+mod pgbouncer_general;
+mod pgbouncer_keys;
+#[cfg(test)]
+mod pgbouncer_tests;
 mod pgcat;
 mod pgcat_pool;
 #[cfg(test)]
@@ -11,5 +18,6 @@ mod validate;
 
 pub use load::{embedded_default, from_toml_str, load_file, load_file_warnings, ConfigError};
 pub use model::*;
+pub use pgbouncer::{from_pgbouncer_str, is_pgbouncer};
 pub use pgcat::{from_pgcat_str, is_pgcat, Warning};
 pub use validate::{socket_mode, validate, RESERVED_DATABASES};

@@ -1,0 +1,279 @@
+//! pgbouncer.ini's `[databases]`, `[users]` and `[peers]` entries (connection strings of `key=value` pairs) converted to pgcorral's databases and users.
+
+use super::ini::{connstr, At};
+use super::pgbouncer::{count, warn};
+use super::pgbouncer_general::Extra;
+use super::pgcat::Conv;
+use super::validate::RESERVED_DATABASES;
+use super::{Database, General, PoolMode, User};
+
+/// The pairs of an entry's connection string; an error naming the entry otherwise.
+fn pairs(c: &mut Conv, at: &At, entry: &str, value: &str) -> Option<Vec<(String, String)>> {
+    match connstr(value) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            c.errors.push(format!("{at}: {entry}: {e}"));
+            None
+        }
+    }
+}
+
+/// A pair's value that is wrong: the error names the entry's key and the line.
+fn bad(c: &mut Conv, at: &At, key: &str, value: &str, why: &str) {
+    c.errors
+        .push(format!("{at}: invalid value \"{value}\" for {key}: {why}"));
+}
+
+fn pool_mode(v: &str) -> Option<PoolMode> {
+    match v.to_ascii_lowercase().as_str() {
+        "session" => Some(PoolMode::Session),
+        "transaction" => Some(PoolMode::Transaction),
+        "statement" => Some(PoolMode::Statement),
+        _ => None,
+    }
+}
+
+/// A count (`pool_size=5`); PgBouncer's `atoi` would take `abc` as 0, pgcorral refuses it.
+fn number(c: &mut Conv, at: &At, key: &str, v: &str) -> Option<usize> {
+    count(v).map_err(|why| bad(c, at, key, v, why)).ok()
+}
+
+/// `name = connstr` of `[databases]` (`*` is the template for any other name).
+pub(super) fn database(
+    c: &mut Conv,
+    g: &General,
+    x: &Extra,
+    name: &str,
+    value: &str,
+    at: &At,
+) -> Option<Database> {
+    let entry = format!("databases.{name}");
+    if RESERVED_DATABASES.contains(&name) {
+        c.errors.push(format!(
+            "{at}: database name \"{name}\" is reserved for the admin console"
+        ));
+        return None;
+    }
+    let mut db = Database::default();
+    let mut host = None;
+    let mut password = None;
+    let mut load_balance = false;
+    for (k, v) in pairs(c, at, &entry, value)? {
+        let key = format!("{entry}.{k}");
+        let key = key.as_str();
+        match k.as_str() {
+            "dbname" => db.dbname = Some(v),
+            "host" => host = Some(v),
+            "port" => match v.parse::<u16>() {
+                Ok(p) if p > 0 => db.port = p,
+                _ => bad(c, at, key, &v, "not a port number (1..65535)"),
+            },
+            "user" => db.user = Some(v),
+            "password" => password = Some(v),
+            "pool_size" => match number(c, at, key, &v) {
+                Some(0) => bad(c, at, key, &v, "pgcorral needs at least 1"),
+                n => db.pool_size = n,
+            },
+            "min_pool_size" => db.min_pool_size = number(c, at, key, &v),
+            "reserve_pool" | "reserve_pool_size" => {
+                db.reserve_pool_size = number(c, at, key, &v)
+            }
+            // 0: the global cap, as PgBouncer.
+            "max_db_connections" => {
+                db.max_db_connections = number(c, at, key, &v).filter(|&n| n > 0)
+            }
+            "pool_mode" => match pool_mode(&v) {
+                Some(m) => db.pool_mode = Some(m),
+                None => bad(c, at, key, &v, "session, transaction or statement"),
+            },
+            "max_db_client_connections" => {
+                if number(c, at, key, &v).is_some_and(|n| n > 0) {
+                    warn(c, at, key, "not honoured: pgcorral has no cap of clients per database (max_client_conn caps them all)");
+                }
+            }
+            "server_lifetime" => {
+                // Integer seconds; 0 = the global value.
+                let ms = number(c, at, key, &v).map(|s| s as u64 * 1000);
+                if ms.is_some_and(|ms| ms > 0 && ms != g.server_lifetime) {
+                    warn(c, at, key, "not honoured: pgcorral has one server_lifetime for all databases ([pgbouncer] server_lifetime)");
+                }
+            }
+            "load_balance_hosts" => match v.to_ascii_lowercase().as_str() {
+                "disable" | "round-robin" => load_balance = true,
+                _ => bad(c, at, key, &v, "disable or round-robin"),
+            },
+            "connect_query" => warn(c, at, key, "not honoured: pgcorral runs no query after logging in to a server"),
+            "client_encoding" | "datestyle" | "timezone" | "application_name" => warn(
+                c,
+                at,
+                key,
+                "not honoured: pgcorral puts no per-database parameters in its server logins (a client's own startup parameters are applied)",
+            ),
+            "auth_user" | "auth_dbname" | "auth_query" => warn(
+                c,
+                at,
+                key,
+                "not honoured yet: auth_user/auth_query (issue 37 item 2)",
+            ),
+            _ => c.errors.push(format!(
+                "{at}: {entry}: unrecognized connection parameter: {k}"
+            )),
+        }
+    }
+    let host = match host {
+        // PgBouncer: no host is the Unix socket in unix_socket_dir.
+        None if g.unix_socket_dir.is_empty() => {
+            c.errors.push(format!("{at}: {entry}: no host, and unix_socket_dir (where PgBouncer then looks for the server's socket) is empty"));
+            return None;
+        }
+        None => g.unix_socket_dir.clone(),
+        Some(h) if h.starts_with('@') => {
+            bad(
+                c,
+                at,
+                &format!("{entry}.host"),
+                &h,
+                "abstract Unix sockets are not supported by pgcorral",
+            );
+            return None;
+        }
+        Some(h) => h,
+    };
+    let hosts: Vec<&str> = host.split(',').map(str::trim).collect();
+    if hosts.iter().any(|h| h.is_empty()) {
+        bad(
+            c,
+            at,
+            &format!("{entry}.host"),
+            &host,
+            "an empty host in the list",
+        );
+        return None;
+    }
+    db.host = hosts[0].to_string();
+    if hosts.len() > 1 {
+        warn(
+            c,
+            at,
+            &format!("{entry}.host"),
+            format!(
+                "not honoured: pgcorral connects to the first host only, {}",
+                hosts[0]
+            ),
+        );
+    } else if load_balance {
+        warn(
+            c,
+            at,
+            &format!("{entry}.load_balance_hosts"),
+            "accepted, no effect with one host",
+        );
+    }
+    match (&db.user, password) {
+        (Some(_), p) => db.password = p,
+        (None, Some(_)) => warn(
+            c,
+            at,
+            &format!("{entry}.password"),
+            "ignored without user=, as PgBouncer ignores it",
+        ),
+        (None, None) => {}
+    }
+    if let (Some(u), None, true) = (&db.user, &db.password, x.auth_file.is_some()) {
+        warn(c, at, &format!("{entry}.user"), format!("not honoured yet: PgBouncer takes {u}'s password from auth_file (issue 37 item 2); pgcorral logs in to the server without one"));
+    }
+    if x.any() && db.user.is_none() {
+        warn(c, at, &entry, "auth_type = any needs user= (PgBouncer refuses its clients): pgcorral logs in to the server as the client's user name");
+    }
+    Some(db)
+}
+
+/// `name = key=value ...` of `[users]`.
+pub(super) fn user(c: &mut Conv, name: &str, value: &str, at: &At) -> Option<User> {
+    let entry = format!("users.{name}");
+    let mut u = User::default();
+    for (k, v) in pairs(c, at, &entry, value)? {
+        let key = format!("{entry}.{k}");
+        let key = key.as_str();
+        match k.as_str() {
+            "pool_mode" => match pool_mode(&v) {
+                Some(m) => u.pool_mode = Some(m),
+                None => bad(c, at, key, &v, "session, transaction or statement"),
+            },
+            "pool_size" => match number(c, at, key, &v) {
+                Some(0) => bad(c, at, key, &v, "pgcorral needs at least 1"),
+                n => u.pool_size = n,
+            },
+            "max_user_connections" => {
+                u.max_user_connections = number(c, at, key, &v).filter(|&n| n > 0)
+            }
+            "reserve_pool_size" => {
+                if number(c, at, key, &v).is_some_and(|n| n > 0) {
+                    warn(
+                        c,
+                        at,
+                        key,
+                        "not honoured: pgcorral has reserve pools per database and in [pgbouncer]",
+                    );
+                }
+            }
+            "max_user_client_connections" => {
+                if number(c, at, key, &v).is_some_and(|n| n > 0) {
+                    warn(c, at, key, "not honoured: pgcorral has no cap of clients per user (max_client_conn caps them all)");
+                }
+            }
+            "query_timeout"
+            | "idle_transaction_timeout"
+            | "client_idle_timeout"
+            | "transaction_timeout"
+            | "query_wait_timeout" => {
+                if number(c, at, key, &v).is_some_and(|n| n > 0) {
+                    warn(c, at, key, "not honoured: pgcorral has this timeout in [pgbouncer] only, for all users");
+                }
+            }
+            _ => c
+                .errors
+                .push(format!("{at}: {entry}: unrecognized user parameter: {k}")),
+        }
+    }
+    Some(u)
+}
+
+/// `N = host=... [port=...] [pool_size=...]` of `[peers]`: checked as PgBouncer checks it,
+/// and warned about (pgcorral forwards no cancel request to a peer yet).
+pub(super) fn peer(c: &mut Conv, id: &str, value: &str, at: &At) {
+    let entry = format!("peers.{id}");
+    if !id.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n)) {
+        c.errors.push(format!(
+            "{at}: {entry}: ids of peers must be a number larger than 0 and at most 65535"
+        ));
+        return;
+    }
+    let Some(pairs) = pairs(c, at, &entry, value) else {
+        return;
+    };
+    let mut host = false;
+    for (k, v) in pairs {
+        let key = format!("{entry}.{k}");
+        match k.as_str() {
+            "host" => host = true,
+            "port" => {
+                if !v.parse::<u16>().is_ok_and(|p| p > 0) {
+                    bad(c, at, &key, &v, "not a port number (1..65535)");
+                }
+            }
+            "pool_size" => {
+                number(c, at, &key, &v);
+            }
+            _ => c
+                .errors
+                .push(format!("{at}: {entry}: unrecognized peer parameter: {k}")),
+        }
+    }
+    if !host {
+        c.errors.push(format!(
+            "{at}: {entry}: host was not provided for peer {id}"
+        ));
+    }
+    warn(c, at, &entry, "not honoured yet: peering, cancel requests forwarded to the process holding the client (issue 37 item 5)");
+}

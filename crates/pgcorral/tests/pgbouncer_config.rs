@@ -1,0 +1,161 @@
+//! pgcorral started on a pgbouncer.ini as PgBouncer users write it (`%include`d databases, a
+//! forced server user with its password, `[users]` overrides, keys pgcorral does not honour):
+//! clients log in and their queries run on the server the file names, users the file does not
+//! know are refused, the admin reaches the console, the keys not honoured are warned about by
+//! name, and a wrong value is refused naming its key and line.
+
+mod support;
+
+use support::{
+    blocking, connect, db_message, free_port, pgcorral_bin, socket_dir, PgOptions, PoolerProcess,
+    Postgres,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pgbouncer_ini_serves_its_databases() {
+    // The server checks passwords: pgcorral must log in with the file's user= and password=.
+    let pg = blocking(|| {
+        Postgres::start_with(PgOptions {
+            auth: "scram-sha-256",
+            ..PgOptions::default()
+        })
+    });
+    blocking(|| {
+        // SQL quoting: the password is `owner pw's`.
+        pg.create_user("shop_owner", "owner pw''s");
+        pg.create_db("shop");
+        pg.sql("shop", "CREATE TABLE items (id int PRIMARY KEY, name text)");
+        pg.sql("shop", "ALTER TABLE items OWNER TO shop_owner");
+    });
+    let port = free_port();
+    let sockets = socket_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let databases = dir.path().join("databases.ini");
+    std::fs::write(
+        &databases,
+        format!(
+            "shop = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_size=4 connect_query='SELECT 1'\n\
+             shop_ro = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_mode=statement\n",
+            p = pg.port
+        ),
+    )
+    .unwrap();
+    let ini = format!(
+        ";; PgBouncer's file, unchanged\n\
+         [databases]\n\
+         %include {databases}\n\
+         \n\
+         [users]\n\
+         app = pool_mode=transaction max_user_connections=3\n\
+         reporter = pool_size=2 query_timeout=30\n\
+         \n\
+         [pgbouncer]\n\
+         listen_addr = 127.0.0.1\n\
+         listen_port = {port}\n\
+         unix_socket_dir = {sockets}\n\
+         auth_type = trust\n\
+         auth_file = /etc/pgbouncer/userlist.txt\n\
+         admin_users = ops\n\
+         pool_mode = session\n\
+         default_pool_size = 5\n\
+         server_idle_timeout = 300\n\
+         query_wait_timeout = 15.5\n\
+         logfile = /var/log/pgbouncer/pgbouncer.log\n\
+         pidfile = /var/run/pgbouncer/pgbouncer.pid\n\
+         tcp_keepalive = 1\n\
+         tcp_defer_accept = 1\n",
+        databases = databases.display(),
+        sockets = sockets.display(),
+    );
+    let pooler = blocking(|| PoolerProcess::start_file("pgbouncer.ini", &ini, port));
+    let log = pooler.log();
+    for key in [
+        "pgbouncer.auth_file",
+        "pgbouncer.logfile",
+        "pgbouncer.pidfile",
+        "pgbouncer.tcp_keepalive",
+        "pgbouncer.tcp_defer_accept",
+        "databases.shop.connect_query",
+        "users.reporter.query_timeout",
+    ] {
+        assert!(
+            log.lines().any(|l| l.contains("WARN") && l.contains(key)),
+            "no warning naming {key}:\n{log}"
+        );
+    }
+
+    // A user of [users] logs in (trust) and works as the forced server user.
+    let app = connect(port, "app", None, "shop").await.unwrap();
+    let row = app
+        .query_one("SELECT current_user::text, current_database()::text", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, String>(1)),
+        ("shop_owner".into(), "shop".into())
+    );
+    app.execute("INSERT INTO items VALUES ($1, $2)", &[&1i32, &"lamp"])
+        .await
+        .unwrap();
+    let reporter = connect(port, "reporter", None, "shop_ro").await.unwrap();
+    let row = reporter
+        .query_one("SELECT name FROM items WHERE id = $1", &[&1i32])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "lamp");
+
+    // A name the file does not know is refused, as PgBouncer refuses it.
+    let err = connect(port, "nobody", None, "shop").await.unwrap_err();
+    let msg = db_message(&err);
+    assert!(msg.contains("nobody"), "{msg}");
+
+    // The admin reaches the console; the pools have the file's modes (user's over database's
+    // over [pgbouncer]'s).
+    let admin = connect(port, "ops", None, "pgbouncer").await.unwrap();
+    let pools = admin.simple_query("SHOW POOLS").await.unwrap();
+    let modes: Vec<(String, String, String)> = pools
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some((
+                r.get("database")?.to_string(),
+                r.get("user")?.to_string(),
+                r.get("pool_mode")?.to_string(),
+            )),
+            _ => None,
+        })
+        .collect();
+    for want in [
+        ("shop", "app", "transaction"),
+        ("shop_ro", "reporter", "statement"),
+    ] {
+        let want = (want.0.to_string(), want.1.to_string(), want.2.to_string());
+        assert!(modes.contains(&want), "{want:?} not in {modes:?}");
+    }
+    drop(pooler);
+}
+
+#[test]
+fn a_wrong_value_is_refused_naming_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pgbouncer.ini");
+    std::fs::write(
+        &path,
+        "[databases]\napp = host=127.0.0.1 dbname=app\n\n[pgbouncer]\nauth_type = trust\nquery_timeout = 10s\ntcp_keepalive = yes\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(pgcorral_bin())
+        .arg("--check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let shown = path.display();
+    for want in [
+        format!("{shown}:6: invalid value \"10s\" for parameter query_timeout"),
+        format!("{shown}:7: invalid value \"yes\" for parameter tcp_keepalive"),
+    ] {
+        assert!(err.contains(&want), "{want:?} not in {err}");
+    }
+}
