@@ -110,7 +110,11 @@ fn run() -> i32 {
             return 1;
         }
     };
-    let filter = log::filter(std::env::var("RUST_LOG").ok(), cli.verbose, &general.log_level);
+    let filter = log::filter(
+        std::env::var("RUST_LOG").ok(),
+        cli.verbose,
+        &general.log_level,
+    );
     output.init(&filter);
     // Errors from here on go to the log; without it on stderr (-q, -d), to stderr as well
     // while it is still the terminal's.

@@ -16,7 +16,7 @@ const ADMIN: &str = "admin_users = [\"postgres\"]";
 fn pgcorral(args: &[&str]) -> std::process::Output {
     output({
         let mut c = Command::new(pgcorral_bin());
-        c.args(args);
+        c.args(args).env("RUST_LOG", "info");
         c
     })
 }
@@ -40,7 +40,14 @@ fn version_is_show_version_and_help_exits_0() {
 
     let help = pgcorral(&["-h"]);
     assert!(help.status.success());
-    for flag in ["--daemon", "--quiet", "--verbose", "--user", "--reboot", "CONFIG"] {
+    for flag in [
+        "--daemon",
+        "--quiet",
+        "--verbose",
+        "--user",
+        "--reboot",
+        "CONFIG",
+    ] {
         assert!(stdout(&help).contains(flag), "{}", stdout(&help));
     }
     let bad = pgcorral(&["--no-such-flag"]);
@@ -161,10 +168,7 @@ fn daemon_writes_its_pidfile_logs_to_logfile_and_refuses_a_second_start() {
     let second = pgcorral(&["-d", path]);
     assert_eq!(second.status.code(), Some(1));
     let text = stderr(&second);
-    assert!(
-        text.contains("exists, another instance running?"),
-        "{text}"
-    );
+    assert!(text.contains("exists, another instance running?"), "{text}");
     assert_eq!(read_pid(&pidfile).as_deref(), Some(daemon.pid.as_str()));
 
     daemon.signal("TERM");
@@ -216,7 +220,9 @@ fn sigusr1_pauses_and_sigusr2_resumes() {
     assert!(log.contains("got SIGUSR2, continuing from PAUSE"), "{log}");
     pooler.signal("USR2");
     wait_until("second SIGUSR2 logged", 5, || {
-        pooler.log().contains("got SIGUSR2, but not paused/suspended")
+        pooler
+            .log()
+            .contains("got SIGUSR2, but not paused/suspended")
     });
 }
 
@@ -251,7 +257,11 @@ fn exits_within(pooler: &mut PoolerProcess, secs: u64) -> std::process::ExitStat
 #[test]
 fn sigquit_and_console_shutdown_exit_at_once() {
     let pg = Postgres::start();
-    let toml = config(&pg, "postgres", &format!("{ADMIN}\nshutdown_timeout = 60000"));
+    let toml = config(
+        &pg,
+        "postgres",
+        &format!("{ADMIN}\nshutdown_timeout = 60000"),
+    );
     let mut pooler = PoolerProcess::start(&toml);
     let client = long_transaction(pooler.port);
     pooler.signal("QUIT");

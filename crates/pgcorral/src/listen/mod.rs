@@ -195,13 +195,19 @@ fn bind_reuseport(host: &str, port: u16) -> std::io::Result<TcpListener> {
         };
         socket.set_reuseaddr(true)?;
         socket.set_reuseport(true)?;
-        match socket.bind(addr).and_then(|()| socket.listen(LISTEN_BACKLOG)) {
+        match socket
+            .bind(addr)
+            .and_then(|()| socket.listen(LISTEN_BACKLOG))
+        {
             Ok(l) => return Ok(l),
             Err(e) => last = Some(e),
         }
     }
     Err(last.unwrap_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "listen_addr resolves to nothing")
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "listen_addr resolves to nothing",
+        )
     }))
 }
 
