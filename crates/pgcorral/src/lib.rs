@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod net;
 pub mod pool;
 pub mod prepared;
+pub mod process;
 pub mod relay;
 pub mod reload;
 pub mod route;

@@ -1,30 +1,76 @@
-//! The `pgcorral` binary: command line, logging, the runtime, and signals → graceful shutdown.
+//! The `pgcorral` binary: PgBouncer's command line, logging, `-d`/`-u`, the pidfile, the
+//! runtime, and signals (docs/operations.md).
 
-use std::path::PathBuf;
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
 
-use clap::Parser;
+use clap::{ArgAction, Parser};
+use pgcorral::process::{daemon, log, pidfile, signals::Signals};
 
 /// A multi-threaded PostgreSQL connection pooler.
 ///
-/// Without --config, pgcorral listens on 127.0.0.1:6432 and serves any database of the
+/// Without a config file, pgcorral listens on 127.0.0.1:6432 and serves any database of the
 /// PostgreSQL server at PGHOST:PGPORT (default 127.0.0.1:5432) in transaction mode.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about)]
+#[command(about, long_about, disable_version_flag = true)]
 struct Cli {
     /// Configuration file: pgcorral's TOML (docs/configuration.md), PgCat's pgcat.toml
     /// (docs/pgcat.md) or PgBouncer's pgbouncer.ini (docs/pgbouncer.md).
+    #[arg(value_name = "CONFIG", conflicts_with = "config")]
+    config_file: Option<PathBuf>,
+
+    /// The configuration file, as an option.
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     config: Option<PathBuf>,
 
     /// Validate the configuration and exit: 0 when it is valid, 1 when it is not.
     #[arg(long)]
     check: bool,
+
+    /// Run in the background (needs `pidfile`; log with `logfile`).
+    #[arg(short = 'd', long = "daemon")]
+    daemon: bool,
+
+    /// No log on stderr.
+    #[arg(short = 'q', long = "quiet")]
+    quiet: bool,
+
+    /// More log: -v debug, -vv trace (RUST_LOG wins).
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
+    verbose: u8,
+
+    /// Switch to this user (its uid and groups) once the configuration is read.
+    #[arg(short = 'u', long = "user", value_name = "USER")]
+    user: Option<String>,
+
+    /// PgBouncer's online restart: not supported yet; start normally (see so_reuseport).
+    #[arg(short = 'R', long = "reboot")]
+    reboot: bool,
+
+    /// Print the version (the console's SHOW VERSION) and exit.
+    #[arg(short = 'V', long = "version")]
+    version: bool,
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let config = match &cli.config {
+fn main() {
+    std::process::exit(run());
+}
+
+/// Everything up to the end of the process; the exit code.
+fn run() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help prints and exits 0; a mistake exits 1, as PgBouncer's.
+            let _ = e.print();
+            return if e.use_stderr() { 1 } else { 0 };
+        }
+    };
+    if cli.version {
+        println!("{}", pgcorral::admin::VERSION);
+        return 0;
+    }
+    let path = cli.config_file.clone().or(cli.config.clone());
+    let config = match &path {
         Some(path) => pgcorral::config::load_file_warnings(path),
         None => pgcorral::config::embedded_default(|k| std::env::var(k).ok()).map(|c| (c, vec![])),
     };
@@ -32,7 +78,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("pgcorral: invalid configuration: {e}");
-            return ExitCode::FAILURE;
+            return 1;
         }
     };
     if cli.check {
@@ -41,22 +87,80 @@ fn main() -> ExitCode {
         }
         if let Err(e) = pgcorral::tls::Tls::load(&config.general) {
             eprintln!("pgcorral: invalid configuration: {e}");
-            return ExitCode::FAILURE;
+            return 1;
         }
         println!("configuration is valid");
-        return ExitCode::SUCCESS;
+        return 0;
     }
-    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.general.log_level.clone());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let general = &config.general;
+    let pidfile_path = (!general.pidfile.is_empty()).then(|| PathBuf::from(&general.pidfile));
+    if cli.daemon && pidfile_path.is_none() {
+        eprintln!("pgcorral: daemon needs pidfile configured");
+        return 1;
+    }
+    if cli.daemon && general.logfile.is_empty() {
+        eprintln!("pgcorral: warning: -d without logfile: the log is discarded");
+    }
+    // The logfile is opened before -u and -d, as the user who started pgcorral.
+    let to_stderr = !cli.quiet && !cli.daemon;
+    let output = match log::Output::open(&general.logfile, to_stderr) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("pgcorral: {e}");
+            return 1;
+        }
+    };
+    let filter = log::filter(
+        std::env::var("RUST_LOG").ok(),
+        cli.verbose,
+        &general.log_level,
+    );
+    output.init(&filter);
+    // Errors from here on go to the log; without it on stderr (-q, -d), to stderr as well
+    // while it is still the terminal's.
+    let die = |msg: &str| {
+        if !to_stderr {
+            eprintln!("pgcorral: {msg}");
+        }
+        tracing::error!("{msg}");
+        1
+    };
     // A PgCat or PgBouncer file's keys that pgcorral does not honour, one warning each.
     for w in &warnings {
         tracing::warn!(key = %w.key, "{w}");
     }
+    if let Some(user) = &cli.user {
+        if let Err(e) = daemon::switch_user(user) {
+            return die(&format!("-u {user}: {e}"));
+        }
+        if daemon::is_root() {
+            return die("pgcorral should not run as root");
+        }
+    }
+    if cli.reboot {
+        tracing::warn!(
+            "Online restart is deprecated, use so_reuseport instead; pgcorral does not take \
+             over a running process's sockets (-R): starting normally"
+        );
+    }
+    if let Some(p) = &pidfile_path {
+        match pidfile::check(p) {
+            Ok(pidfile::Found::Stale) => tracing::info!("stale pidfile, removing"),
+            Ok(pidfile::Found::None) => {}
+            Err(e) => return die(&e),
+        }
+    }
+    if cli.daemon {
+        // Before any thread exists: the runtime and the workers start after this.
+        if let Err(e) = daemon::daemonize() {
+            return die(&format!("cannot daemonize: {e}"));
+        }
+    }
+    serve(config, path, pidfile_path.as_deref())
+}
 
+/// Runs the pooler until it stops; the exit code.
+fn serve(config: pgcorral::config::Config, path: Option<PathBuf>, pid_path: Option<&Path>) -> i32 {
     // The main thread accepts connections and handles signals; clients run on the worker
     // threads that `Pooler::run` starts (see corral_rt::workers).
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -65,67 +169,46 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("pgcorral: cannot start runtime: {e}");
-            return ExitCode::FAILURE;
+            tracing::error!("cannot start runtime: {e}");
+            return 1;
         }
     };
-    let path = cli.config.clone();
     rt.block_on(async move {
-        // Signal handlers first: once the port is bound, a client (or a test) may connect and
-        // send SIGHUP at once, whose default action would end the process.
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(hup), Ok(term), Ok(int)) = (
-            signal(SignalKind::hangup()),
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            eprintln!("pgcorral: cannot install signal handlers");
-            return ExitCode::FAILURE;
+        let signals = match Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("cannot install signal handlers: {e}");
+                return 1;
+            }
         };
         let server = match pgcorral::Pooler::bind(config).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cannot listen");
-                return ExitCode::FAILURE;
+                return 1;
             }
         };
+        // Written once the port is bound: a pidfile means a pooler that listens.
+        let _pidfile = match pid_path.map(pidfile::Pidfile::write).transpose() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("{e}");
+                return 1;
+            }
+        };
+        tracing::info!("process up: {}", pgcorral::admin::VERSION);
         tracing::info!(addr = %server.local_addr(), "listening on {}", server.local_addr());
         if let Some(path) = server.unix_path() {
             tracing::info!(path = %path.display(), "listening on Unix socket {}", path.display());
         }
-        let shutdown = server.services().shutdown.clone();
-        tokio::spawn(async move {
-            wait_for_signal(term, int).await;
-            tracing::info!("received shutdown signal");
-            shutdown.cancel();
-        });
         if let Some(p) = path {
             let _ = server.services().config_path.set(p);
         }
-        tokio::spawn(reload_on_sighup(hup, server.services().clone()));
+        tokio::spawn(signals.run(server.services().clone()));
         server.run().await;
         tracing::info!("stopped");
-        ExitCode::SUCCESS
+        0
     })
-}
-
-/// SIGHUP reads the config file again (see `pgcorral::reload`); a bad file is logged and the
-/// running configuration stays.
-async fn reload_on_sighup(mut hup: tokio::signal::unix::Signal, services: pgcorral::Services) {
-    while hup.recv().await.is_some() {
-        tracing::info!("received SIGHUP: reloading the configuration");
-        if let Err(e) = pgcorral::reload::reload(&services) {
-            tracing::error!(error = %e, "reload refused; the running configuration stays");
-        }
-    }
-}
-
-async fn wait_for_signal(
-    mut term: tokio::signal::unix::Signal,
-    mut int: tokio::signal::unix::Signal,
-) {
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    // Exits without dropping the runtime, which would wait for its blocking tasks; the
+    // pidfile went with the future.
 }

@@ -20,6 +20,9 @@ pub const RESTART_ONLY: &[&str] = &[
     "workers",
     "io_uring",
     "metrics_addr",
+    "pidfile",
+    "logfile",
+    "so_reuseport",
 ];
 
 /// What a reload did, for the log and the console.
@@ -123,7 +126,10 @@ fn apply(services: &Services, mut new: Config) -> Result<Applied, String> {
         unix_socket_mode,
         workers,
         io_uring,
-        metrics_addr
+        metrics_addr,
+        pidfile,
+        logfile,
+        so_reuseport
     );
     for k in &applied.kept {
         tracing::warn!(setting = %k, "changed in the configuration, but needs a restart; the running value is kept");

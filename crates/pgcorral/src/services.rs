@@ -34,7 +34,7 @@ pub struct Inner {
     /// A quarter of the open-files limit at start: the login budget's ceiling whatever
     /// max_login_clients says, so sockets that never log in cannot take every descriptor.
     pub login_fd_cap: usize,
-    /// Fired on SIGINT/SIGTERM: stop accepting, finish transactions, close.
+    /// Fired by the stopping signals and SHUTDOWN: stop accepting, then as [`Stop`] says.
     pub shutdown: Arc<Shutdown>,
     /// Every client task, so shutdown can wait for them.
     pub tasks: TaskTracker,
@@ -71,11 +71,7 @@ impl Services {
     pub fn new(config: Config, workers: usize) -> Services {
         let pools = Registry::default();
         let tls = pools.tls.clone();
-        let shutdown = Arc::new(Shutdown {
-            fired: AtomicBool::new(false),
-            token: CancellationToken::new(),
-            lists: pools.lists.clone(),
-        });
+        let shutdown = Arc::new(Shutdown::new(pools.lists.clone()));
         Services(Arc::new(Inner {
             config: ArcSwap::from_pointee(config),
             pools,
@@ -226,32 +222,102 @@ impl Drop for ClientCount {
     }
 }
 
-/// The shutdown signal. What runs per transaction reads one flag; a client waiting for its
-/// next request is woken through its entry in the client list (it polls under
-/// [`crate::conns::Entry::killable`]), so waiting registers with nothing shared by all
-/// clients. Other tasks (listener, maintenance, metrics) await the token.
+/// The shutdown signal, in PgBouncer's three modes ([`Stop`]). What runs per transaction reads
+/// one flag; a client waiting for its next request is woken through its entry in the client
+/// list (it polls under [`crate::conns::Entry::killable`]), so waiting registers with nothing
+/// shared by all clients. Other tasks (listener, maintenance, metrics) await the tokens.
 pub struct Shutdown {
+    /// Clients close at the end of their transaction (WAIT_FOR_SERVERS).
     fired: AtomicBool,
     token: CancellationToken,
+    /// The listeners close (every mode).
+    closing: CancellationToken,
+    /// The process exits at once.
+    now: CancellationToken,
     lists: Arc<conns::Lists>,
 }
 
+/// How pgcorral stops: PgBouncer's `SHUTDOWN` modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Exit at once (SIGQUIT, `SHUTDOWN`).
+    Immediate,
+    /// Close the listeners, close each client at the end of its transaction, exit once every
+    /// client is gone (within shutdown_timeout) (SIGINT, `SHUTDOWN WAIT_FOR_SERVERS`).
+    WaitForServers,
+    /// Close the listeners and exit once every client has disconnected on its own (SIGTERM,
+    /// `SHUTDOWN WAIT_FOR_CLIENTS`).
+    WaitForClients,
+}
+
 impl Shutdown {
-    /// Fires it: sets the flag, cancels the token, wakes every listed client.
+    fn new(lists: Arc<conns::Lists>) -> Shutdown {
+        Shutdown {
+            fired: AtomicBool::new(false),
+            token: CancellationToken::new(),
+            closing: CancellationToken::new(),
+            now: CancellationToken::new(),
+            lists,
+        }
+    }
+
+    /// Starts stopping in `mode`; false when a stop had already begun (a stricter mode still
+    /// takes over: WAIT_FOR_SERVERS after WAIT_FOR_CLIENTS, Immediate after either).
+    pub fn begin(&self, mode: Stop) -> bool {
+        let first = !self.is_stopping();
+        self.closing.cancel();
+        match mode {
+            Stop::WaitForClients => {}
+            Stop::WaitForServers => self.close_clients(),
+            Stop::Immediate => {
+                self.now.cancel();
+                self.close_clients();
+            }
+        }
+        first
+    }
+
+    /// WAIT_FOR_SERVERS: the listeners close and clients close at the end of their
+    /// transactions (what pgcorral's SIGINT and SIGTERM did before PgBouncer's modes).
     pub fn cancel(&self) {
+        self.begin(Stop::WaitForServers);
+    }
+
+    /// Sets the flag, cancels the token, wakes every listed client.
+    fn close_clients(&self) {
         self.fired.store(true, Ordering::SeqCst);
         self.token.cancel();
         self.lists.wake(conns::Kind::Client);
     }
 
-    /// True once fired. One atomic load.
+    /// True once clients are told to close (WAIT_FOR_SERVERS or Immediate). One atomic load.
     pub fn is_cancelled(&self) -> bool {
         self.fired.load(Ordering::SeqCst)
     }
 
-    /// Completes once fired.
+    /// Completes once clients are told to close.
     pub fn cancelled(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
         self.token.cancelled()
+    }
+
+    /// True once any stop has begun.
+    pub fn is_stopping(&self) -> bool {
+        self.closing.is_cancelled()
+    }
+
+    /// Completes once any stop has begun: the listeners close.
+    pub fn closing(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.closing.cancelled()
+    }
+
+    /// True once an immediate exit is asked for.
+    pub fn is_exiting(&self) -> bool {
+        self.now.is_cancelled()
+    }
+
+    /// Completes once an immediate exit is asked for.
+    pub fn exiting(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.now.cancelled()
     }
 }
 

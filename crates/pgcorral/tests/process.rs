@@ -1,5 +1,6 @@
 //! The binary as an operator runs it: --help, --check, the embedded default, logging, and
-//! SIGTERM/SIGINT draining running transactions within shutdown_timeout.
+//! SIGTERM/SIGINT letting running transactions finish (SIGINT within shutdown_timeout). More
+//! of the command line and the signals: tests/process_cli.rs.
 
 mod support;
 
@@ -160,8 +161,9 @@ fn binary_without_config_listens_on_6432() {
     assert_eq!(ok.as_deref().map(str::trim), Some("postgres"));
 }
 
-/// SIGTERM: no new connections; a transaction already running finishes and commits; an idle
-/// client is told the pooler is shutting down; the process exits 0.
+/// SIGTERM (PgBouncer's WAIT_FOR_CLIENTS, docs/operations.md): no new connections; a
+/// transaction already running finishes and commits; the process exits 0 once its client has
+/// left.
 #[test]
 fn sigterm_lets_running_transactions_finish() {
     let pg = Postgres::start();

@@ -1,6 +1,8 @@
 //! The admin console's commands, parsed from a query's text (PgBouncer's grammar: a keyword,
 //! an optional argument, case-insensitive, an optional trailing semicolon).
 
+use crate::services::Stop;
+
 /// One console command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -21,7 +23,8 @@ pub enum Command {
     KillClient(String),
     WaitClose(Option<String>),
     Reload,
-    Shutdown,
+    /// `SHUTDOWN [WAIT_FOR_SERVERS | WAIT_FOR_CLIENTS]`.
+    Shutdown(Stop),
     /// `SET key = value`.
     Set {
         key: String,
@@ -44,7 +47,7 @@ impl Command {
             Command::KillClient(_) => "KILL_CLIENT",
             Command::WaitClose(_) => "WAIT_CLOSE",
             Command::Reload => "RELOAD",
-            Command::Shutdown => "SHUTDOWN",
+            Command::Shutdown(_) => "SHUTDOWN",
             Command::Set { .. } => "SET",
         }
     }
@@ -92,7 +95,12 @@ pub fn parse(text: &str) -> Result<Command, String> {
         )),
         "WAIT_CLOSE" => Ok(Command::WaitClose(arg())),
         "RELOAD" => none(Command::Reload),
-        "SHUTDOWN" => none(Command::Shutdown),
+        "SHUTDOWN" => match rest.to_ascii_uppercase().as_str() {
+            "" => Ok(Command::Shutdown(Stop::Immediate)),
+            "WAIT_FOR_SERVERS" => Ok(Command::Shutdown(Stop::WaitForServers)),
+            "WAIT_FOR_CLIENTS" => Ok(Command::Shutdown(Stop::WaitForClients)),
+            _ => Err("SHUTDOWN takes WAIT_FOR_SERVERS, WAIT_FOR_CLIENTS or nothing".into()),
+        },
         "SET" => {
             let (key, value) = rest
                 .split_once('=')
@@ -203,6 +211,16 @@ mod tests {
         assert!(parse("SHOW").is_err());
         assert!(parse("SHOW a b").is_err());
         assert!(parse("SUSPEND now").is_err());
+        assert_eq!(parse("shutdown;"), Ok(Command::Shutdown(Stop::Immediate)));
+        assert_eq!(
+            parse("shutdown wait_for_clients"),
+            Ok(Command::Shutdown(Stop::WaitForClients))
+        );
+        assert_eq!(
+            parse("SHUTDOWN WAIT_FOR_SERVERS"),
+            Ok(Command::Shutdown(Stop::WaitForServers))
+        );
+        assert!(parse("SHUTDOWN later").is_err());
         assert!(parse("SELECT 1").unwrap_err().contains("invalid command"));
         assert!(!parse("PAUSE").unwrap().read_only());
         assert!(parse("SHOW x").unwrap().read_only());

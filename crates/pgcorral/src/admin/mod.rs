@@ -23,7 +23,23 @@ use crate::client_conn::ClientConn;
 use crate::net::framed::{read_message, ReadError};
 use crate::reload;
 use crate::rows::Table;
-use crate::services::Services;
+use crate::services::{Services, Stop};
+
+/// What SHOW VERSION answers and the first line of `pgcorral --version`: one string, so that
+/// tools reading either see the same (PgBouncer's test suite compares them). Monitoring tools
+/// read `PgBouncer (\d+)\.(\d+)` out of it to pick their SHOW columns: the release named is
+/// the one whose columns pgcorral's SHOW commands have.
+pub const VERSION: &str = concat!(
+    "pgcorral ",
+    env!("CARGO_PKG_VERSION"),
+    " (PgBouncer 1.18.0 compatible)"
+);
+
+/// SIGUSR1: PAUSE of every database, as the console's PAUSE (waits until the servers are back,
+/// then closes the idle ones).
+pub async fn pause_all(services: &Services) {
+    let _ = actions::pause(services, None).await;
+}
 
 /// Database names that open the console.
 pub fn is_console(database: &str) -> bool {
@@ -260,6 +276,9 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
         Command::Pause(db) => actions::pause(services, db.as_deref())
             .await
             .map(|()| done(None)),
+        Command::Resume(_) if services.shutdown.is_stopping() => {
+            Err(("08P01", "pooler is shutting down".to_string()))
+        }
         Command::Resume(db) => actions::resume(services, db.as_deref()).map(|()| done(None)),
         Command::Disable(db) => actions::disable(services, &db).map(|()| done(None)),
         Command::Enable(db) => actions::enable(services, &db).map(|()| done(None)),
@@ -277,9 +296,17 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
             Ok(a) => Ok(done(kept_notice(&a))),
             Err(e) => Err(("22023", e)),
         },
-        Command::Shutdown => {
-            tracing::info!("SHUTDOWN from the admin console");
-            services.shutdown.cancel();
+        Command::Shutdown(mode) => {
+            // PgBouncer's words, for the scripts that read its log.
+            tracing::info!(
+                "{}",
+                match mode {
+                    Stop::Immediate => "SHUTDOWN command issued",
+                    Stop::WaitForServers => "SHUTDOWN WAIT_FOR_SERVERS command issued",
+                    Stop::WaitForClients => "SHUTDOWN WAIT_FOR_CLIENTS command issued",
+                }
+            );
+            services.shutdown.begin(mode);
             Ok(done(None))
         }
         Command::Suspend => actions::suspend(services).await.map(|()| done(None)),
@@ -287,7 +314,7 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
 }
 
 /// The commands that act, for SHOW HELP.
-const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL <db>\n\tSUSPEND\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN";
+const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL <db>\n\tSUSPEND\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN\n\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS";
 
 /// A notice naming the settings a reload could not change.
 fn kept_notice(a: &reload::Applied) -> Option<(String, String)> {

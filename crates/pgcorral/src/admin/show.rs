@@ -52,11 +52,7 @@ fn mode_name(m: PoolMode) -> &'static str {
 fn version() -> Table {
     let mut t = Table::text(&["version"]);
     // Tools that read PgBouncer's version to pick their queries find the one matched here.
-    t.row(vec![format!(
-        "pgcorral {} (PgBouncer 1.18.0 compatible)",
-        env!("CARGO_PKG_VERSION")
-    )
-    .into()]);
+    t.row(vec![super::VERSION.into()]);
     t
 }
 

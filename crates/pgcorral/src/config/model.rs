@@ -168,6 +168,14 @@ pub struct General {
     pub retry_stale_statements: bool,
     /// tracing filter, e.g. "info" or "pgcorral=debug"; RUST_LOG wins when set.
     pub log_level: String,
+    /// File the process id is written to (PgBouncer's `pidfile`): refused at start while the
+    /// pid in it is alive, removed at exit; `-d` needs it. Empty: none.
+    pub pidfile: String,
+    /// File the log is appended to, besides stderr (PgBouncer's `logfile`). Empty: none.
+    pub logfile: String,
+    /// SO_REUSEPORT on the TCP listener, so several processes share listen_port (rolling
+    /// restarts; PgBouncer's `so_reuseport`).
+    pub so_reuseport: bool,
     /// Defaults for databases with several servers (each may be set per database).
     pub load_balancing: LoadBalancing,
     pub default_role: DefaultRole,
@@ -345,6 +353,9 @@ impl Default for General {
             max_prepared_statements: 200,
             retry_stale_statements: false,
             log_level: "info".into(),
+            pidfile: String::new(),
+            logfile: String::new(),
+            so_reuseport: false,
             load_balancing: LoadBalancing::Random,
             default_role: DefaultRole::Any,
             query_parser_enabled: true,

@@ -120,6 +120,8 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
             "auth_file" if s.is_empty() => x.auth_file = None,
             "auth_file" => x.auth_file = Some(at.clone()),
             "listen_addr" => x.listen_addr = Some((s, at.clone())),
+            "pidfile" => g.pidfile = s,
+            "logfile" => g.logfile = s,
             "pool_mode" => {
                 g.pool_mode = match s.as_str() {
                     "session" => PoolMode::Session,
@@ -226,6 +228,7 @@ fn int(
             warn(c, at, "pgbouncer.max_prepared_statements", "0 (not tracked): pgcorral always keeps clients' prepared statements, here up to 200 per server connection");
         }
         "max_prepared_statements" => g.max_prepared_statements = u,
+        "so_reuseport" => g.so_reuseport = u != 0,
         "verbose" => {
             g.log_level = match u {
                 0 => "info",

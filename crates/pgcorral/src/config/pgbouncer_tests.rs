@@ -129,19 +129,16 @@ fn sample_converts() {
         "databases.legacy db.host",
         "users.dashboard.query_timeout",
         "pgbouncer.auth_file",
-        "pgbouncer.logfile",
-        "pgbouncer.pidfile",
         "pgbouncer.tcp_keepalive",
         "pgbouncer.tcp_defer_accept",
         "pgbouncer.ignore_startup_parameters",
     ] {
         warned(&warnings, key);
     }
-    let w = warned(&warnings, "pgbouncer.logfile").to_string();
-    assert!(
-        w.contains("not honoured yet") && w.contains("pgbouncer.ini:32"),
-        "{w}"
-    );
+    assert_eq!(cfg.general.logfile, "/var/log/pgbouncer/pgbouncer.log");
+    assert_eq!(cfg.general.pidfile, "/var/run/pgbouncer/pgbouncer.pid");
+    let w = warned(&warnings, "pgbouncer.tcp_keepalive").to_string();
+    assert!(w.contains("pgbouncer.ini:"), "{w}");
     let w = warned(&warnings, "pgbouncer.auth_file").to_string();
     assert!(w.contains("only the users of [users]"), "{w}");
     assert!(warned(&warnings, "pgbouncer.tcp_defer_accept")
@@ -365,7 +362,6 @@ fn pgbouncers_own_test_ini() {
     assert_eq!(cfg.databases["p0"].port, 6666);
     assert_eq!(cfg.databases["hostlist1"].host, "127.0.0.1");
     for key in [
-        "pgbouncer.logfile",
         "pgbouncer.auth_file",
         "databases.p8.connect_query",
         "databases.hostlist1.host",

@@ -1,6 +1,7 @@
 //! The accept loop: binds listen_addr:listen_port (and the Unix socket in unix_socket_dir),
-//! spawns one task per client, and on shutdown stops accepting, lets clients finish their
-//! transactions, and waits up to shutdown_timeout.
+//! spawns one task per client, and on shutdown stops accepting, then waits as the stop's mode
+//! ([`crate::services::Stop`]) says: for clients to leave, for their transactions to finish (up
+//! to shutdown_timeout), or not at all.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -45,7 +46,10 @@ impl Pooler {
             "localhost" => "127.0.0.1",
             h => h,
         };
-        let listener = TcpListener::bind((host, config.general.listen_port)).await?;
+        let listener = match config.general.so_reuseport {
+            false => TcpListener::bind((host, config.general.listen_port)).await?,
+            true => bind_reuseport(host, config.general.listen_port)?,
+        };
         // On the port TCP got, so that listen_port 0 names one socket file.
         let unix = match config.general.unix_socket_dir.as_str() {
             "" => None,
@@ -123,12 +127,12 @@ impl Pooler {
             if services.control.is_suspended() {
                 // SUSPEND: new connections wait in the kernel's backlog until RESUME.
                 tokio::select! {
-                    _ = shutdown.cancelled() => break,
+                    _ = shutdown.closing() => break,
                     _ = services.control.wait_unsuspended() => {}
                 }
             }
             let accepted = tokio::select! {
-                _ = shutdown.cancelled() => break,
+                _ = shutdown.closing() => break,
                 _ = services.control.wait_suspended() => continue,
                 r = listener.accept() => r.and_then(|(stream, peer)| {
                     let _ = stream.set_nodelay(true);
@@ -171,20 +175,80 @@ impl Pooler {
         drop(listener);
         // Removes the socket file: new clients are refused from now on.
         drop(unix);
-        let timeout = services.config.load().general.shutdown_timeout();
-        tracing::info!(
-            clients = services.clients.load(std::sync::atomic::Ordering::Relaxed),
-            "shutting down: no new connections; waiting up to {} ms for transactions to finish",
-            timeout.as_millis()
-        );
         services.tasks.close();
-        if timer::timeout(timeout, services.tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("shutdown_timeout reached; closing remaining connections");
-        }
+        drain(&services).await;
+        // Background tasks (metrics, upkeep) end with the token.
+        services.shutdown.cancel();
         drop(workers);
+    }
+}
+
+/// A TCP listener with SO_REUSEPORT (and SO_REUSEADDR, as std's): several processes may listen
+/// on the port, and the kernel spreads new connections over them.
+fn bind_reuseport(host: &str, port: u16) -> std::io::Result<TcpListener> {
+    use std::net::ToSocketAddrs;
+    let mut last = None;
+    for addr in (host, port).to_socket_addrs()? {
+        let socket = match addr {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.set_reuseaddr(true)?;
+        socket.set_reuseport(true)?;
+        match socket
+            .bind(addr)
+            .and_then(|()| socket.listen(LISTEN_BACKLOG))
+        {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "listen_addr resolves to nothing",
+        )
+    }))
+}
+
+/// The accept backlog of a listener bound by [`bind_reuseport`] (tokio's own for
+/// `TcpListener::bind`).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// Waits for the clients as the stop's mode says; returns at once on an immediate exit.
+async fn drain(services: &Services) {
+    let shutdown = &services.shutdown;
+    let clients = || services.clients.load(std::sync::atomic::Ordering::Relaxed);
+    if !shutdown.is_cancelled() {
+        // WAIT_FOR_CLIENTS: clients go on as before until each leaves; a stricter stop
+        // (WAIT_FOR_SERVERS, immediate) takes over.
+        tracing::info!(
+            clients = clients(),
+            "shutting down: no new connections; waiting for all clients to disconnect"
+        );
+        tokio::select! {
+            _ = services.tasks.wait() => {
+                tracing::info!("client connections dropped, exiting");
+                return;
+            }
+            _ = shutdown.cancelled() => {}
+        }
+    }
+    if shutdown.is_exiting() {
+        return;
+    }
+    let timeout = services.config.load().general.shutdown_timeout();
+    tracing::info!(
+        clients = clients(),
+        "shutting down: no new connections; waiting up to {} ms for transactions to finish",
+        timeout.as_millis()
+    );
+    tokio::select! {
+        r = timer::timeout(timeout, services.tasks.wait()) => match r {
+            Ok(()) => tracing::info!("server connections dropped, exiting"),
+            Err(_) => tracing::warn!("shutdown_timeout reached; closing remaining connections"),
+        },
+        _ = shutdown.exiting() => {}
     }
 }
 

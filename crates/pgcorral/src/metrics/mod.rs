@@ -112,7 +112,7 @@ fn respond(
         return r;
     }
     if path == "/healthz" {
-        return if services.shutdown.is_cancelled() {
+        return if services.shutdown.is_stopping() {
             reply(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "text/plain; charset=utf-8",

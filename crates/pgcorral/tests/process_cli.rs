@@ -1,0 +1,381 @@
+//! The command line and the process's life as PgBouncer's (docs/operations.md): --version
+//! equal to SHOW VERSION, --help, the config file as an argument, -d with its pidfile and
+//! logfile, and each signal (SIGTERM waits for clients, SIGQUIT and SHUTDOWN exit at once,
+//! SIGUSR1 pauses, SIGUSR2 resumes).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const ADMIN: &str = "admin_users = [\"postgres\"]";
+
+fn pgcorral(args: &[&str]) -> std::process::Output {
+    output({
+        let mut c = Command::new(pgcorral_bin());
+        c.args(args).env("RUST_LOG", "info");
+        c
+    })
+}
+
+#[test]
+fn version_is_show_version_and_help_exits_0() {
+    let out = pgcorral(&["--version"]);
+    assert!(out.status.success());
+    let first = stdout(&out).lines().next().unwrap_or_default().to_string();
+    assert!(first.contains("PgBouncer 1."), "{first}");
+    assert_eq!(stdout(&pgcorral(&["-V"])), stdout(&out));
+
+    let pg = Postgres::start();
+    let pooler = PoolerProcess::start(&config(&pg, "postgres", ADMIN));
+    let show = output({
+        let mut c = psql_cmd(pooler.port, "postgres", "pgbouncer", None);
+        c.args(["-Atc", "SHOW VERSION"]);
+        c
+    });
+    assert_eq!(stdout(&show).trim_end(), first, "{}", stderr(&show));
+
+    let help = pgcorral(&["-h"]);
+    assert!(help.status.success());
+    for flag in [
+        "--daemon",
+        "--quiet",
+        "--verbose",
+        "--user",
+        "--reboot",
+        "CONFIG",
+    ] {
+        assert!(stdout(&help).contains(flag), "{}", stdout(&help));
+    }
+    let bad = pgcorral(&["--no-such-flag"]);
+    assert_eq!(bad.status.code(), Some(1));
+}
+
+/// A config file in a directory of its own, with `general` lines added.
+fn config_file(pg: &Postgres, general: &str) -> (PathBuf, PathBuf, u16) {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let port = free_port();
+    let text = config(pg, "postgres", general)
+        .replace("listen_port = 0", &format!("listen_port = {port}"));
+    let path = dir.join("pgcorral.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path, port)
+}
+
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(secs), "{what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn select_1(port: u16) -> std::process::Output {
+    output({
+        let mut c = psql_cmd(port, "postgres", "postgres", None);
+        c.args(["-Atc", "SELECT 1"]);
+        c
+    })
+}
+
+#[test]
+fn config_file_as_the_argument() {
+    let pg = Postgres::start();
+    let (dir, path, port) = config_file(&pg, "unix_socket_dir = \"\"");
+    #[allow(clippy::zombie_processes)] // killed and waited below
+    let mut child = Command::new(pgcorral_bin())
+        .arg("-q")
+        .arg(&path)
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until("pgcorral listens", 5, || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert_eq!(stdout(&select_1(port)).trim(), "1");
+    let _ = child.kill();
+    let _ = child.wait();
+    // -q: nothing on stderr.
+    assert_eq!(std::fs::read_to_string(dir.join("stderr")).unwrap(), "");
+    let both = pgcorral(&["-c", path.to_str().unwrap(), path.to_str().unwrap()]);
+    assert_eq!(both.status.code(), Some(1));
+}
+
+/// A daemon's pid, read from its pidfile; sends SIGQUIT on drop unless it is gone.
+struct Daemon {
+    pidfile: PathBuf,
+    pid: String,
+}
+
+impl Daemon {
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid])
+            .status();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.pidfile.exists() {
+            self.signal("QUIT");
+        }
+    }
+}
+
+fn read_pid(pidfile: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(pidfile).ok()?;
+    text.ends_with('\n').then(|| text.trim().to_string())
+}
+
+#[test]
+fn daemon_writes_its_pidfile_logs_to_logfile_and_refuses_a_second_start() {
+    let pg = Postgres::start();
+    let (dir, _, _) = config_file(&pg, "");
+    let pidfile = dir.join("pgcorral.pid");
+    let logfile = dir.join("pgcorral.log");
+    let general = format!(
+        "unix_socket_dir = \"\"\npidfile = \"{}\"\nlogfile = \"{}\"",
+        pidfile.display(),
+        logfile.display()
+    );
+    let (_, path, port) = config_file(&pg, &general);
+    let path = path.to_str().unwrap();
+
+    let (_, no_pidfile, _) = config_file(&pg, "");
+    let out = pgcorral(&["-d", no_pidfile.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("daemon needs pidfile configured"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The command returns at once; the daemon goes on.
+    let out = pgcorral(&["-d", path]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_until("pidfile written", 10, || read_pid(&pidfile).is_some());
+    let daemon = Daemon {
+        pidfile: pidfile.clone(),
+        pid: read_pid(&pidfile).unwrap(),
+    };
+    assert!(Path::new(&format!("/proc/{}", daemon.pid)).exists());
+    assert_eq!(stdout(&select_1(port)).trim(), "1");
+
+    let second = pgcorral(&["-d", path]);
+    assert_eq!(second.status.code(), Some(1));
+    let text = stderr(&second);
+    assert!(text.contains("exists, another instance running?"), "{text}");
+    assert_eq!(read_pid(&pidfile).as_deref(), Some(daemon.pid.as_str()));
+
+    daemon.signal("TERM");
+    wait_until("pidfile removed after SIGTERM", 10, || !pidfile.exists());
+    let log = std::fs::read_to_string(&logfile).unwrap();
+    for line in [
+        "process up: pgcorral",
+        "got SIGTERM, shutting down, waiting for all clients disconnect",
+        "client connections dropped, exiting",
+    ] {
+        assert!(log.contains(line), "{line} not in {log}");
+    }
+
+    // A pidfile left by a process that is gone does not stop a start.
+    std::fs::write(&pidfile, "2147483647\n").unwrap();
+    let out = pgcorral(&["-d", path]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_until("stale pidfile replaced", 10, || {
+        read_pid(&pidfile).is_some_and(|p| p != "2147483647")
+    });
+    let daemon = Daemon {
+        pidfile: pidfile.clone(),
+        pid: read_pid(&pidfile).unwrap(),
+    };
+    daemon.signal("QUIT");
+    wait_until("pidfile removed after SIGQUIT", 10, || !pidfile.exists());
+    assert!(std::fs::read_to_string(&logfile)
+        .unwrap()
+        .contains("stale pidfile, removing"));
+}
+
+#[test]
+fn sigusr1_pauses_and_sigusr2_resumes() {
+    let pg = Postgres::start();
+    let pooler = PoolerProcess::start(&config(&pg, "postgres", ""));
+    let port = pooler.port;
+    assert_eq!(stdout(&select_1(port)).trim(), "1");
+    pooler.signal("USR1");
+    wait_until("SIGUSR1 logged", 5, || {
+        pooler.log().contains("got SIGUSR1, pausing all activity")
+    });
+    let query = std::thread::spawn(move || select_1(port));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(!query.is_finished(), "a query ran while paused");
+    pooler.signal("USR2");
+    let out = query.join().unwrap();
+    assert_eq!(stdout(&out).trim(), "1", "{}", stderr(&out));
+    let log = pooler.log();
+    assert!(log.contains("got SIGUSR2, continuing from PAUSE"), "{log}");
+    pooler.signal("USR2");
+    wait_until("second SIGUSR2 logged", 5, || {
+        pooler
+            .log()
+            .contains("got SIGUSR2, but not paused/suspended")
+    });
+}
+
+/// A psql that holds a transaction open for 30 s.
+fn long_transaction(port: u16) -> std::thread::JoinHandle<std::process::Output> {
+    let t = std::thread::spawn(move || {
+        output({
+            let mut c = psql_cmd(port, "postgres", "postgres", None);
+            c.args(["-c", "BEGIN", "-c", "SELECT pg_sleep(30)"]);
+            c
+        })
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    t
+}
+
+fn exits_within(pooler: &mut PoolerProcess, secs: u64) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = pooler.child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "pgcorral still runs: {}",
+            pooler.log()
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn sigquit_and_console_shutdown_exit_at_once() {
+    let pg = Postgres::start();
+    let toml = config(
+        &pg,
+        "postgres",
+        &format!("{ADMIN}\nshutdown_timeout = 60000"),
+    );
+    let mut pooler = PoolerProcess::start(&toml);
+    let client = long_transaction(pooler.port);
+    pooler.signal("QUIT");
+    assert!(exits_within(&mut pooler, 3).success());
+    assert!(pooler.log().contains("got SIGQUIT, fast exit"));
+    assert!(!client.join().unwrap().status.success());
+
+    let mut pooler = PoolerProcess::start(&toml);
+    let client = long_transaction(pooler.port);
+    let _ = output({
+        let mut c = psql_cmd(pooler.port, "postgres", "pgbouncer", None);
+        c.args(["-c", "SHUTDOWN"]);
+        c
+    });
+    assert!(exits_within(&mut pooler, 3).success());
+    assert!(pooler.log().contains("SHUTDOWN command issued"));
+    assert!(!client.join().unwrap().status.success());
+}
+
+/// SIGTERM: no new connections, but a connected client goes on, with new transactions, until
+/// it leaves; then the process exits. A second SIGTERM exits at once.
+#[test]
+fn sigterm_waits_for_clients_to_leave() {
+    let pg = Postgres::start();
+    let mut pooler = PoolerProcess::start(&config(&pg, "postgres", "shutdown_timeout = 500"));
+    let port = pooler.port;
+    // Three transactions over 2.5 s; SIGTERM arrives during the second.
+    let client = std::thread::spawn(move || {
+        output({
+            let mut c = psql_cmd(port, "postgres", "postgres", None);
+            c.args([
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-Atc",
+                "SELECT 1",
+                "-c",
+                "SELECT pg_sleep(2)",
+                "-c",
+                "SELECT 3",
+            ]);
+            c
+        })
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    pooler.signal("TERM");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!select_1(port).status.success(), "new connection accepted");
+    // Longer than shutdown_timeout: it does not apply to waiting for clients.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(pooler.child.try_wait().unwrap().is_none(), "exited early");
+    let out = client.join().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains('3'), "{}", stdout(&out));
+    assert!(exits_within(&mut pooler, 5).success());
+    let log = pooler.log();
+    assert!(
+        log.contains("got SIGTERM, shutting down, waiting for all clients disconnect"),
+        "{log}"
+    );
+    assert!(log.contains("client connections dropped, exiting"), "{log}");
+
+    let mut pooler = PoolerProcess::start(&config(&pg, "postgres", ""));
+    let client = long_transaction(pooler.port);
+    pooler.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(pooler.child.try_wait().unwrap().is_none(), "exited early");
+    pooler.signal("TERM");
+    assert!(exits_within(&mut pooler, 3).success());
+    assert!(pooler
+        .log()
+        .contains("got SIGTERM while shutting down, fast exit"));
+    assert!(!client.join().unwrap().status.success());
+}
+
+/// -R starts normally and says online restart is not there; so_reuseport lets a second
+/// process listen on the same port.
+#[test]
+fn reboot_flag_and_so_reuseport() {
+    let pg = Postgres::start();
+    let (dir, path, port) = config_file(&pg, "unix_socket_dir = \"\"\nso_reuseport = true");
+    let spawn = |log: &str| {
+        #[allow(clippy::zombie_processes)] // killed and waited below
+        let child = Command::new(pgcorral_bin())
+            .arg("-R")
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(log)).unwrap())
+            .spawn()
+            .unwrap();
+        child
+    };
+    let mut first = spawn("first.log");
+    wait_until("first listens", 5, || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let mut second = spawn("second.log");
+    wait_until("second listens", 5, || {
+        std::fs::read_to_string(dir.join("second.log"))
+            .unwrap()
+            .contains("process up")
+    });
+    assert!(second.try_wait().unwrap().is_none());
+    // The first stops; the port stays served by the second.
+    let _ = Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status();
+    let _ = first.wait();
+    assert_eq!(stdout(&select_1(port)).trim(), "1");
+    let _ = second.kill();
+    let _ = second.wait();
+    let log = std::fs::read_to_string(dir.join("first.log")).unwrap();
+    assert!(
+        log.contains("Online restart is deprecated, use so_reuseport instead"),
+        "{log}"
+    );
+}
