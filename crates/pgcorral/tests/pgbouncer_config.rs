@@ -60,19 +60,19 @@ async fn a_pgbouncer_ini_serves_its_databases() {
          default_pool_size = 5\n\
          server_idle_timeout = 300\n\
          query_wait_timeout = 15.5\n\
-         logfile = /var/log/pgbouncer/pgbouncer.log\n\
-         pidfile = /var/run/pgbouncer/pgbouncer.pid\n\
+         logfile = {logfile}\n\
+         pidfile = {pidfile}\n\
          tcp_keepalive = 1\n\
          tcp_defer_accept = 1\n",
         databases = databases.display(),
         sockets = sockets.display(),
+        logfile = dir.path().join("pgbouncer.log").display(),
+        pidfile = dir.path().join("pgbouncer.pid").display(),
     );
     let pooler = blocking(|| PoolerProcess::start_file("pgbouncer.ini", &ini, port));
     let log = pooler.log();
     for key in [
         "pgbouncer.auth_file",
-        "pgbouncer.logfile",
-        "pgbouncer.pidfile",
         "pgbouncer.tcp_keepalive",
         "pgbouncer.tcp_defer_accept",
         "databases.shop.connect_query",
@@ -83,6 +83,12 @@ async fn a_pgbouncer_ini_serves_its_databases() {
             "no warning naming {key}:\n{log}"
         );
     }
+
+    // The file's pidfile names the process; its logfile gets the log too.
+    let pid = std::fs::read_to_string(dir.path().join("pgbouncer.pid")).unwrap();
+    assert_eq!(pid.trim().parse::<u32>().unwrap(), pooler.pid());
+    let logged = std::fs::read_to_string(dir.path().join("pgbouncer.log")).unwrap();
+    assert!(logged.contains("pgbouncer.tcp_keepalive"), "{logged}");
 
     // A user of [users] logs in (trust) and works as the forced server user.
     let app = connect(port, "app", None, "shop").await.unwrap();

@@ -676,6 +676,11 @@ impl PoolerProcess {
         launch(command, &path, &dir, rust_log, port)
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn signal(&self, sig: &str) {
         let _ = Command::new("kill")
             .args([&format!("-{sig}"), &self.child.id().to_string()])
