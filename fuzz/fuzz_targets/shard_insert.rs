@@ -4,13 +4,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pgcorral::shard::insert::{split, Bind};
+use pgcorral::shard::insert::{split, subset};
+use pgwire::frontend::BindBody;
 
 fuzz_target!(|data: &[u8]| {
-    if let Some(b) = Bind::read(data) {
+    if let Some(b) = BindBody::parse(data) {
         for params in [&[][..], &[0], &[1, 0], &[0, 2, 1]] {
-            if let Some(body) = b.subset(params) {
-                assert!(Bind::read(&body).is_some());
+            if let Some(body) = subset(&b, params) {
+                assert!(BindBody::parse(&body).is_some());
             }
         }
     }

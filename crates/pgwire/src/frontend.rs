@@ -114,3 +114,110 @@ mod tests {
         }
     }
 }
+
+/// The NUL-terminated string at the start of `b`, and what follows it.
+pub fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let i = b.iter().position(|&c| c == 0)?;
+    Some((&b[..i], &b[i + 1..]))
+}
+
+/// A parameter value of a Bind (`None`: NULL).
+pub type Value<'a> = Option<&'a [u8]>;
+
+/// A Bind body read in place (nothing copied): its portal and statement names and its
+/// parameter format codes; its values are read on demand, as far as asked.
+#[derive(Debug, Clone, Copy)]
+pub struct BindBody<'a> {
+    pub portal: &'a [u8],
+    pub statement: &'a [u8],
+    /// Everything after the two names.
+    pub after_names: &'a [u8],
+    /// The parameter format codes, two bytes each.
+    formats: &'a [u8],
+    /// The parameter values, after their count.
+    values: &'a [u8],
+    count: usize,
+}
+
+impl<'a> BindBody<'a> {
+    /// Reads a Bind body's names, format codes and parameter count; `None` when they are not
+    /// well formed.
+    pub fn parse(body: &'a [u8]) -> Option<BindBody<'a>> {
+        let (portal, rest) = cstr(body)?;
+        let (statement, after_names) = cstr(rest)?;
+        let nfmt = u16::from_be_bytes([*after_names.first()?, *after_names.get(1)?]) as usize;
+        let formats = after_names.get(2..2 + 2 * nfmt)?;
+        let rest = &after_names[2 + 2 * nfmt..];
+        let count = u16::from_be_bytes([*rest.first()?, *rest.get(1)?]) as usize;
+        Some(BindBody {
+            portal,
+            statement,
+            after_names,
+            formats,
+            values: &rest[2..],
+            count,
+        })
+    }
+
+    /// How many parameter format codes it has.
+    pub fn format_count(&self) -> usize {
+        self.formats.len() / 2
+    }
+
+    /// Format code `i` as sent.
+    pub fn format_code(&self, i: usize) -> Option<u16> {
+        let b = self.formats.get(2 * i..2 * i + 2)?;
+        Some(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    /// The format of parameter `i`: with no codes text (0), with one that code for every
+    /// parameter, else its own.
+    pub fn format(&self, i: usize) -> Option<u16> {
+        match self.format_count() {
+            0 => Some(0),
+            1 => self.format_code(0),
+            _ => self.format_code(i),
+        }
+    }
+
+    /// How many parameter values it has.
+    pub fn param_count(&self) -> usize {
+        self.count
+    }
+
+    /// Parameter `i` (`Some(None)`: NULL), reading no further than it; `None` when the body
+    /// ends before it.
+    pub fn param(&self, i: usize) -> Option<Option<&'a [u8]>> {
+        if i >= self.count {
+            return None;
+        }
+        let mut left = self.values;
+        let mut value = None;
+        for _ in 0..=i {
+            value = Some(next_value(&mut left)?);
+        }
+        value
+    }
+
+    /// Every parameter value in order, and the result format codes (count and codes, as
+    /// sent); `None` when the body ends early.
+    pub fn values_and_results(&self) -> Option<(Vec<Value<'a>>, &'a [u8])> {
+        let mut left = self.values;
+        let values = (0..self.count)
+            .map(|_| next_value(&mut left))
+            .collect::<Option<_>>()?;
+        Some((values, left))
+    }
+}
+
+/// The length-prefixed value at the start of `left` (`Some(None)`: NULL), consumed.
+fn next_value<'a>(left: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
+    let len = i32::from_be_bytes(left.get(..4)?.try_into().ok()?);
+    *left = &left[4..];
+    if len < 0 {
+        return Some(None);
+    }
+    let v = left.get(..len as usize)?;
+    *left = &left[len as usize..];
+    Some(Some(v))
+}

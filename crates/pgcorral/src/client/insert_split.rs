@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 use pgwire::backend::{self, TxStatus};
+use pgwire::frontend::{cstr, BindBody};
 use pgwire::header::HEADER_LEN;
 use pgwire::{encode, frontend, Header};
 
@@ -19,7 +20,7 @@ use crate::client_conn::ClientConn;
 use crate::error::{Error, Kind, Result};
 use crate::prepared::{Registry, Source};
 use crate::route::shard::request_len;
-use crate::shard::insert::{parse_rest, split, Bind, Part};
+use crate::shard::insert::{parse_rest, split, subset, Part};
 
 /// What each shard is sent (after its BEGIN) and which of its first answers the client sees.
 struct Work {
@@ -182,7 +183,7 @@ fn extended(
 ) -> std::result::Result<Work, Refusal> {
     let shape = || ("0A000", SHAPE.to_string());
     let mut parse: Option<(&[u8], &[u8])> = None;
-    let mut bind: Option<&[u8]> = None;
+    let mut bind: Option<BindBody> = None;
     let mut steps = Vec::new();
     let mut executed = false;
     let mut pos = 0;
@@ -203,7 +204,7 @@ fn extended(
                 steps.push(Step::Parse);
             }
             frontend::BIND if bind.is_none() => {
-                bind = Some(body);
+                bind = Some(BindBody::parse(body).ok_or_else(shape)?);
                 steps.push(Step::Bind);
             }
             frontend::DESCRIBE => {
@@ -211,10 +212,9 @@ fn extended(
                 let (name, _) = cstr(rest).ok_or_else(shape)?;
                 // A portal is described after the Bind that makes it, a statement as it is
                 // parsed or bound here.
-                let names = bind.and_then(|b| names(b));
                 let ok = match kind {
-                    b'P' => names.is_some_and(|(portal, _)| portal == name),
-                    b'S' => names.map_or(parse.map(|p| p.0), |(_, stmt)| Some(stmt)) == Some(name),
+                    b'P' => bind.is_some_and(|b| b.portal == name),
+                    b'S' => bind.map_or(parse.map(|p| p.0), |b| Some(b.statement)) == Some(name),
                     _ => false,
                 };
                 if !ok {
@@ -225,7 +225,7 @@ fn extended(
             frontend::EXECUTE => {
                 let (portal, rest) = cstr(body).ok_or_else(shape)?;
                 let whole = rest == [0, 0, 0, 0];
-                if bind.and_then(names).is_none_or(|(p, _)| p != portal) || !whole {
+                if bind.is_none_or(|b| b.portal != portal) || !whole {
                     return Err(shape());
                 }
                 executed = true;
@@ -237,7 +237,7 @@ fn extended(
     let (Some(bind), true) = (bind, executed) else {
         return Err(shape());
     };
-    let (_, stmt) = names(bind).ok_or_else(shape)?;
+    let stmt = bind.statement;
     // The statement bound: this request's Parse of it, or one the client parsed before.
     let original: Vec<u8> = match parse {
         Some((name, rest)) if name == stmt => rest.to_vec(),
@@ -261,7 +261,6 @@ fn extended(
     }
     let text = frontend::query_text(&original).unwrap_or_default();
     let parts = split(text, rows).map_err(|m| ("0A000", m))?;
-    let values = Bind::read(bind).ok_or_else(shape)?;
     // The first shard answers the client's own messages.
     let mut first = BytesMut::new();
     let mut first_slots = VecDeque::new();
@@ -278,10 +277,9 @@ fn extended(
                 first_slots.push_back(true);
             }
             Step::Bind => {
-                let after_names = bind.len() - values_len(bind).ok_or_else(shape)?;
                 encode::message(&mut first, frontend::BIND, |b| {
                     b.extend_from_slice(&[0, 0]);
-                    b.extend_from_slice(&bind[after_names..]);
+                    b.extend_from_slice(bind.after_names);
                 });
                 first_slots.push_back(true);
             }
@@ -315,8 +313,8 @@ fn extended(
         };
         let rest = parse_rest(&original, &part.sql, &part.params).ok_or_else(shape)?;
         encode::parse(&mut out, b"", &rest);
-        let subset = values.subset(&part.params).ok_or_else(shape)?;
-        encode::message(&mut out, frontend::BIND, |b| b.extend_from_slice(&subset));
+        let values = subset(&bind, &part.params).ok_or_else(shape)?;
+        encode::message(&mut out, frontend::BIND, |b| b.extend_from_slice(&values));
         encode::message(&mut out, frontend::EXECUTE, |b| {
             b.extend_from_slice(&[0, 0, 0, 0, 0])
         });
@@ -342,24 +340,4 @@ fn keep_parse(client: &mut ClientConn, registry: &Registry, name: &[u8], rest: &
         let stmt = registry.fresh(Source::Parse(Bytes::copy_from_slice(rest)), None);
         client.statements.add_named(name, stmt);
     }
-}
-
-/// A NUL-terminated string and what follows it.
-fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
-    let end = b.iter().position(|&c| c == 0)?;
-    Some((&b[..end], &b[end + 1..]))
-}
-
-/// A Bind's portal and statement names.
-fn names(bind: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (portal, rest) = cstr(bind)?;
-    let (stmt, _) = cstr(rest)?;
-    Some((portal, stmt))
-}
-
-/// Bytes of a Bind body after its two names.
-fn values_len(bind: &[u8]) -> Option<usize> {
-    let (_, rest) = cstr(bind)?;
-    let (_, rest) = cstr(rest)?;
-    Some(rest.len())
 }

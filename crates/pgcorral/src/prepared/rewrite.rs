@@ -11,6 +11,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use pgwire::backend::TxStatus;
 use pgwire::frontend as fe;
+use pgwire::frontend::cstr;
 use pgwire::header::HEADER_LEN;
 use pgwire::Header;
 
@@ -116,12 +117,6 @@ pub fn maybe_command(h: Header, msg: &[u8]) -> Option<bool> {
     } else {
         Some(false)
     }
-}
-
-/// The NUL-terminated string at the start of `b`, and what follows it.
-fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
-    let i = b.iter().position(|&c| c == 0)?;
-    Some((&b[..i], &b[i + 1..]))
 }
 
 /// Whether a Parse body is as PostgreSQL reads it: name and text each ended by a NUL, a count

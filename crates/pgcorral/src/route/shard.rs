@@ -6,7 +6,7 @@ use bytes::BytesMut;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
-use pgwire::frontend::{self, query_text};
+use pgwire::frontend::{self, query_text, BindBody};
 use pgwire::Header;
 use pgwire::{backend, encode};
 
@@ -348,59 +348,13 @@ fn plan_place(plan: &Plan, sharding: &Sharding, text: &str, bind: Option<&[u8]>)
 
 /// Parameter `i` of a Bind body as a key value of type `ty`.
 fn bind_param(body: &[u8], i: usize, ty: KeyType) -> Option<Value> {
-    let mut r = Reader(body);
-    r.cstr()?;
-    r.cstr()?;
-    let nfmt = r.u16()? as usize;
-    let fmts: Vec<u16> = (0..nfmt).map(|_| r.u16()).collect::<Option<_>>()?;
-    let nparams = r.u16()? as usize;
-    if i >= nparams {
-        return None;
-    }
-    let format = match nfmt {
-        0 => 0,
-        1 => fmts[0],
-        _ => *fmts.get(i)?,
-    };
-    let mut value = None;
-    for _ in 0..=i {
-        let len = r.i32()?;
-        value = if len < 0 {
-            Some(None)
-        } else {
-            Some(Some(r.take(len as usize)?))
-        };
-    }
-    match value? {
+    let bind = BindBody::parse(body)?;
+    let value = bind.param(i)?;
+    let format = bind.format(i)?;
+    match value {
         None => Some(Value::Null),
         Some(bytes) if format == 1 => Value::from_binary(ty, bytes).ok(),
         Some(bytes) => Value::from_text(ty, bytes).ok(),
-    }
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-    fn cstr(&mut self) -> Option<&'a [u8]> {
-        let end = self.0.iter().position(|&b| b == 0)?;
-        let s = self.take(end)?;
-        self.take(1)?;
-        Some(s)
-    }
-    fn u16(&mut self) -> Option<u16> {
-        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
-    }
-    fn i32(&mut self) -> Option<i32> {
-        self.take(4)
-            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 }
 

@@ -4,6 +4,7 @@
 
 use pg_query::protobuf::{ParseResult, Token};
 use pg_query::{Node, NodeEnum};
+use pgwire::frontend::BindBody;
 
 /// One shard's part of the INSERT.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,82 +125,35 @@ pub fn parse_rest(original: &[u8], sql: &str, params: &[usize]) -> Option<Vec<u8
     Some(out)
 }
 
-/// A Bind's parts after its portal and statement names.
-#[derive(Debug)]
-pub struct Bind<'a> {
-    formats: Vec<u16>,
-    values: Vec<Option<&'a [u8]>>,
-    /// The result format codes (count and codes), as sent.
-    results: &'a [u8],
-}
-
-impl<'a> Bind<'a> {
-    /// Reads a Bind body (portal and statement names included).
-    pub fn read(body: &'a [u8]) -> Option<Bind<'a>> {
-        let mut r = body;
-        for _ in 0..2 {
-            let end = r.iter().position(|&b| b == 0)?;
-            r = &r[end + 1..];
-        }
-        let nfmt = u16::from_be_bytes(take(&mut r, 2)?.try_into().ok()?) as usize;
-        let formats = (0..nfmt)
-            .map(|_| Some(u16::from_be_bytes(take(&mut r, 2)?.try_into().ok()?)))
-            .collect::<Option<Vec<u16>>>()?;
-        let n = u16::from_be_bytes(take(&mut r, 2)?.try_into().ok()?) as usize;
-        let values = (0..n)
-            .map(|_| {
-                let len = i32::from_be_bytes(take(&mut r, 4)?.try_into().ok()?);
-                if len < 0 {
-                    Some(None)
-                } else {
-                    take(&mut r, len as usize).map(Some)
-                }
-            })
-            .collect::<Option<Vec<_>>>()?;
-        Some(Bind {
-            formats,
-            values,
-            results: r,
-        })
+/// A Bind body of the unnamed portal and statement carrying the parameters of `bind` that
+/// `params` names, in that order, with their formats (`None`: one of them is not in it).
+pub fn subset(bind: &BindBody, params: &[usize]) -> Option<Vec<u8>> {
+    let (values, results) = bind.values_and_results()?;
+    let formats: Vec<u16> = match bind.format_count() {
+        // None, or one for every parameter: kept as sent.
+        n @ (0 | 1) => (0..n).filter_map(|i| bind.format_code(i)).collect(),
+        _ => params
+            .iter()
+            .map(|&p| bind.format_code(p))
+            .collect::<Option<_>>()?,
+    };
+    let mut out = vec![0, 0];
+    out.extend_from_slice(&u16::try_from(formats.len()).ok()?.to_be_bytes());
+    for f in formats {
+        out.extend_from_slice(&f.to_be_bytes());
     }
-
-    /// A Bind body of the unnamed portal and statement with the parameters `params` name, in
-    /// that order (`None`: one of them is not in this Bind).
-    pub fn subset(&self, params: &[usize]) -> Option<Vec<u8>> {
-        let mut out = vec![0, 0];
-        let formats: Vec<u16> = match self.formats.len() {
-            0 | 1 => self.formats.clone(),
-            _ => params
-                .iter()
-                .map(|&p| self.formats.get(p).copied())
-                .collect::<Option<_>>()?,
-        };
-        out.extend_from_slice(&u16::try_from(formats.len()).ok()?.to_be_bytes());
-        for f in formats {
-            out.extend_from_slice(&f.to_be_bytes());
-        }
-        out.extend_from_slice(&u16::try_from(params.len()).ok()?.to_be_bytes());
-        for &p in params {
-            match self.values.get(p)? {
-                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-                Some(v) => {
-                    out.extend_from_slice(&i32::try_from(v.len()).ok()?.to_be_bytes());
-                    out.extend_from_slice(v);
-                }
+    out.extend_from_slice(&u16::try_from(params.len()).ok()?.to_be_bytes());
+    for &p in params {
+        match values.get(p)? {
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            Some(v) => {
+                out.extend_from_slice(&i32::try_from(v.len()).ok()?.to_be_bytes());
+                out.extend_from_slice(v);
             }
         }
-        out.extend_from_slice(self.results);
-        Some(out)
     }
-}
-
-fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-    if r.len() < n {
-        return None;
-    }
-    let (a, b) = r.split_at(n);
-    *r = b;
-    Some(a)
+    out.extend_from_slice(results);
+    Some(out)
 }
 
 #[cfg(test)]
@@ -275,7 +229,7 @@ mod tests {
         bind.extend_from_slice(&3i32.to_be_bytes());
         bind.extend_from_slice(b"ccc");
         bind.extend_from_slice(&[0, 1, 0, 1]);
-        let b = Bind::read(&bind).unwrap();
+        let b = BindBody::parse(&bind).unwrap();
         let mut want = vec![0, 0];
         want.extend_from_slice(&2u16.to_be_bytes());
         want.extend_from_slice(&[0, 1, 0, 0]);
@@ -285,8 +239,9 @@ mod tests {
         want.extend_from_slice(&1i32.to_be_bytes());
         want.extend_from_slice(b"a");
         want.extend_from_slice(&[0, 1, 0, 1]);
-        assert_eq!(b.subset(&[2, 0]).unwrap(), want);
-        assert!(b.subset(&[3]).is_none());
-        assert!(Bind::read(&bind[..bind.len() - 5]).is_none());
+        assert_eq!(subset(&b, &[2, 0]).unwrap(), want);
+        assert!(subset(&b, &[3]).is_none());
+        let cut = BindBody::parse(&bind[..bind.len() - 5]).unwrap();
+        assert!(subset(&cut, &[0]).is_none());
     }
 }
