@@ -8,12 +8,19 @@ use std::hash::Hasher;
 /// constants cannot be told apart safely by this scan: backslashes (escape strings, or
 /// `standard_conforming_strings = off`) or dollar quoting; those are keyed by their whole text.
 pub fn hash(sql: &str, h: &mut impl Hasher) -> bool {
+    hash_noting(sql, h, |_, _| {})
+}
+
+/// [`hash`], also calling `found(start, end)` for each constant as [`constants`] does: one scan
+/// of the text for both.
+pub fn hash_noting(sql: &str, h: &mut impl Hasher, mut found: impl FnMut(usize, usize)) -> bool {
     let b = sql.as_bytes();
     let mut start = 0;
     let whole = constants(sql, |from, to| {
         h.write(&b[start..from]);
         h.write(b"?");
         start = to;
+        found(from, to);
     });
     h.write(&b[start.min(b.len())..]);
     whole

@@ -440,6 +440,27 @@ async fn requests_that_name_no_shard_are_refused_never_guessed() {
         rows(&c, "SELECT v FROM accounts ORDER BY aid DESC LIMIT 1").await,
         vec![vec!["on two".to_string()]]
     );
+
+    // An INSERT without a column list into a sharded table the shards lack: its columns
+    // cannot be read from the catalog, so neither can its key; refused, and the connection
+    // goes on.
+    drop(c);
+    let ghosts = "sharded_tables = [{ name = \"ghosts\", columns = [\"id\"], types = [\"int4\"] }]";
+    let p = Pooler::start(&config(&shards, "", ghosts)).await;
+    let c = p.connect("postgres", None, "app").await;
+    for _ in 0..2 {
+        let e = c
+            .simple_query("INSERT INTO ghosts VALUES (1)")
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&e), "0A000");
+        assert!(
+            db_message(&e).contains("name the columns"),
+            "{}",
+            db_message(&e)
+        );
+        assert_eq!(value(&c, "SELECT 40 + 2").await, "42");
+    }
 }
 
 /// The PgCat README's sharding examples, as written (its `SET SHARDING ROLE` spelling

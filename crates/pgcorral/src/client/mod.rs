@@ -368,39 +368,19 @@ async fn routed_checkout(
     services: &Services,
     session: &mut LoggedIn,
 ) -> Result<Option<Checkout>> {
+    let mut tried = false;
     let target = loop {
-        let decision = route::decide(
+        match route::decide(
             client,
             &session.cluster,
             &services.router,
             &mut session.route,
-        )
-        .await?;
-        match decision {
+        ) {
             Decision::Route(target) => break target,
-            Decision::Answered => {
-                session.listed.set_state(ListState::Idle);
-                return Ok(None);
-            }
-            Decision::SplitInsert(rows) => {
-                cold::cold(insert_split::insert(
-                    client,
-                    session,
-                    &services.statements,
-                    rows,
-                ))
-                .await?;
-                session.listed.set_state(ListState::Idle);
-                return Ok(None);
-            }
-            Decision::CopyIn(table) => {
-                cold::cold(copy_split::copy_in(client, session, table)).await?;
-                session.listed.set_state(ListState::Idle);
-                return Ok(None);
-            }
-            Decision::NeedMore => {
-                if request::read_more(client).await?.is_none() {
-                    return Err(Error::new(Kind::ClientIo, "client closed the connection"));
+            other => {
+                if cold::cold(not_routed(client, services, session, other, &mut tried)).await? {
+                    session.listed.set_state(ListState::Idle);
+                    return Ok(None);
                 }
             }
         }
@@ -417,6 +397,49 @@ async fn routed_checkout(
         .checkout(target, client.worker, min_lsn)
         .await
         .map(Some)
+}
+
+/// What the router decided when it did not name a server: `true` when the request has been
+/// answered (pgcorral's own reply, a split COPY or INSERT), `false` to decide again (more of the
+/// request read, or what the router needed read from a server; `tried`: a table's columns were
+/// read once already).
+async fn not_routed(
+    client: &mut ClientConn,
+    services: &Services,
+    session: &mut LoggedIn,
+    decision: Decision,
+    tried: &mut bool,
+) -> Result<bool> {
+    let reply = match decision {
+        Decision::Route(_) => return Ok(false),
+        Decision::Reply(out) => out,
+        Decision::SplitInsert(rows) => {
+            insert_split::insert(client, session, &services.statements, rows).await?;
+            return Ok(true);
+        }
+        Decision::CopyIn(table) => {
+            copy_split::copy_in(client, session, table).await?;
+            return Ok(true);
+        }
+        Decision::NeedMore => {
+            if request::read_more(client).await?.is_none() {
+                return Err(Error::new(Kind::ClientIo, "client closed the connection"));
+            }
+            return Ok(false);
+        }
+        need @ (Decision::ReadCatalog | Decision::LearnColumns(_)) => {
+            match route::learn(client, &session.cluster, &mut session.route, &need, tried).await? {
+                Some(out) => out,
+                None => return Ok(false),
+            }
+        }
+    };
+    client
+        .stream
+        .send(&reply)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    Ok(true)
 }
 
 /// The request loop, with the server the client holds in `session.server` (kept there between
@@ -458,7 +481,7 @@ fn run<'a>(
                     cold::cold(services.control.wait_resumed(session.pool.name().0)).await;
                 }
                 let mut s = if session.cluster.routed() {
-                    match cold::cold(routed_checkout(client, services, session)).await? {
+                    match routed_checkout(client, services, session).await? {
                         Some(s) => s,
                         None => continue,
                     }

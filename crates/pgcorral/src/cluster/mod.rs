@@ -153,6 +153,12 @@ impl Cluster {
         self.0.sharding.as_ref().map(|s| s.load_full())
     }
 
+    /// [`Cluster::sharding`] for a moment, without touching the shared reference count: not to
+    /// be held across an await.
+    pub fn sharding_now(&self) -> Option<arc_swap::Guard<Arc<Sharding>>> {
+        self.0.sharding.as_ref().map(|s| s.load())
+    }
+
     /// The database is sharded.
     pub fn sharded(&self) -> bool {
         self.0.sharding.is_some()

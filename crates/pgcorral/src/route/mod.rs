@@ -64,31 +64,46 @@ impl ClientRoute {
 pub enum Decision {
     /// Check out a server of the target's.
     Route(Target),
-    /// pgcorral answered it (SET/SHOW SERVER ROLE, a refused request): wait for the next one.
-    Answered,
+    /// pgcorral answers the request (SET/SHOW SERVER ROLE, a refused request), already consumed:
+    /// send this, then wait for the next one.
+    Reply(BytesMut),
     /// The request is not whole yet (a sharded database's Parse waits for its Bind): read more.
     NeedMore,
+    /// The shards' catalogs are to be read first ([`shard::read_catalog`]), then decide again.
+    ReadCatalog,
+    /// Sharded table `n`'s columns are to be read first ([`shard::learn_columns`]), then decide
+    /// again.
+    LearnColumns(usize),
     /// `COPY ... FROM STDIN` into sharded table `n` (its index): its rows go to their shards.
     CopyIn(usize),
     /// An `INSERT ... VALUES` whose rows are on several shards: each row's shard, in order.
     SplitInsert(Vec<usize>),
 }
 
-/// Decides where the request at the start of `client.buf` goes.
-pub async fn decide(
+/// Decides where the request at the start of `client.buf` goes. Nothing here waits: what needs
+/// a server first (the catalog, a table's columns) is asked for, and the caller decides again.
+pub fn decide(
     client: &mut ClientConn,
     cluster: &Cluster,
     cache: &classify::Cache,
     route: &mut ClientRoute,
-) -> Result<Decision> {
+) -> Decision {
     let settings = cluster.topology().settings();
-    let sharding = cluster.sharding();
+    let sharding = cluster.sharding_now();
+    let sharding = sharding.as_deref().map(|s| &**s);
     let status = route.status();
-    if let Some(answer) = own_command(client, route, &settings, sharding.as_deref(), status)? {
-        send(client, &answer).await?;
-        return Ok(Decision::Answered);
+    // A whole simple Query's length and text, read once.
+    let query = whole_query(client);
+    if let Some((len, answer)) =
+        query.and_then(|q| own_command(q, route, &settings, sharding, status))
+    {
+        client.buf.advance(len);
+        return Decision::Reply(answer);
     }
-    let hinted = first_text(client).and_then(hint::comment_hint);
+    let hinted = match query {
+        Some((_, text)) => hint::comment_hint(text),
+        None => first_text(client).and_then(hint::comment_hint),
+    };
     let choice = hinted.or(route.role).unwrap_or(RoleChoice::Default);
     let by_parser = |client: &ClientConn| match classify_batch(client, cache, &settings) {
         Class::Write => Decision::Route(Target::first_shard(Want::Primary, true)),
@@ -113,28 +128,25 @@ pub async fn decide(
             DefaultRole::Any => fixed(Want::Any),
         },
     };
-    let (Some(mut sharding), Decision::Route(mut target)) = (sharding, &decision) else {
-        return Ok(decision);
+    let (Some(sharding), Decision::Route(mut target)) = (sharding, &decision) else {
+        return decision;
     };
     if !sharding.checked {
-        // The shards' catalogs, once: key collations, and hash-partitioned tables.
-        sharding = shard::read_catalog(cluster, &sharding, client.worker).await?;
+        return Decision::ReadCatalog;
     }
-    let sharding = &*sharding;
-    if let Some(answer) = transaction_command(client, route) {
-        send(client, &answer).await?;
-        return Ok(Decision::Answered);
+    if let Some((len, answer)) = query.and_then(|q| transaction_command(q, route)) {
+        client.buf.advance(len);
+        return Decision::Reply(answer);
     }
     if route.deferred.as_ref().is_some_and(|d| d.failed) {
         let Some(len) = shard::request_len(client) else {
-            return Ok(Decision::NeedMore);
+            return Decision::NeedMore;
         };
         client.buf.advance(len);
         let mut out = BytesMut::new();
         tx::aborted(&mut out);
         pgwire::encode::ready_for_query(&mut out, TxStatus::Failed);
-        send(client, &out).await?;
-        return Ok(Decision::Answered);
+        return Decision::Reply(out);
     }
     let writes = || classify_batch(client, cache, &settings) == Class::Write;
     let chosen = route
@@ -142,14 +154,10 @@ pub async fn decide(
         .as_ref()
         .and_then(|d| d.shard)
         .or(route.shard);
-    let placed = match shard::shard_of(client, sharding, &mut route.near, chosen, writes) {
-        shard::Shard::NeedColumns(t) => {
-            shard::learn_columns(cluster, sharding, t, client.worker).await?;
-            let writes = || classify_batch(client, cache, &settings) == Class::Write;
-            shard::shard_of(client, sharding, &mut route.near, chosen, writes)
-        }
-        other => other,
-    };
+    let placed = shard::shard_of(client, sharding, &mut route.near, chosen, writes);
+    if let shard::Shard::NeedColumns(t) = placed {
+        return Decision::LearnColumns(t);
+    }
     // A deferred transaction is placed by a request that runs a statement: a Parse and
     // Describe alone go to any shard, outside it.
     let places = !(route.deferred.is_some() && shard::runs_nothing(client));
@@ -166,10 +174,10 @@ pub async fn decide(
         shard::Shard::Any => Ok(sharding.plans.any_shard(sharding.shards)),
         shard::Shard::NoKey(len, why) => sharding.default_shard.ok_or((len, why)),
         shard::Shard::Refused(len, why) => Err((len, why)),
-        shard::Shard::NeedMore => return Ok(Decision::NeedMore),
-        shard::Shard::CopyIn(t) if route.deferred.is_none() => return Ok(Decision::CopyIn(t)),
+        shard::Shard::NeedMore => return Decision::NeedMore,
+        shard::Shard::CopyIn(t) if route.deferred.is_none() => return Decision::CopyIn(t),
         shard::Shard::SplitInsert(rows) if route.deferred.is_none() => {
-            return Ok(Decision::SplitInsert(rows))
+            return Decision::SplitInsert(rows)
         }
         shard::Shard::SplitInsert(_) => Err((
             shard::request_len(client).unwrap_or(0),
@@ -179,10 +187,7 @@ pub async fn decide(
             shard::request_len(client).unwrap_or(0),
             "COPY FROM STDIN into a sharded table is split to the shards outside a transaction only".to_string(),
         )),
-        shard::Shard::NeedColumns(_) => Err((
-            shard::request_len(client).unwrap_or(0),
-            "an INSERT without a column list into a sharded table whose columns could not be read from shard 0's catalog (does the table exist?): name the columns".to_string(),
-        )),
+        shard::Shard::NeedColumns(t) => return Decision::LearnColumns(t),
     };
     match refused {
         Ok(n) => {
@@ -190,7 +195,7 @@ pub async fn decide(
                 route.pending_begin = Some(d.begin.into_boxed_str());
             }
             target.shards = Shards::One(n);
-            Ok(Decision::Route(target))
+            Decision::Route(target)
         }
         Err((len, msg)) => {
             client.buf.advance(len);
@@ -200,16 +205,57 @@ pub async fn decide(
             let mut out = BytesMut::new();
             pgwire::encode::error_response(&mut out, "ERROR", "0A000", &msg);
             pgwire::encode::ready_for_query(&mut out, route.status());
-            send(client, &out).await?;
-            Ok(Decision::Answered)
+            Decision::Reply(out)
         }
     }
 }
 
-/// pgcorral's answer to a lone transaction command on a sharded database: a BEGIN that no
-/// shard is chosen for yet is deferred, and the commands of a deferred transaction answered.
-fn transaction_command(client: &mut ClientConn, route: &mut ClientRoute) -> Option<BytesMut> {
-    let (len, text) = whole_query(client)?;
+/// What the client's request needs from a server before [`decide`] can place it: the shards'
+/// catalogs, or a sharded table's columns (an INSERT without a column list). `Ok(false)`: the
+/// columns could not be read (the table does not exist yet), and the request is refused.
+pub async fn learn(
+    client: &mut ClientConn,
+    cluster: &Cluster,
+    route: &mut ClientRoute,
+    need: &Decision,
+    tried: &mut bool,
+) -> Result<Option<BytesMut>> {
+    let Some(sharding) = cluster.sharding() else {
+        return Ok(None);
+    };
+    match *need {
+        Decision::ReadCatalog => {
+            // The shards' catalogs, once: key collations, and hash-partitioned tables.
+            shard::read_catalog(cluster, &sharding, client.worker).await?;
+            Ok(None)
+        }
+        Decision::LearnColumns(t) if !*tried => {
+            *tried = true;
+            shard::learn_columns(cluster, &sharding, t, client.worker).await?;
+            Ok(None)
+        }
+        _ => {
+            // Read once already, and still unknown.
+            let len = shard::request_len(client).unwrap_or(0);
+            client.buf.advance(len);
+            if let Some(d) = &mut route.deferred {
+                d.failed = true;
+            }
+            let mut out = BytesMut::new();
+            pgwire::encode::error_response(&mut out, "ERROR", "0A000", "an INSERT without a column list into a sharded table whose columns could not be read from shard 0's catalog (does the table exist?): name the columns");
+            pgwire::encode::ready_for_query(&mut out, route.status());
+            Ok(Some(out))
+        }
+    }
+}
+
+/// pgcorral's answer to a lone transaction command on a sharded database (`query`: the whole
+/// simple Query's length and text): a BEGIN that no shard is chosen for yet is deferred, and the
+/// commands of a deferred transaction answered. The caller consumes the Query.
+fn transaction_command(
+    (len, text): (usize, &str),
+    route: &mut ClientRoute,
+) -> Option<(usize, BytesMut)> {
     let cmd = tx::command(text)?;
     let begins_unplaced = matches!(cmd, tx::TxCommand::Begin(_))
         && route.shard.is_none()
@@ -217,11 +263,9 @@ fn transaction_command(client: &mut ClientConn, route: &mut ClientRoute) -> Opti
     if route.deferred.is_none() && !begins_unplaced {
         return None;
     }
-    let text = text.to_string();
     let mut out = BytesMut::new();
-    tx::answer(cmd, &mut route.deferred, &text, &mut out);
-    client.buf.advance(len);
-    Some(out)
+    tx::answer(cmd, &mut route.deferred, text, &mut out);
+    Some((len, out))
 }
 
 /// A whole simple Query at the start of the client's buffer: its length and text.
@@ -300,7 +344,10 @@ pub async fn in_transaction(
         }
     }
     let settings = cluster.topology().settings();
-    if let Some(answer) = own_command(client, route, &settings, Some(sharding), status)? {
+    if let Some((len, answer)) =
+        whole_query(client).and_then(|q| own_command(q, route, &settings, Some(sharding), status))
+    {
+        client.buf.advance(len);
         send(client, &answer).await?;
         return Ok(InTransaction::Answered);
     }
@@ -361,17 +408,15 @@ fn parse_text(body: &[u8]) -> Option<&str> {
 }
 
 /// Answers `SET SERVER ROLE` / `SHOW SERVER ROLE` (a whole simple Query), and for a sharded
-/// database `SET SHARD`, `SET SHARDING KEY` and `SHOW SHARD`, consuming it.
+/// database `SET SHARD`, `SET SHARDING KEY` and `SHOW SHARD` (`query`: the whole simple
+/// Query's length and text). The caller consumes the Query.
 fn own_command(
-    client: &mut ClientConn,
+    (len, text): (usize, &str),
     route: &mut ClientRoute,
     settings: &RouteSettings,
     sharding: Option<&Sharding>,
     status: TxStatus,
-) -> Result<Option<BytesMut>> {
-    let Some((len, text)) = whole_query(client) else {
-        return Ok(None);
-    };
+) -> Option<(usize, BytesMut)> {
     let mut out = BytesMut::new();
     let command = hint::command(text);
     let shard_command = matches!(
@@ -382,10 +427,10 @@ fn own_command(
     );
     if shard_command && sharding.is_none() {
         // Not pgcorral's on a database that is not sharded: PostgreSQL answers it.
-        return Ok(None);
+        return None;
     }
     match command {
-        Ok(None) => return Ok(None),
+        Ok(None) => return None,
         Ok(Some(Command::SetRole(choice))) => {
             route.role = (choice != RoleChoice::Default).then_some(choice);
             pgwire::encode::command_complete(&mut out, "SET");
@@ -440,8 +485,7 @@ fn own_command(
         Err(msg) => pgwire::encode::error_response(&mut out, "ERROR", "22023", &msg),
     }
     pgwire::encode::ready_for_query(&mut out, status);
-    client.buf.advance(len);
-    Ok(Some(out))
+    Some((len, out))
 }
 
 /// What `SHOW SERVER ROLE` says: the client's choice, or the database's default.

@@ -19,7 +19,7 @@ use crate::prepared;
 use crate::session;
 use crate::session::exec;
 use crate::shard::key::{KeyType, Value};
-use crate::shard::plan::{NearPlan, Place, Plan};
+use crate::shard::plan::{NearPlan, Place, Plan, Spans};
 use crate::shard::{Sharding, Table};
 
 /// The shard of the request at the start of the client's buffer, or why it has none.
@@ -68,9 +68,10 @@ pub fn shard_of(
         return Shard::One(n);
     }
     let mut place = Place::Any;
+    let mut spans = Spans::new();
     for &(text, bind, runs) in &batch.statements {
-        let plan = sharding.plans.near(near, sharding, text);
-        let here = match plan_place(&plan, sharding, text, bind) {
+        let plan = sharding.plans.near(near, sharding, text, &mut spans);
+        let here = match plan_place(&plan, sharding, text, &spans, bind) {
             // Parsed and described, not run: any shard describes it alike.
             Place::CopyIn(_) if !runs => Place::Any,
             p => p,
@@ -336,14 +337,20 @@ pub fn choose(sharding: &Sharding, choice: &ShardChoice) -> Result<usize, String
     }
 }
 
-fn plan_place(plan: &Plan, sharding: &Sharding, text: &str, bind: Option<&[u8]>) -> Place {
+fn plan_place(
+    plan: &Plan,
+    sharding: &Sharding,
+    text: &str,
+    spans: &[(usize, usize)],
+    bind: Option<&[u8]>,
+) -> Place {
     let param = |i: usize, ty: KeyType| bind.and_then(|b| bind_param(b, i, ty));
     // Without a Bind (a simple Query; a Parse alone) the key is in the text or nowhere; a
     // Parse and Describe alone are answered alike by every shard.
     if bind.is_none() && plan.has_params() {
         return Place::Any;
     }
-    plan.place(sharding, text, &param)
+    plan.place_in(sharding, text, Some(spans), &param)
 }
 
 /// Parameter `i` of a Bind body as a key value of type `ty`.

@@ -46,12 +46,9 @@ pub fn command(sql: &str) -> Option<TxCommand> {
     let first = sql
         .trim_start_matches(|c: char| c.is_ascii_whitespace() || c == ';')
         .split(|c: char| !c.is_ascii_alphabetic())
-        .next()?
-        .to_ascii_lowercase();
-    if !matches!(
-        first.as_str(),
-        "begin" | "start" | "commit" | "end" | "rollback" | "abort"
-    ) {
+        .next()?;
+    let words = ["begin", "start", "commit", "end", "rollback", "abort"];
+    if !words.iter().any(|w| first.eq_ignore_ascii_case(w)) {
         return None;
     }
     let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT).ok()?;

@@ -121,6 +121,18 @@ impl Plan {
         text: &str,
         param: &dyn Fn(usize, super::key::KeyType) -> Option<Value>,
     ) -> Place {
+        self.place_in(sharding, text, None, param)
+    }
+
+    /// [`Plan::place`], with the spans of `text`'s constants when the caller has them
+    /// ([`Plans::near`] notes them while it hashes the text).
+    pub fn place_in(
+        &self,
+        sharding: &Sharding,
+        text: &str,
+        known: Option<&[(usize, usize)]>,
+        param: &dyn Fn(usize, super::key::KeyType) -> Option<Value>,
+    ) -> Place {
         if let Some(why) = &self.refused {
             return Place::Refuse(why.clone());
         }
@@ -161,11 +173,14 @@ impl Plan {
                         }
                     },
                     Src::Literal { index, negate } => {
-                        let spans = spans.get_or_insert_with(|| {
-                            let mut v = SmallVec::new();
-                            skeleton::constants(text, |a, b| v.push((a, b)));
-                            v
-                        });
+                        let spans = match known {
+                            Some(k) => k,
+                            None => spans.get_or_insert_with(|| {
+                                let mut v = SmallVec::new();
+                                skeleton::constants(text, |a, b| v.push((a, b)));
+                                v
+                            }),
+                        };
                         spans
                             .get(*index)
                             .and_then(|&(a, b)| literal(&text[a..b], *negate, ty))
@@ -264,6 +279,9 @@ impl Default for Plans {
     }
 }
 
+/// The spans (start, end) of a text's constants, in order.
+pub type Spans = SmallVec<[(usize, usize); 8]>;
+
 /// The plan a client used last, kept by the client: its next request of the same shape finds
 /// it without the shared map's lock or a reference count other threads touch.
 #[derive(Debug, Clone)]
@@ -320,15 +338,19 @@ impl Plans {
     }
 
     /// The plan of `sql`, from the client's `near` plan when it is of the same shape (else
-    /// from the shared map, and kept as the client's near plan).
+    /// from the shared map, and kept as the client's near plan). `spans` gets the spans of
+    /// `sql`'s constants, for [`Plan::place_in`] (empty when the plan does not refer to them).
     pub fn near<'n>(
         &self,
         near: &'n mut Option<NearPlan>,
         sharding: &Sharding,
         sql: &str,
+        spans: &mut Spans,
     ) -> std::borrow::Cow<'n, Plan> {
         let mut h = self.hasher.build_hasher();
-        if !skeleton::hash(sql, &mut h) {
+        spans.clear();
+        if !skeleton::hash_noting(sql, &mut h, |a, b| spans.push((a, b))) {
+            spans.clear();
             return std::borrow::Cow::Owned(plan(sharding, sql, false));
         }
         let key = h.finish();
@@ -934,29 +956,39 @@ mod tests {
         let s = sharding();
         let mut near = None;
         let none = |_: usize, _: KeyType| None;
+        let mut spans = Spans::new();
         for k in [1i64, 22] {
             let sql = format!("SELECT v FROM t WHERE k = {k}");
             assert_eq!(
-                s.plans.near(&mut near, &s, &sql).place(&s, &sql, &none),
+                s.plans.near(&mut near, &s, &sql, &mut spans).place_in(
+                    &s,
+                    &sql,
+                    Some(&spans),
+                    &none
+                ),
                 shard(&s, k)
             );
         }
         let sql = "INSERT INTO t VALUES (5, 'x')";
         assert_eq!(
-            s.plans.near(&mut near, &s, sql).place(&s, sql, &none),
+            s.plans
+                .near(&mut near, &s, sql, &mut spans)
+                .place_in(&s, sql, Some(&spans), &none),
             Place::NeedColumns(0)
         );
         s.plans.learn_columns(0, vec!["k".into(), "v".into()]);
         assert_eq!(
-            s.plans.near(&mut near, &s, sql).place(&s, sql, &none),
+            s.plans
+                .near(&mut near, &s, sql, &mut spans)
+                .place_in(&s, sql, Some(&spans), &none),
             shard(&s, 5)
         );
         // Another configuration's plans are not taken for this one's.
         let other = sharding();
         let sql = "SELECT v FROM t WHERE k = 7";
-        let _ = s.plans.near(&mut near, &s, sql);
+        let _ = s.plans.near(&mut near, &s, sql, &mut spans);
         let before = other.plans.map.lock().len();
-        let _ = other.plans.near(&mut near, &other, sql);
+        let _ = other.plans.near(&mut near, &other, sql, &mut spans);
         assert_eq!(other.plans.map.lock().len(), before + 1);
     }
 
