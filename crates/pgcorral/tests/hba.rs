@@ -94,6 +94,10 @@ async fn an_hba_file_lets_in_and_refuses_by_user_database_and_address() {
         port = pg.port,
     );
     let p = Pooler::start(&toml).await;
+    // RELOAD reads this file.
+    let file = dir.path().join("pgcorral.toml");
+    std::fs::write(&file, &toml).unwrap();
+    p.services.config_path.set(file).unwrap();
     let port = p.port();
     let socket = sockets.to_str().unwrap();
 

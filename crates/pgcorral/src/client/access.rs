@@ -48,8 +48,9 @@ pub fn decide(stream: &Stream, config: &Config, hba: &Hba, who: &Who<'_>) -> Res
     if config.general.auth_type != AuthType::Hba {
         return Ok(Access::Method(config.general.auth_type));
     }
+    // An IPv4 client of an IPv6 listener (`::ffff:10.1.2.3`) is taken, and named, as IPv4.
     let from = match who.peer {
-        Peer::Tcp(addr) => Some(addr.ip()),
+        Peer::Tcp(addr) => Some(addr.ip().to_canonical()),
         Peer::Unix { .. } => None,
     };
     // Physical replication (`replication=true`) matches only the `replication` keyword;

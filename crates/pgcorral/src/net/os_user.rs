@@ -31,6 +31,6 @@ mod tests {
     fn root_is_uid_0() {
         assert_eq!(super::name(0).as_deref(), Some("root"));
         assert_eq!(super::name(4_000_000_000), None);
-        assert_eq!(super::name(super::uid()).is_some(), true);
+        assert!(super::name(super::uid()).is_some());
     }
 }
