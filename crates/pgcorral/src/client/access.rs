@@ -3,8 +3,12 @@
 //! `auth_type`, or under `auth_type = "hba"` the first matching rule of `auth_hba_file`, whose
 //! `reject` (or no rule) refuses with PostgreSQL's messages and whose `peer` is checked here.
 
+use bytes::BytesMut;
 use corral_rt::stream::Stream;
 
+use super::auth::Authenticated;
+use super::params::Params;
+use crate::client_conn::ClientConn;
 use crate::config::{AuthType, Config};
 use crate::error::{Error, Kind, Result};
 use crate::hba::{Hba, Login, Method};
@@ -25,45 +29,52 @@ pub enum Access {
     Method(AuthType),
 }
 
-/// What is known of the login.
-pub struct Who<'a> {
-    pub peer: &'a Peer,
-    pub user: &'a str,
-    pub database: &'a str,
-    pub console: bool,
-    /// The StartupMessage's `replication` value, if any.
-    pub replication: Option<&'a str>,
+/// The console's own user needs no authentication: AuthenticationOk is queued in `out`.
+pub fn welcome_own(out: &mut BytesMut) -> Authenticated {
+    pgwire::encode::auth_ok(out);
+    Authenticated { client_key: None }
 }
 
-/// Decides how `who` is checked (see the module's comment).
-pub fn decide(stream: &Stream, config: &Config, hba: &Hba, who: &Who<'_>) -> Result<Access> {
-    let uid = match who.peer {
+/// Decides how the login of `taken` (to the console when `console`) is checked (see the
+/// module's comment).
+pub fn decide(
+    client: &ClientConn,
+    config: &Config,
+    hba: &Hba,
+    taken: &Params,
+    console: bool,
+) -> Result<Access> {
+    let (stream, peer) = (&client.stream, &client.peer);
+    let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
+    let uid = match peer {
         Peer::Unix { uid, .. } => *uid,
         Peer::Tcp(_) => None,
     };
-    if who.console && who.user == OWN_CONSOLE_USER && uid == Some(os_user::uid()) {
-        tracing::info!(peer = %who.peer, "pgbouncer access from unix socket");
+    if console && user == OWN_CONSOLE_USER && uid == Some(os_user::uid()) {
+        tracing::info!(%peer, "pgbouncer access from unix socket");
         return Ok(Access::Own);
     }
     if config.general.auth_type != AuthType::Hba {
         return Ok(Access::Method(config.general.auth_type));
     }
     // An IPv4 client of an IPv6 listener (`::ffff:10.1.2.3`) is taken, and named, as IPv4.
-    let from = match who.peer {
+    let from = match peer {
         Peer::Tcp(addr) => Some(addr.ip().to_canonical()),
         Peer::Unix { .. } => None,
     };
     // Physical replication (`replication=true`) matches only the `replication` keyword;
     // logical (`replication=database`) matches by database name, as in PostgreSQL.
-    let replication = who
-        .replication
-        .is_some_and(|v| matches!(v, "true" | "on" | "yes" | "1"));
+    let replication = taken
+        .text
+        .iter()
+        .rfind(|(k, _)| k == "replication")
+        .is_some_and(|(_, v)| matches!(v.as_str(), "true" | "on" | "yes" | "1"));
     let login = Login {
         from,
         tls: stream.is_tls(),
         replication,
-        database: who.database,
-        user: who.user,
+        database,
+        user,
     };
     let Some(rule) = hba.eval(&login) else {
         return Err(refusal(&login, false));
@@ -80,13 +91,13 @@ pub fn decide(stream: &Stream, config: &Config, hba: &Hba, who: &Who<'_>) -> Res
         Method::Md5 | Method::Password => AuthType::Md5,
         Method::ScramSha256 => AuthType::ScramSha256,
         Method::Peer => {
-            peer(uid, hba, rule.map.as_deref(), who.user)?;
+            peer_user(uid, hba, rule.map.as_deref(), user)?;
             AuthType::Trust
         }
         Method::Cert => match &rule.map {
             None => AuthType::Cert,
             Some(map) => {
-                mapped_certificate(stream, hba, map, who.user)?;
+                mapped_certificate(stream, hba, map, user)?;
                 AuthType::Trust
             }
         },
@@ -114,7 +125,7 @@ fn refusal(login: &Login<'_>, rejected: bool) -> Error {
 }
 
 /// `peer`: the socket peer's OS user name must be `user`, or be mapped to it by `map`.
-fn peer(uid: Option<u32>, hba: &Hba, map: Option<&str>, user: &str) -> Result<()> {
+fn peer_user(uid: Option<u32>, hba: &Hba, map: Option<&str>, user: &str) -> Result<()> {
     let failed = || {
         Error::new(
             Kind::Refused,
@@ -201,16 +212,16 @@ mod tests {
     #[test]
     fn peer_names_the_os_user_or_maps_it() {
         let hba = Hba::default();
-        assert!(peer(Some(0), &hba, None, "root").is_ok());
-        let e = peer(Some(0), &hba, None, "app").unwrap_err();
+        assert!(peer_user(Some(0), &hba, None, "root").is_ok());
+        let e = peer_user(Some(0), &hba, None, "app").unwrap_err();
         assert_eq!(e.message(), "Peer authentication failed for user \"app\"");
         assert_eq!(e.sqlstate(), "28000");
-        assert!(peer(None, &hba, None, "root").is_err());
+        assert!(peer_user(None, &hba, None, "root").is_err());
         let (ident, _) = crate::hba::Ident::parse("ident", "ops root app\n");
         let (hba, _) = Hba::parse(std::path::Path::new("hba"), "", ident, &mut |_| {
             Ok(String::new())
         });
-        assert!(peer(Some(0), &hba, Some("ops"), "app").is_ok());
-        assert!(peer(Some(0), &hba, Some("ops"), "root").is_err());
+        assert!(peer_user(Some(0), &hba, Some("ops"), "app").is_ok());
+        assert!(peer_user(Some(0), &hba, Some("ops"), "root").is_err());
     }
 }

@@ -233,23 +233,9 @@ async fn login(
     let mut out = BytesMut::with_capacity(512);
     startup::negotiate(&mut out, minor, sent);
     let console = admin::is_console(database);
-    let who = access::Who {
-        peer: &client.peer,
-        user,
-        database,
-        console,
-        replication: taken
-            .text
-            .iter()
-            .rfind(|(k, _)| k == "replication")
-            .map(|(_, v)| v.as_str()),
-    };
-    let access = access::decide(&client.stream, &config, &services.hba.load(), &who)?;
+    let access = access::decide(client, &config, &services.hba.load(), taken, console)?;
     let authed = match access {
-        Access::Own => {
-            encode::auth_ok(&mut out);
-            auth::Authenticated { client_key: None }
-        }
+        Access::Own => access::welcome_own(&mut out),
         Access::Method(method) => {
             auth::authenticate(
                 &mut client.stream,
