@@ -32,6 +32,7 @@ pub mod control;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod hba;
 pub mod listen;
 pub mod logsafe;
 pub mod metrics;

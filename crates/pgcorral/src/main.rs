@@ -85,6 +85,12 @@ fn run() -> i32 {
         for w in &warnings {
             eprintln!("pgcorral: warning: {w}");
         }
+        if config.general.auth_type == pgcorral::config::AuthType::Hba {
+            let g = &config.general;
+            for w in pgcorral::hba::Hba::load(&g.auth_hba_file, &g.auth_ident_file).1 {
+                eprintln!("pgcorral: warning: {w}");
+            }
+        }
         if let Err(e) = pgcorral::tls::Tls::load(&config.general) {
             eprintln!("pgcorral: invalid configuration: {e}");
             return 1;

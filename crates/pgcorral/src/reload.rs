@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::config::{self, Config};
+use crate::hba;
 use crate::services::Services;
 use crate::tls;
 
@@ -145,8 +146,10 @@ fn apply(services: &Services, mut new: Config) -> Result<Applied, String> {
         )
     };
     let server_tls_changed = server_tls(&old.general) != server_tls(&new.general);
+    let rules = hba::for_config(&new.general);
     services.config.store(Arc::new(new));
     services.tls.store(Arc::new(tls));
+    services.hba.store(Arc::new(rules));
     if server_tls_changed {
         // Servers opened under the old TLS settings are replaced, as with RECONNECT.
         for pool in services.pools.all() {

@@ -13,6 +13,7 @@ use crate::cancel::CancelMap;
 use crate::config::Config;
 use crate::conns;
 use crate::control;
+use crate::hba::{self, Hba};
 use crate::pool::registry::Registry;
 use crate::prepared;
 use crate::route::classify;
@@ -55,6 +56,8 @@ pub struct Inner {
     /// TLS for clients and servers, from the configuration's files (replaced on reload); the
     /// same handle as the pools' targets hold.
     pub tls: tls::Shared,
+    /// `auth_type = "hba"`'s rules and ident maps, read again on reload.
+    pub hba: ArcSwap<Hba>,
 }
 
 #[derive(Clone)]
@@ -72,7 +75,9 @@ impl Services {
         let pools = Registry::default();
         let tls = pools.tls.clone();
         let shutdown = Arc::new(Shutdown::new(pools.lists.clone()));
+        let rules = hba::for_config(&config.general);
         Services(Arc::new(Inner {
+            hba: ArcSwap::from_pointee(rules),
             config: ArcSwap::from_pointee(config),
             pools,
             cancel: CancelMap::default(),

@@ -8,6 +8,7 @@ use corral_rt::timer;
 use pgwire::backend::TxStatus;
 use pgwire::encode;
 
+use super::access::{self, Access};
 use super::startup::{self, Opening};
 use super::{auth, params, ClientConn, LoggedIn};
 use crate::admin;
@@ -231,17 +232,25 @@ async fn login(
     let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
     let mut out = BytesMut::with_capacity(512);
     startup::negotiate(&mut out, minor, sent);
-    let authed = auth::authenticate(
-        &mut client.stream,
-        &mut client.buf,
-        &mut out,
-        &config,
-        &services.scram_cache,
-        user,
-        taken.user.is_text(),
-        binding.as_deref(),
-    )
-    .await?;
+    let console = admin::is_console(database);
+    let access = access::decide(client, &config, &services.hba.load(), taken, console)?;
+    let authed = match access {
+        Access::Own => access::welcome_own(&mut out),
+        Access::Method(method) => {
+            auth::authenticate(
+                &mut client.stream,
+                &mut client.buf,
+                &mut out,
+                &config,
+                method,
+                &services.scram_cache,
+                user,
+                taken.user.is_text(),
+                binding.as_deref(),
+            )
+            .await?
+        }
+    };
     // A name that is not UTF-8 names none of pgcorral's users or databases, and cannot be
     // passed to a server: refused as PostgreSQL refuses a role that does not exist (the
     // authentication refused it already where pgcorral knows its users), or as pgcorral
@@ -255,8 +264,8 @@ async fn login(
     }
     // Counted from a successful authentication on; admin users on the console have a few
     // places more, so that it stays reachable when every other place is taken.
-    let console = admin::is_console(database);
-    let admin = console && config.general.admin_users.iter().any(|u| u == user);
+    let own = access == Access::Own;
+    let admin = console && (own || config.general.admin_users.iter().any(|u| u == user));
     let Some(count) = services.admit_client(admin) else {
         return Err(Error::new(
             Kind::TooManyClients,
@@ -265,7 +274,7 @@ async fn login(
     };
     limit.authenticated();
     if console {
-        return console_login(client, services, user, database, out)
+        return console_login(client, services, user, database, own, out)
             .await
             .map(|a| (a, count));
     }
@@ -414,15 +423,21 @@ fn session_target(cluster: &cluster::Cluster) -> cluster::Target {
     Target::first_shard(want, false)
 }
 
-/// Welcomes an authenticated admin or stats user to the console, without a server.
+/// Welcomes an authenticated admin or stats user (or the console's `own` user, an admin) to
+/// the console, without a server.
 async fn console_login(
     client: &mut ClientConn,
     services: &Services,
     user: &str,
     database: &str,
+    own: bool,
     mut out: BytesMut,
 ) -> Result<Admitted> {
-    let Some(role) = admin::role(services, user) else {
+    let role = match own {
+        true => Some(admin::Role::Admin),
+        false => admin::role(services, user),
+    };
+    let Some(role) = role else {
         return Err(Error::new(
             Kind::UnknownUser,
             format!("not allowed: user \"{user}\" is in neither admin_users nor stats_users"),
@@ -474,7 +489,7 @@ fn list_client(
 ) -> Result<conns::Listed> {
     let (addr, local, remote_pid) = match client.peer {
         // As PgBouncer: "unix" and the listen port; the process id is known only here.
-        Peer::Unix { port, pid } => (Peer::unix_addr(port), Peer::unix_addr(port), pid),
+        Peer::Unix { port, pid, .. } => (Peer::unix_addr(port), Peer::unix_addr(port), pid),
         Peer::Tcp(_) => {
             let (Ok(addr), Ok(local)) = (client.stream.peer_addr(), client.stream.local_addr())
             else {

@@ -29,7 +29,8 @@ fn failed(user: &str) -> Error {
     )
 }
 
-/// Runs the configured method; on success AuthenticationOk has been queued in `out`.
+/// Runs `auth_type` (the configured method, or the one an hba rule chose: see
+/// [`super::access`]); on success AuthenticationOk has been queued in `out`.
 /// `binding`: the tls-server-end-point data of pgcorral's certificate, on a TLS connection
 /// (SCRAM-SHA-256-PLUS is then offered). `user_is_text` is false when the client's user name
 /// was not UTF-8 (`user` holds it replaced lossily): it names no user then, and is refused as
@@ -40,13 +41,13 @@ pub async fn authenticate(
     buf: &mut BytesMut,
     out: &mut BytesMut,
     config: &Config,
+    auth_type: AuthType,
     cache: &SecretCache,
     user: &str,
     user_is_text: bool,
     binding: Option<&[u8]>,
 ) -> Result<Authenticated> {
     let entry = config.users.get(user).filter(|_| user_is_text);
-    let auth_type = config.general.auth_type;
     if matches!(auth_type, AuthType::Trust | AuthType::Cert) {
         if auth_type == AuthType::Cert {
             certificate(stream, user, user_is_text)?;

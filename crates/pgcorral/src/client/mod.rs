@@ -2,6 +2,7 @@
 //! ([`request`]), checks out a server (transaction/statement mode) or keeps one (session mode),
 //! brings its session state along ([`state`]), relays, and releases.
 
+mod access;
 mod admit;
 pub mod auth;
 mod copy_split;

@@ -44,6 +44,10 @@ pub enum AuthType {
     /// the user name.
     #[serde(rename = "cert")]
     Cert,
+    /// Each login's method from the first matching rule of `auth_hba_file` (pg_hba.conf
+    /// syntax, as PgBouncer's `auth_type = hba`).
+    #[serde(rename = "hba")]
+    Hba,
 }
 
 /// How much TLS a side of pgcorral asks for (libpq's `sslmode` values, as PgBouncer).
@@ -100,6 +104,10 @@ pub struct General {
     pub admin_users: Vec<String>,
     /// Users who may connect to the admin console for SHOW commands only.
     pub stats_users: Vec<String>,
+    /// With `auth_type = "hba"`: the pg_hba.conf-syntax file of rules (read again on reload).
+    pub auth_hba_file: String,
+    /// The ident maps (pg_ident.conf syntax) that `map=` options of `auth_hba_file` name.
+    pub auth_ident_file: String,
     /// Seconds over which SHOW STATS averages are taken.
     pub stats_period: u64,
     /// Milliseconds a client's transaction waits for a server that is down (refusing
@@ -322,6 +330,8 @@ impl Default for General {
             auth_type: AuthType::ScramSha256,
             admin_users: Vec::new(),
             stats_users: Vec::new(),
+            auth_hba_file: String::new(),
+            auth_ident_file: String::new(),
             stats_period: 60,
             metrics_addr: String::new(),
             unix_socket_dir: "/tmp".into(),

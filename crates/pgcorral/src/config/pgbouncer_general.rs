@@ -117,6 +117,8 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
                 }
             }
             "auth_type" => x.auth_type = Some((s, at.clone())),
+            "auth_hba_file" => g.auth_hba_file = s,
+            "auth_ident_file" => g.auth_ident_file = s,
             "auth_file" if s.is_empty() => x.auth_file = None,
             "auth_file" => x.auth_file = Some(at.clone()),
             "listen_addr" => x.listen_addr = Some((s, at.clone())),
@@ -306,20 +308,16 @@ pub(super) fn finish(c: &mut Conv, cfg: &mut Config, x: &Extra, name: &str) {
         "cert" => AuthType::Cert,
         "md5" | "plain" => AuthType::Md5,
         "scram-sha-256" => AuthType::ScramSha256,
+        "hba" => AuthType::Hba,
         other => {
-            let why = if other == "hba" {
-                "not honoured yet: hba files (issue 37 item 2)"
-            } else {
-                "not supported by pgcorral"
-            };
-            c.errors.push(format!("{at}: auth_type = {other}: {why}; pgcorral reads this file with auth_type trust, any, cert, md5 or scram-sha-256"));
+            c.errors.push(format!("{at}: auth_type = {other}: not supported by pgcorral; pgcorral reads this file with auth_type trust, any, cert, hba, md5 or scram-sha-256"));
             return;
         }
     };
     if auth == "plain" {
         c.warn("pgbouncer.auth_type", format!("plain: pgcorral asks clients for an md5 password instead of a clear-text one ({at})"));
     }
-    if g.auth_type == AuthType::Trust {
+    if matches!(g.auth_type, AuthType::Trust | AuthType::Hba) {
         // Admins are let in as PgBouncer lets in its admins listed in auth_file.
         if !cfg.users.is_empty() {
             for u in g.admin_users.iter().chain(&g.stats_users) {

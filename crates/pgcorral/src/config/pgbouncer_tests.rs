@@ -224,7 +224,10 @@ fn wrong_values_name_key_and_line() {
             "pool_mod = session",
             "pgbouncer.ini:3: unknown parameter: pgbouncer/pool_mod",
         ),
-        ("auth_type = hba", "auth_type = hba: not honoured yet"),
+        (
+            "auth_type = hba",
+            "auth_hba_file: required with auth_type = \"hba\"",
+        ),
         ("auth_type = pam", "auth_type = pam: not supported"),
     ];
     for (line, want) in cases {

@@ -43,6 +43,7 @@ fn auth_name(auth: AuthType) -> &'static str {
         AuthType::Md5 => "md5",
         AuthType::Trust => "trust",
         AuthType::Cert => "cert",
+        AuthType::Hba => "hba",
     }
 }
 
@@ -129,7 +130,14 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
     }
     tls(g, errs);
     let auth = auth_name(g.auth_type);
-    if !matches!(g.auth_type, AuthType::Trust | AuthType::Cert) {
+    if g.auth_type == AuthType::Hba && g.auth_hba_file.is_empty() {
+        errs.push("general.auth_hba_file: required with auth_type = \"hba\"".into());
+    }
+    // With hba, a user without a password can still log in by a trust, peer or cert rule.
+    if !matches!(
+        g.auth_type,
+        AuthType::Trust | AuthType::Cert | AuthType::Hba
+    ) {
         if cfg.users.is_empty() {
             errs.push(format!(
                 "users: auth_type = \"{auth}\" needs at least one [users.NAME] entry with a password"
@@ -242,10 +250,9 @@ fn check_user(auth: AuthType, name: &str, user: &User, errs: &mut Vec<String>) {
     }
     let key = format!("users.{name}.password");
     match &user.password {
-        None if !matches!(auth, AuthType::Trust | AuthType::Cert) => errs.push(format!(
-            "{key}: required with auth_type = \"{}\"",
-            auth_name(auth)
-        )),
+        None if !matches!(auth, AuthType::Trust | AuthType::Cert | AuthType::Hba) => errs.push(
+            format!("{key}: required with auth_type = \"{}\"", auth_name(auth)),
+        ),
         None => {}
         Some(pw) => {
             check_secret_form(&key, pw, errs);

@@ -52,13 +52,15 @@ impl UnixListen {
         &self.path
     }
 
-    /// The next client, off tokio's reactor, with its process id when the kernel tells it.
+    /// The next client, off tokio's reactor, with its process and user ids when the kernel tells
+    /// them.
     pub async fn accept(&self) -> io::Result<(Detached, Peer)> {
         let (stream, _) = self.listener.accept().await?;
-        let pid = stream.peer_cred().ok().and_then(|c| c.pid()).unwrap_or(0);
+        let cred = stream.peer_cred().ok();
         let peer = Peer::Unix {
             port: self.port,
-            pid,
+            pid: cred.and_then(|c| c.pid()).unwrap_or(0),
+            uid: cred.map(|c| c.uid()),
         };
         Ok((Detached::Unix(stream.into_std()?, Vec::new()), peer))
     }

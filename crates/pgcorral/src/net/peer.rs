@@ -7,10 +7,12 @@ use std::net::SocketAddr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Peer {
     Tcp(SocketAddr),
-    /// Over the Unix socket `.s.PGSQL.<port>`; `pid` is the connecting process (0 if unknown).
+    /// Over the Unix socket `.s.PGSQL.<port>`; `pid` is the connecting process (0 if unknown),
+    /// `uid` its user (for `peer` authentication), from the socket's peer credentials.
     Unix {
         port: u16,
         pid: i32,
+        uid: Option<u32>,
     },
 }
 
@@ -26,7 +28,7 @@ impl fmt::Display for Peer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Peer::Tcp(a) => write!(f, "{a}"),
-            Peer::Unix { port, pid } => write!(f, "unix({pid}):{port}"),
+            Peer::Unix { port, pid, .. } => write!(f, "unix({pid}):{port}"),
         }
     }
 }
@@ -42,6 +44,7 @@ mod tests {
         let unix = Peer::Unix {
             port: 6432,
             pid: 4711,
+            uid: Some(0),
         };
         assert_eq!(unix.to_string(), "unix(4711):6432");
     }

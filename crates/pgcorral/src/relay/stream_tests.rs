@@ -86,7 +86,11 @@ async fn an_error_reaches_a_streaming_client_while_it_sends() {
     });
     let mut client = ClientConn {
         stream: Stream::Unix(corral_rt::sock::Socket::new(c).unwrap()),
-        peer: crate::net::peer::Peer::Unix { port: 0, pid: 0 },
+        peer: crate::net::peer::Peer::Unix {
+            port: 0,
+            pid: 0,
+            uid: None,
+        },
         buf: BytesMut::new(),
         pass: 0,
         max_len: 1 << 20,

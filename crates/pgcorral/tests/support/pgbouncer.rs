@@ -24,6 +24,17 @@ impl PgBouncer {
     /// Starts PgBouncer in front of the PostgreSQL on 127.0.0.1:`pg_port` and waits (up to 10 s)
     /// until it accepts connections.
     pub fn start(pg_port: u16) -> PgBouncer {
+        PgBouncer::start_with(
+            pg_port,
+            "unix_socket_dir =\nauth_type = trust\nauth_file = {dir}/users.txt\n",
+            &[("users.txt", "\"postgres\" \"\"\n\"stats\" \"\"\n")],
+        )
+    }
+
+    /// The same, with `auth` as the [pgbouncer] section's authentication lines (and its Unix
+    /// socket, if any) and `files` (name, text) written to its directory, which `{dir}` in
+    /// `auth` and in the files names.
+    pub fn start_with(pg_port: u16, auth: &str, files: &[(&str, &str)]) -> PgBouncer {
         assert!(
             Path::new(PGBOUNCER_BIN).exists(),
             "{PGBOUNCER_BIN} is missing: these tests compare pgcorral with PgBouncer; \
@@ -36,11 +47,10 @@ impl PgBouncer {
             .unwrap();
         let path = dir.path();
         let port = free_port();
-        std::fs::write(
-            path.join("users.txt"),
-            "\"postgres\" \"\"\n\"stats\" \"\"\n",
-        )
-        .unwrap();
+        let dir_name = path.display().to_string();
+        for (name, text) in files {
+            std::fs::write(path.join(name), text.replace("{dir}", &dir_name)).unwrap();
+        }
         let ini = format!(
             "[databases]\n\
              postgres = host=127.0.0.1 port={pg_port} dbname=postgres\n\
@@ -48,16 +58,14 @@ impl PgBouncer {
              [pgbouncer]\n\
              listen_addr = 127.0.0.1\n\
              listen_port = {port}\n\
-             unix_socket_dir =\n\
-             auth_type = trust\n\
-             auth_file = {users}\n\
+             {auth}\
              admin_users = postgres\n\
              stats_users = stats\n\
              pool_mode = transaction\n\
              ignore_startup_parameters = extra_float_digits\n\
              logfile = {log}\n\
              pidfile = {pid}\n",
-            users = path.join("users.txt").display(),
+            auth = auth.replace("{dir}", &dir_name),
             log = path.join("pgbouncer.log").display(),
             pid = path.join("pgbouncer.pid").display(),
         );
