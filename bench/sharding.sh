@@ -33,7 +33,7 @@
 # (`\set aid random(1, 100000 * :scale)`, `SELECT abalance FROM pgbench_accounts WHERE aid = :aid;`)
 # against direct PostgreSQL, PgBouncer, pgcorral `plain` and `sharded`, one after the other, the
 # order rotating each repetition. A pooler's CPU: utime + stime of its pid (/proc/PID/stat, all
-# threads) before and after pgbench, per transaction (trust logins included). A run with a
+# threads) before and after pgbench, per transaction (trust logins included), and its utime alone. A run with a
 # non-zero exit, failed transactions or an aborted client fails the script. PgBouncer < 1.21 has
 # no prepared statements in transaction mode: its prepared runs are n/a. The report (medians,
 # ratios) goes to $BENCH_RESULTS_DIR/YYYY-MM-DD-HHMM-sharding.md and is printed. Everything
@@ -273,25 +273,26 @@ log "routing check: $shard_hits"
 # ---- the runs -------------------------------------------------------------------------------------
 printf '%s\n' '\set aid random(1, 100000 * :scale)' \
   'SELECT abalance FROM pgbench_accounts WHERE aid = :aid;' >"$WORK/select.sql"
-RUNS=$WORK/runs.tsv # protocol clients target rep tps transactions cpu_ticks
+RUNS=$WORK/runs.tsv # protocol clients target rep tps transactions cpu_ticks user_ticks
 : >"$RUNS"
 mkdir -p "$WORK/runs"
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+user_ticks() { awk '{print $14}' "/proc/$1/stat"; }
 
 run_pgbench() { # protocol clients target rep (rep 0: warm-up, T=WARMUP, not recorded)
-  local proto=$1 c=$2 t=$3 rep=$4 secs=$T pid before="" after="" rc=0 out j
+  local proto=$1 c=$2 t=$3 rep=$4 secs=$T pid before="" after="" user_before="" user_after="" rc=0 out j
   [ "$rep" -eq 0 ] && secs=$WARMUP
   pid=$(pid_of "$t")
   j=$((JOBS < c ? JOBS : c))
   out=$WORK/runs/$proto-c$c-$t-r$rep.out
   # A second for the pooler to finish the previous run's logouts, then its CPU time so far.
-  [ -n "$pid" ] && sleep 1 && before=$(cpu_ticks "$pid")
+  [ -n "$pid" ] && sleep 1 && before=$(cpu_ticks "$pid") && user_before=$(user_ticks "$pid")
   timeout --kill-after=10 $((secs * 3 + 120)) "$PGBENCH" -n -M "$proto" -c "$c" -j "$j" -T "$secs" \
     -D scale="$SCALE" -f "$WORK/select.sql" -h 127.0.0.1 -p "$(port_of "$t")" -U postgres "$(db_of "$t")" >"$out" 2>&1 &
   PGBENCH_PID=$!
   wait "$PGBENCH_PID" || rc=$?
   PGBENCH_PID=""
-  [ -n "$pid" ] && { after=$(cpu_ticks "$pid") || die "$t died; see $WORK"; }
+  [ -n "$pid" ] && { after=$(cpu_ticks "$pid") && user_after=$(user_ticks "$pid") || die "$t died; see $WORK"; }
   local tps tx failed
   tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$out")
   tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$out")
@@ -301,8 +302,8 @@ run_pgbench() { # protocol clients target rep (rep 0: warm-up, T=WARMUP, not rec
     die "pgbench $proto c=$c against $t: exit $rc, ${tx:-no} transactions, ${failed:-unknown} failed; see $out"
   fi
   [ "$rep" -eq 0 ] && return 0
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$proto" "$c" "$t" "$rep" "$tps" "$tx" \
-    "${before:+$((after - before))}" >>"$RUNS"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$proto" "$c" "$t" "$rep" "$tps" "$tx" \
+    "${before:+$((after - before))}" "${user_before:+$((user_after - user_before))}" >>"$RUNS"
   log "  $proto c=$c $t: tps $tps${before:+, pooler $((after - before)) ticks}"
 }
 targets_for() { # protocol
@@ -331,7 +332,7 @@ elapsed=$(($(date +%s) - START_EPOCH))
 
 # ---- report ---------------------------------------------------------------------------------------
 mkdir -p "$RESULTS"
-REPORT=$RESULTS/$RUN_DATE-sharding$([ "$SHARD_LAYOUT" = databases ] && echo -one-server).md
+REPORT=$RESULTS/$RUN_DATE-sharding$([ "$SHARD_LAYOUT" = databases ] && echo -one-server || true).md
 pg_version=$("$PG_BIN/postgres" --version)
 export SHARD_LAYOUT RUNS CLK_TCK PROTOCOLS CLIENTS REPS T SCALE POOL_SIZE JOBS GIT_REV pg_version BOUNCER_VERSION shard_hits
 export LOAD_START LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)" ELAPSED="$((elapsed / 60))m$((elapsed % 60))s"
@@ -340,11 +341,11 @@ python3 - >"$REPORT" <<'EOF'
 import os, statistics as st
 from collections import defaultdict
 E = os.environ
-runs = defaultdict(list)  # (protocol, clients, target) -> [(tps, µs/tx or None)]
+runs = defaultdict(list)  # (protocol, clients, target) -> [(tps, µs/tx or None, user µs/tx or None)]
 for line in open(E["RUNS"]):
-    p, c, t, rep, tps, tx, ticks = line.rstrip("\n").split("\t")
-    us = int(ticks) / int(E["CLK_TCK"]) * 1e6 / int(tx) if ticks else None
-    runs[(p, int(c), t)].append((float(tps), us))
+    p, c, t, rep, tps, tx, ticks, *user = line.rstrip("\n").split("\t")
+    per_tx = lambda n: int(n) / int(E["CLK_TCK"]) * 1e6 / int(tx) if n else None
+    runs[(p, int(c), t)].append((float(tps), per_tx(ticks), per_tx(user[0] if user else "")))
 def med(p, c, t, i):
     v = [r[i] for r in runs.get((p, c, t), []) if r[i] is not None]
     return st.median(v) if v else None
@@ -386,14 +387,17 @@ for p in E["PROTOCOLS"].split():
               f"({f(None if rc is None else sh - pl, '{:+.1f}')} µs/tx; target ≤ 1.10)")
         print(f"* pgcorral sharded ÷ PgBouncer CPU = {f(ratio(sh, bo), '{:.2f}')}; "
               f"tps sharded ÷ plain = {f(ratio(med(p, c, 'corral-sharded', 0), med(p, c, 'corral-plain', 0)), '{:.2f}')}\n")
-        summary.append((p, c, pl, sh, rc, ratio(sh, bo)))
+        summary.append((p, c, pl, sh, rc, ratio(sh, bo), med(p, c, "corral-plain", 2), med(p, c, "corral-sharded", 2)))
 print("## Summary: pgcorral CPU per transaction\n")
-print("| protocol | clients | plain µs/tx | sharded µs/tx | routing µs/tx | sharded ÷ plain | ≤ 1.10 | sharded ÷ PgBouncer |")
-print("|---|---:|---:|---:|---:|---:|---|---:|")
-for p, c, pl, sh, rc, rb in summary:
+print("User µs/tx: the user-space part of the pooler's CPU (routing is user-space work; the rest is the "
+      "kernel's, for the same system calls).\n")
+print("| protocol | clients | plain µs/tx | sharded µs/tx | routing µs/tx | sharded ÷ plain | ≤ 1.10 | user µs/tx plain → sharded | sharded ÷ PgBouncer |")
+print("|---|---:|---:|---:|---:|---:|---|---:|---:|")
+for p, c, pl, sh, rc, rb, upl, ush in summary:
     ok = "n/a" if rc is None else ("yes" if rc <= 1.10 else "**no**")
     print(f"| {p} | {c} | {f(pl, '{:.1f}')} | {f(sh, '{:.1f}')} | "
-          f"{f(None if rc is None else sh - pl, '{:+.1f}')} | {f(rc, '{:.2f}')} | {ok} | {f(rb, '{:.2f}')} |")
+          f"{f(None if rc is None else sh - pl, '{:+.1f}')} | {f(rc, '{:.2f}')} | {ok} | "
+          f"{f(upl, '{:.1f}')} → {f(ush, '{:.1f}')} | {f(rb, '{:.2f}')} |")
 print("\n## All runs\n\n| protocol | clients | target | tps per repetition | pooler µs/tx per repetition |\n|---|---:|---|---|---|")
 for (p, c, t), rs in runs.items():
     print(f"| {p} | {c} | {t} | {', '.join(f(r[0]) for r in rs)} | "
