@@ -46,18 +46,21 @@ impl Pooler {
             "localhost" => "127.0.0.1",
             h => h,
         };
-        let listener = match config.general.so_reuseport {
-            false => TcpListener::bind((host, config.general.listen_port)).await?,
-            true => bind_reuseport(host, config.general.listen_port)?,
-        };
-        // On the port TCP got, so that listen_port 0 names one socket file.
+        let tcp = bind_tcp(
+            host,
+            config.general.listen_port,
+            config.general.so_reuseport,
+        )?;
+        // On the port TCP got, so that listen_port 0 names one socket file; before TCP listens,
+        // so that a pooler that answers on its port answers on its socket too.
         let unix = match config.general.unix_socket_dir.as_str() {
             "" => None,
             dir => {
                 let mode = config::socket_mode(&config.general.unix_socket_mode).unwrap_or(0o777);
-                Some(UnixListen::bind(dir, listener.local_addr()?.port(), mode)?)
+                Some(UnixListen::bind(dir, tcp.local_addr()?.port(), mode)?)
             }
         };
+        let listener = tcp.listen(LISTEN_BACKLOG)?;
         let metrics = match config.general.metrics_addr.as_str() {
             "" => None,
             addr => Some(TcpListener::bind(addr).await?),
@@ -183,9 +186,10 @@ impl Pooler {
     }
 }
 
-/// A TCP listener with SO_REUSEPORT (and SO_REUSEADDR, as std's): several processes may listen
-/// on the port, and the kernel spreads new connections over them.
-fn bind_reuseport(host: &str, port: u16) -> std::io::Result<TcpListener> {
+/// A TCP socket bound to the first address of `host`:`port` that takes it, not listening yet:
+/// with SO_REUSEADDR (as std's and tokio's listeners), and SO_REUSEPORT when `reuseport` (several
+/// processes may listen on the port, and the kernel spreads new connections over them).
+fn bind_tcp(host: &str, port: u16, reuseport: bool) -> std::io::Result<tokio::net::TcpSocket> {
     use std::net::ToSocketAddrs;
     let mut last = None;
     for addr in (host, port).to_socket_addrs()? {
@@ -194,12 +198,11 @@ fn bind_reuseport(host: &str, port: u16) -> std::io::Result<TcpListener> {
             SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
         };
         socket.set_reuseaddr(true)?;
-        socket.set_reuseport(true)?;
-        match socket
-            .bind(addr)
-            .and_then(|()| socket.listen(LISTEN_BACKLOG))
-        {
-            Ok(l) => return Ok(l),
+        if reuseport {
+            socket.set_reuseport(true)?;
+        }
+        match socket.bind(addr) {
+            Ok(()) => return Ok(socket),
             Err(e) => last = Some(e),
         }
     }
@@ -211,8 +214,7 @@ fn bind_reuseport(host: &str, port: u16) -> std::io::Result<TcpListener> {
     }))
 }
 
-/// The accept backlog of a listener bound by [`bind_reuseport`] (tokio's own for
-/// `TcpListener::bind`).
+/// The accept backlog of the TCP listener (tokio's own default).
 const LISTEN_BACKLOG: u32 = 1024;
 
 /// Waits for the clients as the stop's mode says; returns at once on an immediate exit.
