@@ -9,7 +9,7 @@ use pgwire::backend::TxStatus;
 use pgwire::encode;
 
 use super::startup::{self, Opening};
-use super::{auth, params, ClientConn, LoggedIn};
+use super::{login_auth, params, ClientConn, LoggedIn};
 use crate::admin;
 use crate::cancel::CancelSlot;
 use crate::clock;
@@ -231,14 +231,12 @@ async fn login(
     let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
     let mut out = BytesMut::with_capacity(512);
     startup::negotiate(&mut out, minor, sent);
-    let authed = auth::authenticate(
-        &mut client.stream,
-        &mut client.buf,
+    let authed = login_auth::authenticate(
+        client,
         &mut out,
+        services,
         &config,
-        &services.scram_cache,
-        user,
-        taken.user.is_text(),
+        taken,
         binding.as_deref(),
     )
     .await?;

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::pgbouncer::{from_pgbouncer_str, is_pgbouncer};
 use super::pgcat::{from_pgcat_str, is_pgcat, Warning};
+use super::userlist;
 use super::validate::{problems, validate};
 use super::{AuthType, Config, Database, General, User};
 
@@ -39,7 +40,9 @@ pub fn load_file_warnings(path: &Path) -> Result<(Config, Vec<Warning>), ConfigE
         .map_err(|e| ConfigError(format!("cannot read {shown}: {e}")))?;
     if is_pgbouncer(path, &text) {
         // Its errors start with `file:line:` (or the path) themselves.
-        return from_pgbouncer_str(&shown.to_string(), &text);
+        let (mut cfg, mut warnings) = from_pgbouncer_str(&shown.to_string(), &text)?;
+        warnings.extend(auth_file(&mut cfg, &shown.to_string())?);
+        return Ok((cfg, warnings));
     }
     if is_pgcat(path, &text) {
         return from_pgcat_str(&text).map_err(|e| {
@@ -47,14 +50,22 @@ pub fn load_file_warnings(path: &Path) -> Result<(Config, Vec<Warning>), ConfigE
             ConfigError(lines.join("\n"))
         });
     }
-    let cfg = parse(&text).map_err(|e| ConfigError(format!("{shown}: {e}")))?;
+    let mut cfg = parse(&text).map_err(|e| ConfigError(format!("{shown}: {e}")))?;
     let found = problems(&cfg);
     if found.is_empty() {
-        Ok((cfg, Vec::new()))
+        let warnings = auth_file(&mut cfg, &shown.to_string())?;
+        Ok((cfg, warnings))
     } else {
         let lines: Vec<String> = found.iter().map(|p| format!("{shown}: {p}")).collect();
         Err(ConfigError(lines.join("\n")))
     }
+}
+
+/// Reads the configuration's `auth_file` into its users (see [`userlist::merge`]), its
+/// messages prefixed by the configuration file's name.
+fn auth_file(cfg: &mut Config, shown: &str) -> Result<Vec<Warning>, ConfigError> {
+    let read = |p: &str| std::fs::read(p);
+    userlist::merge(cfg, &read).map_err(|e| ConfigError(format!("{shown}: {e}")))
 }
 
 /// The configuration used without a file: listen on 127.0.0.1:6432, route any database name

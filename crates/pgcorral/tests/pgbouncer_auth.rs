@@ -1,0 +1,262 @@
+//! PgBouncer's users and passwords read as PgBouncer reads them: a userlist.txt (plaintext, md5
+//! and SCRAM entries, re-read at SIGHUP) and auth_user + auth_query through a SECURITY DEFINER
+//! function as in PgBouncer's documentation (roles created after start log in, an expired role
+//! is refused at its next login, a client's search_path does not reach the lookup); logins and
+//! refusals with PostgreSQL's messages and SQLSTATE 28P01.
+
+mod support;
+
+use std::time::Duration;
+
+use support::raw::Raw;
+use support::{
+    blocking, connect, db_message, free_port, socket_dir, sqlstate, PgOptions, PoolerProcess,
+    Postgres,
+};
+
+/// A PostgreSQL that checks passwords (md5 in pg_hba.conf: SCRAM for SCRAM-stored roles, md5
+/// for md5-stored ones), with a database `app`.
+fn server() -> Postgres {
+    let pg = blocking(|| {
+        Postgres::start_with(PgOptions {
+            auth: "md5",
+            ..PgOptions::default()
+        })
+    });
+    blocking(|| pg.create_db("app"));
+    pg
+}
+
+/// A login role stored as SCRAM (`md5 = false`) or md5.
+fn role(pg: &Postgres, name: &str, password: &str, md5: bool) {
+    let enc = if md5 { "md5" } else { "scram-sha-256" };
+    pg.sql(
+        "postgres",
+        &format!(
+            "SET password_encryption = '{enc}'; CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'"
+        ),
+    );
+}
+
+/// pgcorral on this pgbouncer.ini `[pgbouncer]` text (listen_addr, listen_port and
+/// unix_socket_dir added) and `[databases]` lines.
+fn start(pgbouncer: &str, databases: &str) -> PoolerProcess {
+    let port = free_port();
+    let ini = format!(
+        "[databases]\n{databases}\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
+         unix_socket_dir = {sockets}\npool_mode = transaction\n{pgbouncer}",
+        sockets = socket_dir().display()
+    );
+    blocking(|| PoolerProcess::start_file("pgbouncer.ini", &ini, port))
+}
+
+/// Logs in and returns `current_user`, or the error's (SQLSTATE, message).
+async fn login(port: u16, user: &str, password: &str) -> Result<String, (String, String)> {
+    match connect(port, user, Some(password), "app").await {
+        Ok(c) => {
+            let row = c.query_one("SELECT current_user::text", &[]).await.unwrap();
+            Ok(row.get(0))
+        }
+        Err(e) => Err((sqlstate(&e), db_message(&e))),
+    }
+}
+
+/// The refusal PostgreSQL gives a wrong password (or a role that does not exist).
+fn refused(user: &str) -> Result<String, (String, String)> {
+    Err((
+        "28P01".into(),
+        format!("password authentication failed for user \"{user}\""),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn userlist_entries_log_in_and_reload() {
+    let pg = server();
+    blocking(|| {
+        role(&pg, "plainu", "plain pw", false);
+        role(&pg, "md5u", "md5 pw", true);
+        role(&pg, "scramu", "scram pw", false);
+        role(&pg, "md5pass", "md5pass", false);
+    });
+    let verifier = blocking(|| {
+        pg.sql(
+            "postgres",
+            "SELECT rolpassword FROM pg_authid WHERE rolname = 'scramu'",
+        )
+    });
+    assert!(verifier.starts_with("SCRAM-SHA-256$"), "{verifier}");
+    let md5 = pgwire::auth::md5::stored_hash("md5u", "md5 pw");
+    let dir = tempfile::tempdir().unwrap();
+    let userlist = dir.path().join("userlist.txt");
+    let write = |plain: &str| {
+        let text = format!(
+            ";; the shop's users\n\"plainu\" \"{plain}\"\n\"md5u\" \"{md5}\"\n\
+             \"scramu\" \"{verifier}\" written by mkauth\n\"md5pass\" \"md5pass\"\n\"nopw\" \"\"\n"
+        );
+        std::fs::write(&userlist, text).unwrap();
+    };
+    write("plain pw");
+    let pooler = start(
+        &format!("auth_type = md5\nauth_file = {}\n", userlist.display()),
+        &format!("app = host=127.0.0.1 port={} dbname=app", pg.port),
+    );
+    let port = pooler.port;
+
+    // Each form of password logs in; the server sees the user itself.
+    for (user, pw) in [
+        ("plainu", "plain pw"),
+        ("md5u", "md5 pw"),
+        ("scramu", "scram pw"),
+        ("md5pass", "md5pass"),
+    ] {
+        assert_eq!(login(port, user, pw).await, Ok(user.to_string()), "{user}");
+    }
+    // Refusals as PostgreSQL words them: a wrong password, a user the file does not know, a
+    // user whose password is empty (no password login).
+    assert_eq!(login(port, "plainu", "wrong").await, refused("plainu"));
+    assert_eq!(login(port, "scramu", "wrong").await, refused("scramu"));
+    assert_eq!(login(port, "ghost", "x").await, refused("ghost"));
+    assert_eq!(login(port, "nopw", "").await.unwrap_err().0, "28P01");
+
+    // A changed file is read again at SIGHUP.
+    blocking(|| pg.sql("postgres", "ALTER ROLE plainu PASSWORD 'new pw'"));
+    write("new pw");
+    pooler.signal("HUP");
+    let mut now = Err((String::new(), String::new()));
+    for _ in 0..100 {
+        now = login(port, "plainu", "new pw").await;
+        if now.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(now, Ok("plainu".to_string()), "{}", pooler.log());
+    assert_eq!(login(port, "plainu", "plain pw").await, refused("plainu"));
+}
+
+/// PgBouncer's documented lookup function, in database `app`, for role `pgbouncer`; and a
+/// decoy `evil.user_lookup` that answers any name with the md5 of "evil", which a client's
+/// search_path must not reach.
+fn lookup_function(pg: &Postgres) {
+    pg.sql(
+        "app",
+        "CREATE ROLE pgbouncer LOGIN PASSWORD 'pgb pw';
+         CREATE SCHEMA pgbouncer;
+         CREATE OR REPLACE FUNCTION pgbouncer.user_lookup(in i_username text, out uname text, out phash text)
+         RETURNS record AS $$
+         BEGIN
+             SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END
+             FROM pg_authid
+             WHERE rolname=i_username AND rolcanlogin
+             INTO uname, phash;
+             RETURN;
+         END;
+         $$ LANGUAGE plpgsql
+            SECURITY DEFINER
+            SET search_path = pg_catalog, pg_temp;
+         REVOKE ALL ON FUNCTION pgbouncer.user_lookup(text) FROM public, pgbouncer;
+         GRANT USAGE ON SCHEMA pgbouncer TO pgbouncer;
+         GRANT EXECUTE ON FUNCTION pgbouncer.user_lookup(text) TO pgbouncer;
+         ALTER ROLE pgbouncer SET search_path = pgbouncer;
+         CREATE SCHEMA evil;
+         GRANT USAGE ON SCHEMA evil TO public;
+         CREATE FUNCTION evil.user_lookup(in i_username text, out uname text, out phash text)
+         RETURNS record AS $$ SELECT i_username, 'md5' || md5('evil' || i_username) $$ LANGUAGE sql;",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_query_finds_roles_created_after_start() {
+    let pg = server();
+    blocking(|| lookup_function(&pg));
+    let dir = tempfile::tempdir().unwrap();
+    let userlist = dir.path().join("userlist.txt");
+    std::fs::write(&userlist, "\"pgbouncer\" \"pgb pw\"\n").unwrap();
+    let p = pg.port;
+    let pooler = start(
+        &format!(
+            "auth_type = md5\nauth_file = {}\nauth_user = pgbouncer\n\
+             auth_query = SELECT uname, phash FROM user_lookup($1)\n",
+            userlist.display()
+        ),
+        &format!(
+            "app = host=127.0.0.1 port={p} dbname=app\n\
+             one_column = host=127.0.0.1 port={p} dbname=app auth_query='SELECT $1::text'\n\
+             missing_fn = host=127.0.0.1 port={p} dbname=app auth_query='SELECT * FROM nope($1)'\n"
+        ),
+    );
+    let port = pooler.port;
+
+    // Roles created after pgcorral started: SCRAM-stored and md5-stored.
+    blocking(|| {
+        role(&pg, "late", "late pw", false);
+        role(&pg, "late_md5", "md5 pw", true);
+        pg.sql("postgres", "CREATE ROLE nologin PASSWORD 'x'");
+    });
+    assert_eq!(login(port, "late", "late pw").await, Ok("late".into()));
+    assert_eq!(
+        login(port, "late_md5", "md5 pw").await,
+        Ok("late_md5".into())
+    );
+    assert_eq!(login(port, "late", "wrong").await, refused("late"));
+    // No row (no such role, or one that may not log in): refused as a wrong password.
+    assert_eq!(login(port, "ghost", "x").await, refused("ghost"));
+    assert_eq!(login(port, "nologin", "x").await, refused("nologin"));
+
+    // A client's search_path (a startup parameter, or in options) does not reach the lookup:
+    // the decoy would accept "evil" for anyone.
+    for params in [
+        &[
+            ("user", "ghost"),
+            ("database", "app"),
+            ("search_path", "evil"),
+        ][..],
+        &[
+            ("user", "ghost"),
+            ("database", "app"),
+            ("options", "-c search_path=evil"),
+        ][..],
+    ] {
+        let err = Raw::login_with(port, params, Some("evil")).await.err();
+        let err = err.expect("the decoy lookup was used");
+        assert_eq!(
+            (err.code.as_str(), err.message.as_str()),
+            ("28P01", "password authentication failed for user \"ghost\"")
+        );
+    }
+    let params = [
+        ("user", "late_md5"),
+        ("database", "app"),
+        ("search_path", "evil"),
+    ];
+    let mut ok = Raw::login_with(port, &params, Some("md5 pw"))
+        .await
+        .unwrap();
+    let rows = ok.query("SELECT current_user::text").await.unwrap();
+    assert_eq!(rows[0][0].as_deref(), Some("late_md5"));
+
+    // VALID UNTIL moved into the past: refused at the next login.
+    blocking(|| pg.sql("postgres", "ALTER ROLE late VALID UNTIL '2000-01-01'"));
+    assert_eq!(login(port, "late", "late pw").await, refused("late"));
+    // And back: no cache holds the refusal either.
+    blocking(|| pg.sql("postgres", "ALTER ROLE late VALID UNTIL 'infinity'"));
+    assert_eq!(login(port, "late", "late pw").await, Ok("late".into()));
+
+    // A query the server cannot answer as asked: a clear error, never a login.
+    for db in ["one_column", "missing_fn"] {
+        let err = connect(port, "late", Some("late pw"), db)
+            .await
+            .unwrap_err();
+        let msg = db_message(&err);
+        assert!(
+            msg.contains("could not look up the user's password"),
+            "{db}: {msg}"
+        );
+    }
+    let log = pooler.log();
+    assert!(
+        log.contains("expected 2 columns from auth_query, not 1"),
+        "{log}"
+    );
+    assert!(log.contains("42883"), "{log}");
+}
