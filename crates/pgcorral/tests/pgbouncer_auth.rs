@@ -260,3 +260,77 @@ async fn auth_query_finds_roles_created_after_start() {
     );
     assert!(log.contains("42883"), "{log}");
 }
+
+/// The same pgbouncer.ini and userlist.txt give the same logins and refusals on Debian's
+/// PgBouncer (1.18) and on pgcorral: userlist entries of each form, auth_query through the
+/// documented function, an expired role, users nobody knows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_logins_and_refusals_as_pgbouncer() {
+    let pg = server();
+    blocking(|| {
+        lookup_function(&pg);
+        role(&pg, "plainu", "plain pw", false);
+        role(&pg, "md5u", "md5 pw", true);
+        role(&pg, "scramu", "scram pw", false);
+        role(&pg, "late", "late pw", false);
+        role(&pg, "expired", "old pw", false);
+        pg.sql("postgres", "ALTER ROLE expired VALID UNTIL '2000-01-01'");
+    });
+    let verifier = blocking(|| {
+        pg.sql("postgres", "SELECT rolpassword FROM pg_authid WHERE rolname = 'scramu'")
+    });
+    let userlist = format!(
+        ";; users\n\"pgbouncer\" \"pgb pw\"\n\"plainu\" \"plain pw\"\n\"md5u\" \"{}\"\n\"scramu\" \"{verifier}\"\n\"nopw\" \"\"\n",
+        pgwire::auth::md5::stored_hash("md5u", "md5 pw"),
+    );
+    let ini = |port: u16| {
+        format!(
+            "[databases]\napp = host=127.0.0.1 port={pg} dbname=app\n\n[pgbouncer]\n\
+             listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
+             auth_type = md5\nauth_file = {{dir}}/userlist.txt\nauth_user = pgbouncer\n\
+             auth_query = SELECT uname, phash FROM pgbouncer.user_lookup($1)\n\
+             pool_mode = transaction\nignore_startup_parameters = extra_float_digits\n",
+            pg = pg.port
+        )
+    };
+    let bouncer_port = free_port();
+    let bouncer = blocking(|| {
+        support::pgbouncer::PgBouncer::start_files(
+            bouncer_port,
+            &[("userlist.txt", &userlist)],
+            &ini(bouncer_port),
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("userlist.txt"), &userlist).unwrap();
+    let port = free_port();
+    let text = ini(port).replace("{dir}", &dir.path().display().to_string());
+    let pooler = blocking(|| PoolerProcess::start_file("pgbouncer.ini", &text, port));
+
+    let cases = [
+        ("plainu", "plain pw", true),
+        ("plainu", "wrong", false),
+        ("md5u", "md5 pw", true),
+        ("md5u", "wrong", false),
+        ("scramu", "scram pw", true),
+        ("scramu", "wrong", false),
+        ("late", "late pw", true),
+        ("late", "wrong", false),
+        ("expired", "old pw", false),
+        ("nopw", "", false),
+        ("ghost", "x", false),
+    ];
+    for (user, password, ok) in cases {
+        let theirs = login(bouncer.port, user, password).await;
+        let ours = login(pooler.port, user, password).await;
+        assert_eq!(
+            (theirs.is_ok(), ours.is_ok()),
+            (ok, ok),
+            "{user}/{password}: PgBouncer {theirs:?}, pgcorral {ours:?}\n{}",
+            bouncer.log()
+        );
+        if let Err((code, _)) = &ours {
+            assert_eq!(code, "28P01", "{user}: {ours:?}");
+        }
+    }
+}

@@ -20,7 +20,10 @@ pub enum Answer {
         name: String,
         password: Option<String>,
     },
-    /// No row: no such role, or one that may not log in.
+    /// No row, or a row whose name is NULL: no such role, or one that may not log in.
+    /// (PgBouncer's documented `user_lookup` function answers an unknown name with one row of
+    /// NULLs; PgBouncer then drops the lookup connection and fails the login with its own
+    /// error. pgcorral reads it as no row: a wrong password, 28P01.)
     NoRow,
 }
 
@@ -31,8 +34,6 @@ pub enum Failure {
     Server { message: String, code: String },
     /// Not exactly two columns (PgBouncer: `expected 2 columns from auth_query`).
     Columns(usize),
-    /// Column 1 was NULL (PgBouncer: `auth_query response contained null user name`).
-    NullName,
     /// The connection failed, broke the protocol or timed out: not to be reused.
     Broken(String),
 }
@@ -42,7 +43,6 @@ impl std::fmt::Display for Failure {
         match self {
             Failure::Server { message, code } => write!(f, "server error {code}: {message}"),
             Failure::Columns(n) => write!(f, "expected 2 columns from auth_query, not {n}"),
-            Failure::NullName => f.write_str("auth_query response contained null user name"),
             Failure::Broken(why) => f.write_str(why),
         }
     }
@@ -132,7 +132,7 @@ impl Reading {
                 let password = row.pop().flatten();
                 match row.pop().flatten() {
                     Some(name) => Ok(Answer::Row { name, password }),
-                    None => Err(Failure::NullName),
+                    None => Ok(Answer::NoRow),
                 }
             }
         }
@@ -262,7 +262,7 @@ mod tests {
         );
         assert_eq!(
             read(&[(t, columns(2)), (d, row(&[None, Some("x")]))]),
-            Err(Failure::NullName)
+            Ok(Answer::NoRow)
         );
         let mut err = Vec::new();
         for (k, v) in [

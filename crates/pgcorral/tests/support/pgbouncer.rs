@@ -24,6 +24,30 @@ impl PgBouncer {
     /// Starts PgBouncer in front of the PostgreSQL on 127.0.0.1:`pg_port` and waits (up to 10 s)
     /// until it accepts connections.
     pub fn start(pg_port: u16) -> PgBouncer {
+        let port = free_port();
+        let ini = format!(
+            "[databases]\n\
+             postgres = host=127.0.0.1 port={pg_port} dbname=postgres\n\
+             \n\
+             [pgbouncer]\n\
+             listen_addr = 127.0.0.1\n\
+             listen_port = {port}\n\
+             unix_socket_dir =\n\
+             auth_type = trust\n\
+             auth_file = {{dir}}/users.txt\n\
+             admin_users = postgres\n\
+             stats_users = stats\n\
+             pool_mode = transaction\n\
+             ignore_startup_parameters = extra_float_digits\n"
+        );
+        PgBouncer::start_files(port, &[("users.txt", "\"postgres\" \"\"\n\"stats\" \"\"\n")], &ini)
+    }
+
+    /// Starts PgBouncer on `ini`, which must listen on 127.0.0.1:`port` and end in its
+    /// `[pgbouncer]` section (logfile and pidfile are added there); `{dir}` in it is the
+    /// directory where `files` (name, text) are written. Waits (up to 10 s) until it accepts
+    /// connections.
+    pub fn start_files(port: u16, files: &[(&str, &str)], ini: &str) -> PgBouncer {
         assert!(
             Path::new(PGBOUNCER_BIN).exists(),
             "{PGBOUNCER_BIN} is missing: these tests compare pgcorral with PgBouncer; \
@@ -35,29 +59,12 @@ impl PgBouncer {
             .tempdir()
             .unwrap();
         let path = dir.path();
-        let port = free_port();
-        std::fs::write(
-            path.join("users.txt"),
-            "\"postgres\" \"\"\n\"stats\" \"\"\n",
-        )
-        .unwrap();
+        for (name, text) in files {
+            std::fs::write(path.join(name), text).unwrap();
+        }
         let ini = format!(
-            "[databases]\n\
-             postgres = host=127.0.0.1 port={pg_port} dbname=postgres\n\
-             \n\
-             [pgbouncer]\n\
-             listen_addr = 127.0.0.1\n\
-             listen_port = {port}\n\
-             unix_socket_dir =\n\
-             auth_type = trust\n\
-             auth_file = {users}\n\
-             admin_users = postgres\n\
-             stats_users = stats\n\
-             pool_mode = transaction\n\
-             ignore_startup_parameters = extra_float_digits\n\
-             logfile = {log}\n\
-             pidfile = {pid}\n",
-            users = path.join("users.txt").display(),
+            "{}\nlogfile = {log}\npidfile = {pid}\n",
+            ini.replace("{dir}", &path.display().to_string()),
             log = path.join("pgbouncer.log").display(),
             pid = path.join("pgbouncer.pid").display(),
         );
