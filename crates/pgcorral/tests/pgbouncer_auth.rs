@@ -165,20 +165,25 @@ fn lookup_function(pg: &Postgres) {
     );
 }
 
+/// `[pgbouncer]` lines for md5 logins looked up as `pgbouncer` (its password in a
+/// userlist.txt written in `dir`), with `more` lines.
+fn lookup_settings(dir: &std::path::Path, more: &str) -> String {
+    let userlist = dir.join("userlist.txt");
+    std::fs::write(&userlist, "\"pgbouncer\" \"pgb pw\"\n").unwrap();
+    format!(
+        "auth_type = md5\nauth_file = {}\nauth_user = pgbouncer\n{more}\n",
+        userlist.display()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_query_finds_roles_created_after_start() {
     let pg = server();
     blocking(|| lookup_function(&pg));
     let dir = tempfile::tempdir().unwrap();
-    let userlist = dir.path().join("userlist.txt");
-    std::fs::write(&userlist, "\"pgbouncer\" \"pgb pw\"\n").unwrap();
     let p = pg.port;
     let pooler = start(
-        &format!(
-            "auth_type = md5\nauth_file = {}\nauth_user = pgbouncer\n\
-             auth_query = SELECT uname, phash FROM user_lookup($1)\n",
-            userlist.display()
-        ),
+        &lookup_settings(dir.path(), "auth_query = SELECT uname, phash FROM user_lookup($1)"),
         &format!(
             "app = host=127.0.0.1 port={p} dbname=app\n\
              one_column = host=127.0.0.1 port={p} dbname=app auth_query='SELECT $1::text'\n\
@@ -259,6 +264,34 @@ async fn auth_query_finds_roles_created_after_start() {
         "{log}"
     );
     assert!(log.contains("42883"), "{log}");
+}
+
+/// auth_query_cache_lifetime (opt-in): a found password is reused, so an expiry is seen only
+/// once the entry is gone; a failed login forgets it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_lookup_is_forgotten_after_a_failed_login() {
+    let pg = server();
+    blocking(|| {
+        lookup_function(&pg);
+        role(&pg, "cached", "cached pw", false);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let pooler = start(
+        &lookup_settings(
+            dir.path(),
+            "auth_query = SELECT uname, phash FROM pgbouncer.user_lookup($1)\nauth_query_cache_lifetime = 600",
+        ),
+        &format!("app = host=127.0.0.1 port={} dbname=app", pg.port),
+    );
+    let port = pooler.port;
+    assert_eq!(login(port, "cached", "cached pw").await, Ok("cached".into()));
+    blocking(|| pg.sql("postgres", "ALTER ROLE cached VALID UNTIL '2000-01-01'"));
+    // Within the lifetime the server is not asked: the cached password still lets in (the
+    // query runs on the server connection the first login left idle in the pool).
+    assert_eq!(login(port, "cached", "cached pw").await, Ok("cached".into()));
+    // A failed login forgets the entry: the next login asks, and the expiry refuses it.
+    assert_eq!(login(port, "cached", "wrong").await, refused("cached"));
+    assert_eq!(login(port, "cached", "cached pw").await, refused("cached"));
 }
 
 /// The same pgbouncer.ini and userlist.txt give the same logins and refusals on Debian's

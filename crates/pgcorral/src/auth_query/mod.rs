@@ -162,7 +162,7 @@ impl Lookups {
             target.user.clone(),
         );
         for reused in [true, false] {
-            let server = match reused {
+            let mut server = match reused {
                 true => match self.take_idle(&key, worker) {
                     Some(s) => s,
                     None => continue,
@@ -171,7 +171,6 @@ impl Lookups {
                     .await
                     .map_err(LookupError::Connect)?,
             };
-            let mut server = server;
             match exec::run(&mut server, query, user).await {
                 Err(Failure::Broken(_)) if reused => continue,
                 Err(f @ Failure::Broken(_)) => return Err(LookupError::Query(f)),

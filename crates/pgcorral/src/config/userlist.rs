@@ -1,6 +1,6 @@
 //! PgBouncer's `auth_file` (userlist.txt) read as its `load_auth_file` reads it, and merged into the users of a `Config`.
 
-use super::{Config, ConfigError, User, Warning};
+use super::{Config, ConfigError, Warning};
 
 /// Longest user name PgBouncer keeps (`MAX_USERNAME`, terminator included).
 pub const MAX_USERNAME: usize = 128;
@@ -81,10 +81,9 @@ pub fn parse(text: &[u8]) -> Userlist {
         while p < text.len() && text[p] != b'\n' {
             p += 1;
         }
-        match (String::from_utf8(user), String::from_utf8(password)) {
-            (Ok(u), Ok(pw)) => list.entries.push((u, pw)),
-            // A name that is not UTF-8 names no user pgcorral can see: skipped.
-            _ => {}
+        // A name that is not UTF-8 names no user pgcorral can see: skipped.
+        if let (Ok(u), Ok(pw)) = (String::from_utf8(user), String::from_utf8(password)) {
+            list.entries.push((u, pw));
         }
     }
     list
@@ -152,7 +151,7 @@ pub fn merge(
     let file: std::collections::BTreeMap<String, String> = list.entries.into_iter().collect();
     for (name, password) in file {
         let password = (!password.is_empty()).then_some(password);
-        let user = cfg.users.entry(name).or_insert_with(User::default);
+        let user = cfg.users.entry(name).or_default();
         if user.password.is_none() {
             user.password = password;
         }
