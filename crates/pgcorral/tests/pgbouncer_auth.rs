@@ -183,7 +183,10 @@ async fn auth_query_finds_roles_created_after_start() {
     let dir = tempfile::tempdir().unwrap();
     let p = pg.port;
     let pooler = start(
-        &lookup_settings(dir.path(), "auth_query = SELECT uname, phash FROM user_lookup($1)"),
+        &lookup_settings(
+            dir.path(),
+            "auth_query = SELECT uname, phash FROM user_lookup($1)",
+        ),
         &format!(
             "app = host=127.0.0.1 port={p} dbname=app\n\
              one_column = host=127.0.0.1 port={p} dbname=app auth_query='SELECT $1::text'\n\
@@ -284,11 +287,17 @@ async fn a_cached_lookup_is_forgotten_after_a_failed_login() {
         &format!("app = host=127.0.0.1 port={} dbname=app", pg.port),
     );
     let port = pooler.port;
-    assert_eq!(login(port, "cached", "cached pw").await, Ok("cached".into()));
+    assert_eq!(
+        login(port, "cached", "cached pw").await,
+        Ok("cached".into())
+    );
     blocking(|| pg.sql("postgres", "ALTER ROLE cached VALID UNTIL '2000-01-01'"));
     // Within the lifetime the server is not asked: the cached password still lets in (the
     // query runs on the server connection the first login left idle in the pool).
-    assert_eq!(login(port, "cached", "cached pw").await, Ok("cached".into()));
+    assert_eq!(
+        login(port, "cached", "cached pw").await,
+        Ok("cached".into())
+    );
     // A failed login forgets the entry: the next login asks, and the expiry refuses it.
     assert_eq!(login(port, "cached", "wrong").await, refused("cached"));
     assert_eq!(login(port, "cached", "cached pw").await, refused("cached"));
@@ -310,7 +319,10 @@ async fn same_logins_and_refusals_as_pgbouncer() {
         pg.sql("postgres", "ALTER ROLE expired VALID UNTIL '2000-01-01'");
     });
     let verifier = blocking(|| {
-        pg.sql("postgres", "SELECT rolpassword FROM pg_authid WHERE rolname = 'scramu'")
+        pg.sql(
+            "postgres",
+            "SELECT rolpassword FROM pg_authid WHERE rolname = 'scramu'",
+        )
     });
     let userlist = format!(
         ";; users\n\"pgbouncer\" \"pgb pw\"\n\"plainu\" \"plain pw\"\n\"md5u\" \"{}\"\n\"scramu\" \"{verifier}\"\n\"nopw\" \"\"\n",

@@ -40,7 +40,11 @@ impl PgBouncer {
              pool_mode = transaction\n\
              ignore_startup_parameters = extra_float_digits\n"
         );
-        PgBouncer::start_files(port, &[("users.txt", "\"postgres\" \"\"\n\"stats\" \"\"\n")], &ini)
+        PgBouncer::start_files(
+            port,
+            &[("users.txt", "\"postgres\" \"\"\n\"stats\" \"\"\n")],
+            &ini,
+        )
     }
 
     /// Starts PgBouncer on `ini`, which must listen on 127.0.0.1:`port` and end in its
