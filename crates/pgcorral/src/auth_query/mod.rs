@@ -3,9 +3,11 @@
 pub mod exec;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use tokio::sync::Semaphore;
 
 use crate::config::{millis_opt, Config};
 use crate::error::{Error, Kind, Result};
@@ -18,6 +20,9 @@ use exec::{Answer, Failure};
 
 /// Idle lookup connections kept per (server, database, auth_user).
 const IDLE_PER_TARGET: usize = 2;
+/// Lookups running at once per (server, database, auth_user), so a burst of logins opens no
+/// more server connections than this; further logins wait (within client_login_timeout).
+const BUSY_PER_TARGET: usize = 4;
 /// Cached lookups kept at most (expired ones are dropped first).
 const MAX_CACHED: usize = 10_000;
 
@@ -74,14 +79,19 @@ pub fn plan(config: &Config, database: &str, user: &str) -> Option<Plan> {
     })
 }
 
+/// A lookup's server: host, port, database, auth_user.
 type TargetKey = (String, u16, String, String);
+/// A found password and when it was found.
+type Cached = (Instant, Option<String>);
 
 /// Lookups shared by all clients: idle connections to run them on, and found passwords
 /// (only with `auth_query_cache_lifetime`).
 #[derive(Default)]
 pub struct Lookups {
-    cache: Mutex<HashMap<(String, String), (Instant, Option<String>)>>,
+    cache: Mutex<HashMap<(String, String), Cached>>,
     idle: Mutex<HashMap<TargetKey, Vec<ServerConn>>>,
+    /// Places for running lookups, per target (see [`BUSY_PER_TARGET`]).
+    busy: Mutex<HashMap<TargetKey, Arc<Semaphore>>>,
 }
 
 impl Lookups {
@@ -161,6 +171,16 @@ impl Lookups {
             target.database.clone(),
             target.user.clone(),
         );
+        let places = self
+            .busy
+            .lock()
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(BUSY_PER_TARGET)))
+            .clone();
+        let _place = places
+            .acquire_owned()
+            .await
+            .map_err(|_| LookupError::Query(Failure::Broken("lookups closed".into())))?;
         for reused in [true, false] {
             let mut server = match reused {
                 true => match self.take_idle(&key, worker) {

@@ -267,6 +267,44 @@ mod tests {
         );
     }
 
+    #[test]
+    fn toml_auth_file_and_auth_query() {
+        let dir = tempfile::tempdir().unwrap();
+        let userlist = dir.path().join("userlist.txt");
+        std::fs::write(&userlist, "\"app\" \"app pw\"\n\"dyn\" \"\"\n").unwrap();
+        let path = dir.path().join("pgcorral.toml");
+        let toml = format!(
+            "[general]\nauth_type = \"md5\"\nauth_file = \"{}\"\nauth_user = \"pgb\"\n\
+             auth_query_cache_lifetime = 5000\n[databases.app]\nauth_dbname = \"meta\"\n",
+            userlist.display()
+        );
+        std::fs::write(&path, &toml).unwrap();
+        // No [users]: the passwords come from the file and the lookup.
+        let cfg = load_file(&path).unwrap();
+        assert_eq!(cfg.users["app"].password.as_deref(), Some("app pw"));
+        assert_eq!(cfg.users["dyn"].password, None);
+        assert_eq!(cfg.general.auth_query, super::super::DEFAULT_AUTH_QUERY);
+        assert_eq!(cfg.general.auth_query_cache_lifetime, 5000);
+        assert_eq!(cfg.databases["app"].auth_dbname.as_deref(), Some("meta"));
+        // The file is read again at each load (a reload).
+        std::fs::write(&userlist, "\"app\" \"new pw\"\n").unwrap();
+        let cfg = load_file(&path).unwrap();
+        assert_eq!(cfg.users["app"].password.as_deref(), Some("new pw"));
+        assert!(!cfg.users.contains_key("dyn"));
+        // A file that cannot be read is an error naming the key; the console's name is not
+        // an auth_dbname.
+        std::fs::remove_file(&userlist).unwrap();
+        let err = load_file(&path).unwrap_err().to_string();
+        assert!(err.contains("general.auth_file: could not open auth_file"), "{err}");
+        let err = from_toml_str("[general]\nauth_user = \"a\"\nauth_dbname = \"pgbouncer\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("general.auth_dbname: cannot use the reserved"), "{err}");
+        // Without either, md5 still needs [users] with passwords.
+        let err = from_toml_str("[general]\nauth_type = \"md5\"\n").unwrap_err().to_string();
+        assert!(err.contains("needs at least one [users.NAME] entry"), "{err}");
+    }
+
     fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let vars: Vec<(String, String)> = vars
             .iter()
