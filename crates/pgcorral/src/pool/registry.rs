@@ -250,10 +250,13 @@ pub(crate) fn resolve(
         .or_else(|| config.databases.get("*"))
         .ok_or_else(|| unknown_database(database))?;
     let user_cfg = config.users.get(user);
-    // A forced user without a password here takes its own (auth_file's, as PgBouncer).
+    // A forced user without a password here takes its own (auth_file's, as PgBouncer), unless
+    // it is a SCRAM verifier: the keys a client's proof reveals are the client's, not the
+    // forced user's (PgBouncer passes SCRAM through only without a forced user).
     let own = |u: &str| config.users.get(u).and_then(|u| u.password.clone());
+    let forced = |u: &str| own(u).filter(|p| pgwire::auth::scram::ScramSecret::parse(p).is_none());
     let (server_user, password) = match &db.user {
-        Some(u) => (u.clone(), db.password.clone().or_else(|| own(u))),
+        Some(u) => (u.clone(), db.password.clone().or_else(|| forced(u))),
         None => (
             user.to_string(),
             db.password
