@@ -191,6 +191,32 @@ mod tests {
         assert_eq!(parse(text.as_bytes()).stopped, None);
     }
 
+    /// PgBouncer's own test/userlist.txt (tag pgbouncer_1_24_1), where the mirror of its
+    /// repository is (PGBOUNCER_REPO, a git directory); skipped elsewhere.
+    #[test]
+    fn pgbouncers_own_userlist() {
+        let repo = std::env::var("PGBOUNCER_REPO")
+            .unwrap_or_else(|_| "/work/.mirror/pgbouncer+pgbouncer/repo".into());
+        let out = std::process::Command::new("git")
+            .args(["--git-dir", &repo, "show", "pgbouncer_1_24_1:test/userlist.txt"])
+            .output();
+        let Some(text) = out.ok().filter(|o| o.status.success()).map(|o| o.stdout) else {
+            eprintln!("skipped: no PgBouncer repository at {repo}");
+            return;
+        };
+        let list = parse(&text);
+        assert_eq!(list.stopped, None);
+        let pw = |u: &str| list.entries.iter().find(|e| e.0 == u).map(|e| e.1.as_str());
+        assert_eq!(list.entries.len(), 20);
+        assert_eq!(pw("marko"), Some("kama"));
+        assert_eq!(pw("maxedout"), Some(""));
+        // "the following pairs of passwords are "foo" and "bar"".
+        let md5 = pw("muser1").unwrap();
+        assert_eq!(md5, pgwire::auth::md5::stored_hash("muser1", "foo"));
+        assert!(pgwire::auth::scram::ScramSecret::parse(pw("scramuser1").unwrap()).is_some());
+        assert_eq!(pw("scramuser3"), Some("baz"));
+    }
+
     #[test]
     fn doubled_quotes_and_gaps() {
         assert_eq!(
