@@ -295,14 +295,25 @@ mod tests {
         // an auth_dbname.
         std::fs::remove_file(&userlist).unwrap();
         let err = load_file(&path).unwrap_err().to_string();
-        assert!(err.contains("general.auth_file: could not open auth_file"), "{err}");
+        assert!(
+            err.contains("general.auth_file: could not open auth_file"),
+            "{err}"
+        );
         let err = from_toml_str("[general]\nauth_user = \"a\"\nauth_dbname = \"pgbouncer\"\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("general.auth_dbname: cannot use the reserved"), "{err}");
+        assert!(
+            err.contains("general.auth_dbname: cannot use the reserved"),
+            "{err}"
+        );
         // Without either, md5 still needs [users] with passwords.
-        let err = from_toml_str("[general]\nauth_type = \"md5\"\n").unwrap_err().to_string();
-        assert!(err.contains("needs at least one [users.NAME] entry"), "{err}");
+        let err = from_toml_str("[general]\nauth_type = \"md5\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("needs at least one [users.NAME] entry"),
+            "{err}"
+        );
     }
 
     fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {

@@ -198,7 +198,12 @@ mod tests {
         let repo = std::env::var("PGBOUNCER_REPO")
             .unwrap_or_else(|_| "/work/.mirror/pgbouncer+pgbouncer/repo".into());
         let out = std::process::Command::new("git")
-            .args(["--git-dir", &repo, "show", "pgbouncer_1_24_1:test/userlist.txt"])
+            .args([
+                "--git-dir",
+                &repo,
+                "show",
+                "pgbouncer_1_24_1:test/userlist.txt",
+            ])
             .output();
         let Some(text) = out.ok().filter(|o| o.status.success()).map(|o| o.stdout) else {
             eprintln!("skipped: no PgBouncer repository at {repo}");
