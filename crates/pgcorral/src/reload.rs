@@ -157,6 +157,8 @@ fn apply(services: &Services, mut new: Config) -> Result<Applied, String> {
         }
     }
     (applied.updated, applied.retired) = services.pools.reconfigure(&services.config.load());
+    // auth_user, its password or its servers may have changed.
+    services.auth_query.close_idle();
     services.config_gen.fetch_add(1, Ordering::Relaxed);
     Ok(applied)
 }

@@ -9,6 +9,7 @@ use corral_rt::balance::Balance;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::auth_query::Lookups;
 use crate::cancel::CancelMap;
 use crate::config::Config;
 use crate::conns;
@@ -26,6 +27,8 @@ pub struct Inner {
     pub cancel: CancelMap,
     /// SCRAM secrets derived from plaintext passwords, reused across logins.
     pub scram_cache: SecretCache,
+    /// auth_query lookups: their idle server connections and (opt-in) cache.
+    pub auth_query: Lookups,
     /// Clients logged in now (counted against max_client_conn), console users included.
     pub clients: AtomicUsize,
     /// Connections accepted and still logging in (counted against the login budget).
@@ -82,6 +85,7 @@ impl Services {
             pools,
             cancel: CancelMap::default(),
             scram_cache: Default::default(),
+            auth_query: Default::default(),
             clients: AtomicUsize::new(0),
             logins: AtomicUsize::new(0),
             logins_refused: AtomicU64::new(0),

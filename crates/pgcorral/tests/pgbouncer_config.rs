@@ -40,6 +40,9 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         ),
     )
     .unwrap();
+    // trust: the file names who may log in (with no password to check).
+    let userlist = dir.path().join("userlist.txt");
+    std::fs::write(&userlist, "\"app\" \"\"\n\"reporter\" \"\"\n\"ops\" \"\"\n").unwrap();
     let ini = format!(
         ";; PgBouncer's file, unchanged\n\
          [databases]\n\
@@ -54,7 +57,7 @@ async fn a_pgbouncer_ini_serves_its_databases() {
          listen_port = {port}\n\
          unix_socket_dir = {sockets}\n\
          auth_type = trust\n\
-         auth_file = /etc/pgbouncer/userlist.txt\n\
+         auth_file = {userlist}\n\
          admin_users = ops\n\
          pool_mode = session\n\
          default_pool_size = 5\n\
@@ -65,6 +68,7 @@ async fn a_pgbouncer_ini_serves_its_databases() {
          tcp_keepalive = 1\n\
          tcp_defer_accept = 1\n",
         databases = databases.display(),
+        userlist = userlist.display(),
         sockets = sockets.display(),
         logfile = dir.path().join("pgbouncer.log").display(),
         pidfile = dir.path().join("pgbouncer.pid").display(),
@@ -72,7 +76,6 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     let pooler = blocking(|| PoolerProcess::start_file("pgbouncer.ini", &ini, port));
     let log = pooler.log();
     for key in [
-        "pgbouncer.auth_file",
         "pgbouncer.tcp_keepalive",
         "pgbouncer.tcp_defer_accept",
         "databases.shop.connect_query",
@@ -110,7 +113,7 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "lamp");
 
-    // A name the file does not know is refused, as PgBouncer refuses it.
+    // A name the files do not know is refused, as PgBouncer refuses it.
     let err = connect(port, "nobody", None, "shop").await.unwrap_err();
     let msg = db_message(&err);
     assert!(msg.contains("nobody"), "{msg}");

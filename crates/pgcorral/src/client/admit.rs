@@ -10,7 +10,7 @@ use pgwire::encode;
 
 use super::access::{self, Access};
 use super::startup::{self, Opening};
-use super::{auth, params, ClientConn, LoggedIn};
+use super::{login_auth, params, ClientConn, LoggedIn};
 use crate::admin;
 use crate::cancel::CancelSlot;
 use crate::clock;
@@ -237,15 +237,13 @@ async fn login(
     let authed = match access {
         Access::Own => access::welcome_own(&mut out),
         Access::Method(method) => {
-            auth::authenticate(
-                &mut client.stream,
-                &mut client.buf,
+            login_auth::authenticate(
+                client,
                 &mut out,
+                services,
                 &config,
                 method,
-                &services.scram_cache,
-                user,
-                taken.user.is_text(),
+                taken,
                 binding.as_deref(),
             )
             .await?

@@ -7,6 +7,7 @@ use corral_rt::stream::Stream;
 use pgwire::auth::scram::{ScramSecret, ScramServer};
 use pgwire::{encode, frontend};
 
+use crate::auth_query::Looked;
 use crate::config::{AuthType, Config};
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::{next_tag, read_message, ReadError};
@@ -34,7 +35,7 @@ fn failed(user: &str) -> Error {
 /// `binding`: the tls-server-end-point data of pgcorral's certificate, on a TLS connection
 /// (SCRAM-SHA-256-PLUS is then offered). `user_is_text` is false when the client's user name
 /// was not UTF-8 (`user` holds it replaced lossily): it names no user then, and is refused as
-/// an unknown one.
+/// an unknown one. `looked`: what auth_query found for a user with no password here.
 #[allow(clippy::too_many_arguments)]
 pub async fn authenticate(
     stream: &mut Stream,
@@ -46,13 +47,19 @@ pub async fn authenticate(
     user: &str,
     user_is_text: bool,
     binding: Option<&[u8]>,
+    looked: &Looked,
 ) -> Result<Authenticated> {
     let entry = config.users.get(user).filter(|_| user_is_text);
+    let (known, password) = match looked {
+        Looked::Found(p) => (true, p.as_deref()),
+        Looked::NoRow => (false, None),
+        Looked::NotAsked => (entry.is_some(), entry.and_then(|u| u.password.as_deref())),
+    };
     if matches!(auth_type, AuthType::Trust | AuthType::Cert) {
         if auth_type == AuthType::Cert {
             certificate(stream, user, user_is_text)?;
         }
-        if entry.is_none() && !config.users.is_empty() {
+        if !known && (!config.users.is_empty() || *looked == Looked::NoRow) {
             return Err(Error::new(
                 Kind::UnknownUser,
                 format!("no such user: \"{user}\""),
@@ -61,7 +68,6 @@ pub async fn authenticate(
         encode::auth_ok(out);
         return Ok(Authenticated { client_key: None });
     }
-    let password = entry.and_then(|u| u.password.as_deref());
     let scram_secret = password.and_then(ScramSecret::parse);
     let use_md5 = auth_type == AuthType::Md5 && scram_secret.is_none();
     if use_md5 {
@@ -83,7 +89,7 @@ pub async fn authenticate(
         (None, None) => cache.mock(user),
     };
     let key = scram(stream, buf, out, user, secret, binding).await?;
-    if entry.is_none() {
+    if !known {
         return Err(failed(user));
     }
     Ok(Authenticated {

@@ -7,6 +7,7 @@ mod admit;
 pub mod auth;
 mod copy_split;
 mod insert_split;
+mod login_auth;
 mod params;
 mod replies;
 mod request;

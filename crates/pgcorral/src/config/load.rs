@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::pgbouncer::{from_pgbouncer_str, is_pgbouncer};
 use super::pgcat::{from_pgcat_str, is_pgcat, Warning};
+use super::userlist;
 use super::validate::{problems, validate};
 use super::{AuthType, Config, Database, General, User};
 
@@ -39,7 +40,9 @@ pub fn load_file_warnings(path: &Path) -> Result<(Config, Vec<Warning>), ConfigE
         .map_err(|e| ConfigError(format!("cannot read {shown}: {e}")))?;
     if is_pgbouncer(path, &text) {
         // Its errors start with `file:line:` (or the path) themselves.
-        return from_pgbouncer_str(&shown.to_string(), &text);
+        let (mut cfg, mut warnings) = from_pgbouncer_str(&shown.to_string(), &text)?;
+        warnings.extend(auth_file(&mut cfg, &shown.to_string())?);
+        return Ok((cfg, warnings));
     }
     if is_pgcat(path, &text) {
         return from_pgcat_str(&text).map_err(|e| {
@@ -47,14 +50,22 @@ pub fn load_file_warnings(path: &Path) -> Result<(Config, Vec<Warning>), ConfigE
             ConfigError(lines.join("\n"))
         });
     }
-    let cfg = parse(&text).map_err(|e| ConfigError(format!("{shown}: {e}")))?;
+    let mut cfg = parse(&text).map_err(|e| ConfigError(format!("{shown}: {e}")))?;
     let found = problems(&cfg);
     if found.is_empty() {
-        Ok((cfg, Vec::new()))
+        let warnings = auth_file(&mut cfg, &shown.to_string())?;
+        Ok((cfg, warnings))
     } else {
         let lines: Vec<String> = found.iter().map(|p| format!("{shown}: {p}")).collect();
         Err(ConfigError(lines.join("\n")))
     }
+}
+
+/// Reads the configuration's `auth_file` into its users (see [`userlist::merge`]), its
+/// messages prefixed by the configuration file's name.
+fn auth_file(cfg: &mut Config, shown: &str) -> Result<Vec<Warning>, ConfigError> {
+    let read = |p: &str| std::fs::read(p);
+    userlist::merge(cfg, &read).map_err(|e| ConfigError(format!("{shown}: {e}")))
 }
 
 /// The configuration used without a file: listen on 127.0.0.1:6432, route any database name
@@ -252,6 +263,55 @@ mod tests {
             .to_string();
         assert!(
             err.starts_with("cannot read ") && err.contains("missing.toml"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn toml_auth_file_and_auth_query() {
+        let dir = tempfile::tempdir().unwrap();
+        let userlist = dir.path().join("userlist.txt");
+        std::fs::write(&userlist, "\"app\" \"app pw\"\n\"dyn\" \"\"\n").unwrap();
+        let path = dir.path().join("pgcorral.toml");
+        let toml = format!(
+            "[general]\nauth_type = \"md5\"\nauth_file = \"{}\"\nauth_user = \"pgb\"\n\
+             auth_query_cache_lifetime = 5000\n[databases.app]\nauth_dbname = \"meta\"\n",
+            userlist.display()
+        );
+        std::fs::write(&path, &toml).unwrap();
+        // No [users]: the passwords come from the file and the lookup.
+        let cfg = load_file(&path).unwrap();
+        assert_eq!(cfg.users["app"].password.as_deref(), Some("app pw"));
+        assert_eq!(cfg.users["dyn"].password, None);
+        assert_eq!(cfg.general.auth_query, super::super::DEFAULT_AUTH_QUERY);
+        assert_eq!(cfg.general.auth_query_cache_lifetime, 5000);
+        assert_eq!(cfg.databases["app"].auth_dbname.as_deref(), Some("meta"));
+        // The file is read again at each load (a reload).
+        std::fs::write(&userlist, "\"app\" \"new pw\"\n").unwrap();
+        let cfg = load_file(&path).unwrap();
+        assert_eq!(cfg.users["app"].password.as_deref(), Some("new pw"));
+        assert!(!cfg.users.contains_key("dyn"));
+        // A file that cannot be read is an error naming the key; the console's name is not
+        // an auth_dbname.
+        std::fs::remove_file(&userlist).unwrap();
+        let err = load_file(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("general.auth_file: could not open auth_file"),
+            "{err}"
+        );
+        let err = from_toml_str("[general]\nauth_user = \"a\"\nauth_dbname = \"pgbouncer\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("general.auth_dbname: cannot use the reserved"),
+            "{err}"
+        );
+        // Without either, md5 still needs [users] with passwords.
+        let err = from_toml_str("[general]\nauth_type = \"md5\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("needs at least one [users.NAME] entry"),
             "{err}"
         );
     }

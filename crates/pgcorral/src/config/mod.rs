@@ -14,6 +14,7 @@ mod pgcat_pool;
 #[cfg(test)]
 mod pgcat_tests;
 mod sharding;
+pub mod userlist;
 mod validate;
 
 pub use load::{embedded_default, from_toml_str, load_file, load_file_warnings, ConfigError};

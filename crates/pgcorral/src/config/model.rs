@@ -101,6 +101,19 @@ pub struct General {
     /// are refused at accept. Also capped by a quarter of the open-files limit.
     pub max_login_clients: usize,
     pub auth_type: AuthType,
+    /// PgBouncer's userlist.txt (`"user" "password"` lines) read at start and at each reload
+    /// into `[users]`: a `[users]` entry's own password wins. Empty: none.
+    pub auth_file: String,
+    /// Role that runs `auth_query` for users with no password here; empty: no lookup.
+    pub auth_user: String,
+    /// Looks up a user's password on the server: `$1` is the user name; it returns the name
+    /// and the password (plaintext, md5 or SCRAM verifier; NULL: no login).
+    pub auth_query: String,
+    /// Database the lookup runs in; empty: the client's own database.
+    pub auth_dbname: String,
+    /// ms a looked-up password is reused before asking the server again; a failed login
+    /// forgets it at once. 0 (the default, as PgBouncer): every login asks.
+    pub auth_query_cache_lifetime: u64,
     pub admin_users: Vec<String>,
     /// Users who may connect to the admin console for SHOW commands only.
     pub stats_users: Vec<String>,
@@ -328,6 +341,11 @@ impl Default for General {
             max_client_conn: 5000,
             max_login_clients: 1000,
             auth_type: AuthType::ScramSha256,
+            auth_file: String::new(),
+            auth_user: String::new(),
+            auth_query: DEFAULT_AUTH_QUERY.into(),
+            auth_dbname: String::new(),
+            auth_query_cache_lifetime: 0,
             admin_users: Vec::new(),
             stats_users: Vec::new(),
             auth_hba_file: String::new(),
@@ -393,6 +411,9 @@ impl Default for General {
     }
 }
 
+/// PgBouncer's default `auth_query` (1.24.1 and later: an expired password is NULL).
+pub const DEFAULT_AUTH_QUERY: &str = "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM pg_authid WHERE rolname=$1 AND rolcanlogin";
+
 /// Milliseconds to a duration, with 0 meaning "off".
 pub fn millis_opt(ms: u64) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
@@ -442,6 +463,10 @@ pub struct Database {
     /// Fixed server login instead of the client's own.
     pub user: Option<String>,
     pub password: Option<String>,
+    /// This database's `auth_user`, `auth_dbname` and `auth_query` instead of `[general]`'s.
+    pub auth_user: Option<String>,
+    pub auth_dbname: Option<String>,
+    pub auth_query: Option<String>,
     /// A primary and its replicas, instead of `host` and `port`.
     #[serde(default)]
     pub servers: Vec<ServerEntry>,
@@ -488,6 +513,9 @@ impl Default for Database {
             pool_mode: None,
             user: None,
             password: None,
+            auth_user: None,
+            auth_dbname: None,
+            auth_query: None,
             servers: Vec::new(),
             load_balancing: None,
             default_role: None,

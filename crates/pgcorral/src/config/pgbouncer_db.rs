@@ -109,12 +109,9 @@ pub(super) fn database(
                 key,
                 "not honoured: pgcorral puts no per-database parameters in its server logins (a client's own startup parameters are applied)",
             ),
-            "auth_user" | "auth_dbname" | "auth_query" => warn(
-                c,
-                at,
-                key,
-                "not honoured yet: auth_user/auth_query (issue 37 item 2)",
-            ),
+            "auth_user" => db.auth_user = Some(v),
+            "auth_dbname" => db.auth_dbname = Some(v),
+            "auth_query" => db.auth_query = Some(v),
             _ => c.errors.push(format!(
                 "{at}: {entry}: unrecognized connection parameter: {k}"
             )),
@@ -178,9 +175,6 @@ pub(super) fn database(
             "ignored without user=, as PgBouncer ignores it",
         ),
         (None, None) => {}
-    }
-    if let (Some(u), None, true) = (&db.user, &db.password, x.auth_file.is_some()) {
-        warn(c, at, &format!("{entry}.user"), format!("not honoured yet: PgBouncer takes {u}'s password from auth_file (issue 37 item 2); pgcorral logs in to the server without one"));
     }
     if x.any() && db.user.is_none() {
         warn(c, at, &entry, "auth_type = any needs user= (PgBouncer refuses its clients): pgcorral logs in to the server as the client's user name");

@@ -34,7 +34,7 @@ pub(super) fn pgbouncer_general() -> General {
 pub(super) struct Extra {
     listen_addr: Option<(String, At)>,
     auth_type: Option<(String, At)>,
-    /// Where `auth_file` is set (it is not read yet).
+    /// Where `auth_file` is set (it is read after the conversion, by `userlist::merge`).
     pub auth_file: Option<At>,
 }
 
@@ -90,6 +90,7 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
                 "server_idle_timeout" => &mut g.server_idle_timeout,
                 "server_lifetime" => &mut g.server_lifetime,
                 "server_login_retry" => &mut g.server_login_retry,
+                "auth_query_cache_lifetime" => &mut g.auth_query_cache_lifetime,
                 _ => unreachable!("{key} is not a time pgcorral maps"),
             };
             *slot = ms;
@@ -120,7 +121,13 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
             "auth_hba_file" => g.auth_hba_file = s,
             "auth_ident_file" => g.auth_ident_file = s,
             "auth_file" if s.is_empty() => x.auth_file = None,
-            "auth_file" => x.auth_file = Some(at.clone()),
+            "auth_file" => {
+                x.auth_file = Some(at.clone());
+                g.auth_file = s;
+            }
+            "auth_user" => g.auth_user = s,
+            "auth_query" => g.auth_query = s,
+            "auth_dbname" => g.auth_dbname = s,
             "listen_addr" => x.listen_addr = Some((s, at.clone())),
             "pidfile" => g.pidfile = s,
             "logfile" => g.logfile = s,
@@ -317,36 +324,22 @@ pub(super) fn finish(c: &mut Conv, cfg: &mut Config, x: &Extra, name: &str) {
     if auth == "plain" {
         c.warn("pgbouncer.auth_type", format!("plain: pgcorral asks clients for an md5 password instead of a clear-text one ({at})"));
     }
-    if matches!(g.auth_type, AuthType::Trust | AuthType::Hba) {
-        // Admins are let in as PgBouncer lets in its admins listed in auth_file.
-        if !cfg.users.is_empty() {
-            for u in g.admin_users.iter().chain(&g.stats_users) {
-                cfg.users.entry(u.clone()).or_default();
-            }
+    if matches!(g.auth_type, AuthType::Trust | AuthType::Hba)
+        && x.auth_file.is_none()
+        && !cfg.users.is_empty()
+    {
+        // Without auth_file, admins are let in as PgBouncer lets in its admins listed in it.
+        for u in g.admin_users.iter().chain(&g.stats_users) {
+            cfg.users.entry(u.clone()).or_default();
         }
-        if let Some(at) = &x.auth_file {
-            let who = if cfg.users.is_empty() {
-                "any user name".to_string()
-            } else {
-                let names: Vec<&str> = cfg.users.keys().map(String::as_str).collect();
-                format!(
-                    "only the users of [users], admin_users and stats_users ({})",
-                    names.join(", ")
-                )
-            };
-            warn(c, at, "pgbouncer.auth_file", format!("not honoured yet: pgcorral does not read userlist.txt (issue 37 item 2); with auth_type = {auth} it lets in {who}"));
-        }
-    } else if let Some(at) = &x.auth_file {
-        warn(
-            c,
-            at,
-            "pgbouncer.auth_file",
-            "not honoured yet: pgcorral does not read userlist.txt (issue 37 item 2)",
-        );
     }
-    if matches!(g.auth_type, AuthType::Md5 | AuthType::ScramSha256) {
+    let lookup = !g.auth_user.is_empty() || cfg.databases.values().any(|d| d.auth_user.is_some());
+    if matches!(g.auth_type, AuthType::Md5 | AuthType::ScramSha256)
+        && x.auth_file.is_none()
+        && !lookup
+    {
         c.errors.push(format!(
-            "{at}: auth_type = {auth} needs the users' passwords, which PgBouncer reads from auth_file or auth_query: not honoured yet (issue 37 item 2); until then pgcorral reads this file with auth_type trust, any or cert"
+            "{at}: auth_type = {auth} needs the users' passwords: set auth_file (userlist.txt) or auth_user (auth_query)"
         ));
     }
 }

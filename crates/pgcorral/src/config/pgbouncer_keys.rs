@@ -57,13 +57,13 @@ const NEWER: &str = "a key of PgBouncer after 1.24";
 const KEYS: &[(&str, Ty, How)] = &[
     ("admin_users", Ty::Str, How::Map),
     ("application_name_add_host", Ty::Int, How::Warn("pgcorral does not add the client's address to application_name")),
-    ("auth_dbname", Ty::Str, How::Later("auth_user/auth_query (issue 37 item 2)")),
+    ("auth_dbname", Ty::Str, How::Map),
     ("auth_file", Ty::Str, How::Map),
     ("auth_hba_file", Ty::Str, How::Map),
     ("auth_ident_file", Ty::Str, How::Map),
-    ("auth_query", Ty::Str, How::Later("auth_query (issue 37 item 2): users not in the file cannot log in")),
+    ("auth_query", Ty::Str, How::Map),
     ("auth_type", Ty::Lookup(AUTH_TYPES), How::Map),
-    ("auth_user", Ty::Str, How::Later("auth_user/auth_query (issue 37 item 2): users not in the file cannot log in")),
+    ("auth_user", Ty::Str, How::Map),
     ("autodb_idle_timeout", Ty::Time, How::Note("pgcorral keeps the pools of databases reached through \"*\" until a reload")),
     ("cancel_wait_timeout", Ty::Time, How::Map),
     ("client_idle_timeout", Ty::Time, How::Map),
@@ -157,6 +157,8 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("scram_iterations", Ty::Int, How::Warn(NEWER)),
     ("server_tls13_ciphers", Ty::Str, How::Warn(NEWER)),
     ("transaction_timeout", Ty::Time, How::Warn(NEWER)),
+    // pgcorral's own (PgBouncer refuses it): how long a looked-up password is reused.
+    ("auth_query_cache_lifetime", Ty::Time, How::Map),
 ];
 
 /// Is `key` a `[pgbouncer]` key? (PgBouncer refuses the whole file otherwise.)

@@ -119,16 +119,15 @@ fn sample_converts() {
         (Some(4), Some(6))
     );
     assert_eq!(cfg.users["dashboard"].max_user_connections, Some(10));
-    // With trust and a [users] list, the admins are let in too.
-    for admin in ["postgres", "ops", "monitor"] {
-        assert_eq!(cfg.users[admin].password, None, "{admin}");
-    }
+    // The admins come from auth_file (read when the file is loaded), as PgBouncer's.
+    assert_eq!(g.auth_file, "/etc/pgbouncer/userlist.txt");
+    assert!(!cfg.users.contains_key("ops"));
+    assert!(warnings.iter().all(|w| w.key != "pgbouncer.auth_file"));
 
     for key in [
         "databases.reports.connect_query",
         "databases.legacy db.host",
         "users.dashboard.query_timeout",
-        "pgbouncer.auth_file",
         "pgbouncer.tcp_keepalive",
         "pgbouncer.tcp_defer_accept",
         "pgbouncer.ignore_startup_parameters",
@@ -139,8 +138,10 @@ fn sample_converts() {
     assert_eq!(cfg.general.pidfile, "/var/run/pgbouncer/pgbouncer.pid");
     let w = warned(&warnings, "pgbouncer.tcp_keepalive").to_string();
     assert!(w.contains("pgbouncer.ini:"), "{w}");
-    let w = warned(&warnings, "pgbouncer.auth_file").to_string();
-    assert!(w.contains("only the users of [users]"), "{w}");
+    // Without auth_file, trust and a [users] list: the admins are let in too.
+    let (cfg, _) =
+        read("[pgbouncer]\nauth_type = trust\nadmin_users = ops\n[users]\netl = pool_size=2\n");
+    assert_eq!(cfg.users["ops"].password, None);
     assert!(warned(&warnings, "pgbouncer.tcp_defer_accept")
         .message
         .starts_with("accepted, no effect"));
@@ -365,7 +366,6 @@ fn pgbouncers_own_test_ini() {
     assert_eq!(cfg.databases["p0"].port, 6666);
     assert_eq!(cfg.databases["hostlist1"].host, "127.0.0.1");
     for key in [
-        "pgbouncer.auth_file",
         "databases.p8.connect_query",
         "databases.hostlist1.host",
         "databases.conn_limit_db.max_db_client_connections",

@@ -28,8 +28,10 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
 pub fn problems(cfg: &Config) -> Vec<String> {
     let mut errs = Vec::new();
     general(cfg, &mut errs);
+    // Users whose passwords come from the auth_file or an auth_query need none here.
+    let elsewhere = passwords_elsewhere(cfg);
     for (name, user) in &cfg.users {
-        check_user(cfg.general.auth_type, name, user, &mut errs);
+        check_user(cfg.general.auth_type, name, user, elsewhere, &mut errs);
     }
     for (name, db) in &cfg.databases {
         check_database(name, db, &mut errs);
@@ -133,11 +135,13 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
     if g.auth_type == AuthType::Hba && g.auth_hba_file.is_empty() {
         errs.push("general.auth_hba_file: required with auth_type = \"hba\"".into());
     }
+    auth_query(cfg, errs);
     // With hba, a user without a password can still log in by a trust, peer or cert rule.
     if !matches!(
         g.auth_type,
         AuthType::Trust | AuthType::Cert | AuthType::Hba
-    ) {
+    ) && !passwords_elsewhere(cfg)
+    {
         if cfg.users.is_empty() {
             errs.push(format!(
                 "users: auth_type = \"{auth}\" needs at least one [users.NAME] entry with a password"
@@ -154,6 +158,45 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
                     ));
                 }
             }
+        }
+    }
+}
+
+/// Passwords come from an `auth_file` or an `auth_query` (general or a database's).
+fn passwords_elsewhere(cfg: &Config) -> bool {
+    !cfg.general.auth_file.is_empty()
+        || !cfg.general.auth_user.is_empty()
+        || cfg.databases.values().any(|d| d.auth_user.is_some())
+}
+
+/// `auth_user`, `auth_query` and `auth_dbname`, general and per database.
+fn auth_query(cfg: &Config, errs: &mut Vec<String>) {
+    let g = &cfg.general;
+    if !g.auth_user.is_empty() && g.auth_query.trim().is_empty() {
+        errs.push("general.auth_query: must not be empty when auth_user is set".into());
+    }
+    for (name, db) in &cfg.databases {
+        for (key, v) in [
+            ("auth_user", &db.auth_user),
+            ("auth_dbname", &db.auth_dbname),
+            ("auth_query", &db.auth_query),
+        ] {
+            if v.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                errs.push(format!("databases.{name}.{key}: must not be empty"));
+            }
+        }
+    }
+    let named = std::iter::once(("general.auth_dbname".to_string(), g.auth_dbname.as_str())).chain(
+        cfg.databases.iter().filter_map(|(n, d)| {
+            let v = d.auth_dbname.as_deref()?;
+            Some((format!("databases.{n}.auth_dbname"), v))
+        }),
+    );
+    for (key, v) in named {
+        if RESERVED_DATABASES.contains(&v) {
+            errs.push(format!(
+                "{key}: cannot use the reserved {v:?} database as an auth_dbname"
+            ));
         }
     }
 }
@@ -241,7 +284,7 @@ fn check_secret_form(key: &str, password: &str, errs: &mut Vec<String>) {
     }
 }
 
-fn check_user(auth: AuthType, name: &str, user: &User, errs: &mut Vec<String>) {
+fn check_user(auth: AuthType, name: &str, user: &User, elsewhere: bool, errs: &mut Vec<String>) {
     if name.is_empty() {
         errs.push("users: a user name must not be empty".into());
     }
@@ -250,9 +293,12 @@ fn check_user(auth: AuthType, name: &str, user: &User, errs: &mut Vec<String>) {
     }
     let key = format!("users.{name}.password");
     match &user.password {
-        None if !matches!(auth, AuthType::Trust | AuthType::Cert | AuthType::Hba) => errs.push(
-            format!("{key}: required with auth_type = \"{}\"", auth_name(auth)),
-        ),
+        None if !matches!(auth, AuthType::Trust | AuthType::Cert | AuthType::Hba) && !elsewhere => {
+            errs.push(format!(
+                "{key}: required with auth_type = \"{}\"",
+                auth_name(auth)
+            ))
+        }
         None => {}
         Some(pw) => {
             check_secret_form(&key, pw, errs);

@@ -29,6 +29,9 @@ pub struct Registry {
     pub lists: Arc<conns::Lists>,
     /// TLS to the servers (and to clients), replaced on reload; every target shares it.
     pub tls: tls::Shared,
+    /// Passwords auth_query found for (database, user)s that have none in the configuration:
+    /// what their pools log in to the server with.
+    looked_up: Mutex<HashMap<(String, String), String>>,
 }
 
 impl Registry {
@@ -56,8 +59,50 @@ impl Registry {
         self.topologies.lock().values().cloned().collect()
     }
 
+    /// The password auth_query last found for (`database`, `user`).
+    fn looked_up(&self, database: &str, user: &str) -> Option<String> {
+        let key = (database.to_string(), user.to_string());
+        self.looked_up.lock().get(&key).cloned()
+    }
+
+    /// Records the password auth_query found for (`database`, `user`) (`None`: none), for
+    /// their pools' server logins; a pool that exists with another password reconnects.
+    pub fn set_looked_up(
+        &self,
+        config: &Config,
+        database: &str,
+        user: &str,
+        password: Option<&str>,
+    ) {
+        let key = (database.to_string(), user.to_string());
+        {
+            let mut map = self.looked_up.lock();
+            if map.get(&key).map(String::as_str) == password {
+                return;
+            }
+            match password {
+                Some(p) => map.insert(key.clone(), p.to_string()),
+                None => map.remove(&key),
+            };
+        }
+        let Some(cluster) = self.clusters.lock().get(&key).cloned() else {
+            return;
+        };
+        let Ok(r) = resolve(config, database, user, &self.tls, password) else {
+            return;
+        };
+        for (shard, (_, targets)) in cluster.shards().iter().zip(r.shards) {
+            for (pool, target) in shard.pools.iter().zip(targets) {
+                if pool.set_target(target) {
+                    pool.reconnect();
+                }
+            }
+        }
+    }
+
     fn build(&self, config: &Config, database: &str, user: &str) -> Result<Cluster> {
-        let r = resolve(config, database, user, &self.tls)?;
+        let looked_up = self.looked_up(database, user);
+        let r = resolve(config, database, user, &self.tls, looked_up.as_deref())?;
         let shards = r
             .shards
             .into_iter()
@@ -96,11 +141,13 @@ impl Registry {
     /// whose shared caps or server list changed, leaves the registry: its clients go on with
     /// it, new logins get a new one. Returns (updated, removed) pools.
     pub fn reconfigure(&self, config: &Config) -> (usize, usize) {
+        let looked_up = self.looked_up.lock().clone();
         let mut clusters = self.clusters.lock();
         let (mut updated, mut removed) = (0, 0);
         clusters.retain(|(database, user), cluster| {
             let n = cluster.pools().len();
-            match resolve(config, database, user, &self.tls) {
+            let found = looked_up.get(&(database.clone(), user.clone()));
+            match resolve(config, database, user, &self.tls, found.map(String::as_str)) {
                 Ok(r)
                     if r.settings.caps == cluster.home().settings().caps
                         && r.sharding.as_deref() == cluster.configured_sharding()
@@ -188,12 +235,14 @@ pub(crate) fn unknown_database(database: &str) -> Error {
     )
 }
 
-/// Where the pools for (`database`, `user`) connect and how they behave under `config`.
+/// Where the pools for (`database`, `user`) connect and how they behave under `config`;
+/// `looked_up`: the password auth_query found for the user, when the configuration has none.
 pub(crate) fn resolve(
     config: &Config,
     database: &str,
     user: &str,
     tls: &tls::Shared,
+    looked_up: Option<&str>,
 ) -> Result<Resolved> {
     let db = config
         .databases
@@ -201,13 +250,19 @@ pub(crate) fn resolve(
         .or_else(|| config.databases.get("*"))
         .ok_or_else(|| unknown_database(database))?;
     let user_cfg = config.users.get(user);
+    // A forced user without a password here takes its own (auth_file's, as PgBouncer), unless
+    // it is a SCRAM verifier: the keys a client's proof reveals are the client's, not the
+    // forced user's (PgBouncer passes SCRAM through only without a forced user).
+    let own = |u: &str| config.users.get(u).and_then(|u| u.password.clone());
+    let forced = |u: &str| own(u).filter(|p| pgwire::auth::scram::ScramSecret::parse(p).is_none());
     let (server_user, password) = match &db.user {
-        Some(u) => (u.clone(), db.password.clone()),
+        Some(u) => (u.clone(), db.password.clone().or_else(|| forced(u))),
         None => (
             user.to_string(),
             db.password
                 .clone()
-                .or_else(|| user_cfg.and_then(|u| u.password.clone())),
+                .or_else(|| own(user))
+                .or_else(|| looked_up.map(String::from)),
         ),
     };
     let g = &config.general;

@@ -145,7 +145,7 @@ pub fn set_param(params: &mut server::ServerParams, name: &str, value: &str) {
     }
 }
 
-fn data_row(body: &[u8]) -> Vec<Option<String>> {
+pub(crate) fn data_row(body: &[u8]) -> Vec<Option<String>> {
     let mut b = body;
     if b.len() < 2 {
         return Vec::new();

@@ -24,10 +24,26 @@ impl PgBouncer {
     /// Starts PgBouncer in front of the PostgreSQL on 127.0.0.1:`pg_port` and waits (up to 10 s)
     /// until it accepts connections.
     pub fn start(pg_port: u16) -> PgBouncer {
-        PgBouncer::start_with(
-            pg_port,
-            "unix_socket_dir =\nauth_type = trust\nauth_file = {dir}/users.txt\n",
+        let port = free_port();
+        let ini = format!(
+            "[databases]\n\
+             postgres = host=127.0.0.1 port={pg_port} dbname=postgres\n\
+             \n\
+             [pgbouncer]\n\
+             listen_addr = 127.0.0.1\n\
+             listen_port = {port}\n\
+             unix_socket_dir =\n\
+             auth_type = trust\n\
+             auth_file = {{dir}}/users.txt\n\
+             admin_users = postgres\n\
+             stats_users = stats\n\
+             pool_mode = transaction\n\
+             ignore_startup_parameters = extra_float_digits\n"
+        );
+        PgBouncer::start_files(
+            port,
             &[("users.txt", "\"postgres\" \"\"\n\"stats\" \"\"\n")],
+            &ini,
         )
     }
 
@@ -35,22 +51,7 @@ impl PgBouncer {
     /// socket, if any) and `files` (name, text) written to its directory, which `{dir}` in
     /// `auth` and in the files names.
     pub fn start_with(pg_port: u16, auth: &str, files: &[(&str, &str)]) -> PgBouncer {
-        assert!(
-            Path::new(PGBOUNCER_BIN).exists(),
-            "{PGBOUNCER_BIN} is missing: these tests compare pgcorral with PgBouncer; \
-             install it with `apt-get install pgbouncer` (.ci/run does)"
-        );
-        let root = is_root();
-        let dir = tempfile::Builder::new()
-            .prefix("pgcorral-pgbouncer-")
-            .tempdir()
-            .unwrap();
-        let path = dir.path();
         let port = free_port();
-        let dir_name = path.display().to_string();
-        for (name, text) in files {
-            std::fs::write(path.join(name), text.replace("{dir}", &dir_name)).unwrap();
-        }
         let ini = format!(
             "[databases]\n\
              postgres = host=127.0.0.1 port={pg_port} dbname=postgres\n\
@@ -62,10 +63,37 @@ impl PgBouncer {
              admin_users = postgres\n\
              stats_users = stats\n\
              pool_mode = transaction\n\
-             ignore_startup_parameters = extra_float_digits\n\
-             logfile = {log}\n\
-             pidfile = {pid}\n",
-            auth = auth.replace("{dir}", &dir_name),
+             ignore_startup_parameters = extra_float_digits\n"
+        );
+        PgBouncer::start_files(port, files, &ini)
+    }
+
+    /// Starts PgBouncer on `ini`, which must listen on 127.0.0.1:`port` and end in its
+    /// `[pgbouncer]` section (logfile and pidfile are added there); `{dir}` in it and in the
+    /// files is the directory where `files` (name, text) are written. Waits (up to 10 s) until it accepts
+    /// connections.
+    pub fn start_files(port: u16, files: &[(&str, &str)], ini: &str) -> PgBouncer {
+        assert!(
+            Path::new(PGBOUNCER_BIN).exists(),
+            "{PGBOUNCER_BIN} is missing: these tests compare pgcorral with PgBouncer; \
+             install it with `apt-get install pgbouncer` (.ci/run does)"
+        );
+        let root = is_root();
+        let dir = tempfile::Builder::new()
+            .prefix("pgcorral-pgbouncer-")
+            .tempdir()
+            .unwrap();
+        let path = dir.path();
+        for (name, text) in files {
+            std::fs::write(
+                path.join(name),
+                text.replace("{dir}", &path.display().to_string()),
+            )
+            .unwrap();
+        }
+        let ini = format!(
+            "{}\nlogfile = {log}\npidfile = {pid}\n",
+            ini.replace("{dir}", &path.display().to_string()),
             log = path.join("pgbouncer.log").display(),
             pid = path.join("pgbouncer.pid").display(),
         );

@@ -36,16 +36,42 @@ impl Raw {
 
     /// Connects and logs in (the pooler or server must not ask for a password).
     pub async fn login(port: u16, user: &str, db: &str) -> Result<Raw, ErrorFields> {
+        Raw::login_with(port, &[("user", user), ("database", db)], None).await
+    }
+
+    /// Connects with these startup parameters (`user` among them) and logs in, answering a
+    /// cleartext or md5 password request with `password`.
+    pub async fn login_with(
+        port: u16,
+        params: &[(&str, &str)],
+        password: Option<&str>,
+    ) -> Result<Raw, ErrorFields> {
         let mut raw = Raw::connect(port).await;
         let mut out = BytesMut::new();
-        pgwire::encode::startup(&mut out, &[("user", user), ("database", db)]);
+        pgwire::encode::startup(&mut out, params);
         raw.send(&out).await;
+        let user = params
+            .iter()
+            .find(|(k, _)| *k == "user")
+            .map_or("", |p| p.1);
         loop {
             let (tag, body) = raw.read().await.expect("connection closed during login");
             match tag {
                 backend::AUTHENTICATION => {
-                    let (code, _) = backend::authentication(&body).unwrap();
-                    assert_eq!(code, 0, "raw client cannot answer authentication {code}");
+                    let (code, data) = backend::authentication(&body).unwrap();
+                    let mut out = BytesMut::new();
+                    match (code, password) {
+                        (0, _) => continue,
+                        (3, Some(p)) => pgwire::encode::password(&mut out, p),
+                        (5, Some(p)) => {
+                            let salt: [u8; 4] = data[..4].try_into().unwrap();
+                            let stored = pgwire::auth::md5::stored_hash(user, p);
+                            let answer = pgwire::auth::md5::salted_response(&stored, salt);
+                            pgwire::encode::password(&mut out, &answer);
+                        }
+                        _ => panic!("raw client cannot answer authentication {code}"),
+                    }
+                    raw.send(&out).await;
                 }
                 backend::BACKEND_KEY_DATA => raw.key = backend::backend_key_data(&body),
                 backend::ERROR_RESPONSE => return Err(ErrorFields::parse(&body).unwrap()),

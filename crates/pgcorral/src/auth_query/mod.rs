@@ -1,0 +1,337 @@
+//! auth_query: the password of a user pgcorral has none for, looked up on the server as auth_user (PgBouncer's auth_user, auth_query, auth_dbname), on connections whose startup parameters pgcorral fixes, with an opt-in cache.
+
+pub mod exec;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+
+use crate::config::{millis_opt, Config};
+use crate::error::{Error, Kind, Result};
+use crate::logsafe::Esc;
+use crate::pool::registry;
+use crate::server::connect::{self, Secret, Target};
+use crate::server::ServerConn;
+use crate::tls;
+use exec::{Answer, Failure};
+
+/// Idle lookup connections kept per (server, database, auth_user).
+const IDLE_PER_TARGET: usize = 2;
+/// Lookups running at once per (server, database, auth_user), so a burst of logins opens no
+/// more server connections than this; further logins wait (within client_login_timeout).
+const BUSY_PER_TARGET: usize = 4;
+/// Cached lookups kept at most (expired ones are dropped first).
+const MAX_CACHED: usize = 10_000;
+
+/// What the lookup said about a login.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Looked {
+    /// No lookup: the user has a password here, or no auth_user applies to the database.
+    NotAsked,
+    /// The role exists: its password (`None`: NULL, e.g. expired; no password login).
+    Found(Option<String>),
+    /// No row: no such role, or one that may not log in. Refused as an unknown user.
+    NoRow,
+}
+
+/// Where and what to ask for a (database, user) login.
+#[derive(Debug, PartialEq)]
+pub struct Plan {
+    pub auth_user: String,
+    /// auth_dbname, or the client's own database.
+    pub auth_db: String,
+    pub query: String,
+}
+
+/// The lookup a login needs: `None` when the user has a password in the configuration (from
+/// `[users]` or the auth_file), or when neither the database (or the `*` template) nor
+/// `[general]` names an auth_user, as PgBouncer decides (a user whose password is empty is
+/// looked up).
+pub fn plan(config: &Config, database: &str, user: &str) -> Option<Plan> {
+    if config.users.get(user).is_some_and(|u| u.password.is_some()) {
+        return None;
+    }
+    let db = config
+        .databases
+        .get(database)
+        .or_else(|| config.databases.get("*"))?;
+    let g = &config.general;
+    let auth_user = db
+        .auth_user
+        .clone()
+        .or_else(|| (!g.auth_user.is_empty()).then(|| g.auth_user.clone()))?;
+    let auth_db = db
+        .auth_dbname
+        .clone()
+        .or_else(|| (!g.auth_dbname.is_empty()).then(|| g.auth_dbname.clone()))
+        .unwrap_or_else(|| database.to_string());
+    let query = db
+        .auth_query
+        .clone()
+        .unwrap_or_else(|| g.auth_query.clone());
+    Some(Plan {
+        auth_user,
+        auth_db,
+        query,
+    })
+}
+
+/// A lookup's server: host, port, database, auth_user.
+type TargetKey = (String, u16, String, String);
+/// A found password and when it was found.
+type Cached = (Instant, Option<String>);
+
+/// Lookups shared by all clients: idle connections to run them on, and found passwords
+/// (only with `auth_query_cache_lifetime`).
+#[derive(Default)]
+pub struct Lookups {
+    cache: Mutex<HashMap<(String, String), Cached>>,
+    idle: Mutex<HashMap<TargetKey, Vec<ServerConn>>>,
+    /// Places for running lookups, per target (see [`BUSY_PER_TARGET`]).
+    busy: Mutex<HashMap<TargetKey, Arc<Semaphore>>>,
+}
+
+impl Lookups {
+    /// Looks `user`'s password up for a login to `database` (see [`plan`]). An error is a
+    /// lookup that could not be made: the login fails (never let in), and it is logged.
+    pub async fn lookup(
+        &self,
+        config: &Config,
+        tls: &tls::Shared,
+        database: &str,
+        user: &str,
+        worker: usize,
+    ) -> Result<Looked> {
+        let Some(plan) = plan(config, database, user) else {
+            return Ok(Looked::NotAsked);
+        };
+        let key = (database.to_string(), user.to_string());
+        let lifetime = millis_opt(config.general.auth_query_cache_lifetime);
+        if let Some(lifetime) = lifetime {
+            if let Some((at, pw)) = self.cache.lock().get(&key) {
+                if at.elapsed() < lifetime {
+                    return Ok(Looked::Found(pw.clone()));
+                }
+            }
+        }
+        let target = target(config, tls, &plan)?;
+        let answer = match self.ask(&target, &plan.query, user, worker).await {
+            Ok(a) => a,
+            Err(failure) => {
+                tracing::warn!(
+                    database = %Esc(database),
+                    user = %Esc(user),
+                    auth_user = %Esc(&plan.auth_user),
+                    auth_dbname = %Esc(&plan.auth_db),
+                    error = %Esc(&failure),
+                    "auth_query failed"
+                );
+                return Err(client_error(&failure));
+            }
+        };
+        let looked = match answer {
+            Answer::Row { password, .. } => Looked::Found(password),
+            Answer::NoRow => Looked::NoRow,
+        };
+        if let (Some(lifetime), Looked::Found(pw)) = (lifetime, &looked) {
+            let mut cache = self.cache.lock();
+            if cache.len() >= MAX_CACHED {
+                cache.retain(|_, (at, _)| at.elapsed() < lifetime);
+                if cache.len() >= MAX_CACHED {
+                    cache.clear();
+                }
+            }
+            cache.insert(key, (Instant::now(), pw.clone()));
+        }
+        Ok(looked)
+    }
+
+    /// A login failed: the next one asks the server again.
+    pub fn forget(&self, database: &str, user: &str) {
+        self.cache
+            .lock()
+            .remove(&(database.to_string(), user.to_string()));
+    }
+
+    /// Runs the query on an idle connection, or a new one; a reused connection that turns out
+    /// to be broken is replaced once.
+    async fn ask(
+        &self,
+        target: &Target,
+        query: &str,
+        user: &str,
+        worker: usize,
+    ) -> Result<Answer, LookupError> {
+        let key: TargetKey = (
+            target.host.clone(),
+            target.port,
+            target.database.clone(),
+            target.user.clone(),
+        );
+        let places = self
+            .busy
+            .lock()
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(BUSY_PER_TARGET)))
+            .clone();
+        let _place = places
+            .acquire_owned()
+            .await
+            .map_err(|_| LookupError::Query(Failure::Broken("lookups closed".into())))?;
+        for reused in [true, false] {
+            let mut server = match reused {
+                true => match self.take_idle(&key, worker) {
+                    Some(s) => s,
+                    None => continue,
+                },
+                false => connect::connect(target, worker)
+                    .await
+                    .map_err(LookupError::Connect)?,
+            };
+            match exec::run(&mut server, query, user).await {
+                Err(Failure::Broken(_)) if reused => continue,
+                Err(f @ Failure::Broken(_)) => return Err(LookupError::Query(f)),
+                outcome => {
+                    self.put_idle(key, server);
+                    return outcome.map_err(LookupError::Query);
+                }
+            }
+        }
+        Err(LookupError::Query(Failure::Broken("no connection".into())))
+    }
+
+    fn take_idle(&self, key: &TargetKey, worker: usize) -> Option<ServerConn> {
+        loop {
+            let mut server = self.idle.lock().get_mut(key)?.pop()?;
+            if server.is_closed_while_idle() {
+                continue;
+            }
+            if server.home == worker {
+                return Some(server);
+            }
+            if let Ok(s) = server.rehome(worker) {
+                return Some(s);
+            }
+        }
+    }
+
+    fn put_idle(&self, key: TargetKey, server: ServerConn) {
+        let mut idle = self.idle.lock();
+        let list = idle.entry(key).or_default();
+        if list.len() < IDLE_PER_TARGET {
+            list.push(server);
+        }
+    }
+
+    /// Closes the idle lookup connections (reload: the servers or auth_user may have changed).
+    pub fn close_idle(&self) {
+        self.idle.lock().clear();
+    }
+}
+
+/// Why a lookup could not be made.
+#[derive(Debug)]
+enum LookupError {
+    /// auth_user could not log in to the server.
+    Connect(Error),
+    Query(Failure),
+}
+
+impl std::fmt::Display for LookupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LookupError::Connect(e) => write!(f, "auth_user could not log in: {e}"),
+            LookupError::Query(q) => write!(f, "{q}"),
+        }
+    }
+}
+
+/// What the client is told: that the lookup failed, with the server's SQLSTATE when it sent
+/// one, not the server's text (the client has not authenticated).
+fn client_error(e: &LookupError) -> Error {
+    let why = match e {
+        LookupError::Connect(_) => "auth_user could not log in to the server".to_string(),
+        LookupError::Query(Failure::Server { code, .. }) => {
+            format!("the server refused auth_query (SQLSTATE {code})")
+        }
+        LookupError::Query(Failure::Broken(_)) => "the server connection failed".to_string(),
+        LookupError::Query(f) => f.to_string(),
+    };
+    Error::new(
+        Kind::ServerConnect,
+        format!("could not look up the user's password: {why}; see pgcorral's log"),
+    )
+}
+
+/// The connection a plan's query runs on: the auth database's first server, logged in as
+/// auth_user with its password from the configuration (auth_file or `[users]`); its startup
+/// packet carries only `user` and `database`, never a client's parameters.
+fn target(config: &Config, tls: &tls::Shared, plan: &Plan) -> Result<Target> {
+    let resolved = registry::resolve(config, &plan.auth_db, &plan.auth_user, tls, None).map_err(|_| {
+        tracing::error!(auth_dbname = %Esc(&plan.auth_db), "authentication database is not configured");
+        Error::new(
+            Kind::UnknownDatabase,
+            format!("authentication database \"{}\" is not configured", plan.auth_db),
+        )
+    })?;
+    let mut target = resolved
+        .shards
+        .into_iter()
+        .next()
+        .and_then(|(_, targets)| targets.into_iter().next())
+        .ok_or_else(|| {
+            Error::new(
+                Kind::ServerConnect,
+                "the authentication database has no server",
+            )
+        })?;
+    let password = config
+        .users
+        .get(&plan.auth_user)
+        .and_then(|u| u.password.clone());
+    if password.is_some() || target.user != plan.auth_user {
+        target.secret = Secret::from_config(password.as_deref());
+    }
+    target.user = plan.auth_user.clone();
+    // A lookup waits no longer than a server login.
+    target.connect_timeout = target.connect_timeout.min(Duration::from_secs(60));
+    Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn plan_as_pgbouncer_decides() {
+        let cfg = config(concat!(
+            "[general]\nauth_user = \"pgb\"\n",
+            "[users.known]\npassword = \"pw\"\n[users.empty]\npool_size = 2\n",
+            "[databases.app]\n[databases.other]\nauth_user = \"other_auth\"\nauth_dbname = \"meta\"\nauth_query = \"SELECT u, p FROM f($1)\"\n",
+        ));
+        assert_eq!(plan(&cfg, "app", "known"), None);
+        let p = plan(&cfg, "app", "empty").unwrap();
+        assert_eq!((p.auth_user.as_str(), p.auth_db.as_str()), ("pgb", "app"));
+        assert_eq!(p.query, crate::config::DEFAULT_AUTH_QUERY);
+        let p = plan(&cfg, "other", "new").unwrap();
+        assert_eq!(
+            (p.auth_user.as_str(), p.auth_db.as_str(), p.query.as_str()),
+            ("other_auth", "meta", "SELECT u, p FROM f($1)")
+        );
+        // A database pgcorral does not serve: no lookup (the login fails as an unknown user).
+        assert_eq!(plan(&cfg, "nope", "new"), None);
+        // No auth_user anywhere: no lookup.
+        let cfg = config("[general]\nauth_dbname = \"meta\"\n[databases.\"*\"]\n");
+        assert_eq!(plan(&cfg, "any", "new"), None);
+        let cfg =
+            config("[general]\nauth_user = \"a\"\nauth_dbname = \"meta\"\n[databases.\"*\"]\n");
+        assert_eq!(plan(&cfg, "any", "new").unwrap().auth_db, "meta");
+    }
+}

@@ -1,0 +1,62 @@
+//! A login's authentication for users of the configuration and users found by auth_query: looks the password up when it is needed, authenticates, forgets a cached lookup after a failed login, and gives a found password to the user's pools.
+
+use bytes::BytesMut;
+
+use super::auth::{self, Authenticated};
+use super::params::Params;
+use super::ClientConn;
+use crate::admin;
+use crate::auth_query::Looked;
+use crate::config::{AuthType, Config};
+use crate::error::Result;
+use crate::services::Services;
+
+/// [`auth::authenticate`] by `auth_type` (the configured method, or an hba rule's), with the
+/// auth_query lookup first for a user that has no password in
+/// the configuration (never for the console's databases, nor for a name that is not text).
+pub(super) async fn authenticate(
+    client: &mut ClientConn,
+    out: &mut BytesMut,
+    services: &Services,
+    config: &Config,
+    auth_type: AuthType,
+    taken: &Params,
+    binding: Option<&[u8]>,
+) -> Result<Authenticated> {
+    let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
+    let named = taken.user.is_text() && taken.database.is_text() && !admin::is_console(database);
+    let looked = match named {
+        true => {
+            services
+                .auth_query
+                .lookup(config, &services.pools.tls, database, user, client.worker)
+                .await?
+        }
+        false => Looked::NotAsked,
+    };
+    let authed = auth::authenticate(
+        &mut client.stream,
+        &mut client.buf,
+        out,
+        config,
+        auth_type,
+        &services.scram_cache,
+        user,
+        taken.user.is_text(),
+        binding,
+        &looked,
+    )
+    .await;
+    match (&authed, &looked) {
+        (Err(_), Looked::Found(_)) => {
+            services.auth_query.forget(database, user);
+        }
+        (Ok(_), Looked::Found(password)) => {
+            services
+                .pools
+                .set_looked_up(config, database, user, password.as_deref());
+        }
+        _ => {}
+    }
+    authed
+}
