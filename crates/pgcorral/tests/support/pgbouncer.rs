@@ -24,26 +24,10 @@ impl PgBouncer {
     /// Starts PgBouncer in front of the PostgreSQL on 127.0.0.1:`pg_port` and waits (up to 10 s)
     /// until it accepts connections.
     pub fn start(pg_port: u16) -> PgBouncer {
-        let port = free_port();
-        let ini = format!(
-            "[databases]\n\
-             postgres = host=127.0.0.1 port={pg_port} dbname=postgres\n\
-             \n\
-             [pgbouncer]\n\
-             listen_addr = 127.0.0.1\n\
-             listen_port = {port}\n\
-             unix_socket_dir =\n\
-             auth_type = trust\n\
-             auth_file = {{dir}}/users.txt\n\
-             admin_users = postgres\n\
-             stats_users = stats\n\
-             pool_mode = transaction\n\
-             ignore_startup_parameters = extra_float_digits\n"
-        );
-        PgBouncer::start_files(
-            port,
+        PgBouncer::start_with(
+            pg_port,
+            "unix_socket_dir =\nauth_type = trust\nauth_file = {dir}/users.txt\n",
             &[("users.txt", "\"postgres\" \"\"\n\"stats\" \"\"\n")],
-            &ini,
         )
     }
 
