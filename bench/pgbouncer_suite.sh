@@ -20,7 +20,10 @@
 # no`), installs the suite's Python packages (pytest, pytest-asyncio, pytest-timeout,
 # pytest-xdist, psycopg, filelock) in a virtualenv, and runs pytest as the `postgres` OS user
 # when root (initdb refuses root, and the console is reached over the Unix socket as user
-# `pgbouncer` by the pooler's own OS user). The report (counts per file, each failure with its
+# `pgbouncer` by the pooler's own OS user). pytest-asyncio's deprecation warnings are ignored
+# (the suite turns warnings into errors, and newer pytest-asyncio warns at start), and
+# tracebacks are one line each (Debian's Python 3.11.2 fails to parse some for pytest's long
+# form, which stops the run). The report (counts per file, each failure with its
 # first line) goes to $BENCH_RESULTS_DIR/YYYY-MM-DD-HHMM-pgbouncer-suite.md and is printed.
 set -euo pipefail
 
@@ -65,11 +68,13 @@ if [ ! -x "$VENV/bin/pytest" ]; then
   "$VENV/bin/pip" install --quiet pytest pytest-asyncio pytest-timeout pytest-xdist 'psycopg[binary]' filelock
 fi
 
+# Paths as seen from test/: the harness changes into that directory when it is imported, and
+# pytest-xdist's workers collect from there.
 targets=()
 if [ -n "$FILES" ]; then
-  for f in $FILES; do targets+=("test/$f"); done
+  for f in $FILES; do targets+=("$f"); done
 else
-  targets=(test/)
+  targets=(.)
 fi
 as_user=()
 if [ "$(id -u)" = 0 ]; then
@@ -82,8 +87,9 @@ version=$("$WORK/bouncer-under-test" --version | head -n1)
 log "running PgBouncer's tests ($REV) against $version: ${targets[*]}"
 started=$(date +%s)
 set +e
-(cd "$WORK" && "${as_user[@]}" env PATH="$PG_BIN:$PATH" BOUNCER_EXE="$WORK/bouncer-under-test" \
-  "$VENV/bin/pytest" -n "$JOBS" -p no:cacheprovider -q --junitxml="$WORK/junit.xml" "${targets[@]}" \
+(cd "$WORK/test" && "${as_user[@]}" env PATH="$PG_BIN:$PATH" BOUNCER_EXE="$WORK/bouncer-under-test" \
+  "$VENV/bin/pytest" -n "$JOBS" -p no:cacheprovider -q --junitxml="$WORK/junit.xml" \
+  -W "ignore::pytest.PytestDeprecationWarning" --tb=line --no-showlocals "${targets[@]}" \
   >"$WORK/pytest.log" 2>&1)
 rc=$?
 set -e
@@ -99,7 +105,7 @@ path, version, rev, took, head = sys.argv[1:]
 per = collections.OrderedDict()
 fails = []
 for case in ET.parse(path).getroot().iter("testcase"):
-    file = case.get("classname", "").split(".")[-1] + ".py"
+    file = case.get("classname", "").removeprefix("test.") + ".py"
     name = case.get("name")
     outcome = "passed"
     for tag in ("failure", "error", "skipped"):
