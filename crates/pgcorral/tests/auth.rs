@@ -136,6 +136,26 @@ async fn md5_clients_with_stored_md5_hash() {
     .await;
 }
 
+/// With `auth_type = "scram-sha-256"`, a user whose password is an md5 hash is not a
+/// configuration error (PgBouncer takes it; PostgreSQL stores it): that user is asked for
+/// SCRAM and refused as with a wrong password, even with the right one, without a server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_logins_of_a_user_with_an_md5_hash_fail_as_a_wrong_password() {
+    let pg = Postgres::start();
+    pg.create_user("app", "unused-on-a-trusting-server");
+    pg.create_user("other", "unused-on-a-trusting-server");
+    let hash = pg.sql("postgres", "SELECT 'md5' || md5('app-secret' || 'app')");
+    let users =
+        format!("[users.app]\npassword = \"{hash}\"\n[users.other]\npassword = \"other-secret\"");
+    let pooler = Pooler::start(&cfg(&pg, "scram-sha-256", &users)).await;
+    assert_eq!(first_auth_code(pooler.port(), "app").await, 10);
+    assert_refused_without_server(&pg, &pooler, "app", "app-secret").await;
+    assert_eq!(
+        current_user(&pooler, "other", Some("other-secret")).await,
+        "other"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trust_without_users_admits_anyone_without_a_password() {
     let pg = Postgres::start();

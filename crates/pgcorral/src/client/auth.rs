@@ -10,6 +10,7 @@ use pgwire::{encode, frontend};
 use crate::auth_query::Looked;
 use crate::config::{AuthType, Config};
 use crate::error::{Error, Kind, Result};
+use crate::logsafe::Esc;
 use crate::net::framed::{next_tag, read_message, ReadError};
 use crate::secrets::SecretCache;
 use crate::tls;
@@ -74,22 +75,21 @@ pub async fn authenticate(
         md5(stream, buf, out, user, password).await?;
         return Ok(Authenticated { client_key: None });
     }
+    // An md5 hash cannot verify SCRAM: as PostgreSQL, the exchange runs against a throwaway
+    // secret and the login fails as with a wrong password (the log says why).
+    let md5_only =
+        scram_secret.is_none() && password.is_some_and(pgwire::auth::md5::is_stored_hash);
     let secret = match (scram_secret, password) {
         (Some(s), _) => s,
-        (None, Some(p)) if pgwire::auth::md5::is_stored_hash(p) => {
-            return Err(Error::new(
-                Kind::AuthFailed,
-                format!(
-                "user \"{user}\" has an md5 password; SCRAM authentication is impossible with it"
-            ),
-            ))
-        }
-        (None, Some(p)) => cache.get(user, p),
+        (None, Some(p)) if !md5_only => cache.get(user, p),
         // Unknown user: run the exchange against a throwaway secret so the failure looks the same.
-        (None, None) => cache.mock(user),
+        (None, _) => cache.mock(user),
     };
     let key = scram(stream, buf, out, user, secret, binding).await?;
-    if !known {
+    if md5_only {
+        tracing::info!(user = %Esc(user), "user has an md5 password, which cannot verify a SCRAM login");
+    }
+    if !known || md5_only {
         return Err(failed(user));
     }
     Ok(Authenticated {

@@ -301,13 +301,9 @@ fn check_user(auth: AuthType, name: &str, user: &User, elsewhere: bool, errs: &m
         }
         None => {}
         Some(pw) => {
+            // An md5 hash with auth_type = "scram-sha-256" is not refused here: that user's
+            // logins fail, as in PostgreSQL and PgBouncer (client::auth).
             check_secret_form(&key, pw, errs);
-            if auth == AuthType::ScramSha256 && md5::is_stored_hash(pw) {
-                errs.push(format!(
-                    "{key}: an md5 hash cannot verify a SCRAM login; with auth_type = \
-                     \"scram-sha-256\" give the plaintext password or a SCRAM-SHA-256 verifier"
-                ));
-            }
         }
     }
 }
@@ -599,10 +595,8 @@ mod tests {
         };
         from_toml_str(&user(&md5, "md5")).unwrap();
         from_toml_str(&user(&md5, "trust")).unwrap();
-        refused(
-            &user(&md5, "scram-sha-256"),
-            &["users.app.password: an md5 hash"],
-        );
+        // Accepted: that user's SCRAM logins fail (tests/auth.rs), as in PostgreSQL.
+        from_toml_str(&user(&md5, "scram-sha-256")).unwrap();
         // Not a hash's exact form: a plaintext password, as for PostgreSQL and PgBouncer.
         for plain in [
             "md5pass",
