@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::config::{self, Config};
 use crate::hba;
+use crate::logsafe::Esc;
 use crate::services::Services;
 use crate::tls;
 
@@ -60,6 +61,21 @@ pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, Strin
         return Err(format!("{key} cannot be changed without a restart"));
     }
     let current = services.config.load_full();
+    if started_from_pgbouncer_ini(services) {
+        // PgBouncer's names, units and values, as its own console takes them.
+        let (general, warnings) = config::set_pgbouncer_key(&current.general, key, value)?;
+        for w in &warnings {
+            tracing::warn!(key, warning = %Esc(w), "SET of a key pgcorral does not honour");
+        }
+        let new = Config {
+            general,
+            ..(*current).clone()
+        };
+        config::validate(&new).map_err(|e| e.to_string())?;
+        let applied = apply(services, new)?;
+        tracing::info!(key, value = %Esc(value), "setting changed from the admin console");
+        return Ok(applied);
+    }
     let mut general = match toml::Value::try_from(&current.general) {
         Ok(toml::Value::Table(t)) => t,
         _ => return Err("cannot read the running configuration".into()),
@@ -99,6 +115,14 @@ pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, Strin
     let applied = apply(services, new)?;
     tracing::info!(key, value, "setting changed from the admin console");
     Ok(applied)
+}
+
+/// The running configuration was read from a pgbouncer.ini (so the console's SET speaks
+/// PgBouncer's keys).
+fn started_from_pgbouncer_ini(services: &Services) -> bool {
+    services.config_path.get().is_some_and(|path| {
+        std::fs::read_to_string(path).is_ok_and(|text| config::is_pgbouncer(path, &text))
+    })
 }
 
 /// Swaps in a validated configuration (restart-only settings keep their running values) and

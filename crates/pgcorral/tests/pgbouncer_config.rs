@@ -140,6 +140,31 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         let want = (want.0.to_string(), want.1.to_string(), want.2.to_string());
         assert!(modes.contains(&want), "{want:?} not in {modes:?}");
     }
+
+    // The console's SET takes PgBouncer's keys, units and values: query_timeout in seconds
+    // (1 s, not 1 ms), auth_type = plain, verbose; a value PgBouncer refuses is refused.
+    for set in [
+        "SET query_timeout = 1",
+        "SET auth_type = plain",
+        "SET auth_type = trust",
+        "SET verbose = 1",
+    ] {
+        admin
+            .simple_query(set)
+            .await
+            .unwrap_or_else(|e| panic!("{set}: {e}"));
+    }
+    let e = admin
+        .simple_query("SET query_timeout = '10s'")
+        .await
+        .unwrap_err();
+    assert!(
+        db_message(&e).contains("query_timeout"),
+        "{}",
+        db_message(&e)
+    );
+    app.simple_query("SELECT pg_sleep(0.2)").await.unwrap();
+    assert!(app.simple_query("SELECT pg_sleep(3)").await.is_err());
     drop(pooler);
 }
 

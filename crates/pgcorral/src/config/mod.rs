@@ -20,5 +20,6 @@ mod validate;
 pub use load::{embedded_default, from_toml_str, load_file, load_file_warnings, ConfigError};
 pub use model::*;
 pub use pgbouncer::{from_pgbouncer_str, is_pgbouncer};
+pub use pgbouncer_general::set_key as set_pgbouncer_key;
 pub use pgcat::{from_pgcat_str, is_pgcat, Warning};
 pub use validate::{socket_mode, validate, RESERVED_DATABASES};

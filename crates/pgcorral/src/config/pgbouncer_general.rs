@@ -45,6 +45,49 @@ impl Extra {
     }
 }
 
+/// pgcorral's method for PgBouncer's `auth_type` name (`any` as `trust`, `plain` as `md5`).
+fn auth_type_of(name: &str) -> Option<AuthType> {
+    Some(match name {
+        "trust" | "any" => AuthType::Trust,
+        "cert" => AuthType::Cert,
+        "md5" | "plain" => AuthType::Md5,
+        "scram-sha-256" => AuthType::ScramSha256,
+        "hba" => AuthType::Hba,
+        _ => return None,
+    })
+}
+
+/// The admin console's `SET key = value` on a pooler started from a pgbouncer.ini: the key and
+/// value as PgBouncer reads them in its `[pgbouncer]` section (its names, seconds for times,
+/// `auth_type = plain`, `verbose`), applied to `general`. `Err`: the message for the client;
+/// warnings: keys pgcorral does not honour, which change nothing.
+pub fn set_key(
+    general: &General,
+    key: &str,
+    value: &str,
+) -> Result<(General, Vec<String>), String> {
+    let mut c = Conv::default();
+    let mut g = general.clone();
+    let mut x = Extra::default();
+    let at = At {
+        file: "SET".into(),
+        line: 0,
+    };
+    apply(&mut c, &mut g, &mut x, key, value, &at);
+    if let Some((name, _)) = &x.auth_type {
+        match auth_type_of(&name.to_ascii_lowercase()) {
+            Some(a) => g.auth_type = a,
+            None => c
+                .errors
+                .push(format!("auth_type = {name}: not supported by pgcorral")),
+        }
+    }
+    if !c.errors.is_empty() {
+        return Err(c.errors.join("; "));
+    }
+    Ok((g, c.warnings.into_iter().map(|w| w.message).collect()))
+}
+
 /// One `[pgbouncer]` key: an error naming it and its line when the value is wrong.
 pub(super) fn apply(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, at: &At) {
     let Some((ty, how)) = lookup(key) else {
@@ -310,14 +353,10 @@ pub(super) fn finish(c: &mut Conv, cfg: &mut Config, x: &Extra, name: &str) {
         Some((a, at)) => (a.as_str(), at.to_string()),
         None => ("md5", format!("{name}: auth_type (PgBouncer's default)")),
     };
-    g.auth_type = match auth {
-        "trust" | "any" => AuthType::Trust,
-        "cert" => AuthType::Cert,
-        "md5" | "plain" => AuthType::Md5,
-        "scram-sha-256" => AuthType::ScramSha256,
-        "hba" => AuthType::Hba,
-        other => {
-            c.errors.push(format!("{at}: auth_type = {other}: not supported by pgcorral; pgcorral reads this file with auth_type trust, any, cert, hba, md5 or scram-sha-256"));
+    g.auth_type = match auth_type_of(auth) {
+        Some(a) => a,
+        None => {
+            c.errors.push(format!("{at}: auth_type = {auth}: not supported by pgcorral; pgcorral reads this file with auth_type trust, any, cert, hba, md5 or scram-sha-256"));
             return;
         }
     };
