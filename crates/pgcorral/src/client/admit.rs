@@ -264,7 +264,7 @@ async fn login(
     // places more, so that it stays reachable when every other place is taken.
     let own = access == Access::Own;
     let admin = console && (own || config.general.admin_users.iter().any(|u| u == user));
-    let Some(count) = services.admit_client(admin) else {
+    let Some(mut count) = services.admit_client(admin) else {
         return Err(Error::new(
             Kind::TooManyClients,
             "no more connections allowed (max_client_conn)",
@@ -272,12 +272,21 @@ async fn login(
     };
     limit.authenticated();
     if console {
+        // Every console user counts under the console's database (whichever of its names it
+        // asked for), capped by [general]'s max_db_client_connections only, as PgBouncer's.
+        let caps = (
+            config.general.max_db_client_connections,
+            config.user_client_cap(user),
+        );
+        name_client(&mut count, admin::CONSOLE_DB, user, caps, admin)?;
         return console_login(client, services, user, database, own, out)
             .await
             .map(|a| (a, count));
     }
     // Only an authenticated client learns whether the database exists, as with PostgreSQL.
     let cluster = services.pools.get(&config, database, user)?;
+    let caps = (config.db_client_cap(database), config.user_client_cap(user));
+    name_client(&mut count, database, user, caps, false)?;
     let pool = cluster.home().clone();
     if services.control.is_disabled(database) {
         return Err(Error::new(
@@ -407,6 +416,24 @@ async fn login(
         pinned: Vec::new(),
     });
     Ok((session, count))
+}
+
+/// Counts a client under its database and user, refused (with PgBouncer's words) when that
+/// puts it over `max_db_client_connections` or `max_user_client_connections`; `exempt`: an
+/// admin user on the console.
+fn name_client(
+    count: &mut ClientCount,
+    database: &str,
+    user: &str,
+    caps: (usize, usize),
+    exempt: bool,
+) -> Result<()> {
+    count.name(database, user, caps, exempt).map_err(|key| {
+        Error::new(
+            Kind::TooManyClients,
+            format!("client connections exceeded ({key})"),
+        )
+    })
 }
 
 /// Where a server for the whole session (session mode), or for the login's parameters, comes

@@ -189,6 +189,7 @@ mod tests {
             pool_size: None,
             pool_mode: None,
             max_user_connections: None,
+            max_user_client_connections: None,
         };
         let bench = Database {
             dbname: Some("bench".into()),
