@@ -278,8 +278,10 @@ async fn login(
             config.general.max_db_client_connections,
             config.user_client_cap(user),
         );
+        // Who may not use the console is told so, whatever the caps.
+        let role = console_role(services, user, own)?;
         name_client(&mut count, admin::CONSOLE_DB, user, caps, admin)?;
-        return console_login(client, services, user, database, own, out)
+        return console_login(client, services, user, database, role, out)
             .await
             .map(|a| (a, count));
     }
@@ -448,6 +450,21 @@ fn session_target(cluster: &cluster::Cluster) -> cluster::Target {
     Target::first_shard(want, false)
 }
 
+/// The console role of an authenticated user (the console's `own` user is an admin); refused
+/// when the user is neither an admin nor a stats user.
+fn console_role(services: &Services, user: &str, own: bool) -> Result<admin::Role> {
+    let role = match own {
+        true => Some(admin::Role::Admin),
+        false => admin::role(services, user),
+    };
+    role.ok_or_else(|| {
+        Error::new(
+            Kind::UnknownUser,
+            format!("not allowed: user \"{user}\" is in neither admin_users nor stats_users"),
+        )
+    })
+}
+
 /// Welcomes an authenticated admin or stats user (or the console's `own` user, an admin) to
 /// the console, without a server.
 async fn console_login(
@@ -455,19 +472,9 @@ async fn console_login(
     services: &Services,
     user: &str,
     database: &str,
-    own: bool,
+    role: admin::Role,
     mut out: BytesMut,
 ) -> Result<Admitted> {
-    let role = match own {
-        true => Some(admin::Role::Admin),
-        false => admin::role(services, user),
-    };
-    let Some(role) = role else {
-        return Err(Error::new(
-            Kind::UnknownUser,
-            format!("not allowed: user \"{user}\" is in neither admin_users nor stats_users"),
-        ));
-    };
     for (k, v) in [
         (
             "server_version",
