@@ -1,6 +1,7 @@
 //! The handle every task gets: configuration, pools, the cancel map, client accounting and the
 //! shutdown signal. Built once at start and passed down; cheap to clone.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -31,6 +32,9 @@ pub struct Inner {
     pub auth_query: Lookups,
     /// Clients logged in now (counted against max_client_conn), console users included.
     pub clients: AtomicUsize,
+    /// The same clients by database and by user, once their names are known
+    /// (max_db_client_connections, max_user_client_connections).
+    pub clients_by_name: parking_lot::Mutex<ByName>,
     /// Connections accepted and still logging in (counted against the login budget).
     pub logins: AtomicUsize,
     /// Connections refused at accept because the login budget was used up.
@@ -87,6 +91,7 @@ impl Services {
             scram_cache: Default::default(),
             auth_query: Default::default(),
             clients: AtomicUsize::new(0),
+            clients_by_name: Default::default(),
             logins: AtomicUsize::new(0),
             logins_refused: AtomicU64::new(0),
             login_fd_cap: open_files_limit().map_or(usize::MAX, |n| (n / 4).max(1)),
@@ -113,8 +118,19 @@ impl Services {
         let n = self.clients.fetch_add(1, Ordering::AcqRel) + 1;
         let count = ClientCount {
             services: self.clone(),
+            names: None,
         };
         (n <= max).then_some(count)
+    }
+
+    /// Clients logged in now to `database` (as named at login).
+    pub fn clients_of_database(&self, database: &str) -> usize {
+        self.clients_by_name.lock().count(Side::Database, database)
+    }
+
+    /// Clients logged in now as `user`.
+    pub fn clients_of_user(&self, user: &str) -> usize {
+        self.clients_by_name.lock().count(Side::User, user)
     }
 
     /// How many connections may be logging in at once: max_login_clients, or a quarter of the
@@ -220,14 +236,114 @@ impl Drop for LoginCount {
     }
 }
 
-/// One logged-in client; uncounted on drop. A pointer: every client's task holds one.
+/// One logged-in client; uncounted on drop (under its database and user too, once
+/// [`ClientCount::name`] counted it there).
 pub struct ClientCount {
     services: Services,
+    names: Option<Box<(Arc<str>, Arc<str>)>>,
+}
+
+impl ClientCount {
+    /// Counts the client under its `database` and `user`, and checks the caps
+    /// (`max_db_client_connections`, `max_user_client_connections`; 0 = none) with it
+    /// counted, as PgBouncer: `Err` names the cap it is over (the database's first). `exempt`
+    /// (an admin user on the console) is counted but never refused. Counted once: a second
+    /// call only checks.
+    pub fn name(
+        &mut self,
+        database: &str,
+        user: &str,
+        caps: (usize, usize),
+        exempt: bool,
+    ) -> Result<(), &'static str> {
+        let mut by = self.services.clients_by_name.lock();
+        if self.names.is_none() {
+            by.add(database, user);
+            self.names = Some(Box::new((database.into(), user.into())));
+        }
+        by.over(database, user, caps, exempt)
+    }
 }
 
 impl Drop for ClientCount {
     fn drop(&mut self) {
+        if let Some(names) = self.names.take() {
+            self.services
+                .clients_by_name
+                .lock()
+                .remove(&names.0, &names.1);
+        }
         self.services.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Clients logged in, by database and by user (names without clients are not kept).
+#[derive(Default)]
+pub struct ByName {
+    database: HashMap<Arc<str>, usize>,
+    user: HashMap<Arc<str>, usize>,
+}
+
+/// Which of [`ByName`]'s counts.
+#[derive(Clone, Copy)]
+pub enum Side {
+    Database,
+    User,
+}
+
+impl ByName {
+    fn map(&mut self, side: Side) -> &mut HashMap<Arc<str>, usize> {
+        match side {
+            Side::Database => &mut self.database,
+            Side::User => &mut self.user,
+        }
+    }
+
+    /// Clients counted under `name`.
+    pub fn count(&self, side: Side, name: &str) -> usize {
+        let map = match side {
+            Side::Database => &self.database,
+            Side::User => &self.user,
+        };
+        map.get(name).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, database: &str, user: &str) {
+        for (side, name) in [(Side::Database, database), (Side::User, user)] {
+            *self.map(side).entry(name.into()).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, database: &str, user: &str) {
+        for (side, name) in [(Side::Database, database), (Side::User, user)] {
+            let map = self.map(side);
+            if let Some(n) = map.get_mut(name) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    map.remove(name);
+                }
+            }
+        }
+    }
+
+    /// Which cap (its key) the counted client is over, if any.
+    fn over(
+        &self,
+        database: &str,
+        user: &str,
+        (max_db, max_user): (usize, usize),
+        exempt: bool,
+    ) -> Result<(), &'static str> {
+        if exempt {
+            return Ok(());
+        }
+        if max_db > 0 && self.count(Side::Database, database) > max_db {
+            return Err("max_db_client_connections");
+        }
+        if max_user > 0 && self.count(Side::User, user) > max_user {
+            return Err("max_user_client_connections");
+        }
+        Ok(())
     }
 }
 
@@ -342,5 +458,33 @@ mod tests {
             "Max open files            unlimited            unlimited            files\n";
         assert_eq!(super::soft_open_files(unlimited), None);
         assert!(super::open_files_limit().is_some_and(|n| n > 0));
+    }
+
+    #[test]
+    fn clients_by_name_are_capped_per_database_then_per_user() {
+        use super::{ByName, Side};
+        let mut by = ByName::default();
+        by.add("app", "alice");
+        by.add("app", "bob");
+        assert_eq!(by.over("app", "bob", (2, 1), false), Ok(()));
+        by.add("app", "bob");
+        // Three on app (cap 2) and two as bob (cap 1): the database's cap is named first.
+        assert_eq!(
+            by.over("app", "bob", (2, 1), false),
+            Err("max_db_client_connections")
+        );
+        assert_eq!(
+            by.over("app", "bob", (0, 1), false),
+            Err("max_user_client_connections")
+        );
+        assert_eq!(by.over("app", "bob", (0, 0), false), Ok(()));
+        assert_eq!(by.over("app", "bob", (2, 1), true), Ok(()));
+        by.remove("app", "bob");
+        by.remove("app", "bob");
+        assert_eq!(by.count(Side::Database, "app"), 1);
+        assert_eq!(by.count(Side::User, "bob"), 0);
+        assert!(!by.user.contains_key("bob"));
+        by.remove("app", "alice");
+        assert!(by.database.is_empty() && by.user.is_empty());
     }
 }

@@ -41,6 +41,9 @@ pub async fn pause_all(services: &Services) {
     let _ = actions::pause(services, None).await;
 }
 
+/// The console's database as SHOW DATABASES lists it, and as its clients are counted.
+pub const CONSOLE_DB: &str = "pgbouncer";
+
 /// Database names that open the console.
 pub fn is_console(database: &str) -> bool {
     database == "pgbouncer" || database == "pgcorral"

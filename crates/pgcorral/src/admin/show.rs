@@ -12,7 +12,7 @@ use crate::rows::{Cell, Table, Ty};
 use crate::services::Services;
 
 /// The console's own database, as PgBouncer lists it.
-const CONSOLE_DB: &str = "pgbouncer";
+use super::CONSOLE_DB;
 
 /// Every SHOW pgcorral answers, for SHOW HELP and errors.
 pub const TOPICS: &str =
@@ -111,6 +111,9 @@ fn databases(services: &Services, config: &Config) -> Table {
         ("current_connections", Ty::Int),
         ("paused", Ty::Int),
         ("disabled", Ty::Int),
+        // PgBouncer 1.24's (before paused there): after 1.18's columns here.
+        ("max_client_connections", Ty::Int),
+        ("current_client_connections", Ty::Int),
     ]);
     let pools = services.pools.all();
     let g = &config.general;
@@ -136,6 +139,10 @@ fn databases(services: &Services, config: &Config) -> Table {
             current.into(),
             services.control.is_paused(name).into(),
             services.control.is_disabled(name).into(),
+            db.max_db_client_connections
+                .unwrap_or(g.max_db_client_connections)
+                .into(),
+            services.clients_of_database(name).into(),
         ]);
     }
     t.row(vec![
@@ -152,6 +159,8 @@ fn databases(services: &Services, config: &Config) -> Table {
         0u8.into(),
         0u8.into(),
         0u8.into(),
+        g.max_db_client_connections.into(),
+        services.clients_of_database(CONSOLE_DB).into(),
     ]);
     t
 }
@@ -237,7 +246,14 @@ fn pools(services: &Services) -> Table {
 }
 
 fn users(services: &Services, config: &Config) -> Table {
-    let mut t = Table::text(&["name", "pool_mode"]);
+    // PgBouncer 1.18's columns, then 1.24's client caps (1.24 has pool_size,
+    // reserve_pool_size, max_user_connections and current_connections between them).
+    let mut t = Table::new(&[
+        ("name", Ty::Text),
+        ("pool_mode", Ty::Text),
+        ("max_user_client_connections", Ty::Int),
+        ("current_client_connections", Ty::Int),
+    ]);
     let mut names: Vec<String> = config.users.keys().cloned().collect();
     names.extend(services.pools.all().iter().map(|p| p.name().1.to_string()));
     names.extend(config.general.admin_users.iter().cloned());
@@ -247,9 +263,13 @@ fn users(services: &Services, config: &Config) -> Table {
     names.dedup();
     for n in names {
         let mode = config.users.get(&n).and_then(|u| u.pool_mode);
+        let cap = config.user_client_cap(&n);
+        let current = services.clients_of_user(&n);
         t.row(vec![
             n.into(),
             mode.map_or(Cell::Null, |m| mode_name(m).into()),
+            cap.into(),
+            current.into(),
         ]);
     }
     t

@@ -264,7 +264,7 @@ async fn login(
     // places more, so that it stays reachable when every other place is taken.
     let own = access == Access::Own;
     let admin = console && (own || config.general.admin_users.iter().any(|u| u == user));
-    let Some(count) = services.admit_client(admin) else {
+    let Some(mut count) = services.admit_client(admin) else {
         return Err(Error::new(
             Kind::TooManyClients,
             "no more connections allowed (max_client_conn)",
@@ -272,12 +272,23 @@ async fn login(
     };
     limit.authenticated();
     if console {
-        return console_login(client, services, user, database, own, out)
+        // Every console user counts under the console's database (whichever of its names it
+        // asked for), capped by [general]'s max_db_client_connections only, as PgBouncer's.
+        let caps = (
+            config.general.max_db_client_connections,
+            config.user_client_cap(user),
+        );
+        // Who may not use the console is told so, whatever the caps.
+        let role = console_role(services, user, own)?;
+        name_client(&mut count, admin::CONSOLE_DB, user, caps, admin)?;
+        return console_login(client, services, user, database, role, out)
             .await
             .map(|a| (a, count));
     }
     // Only an authenticated client learns whether the database exists, as with PostgreSQL.
     let cluster = services.pools.get(&config, database, user)?;
+    let caps = (config.db_client_cap(database), config.user_client_cap(user));
+    name_client(&mut count, database, user, caps, false)?;
     let pool = cluster.home().clone();
     if services.control.is_disabled(database) {
         return Err(Error::new(
@@ -409,6 +420,24 @@ async fn login(
     Ok((session, count))
 }
 
+/// Counts a client under its database and user, refused (with PgBouncer's words) when that
+/// puts it over `max_db_client_connections` or `max_user_client_connections`; `exempt`: an
+/// admin user on the console.
+fn name_client(
+    count: &mut ClientCount,
+    database: &str,
+    user: &str,
+    caps: (usize, usize),
+    exempt: bool,
+) -> Result<()> {
+    count.name(database, user, caps, exempt).map_err(|key| {
+        Error::new(
+            Kind::TooManyClients,
+            format!("client connections exceeded ({key})"),
+        )
+    })
+}
+
 /// Where a server for the whole session (session mode), or for the login's parameters, comes
 /// from: the database's default role (the query parser cannot route a whole session).
 fn session_target(cluster: &cluster::Cluster) -> cluster::Target {
@@ -421,6 +450,21 @@ fn session_target(cluster: &cluster::Cluster) -> cluster::Target {
     Target::first_shard(want, false)
 }
 
+/// The console role of an authenticated user (the console's `own` user is an admin); refused
+/// when the user is neither an admin nor a stats user.
+fn console_role(services: &Services, user: &str, own: bool) -> Result<admin::Role> {
+    let role = match own {
+        true => Some(admin::Role::Admin),
+        false => admin::role(services, user),
+    };
+    role.ok_or_else(|| {
+        Error::new(
+            Kind::UnknownUser,
+            format!("not allowed: user \"{user}\" is in neither admin_users nor stats_users"),
+        )
+    })
+}
+
 /// Welcomes an authenticated admin or stats user (or the console's `own` user, an admin) to
 /// the console, without a server.
 async fn console_login(
@@ -428,19 +472,9 @@ async fn console_login(
     services: &Services,
     user: &str,
     database: &str,
-    own: bool,
+    role: admin::Role,
     mut out: BytesMut,
 ) -> Result<Admitted> {
-    let role = match own {
-        true => Some(admin::Role::Admin),
-        false => admin::role(services, user),
-    };
-    let Some(role) = role else {
-        return Err(Error::new(
-            Kind::UnknownUser,
-            format!("not allowed: user \"{user}\" is in neither admin_users nor stats_users"),
-        ));
-    };
     for (k, v) in [
         (
             "server_version",

@@ -189,6 +189,7 @@ mod tests {
             pool_size: None,
             pool_mode: None,
             max_user_connections: None,
+            max_user_client_connections: None,
         };
         let bench = Database {
             dbname: Some("bench".into()),
@@ -401,5 +402,30 @@ mod tests {
             let err = embedded_default(env(vars)).unwrap_err().to_string();
             assert!(err.starts_with(key), "{vars:?}: {err}");
         }
+    }
+
+    #[test]
+    fn client_caps_of_a_database_and_a_user_win_over_the_general_ones() {
+        let cfg = from_toml_str(
+            "[general]\nauth_type = \"trust\"\nmax_db_client_connections = 5\nmax_user_client_connections = 7\n\
+             [databases.a]\nmax_db_client_connections = 2\n\
+             [databases.b]\n\
+             [users.alice]\nmax_user_client_connections = 3\n\
+             [users.bob]\npool_size = 4\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.db_client_cap("a"), 2);
+        assert_eq!(cfg.db_client_cap("b"), 5);
+        // No "*" template: an unknown name has the general cap (it is refused anyway).
+        assert_eq!(cfg.db_client_cap("c"), 5);
+        assert_eq!(cfg.user_client_cap("alice"), 3);
+        assert_eq!(cfg.user_client_cap("bob"), 7);
+        assert_eq!(cfg.user_client_cap("carol"), 7);
+        let wild = from_toml_str(
+            "[general]\nauth_type = \"trust\"\n[databases.\"*\"]\nmax_db_client_connections = 1\n",
+        )
+        .unwrap();
+        assert_eq!(wild.db_client_cap("anything"), 1);
+        assert_eq!(wild.user_client_cap("anyone"), 0);
     }
 }

@@ -149,6 +149,10 @@ pub struct General {
     pub max_db_connections: usize,
     /// Servers per user across all its pools; 0 = no cap.
     pub max_user_connections: usize,
+    /// Clients logged in per database; 0 = no cap (PgBouncer 1.24's key).
+    pub max_db_client_connections: usize,
+    /// Clients logged in per user; 0 = no cap (PgBouncer 1.24's key).
+    pub max_user_client_connections: usize,
     /// ms
     pub server_connect_timeout: u64,
     /// ms; after a failed server login, new logins to that pool fail at once for this long.
@@ -363,6 +367,8 @@ impl Default for General {
             reserve_pool_timeout: 5000,
             max_db_connections: 0,
             max_user_connections: 0,
+            max_db_client_connections: 0,
+            max_user_client_connections: 0,
             server_connect_timeout: 5000,
             server_login_retry: 15_000,
             shutdown_timeout: 30000,
@@ -419,6 +425,27 @@ pub fn millis_opt(ms: u64) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
 }
 
+impl Config {
+    /// The cap on clients logged in at once to `database` (`max_db_client_connections`; 0 =
+    /// none): the database's (or the `"*"` template's) own, else `[general]`'s.
+    pub fn db_client_cap(&self, database: &str) -> usize {
+        self.databases
+            .get(database)
+            .or_else(|| self.databases.get("*"))
+            .and_then(|d| d.max_db_client_connections)
+            .unwrap_or(self.general.max_db_client_connections)
+    }
+
+    /// The cap on clients logged in at once as `user` (`max_user_client_connections`; 0 =
+    /// none): the user's own, else `[general]`'s.
+    pub fn user_client_cap(&self, user: &str) -> usize {
+        self.users
+            .get(user)
+            .and_then(|u| u.max_user_client_connections)
+            .unwrap_or(self.general.max_user_client_connections)
+    }
+}
+
 impl General {
     pub fn server_connect_timeout(&self) -> Duration {
         Duration::from_millis(self.server_connect_timeout)
@@ -442,6 +469,8 @@ pub struct User {
     pub pool_mode: Option<PoolMode>,
     /// Servers for this user across all databases; overrides the general cap.
     pub max_user_connections: Option<usize>,
+    /// Clients of this user logged in at once; overrides the general cap.
+    pub max_user_client_connections: Option<usize>,
 }
 
 /// `[databases.NAME]`.
@@ -459,6 +488,8 @@ pub struct Database {
     pub reserve_pool_size: Option<usize>,
     /// Servers for this database across all users; overrides the general cap.
     pub max_db_connections: Option<usize>,
+    /// Clients of this database logged in at once; overrides the general cap.
+    pub max_db_client_connections: Option<usize>,
     pub pool_mode: Option<PoolMode>,
     /// Fixed server login instead of the client's own.
     pub user: Option<String>,
@@ -510,6 +541,7 @@ impl Default for Database {
             min_pool_size: None,
             reserve_pool_size: None,
             max_db_connections: None,
+            max_db_client_connections: None,
             pool_mode: None,
             user: None,
             password: None,

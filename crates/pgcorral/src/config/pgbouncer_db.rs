@@ -86,10 +86,9 @@ pub(super) fn database(
                 Some(m) => db.pool_mode = Some(m),
                 None => bad(c, at, key, &v, "session, transaction or statement"),
             },
+            // 0: the global cap, as PgBouncer.
             "max_db_client_connections" => {
-                if number(c, at, key, &v).is_some_and(|n| n > 0) {
-                    warn(c, at, key, "not honoured: pgcorral has no cap of clients per database (max_client_conn caps them all)");
-                }
+                db.max_db_client_connections = number(c, at, key, &v).filter(|&n| n > 0)
             }
             "server_lifetime" => {
                 // Integer seconds; 0 = the global value.
@@ -211,10 +210,9 @@ pub(super) fn user(c: &mut Conv, name: &str, value: &str, at: &At) -> Option<Use
                     );
                 }
             }
+            // 0: the global cap, as PgBouncer.
             "max_user_client_connections" => {
-                if number(c, at, key, &v).is_some_and(|n| n > 0) {
-                    warn(c, at, key, "not honoured: pgcorral has no cap of clients per user (max_client_conn caps them all)");
-                }
+                u.max_user_client_connections = number(c, at, key, &v).filter(|&n| n > 0)
             }
             "query_timeout"
             | "idle_transaction_timeout"

@@ -253,6 +253,8 @@ fn int(
         "stats_period" => g.stats_period = u as u64,
         "max_db_connections" => g.max_db_connections = u,
         "max_user_connections" => g.max_user_connections = u,
+        "max_db_client_connections" => g.max_db_client_connections = u,
+        "max_user_client_connections" => g.max_user_client_connections = u,
         "min_pool_size" => g.min_pool_size = u,
         "reserve_pool_size" => g.reserve_pool_size = u,
         "listen_port" => match u16::try_from(u) {

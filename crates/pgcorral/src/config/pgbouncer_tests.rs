@@ -365,14 +365,21 @@ fn pgbouncers_own_test_ini() {
     assert_eq!(cfg.general.listen_port, 6667);
     assert_eq!(cfg.databases["p0"].port, 6666);
     assert_eq!(cfg.databases["hostlist1"].host, "127.0.0.1");
-    for key in [
-        "databases.p8.connect_query",
-        "databases.hostlist1.host",
-        "databases.conn_limit_db.max_db_client_connections",
-        "users.maxedout2.max_user_client_connections",
-    ] {
+    for key in ["databases.p8.connect_query", "databases.hostlist1.host"] {
         warned(&warnings, key);
     }
+    // The client caps are honoured (not warned).
+    assert_eq!(
+        cfg.databases["conn_limit_db"].max_db_client_connections,
+        Some(2)
+    );
+    assert_eq!(cfg.users["maxedout2"].max_user_client_connections, Some(2));
+    assert!(
+        !warnings
+            .iter()
+            .any(|w| w.key.contains("client_connections")),
+        "{warnings:?}"
+    );
 }
 
 #[test]
