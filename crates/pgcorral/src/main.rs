@@ -187,18 +187,19 @@ fn serve(config: pgcorral::config::Config, path: Option<PathBuf>, pid_path: Opti
                 return 1;
             }
         };
-        let server = match pgcorral::Pooler::bind(config).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen");
-                return 1;
-            }
-        };
-        // Written once the port is bound: a pidfile means a pooler that listens.
+        // Written before the port listens, so that a pooler that answers has its pidfile; removed
+        // again (dropped) if the port cannot be had.
         let _pidfile = match pid_path.map(pidfile::Pidfile::write).transpose() {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!("{e}");
+                return 1;
+            }
+        };
+        let server = match pgcorral::Pooler::bind(config).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen");
                 return 1;
             }
         };
