@@ -436,11 +436,7 @@ async fn not_routed(
             }
         }
     };
-    client
-        .stream
-        .send(&reply)
-        .await
-        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    shard_tx::reply(client, &reply).await?;
     Ok(true)
 }
 

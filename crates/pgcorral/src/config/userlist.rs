@@ -50,34 +50,27 @@ pub fn parse(text: &[u8]) -> Userlist {
             stop(&mut list, start, "broken auth file");
             break;
         }
-        let user_at = p + 1;
-        p = find_quote(text, user_at, false);
+        let (user, end) = match field(text, p + 1, MAX_USERNAME, "username too long in auth file") {
+            Ok(f) => f,
+            Err(why) => {
+                stop(&mut list, start, why);
+                break;
+            }
+        };
+        p = find_quote(text, end + 1, true);
         if p >= text.len() {
             stop(&mut list, start, "broken auth file");
             break;
         }
-        if p - user_at >= MAX_USERNAME {
-            stop(&mut list, start, "username too long in auth file");
-            break;
-        }
-        let user = unquote(&text[user_at..p]);
-        p = find_quote(text, p + 1, true);
-        if p >= text.len() {
-            stop(&mut list, start, "broken auth file");
-            break;
-        }
-        let password_at = p + 1;
-        p = find_quote(text, password_at, false);
-        if p >= text.len() {
-            stop(&mut list, start, "broken auth file");
-            break;
-        }
-        if p - password_at >= MAX_PASSWORD {
-            stop(&mut list, start, "password too long in auth file");
-            break;
-        }
-        let password = unquote(&text[password_at..p]);
-        p += 1;
+        let (password, end) =
+            match field(text, p + 1, MAX_PASSWORD, "password too long in auth file") {
+                Ok(f) => f,
+                Err(why) => {
+                    stop(&mut list, start, why);
+                    break;
+                }
+            };
+        p = end + 1;
         while p < text.len() && text[p] != b'\n' {
             p += 1;
         }
@@ -87,6 +80,24 @@ pub fn parse(text: &[u8]) -> Userlist {
         }
     }
     list
+}
+
+/// The quoted field whose text starts at `at`: its text unquoted, and where its closing quote
+/// is; else why the reading stops (unterminated, or `max` bytes or more: `too_long`).
+fn field(
+    text: &[u8],
+    at: usize,
+    max: usize,
+    too_long: &'static str,
+) -> Result<(Vec<u8>, usize), &'static str> {
+    let end = find_quote(text, at, false);
+    if end >= text.len() {
+        return Err("broken auth file");
+    }
+    if end - at >= max {
+        return Err(too_long);
+    }
+    Ok((unquote(&text[at..end]), end))
 }
 
 /// The next `"` from `p` (`text.len()` when none); inside a field (`start` false) a doubled

@@ -187,6 +187,7 @@ pub fn decide(
             shard::request_len(client).unwrap_or(0),
             "COPY FROM STDIN into a sharded table is split to the shards outside a transaction only".to_string(),
         )),
+        // Returned above, before the request's Sync could be changed.
         shard::Shard::NeedColumns(t) => return Decision::LearnColumns(t),
     };
     match refused {
@@ -304,7 +305,9 @@ pub async fn in_transaction(
         return Ok(InTransaction::Go);
     };
     let sharding = &*sharding;
-    if let Some((len, text)) = whole_query(client) {
+    // A whole simple Query's length and text, read once.
+    let query = whole_query(client);
+    if let Some((len, text)) = query {
         let command = hint::command(text);
         if command == Ok(Some(Command::ShowShard)) {
             client.buf.advance(len);
@@ -345,7 +348,7 @@ pub async fn in_transaction(
     }
     let settings = cluster.topology().settings();
     if let Some((len, answer)) =
-        whole_query(client).and_then(|q| own_command(q, route, &settings, Some(sharding), status))
+        query.and_then(|q| own_command(q, route, &settings, Some(sharding), status))
     {
         client.buf.advance(len);
         send(client, &answer).await?;
