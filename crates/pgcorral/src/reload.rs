@@ -25,6 +25,10 @@ pub const RESTART_ONLY: &[&str] = &[
     "pidfile",
     "logfile",
     "so_reuseport",
+    "log_format",
+    "syslog",
+    "syslog_ident",
+    "syslog_facility",
 ];
 
 /// What a reload did, for the log and the console.

@@ -22,4 +22,4 @@ pub use model::*;
 pub use pgbouncer::{from_pgbouncer_str, is_pgbouncer};
 pub use pgbouncer_general::set_key as set_pgbouncer_key;
 pub use pgcat::{from_pgcat_str, is_pgcat, Warning};
-pub use validate::{socket_mode, validate, RESERVED_DATABASES};
+pub use validate::{socket_mode, syslog_facility, validate, RESERVED_DATABASES};

@@ -20,6 +20,16 @@ pub enum PoolMode {
     Statement,
 }
 
+/// How each log line is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// tracing's lines: time, level, module, message, then the fields as `key=value`.
+    Pgcorral,
+    /// PgBouncer's: `2026-01-02 03:04:05.678 UTC [pid] LOG C-1: db/user@addr message`.
+    Pgbouncer,
+}
+
 /// Statements that leave state bound to one server connection (LISTEN, session advisory locks,
 /// temporary tables, WITH HOLD cursors, SQL PREPARE) in transaction and statement mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -193,6 +203,21 @@ pub struct General {
     pub retry_stale_statements: bool,
     /// tracing filter, e.g. "info" or "pgcorral=debug"; RUST_LOG wins when set.
     pub log_level: String,
+    /// The lines' format: pgcorral's (default) or PgBouncer's (default from a pgbouncer.ini).
+    pub log_format: LogFormat,
+    /// Log each client login (PgBouncer's `log_connections`).
+    pub log_connections: bool,
+    /// Log each client and server connection's close, with why (`log_disconnections`).
+    pub log_disconnections: bool,
+    /// Log each error pgcorral itself sends a client (`log_pooler_errors`).
+    pub log_pooler_errors: bool,
+    /// Log the totals' averages every `stats_period` (`log_stats`).
+    pub log_stats: bool,
+    /// Also log to syslog(3) (PgBouncer's `syslog`), as `syslog_ident` with `syslog_facility`.
+    pub syslog: bool,
+    pub syslog_ident: String,
+    /// auth, authpriv, daemon, user, local0 to local7.
+    pub syslog_facility: String,
     /// File the process id is written to (PgBouncer's `pidfile`): refused at start while the
     /// pid in it is alive, removed at exit; `-d` needs it. Empty: none.
     pub pidfile: String,
@@ -387,6 +412,14 @@ impl Default for General {
             max_prepared_statements: 200,
             retry_stale_statements: false,
             log_level: "info".into(),
+            log_format: LogFormat::Pgcorral,
+            log_connections: true,
+            log_disconnections: true,
+            log_pooler_errors: true,
+            log_stats: true,
+            syslog: false,
+            syslog_ident: "pgcorral".into(),
+            syslog_facility: "daemon".into(),
             pidfile: String::new(),
             logfile: String::new(),
             so_reuseport: false,
@@ -446,7 +479,25 @@ impl Config {
     }
 }
 
+/// Which connection lines are logged: `General`'s log_connections, log_disconnections and
+/// log_pooler_errors, as the places that log them read them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnLogging {
+    pub connections: bool,
+    pub disconnections: bool,
+    pub pooler_errors: bool,
+}
+
 impl General {
+    /// The connection lines to log.
+    pub fn conn_logging(&self) -> ConnLogging {
+        ConnLogging {
+            connections: self.log_connections,
+            disconnections: self.log_disconnections,
+            pooler_errors: self.log_pooler_errors,
+        }
+    }
+
     pub fn server_connect_timeout(&self) -> Duration {
         Duration::from_millis(self.server_connect_timeout)
     }

@@ -26,7 +26,8 @@ use parking_lot::Mutex;
 use crate::clock;
 use crate::cluster::topology;
 use crate::cold;
-use crate::config::PoolMode;
+use crate::config::{ConnLogging, PoolMode};
+use crate::connlog::{self, Who};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::logsafe;
@@ -78,6 +79,9 @@ pub struct PoolSettings {
     /// A failed check fails the checkout (so that the cluster bans the server and tries
     /// another) instead of opening a new connection to the same server.
     pub fail_on_check: bool,
+    /// Which of its servers' connects and closes are logged (log_connections,
+    /// log_disconnections).
+    pub log: ConnLogging,
 }
 
 impl PoolSettings {
@@ -101,6 +105,7 @@ impl PoolSettings {
             caps: None,
             check_timeout: checkout::CLEANUP_TIMEOUT,
             fail_on_check: false,
+            log: Default::default(),
         }
     }
 }
@@ -315,7 +320,7 @@ impl Pool {
             c.applied = applied;
             return Ok(c);
         }
-        tracing::info!(pool = ?self.0.name, pid = c.key.pid, "server_check_query failed; closing the server connection");
+        self.closing(&c, &"server_check_query failed");
         c.state.broken = true;
         drop(c);
         if s.fail_on_check {
@@ -336,7 +341,7 @@ impl Pool {
         loop {
             let mut server = self.0.inner.lock().pop_idle(worker)?;
             if server.is_closed_while_idle() {
-                tracing::info!(pool = ?self.0.name, pid = server.key.pid, "idle server connection was closed by the server; discarding");
+                self.closing(&server, &"server conn crashed?");
                 drop(server);
                 self.release_slot();
                 continue;
@@ -414,7 +419,8 @@ impl Pool {
             {
                 let w = inner.waiters.pop_front().expect("checked").entry;
                 if inner.grant_place(w, self) {
-                    tracing::info!(pool = ?self.0.name, "client waited reserve_pool_timeout; opening a reserve server");
+                    // PgBouncer's words: a client waited reserve_pool_timeout.
+                    tracing::warn!(db = %logsafe::Esc(&self.0.name.0), user = %logsafe::Esc(&self.0.name.1), "taking connection from reserve_pool");
                 }
                 continue;
             }
@@ -498,6 +504,10 @@ impl Pool {
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
                 Err(e) => {
+                    if e.kind() == Kind::ServerError {
+                        tracing::warn!(db = %logsafe::Esc(&self.0.name.0), user = %logsafe::Esc(&self.0.name.1),
+                            "server login failed: FATAL {}", logsafe::Esc(e.client_message()));
+                    }
                     // Replayed to new logins for server_login_retry (for a server that is
                     // down: once a client has waited server_unavailable_wait for it in vain).
                     if for_client && !retry.is_zero() {
@@ -539,7 +549,13 @@ impl Pool {
             ));
         }
         slot.fulfil();
-        tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "opened server connection");
+        if let (Some(l), true) = (&server.listed, settings.log.connections) {
+            let from = match unix {
+                true => "unix socket".to_string(),
+                false => l.local.to_string(),
+            };
+            connlog::new_server(settings.log, &Who::server(l), &from);
+        }
         {
             let mut p = self.0.params.lock();
             if p.is_none() {
@@ -589,7 +605,8 @@ impl Pool {
             }
             inner.idle.remove(0)
         };
-        tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "closing an idle server to make room under a shared cap");
+        // To make room under a shared cap for another pool's client.
+        self.closing(&server, &"evicted");
         drop(server);
         self.release_slot();
         true
@@ -630,7 +647,12 @@ impl Pool {
             }
         }
         if expired || yield_cap {
-            tracing::debug!(pool = ?self.0.name, pid = server.key.pid, expired, "closing server connection at check-in");
+            let why = match (expired, server.generation < self.generation()) {
+                (true, true) => "database configuration changed",
+                (true, false) => "server lifetime over",
+                _ => "evicted",
+            };
+            self.closing(&server, &why);
             drop(server);
             self.release_slot();
             return;
@@ -649,6 +671,14 @@ impl Pool {
             }
         }
         inner.idle.push(server);
+    }
+
+    /// Logs why one of its servers is being closed (log_disconnections), in PgBouncer's words.
+    pub(crate) fn closing(&self, server: &ServerConn, why: &dyn std::fmt::Display) {
+        let log = self.0.settings.load().log;
+        if let (Some(l), true) = (&server.listed, log.disconnections) {
+            connlog::closing(log, &Who::server(l), why);
+        }
     }
 
     /// Gives up a server's place in the pool: a waiter may open a new one in its stead.

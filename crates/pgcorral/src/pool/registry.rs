@@ -323,6 +323,7 @@ pub(crate) fn resolve(
         caps,
         check_timeout: super::checkout::CLEANUP_TIMEOUT,
         fail_on_check: false,
+        log: g.conn_logging(),
     };
     let several = |servers: &[ServerEntry]| {
         servers.len() > 1 || servers.iter().any(|s| s.role == ServerRole::Auto)

@@ -51,8 +51,9 @@ pub enum Outcome {
     Idle,
     /// Statement mode: the server opened a transaction; its ReadyForQuery was held back.
     TransactionRefused,
-    /// The client sent Terminate or closed its socket; everything before was forwarded.
-    ClientGone,
+    /// The client sent Terminate (`eof` false) or closed its socket; everything before was
+    /// forwarded.
+    ClientGone { eof: bool },
     /// The client broke the protocol.
     ClientProtocol(String),
     /// The server closed or failed; `notified` when it sent the client a FATAL first.
@@ -610,7 +611,7 @@ fn server_gone(server: &mut ServerConn, notified: bool) -> Outcome {
 #[cold]
 fn client_gone(client: &mut ClientConn) -> Outcome {
     client.buf.clear();
-    Outcome::ClientGone
+    Outcome::ClientGone { eof: true }
 }
 
 /// After a write to the client: the worker's batch goes out now while the client streams;
@@ -663,7 +664,7 @@ fn finish(o: Outcome, client: &mut ClientConn, server: &mut ServerConn, c_ready:
 
 fn client_stop(s: &ClientScan) -> Option<Outcome> {
     if s.terminate {
-        Some(Outcome::ClientGone)
+        Some(Outcome::ClientGone { eof: false })
     } else if let Some(why) = s.refuse {
         Some(Outcome::Refused(why))
     } else {

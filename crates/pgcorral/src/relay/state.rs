@@ -370,7 +370,7 @@ mod tests {
         assert!(!c.wants_scan());
         c.sent(2);
         assert!(c.wants_scan());
-        c.stop = Some(Outcome::ClientGone);
+        c.stop = Some(Outcome::ClientGone { eof: false });
         assert!(!c.wants_scan());
         let mut c = client(0, false, false);
         assert!(!c.wants_scan());
@@ -419,8 +419,8 @@ mod tests {
         assert!(c.stop.is_some(), "kept until answered");
         assert_eq!(c.take_stop(true), Some(Outcome::Refused("LISTEN")));
         assert_eq!(c.stop, None);
-        c.stop = Some(Outcome::ClientGone);
-        assert_eq!(c.take_stop(false), Some(Outcome::ClientGone));
+        c.stop = Some(Outcome::ClientGone { eof: false });
+        assert_eq!(c.take_stop(false), Some(Outcome::ClientGone { eof: false }));
         c.stop = Some(Outcome::ClientProtocol("bad".into()));
         assert_eq!(
             c.take_stop(false),
@@ -445,7 +445,7 @@ mod tests {
                 "a scan or a held batch first"
             );
         }
-        c.stop = Some(Outcome::ClientGone);
+        c.stop = Some(Outcome::ClientGone { eof: false });
         assert!(!c.plan_read(true, &going, 0), "the client side stopped");
         let mut c = client(0, false, false);
         assert!(!c.plan_read(true, &stopped, 0), "the next request waits");
@@ -538,7 +538,7 @@ mod tests {
         assert!(s.releasable());
         for o in [
             Outcome::ServerGone { notified: true },
-            Outcome::ClientGone,
+            Outcome::ClientGone { eof: false },
             Outcome::TimedOut(Phase::Query),
         ] {
             s.stop = Some(o);
