@@ -76,8 +76,11 @@ async fn a_pgbouncer_ini_gets_pgbouncers_log_lines() {
         })
     });
     let port = free_port();
-    let pooler =
-        blocking(|| PoolerProcess::start_file("pgbouncer.ini", &ini(pg.port, port, ""), port));
+    // syslog on as well (with no syslog daemon here its lines go nowhere): the file still
+    // gets every line.
+    let pooler = blocking(|| {
+        PoolerProcess::start_file("pgbouncer.ini", &ini(pg.port, port, "syslog = 1"), port)
+    });
 
     let c = connect(port, "postgres", Some("secret"), "app")
         .await
@@ -191,4 +194,42 @@ async fn toml_keeps_pgcorrals_format_with_the_same_words() {
         "{line}"
     );
     drop(pooler);
+}
+
+#[test]
+fn a_syslog_facility_syslog_does_not_have_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pgbouncer.ini");
+    std::fs::write(
+        &path,
+        "[databases]\napp = host=127.0.0.1 dbname=app\n[pgbouncer]\nauth_type = trust\nsyslog = 1\nsyslog_facility = kernel\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(support::pgcorral_bin())
+        .args(["--check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(":6: invalid value \"kernel\" for parameter syslog_facility"),
+        "{err}"
+    );
+    // local0 is one: the file is valid (and syslog is opened only at start, not by --check).
+    std::fs::write(
+        &path,
+        "[databases]\napp = host=127.0.0.1 dbname=app\n[pgbouncer]\nauth_type = trust\nsyslog = 1\nsyslog_facility = local0\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(support::pgcorral_bin())
+        .args(["--check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
