@@ -25,6 +25,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "pidfile",
     "logfile",
     "so_reuseport",
+    "peer_id",
     "log_format",
     "syslog",
     "syslog_ident",

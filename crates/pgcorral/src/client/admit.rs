@@ -12,7 +12,7 @@ use super::access::{self, Access};
 use super::startup::{self, Opening};
 use super::{login_auth, params, ClientConn, LoggedIn};
 use crate::admin;
-use crate::cancel::CancelSlot;
+use crate::cancel::{self, CancelSlot};
 use crate::clock;
 use crate::cluster;
 use crate::config;
@@ -86,8 +86,10 @@ pub(super) async fn admit(
             return None;
         }
         Opening::Cancel { pid, secret } => {
-            let wait = millis_opt(services.config.load().general.cancel_wait_timeout);
-            services.cancel.cancel(pid, secret, wait).await;
+            let config = services.config.load_full();
+            let wait = millis_opt(config.general.cancel_wait_timeout);
+            let peer = cancel::peer_of(&config, secret);
+            services.cancel.cancel(pid, secret, wait, peer).await;
             return None;
         }
         Opening::Session { minor, params } => (minor, params),
@@ -415,7 +417,8 @@ async fn login(
     for (k, v) in server_params.unwrap_or_default().iter() {
         encode::parameter_status(&mut out, k, v);
     }
-    let secret = services.cancel.register(pid, slot.clone());
+    let peer_id = services.config.load().general.peer_id;
+    let secret = services.cancel.register(pid, slot.clone(), peer_id);
     encode::backend_key_data(&mut out, pid, secret);
     encode::ready_for_query(&mut out, TxStatus::Idle);
     if let Err(e) = client.stream.send(&out).await {

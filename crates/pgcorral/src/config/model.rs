@@ -95,6 +95,24 @@ pub struct Config {
     /// Databases clients may name; the key `"*"` is a template for any other name.
     #[serde(default)]
     pub databases: BTreeMap<String, Database>,
+    /// The other pgcorral processes sharing this one's port (PgBouncer's `[peers]`), by
+    /// `peer_id` ("1" to "65535"): a cancel request for one of their clients is forwarded there.
+    #[serde(default)]
+    pub peers: BTreeMap<String, PeerEntry>,
+}
+
+/// A peer: where its clients' cancel requests go.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerEntry {
+    /// An address, a host name, or a directory holding the peer's Unix socket (`/...`).
+    pub host: String,
+    #[serde(default = "default_peer_port")]
+    pub port: u16,
+}
+
+fn default_peer_port() -> u16 {
+    6432
 }
 
 /// `[general]`.
@@ -213,6 +231,10 @@ pub struct General {
     pub log_pooler_errors: bool,
     /// Log the totals' averages every `stats_period` (`log_stats`).
     pub log_stats: bool,
+    /// This process's id among its peers (1..65535; 0 = no peering): it is in the low 16 bits
+    /// of every cancel key this process hands out, so that a peer that gets the cancel request
+    /// knows where to forward it.
+    pub peer_id: u16,
     /// Also log to syslog(3) (PgBouncer's `syslog`), as `syslog_ident` with `syslog_facility`.
     pub syslog: bool,
     pub syslog_ident: String,
@@ -417,6 +439,7 @@ impl Default for General {
             log_disconnections: true,
             log_pooler_errors: true,
             log_stats: true,
+            peer_id: 0,
             syslog: false,
             syslog_ident: "pgcorral".into(),
             syslog_facility: "daemon".into(),

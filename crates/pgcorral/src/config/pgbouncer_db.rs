@@ -5,7 +5,7 @@ use super::pgbouncer::{count, warn};
 use super::pgbouncer_general::Extra;
 use super::pgcat::Conv;
 use super::validate::RESERVED_DATABASES;
-use super::{Database, General, PoolMode, User};
+use super::{Database, General, PeerEntry, PoolMode, User};
 
 /// The pairs of an entry's connection string; an error naming the entry otherwise.
 fn pairs(c: &mut Conv, at: &At, entry: &str, value: &str) -> Option<Vec<(String, String)>> {
@@ -231,29 +231,27 @@ pub(super) fn user(c: &mut Conv, name: &str, value: &str, at: &At) -> Option<Use
     Some(u)
 }
 
-/// `N = host=... [port=...] [pool_size=...]` of `[peers]`: checked as PgBouncer checks it,
-/// and warned about (pgcorral forwards no cancel request to a peer yet).
-pub(super) fn peer(c: &mut Conv, id: &str, value: &str, at: &At) {
+/// `N = host=... [port=...] [pool_size=...]` of `[peers]`, checked as PgBouncer checks it.
+/// `pool_size` (PgBouncer's limit on connections to the peer) is read and not used: pgcorral
+/// opens one connection per forwarded cancel request.
+pub(super) fn peer(c: &mut Conv, id: &str, value: &str, at: &At) -> Option<(u16, PeerEntry)> {
     let entry = format!("peers.{id}");
-    if !id.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n)) {
+    let Some(n) = id.parse::<u16>().ok().filter(|&n| n > 0) else {
         c.errors.push(format!(
             "{at}: {entry}: ids of peers must be a number larger than 0 and at most 65535"
         ));
-        return;
-    }
-    let Some(pairs) = pairs(c, at, &entry, value) else {
-        return;
+        return None;
     };
-    let mut host = false;
+    let pairs = pairs(c, at, &entry, value)?;
+    let (mut host, mut port) = (None, 6432);
     for (k, v) in pairs {
         let key = format!("{entry}.{k}");
         match k.as_str() {
-            "host" => host = true,
-            "port" => {
-                if !v.parse::<u16>().is_ok_and(|p| p > 0) {
-                    bad(c, at, &key, &v, "not a port number (1..65535)");
-                }
-            }
+            "host" => host = Some(v),
+            "port" => match v.parse::<u16>() {
+                Ok(p) if p > 0 => port = p,
+                _ => bad(c, at, &key, &v, "not a port number (1..65535)"),
+            },
             "pool_size" => {
                 number(c, at, &key, &v);
             }
@@ -262,10 +260,11 @@ pub(super) fn peer(c: &mut Conv, id: &str, value: &str, at: &At) {
                 .push(format!("{at}: {entry}: unrecognized peer parameter: {k}")),
         }
     }
-    if !host {
+    let Some(host) = host else {
         c.errors.push(format!(
             "{at}: {entry}: host was not provided for peer {id}"
         ));
-    }
-    warn(c, at, &entry, "not honoured yet: peering, cancel requests forwarded to the process holding the client (issue 37 item 5)");
+        return None;
+    };
+    Some((n, PeerEntry { host, port }))
 }

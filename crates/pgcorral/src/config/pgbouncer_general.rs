@@ -296,6 +296,10 @@ fn int(
         "log_pooler_errors" => g.log_pooler_errors = u != 0,
         "log_stats" => g.log_stats = u != 0,
         "syslog" => g.syslog = u != 0,
+        "peer_id" => match u16::try_from(u) {
+            Ok(id) => g.peer_id = id,
+            Err(_) => bad(c, "not a peer id (0 to 65535)"),
+        },
         "verbose" => {
             g.log_level = match u {
                 0 => "info",

@@ -100,7 +100,7 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("max_user_client_connections", Ty::Int, How::Map),
     ("max_user_connections", Ty::Int, How::Map),
     ("min_pool_size", Ty::Int, How::Map),
-    ("peer_id", Ty::Int, How::Later("peering (issue 37 item 5)")),
+    ("peer_id", Ty::Int, How::Map),
     ("pidfile", Ty::Str, How::Map),
     ("pkt_buf", Ty::Int, How::Note("pgcorral sizes its buffers itself")),
     ("pool_mode", Ty::Lookup(POOL_MODES), How::Map),

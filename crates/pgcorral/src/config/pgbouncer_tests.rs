@@ -315,12 +315,16 @@ fn a_new_pgbouncer_section_starts_from_the_defaults() {
 }
 
 #[test]
-fn peers_and_auth_any_are_warned() {
-    let text = "[pgbouncer]\nauth_type = any\n[databases]\nforced = host=db user=svc\nloose = host=db\n[peers]\n1 = host=/tmp\n2 = host=10.0.0.2 port=6433 pool_size=4\n";
+fn peers_are_read_and_auth_any_is_warned() {
+    let text = "[pgbouncer]\nauth_type = any\npeer_id = 1\n[databases]\nforced = host=db user=svc\nloose = host=db\n[peers]\n1 = host=/tmp\n2 = host=10.0.0.2 port=6433 pool_size=4\n";
     let (cfg, warnings) = read(text);
     assert_eq!(cfg.general.auth_type, AuthType::Trust);
-    warned(&warnings, "peers.1");
-    warned(&warnings, "peers.2");
+    assert_eq!(cfg.general.peer_id, 1);
+    assert_eq!(cfg.peers["1"].host, "/tmp");
+    assert_eq!(cfg.peers["1"].port, 6432);
+    assert_eq!(cfg.peers["2"].host, "10.0.0.2");
+    assert_eq!(cfg.peers["2"].port, 6433);
+    assert!(!warnings.iter().any(|w| w.key.starts_with("peers")));
     warned(&warnings, "databases.loose");
     assert!(!warnings.iter().any(|w| w.key == "databases.forced"));
 }

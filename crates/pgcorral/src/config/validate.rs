@@ -122,6 +122,13 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
     if g.healthcheck_interval == 0 {
         errs.push("general.healthcheck_interval: must be greater than 0 (milliseconds)".into());
     }
+    for id in cfg.peers.keys() {
+        if !id.parse::<u16>().is_ok_and(|n| n > 0) {
+            errs.push(format!(
+                "peers.{id}: ids of peers must be a number larger than 0 and at most 65535"
+            ));
+        }
+    }
     if syslog_facility(&g.syslog_facility).is_none() {
         errs.push(format!(
             "general.syslog_facility: {:?} is not a syslog facility (auth, authpriv, daemon, user, local0 to local7)",
