@@ -34,7 +34,7 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     std::fs::write(
         &databases,
         format!(
-            "shop = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_size=4 connect_query='SELECT 1'\n\
+            "shop = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_size=4 connect_query='SET enable_seqscan = off; SET enable_nestloop = off'\n\
              shop_ro = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_mode=statement\n",
             p = pg.port
         ),
@@ -78,7 +78,6 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     for key in [
         "pgbouncer.tcp_keepalive",
         "pgbouncer.tcp_defer_accept",
-        "databases.shop.connect_query",
         "users.reporter.query_timeout",
     ] {
         assert!(
@@ -103,6 +102,14 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         (row.get::<_, String>(0), row.get::<_, String>(1)),
         ("shop_owner".into(), "shop".into())
     );
+    // The database's connect_query ran on its server connection (two statements).
+    for setting in ["enable_seqscan", "enable_nestloop"] {
+        let row = app
+            .query_one(&format!("SHOW {setting}"), &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), "off", "{setting}");
+    }
     app.execute("INSERT INTO items VALUES ($1, $2)", &[&1i32, &"lamp"])
         .await
         .unwrap();

@@ -568,6 +568,9 @@ pub struct Database {
     /// Fixed server login instead of the client's own.
     pub user: Option<String>,
     pub password: Option<String>,
+    /// Run on each new server connection of this database once logged in (PgBouncer's
+    /// `connect_query`): its SETs are the server's starting state for every client.
+    pub connect_query: Option<String>,
     /// This database's `auth_user`, `auth_dbname` and `auth_query` instead of `[general]`'s.
     pub auth_user: Option<String>,
     pub auth_dbname: Option<String>,
@@ -619,6 +622,7 @@ impl Default for Database {
             pool_mode: None,
             user: None,
             password: None,
+            connect_query: None,
             auth_user: None,
             auth_dbname: None,
             auth_query: None,

@@ -101,7 +101,7 @@ pub(super) fn database(
                 "disable" | "round-robin" => load_balance = true,
                 _ => bad(c, at, key, &v, "disable or round-robin"),
             },
-            "connect_query" => warn(c, at, key, "not honoured: pgcorral runs no query after logging in to a server"),
+            "connect_query" => db.connect_query = Some(v),
             "client_encoding" | "datestyle" | "timezone" | "application_name" => warn(
                 c,
                 at,

@@ -82,6 +82,8 @@ pub struct PoolSettings {
     /// Which of its servers' connects and closes are logged (log_connections,
     /// log_disconnections).
     pub log: ConnLogging,
+    /// Run on each new server connection once logged in; empty = none (`connect_query`).
+    pub connect_query: String,
 }
 
 impl PoolSettings {
@@ -106,6 +108,7 @@ impl PoolSettings {
             check_timeout: checkout::CLEANUP_TIMEOUT,
             fail_on_check: false,
             log: Default::default(),
+            connect_query: String::new(),
         }
     }
 }
@@ -562,7 +565,30 @@ impl Pool {
                 *p = Some(server.params.clone());
             }
         }
-        Ok(Checkout::new(Box::new(server), self.clone()))
+        let mut c = Checkout::new(Box::new(server), self.clone());
+        if !settings.connect_query.is_empty() {
+            // Its settings are the server's starting state: what clients' settings are applied
+            // over (not a state to reset away), so the fresh server's bookkeeping is kept.
+            let fresh = c.applied.clone();
+            let query = Some(settings.connect_query.clone());
+            let ran = timer::timeout(
+                checkout::CLEANUP_TIMEOUT,
+                checkout::clean(&mut c, false, query),
+            );
+            if !ran.await.unwrap_or(false) {
+                self.closing(&c, &"connect_query failed");
+                c.state.broken = true;
+                return Err(Error::new(
+                    Kind::ServerConnect,
+                    format!(
+                        "connect_query {:?} failed on a new server connection",
+                        settings.connect_query
+                    ),
+                ));
+            }
+            c.applied = fresh;
+        }
+        Ok(c)
     }
 
     /// Adds an open, idle connection to the pool, counted against its size; when the pool is

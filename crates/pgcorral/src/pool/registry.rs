@@ -324,6 +324,7 @@ pub(crate) fn resolve(
         check_timeout: super::checkout::CLEANUP_TIMEOUT,
         fail_on_check: false,
         log: g.conn_logging(),
+        connect_query: db.connect_query.clone().unwrap_or_default(),
     };
     let several = |servers: &[ServerEntry]| {
         servers.len() > 1 || servers.iter().any(|s| s.role == ServerRole::Auto)
