@@ -36,7 +36,7 @@ use crate::cluster;
 use crate::cluster::{Target, Want};
 use crate::cold;
 use crate::config;
-use crate::config::{millis_opt, PoolMode};
+use crate::config::PoolMode;
 use crate::conns;
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
@@ -342,11 +342,9 @@ fn relay_mode<'a>(
         stop_when_idle: pooled,
         statement: mode == PoolMode::Statement,
         track,
-        timeouts: Timeouts {
-            query: millis_opt(g.query_timeout),
-            idle_in_transaction: millis_opt(g.idle_transaction_timeout),
-            client_idle: millis_opt(g.client_idle_timeout),
-        },
+        // The user's own timeouts, else [general]'s: resolved here, at login and after a
+        // reload, not per request.
+        timeouts: Timeouts::of_client(&config.client_timeouts(pool.name().1)),
         prepared: pooled.then_some((
             &services.statements,
             g.max_prepared_statements,

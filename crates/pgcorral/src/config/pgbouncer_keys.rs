@@ -156,7 +156,7 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("query_wait_notify", Ty::Int, How::Warn(NEWER)),
     ("scram_iterations", Ty::Int, How::Warn(NEWER)),
     ("server_tls13_ciphers", Ty::Str, How::Warn(NEWER)),
-    ("transaction_timeout", Ty::Time, How::Warn(NEWER)),
+    ("transaction_timeout", Ty::Time, How::Map),
     // pgcorral's own (PgBouncer refuses it): how long a looked-up password is reused.
     ("auth_query_cache_lifetime", Ty::Time, How::Map),
 ];

@@ -11,7 +11,7 @@ use super::limits::{CapKey, Limits};
 use super::{Pool, PoolSettings};
 use crate::cluster::topology::{RouteSettings, Topology};
 use crate::cluster::{Cluster, ShardPools};
-use crate::config::{millis_opt, Config, Database, ServerEntry, ServerRole};
+use crate::config::{millis_opt, overrides, Config, Database, ServerEntry, ServerRole};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::server::connect::{Secret, Target};
@@ -313,10 +313,14 @@ pub(crate) fn resolve(
             .or(db.pool_mode)
             .unwrap_or(g.pool_mode),
         reset_query: g.server_reset_query.clone(),
-        wait_timeout: g.query_wait_timeout(),
+        wait_timeout: millis_opt(overrides::query_wait_timeout(
+            g.query_wait_timeout,
+            db,
+            user_cfg,
+        )),
         login_retry: Duration::from_millis(g.server_login_retry),
         idle_timeout: millis_opt(g.server_idle_timeout),
-        lifetime: millis_opt(g.server_lifetime),
+        lifetime: millis_opt(overrides::server_lifetime(g.server_lifetime, db)),
         check_delay: Duration::from_millis(g.server_check_delay),
         check_query: g.server_check_query.clone(),
         unavailable_wait: Duration::from_millis(g.server_unavailable_wait),

@@ -220,8 +220,10 @@ impl ServerSide {
     }
 }
 
-/// The timer of query_timeout, idle_transaction_timeout and client_idle_timeout: set for the
-/// link's phase, and set again when the phase changes.
+/// The timer of query_timeout, idle_transaction_timeout and client_idle_timeout, set for the
+/// link's phase and set again when the phase changes; and of transaction_timeout, which runs
+/// from the phase that leaves Idle (a request goes out) until the link is Idle again, and
+/// stops the phase's own timer early when it comes first.
 pub(super) struct PhaseTimer {
     /// Some timeout is configured. Without one, no timer is made and phases are not followed.
     timed: bool,
@@ -229,8 +231,12 @@ pub(super) struct PhaseTimer {
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     /// The phase the timer was last set for.
     phase: Option<Phase>,
-    /// The timer runs: `phase` has a timeout.
+    /// The timer runs: `phase` has a timeout, or a transaction is timed.
     armed: bool,
+    /// When the transaction under way reaches transaction_timeout.
+    tx_deadline: Option<tokio::time::Instant>,
+    /// What the running timer is for: `phase`, or [`Phase::Transaction`].
+    reason: Phase,
 }
 
 impl PhaseTimer {
@@ -241,11 +247,13 @@ impl PhaseTimer {
             sleep: None,
             phase: None,
             armed: false,
+            tx_deadline: None,
+            reason: Phase::Idle,
         }
     }
 
     /// Follows the link's phase: a new phase stops the timer, and starts it anew when that
-    /// phase has a timeout.
+    /// phase has a timeout or a transaction is timed (whichever expires first).
     #[inline]
     pub fn follow(&mut self, st: &LinkState, timeouts: &Timeouts) {
         if self.timed {
@@ -253,13 +261,25 @@ impl PhaseTimer {
             if self.phase != Some(p) {
                 self.phase = Some(p);
                 self.armed = false;
-                if let Some(d) = timeouts.of(p) {
-                    let at = tokio::time::Instant::now() + d;
+                let now = tokio::time::Instant::now();
+                if p == Phase::Idle {
+                    self.tx_deadline = None;
+                } else if self.tx_deadline.is_none() {
+                    self.tx_deadline = timeouts.transaction.map(|d| now + d);
+                }
+                let own = timeouts.of(p).map(|d| (now + d, p));
+                let tx = self.tx_deadline.map(|at| (at, Phase::Transaction));
+                let first = match (own, tx) {
+                    (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+                    (a, b) => a.or(b),
+                };
+                if let Some((at, reason)) = first {
                     match &mut self.sleep {
                         Some(t) => t.as_mut().reset(at),
                         None => self.sleep = Some(Box::pin(sleep_until(at))),
                     }
                     self.armed = true;
+                    self.reason = reason;
                 }
             }
         }
@@ -276,10 +296,16 @@ impl PhaseTimer {
         false
     }
 
-    /// The phase whose timeout expired.
-    #[inline]
+    /// The phase the timer last followed.
+    #[cfg(test)]
     pub fn phase(&self) -> Phase {
-        self.phase.expect("armed for a phase")
+        self.phase.expect("followed a phase")
+    }
+
+    /// The timeout that expired: the phase's own, or [`Phase::Transaction`].
+    #[inline]
+    pub fn reason(&self) -> Phase {
+        self.reason
     }
 }
 
@@ -606,6 +632,7 @@ mod tests {
             query: Some(Duration::ZERO),
             idle_in_transaction: None,
             client_idle: Some(Duration::from_secs(3600)),
+            transaction: None,
         };
         let mut cx = Context::from_waker(Waker::noop());
         let mut t = PhaseTimer::new(&timeouts);
@@ -636,6 +663,44 @@ mod tests {
         );
         assert!(again.deadline() > deadline + Duration::from_secs(3000));
         assert!(!t.expired(&mut cx));
+    }
+
+    #[tokio::test]
+    async fn transaction_timeout_runs_from_the_first_request_to_idle() {
+        let timeouts = Timeouts {
+            query: Some(Duration::from_secs(3600)),
+            idle_in_transaction: Some(Duration::from_secs(3600)),
+            client_idle: None,
+            transaction: Some(Duration::from_millis(50)),
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut t = PhaseTimer::new(&timeouts);
+        t.follow(&link(1, TxStatus::Idle), &timeouts);
+        let deadline = t.sleep.as_ref().expect("made").deadline();
+        assert_eq!((t.reason(), t.armed), (Phase::Transaction, true), "sooner than the query's");
+        // Idle in the transaction: the transaction's deadline stays the same.
+        t.follow(&link(0, TxStatus::InTransaction), &timeouts);
+        assert_eq!(t.sleep.as_ref().expect("kept").deadline(), deadline);
+        assert_eq!(t.reason(), Phase::Transaction);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(t.expired(&mut cx));
+
+        // Idle outside a transaction: no transaction is timed (client_idle is off).
+        t.follow(&link(0, TxStatus::Idle), &timeouts);
+        assert!(!t.armed && !t.expired(&mut cx));
+        // The next request starts a new transaction's clock.
+        t.follow(&link(1, TxStatus::Idle), &timeouts);
+        assert!(t.armed && t.sleep.as_ref().expect("kept").deadline() > deadline);
+        assert!(!t.expired(&mut cx));
+
+        // A phase's own timeout sooner than the transaction's is the one that runs.
+        let short = Timeouts {
+            query: Some(Duration::from_millis(1)),
+            ..timeouts
+        };
+        let mut t = PhaseTimer::new(&short);
+        t.follow(&link(1, TxStatus::Idle), &short);
+        assert_eq!(t.reason(), Phase::Query);
     }
 
     #[test]
