@@ -1,7 +1,7 @@
 //! Timeouts a user or a database sets for itself, as a client sees them against a real
 //! PostgreSQL: a user's query_timeout, idle_transaction_timeout, transaction_timeout and
 //! client_idle_timeout over `[general]`'s; query_wait_timeout by user, then database, then
-//! `[general]`; a database's server_lifetime.
+//! `[general]`; a database's server_lifetime; pool_idle_timeout.
 
 mod support;
 
@@ -251,4 +251,47 @@ async fn a_databases_server_lifetime() {
     // A new server for the next transaction.
     assert_ne!(backend_pid(&short).await, short_pid);
     assert_eq!(backend_pid(&long).await, long_pid);
+}
+
+/// pool_idle_timeout: a (database, user)'s pools with no client and no server for that long
+/// are freed, and made anew at the next login; a database with min_pool_size keeps its pools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_idle_timeout_frees_empty_pools() {
+    let pg = Postgres::start();
+    let port = pg.port;
+    let toml = format!(
+        "[general]\nlisten_port = 0\nauth_type = \"trust\"\npool_mode = \"transaction\"\n\
+         pool_idle_timeout = 300\nserver_idle_timeout = 300\n\n\
+         [databases.postgres]\nhost = \"127.0.0.1\"\nport = {port}\n\n\
+         [databases.warm]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"postgres\"\n\
+         min_pool_size = 1\n"
+    );
+    let pooler = Pooler::start(&toml).await;
+    let pools = |db: &str| {
+        pooler
+            .services
+            .pools
+            .all()
+            .iter()
+            .filter(|p| p.name().0 == db)
+            .count()
+    };
+    let client = pooler.connect("postgres", None, "postgres").await;
+    let warm = pooler.connect("postgres", None, "warm").await;
+    assert_eq!(select_one(&client).await, 1);
+    assert_eq!(select_one(&warm).await, 1);
+    // With a client logged in, the pool stays, though its server is closed when idle.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(pools("postgres"), 1);
+    drop(client);
+    drop(warm);
+    wait_until(Duration::from_secs(5), "the idle pool freed", || {
+        pools("postgres") == 0
+    })
+    .await;
+    assert_eq!(pools("warm"), 1, "a pool keeping min_pool_size was freed");
+    // The next login makes it anew.
+    let again = pooler.connect("postgres", None, "postgres").await;
+    assert_eq!(select_one(&again).await, 1);
+    assert_eq!(pools("postgres"), 1);
 }

@@ -36,7 +36,7 @@ use crate::cluster;
 use crate::cluster::{Target, Want};
 use crate::cold;
 use crate::config;
-use crate::config::PoolMode;
+use crate::config::{millis_opt, ClientTimeouts, PoolMode};
 use crate::conns;
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
@@ -323,6 +323,16 @@ struct LoggedIn {
     pinned: Vec<String>,
 }
 
+/// A client's timeouts (ms, 0 = off) as the relay takes them.
+fn timeouts(t: &ClientTimeouts) -> Timeouts {
+    Timeouts {
+        query: millis_opt(t.query),
+        idle_in_transaction: millis_opt(t.idle_transaction),
+        client_idle: millis_opt(t.client_idle),
+        transaction: millis_opt(t.transaction),
+    }
+}
+
 /// How the relay runs for a client of `pool` in `mode` on `worker`, under the configuration now.
 fn relay_mode<'a>(
     services: &'a Services,
@@ -344,7 +354,7 @@ fn relay_mode<'a>(
         track,
         // The user's own timeouts, else [general]'s: resolved here, at login and after a
         // reload, not per request.
-        timeouts: Timeouts::of_client(&config.client_timeouts(pool.name().1)),
+        timeouts: timeouts(&config.client_timeouts(pool.name().1)),
         prepared: pooled.then_some((
             &services.statements,
             g.max_prepared_statements,

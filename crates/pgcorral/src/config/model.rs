@@ -174,6 +174,10 @@ pub struct General {
     pub client_login_timeout: u64,
     /// ms; an idle server unused for longer is closed (down to min_pool_size); 0 = never.
     pub server_idle_timeout: u64,
+    /// ms; the pools of a (database, user) with no client and no server for longer are freed
+    /// (with their statistics), unless they keep min_pool_size servers; 0 = never (PgBouncer's
+    /// key).
+    pub pool_idle_timeout: u64,
     /// ms; a server older than this is closed when next idle; 0 = never.
     pub server_lifetime: u64,
     /// ms; a server idle for longer runs `server_check_query` before reuse; 0 = always.
@@ -382,6 +386,7 @@ impl Default for General {
             transaction_timeout: 0,
             client_login_timeout: 60_000,
             server_idle_timeout: 600_000,
+            pool_idle_timeout: 0,
             server_lifetime: 3_600_000,
             server_check_delay: 30_000,
             server_check_query: "select 1".into(),

@@ -152,7 +152,7 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("auth_ldap_options", Ty::Str, How::Warn(NEWER)),
     ("client_tls13_ciphers", Ty::Str, How::Warn(NEWER)),
     ("login_notify_message", Ty::Str, How::Warn(NEWER)),
-    ("pool_idle_timeout", Ty::Time, How::Warn(NEWER)),
+    ("pool_idle_timeout", Ty::Time, How::Map),
     ("query_wait_notify", Ty::Int, How::Warn(NEWER)),
     ("scram_iterations", Ty::Int, How::Warn(NEWER)),
     ("server_tls13_ciphers", Ty::Str, How::Warn(NEWER)),

@@ -1,7 +1,7 @@
 //! The pools' upkeep in the background, every [`TICK`]: ends statistics periods, gives waiting
 //! clients reserve places and sends away those past query_wait_timeout, closes and opens idle
-//! servers ([`Pool::maintain`](crate::pool::Pool)), and starts the health checks of databases
-//! with replicas when due.
+//! servers ([`Pool::maintain`](crate::pool::Pool)), frees pools idle past pool_idle_timeout, and
+//! starts the health checks of databases with replicas when due.
 
 use std::time::Duration;
 
@@ -27,7 +27,15 @@ pub async fn run(services: Services) {
                 }
             }
         }
-        let period = Duration::from_secs(services.config.load().general.stats_period.max(1));
+        let (period, pool_idle) = {
+            let config = services.config.load();
+            let g = &config.general;
+            (
+                Duration::from_secs(g.stats_period.max(1)),
+                crate::config::millis_opt(g.pool_idle_timeout),
+            )
+        };
+        services.pools.drop_idle(pool_idle);
         for pool in services.pools.all() {
             pool.stats().roll(period);
             pool.expire_waiters();

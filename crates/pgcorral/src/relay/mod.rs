@@ -105,17 +105,6 @@ pub struct Timeouts {
 }
 
 impl Timeouts {
-    /// A client's timeouts (ms, 0 = off) as the relay takes them.
-    pub fn of_client(t: &crate::config::ClientTimeouts) -> Timeouts {
-        use crate::config::millis_opt;
-        Timeouts {
-            query: millis_opt(t.query),
-            idle_in_transaction: millis_opt(t.idle_transaction),
-            client_idle: millis_opt(t.client_idle),
-            transaction: millis_opt(t.transaction),
-        }
-    }
-
     fn any(&self) -> bool {
         self.query.is_some()
             || self.idle_in_transaction.is_some()
