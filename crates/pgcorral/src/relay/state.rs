@@ -244,7 +244,7 @@ pin_project_lite::pin_project! {
     struct Clock {
         #[pin]
         sleep: tokio::time::Sleep,
-        /// When the transaction under way reaches transaction_timeout.
+        // When the transaction under way reaches transaction_timeout.
         tx_deadline: Option<tokio::time::Instant>,
     }
 }
