@@ -87,10 +87,7 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         );
     }
     // A user's own query_timeout is honoured, not warned about.
-    assert!(
-        !log.contains("users.reporter.query_timeout"),
-        "{log}"
-    );
+    assert!(!log.contains("users.reporter.query_timeout"), "{log}");
 
     // The file's pidfile names the process; its logfile gets the log too.
     let pid = std::fs::read_to_string(dir.path().join("pgbouncer.pid")).unwrap();

@@ -56,7 +56,11 @@ async fn a_users_query_and_idle_transaction_timeouts_win_over_generals() {
         send_query(&mut quick, "SELECT pg_sleep(20)").await;
         let err = within(HANG, "query_timeout", quick.expect_error_and_close()).await;
         let took = start.elapsed();
-        assert_eq!((err.code.as_str(), err.severity.as_str()), ("57014", "FATAL"), "{mode}: {err:?}");
+        assert_eq!(
+            (err.code.as_str(), err.severity.as_str()),
+            ("57014", "FATAL"),
+            "{mode}: {err:?}"
+        );
         assert!(err.message.contains("query timeout"), "{mode}: {err:?}");
         assert!(took >= Duration::from_millis(450), "{mode}: {took:?}");
         assert!(took < Duration::from_secs(8), "{mode}: {took:?}");
@@ -64,9 +68,21 @@ async fn a_users_query_and_idle_transaction_timeouts_win_over_generals() {
         let mut quick = login(pooler.port(), "quick", "postgres").await;
         quick.query("BEGIN").await.unwrap();
         let start = Instant::now();
-        let err = within(HANG, "idle_transaction_timeout", quick.expect_error_and_close()).await;
-        assert_eq!((err.code.as_str(), err.severity.as_str()), ("25P03", "FATAL"), "{mode}: {err:?}");
-        assert!(err.message.contains("idle transaction timeout"), "{mode}: {err:?}");
+        let err = within(
+            HANG,
+            "idle_transaction_timeout",
+            quick.expect_error_and_close(),
+        )
+        .await;
+        assert_eq!(
+            (err.code.as_str(), err.severity.as_str()),
+            ("25P03", "FATAL"),
+            "{mode}: {err:?}"
+        );
+        assert!(
+            err.message.contains("idle transaction timeout"),
+            "{mode}: {err:?}"
+        );
         assert!(start.elapsed() >= Duration::from_millis(450), "{mode}");
 
         // [general]'s for a user without its own: a second of sleep and of idling in a
@@ -98,15 +114,25 @@ async fn transaction_timeout_counts_the_whole_transaction() {
         // Working inside the transaction does not keep it alive.
         let mut brief = login(pooler.port(), "brief", "postgres").await;
         let start = Instant::now();
-        brief.query("BEGIN; INSERT INTO tt VALUES (1)").await.unwrap();
+        brief
+            .query("BEGIN; INSERT INTO tt VALUES (1)")
+            .await
+            .unwrap();
         for _ in 0..2 {
             tokio::time::sleep(Duration::from_millis(200)).await;
             brief.query("SELECT 1").await.unwrap();
         }
         let err = within(HANG, "transaction_timeout", brief.expect_error_and_close()).await;
         let took = start.elapsed();
-        assert_eq!((err.code.as_str(), err.severity.as_str()), ("25P04", "FATAL"), "{mode}: {err:?}");
-        assert!(err.message.contains("transaction timeout"), "{mode}: {err:?}");
+        assert_eq!(
+            (err.code.as_str(), err.severity.as_str()),
+            ("25P04", "FATAL"),
+            "{mode}: {err:?}"
+        );
+        assert!(
+            err.message.contains("transaction timeout"),
+            "{mode}: {err:?}"
+        );
         assert!(took >= Duration::from_millis(850), "{mode}: {took:?}");
         assert!(took < Duration::from_secs(8), "{mode}: {took:?}");
         wait_until(Duration::from_secs(5), "rolled back", || {
@@ -154,7 +180,12 @@ async fn a_users_client_idle_timeout() {
     let mut restless = login(pooler.port(), "restless", "postgres").await;
     let start = Instant::now();
     restless.query("SELECT 1").await.unwrap();
-    let err = within(HANG, "client_idle_timeout", restless.expect_error_and_close()).await;
+    let err = within(
+        HANG,
+        "client_idle_timeout",
+        restless.expect_error_and_close(),
+    )
+    .await;
     assert_eq!(err.code, "57P05", "{err:?}");
     assert!(err.message.contains("client_idle_timeout"), "{err:?}");
     assert!(start.elapsed() >= Duration::from_millis(450));
@@ -192,16 +223,30 @@ async fn query_wait_timeout_by_user_then_database_then_general() {
             send_query(&mut waiter, "SELECT 1").await;
             match expect {
                 Some(ms) => {
-                    let err = within(HANG, "query_wait_timeout", waiter.expect_error_and_close()).await;
+                    let err =
+                        within(HANG, "query_wait_timeout", waiter.expect_error_and_close()).await;
                     let took = start.elapsed();
                     assert_eq!(err.code, "57014", "{db}/{user}: {err:?}");
-                    assert!(err.message.contains("query_wait_timeout"), "{db}/{user}: {err:?}");
-                    assert!(took >= Duration::from_millis(ms - 50), "{db}/{user}: {took:?}");
-                    assert!(took < Duration::from_millis(ms * 3 + 1000), "{db}/{user}: {took:?}");
+                    assert!(
+                        err.message.contains("query_wait_timeout"),
+                        "{db}/{user}: {err:?}"
+                    );
+                    assert!(
+                        took >= Duration::from_millis(ms - 50),
+                        "{db}/{user}: {took:?}"
+                    );
+                    assert!(
+                        took < Duration::from_millis(ms * 3 + 1000),
+                        "{db}/{user}: {took:?}"
+                    );
                 }
                 None => {
-                    let waited = tokio::time::timeout(Duration::from_millis(1500), waiter.read()).await;
-                    assert!(waited.is_err(), "{db}/{user}: answered while the pool was held: {waited:?}");
+                    let waited =
+                        tokio::time::timeout(Duration::from_millis(1500), waiter.read()).await;
+                    assert!(
+                        waited.is_err(),
+                        "{db}/{user}: answered while the pool was held: {waited:?}"
+                    );
                 }
             }
             holder.query("COMMIT").await.unwrap();
@@ -246,7 +291,10 @@ async fn a_databases_server_lifetime() {
             &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}"),
         ) == "1"
     };
-    wait_until(Duration::from_secs(5), "short's server closed", || !alive(short_pid)).await;
+    wait_until(Duration::from_secs(5), "short's server closed", || {
+        !alive(short_pid)
+    })
+    .await;
     assert!(alive(long_pid), "long's server was closed too");
     // A new server for the next transaction.
     assert_ne!(backend_pid(&short).await, short_pid);

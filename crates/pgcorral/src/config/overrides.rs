@@ -98,8 +98,14 @@ mod tests {
         };
         assert_eq!(query_wait_timeout(120_000, &db, Some(&user)), 3000);
         assert_eq!(query_wait_timeout(120_000, &db, None), 2000);
-        assert_eq!(query_wait_timeout(120_000, &db, Some(&User::default())), 2000);
-        assert_eq!(query_wait_timeout(120_000, &Database::default(), None), 120_000);
+        assert_eq!(
+            query_wait_timeout(120_000, &db, Some(&User::default())),
+            2000
+        );
+        assert_eq!(
+            query_wait_timeout(120_000, &Database::default(), None),
+            120_000
+        );
         let off = User {
             query_wait_timeout: Some(0),
             ..User::default()

@@ -376,7 +376,9 @@ fn pgbouncers_own_test_ini() {
     assert_eq!(cfg.users["maxedout2"].max_user_client_connections, Some(2));
     // So is a database's server_lifetime.
     assert_eq!(cfg.databases["p9"].server_lifetime, Some(2000));
-    assert!(warnings.iter().all(|w| w.key != "databases.p9.server_lifetime"));
+    assert!(warnings
+        .iter()
+        .all(|w| w.key != "databases.p9.server_lifetime"));
     assert!(
         !warnings
             .iter()
@@ -424,32 +426,44 @@ transaction_timeout = 2.5
     );
     let u2 = &cfg.users["u2"];
     assert_eq!(
-        (u2.query_timeout, u2.idle_transaction_timeout, u2.query_wait_timeout),
+        (
+            u2.query_timeout,
+            u2.idle_transaction_timeout,
+            u2.query_wait_timeout
+        ),
         (None, None, Some(0))
     );
     assert_eq!(cfg.users["u3"].query_wait_timeout, None);
     assert!(
-        warnings.iter().all(|w| !w.key.contains("timeout") && !w.key.contains("lifetime")),
+        warnings
+            .iter()
+            .all(|w| !w.key.contains("timeout") && !w.key.contains("lifetime")),
         "{warnings:?}"
     );
     // A fraction or a unit is refused, naming the key.
-    let err = refused("[users]
+    let err = refused(
+        "[users]
 u = query_timeout=1.5
 [pgbouncer]
 auth_type = trust
-");
+",
+    );
     assert!(err.contains("users.u.query_timeout"), "{err}");
-    let err = refused("[databases]
+    let err = refused(
+        "[databases]
 d = host=h query_wait_timeout=5s
 [pgbouncer]
 auth_type = trust
-");
+",
+    );
     assert!(err.contains("databases.d.query_wait_timeout"), "{err}");
-    let err = refused("[users]
+    let err = refused(
+        "[users]
 u = client_idle_timeout=-2
 [pgbouncer]
 auth_type = trust
-");
+",
+    );
     assert!(err.contains("users.u.client_idle_timeout"), "{err}");
 }
 

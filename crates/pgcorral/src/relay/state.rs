@@ -712,7 +712,11 @@ mod tests {
         let mut t = PhaseTimer::new(&timeouts);
         t.follow(&link(1, TxStatus::Idle), &timeouts);
         let deadline = t.deadline().expect("made");
-        assert_eq!((t.reason(), t.armed), (Phase::Transaction, true), "sooner than the query's");
+        assert_eq!(
+            (t.reason(), t.armed),
+            (Phase::Transaction, true),
+            "sooner than the query's"
+        );
         // Idle in the transaction: the transaction's deadline stays the same.
         t.follow(&link(0, TxStatus::InTransaction), &timeouts);
         assert_eq!(t.deadline().expect("kept"), deadline);
