@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use corral_rt::timer;
 
+use crate::config::millis_opt;
 use crate::pool::maintain::TICK;
 use crate::services::Services;
 
@@ -32,7 +33,7 @@ pub async fn run(services: Services) {
             let g = &config.general;
             (
                 Duration::from_secs(g.stats_period.max(1)),
-                crate::config::millis_opt(g.pool_idle_timeout),
+                millis_opt(g.pool_idle_timeout),
             )
         };
         services.pools.drop_idle(pool_idle);

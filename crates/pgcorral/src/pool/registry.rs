@@ -14,6 +14,7 @@ use crate::cluster::{Cluster, ShardPools};
 use crate::config::{millis_opt, overrides, Config, Database, ServerEntry, ServerRole};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
+use crate::logsafe::Esc;
 use crate::server::connect::{Secret, Target};
 use crate::shard::{Sharding, Table};
 use crate::tls;
@@ -84,8 +85,8 @@ impl Registry {
             }
             since.remove(key);
             tracing::info!(
-                database = %crate::logsafe::Esc(&key.0),
-                user = %crate::logsafe::Esc(&key.1),
+                database = %Esc(&key.0),
+                user = %Esc(&key.1),
                 "cleaning up idle pool (pool_idle_timeout)"
             );
             false
