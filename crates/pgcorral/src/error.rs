@@ -40,6 +40,8 @@ pub enum Kind {
     QueryTimeout,
     /// Idle in a transaction longer than idle_transaction_timeout.
     IdleInTransaction,
+    /// In a transaction longer than transaction_timeout.
+    TransactionTimeout,
     /// Idle longer than client_idle_timeout, or too slow to log in (client_login_timeout).
     ClientIdle,
     /// The database was disabled from the admin console (DISABLE).
@@ -190,6 +192,7 @@ impl Error {
             Kind::NotSupported => sqlstate::FEATURE_NOT_SUPPORTED,
             Kind::QueryTimeout => sqlstate::QUERY_CANCELED,
             Kind::IdleInTransaction => sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+            Kind::TransactionTimeout => sqlstate::TRANSACTION_TIMEOUT,
             Kind::ClientIdle => sqlstate::IDLE_SESSION_TIMEOUT,
             Kind::Disabled => sqlstate::CANNOT_CONNECT_NOW,
             Kind::InvalidEncoding => sqlstate::CHARACTER_NOT_IN_REPERTOIRE,

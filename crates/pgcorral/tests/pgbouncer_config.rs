@@ -50,7 +50,7 @@ async fn a_pgbouncer_ini_serves_its_databases() {
          \n\
          [users]\n\
          app = pool_mode=transaction max_user_connections=3\n\
-         reporter = pool_size=2 query_timeout=30\n\
+         reporter = pool_size=2 query_timeout=30 reserve_pool_size=1\n\
          \n\
          [pgbouncer]\n\
          listen_addr = 127.0.0.1\n\
@@ -78,13 +78,15 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     for key in [
         "pgbouncer.tcp_keepalive",
         "pgbouncer.tcp_defer_accept",
-        "users.reporter.query_timeout",
+        "users.reporter.reserve_pool_size",
     ] {
         assert!(
             log.lines().any(|l| l.contains("WARN") && l.contains(key)),
             "no warning naming {key}:\n{log}"
         );
     }
+    // A user's own query_timeout is honoured, not warned about.
+    assert!(!log.contains("users.reporter.query_timeout"), "{log}");
 
     // The file's pidfile names the process; its logfile gets the log too.
     let pid = std::fs::read_to_string(dir.path().join("pgbouncer.pid")).unwrap();

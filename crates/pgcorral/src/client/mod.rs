@@ -36,7 +36,7 @@ use crate::cluster;
 use crate::cluster::{Target, Want};
 use crate::cold;
 use crate::config;
-use crate::config::{millis_opt, PoolMode};
+use crate::config::{millis_opt, ClientTimeouts, PoolMode};
 use crate::connlog::{self, Who};
 use crate::conns;
 use crate::conns::State as ListState;
@@ -332,6 +332,16 @@ struct LoggedIn {
     pinned: Vec<String>,
 }
 
+/// A client's timeouts (ms, 0 = off) as the relay takes them.
+fn timeouts(t: &ClientTimeouts) -> Timeouts {
+    Timeouts {
+        query: millis_opt(t.query),
+        idle_in_transaction: millis_opt(t.idle_transaction),
+        client_idle: millis_opt(t.client_idle),
+        transaction: millis_opt(t.transaction),
+    }
+}
+
 /// How the relay runs for a client of `pool` in `mode` on `worker`, under the configuration now.
 fn relay_mode<'a>(
     services: &'a Services,
@@ -351,11 +361,9 @@ fn relay_mode<'a>(
         stop_when_idle: pooled,
         statement: mode == PoolMode::Statement,
         track,
-        timeouts: Timeouts {
-            query: millis_opt(g.query_timeout),
-            idle_in_transaction: millis_opt(g.idle_transaction_timeout),
-            client_idle: millis_opt(g.client_idle_timeout),
-        },
+        // The user's own timeouts, else [general]'s: resolved here, at login and after a
+        // reload, not per request.
+        timeouts: timeouts(&config.client_timeouts(pool.name().1)),
         prepared: pooled.then_some((
             &services.statements,
             g.max_prepared_statements,

@@ -187,10 +187,7 @@ mod tests {
         };
         let user = |pw: &str| User {
             password: Some(pw.into()),
-            pool_size: None,
-            pool_mode: None,
-            max_user_connections: None,
-            max_user_client_connections: None,
+            ..User::default()
         };
         let bench = Database {
             dbname: Some("bench".into()),

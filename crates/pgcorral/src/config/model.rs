@@ -195,10 +195,17 @@ pub struct General {
     pub client_idle_timeout: u64,
     /// ms; a client idle inside a transaction longer is disconnected; 0 = off.
     pub idle_transaction_timeout: u64,
+    /// ms; a client in a transaction (explicit, or one statement's) for longer is
+    /// disconnected, whether a query runs or not; 0 = off (PgBouncer's key).
+    pub transaction_timeout: u64,
     /// ms; from connecting to finishing login.
     pub client_login_timeout: u64,
     /// ms; an idle server unused for longer is closed (down to min_pool_size); 0 = never.
     pub server_idle_timeout: u64,
+    /// ms; the pools of a (database, user) with no client and no server for longer are freed
+    /// (with their statistics), unless they keep min_pool_size servers; 0 = never (PgBouncer's
+    /// key).
+    pub pool_idle_timeout: u64,
     /// ms; a server older than this is closed when next idle; 0 = never.
     pub server_lifetime: u64,
     /// ms; a server idle for longer runs `server_check_query` before reuse; 0 = always.
@@ -423,8 +430,10 @@ impl Default for General {
             query_timeout: 0,
             client_idle_timeout: 0,
             idle_transaction_timeout: 0,
+            transaction_timeout: 0,
             client_login_timeout: 60_000,
             server_idle_timeout: 600_000,
+            pool_idle_timeout: 0,
             server_lifetime: 3_600_000,
             server_check_delay: 30_000,
             server_check_query: "select 1".into(),
@@ -545,6 +554,14 @@ pub struct User {
     pub max_user_connections: Option<usize>,
     /// Clients of this user logged in at once; overrides the general cap.
     pub max_user_client_connections: Option<usize>,
+    /// This user's own timeouts (ms; 0 = off), instead of `[general]`'s (see
+    /// `config::overrides`).
+    pub query_timeout: Option<u64>,
+    pub idle_transaction_timeout: Option<u64>,
+    pub transaction_timeout: Option<u64>,
+    pub client_idle_timeout: Option<u64>,
+    /// Wins over the database's `query_wait_timeout` too.
+    pub query_wait_timeout: Option<u64>,
 }
 
 /// `[databases.NAME]`.
@@ -564,6 +581,10 @@ pub struct Database {
     pub max_db_connections: Option<usize>,
     /// Clients of this database logged in at once; overrides the general cap.
     pub max_db_client_connections: Option<usize>,
+    /// ms; this database's own (a user's wins over it); 0 = wait forever.
+    pub query_wait_timeout: Option<u64>,
+    /// ms; this database's servers' own lifetime, instead of `[general]`'s.
+    pub server_lifetime: Option<u64>,
     pub pool_mode: Option<PoolMode>,
     /// Fixed server login instead of the client's own.
     pub user: Option<String>,
@@ -619,6 +640,8 @@ impl Default for Database {
             reserve_pool_size: None,
             max_db_connections: None,
             max_db_client_connections: None,
+            query_wait_timeout: None,
+            server_lifetime: None,
             pool_mode: None,
             user: None,
             password: None,

@@ -38,6 +38,15 @@ fn number(c: &mut Conv, at: &At, key: &str, v: &str) -> Option<usize> {
     count(v).map_err(|why| bad(c, at, key, v, why)).ok()
 }
 
+/// A `[databases]` or `[users]` timeout: whole seconds (PgBouncer reads them with `atoi`; a
+/// fraction or a unit is refused here) as ms; `None` for -1, PgBouncer's "not set".
+fn timeout(c: &mut Conv, at: &At, key: &str, v: &str) -> Option<u64> {
+    if v.trim() == "-1" {
+        return None;
+    }
+    number(c, at, key, v).and_then(|s| (s as u64).checked_mul(1000))
+}
+
 /// `name = connstr` of `[databases]` (`*` is the template for any other name).
 pub(super) fn database(
     c: &mut Conv,
@@ -90,13 +99,10 @@ pub(super) fn database(
             "max_db_client_connections" => {
                 db.max_db_client_connections = number(c, at, key, &v).filter(|&n| n > 0)
             }
-            "server_lifetime" => {
-                // Integer seconds; 0 = the global value.
-                let ms = number(c, at, key, &v).map(|s| s as u64 * 1000);
-                if ms.is_some_and(|ms| ms > 0 && ms != g.server_lifetime) {
-                    warn(c, at, key, "not honoured: pgcorral has one server_lifetime for all databases ([pgbouncer] server_lifetime)");
-                }
-            }
+            // 0: [pgbouncer]'s, as PgBouncer.
+            "server_lifetime" => db.server_lifetime = timeout(c, at, key, &v).filter(|&ms| ms > 0),
+            // 0: wait forever; -1: [pgbouncer]'s (or the user's).
+            "query_wait_timeout" => db.query_wait_timeout = timeout(c, at, key, &v),
             "load_balance_hosts" => match v.to_ascii_lowercase().as_str() {
                 "disable" | "round-robin" => load_balance = true,
                 _ => bad(c, at, key, &v, "disable or round-robin"),
@@ -214,15 +220,19 @@ pub(super) fn user(c: &mut Conv, name: &str, value: &str, at: &At) -> Option<Use
             "max_user_client_connections" => {
                 u.max_user_client_connections = number(c, at, key, &v).filter(|&n| n > 0)
             }
-            "query_timeout"
-            | "idle_transaction_timeout"
-            | "client_idle_timeout"
-            | "transaction_timeout"
-            | "query_wait_timeout" => {
-                if number(c, at, key, &v).is_some_and(|n| n > 0) {
-                    warn(c, at, key, "not honoured: pgcorral has this timeout in [pgbouncer] only, for all users");
-                }
+            // 0 (or -1): [pgbouncer]'s, as PgBouncer.
+            "query_timeout" => u.query_timeout = timeout(c, at, key, &v).filter(|&ms| ms > 0),
+            "idle_transaction_timeout" => {
+                u.idle_transaction_timeout = timeout(c, at, key, &v).filter(|&ms| ms > 0)
             }
+            "transaction_timeout" => {
+                u.transaction_timeout = timeout(c, at, key, &v).filter(|&ms| ms > 0)
+            }
+            "client_idle_timeout" => {
+                u.client_idle_timeout = timeout(c, at, key, &v).filter(|&ms| ms > 0)
+            }
+            // 0: wait forever; -1: the database's or [pgbouncer]'s.
+            "query_wait_timeout" => u.query_wait_timeout = timeout(c, at, key, &v),
             _ => c
                 .errors
                 .push(format!("{at}: {entry}: unrecognized user parameter: {k}")),

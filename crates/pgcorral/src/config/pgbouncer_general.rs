@@ -129,6 +129,8 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
                 "idle_transaction_timeout" => &mut g.idle_transaction_timeout,
                 "query_timeout" => &mut g.query_timeout,
                 "query_wait_timeout" => &mut g.query_wait_timeout,
+                "transaction_timeout" => &mut g.transaction_timeout,
+                "pool_idle_timeout" => &mut g.pool_idle_timeout,
                 "reserve_pool_timeout" => &mut g.reserve_pool_timeout,
                 "server_check_delay" => &mut g.server_check_delay,
                 "server_connect_timeout" => &mut g.server_connect_timeout,

@@ -1,12 +1,14 @@
 //! The pools' upkeep in the background, every [`TICK`]: ends statistics periods, gives waiting
 //! clients reserve places and sends away those past query_wait_timeout, closes and opens idle
-//! servers ([`Pool::maintain`](crate::pool::Pool)), starts the health checks of databases
-//! with replicas when due, and logs PgBouncer's stats line every `stats_period` (`log_stats`).
+//! servers ([`Pool::maintain`](crate::pool::Pool)), frees pools idle past pool_idle_timeout,
+//! starts the health checks of databases with replicas when due, and logs PgBouncer's stats
+//! line every `stats_period` (`log_stats`).
 
 use std::time::Duration;
 
 use corral_rt::timer;
 
+use crate::config::millis_opt;
 use crate::pool::maintain::TICK;
 use crate::pool::stats::Averages;
 use crate::services::Services;
@@ -29,10 +31,16 @@ pub async fn run(services: Services) {
                 }
             }
         }
-        let (period, log_stats) = {
-            let g = &services.config.load().general;
-            (Duration::from_secs(g.stats_period.max(1)), g.log_stats)
+        let (period, pool_idle, log_stats) = {
+            let config = services.config.load();
+            let g = &config.general;
+            (
+                Duration::from_secs(g.stats_period.max(1)),
+                millis_opt(g.pool_idle_timeout),
+                g.log_stats,
+            )
         };
+        services.pools.drop_idle(pool_idle);
         for pool in services.pools.all() {
             pool.stats().roll(period);
             pool.expire_waiters();

@@ -78,6 +78,9 @@ pub enum Phase {
     IdleInTransaction,
     /// Nothing outstanding, outside a transaction (session mode, or a pinned client).
     Idle,
+    /// Not a phase of its own: a transaction (explicit, or one statement's) has lasted longer
+    /// than transaction_timeout, whatever it was doing. Only reported by the timer.
+    Transaction,
 }
 
 impl Phase {
@@ -92,17 +95,22 @@ impl Phase {
     }
 }
 
-/// query_timeout, idle_transaction_timeout and client_idle_timeout; `None` = off.
+/// query_timeout, idle_transaction_timeout, client_idle_timeout and transaction_timeout;
+/// `None` = off.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Timeouts {
     pub query: Option<Duration>,
     pub idle_in_transaction: Option<Duration>,
     pub client_idle: Option<Duration>,
+    pub transaction: Option<Duration>,
 }
 
 impl Timeouts {
     fn any(&self) -> bool {
-        self.query.is_some() || self.idle_in_transaction.is_some() || self.client_idle.is_some()
+        self.query.is_some()
+            || self.idle_in_transaction.is_some()
+            || self.client_idle.is_some()
+            || self.transaction.is_some()
     }
 
     fn of(&self, p: Phase) -> Option<Duration> {
@@ -110,6 +118,7 @@ impl Timeouts {
             Phase::Query => self.query,
             Phase::IdleInTransaction => self.idle_in_transaction,
             Phase::Idle => self.client_idle,
+            Phase::Transaction => self.transaction,
         }
     }
 }
@@ -568,7 +577,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
             Event::ToClient(_) | Event::ToClientOwn(_) => return client_gone(client),
             Event::Timeout => {
                 client.buf.advance(c.ready);
-                return Outcome::TimedOut(timer.phase());
+                return Outcome::TimedOut(timer.reason());
             }
             Event::FromServer(Ok(n)) if n > 0 => s.received(),
             Event::FromServer(_) => s.stop = Some(server_gone(server, s.fatal)),
