@@ -228,6 +228,8 @@ async fn login(
     limit: &Limit<'_>,
 ) -> Result<(Admitted, ClientCount)> {
     let services = limit.services;
+    // The client's id, before any server its login opens (SHOW CLIENTS, KILL_CLIENT).
+    let id = services.pools.lists.reserve();
     let config = services.config.load_full();
     let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
     let mut out = BytesMut::with_capacity(512);
@@ -281,7 +283,7 @@ async fn login(
         // Who may not use the console is told so, whatever the caps.
         let role = console_role(services, user, own)?;
         name_client(&mut count, admin::CONSOLE_DB, user, caps, admin)?;
-        return console_login(client, services, user, database, role, out)
+        return console_login(client, services, user, database, role, out, id)
             .await
             .map(|a| (a, count));
     }
@@ -395,7 +397,7 @@ async fn login(
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     let (database, user) = pool.listed_names();
-    let listed = match list_client(client, services, user, database, application_name) {
+    let listed = match list_client(client, services, user, database, application_name, id) {
         Ok(l) => l,
         Err(e) => {
             services.cancel.unregister(pid, secret);
@@ -403,6 +405,7 @@ async fn login(
         }
     };
     pool.client_joined();
+    pool.stats().logged_in(client.worker);
     let session = Admitted::Pool(LoggedIn {
         pool,
         cluster,
@@ -474,6 +477,7 @@ async fn console_login(
     database: &str,
     role: admin::Role,
     mut out: BytesMut,
+    id: u64,
 ) -> Result<Admitted> {
     for (k, v) in [
         (
@@ -507,17 +511,20 @@ async fn console_login(
         user.into(),
         database.into(),
         String::new(),
+        id,
     )?;
+    services.console_stats.logged_in(client.worker);
     Ok(Admitted::Console(role, listed))
 }
 
-/// Lists a logged-in client for SHOW CLIENTS (and KILL_CLIENT).
+/// Lists a logged-in client for SHOW CLIENTS (and KILL_CLIENT) under `id`.
 fn list_client(
     client: &ClientConn,
     services: &Services,
     user: std::sync::Arc<str>,
     database: std::sync::Arc<str>,
     application_name: String,
+    id: u64,
 ) -> Result<conns::Listed> {
     let (addr, local, remote_pid) = match client.peer {
         // As PgBouncer: "unix" and the listen port; the process id is known only here.
@@ -533,8 +540,9 @@ fn list_client(
             (addr, local, 0)
         }
     };
-    Ok(services.pools.lists.add(
+    Ok(services.pools.lists.add_as(
         conns::Kind::Client,
+        id,
         conns::New {
             user,
             database,

@@ -28,6 +28,7 @@ pub async fn run(services: Services) {
             }
         }
         let period = Duration::from_secs(services.config.load().general.stats_period.max(1));
+        services.console_stats.roll(period);
         for pool in services.pools.all() {
             pool.stats().roll(period);
             pool.expire_waiters();
