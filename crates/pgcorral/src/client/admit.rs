@@ -404,6 +404,11 @@ async fn login(
             return Err(e);
         }
     };
+    if let Some(l) = server.as_ref().and_then(|s| s.listed.as_ref()) {
+        // Session mode: the login's server is the client's (SHOW CLIENTS/SERVERS `link`).
+        l.set_link(listed.id);
+        listed.set_link(l.id);
+    }
     pool.client_joined();
     pool.stats().logged_in(client.worker);
     let session = Admitted::Pool(LoggedIn {
