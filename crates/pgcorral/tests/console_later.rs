@@ -242,7 +242,8 @@ async fn stats_count_assignments_logins_and_prepared_statements() {
 
 /// SHOW USERS has PgBouncer's pool columns (a user's own pool_size as text, empty when it
 /// has none; its servers open now); SHOW DATABASES its server_lifetime; the topics pgcorral
-/// keeps nothing for answer with PgBouncer's columns and no rows; SHOW LISTS counts peers.
+/// keeps nothing for answer with PgBouncer's columns and no rows; SHOW LISTS counts peers;
+/// the session settings drivers read and set are answered and ignored, as PgBouncer's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_databases_and_empty_topics() {
     let pg = Postgres::start();
@@ -281,4 +282,15 @@ async fn users_databases_and_empty_topics() {
     }
     let (_, lists) = rows(&mut w, "SHOW LISTS").await;
     assert!(lists.iter().any(|r| r["list"] == "peers"), "{lists:?}");
+
+    // Session settings drivers touch: SHOW answers, SET is ignored with a notice.
+    let (cols, enc) = rows(&mut w, "SHOW client_encoding").await;
+    assert_eq!(
+        (cols[0].as_str(), enc[0]["client_encoding"].as_str()),
+        ("client_encoding", "UTF8")
+    );
+    let msgs = w.simple("SET TimeZone = 'Europe/Paris'").await;
+    let notice = msgs.iter().find(|m| m.tag == b'N').expect("a notice");
+    assert_eq!(notice.field(b'M').as_deref(), Some("SET ignored"));
+    assert_eq!(admin(&mut w, "SHOW timezone").await, Ok("SHOW".into()));
 }

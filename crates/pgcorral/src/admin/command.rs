@@ -55,7 +55,12 @@ impl Command {
 
     /// Whether a stats user (SHOW only) may run it.
     pub fn read_only(&self) -> bool {
-        matches!(self, Command::Show(_) | Command::ShowShardFor { .. })
+        match self {
+            Command::Show(_) | Command::ShowShardFor { .. } => true,
+            // A session setting SET ignores (see `show::fake_param`).
+            Command::Set { key, .. } => super::show::fake_param(key).is_some(),
+            _ => false,
+        }
     }
 }
 

@@ -319,6 +319,9 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
                 ))
             }
         },
+        Command::Set { key, .. } if show::fake_param(&key).is_some() => {
+            Ok(done(Some(("SET ignored".to_string(), String::new()))))
+        }
         Command::Set { key, value } => match reload::set(services, &key, &value) {
             Ok(a) => Ok(done(kept_notice(&a))),
             Err(e) => Err(("22023", e)),

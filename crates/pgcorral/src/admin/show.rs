@@ -40,8 +40,34 @@ pub fn table(services: &Services, what: &str) -> Result<Table, String> {
         "ACTIVE_SOCKETS" => sockets(services, true),
         "PEERS" | "PEER_POOLS" | "MEM" | "DNS_HOSTS" | "DNS_ZONES" => none_kept(what),
         "SHARDS" => show_shards::shards(services, &config),
-        _ => return Err(format!("unknown SHOW topic '{what}': use SHOW {TOPICS}")),
+        other => match fake_param(other) {
+            Some((name, value)) => {
+                let mut t = Table::text(&[name]);
+                t.row(vec![value.into()]);
+                t
+            }
+            None => return Err(format!("unknown SHOW topic '{what}': use SHOW {TOPICS}")),
+        },
     })
+}
+
+/// Session settings some drivers read or set on every connection, console included: SHOW
+/// answers them (with what the console announced at login) and SET ignores them, as
+/// PgBouncer's console does.
+const FAKE_PARAMS: [(&str, &str); 5] = [
+    ("client_encoding", "UTF8"),
+    ("default_transaction_isolation", "read committed"),
+    ("standard_conforming_strings", "on"),
+    ("datestyle", "ISO"),
+    ("timezone", "UTC"),
+];
+
+/// The name and value of a setting of [`FAKE_PARAMS`], by name in any case.
+pub fn fake_param(name: &str) -> Option<(&'static str, &'static str)> {
+    FAKE_PARAMS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .copied()
 }
 
 fn mode_name(m: PoolMode) -> &'static str {
