@@ -263,6 +263,8 @@ async fn login(
     limit: &Limit<'_>,
 ) -> Result<(Admitted, ClientCount)> {
     let services = limit.services;
+    // The client's id, before any server its login opens (SHOW CLIENTS, KILL_CLIENT).
+    let id = services.pools.lists.reserve();
     let config = services.config.load_full();
     let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
     let mut out = BytesMut::with_capacity(512);
@@ -316,7 +318,7 @@ async fn login(
         // Who may not use the console is told so, whatever the caps.
         let role = console_role(services, user, own)?;
         name_client(&mut count, admin::CONSOLE_DB, user, caps, admin)?;
-        return console_login(client, services, user, database, role, out)
+        return console_login(client, services, user, database, role, out, id)
             .await
             .map(|a| (a, count));
     }
@@ -431,14 +433,20 @@ async fn login(
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     let (database, user) = pool.listed_names();
-    let listed = match list_client(client, services, user, database, application_name) {
+    let listed = match list_client(client, services, user, database, application_name, id) {
         Ok(l) => l,
         Err(e) => {
             services.cancel.unregister(pid, secret);
             return Err(e);
         }
     };
+    if let Some(l) = server.as_ref().and_then(|s| s.listed.as_ref()) {
+        // Session mode: the login's server is the client's (SHOW CLIENTS/SERVERS `link`).
+        l.set_link(listed.id);
+        listed.set_link(l.id);
+    }
     pool.client_joined();
+    pool.stats().logged_in(client.worker);
     let session = Admitted::Pool(LoggedIn {
         pool,
         cluster,
@@ -510,6 +518,7 @@ async fn console_login(
     database: &str,
     role: admin::Role,
     mut out: BytesMut,
+    id: u64,
 ) -> Result<Admitted> {
     for (k, v) in [
         (
@@ -543,17 +552,20 @@ async fn console_login(
         user.into(),
         database.into(),
         String::new(),
+        id,
     )?;
+    services.console_stats.logged_in(client.worker);
     Ok(Admitted::Console(role, listed))
 }
 
-/// Lists a logged-in client for SHOW CLIENTS (and KILL_CLIENT).
+/// Lists a logged-in client for SHOW CLIENTS (and KILL_CLIENT) under `id`.
 fn list_client(
     client: &ClientConn,
     services: &Services,
     user: std::sync::Arc<str>,
     database: std::sync::Arc<str>,
     application_name: String,
+    id: u64,
 ) -> Result<conns::Listed> {
     let (addr, local, remote_pid) = match client.peer {
         // As PgBouncer: "unix" and the listen port; the process id is known only here.
@@ -569,8 +581,9 @@ fn list_client(
             (addr, local, 0)
         }
     };
-    Ok(services.pools.lists.add(
+    Ok(services.pools.lists.add_as(
         conns::Kind::Client,
+        id,
         conns::New {
             user,
             database,

@@ -563,6 +563,11 @@ fn run<'a>(
             }
             let outcome = relay::run(client, s, &relay_mode).await;
             relay::record_rest(&relay_mode, s);
+            // SHOW CLIENTS' and SHOW SERVERS' prepared_statements, as this relay left them.
+            session.listed.set_prepared(client.statements.count());
+            if let Some(l) = &s.listed {
+                l.set_prepared(s.statements.len());
+            }
             if routed {
                 relay_mode.stats = home;
             }

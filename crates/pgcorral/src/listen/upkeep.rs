@@ -41,6 +41,7 @@ pub async fn run(services: Services) {
             )
         };
         services.pools.drop_idle(pool_idle);
+        services.console_stats.roll(period);
         for pool in services.pools.all() {
             pool.stats().roll(period);
             pool.expire_waiters();

@@ -233,6 +233,7 @@ fn scan_c(
         expect: &mut server.expect,
         out: &mut server.wout,
         unnamed_here,
+        tally: &mut server.meter.delta,
         retry,
     });
     match scan_client(
