@@ -293,7 +293,8 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
             .map(|()| done(None)),
         Command::Reload => match reload::reload(services) {
             Ok(a) => Ok(done(kept_notice(&a))),
-            Err(e) => Err(("F0000", e)),
+            // PgBouncer's words first, for the scripts that match them.
+            Err(e) => Err(("F0000", format!("RELOAD failed: {e}"))),
         },
         Command::Set { key, value } => match reload::set(services, &key, &value) {
             Ok(a) => Ok(done(kept_notice(&a))),
@@ -319,8 +320,15 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
 /// The commands that act, for SHOW HELP.
 const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL <db>\n\tSUSPEND\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN\n\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS";
 
-/// A notice naming the settings a reload could not change.
+/// A notice naming the settings a reload could not change, or saying that the TLS settings a
+/// SET took are not in force yet.
 fn kept_notice(a: &reload::Applied) -> Option<(String, String)> {
+    if let Some(e) = &a.tls_kept {
+        return Some((
+            "TLS settings could not be applied, still using old configuration".into(),
+            e.clone(),
+        ));
+    }
     (!a.kept.is_empty()).then(|| {
         (
             format!(

@@ -118,7 +118,15 @@ pub(super) async fn admit(
     let (user, database) = (&taken.user.text, &taken.database.text);
     match login {
         Ok(Ok(admitted)) => {
-            tracing::info!(peer = %client.peer, user = %Esc(user), database = %Esc(database), "client logged in");
+            match client.stream.tls().map(tls::describe) {
+                // "tls=TLSv1.3/TLS_AES_256_GCM_SHA384", as PgBouncer's login line has it.
+                Some(tls) => {
+                    tracing::info!(peer = %client.peer, user = %Esc(user), database = %Esc(database), tls = %tls, "client logged in")
+                }
+                None => {
+                    tracing::info!(peer = %client.peer, user = %Esc(user), database = %Esc(database), "client logged in")
+                }
+            }
             Some(admitted)
         }
         Ok(Err(e)) => {

@@ -221,6 +221,26 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
                     ),
                 }
             }
+            "client_tls13_ciphers" | "server_tls13_ciphers" => {
+                let slot = if key == "client_tls13_ciphers" {
+                    &mut g.client_tls13_ciphers
+                } else {
+                    &mut g.server_tls13_ciphers
+                };
+                if s.trim().is_empty() {
+                    slot.clear();
+                } else {
+                    match tls::tls13_suites(&s) {
+                        Ok(_) => *slot = s,
+                        Err(e) => warn(
+                            c,
+                            at,
+                            &format!("pgbouncer.{key}"),
+                            format!("not honoured: {e}; the TLS 1.3 suites stay as they were"),
+                        ),
+                    }
+                }
+            }
             "unix_socket_dir" if s.starts_with('@') => {
                 bad(c, "abstract Unix sockets are not supported by pgcorral")
             }
