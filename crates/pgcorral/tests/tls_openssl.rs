@@ -198,7 +198,7 @@ async fn v1_certificates_and_ecparam_or_pkcs1_keys_serve_clients() {
             "SELECT 1",
         )
         .await;
-        assert_eq!(stdout(&out), "1", "{stem}: {}", stderr(&out));
+        assert_eq!(stdout(&out).trim(), "1", "{stem}: {}", stderr(&out));
     }
     let a = pki.leaf("ca", "a", "127.0.0.1", KeyKind::Ec);
     let b = pki.leaf("ca", "b", "127.0.0.1", KeyKind::Ec);
@@ -246,7 +246,7 @@ async fn v1_client_certificates_are_checked() {
             "SELECT current_user",
         )
         .await;
-        assert_eq!(stdout(&out), "postgres", "{}", stderr(&out));
+        assert_eq!(stdout(&out).trim(), "postgres", "{}", stderr(&out));
     }
     for (who, what) in [(&stranger, "another CA"), (&someone, "another user")] {
         let out = psql_tls_run(

@@ -240,7 +240,7 @@ async fn set_takes_tls_settings_one_at_a_time() {
         "SELECT 1",
     )
     .await;
-    assert_eq!(stdout(&out), "1", "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "1", "{}", stderr(&out));
 
     let out = console_psql(
         p.port(),
