@@ -239,9 +239,12 @@ fn spki_parts(spki: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((alg, key))
 }
 
-/// One DER element at the start of `b`: its tag, its contents, the whole element, and what
-/// follows it. `None` when it is cut short or its length takes more than four bytes.
-fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8], &[u8])> {
+/// A DER element: its tag, its contents, the whole element, and what follows it.
+type Element<'a> = (u8, &'a [u8], &'a [u8], &'a [u8]);
+
+/// The DER element at the start of `b`; `None` when it is cut short or its length takes more
+/// than four bytes.
+fn tlv(b: &[u8]) -> Option<Element<'_>> {
     let (&tag, r) = b.split_first()?;
     let (&first, r) = r.split_first()?;
     let (len, r) = if first < 0x80 {
