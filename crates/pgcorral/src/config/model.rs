@@ -286,6 +286,8 @@ pub struct General {
     pub client_tls_protocols: String,
     /// "default", or a colon-separated list of cipher suite names.
     pub client_tls_ciphers: String,
+    /// TLS 1.3 suites (IANA names), replacing those `client_tls_ciphers` allows; empty: those.
+    pub client_tls13_ciphers: String,
     /// TLS between pgcorral and PostgreSQL.
     pub server_tls_sslmode: SslMode,
     /// PEM CA certificates that servers' certificates must chain to (verify-ca, verify-full).
@@ -295,6 +297,8 @@ pub struct General {
     pub server_tls_key_file: String,
     pub server_tls_protocols: String,
     pub server_tls_ciphers: String,
+    /// As `client_tls13_ciphers`, towards PostgreSQL.
+    pub server_tls13_ciphers: String,
 }
 
 /// How reads are spread over the servers that may take them.
@@ -472,12 +476,14 @@ impl Default for General {
             client_tls_ca_file: String::new(),
             client_tls_protocols: "secure".into(),
             client_tls_ciphers: "default".into(),
+            client_tls13_ciphers: String::new(),
             server_tls_sslmode: SslMode::Prefer,
             server_tls_ca_file: String::new(),
             server_tls_cert_file: String::new(),
             server_tls_key_file: String::new(),
             server_tls_protocols: "secure".into(),
             server_tls_ciphers: "default".into(),
+            server_tls13_ciphers: String::new(),
         }
     }
 }

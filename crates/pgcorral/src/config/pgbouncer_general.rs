@@ -201,12 +201,40 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
                 };
                 match tls::versions(&s) {
                     Ok(_) => *slot = s,
-                    Err(e) => warn(
-                        c,
-                        at,
-                        &format!("pgbouncer.{key}"),
-                        format!("not honoured: {e}; pgcorral uses \"secure\" (TLS 1.2 and 1.3)"),
-                    ),
+                    Err(e) => {
+                        // TLS 1.0 and 1.1 (which rustls lacks) are dropped; what the value asked
+                        // for is kept in its spelling, so that changing it is a change (servers
+                        // opened under it are replaced, as in PgBouncer).
+                        let old = ["tlsv1", "tlsv1.0", "tlsv1.1"];
+                        let words: Vec<&str> = s
+                            .split([',', ':', ' '])
+                            .map(str::trim)
+                            .filter(|w| !w.is_empty())
+                            .collect();
+                        let rest: Vec<&str> = words
+                            .iter()
+                            .copied()
+                            .filter(|w| !old.contains(&w.to_ascii_lowercase().as_str()))
+                            .collect();
+                        let used = if !words.is_empty() && rest.is_empty() {
+                            Some("legacy".to_string())
+                        } else {
+                            Some(rest.join(",")).filter(|r| tls::versions(r).is_ok())
+                        };
+                        let what = match &used {
+                            Some(u) => format!("\"{u}\""),
+                            None => "\"secure\" (TLS 1.2 and 1.3)".into(),
+                        };
+                        if let Some(u) = used {
+                            *slot = u;
+                        }
+                        warn(
+                            c,
+                            at,
+                            &format!("pgbouncer.{key}"),
+                            format!("not honoured: {e}; pgcorral uses {what}"),
+                        )
+                    }
                 }
             }
             "client_tls_ciphers" | "server_tls_ciphers" => {
@@ -223,6 +251,26 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
                         &format!("pgbouncer.{key}"),
                         format!("not honoured: {e}; pgcorral uses rustls's default suites"),
                     ),
+                }
+            }
+            "client_tls13_ciphers" | "server_tls13_ciphers" => {
+                let slot = if key == "client_tls13_ciphers" {
+                    &mut g.client_tls13_ciphers
+                } else {
+                    &mut g.server_tls13_ciphers
+                };
+                if s.trim().is_empty() {
+                    slot.clear();
+                } else {
+                    match tls::tls13_suites(&s) {
+                        Ok(_) => *slot = s,
+                        Err(e) => warn(
+                            c,
+                            at,
+                            &format!("pgbouncer.{key}"),
+                            format!("not honoured: {e}; the TLS 1.3 suites stay as they were"),
+                        ),
+                    }
                 }
             }
             "unix_socket_dir" if s.starts_with('@') => {

@@ -149,12 +149,12 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("verbose", Ty::Int, How::Map),
     // After 1.24.
     ("auth_ldap_options", Ty::Str, How::Warn(NEWER)),
-    ("client_tls13_ciphers", Ty::Str, How::Warn(NEWER)),
+    ("client_tls13_ciphers", Ty::Str, How::Map),
     ("login_notify_message", Ty::Str, How::Warn(NEWER)),
     ("pool_idle_timeout", Ty::Time, How::Map),
     ("query_wait_notify", Ty::Int, How::Warn(NEWER)),
     ("scram_iterations", Ty::Int, How::Warn(NEWER)),
-    ("server_tls13_ciphers", Ty::Str, How::Warn(NEWER)),
+    ("server_tls13_ciphers", Ty::Str, How::Map),
     ("transaction_timeout", Ty::Time, How::Map),
     // pgcorral's own (PgBouncer refuses it): how long a looked-up password is reused.
     ("auth_query_cache_lifetime", Ty::Time, How::Map),

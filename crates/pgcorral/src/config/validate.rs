@@ -214,42 +214,10 @@ fn auth_query(cfg: &Config, errs: &mut Vec<String>) {
     }
 }
 
-/// The TLS settings' combinations; the files themselves are read by [`crate::tls::Tls::load`].
+/// The TLS settings' values. Which must go together, and the files, are checked by
+/// [`crate::tls::Tls::load`] (at start, reload and SET), so that the console can change them
+/// one at a time.
 fn tls(g: &super::General, errs: &mut Vec<String>) {
-    use super::SslMode;
-    if g.client_tls_sslmode != SslMode::Disable {
-        for (key, v) in [
-            ("client_tls_cert_file", &g.client_tls_cert_file),
-            ("client_tls_key_file", &g.client_tls_key_file),
-        ] {
-            if v.is_empty() {
-                errs.push(format!(
-                    "general.{key}: required when client_tls_sslmode is not \"disable\""
-                ));
-            }
-        }
-    }
-    if g.client_tls_sslmode.verifies() && g.client_tls_ca_file.is_empty() {
-        errs.push(
-            "general.client_tls_ca_file: required with client_tls_sslmode = \"verify-ca\" or \"verify-full\" (client certificates are checked against it)".into(),
-        );
-    }
-    if g.auth_type == AuthType::Cert {
-        if g.client_tls_sslmode == SslMode::Disable {
-            errs.push("general.auth_type: \"cert\" needs client TLS (client_tls_sslmode other than \"disable\")".into());
-        }
-        if g.client_tls_ca_file.is_empty() {
-            errs.push("general.client_tls_ca_file: required with auth_type = \"cert\"".into());
-        }
-    }
-    if g.server_tls_sslmode.verifies() && g.server_tls_ca_file.is_empty() {
-        errs.push(
-            "general.server_tls_ca_file: required with server_tls_sslmode = \"verify-ca\" or \"verify-full\"".into(),
-        );
-    }
-    if g.server_tls_cert_file.is_empty() != g.server_tls_key_file.is_empty() {
-        errs.push("general.server_tls_cert_file: server_tls_cert_file and server_tls_key_file go together".into());
-    }
     for (key, v) in [
         ("client_tls_protocols", &g.client_tls_protocols),
         ("server_tls_protocols", &g.server_tls_protocols),
@@ -264,6 +232,16 @@ fn tls(g: &super::General, errs: &mut Vec<String>) {
     ] {
         if let Err(e) = tls::provider(v) {
             errs.push(format!("general.{key}: {e}"));
+        }
+    }
+    for (key, v) in [
+        ("client_tls13_ciphers", &g.client_tls13_ciphers),
+        ("server_tls13_ciphers", &g.server_tls13_ciphers),
+    ] {
+        if !v.trim().is_empty() {
+            if let Err(e) = tls::tls13_suites(v) {
+                errs.push(format!("general.{key}: {e}"));
+            }
         }
     }
 }

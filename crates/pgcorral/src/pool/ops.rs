@@ -33,11 +33,14 @@ impl Pool {
     }
 
     /// Servers opened from now on belong to a new generation; older ones are closed when they
-    /// come back, idle ones at once.
-    pub fn reconnect(&self) {
+    /// come back, idle ones at once (returns how many). A login failure being replayed
+    /// (server_login_retry) is forgotten: it was the old servers' (say, under TLS settings
+    /// changed since).
+    pub fn reconnect(&self) -> usize {
         self.0.generation.fetch_add(1, Relaxed);
         self.0.logins.clear();
-        self.close_idle();
+        *self.0.login_failed.lock() = None;
+        self.close_idle()
     }
 
     /// Replaces where new servers connect; true when it changed.
