@@ -20,6 +20,16 @@ pub enum PoolMode {
     Statement,
 }
 
+/// How a database with several hosts in `host` picks one for a new server connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadBalanceHosts {
+    /// Each new connection starts at the host after the last one's (then tries the others).
+    RoundRobin,
+    /// Each new connection tries the hosts in their order.
+    Disable,
+}
+
 /// How each log line is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -595,6 +605,9 @@ pub struct Database {
     /// Fixed server login instead of the client's own.
     pub user: Option<String>,
     pub password: Option<String>,
+    /// With a list of hosts in `host` (`"a,b"`), how each new server connection picks one
+    /// (PgBouncer's `load_balance_hosts`): `round-robin` (default) or `disable`.
+    pub load_balance_hosts: Option<LoadBalanceHosts>,
     /// Run on each new server connection of this database once logged in (PgBouncer's
     /// `connect_query`): its SETs are the server's starting state for every client.
     pub connect_query: Option<String>,
@@ -651,6 +664,7 @@ impl Default for Database {
             pool_mode: None,
             user: None,
             password: None,
+            load_balance_hosts: None,
             connect_query: None,
             auth_user: None,
             auth_dbname: None,

@@ -5,7 +5,7 @@ use super::pgbouncer::{count, warn};
 use super::pgbouncer_general::Extra;
 use super::pgcat::Conv;
 use super::validate::RESERVED_DATABASES;
-use super::{Database, General, PeerEntry, PoolMode, User};
+use super::{Database, General, LoadBalanceHosts, PeerEntry, PoolMode, User};
 
 /// The pairs of an entry's connection string; an error naming the entry otherwise.
 fn pairs(c: &mut Conv, at: &At, entry: &str, value: &str) -> Option<Vec<(String, String)>> {
@@ -66,7 +66,6 @@ pub(super) fn database(
     let mut db = Database::default();
     let mut host = None;
     let mut password = None;
-    let mut load_balance = false;
     for (k, v) in pairs(c, at, &entry, value)? {
         let key = format!("{entry}.{k}");
         let key = key.as_str();
@@ -104,7 +103,8 @@ pub(super) fn database(
             // 0: wait forever; -1: [pgbouncer]'s (or the user's).
             "query_wait_timeout" => db.query_wait_timeout = timeout(c, at, key, &v),
             "load_balance_hosts" => match v.to_ascii_lowercase().as_str() {
-                "disable" | "round-robin" => load_balance = true,
+                "disable" => db.load_balance_hosts = Some(LoadBalanceHosts::Disable),
+                "round-robin" => db.load_balance_hosts = Some(LoadBalanceHosts::RoundRobin),
                 _ => bad(c, at, key, &v, "disable or round-robin"),
             },
             "connect_query" => db.connect_query = Some(v),
@@ -152,18 +152,9 @@ pub(super) fn database(
         );
         return None;
     }
-    db.host = hosts[0].to_string();
-    if hosts.len() > 1 {
-        warn(
-            c,
-            at,
-            &format!("{entry}.host"),
-            format!(
-                "not honoured: pgcorral connects to the first host only, {}",
-                hosts[0]
-            ),
-        );
-    } else if load_balance {
+    // A list is kept as written (without spaces): each new server connection picks from it.
+    db.host = hosts.join(",");
+    if hosts.len() == 1 && db.load_balance_hosts.is_some() {
         warn(
             c,
             at,

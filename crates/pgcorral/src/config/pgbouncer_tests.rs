@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::pgbouncer::{from_pgbouncer_with, is_pgbouncer, seconds_ms, strtol};
-use super::{AuthType, Config, PoolMode, SslMode, Warning};
+use super::{AuthType, Config, LoadBalanceHosts, PoolMode, SslMode, Warning};
 
 /// An application's pgbouncer.ini as people write them.
 const SAMPLE: &str = r#";; pgbouncer.ini of the shop's pooler
@@ -106,7 +106,7 @@ fn sample_converts() {
     let legacy = &cfg.databases["legacy db"];
     assert_eq!(
         (legacy.host.as_str(), legacy.min_pool_size),
-        ("db1.internal", Some(2))
+        ("db1.internal,db2.internal", Some(2))
     );
     // No host: the Unix socket in unix_socket_dir, as PgBouncer.
     assert_eq!(cfg.databases["local"].host, "/var/run/pgbouncer");
@@ -129,8 +129,8 @@ fn sample_converts() {
         cfg.databases["reports"].connect_query.as_deref(),
         Some("SET work_mem = '64MB'")
     );
+    assert!(!warnings.iter().any(|w| w.key == "databases.legacy db.host"));
     for key in [
-        "databases.legacy db.host",
         "pgbouncer.tcp_keepalive",
         "pgbouncer.tcp_defer_accept",
         "pgbouncer.ignore_startup_parameters",
@@ -371,8 +371,11 @@ fn pgbouncers_own_test_ini() {
     assert_eq!(cfg.general.pool_mode, PoolMode::Statement);
     assert_eq!(cfg.general.listen_port, 6667);
     assert_eq!(cfg.databases["p0"].port, 6666);
-    assert_eq!(cfg.databases["hostlist1"].host, "127.0.0.1");
-    warned(&warnings, "databases.hostlist1.host");
+    assert_eq!(cfg.databases["hostlist1"].host, "127.0.0.1,::1");
+    assert_eq!(
+        cfg.databases["hostlist_good_first"].load_balance_hosts,
+        Some(LoadBalanceHosts::Disable)
+    );
     assert!(cfg.databases["p8"].connect_query.is_some());
     // The client caps are honoured (not warned).
     assert_eq!(

@@ -31,7 +31,8 @@ use crate::connlog::{self, Who};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::logsafe;
-use crate::server::connect::{connect, Secret, Target};
+use crate::server::connect::{Secret, Target};
+use crate::server::hosts;
 use crate::server::{ServerConn, ServerParams};
 use crate::tls;
 
@@ -84,6 +85,8 @@ pub struct PoolSettings {
     pub log: ConnLogging,
     /// Run on each new server connection once logged in; empty = none (`connect_query`).
     pub connect_query: String,
+    /// With a list of hosts, each new connection starts at the next host (else at the first).
+    pub round_robin_hosts: bool,
 }
 
 impl PoolSettings {
@@ -109,6 +112,7 @@ impl PoolSettings {
             fail_on_check: false,
             log: Default::default(),
             connect_query: String::new(),
+            round_robin_hosts: true,
         }
     }
 }
@@ -126,6 +130,9 @@ pub(crate) struct Shared {
     params: Mutex<Option<ServerParams>>,
     /// The last failed login and when, replayed to new logins within `login_retry`.
     login_failed: Mutex<Option<(Instant, Error)>>,
+    /// With a list of hosts: how many connections have started from the next one
+    /// (`load_balance_hosts = round-robin`).
+    next_host: std::sync::atomic::AtomicUsize,
     limits: Option<Arc<Limits>>,
     /// Clients logged in to this pool.
     clients: std::sync::atomic::AtomicUsize,
@@ -178,6 +185,7 @@ impl Pool {
             inner: Mutex::new(Inner::default()),
             params: Mutex::new(None),
             login_failed: Mutex::new(None),
+            next_host: Default::default(),
             limits,
             clients: Default::default(),
             stats: Default::default(),
@@ -498,8 +506,15 @@ impl Pool {
         // error; anything else fails at once.
         let give_up = Instant::now() + settings.unavailable_wait;
         let mut pause = Duration::from_millis(50);
+        let start = match settings.round_robin_hosts && hosts::is_list(&target.host) {
+            true => self
+                .0
+                .next_host
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            false => 0,
+        };
         let mut server = loop {
-            match connect(&target, worker).await {
+            match hosts::connect_any(&target, worker, start).await {
                 Ok(s) => break s,
                 Err(e) if for_client && e.server_unavailable() && Instant::now() < give_up => {
                     tracing::debug!(pool = ?self.0.name, error = %logsafe::Esc(&e), "server unavailable; waiting for it");

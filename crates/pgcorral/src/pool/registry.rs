@@ -11,7 +11,9 @@ use super::limits::{CapKey, Limits};
 use super::{Pool, PoolSettings};
 use crate::cluster::topology::{RouteSettings, Topology};
 use crate::cluster::{Cluster, ShardPools};
-use crate::config::{millis_opt, overrides, Config, Database, ServerEntry, ServerRole};
+use crate::config::{
+    millis_opt, overrides, Config, Database, LoadBalanceHosts, ServerEntry, ServerRole,
+};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
@@ -369,6 +371,7 @@ pub(crate) fn resolve(
         fail_on_check: false,
         log: g.conn_logging(),
         connect_query: db.connect_query.clone().unwrap_or_default(),
+        round_robin_hosts: db.load_balance_hosts != Some(LoadBalanceHosts::Disable),
     };
     let several = |servers: &[ServerEntry]| {
         servers.len() > 1 || servers.iter().any(|s| s.role == ServerRole::Auto)
