@@ -35,7 +35,7 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         &databases,
         format!(
             "shop = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_size=4 connect_query='SET enable_seqscan = off; SET enable_nestloop = off'\n\
-             shop_ro = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_mode=statement\n",
+             shop_ro = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_mode=statement timezone=Europe/Lisbon\n",
             p = pg.port
         ),
     )
@@ -121,6 +121,9 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         .await
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "lamp");
+    // The database's timezone= is its server sessions' default (the client sent none).
+    let row = reporter.query_one("SHOW timezone", &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "Europe/Lisbon");
 
     // A name the files do not know is refused, as PgBouncer refuses it.
     let err = connect(port, "nobody", None, "shop").await.unwrap_err();

@@ -608,6 +608,11 @@ pub struct Database {
     /// With a list of hosts in `host` (`"a,b"`), how each new server connection picks one
     /// (PgBouncer's `load_balance_hosts`): `round-robin` (default) or `disable`.
     pub load_balance_hosts: Option<LoadBalanceHosts>,
+    /// Startup parameters of this database's server logins (PgBouncer's per-database
+    /// `client_encoding`, `datestyle`, `timezone`, `application_name`): the sessions' defaults,
+    /// under clients' own.
+    #[serde(default)]
+    pub startup_parameters: BTreeMap<String, String>,
     /// Run on each new server connection of this database once logged in (PgBouncer's
     /// `connect_query`): its SETs are the server's starting state for every client.
     pub connect_query: Option<String>,
@@ -665,6 +670,7 @@ impl Default for Database {
             user: None,
             password: None,
             load_balance_hosts: None,
+            startup_parameters: BTreeMap::new(),
             connect_query: None,
             auth_user: None,
             auth_dbname: None,
@@ -692,6 +698,14 @@ impl Default for Database {
 }
 
 impl Database {
+    /// The server login's extra startup parameters, by PostgreSQL's names.
+    pub fn startup_params(&self) -> Vec<(String, String)> {
+        self.startup_parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     /// The servers clients of this database reach: `servers`, or the one at `host`/`port`
     /// (a primary).
     pub fn server_list(&self) -> Vec<ServerEntry> {

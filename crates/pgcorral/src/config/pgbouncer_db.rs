@@ -83,9 +83,7 @@ pub(super) fn database(
                 n => db.pool_size = n,
             },
             "min_pool_size" => db.min_pool_size = number(c, at, key, &v),
-            "reserve_pool" | "reserve_pool_size" => {
-                db.reserve_pool_size = number(c, at, key, &v)
-            }
+            "reserve_pool" | "reserve_pool_size" => db.reserve_pool_size = number(c, at, key, &v),
             // 0: the global cap, as PgBouncer.
             "max_db_connections" => {
                 db.max_db_connections = number(c, at, key, &v).filter(|&n| n > 0)
@@ -108,12 +106,9 @@ pub(super) fn database(
                 _ => bad(c, at, key, &v, "disable or round-robin"),
             },
             "connect_query" => db.connect_query = Some(v),
-            "client_encoding" | "datestyle" | "timezone" | "application_name" => warn(
-                c,
-                at,
-                key,
-                "not honoured: pgcorral puts no per-database parameters in its server logins (a client's own startup parameters are applied)",
-            ),
+            "client_encoding" | "datestyle" | "timezone" | "application_name" => {
+                db.startup_parameters.insert(k.to_ascii_lowercase(), v);
+            }
             "auth_user" => db.auth_user = Some(v),
             "auth_dbname" => db.auth_dbname = Some(v),
             "auth_query" => db.auth_query = Some(v),

@@ -308,6 +308,13 @@ fn check_database(name: &str, db: &Database, errs: &mut Vec<String>) {
             "databases.{name}: the name {name:?} is reserved for the admin console"
         ));
     }
+    for key in db.startup_parameters.keys() {
+        if matches!(key.as_str(), "user" | "database" | "replication") || key.is_empty() {
+            errs.push(format!(
+                "databases.{name}.startup_parameters: {key:?} is not a parameter a login may set here"
+            ));
+        }
+    }
     if db.host.trim().is_empty() {
         errs.push(format!("databases.{name}.host: must not be empty"));
     }

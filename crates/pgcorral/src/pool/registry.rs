@@ -324,6 +324,7 @@ pub(crate) fn resolve(
                     connect_timeout: g.server_connect_timeout(),
                     max_packet_size: g.max_packet_size,
                     tls: tls.clone(),
+                    startup: db.startup_params(),
                 })
                 .collect();
             (shard.servers, targets)

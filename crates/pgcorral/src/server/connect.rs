@@ -87,6 +87,9 @@ pub struct Target {
     pub max_packet_size: u32,
     /// TLS to the server, as configured now.
     pub tls: tls::Shared,
+    /// More startup parameters for the login (a database's `client_encoding`, `datestyle`,
+    /// `timezone`, `application_name`): the server session's defaults.
+    pub startup: Vec<(String, String)>,
 }
 
 fn io_err(target: &Target, what: &str, e: ReadError) -> Error {
@@ -255,13 +258,12 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
     let (mut stream, addr, tls) = open(target).await?;
 
     let mut out = BytesMut::with_capacity(256);
-    encode::startup(
-        &mut out,
-        &[
-            ("user", target.user.as_str()),
-            ("database", target.database.as_str()),
-        ],
-    );
+    let mut params = vec![
+        ("user", target.user.as_str()),
+        ("database", target.database.as_str()),
+    ];
+    params.extend(target.startup.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    encode::startup(&mut out, &params);
     write(&mut stream, &out, target).await?;
 
     let mut rbuf = BytesMut::with_capacity(8192);
