@@ -122,6 +122,7 @@ impl Tracked {
         let mut params = Default::default();
         let (mut cp, mut sp) = (0, 0);
         let mut unnamed_here = false;
+        let mut tally = Default::default();
         let mut link = Link {
             registry: &self.registry,
             max: 200,
@@ -130,6 +131,7 @@ impl Tracked {
             expect: &mut self.expect,
             out: &mut self.wout,
             unnamed_here: &mut unnamed_here,
+            tally: &mut tally,
             retry: false,
         };
         let c = scan_client(

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -85,6 +85,8 @@ pub struct Entry {
     waker: Mutex<Option<Waker>>,
     /// Why a client keeps its server between transactions (empty when it does not).
     pinned: Mutex<Box<str>>,
+    /// Prepared statements the client has, or the server holds, as its last relay left them.
+    prepared: AtomicU32,
 }
 
 fn now_us() -> u64 {
@@ -141,6 +143,15 @@ impl Entry {
 
     pub fn set_pinned(&self, why: String) {
         *self.pinned.lock() = why.into_boxed_str();
+    }
+
+    pub fn prepared(&self) -> u32 {
+        self.prepared.load(Relaxed)
+    }
+
+    pub fn set_prepared(&self, n: usize) {
+        self.prepared
+            .store(u32::try_from(n).unwrap_or(u32::MAX), Relaxed);
     }
 
     pub fn link(&self) -> u64 {
@@ -279,9 +290,19 @@ impl Lists {
         }
     }
 
+    /// A new connection's id, taken before it is listed (a client takes its id as its login
+    /// starts, so it comes before the id of a server its login opens, as in PgBouncer).
+    pub fn reserve(&self) -> u64 {
+        self.next_id.fetch_add(1, Relaxed) + 1
+    }
+
     /// Lists a new connection.
     pub fn add(self: &Arc<Self>, kind: Kind, n: New) -> Listed {
-        let id = self.next_id.fetch_add(1, Relaxed) + 1;
+        self.add_as(kind, self.reserve(), n)
+    }
+
+    /// Lists a new connection under an id from [`Lists::reserve`].
+    pub fn add_as(self: &Arc<Self>, kind: Kind, id: u64, n: New) -> Listed {
         let now = now_us();
         let entry = Arc::new(Entry {
             id,
@@ -301,6 +322,7 @@ impl Lists {
             killed: Default::default(),
             waker: Default::default(),
             pinned: Mutex::default(),
+            prepared: AtomicU32::new(0),
         });
         self.list(kind).lock().insert(id, entry.clone());
         Listed {

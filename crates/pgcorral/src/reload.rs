@@ -25,6 +25,11 @@ pub const RESTART_ONLY: &[&str] = &[
     "pidfile",
     "logfile",
     "so_reuseport",
+    "peer_id",
+    "log_format",
+    "syslog",
+    "syslog_ident",
+    "syslog_facility",
 ];
 
 /// What a reload did, for the log and the console.

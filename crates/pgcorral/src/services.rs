@@ -17,6 +17,7 @@ use crate::conns;
 use crate::control;
 use crate::hba::{self, Hba};
 use crate::pool::registry::Registry;
+use crate::pool::stats::Stats;
 use crate::prepared;
 use crate::route::classify;
 use crate::secrets::SecretCache;
@@ -54,6 +55,9 @@ pub struct Inner {
     pub router: classify::Cache,
     /// Admin console sessions open now.
     pub consoles: AtomicUsize,
+    /// The console's own statistics (its logins, and each command as a transaction of one
+    /// query), shown as database `pgbouncer` in SHOW STATS, as PgBouncer counts its admin pool.
+    pub console_stats: Stats,
     /// Paused and disabled databases (admin console).
     pub control: control::Control,
     /// The file the configuration came from (RELOAD, SIGHUP), when there is one.
@@ -101,6 +105,7 @@ impl Services {
             statements: Default::default(),
             router: Default::default(),
             consoles: AtomicUsize::new(0),
+            console_stats: Stats::default(),
             control: Default::default(),
             config_path: Default::default(),
             config_gen: Default::default(),

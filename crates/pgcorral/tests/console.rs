@@ -177,7 +177,7 @@ async fn disable_refuses_new_logins_and_enable_admits_them() {
     assert_eq!(value(&b, "SELECT 2").await, "2");
     assert_eq!(
         admin(&mut w, "DISABLE nosuchdb").await.unwrap_err().0,
-        "3D000"
+        "08P01"
     );
 }
 

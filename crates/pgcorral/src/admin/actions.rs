@@ -25,13 +25,14 @@ fn pools_of(services: &Services, db: Option<&str>) -> Vec<Pool> {
         .collect()
 }
 
-/// Refuses a database name pgcorral does not know.
+/// Refuses a database name pgcorral does not know (with PgBouncer's words and SQLSTATE: its
+/// console reports every error as 08P01).
 fn known(services: &Services, db: &str) -> Result<(), Refusal> {
     let config = services.config.load();
     if config.databases.contains_key(db) || services.pools.all().iter().any(|p| p.name().0 == db) {
         Ok(())
     } else {
-        Err(("3D000", format!("no such database: {db}")))
+        Err(("08P01", format!("no such database: {db}")))
     }
 }
 
@@ -105,46 +106,66 @@ pub fn reconnect(services: &Services, db: Option<&str>) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// KILL db: ends every client of it and closes its servers; new transactions wait for RESUME
-/// (as in PgBouncer).
-pub fn kill(services: &Services, db: &str) -> Result<(), Refusal> {
-    known(services, db)?;
-    services.control.pause(Some(db));
+/// KILL [db]: ends every client of `db` (of every database but the console's, without one)
+/// and closes its servers; new transactions wait for RESUME (as in PgBouncer).
+pub fn kill(services: &Services, db: Option<&str>) -> Result<(), Refusal> {
+    match db {
+        Some(d) if super::is_console(d) => {
+            return Err(("08P01", format!("cannot kill admin db: {d}")));
+        }
+        Some(d) => known(services, d)?,
+        None => {}
+    }
+    let names: Vec<String> = match db {
+        Some(d) => vec![d.to_string()],
+        None => {
+            let mut v: Vec<String> = services.config.load().databases.keys().cloned().collect();
+            v.extend(services.pools.all().iter().map(|p| p.name().0.to_string()));
+            v.sort();
+            v.dedup();
+            v
+        }
+    };
+    for d in &names {
+        services.control.pause(Some(d));
+    }
     let mut n = 0;
     for c in services.pools.lists.all(Kind::Client) {
-        if &*c.database == db {
+        if db.is_none_or(|d| &*c.database == d) && !super::is_console(&c.database) {
             c.kill();
             n += 1;
         }
     }
-    for p in pools_of(services, Some(db)) {
+    for p in pools_of(services, db) {
         p.reconnect();
     }
-    tracing::info!(database = db, clients = n, "KILL");
+    tracing::info!(database = db.unwrap_or("*"), clients = n, "KILL");
     Ok(())
 }
 
-/// KILL_CLIENT id: ends one client (`id` as SHOW CLIENTS' `ptr`, hex or decimal).
+/// KILL_CLIENT id: ends one client, named by its `id` in SHOW CLIENTS (or its `ptr`, in hex
+/// with `0x`); PgBouncer's words when the id is not a number or names no client.
 pub fn kill_client(services: &Services, id: &str) -> Result<(), Refusal> {
     let parsed = match id.strip_prefix("0x") {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),
         None => id.parse().ok(),
     };
-    let client = parsed.and_then(|id| {
-        services
-            .pools
-            .lists
-            .all(Kind::Client)
-            .into_iter()
-            .find(|c| c.id == id)
-    });
+    let Some(parsed) = parsed else {
+        return Err(("08P01", "invalid client pointer supplied".to_string()));
+    };
+    let client = services
+        .pools
+        .lists
+        .all(Kind::Client)
+        .into_iter()
+        .find(|c| c.id == parsed);
     match client {
         Some(c) => {
             c.kill();
-            tracing::info!(client = id, "KILL_CLIENT");
+            tracing::info!(client = parsed, "KILL_CLIENT");
             Ok(())
         }
-        None => Err(("42704", format!("no such client: {id}"))),
+        None => Err(("08P01", "client not found".to_string())),
     }
 }
 

@@ -19,7 +19,8 @@ pub enum Command {
     Disable(String),
     Enable(String),
     Reconnect(Option<String>),
-    Kill(String),
+    /// `KILL [db]`: without a name, every database but the console's.
+    Kill(Option<String>),
     KillClient(String),
     WaitClose(Option<String>),
     Reload,
@@ -54,7 +55,12 @@ impl Command {
 
     /// Whether a stats user (SHOW only) may run it.
     pub fn read_only(&self) -> bool {
-        matches!(self, Command::Show(_) | Command::ShowShardFor { .. })
+        match self {
+            Command::Show(_) | Command::ShowShardFor { .. } => true,
+            // A session setting SET ignores (see `show::fake_param`).
+            Command::Set { key, .. } => super::show::fake_param(key).is_some(),
+            _ => false,
+        }
     }
 }
 
@@ -89,7 +95,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         "DISABLE" => Ok(Command::Disable(need("DISABLE")?)),
         "ENABLE" => Ok(Command::Enable(need("ENABLE")?)),
         "RECONNECT" => Ok(Command::Reconnect(arg())),
-        "KILL" => Ok(Command::Kill(need("KILL")?)),
+        "KILL" => Ok(Command::Kill(arg())),
         "KILL_CLIENT" => Ok(Command::KillClient(
             arg().ok_or("KILL_CLIENT needs a client id")?,
         )),
@@ -189,6 +195,8 @@ mod tests {
             parse("resume \"My Db\""),
             Ok(Command::Resume(Some("My Db".into())))
         );
+        assert_eq!(parse("KILL"), Ok(Command::Kill(None)));
+        assert_eq!(parse("kill app"), Ok(Command::Kill(Some("app".into()))));
         assert_eq!(
             parse("kill_client 42"),
             Ok(Command::KillClient("42".into()))

@@ -20,7 +20,9 @@ use pgwire::backend::{self as be, TxStatus};
 use pgwire::frontend as fe;
 
 use crate::client_conn::ClientConn;
+use crate::logsafe::Esc;
 use crate::net::framed::{read_message, ReadError};
+use crate::pool::stats::Totals;
 use crate::reload;
 use crate::rows::Table;
 use crate::services::{Services, Stop};
@@ -117,6 +119,7 @@ async fn session(
                 if text.trim().trim_end_matches(';').trim().is_empty() {
                     pgwire::encode::empty(&mut out, be::EMPTY_QUERY_RESPONSE);
                 } else {
+                    counted(services);
                     match run(services, role, &text).await {
                         Ok(a) => answer(&mut out, &a, true),
                         Err(e) => error(&mut out, &e),
@@ -186,13 +189,16 @@ async fn session(
                         skipping = true;
                         error_code(&mut out, "34000", "portal does not exist");
                     }
-                    Some(text) => match run(services, role, text).await {
-                        Ok(a) => answer(&mut out, &a, false),
-                        Err(e) => {
-                            skipping = true;
-                            error(&mut out, &e);
+                    Some(text) => {
+                        counted(services);
+                        match run(services, role, text).await {
+                            Ok(a) => answer(&mut out, &a, false),
+                            Err(e) => {
+                                skipping = true;
+                                error(&mut out, &e);
+                            }
                         }
-                    },
+                    }
                 }
             }
             fe::CLOSE => {
@@ -232,6 +238,17 @@ async fn session(
             }
         }
     }
+}
+
+/// Counts a console command as PgBouncer counts its admin pool's: a transaction of one query.
+fn counted(services: &Services) {
+    let one = Totals {
+        xact_count: 1,
+        query_count: 1,
+        ..Totals::default()
+    };
+    // From a worker's client task: the shared shard (usize::MAX owns none).
+    services.console_stats.record(usize::MAX, &one);
 }
 
 /// The NUL-terminated string at the front of `body`, consumed.
@@ -286,16 +303,25 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
         Command::Disable(db) => actions::disable(services, &db).map(|()| done(None)),
         Command::Enable(db) => actions::enable(services, &db).map(|()| done(None)),
         Command::Reconnect(db) => actions::reconnect(services, db.as_deref()).map(|()| done(None)),
-        Command::Kill(db) => actions::kill(services, &db).map(|()| done(None)),
+        Command::Kill(db) => actions::kill(services, db.as_deref()).map(|()| done(None)),
         Command::KillClient(id) => actions::kill_client(services, &id).map(|()| done(None)),
         Command::WaitClose(db) => actions::wait_close(services, db.as_deref())
             .await
             .map(|()| done(None)),
         Command::Reload => match reload::reload(services) {
             Ok(a) => Ok(done(kept_notice(&a))),
-            // PgBouncer's words first, for the scripts that match them.
-            Err(e) => Err(("F0000", format!("RELOAD failed: {e}"))),
+            Err(e) => {
+                // PgBouncer's words first (scripts match them), then why.
+                tracing::warn!(error = %Esc(&e), "RELOAD failed");
+                Err((
+                    "F0000",
+                    format!("RELOAD failed, see logs for additional details: {e}"),
+                ))
+            }
         },
+        Command::Set { key, .. } if show::fake_param(&key).is_some() => {
+            Ok(done(Some(("SET ignored".to_string(), String::new()))))
+        }
         Command::Set { key, value } => match reload::set(services, &key, &value) {
             Ok(a) => Ok(done(kept_notice(&a))),
             Err(e) => Err(("22023", e)),
@@ -318,7 +344,7 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
 }
 
 /// The commands that act, for SHOW HELP.
-const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL <db>\n\tSUSPEND\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN\n\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS";
+const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL [<db>]\n\tSUSPEND\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN\n\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS";
 
 /// A notice naming the settings a reload could not change, or saying that the TLS settings a
 /// SET took are not in force yet.

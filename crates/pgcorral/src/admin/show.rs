@@ -1,14 +1,15 @@
 //! The console's SHOW commands, with PgBouncer's column names in PgBouncer's order (1.18), so
 //! that scripts and exporters written for PgBouncer read them unchanged.
 
-use super::show_conns::connections;
+use super::show_conns::{connections, sockets};
 use super::show_shards;
 use super::show_stats::{latency, stats, stats_part, totals};
 use crate::cluster::topology;
-use crate::config::{Config, General, PoolMode};
+use crate::config::{Config, General, LoadBalanceHosts, PoolMode};
 use crate::conns::Kind;
 use crate::reload;
 use crate::rows::{Cell, Table, Ty};
+use crate::server::hosts;
 use crate::services::Services;
 
 /// The console's own database, as PgBouncer lists it.
@@ -16,7 +17,7 @@ use super::CONSOLE_DB;
 
 /// Every SHOW pgcorral answers, for SHOW HELP and errors.
 pub const TOPICS: &str =
-    "HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|LISTS|STATE|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LATENCY|SHARDS";
+    "HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|PEERS|PEER_POOLS|SOCKETS|ACTIVE_SOCKETS|LISTS|STATE|MEM|DNS_HOSTS|DNS_ZONES|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LATENCY|SHARDS";
 
 /// The answer to `SHOW what`, or why there is none.
 pub fn table(services: &Services, what: &str) -> Result<Table, String> {
@@ -36,9 +37,38 @@ pub fn table(services: &Services, what: &str) -> Result<Table, String> {
         "LATENCY" => latency(services),
         "CLIENTS" => connections(services, Kind::Client),
         "SERVERS" => connections(services, Kind::Server),
+        "SOCKETS" => sockets(services, false),
+        "ACTIVE_SOCKETS" => sockets(services, true),
+        "PEERS" | "PEER_POOLS" | "MEM" | "DNS_HOSTS" | "DNS_ZONES" => none_kept(what),
         "SHARDS" => show_shards::shards(services, &config),
-        _ => return Err(format!("unknown SHOW topic '{what}': use SHOW {TOPICS}")),
+        other => match fake_param(other) {
+            Some((name, value)) => {
+                let mut t = Table::text(&[name]);
+                t.row(vec![value.into()]);
+                t
+            }
+            None => return Err(format!("unknown SHOW topic '{what}': use SHOW {TOPICS}")),
+        },
     })
+}
+
+/// Session settings some drivers read or set on every connection, console included: SHOW
+/// answers them (with what the console announced at login) and SET ignores them, as
+/// PgBouncer's console does.
+const FAKE_PARAMS: [(&str, &str); 5] = [
+    ("client_encoding", "UTF8"),
+    ("default_transaction_isolation", "read committed"),
+    ("standard_conforming_strings", "on"),
+    ("datestyle", "ISO"),
+    ("timezone", "UTC"),
+];
+
+/// The name and value of a setting of [`FAKE_PARAMS`], by name in any case.
+pub fn fake_param(name: &str) -> Option<(&'static str, &'static str)> {
+    FAKE_PARAMS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .copied()
 }
 
 fn mode_name(m: PoolMode) -> &'static str {
@@ -114,9 +144,15 @@ fn databases(services: &Services, config: &Config) -> Table {
         // PgBouncer 1.24's (before paused there): after 1.18's columns here.
         ("max_client_connections", Ty::Int),
         ("current_client_connections", Ty::Int),
+        // Later PgBouncer's (1.18's reserve_pool renamed; server_lifetime and
+        // load_balance_hosts after it): last.
+        ("reserve_pool_size", Ty::Int),
+        ("server_lifetime", Ty::Int),
+        ("load_balance_hosts", Ty::Text),
     ]);
     let pools = services.pools.all();
     let g = &config.general;
+    let lifetime_secs = g.server_lifetime / 1000;
     for (name, db) in &config.databases {
         let current: usize = pools
             .iter()
@@ -143,6 +179,14 @@ fn databases(services: &Services, config: &Config) -> Table {
                 .unwrap_or(g.max_db_client_connections)
                 .into(),
             services.clients_of_database(name).into(),
+            db.reserve_pool_size.unwrap_or(g.reserve_pool_size).into(),
+            (db.server_lifetime.unwrap_or(g.server_lifetime) / 1000).into(),
+            // Only a database with a list of hosts has one.
+            match (hosts::is_list(&db.host), db.load_balance_hosts) {
+                (false, _) => Cell::Null,
+                (true, Some(LoadBalanceHosts::Disable)) => "disable".into(),
+                (true, _) => "round-robin".into(),
+            },
         ]);
     }
     t.row(vec![
@@ -161,6 +205,9 @@ fn databases(services: &Services, config: &Config) -> Table {
         0u8.into(),
         g.max_db_client_connections.into(),
         services.clients_of_database(CONSOLE_DB).into(),
+        0u8.into(),
+        lifetime_secs.into(),
+        Cell::Null,
     ]);
     t
 }
@@ -191,6 +238,8 @@ fn pools(services: &Services) -> Table {
         ("lag_bytes", Ty::Int),
         ("lag_ms", Ty::Int),
         ("shard", Ty::Int),
+        // Later PgBouncer's: NULL unless the database has a host list (pgcorral has one host).
+        ("load_balance_hosts", Ty::Text),
     ]);
     let mut pools = services.pools.all();
     pools.sort_by(|a, b| a.name().cmp(&b.name()));
@@ -233,6 +282,7 @@ fn pools(services: &Services) -> Table {
                     .map(|t| t.as_millis().to_string()),
             ),
             node.map_or(0, |n| n.shard).into(),
+            Cell::Null,
         ]);
     }
     let consoles = services.consoles.load(std::sync::atomic::Ordering::Relaxed);
@@ -241,38 +291,92 @@ fn pools(services: &Services) -> Table {
     row.push("statement".into());
     row.extend((0..5).map(|_| Cell::Null));
     row.push(0u8.into());
+    row.push(Cell::Null);
     t.row(row);
     t
 }
 
 fn users(services: &Services, config: &Config) -> Table {
-    // PgBouncer 1.18's columns, then 1.24's client caps (1.24 has pool_size,
-    // reserve_pool_size, max_user_connections and current_connections between them).
+    // PgBouncer 1.18's columns, then 1.24's client caps, then the rest of today's (1.24 has
+    // pool_size, reserve_pool_size, max_user_connections and current_connections between
+    // them).
     let mut t = Table::new(&[
         ("name", Ty::Text),
         ("pool_mode", Ty::Text),
         ("max_user_client_connections", Ty::Int),
         ("current_client_connections", Ty::Int),
+        ("pool_size", Ty::Text),
+        ("reserve_pool_size", Ty::Text),
+        ("max_user_connections", Ty::Int),
+        ("current_connections", Ty::Int),
     ]);
+    let pools = services.pools.all();
     let mut names: Vec<String> = config.users.keys().cloned().collect();
-    names.extend(services.pools.all().iter().map(|p| p.name().1.to_string()));
+    names.extend(pools.iter().map(|p| p.name().1.to_string()));
     names.extend(config.general.admin_users.iter().cloned());
     names.extend(config.general.stats_users.iter().cloned());
     names.push(CONSOLE_DB.to_string());
     names.sort();
     names.dedup();
     for n in names {
-        let mode = config.users.get(&n).and_then(|u| u.pool_mode);
+        let user = config.users.get(&n);
+        let mode = user.and_then(|u| u.pool_mode);
         let cap = config.user_client_cap(&n);
         let current = services.clients_of_user(&n);
+        // The user's own setting, as text, empty when it has none (as PgBouncer shows them).
+        let pool_size = user
+            .and_then(|u| u.pool_size)
+            .map_or_else(String::new, |v| v.to_string());
+        let servers: usize = pools
+            .iter()
+            .filter(|p| p.name().1 == n)
+            .map(|p| p.snapshot().open)
+            .sum();
         t.row(vec![
-            n.into(),
+            n.as_str().into(),
             mode.map_or(Cell::Null, |m| mode_name(m).into()),
             cap.into(),
             current.into(),
+            pool_size.into(),
+            // pgcorral has no per-user reserve pool ([users]' reserve_pool_size is warned about).
+            "".into(),
+            user.and_then(|u| u.max_user_connections)
+                .unwrap_or(config.general.max_user_connections)
+                .into(),
+            servers.into(),
         ]);
     }
     t
+}
+
+/// SHOW topics of what pgcorral keeps none of: peers (pgcorral does not peer yet) and their
+/// pools, PgBouncer's memory slabs, its DNS cache. PgBouncer's columns, no rows.
+fn none_kept(what: &str) -> Table {
+    use Ty::{Int, Text};
+    Table::new(match what {
+        "PEERS" => &[
+            ("peer_id", Int),
+            ("host", Text),
+            ("port", Int),
+            ("pool_size", Int),
+        ],
+        "PEER_POOLS" => &[
+            ("database", Text),
+            ("cl_active_cancel_req", Int),
+            ("cl_waiting_cancel_req", Int),
+            ("sv_active_cancel", Int),
+            ("sv_login", Int),
+        ],
+        "MEM" => &[
+            ("name", Text),
+            ("size", Int),
+            ("used", Int),
+            ("free", Int),
+            ("memtotal", Int),
+        ],
+        "DNS_HOSTS" => &[("hostname", Text), ("ttl", Int), ("addrs", Text)],
+        _ => &[("zonename", Text), ("serial", Int), ("count", Int)],
+    })
 }
 
 fn lists(services: &Services, config: &Config) -> Table {
@@ -286,7 +390,9 @@ fn lists(services: &Services, config: &Config) -> Table {
     for (name, n) in [
         ("databases", config.databases.len() + 1),
         ("users", users),
+        ("peers", 0),
         ("pools", pools.len() + 1),
+        ("peer_pools", 0),
         ("free_clients", 0),
         ("used_clients", clients),
         (

@@ -3,14 +3,22 @@
 
 use std::collections::BTreeMap;
 
+use super::CONSOLE_DB;
 use crate::pool::stats::{quantile, Averages, Totals};
 use crate::rows::{Cell, Table, Ty};
 use crate::services::Services;
 
-/// Statistics per database (its pools summed): totals since start, averages of the last
-/// stats_period.
+/// Statistics per database (its pools summed), the console's as database `pgbouncer`:
+/// totals since start, averages of the last stats_period.
 fn per_database(services: &Services) -> BTreeMap<String, (Totals, Averages)> {
     let mut by_db: BTreeMap<String, (Totals, Averages)> = BTreeMap::new();
+    by_db.insert(
+        CONSOLE_DB.to_string(),
+        (
+            services.console_stats.totals(),
+            services.console_stats.averages(),
+        ),
+    );
     for p in services.pools.all() {
         let e = by_db.entry(p.name().0.to_string()).or_default();
         e.0.add(&p.stats().totals());
@@ -19,6 +27,7 @@ fn per_database(services: &Services) -> BTreeMap<String, (Totals, Averages)> {
     by_db
 }
 
+/// PgBouncer 1.18's figures, in its order (bytes: received from clients, sent to them).
 fn totals_cells(t: &Totals) -> [Cell; 7] {
     [
         t.xact_count.into(),
@@ -43,32 +52,78 @@ fn averages_cells(a: &Averages) -> [Cell; 7] {
     ]
 }
 
-pub fn stats(services: &Services) -> Table {
+/// The counts PgBouncer added after 1.18, in its order: server assignments (checkouts), named
+/// statements parsed by clients, statements parsed on servers for them, binds of named
+/// statements, client logins.
+const LATER: [&str; 5] = [
+    "server_assignment_count",
+    "client_parse_count",
+    "server_parse_count",
+    "bind_count",
+    "client_login_count",
+];
+
+fn later_totals(t: &Totals) -> [Cell; 5] {
+    [
+        t.waits.into(),
+        t.client_parses.into(),
+        t.server_parses.into(),
+        t.binds.into(),
+        t.logins.into(),
+    ]
+}
+
+fn later_averages(a: &Averages) -> [Cell; 5] {
+    [
+        a.server_assignment_count.into(),
+        a.client_parse_count.into(),
+        a.server_parse_count.into(),
+        a.bind_count.into(),
+        a.client_login_count.into(),
+    ]
+}
+
+/// Integer columns named `names`, after `database`.
+fn columns(names: impl IntoIterator<Item = &'static str>) -> Table {
     let mut cols = vec![("database", Ty::Text)];
-    cols.extend(
-        [
-            "total_xact_count",
-            "total_query_count",
-            "total_received",
-            "total_sent",
-            "total_xact_time",
-            "total_query_time",
-            "total_wait_time",
-            "avg_xact_count",
-            "avg_query_count",
-            "avg_recv",
-            "avg_sent",
-            "avg_xact_time",
-            "avg_query_time",
-            "avg_wait_time",
-        ]
-        .map(|c| (c, Ty::Int)),
-    );
-    let mut t = Table::new(&cols);
+    cols.extend(names.into_iter().map(|c| (c, Ty::Int)));
+    Table::new(&cols)
+}
+
+pub fn stats(services: &Services) -> Table {
+    let mut t = columns([
+        "total_xact_count",
+        "total_query_count",
+        "total_received",
+        "total_sent",
+        "total_xact_time",
+        "total_query_time",
+        "total_wait_time",
+        "avg_xact_count",
+        "avg_query_count",
+        "avg_recv",
+        "avg_sent",
+        "avg_xact_time",
+        "avg_query_time",
+        "avg_wait_time",
+        // Later PgBouncer's, after 1.18's.
+        "total_server_assignment_count",
+        "total_client_parse_count",
+        "total_server_parse_count",
+        "total_bind_count",
+        "total_client_login_count",
+        "avg_server_assignment_count",
+        "avg_client_parse_count",
+        "avg_server_parse_count",
+        "avg_bind_count",
+        "avg_client_login_count",
+    ]);
     for (db, (tot, avg)) in per_database(services) {
         let mut row = vec![Cell::from(db)];
         row.extend(totals_cells(&tot));
         row.extend(averages_cells(&avg));
+        row.extend(later_totals(&tot));
+        row.extend(later_averages(&avg));
         t.row(row);
     }
     t
@@ -76,26 +131,36 @@ pub fn stats(services: &Services) -> Table {
 
 /// SHOW STATS_TOTALS, or SHOW STATS_AVERAGES with `averages`.
 pub fn stats_part(services: &Services, averages: bool) -> Table {
-    let mut cols = vec![("database", Ty::Text)];
-    cols.extend(
+    let first = [
+        "xact_count",
+        "query_count",
+        "bytes_received",
+        "bytes_sent",
+        "xact_time",
+        "query_time",
+        "wait_time",
+    ];
+    // PgBouncer names STATS_AVERAGES' later columns but the first with an avg_ prefix.
+    let later = if averages {
         [
-            "xact_count",
-            "query_count",
-            "bytes_received",
-            "bytes_sent",
-            "xact_time",
-            "query_time",
-            "wait_time",
+            "server_assignment_count",
+            "avg_client_parse_count",
+            "avg_server_parse_count",
+            "avg_bind_count",
+            "avg_client_login_count",
         ]
-        .map(|c| (c, Ty::Int)),
-    );
-    let mut t = Table::new(&cols);
+    } else {
+        LATER
+    };
+    let mut t = columns(first.into_iter().chain(later));
     for (db, (tot, avg)) in per_database(services) {
         let mut row = vec![Cell::from(db)];
         if averages {
             row.extend(averages_cells(&avg));
+            row.extend(later_averages(&avg));
         } else {
             row.extend(totals_cells(&tot));
+            row.extend(later_totals(&tot));
         }
         t.row(row);
     }
@@ -119,10 +184,20 @@ pub fn totals(services: &Services) -> Table {
         "query_time",
         "wait_time",
     ];
-    for (name, v) in names.iter().zip(totals_cells(&tot)) {
+    // Later PgBouncer's rows, as it spells them.
+    let later = [
+        "server_assignment_count",
+        "ps_client_parse_count",
+        "ps_server_parse_count",
+        "ps_bind_count",
+        "client_login_count",
+    ];
+    let totals = totals_cells(&tot).into_iter().chain(later_totals(&tot));
+    for (name, v) in names.iter().chain(&later).zip(totals) {
         t.row(vec![format!("total_{name}").into(), v]);
     }
-    for (name, v) in names.iter().zip(averages_cells(&avg)) {
+    let averages = averages_cells(&avg).into_iter().chain(later_averages(&avg));
+    for (name, v) in names.iter().chain(&later).zip(averages) {
         t.row(vec![format!("avg_{name}").into(), v]);
     }
     t

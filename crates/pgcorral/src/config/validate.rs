@@ -122,6 +122,19 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
     if g.healthcheck_interval == 0 {
         errs.push("general.healthcheck_interval: must be greater than 0 (milliseconds)".into());
     }
+    for id in cfg.peers.keys() {
+        if !id.parse::<u16>().is_ok_and(|n| n > 0) {
+            errs.push(format!(
+                "peers.{id}: ids of peers must be a number larger than 0 and at most 65535"
+            ));
+        }
+    }
+    if syslog_facility(&g.syslog_facility).is_none() {
+        errs.push(format!(
+            "general.syslog_facility: {:?} is not a syslog facility (auth, authpriv, daemon, user, local0 to local7)",
+            g.syslog_facility
+        ));
+    }
     if g.log_level.trim().is_empty() {
         errs.push("general.log_level: must not be empty (use \"off\" to silence logging)".into());
     } else if let Err(e) = tracing_subscriber::EnvFilter::try_new(&g.log_level) {
@@ -394,6 +407,30 @@ pub(super) fn check_server_list(at: &str, servers: &[ServerEntry], errs: &mut Ve
             ));
         }
     }
+}
+
+/// The facilities PgBouncer accepts, by name.
+const FACILITIES: &[(&str, libc::c_int)] = &[
+    ("auth", libc::LOG_AUTH),
+    ("authpriv", libc::LOG_AUTHPRIV),
+    ("daemon", libc::LOG_DAEMON),
+    ("user", libc::LOG_USER),
+    ("local0", libc::LOG_LOCAL0),
+    ("local1", libc::LOG_LOCAL1),
+    ("local2", libc::LOG_LOCAL2),
+    ("local3", libc::LOG_LOCAL3),
+    ("local4", libc::LOG_LOCAL4),
+    ("local5", libc::LOG_LOCAL5),
+    ("local6", libc::LOG_LOCAL6),
+    ("local7", libc::LOG_LOCAL7),
+];
+
+/// The syslog facility `name` names (any case), if it is one PgBouncer accepts.
+pub fn syslog_facility(name: &str) -> Option<libc::c_int> {
+    FACILITIES
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|&(_, f)| f)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ impl Pool {
         let idle = std::mem::take(&mut self.0.inner.lock().idle);
         let n = idle.len();
         for server in idle {
+            self.closing(&server, &"closed by the admin console");
             drop(server);
             self.release_slot();
         }

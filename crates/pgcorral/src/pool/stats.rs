@@ -64,8 +64,17 @@ pub struct Totals {
     pub xact_time: u64,
     pub query_time: u64,
     pub wait_time: u64,
-    /// Clients that waited for a server (the divisor of the average wait).
+    /// Clients that waited for a server (the divisor of the average wait): one per checkout,
+    /// PgBouncer's server assignments.
     pub waits: u64,
+    /// Named prepared statements clients parsed (transaction and statement mode).
+    pub client_parses: u64,
+    /// Statements pgcorral prepared on servers for clients' named statements.
+    pub server_parses: u64,
+    /// Binds of clients' named statements.
+    pub binds: u64,
+    /// Successful client logins.
+    pub logins: u64,
 }
 
 impl Totals {
@@ -79,6 +88,10 @@ impl Totals {
             query_time: self.query_time.saturating_sub(earlier.query_time),
             wait_time: self.wait_time.saturating_sub(earlier.wait_time),
             waits: self.waits.saturating_sub(earlier.waits),
+            client_parses: self.client_parses.saturating_sub(earlier.client_parses),
+            server_parses: self.server_parses.saturating_sub(earlier.server_parses),
+            binds: self.binds.saturating_sub(earlier.binds),
+            logins: self.logins.saturating_sub(earlier.logins),
         }
     }
 
@@ -91,6 +104,10 @@ impl Totals {
         self.query_time += o.query_time;
         self.wait_time += o.wait_time;
         self.waits += o.waits;
+        self.client_parses += o.client_parses;
+        self.server_parses += o.server_parses;
+        self.binds += o.binds;
+        self.logins += o.logins;
     }
 }
 
@@ -105,6 +122,12 @@ pub struct Averages {
     pub xact_time: u64,
     pub query_time: u64,
     pub wait_time: u64,
+    /// Per second, as the counts above.
+    pub server_assignment_count: u64,
+    pub client_parse_count: u64,
+    pub server_parse_count: u64,
+    pub bind_count: u64,
+    pub client_login_count: u64,
 }
 
 impl Averages {
@@ -126,6 +149,11 @@ impl Averages {
         self.query_count += o.query_count;
         self.bytes_received += o.bytes_received;
         self.bytes_sent += o.bytes_sent;
+        self.server_assignment_count += o.server_assignment_count;
+        self.client_parse_count += o.client_parse_count;
+        self.server_parse_count += o.server_parse_count;
+        self.bind_count += o.bind_count;
+        self.client_login_count += o.client_login_count;
     }
 
     pub fn over(d: &Totals, period: Duration) -> Averages {
@@ -140,6 +168,11 @@ impl Averages {
             xact_time: per(d.xact_time, d.xact_count),
             query_time: per(d.query_time, d.query_count),
             wait_time: per(d.wait_time, d.waits),
+            server_assignment_count: per_s(d.waits),
+            client_parse_count: per_s(d.client_parses),
+            server_parse_count: per_s(d.server_parses),
+            bind_count: per_s(d.binds),
+            client_login_count: per_s(d.logins),
         }
     }
 }
@@ -155,6 +188,10 @@ struct Shard {
     query_time: AtomicU64,
     wait_time: AtomicU64,
     waits: AtomicU64,
+    client_parses: AtomicU64,
+    server_parses: AtomicU64,
+    binds: AtomicU64,
+    logins: AtomicU64,
 }
 
 /// Sub-buckets per power of two in a [`Histogram`] (about 19% wide each).
@@ -287,6 +324,10 @@ impl Stats {
             (&s.query_time, d.query_time),
             (&s.wait_time, d.wait_time),
             (&s.waits, d.waits),
+            (&s.client_parses, d.client_parses),
+            (&s.server_parses, d.server_parses),
+            (&s.binds, d.binds),
+            (&s.logins, d.logins),
         ] {
             if v != 0 {
                 add(a, v, owner);
@@ -301,6 +342,12 @@ impl Stats {
         add(&s.wait_time, us, owner);
         add(&s.waits, 1, owner);
         self.wait_hist.record(w, us);
+    }
+
+    /// A client on worker `w` logged in.
+    pub fn logged_in(&self, w: usize) {
+        let (i, owner) = shard_for(w, SHARDS);
+        add(&self.shards[i].logins, 1, owner);
     }
 
     /// A server sent a client an error of SQLSTATE class `class`.
@@ -326,6 +373,10 @@ impl Stats {
                 query_time: s.query_time.load(Relaxed),
                 wait_time: s.wait_time.load(Relaxed),
                 waits: s.waits.load(Relaxed),
+                client_parses: s.client_parses.load(Relaxed),
+                server_parses: s.server_parses.load(Relaxed),
+                binds: s.binds.load(Relaxed),
+                logins: s.logins.load(Relaxed),
             });
         }
         t

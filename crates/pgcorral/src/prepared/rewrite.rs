@@ -18,6 +18,7 @@ use pgwire::Header;
 use super::expect::{Expected, Fake, Msg, Reword, Undo};
 use super::sql::{self, Command};
 use super::{ClientStatements, Registry, ServerStatements, Source, Statement};
+use crate::pool::stats::Totals;
 use crate::server::LinkState;
 
 /// Everything the rewriting of one client message touches.
@@ -32,6 +33,8 @@ pub struct Link<'a> {
     pub out: &'a mut BytesMut,
     /// The client's unnamed statement was parsed on this server during this relay.
     pub unnamed_here: &'a mut bool,
+    /// The relay's statistics: clients' named Parses and Binds, and Parses sent to servers.
+    pub tally: &'a mut Totals,
     /// `retry_stale_statements`: a batch whose statement a schema change made stale is
     /// prepared again and retried (see [`super::replay`]); off, the client gets PostgreSQL's
     /// error.
@@ -443,6 +446,7 @@ impl Link<'_> {
                     self.duplicate_parse(name, rest, st);
                     return whole();
                 }
+                self.tally.client_parses += 1;
                 // Always a Parse on the server, never an answer of pgcorral's: what it resolves
                 // now is the client's statement. Other clients' statements of the same text
                 // are shared only once this one resolved as they did (see `expect::resolve`).
@@ -468,7 +472,10 @@ impl Link<'_> {
                 self.out.put_slice(new_name.as_bytes());
                 self.out.put_u8(0);
                 match stmt {
-                    Some((id, _)) => self.expect.push_about(Msg::Bind, id),
+                    Some((id, _)) => {
+                        self.tally.binds += 1;
+                        self.expect.push_about(Msg::Bind, id)
+                    }
                     None => self.expect.push(Msg::Bind),
                 }
                 Applied {
@@ -576,6 +583,7 @@ impl Link<'_> {
             return;
         }
         self.evict_for(&stmt, st);
+        self.tally.server_parses += 1;
         let q = format!("PREPARE {} {rest}", stmt.name);
         pgwire::encode::query(self.out, &q);
         st.on_request();
@@ -846,6 +854,7 @@ impl Link<'_> {
         forward: bool,
         client_name: Option<&[u8]>,
     ) -> bool {
+        self.tally.server_parses += 1;
         let runs_as = stmt.runs.as_ref().map(|r| self.make_present(r, st));
         let Some(body) = stmt.parse_body(runs_as.as_ref().map(|r| r.name.as_str())) else {
             let Source::Sql(rest) = &stmt.source else {

@@ -275,6 +275,7 @@ struct Tracked {
     wout: bytes::BytesMut,
     fout: bytes::BytesMut,
     unnamed_here: bool,
+    tally: crate::pool::stats::Totals,
     /// Client and server bytes not scanned yet, and what of a body passes still.
     cbuf: Vec<u8>,
     cpass: usize,
@@ -293,6 +294,7 @@ impl Tracked {
             expect: &mut self.expect,
             out: &mut self.wout,
             unnamed_here: &mut self.unnamed_here,
+            tally: &mut self.tally,
             retry: true,
         };
         scan_client(
