@@ -248,7 +248,14 @@ async fn v1_client_certificates_are_checked() {
         .await;
         assert_eq!(stdout(&out).trim(), "postgres", "{}", stderr(&out));
     }
-    for (who, what) in [(&stranger, "another CA"), (&someone, "another user")] {
+    for (who, what, why) in [
+        (&stranger, "another CA", "unknown ca"),
+        (
+            &someone,
+            "another user",
+            "certificate authentication failed",
+        ),
+    ] {
         let out = psql_tls_run(
             p.port(),
             "postgres",
@@ -258,7 +265,7 @@ async fn v1_client_certificates_are_checked() {
         )
         .await;
         assert!(!out.status.success(), "{what}: logged in");
-        eprintln!("{what}: {}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{what}: {}", stderr(&out));
     }
 }
 

@@ -345,7 +345,9 @@ pub(crate) fn resolve(
     // A user's own setting wins over the database's, which wins over the default; with a
     // forced server user the connecting user's pool_size does not apply (as PgBouncer, whose
     // pool is then the forced user's).
-    let own_size = user_cfg.filter(|_| db.user.is_none()).and_then(|u| u.pool_size);
+    let own_size = user_cfg
+        .filter(|_| db.user.is_none())
+        .and_then(|u| u.pool_size);
     let mut settings = PoolSettings {
         size: own_size.or(db.pool_size).unwrap_or(g.default_pool_size),
         min_size: db.min_pool_size.unwrap_or(g.min_pool_size),
