@@ -208,6 +208,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
             connect_timeout: Duration::from_secs(1),
             max_packet_size: 1 << 30,
             tls: Default::default(),
+            startup: Vec::new(),
         };
         let settings = PoolSettings::new(n, PoolMode::Transaction);
         let pool = Pool::new(
