@@ -9,7 +9,10 @@
 #   SHARD_LAYOUT=databases bench/sharding.sh        # both shards on one server: routing alone
 #
 # Knobs (environment): PROTOCOLS (simple extended prepared), CLIENTS (16 64), REPS (3), T (seconds
-# per run, 10), SCALE (pgbench -i -s, 10), POOL_SIZE (20), JOBS (pgbench -j, 2, capped at the
+# per run, 10), SCALE (pgbench -i -s, 10), POOL_SIZE (20; `plain`'s and PgBouncer's pool),
+# SHARD_POOL_SIZE (each shard's pool of `sharded`, default POOL_SIZE / 2, so that both databases
+# may hold the same number of server connections in all and PostgreSQL runs as many backends
+# for either: more backends on the same cores make every pooler system call dearer), JOBS (pgbench -j, 2, capped at the
 # clients), SHARD_LAYOUT (`servers`: shard 1 is a second PostgreSQL server; `databases`: shard 1
 # is a copy of the database on the first server, so PostgreSQL's side is the same for `plain`
 # and `sharded` and the difference is pgcorral's routing alone, not a second server's
@@ -48,6 +51,7 @@ REPS=${REPS:-3}
 T=${T:-10}
 SCALE=${SCALE:-10}
 POOL_SIZE=${POOL_SIZE:-20}
+SHARD_POOL_SIZE=${SHARD_POOL_SIZE:-$(( (POOL_SIZE + 1) / 2 ))}
 JOBS=${JOBS:-2}
 WARMUP=${WARMUP:-3}
 KEEP=${KEEP:-0}
@@ -56,7 +60,7 @@ RESULTS=${BENCH_RESULTS_DIR:-$BENCH_DIR/results}
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-for v in REPS T SCALE POOL_SIZE JOBS; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive whole number"; done
+for v in REPS T SCALE POOL_SIZE SHARD_POOL_SIZE JOBS; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive whole number"; done
 for c in $CLIENTS; do [[ $c =~ ^[1-9][0-9]*$ ]] || die "CLIENTS must be positive whole numbers, not '$c'"; done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a whole number"
 max_c=$(printf '%s\n' $CLIENTS | sort -n | tail -n1)
@@ -208,9 +212,10 @@ dbname = "postgres"
 shards = [{ host = "127.0.0.1", port = $PG1 }, $SHARD1]
 sharded_tables = [{ name = "pgbench_accounts", columns = ["aid"], types = ["int4"] }]
 default_shard = 0
+pool_size = $SHARD_POOL_SIZE
 EOF
 "$WORK/pgcorral" --config "$WORK/pgcorral.toml" --check >/dev/null || die "pgcorral refuses $WORK/pgcorral.toml"
-log "pgcorral: port $CORRAL_PORT, databases plain and sharded, pool size $POOL_SIZE"
+log "pgcorral: port $CORRAL_PORT, databases plain (pool size $POOL_SIZE) and sharded (pool size $SHARD_POOL_SIZE per shard)"
 setsid env -u RUST_LOG "$WORK/pgcorral" --config "$WORK/pgcorral.toml" >"$WORK/pgcorral.log" 2>&1 &
 CORRAL_PID=$!
 wait_port "$CORRAL_PORT" pgcorral "$CORRAL_PID"
@@ -334,7 +339,7 @@ elapsed=$(($(date +%s) - START_EPOCH))
 mkdir -p "$RESULTS"
 REPORT=$RESULTS/$RUN_DATE-sharding$([ "$SHARD_LAYOUT" = databases ] && echo -one-server || true).md
 pg_version=$("$PG_BIN/postgres" --version)
-export SHARD_LAYOUT RUNS CLK_TCK PROTOCOLS CLIENTS REPS T SCALE POOL_SIZE JOBS GIT_REV pg_version BOUNCER_VERSION shard_hits
+export SHARD_LAYOUT RUNS CLK_TCK PROTOCOLS CLIENTS REPS T SCALE POOL_SIZE SHARD_POOL_SIZE JOBS GIT_REV pg_version BOUNCER_VERSION shard_hits
 export LOAD_START LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)" ELAPSED="$((elapsed / 60))m$((elapsed % 60))s"
 export RUN_DATE MACHINE="$(nproc) cores, $(uname -sr)"
 python3 - >"$REPORT" <<'EOF'
@@ -364,7 +369,7 @@ print("`bench/sharding.sh`: key-routed `SELECT abalance FROM pgbench_accounts WH
          "Both shards are on the first server (shard 1 a copy of its database): PostgreSQL's side "
          "is the same for `plain` and `sharded`, so the difference is pgcorral's routing.\n"))
 print(f"git {E['GIT_REV']}; {E['MACHINE']}; {E['pg_version']}; {E['REPS']} × {E['T']} s per target, "
-      f"interleaved, pgbench -j {E['JOBS']}; scale {E['SCALE']}, pool size {E['POOL_SIZE']}, transaction mode; "
+      f"interleaved, pgbench -j {E['JOBS']}; scale {E['SCALE']}, pool size {E['POOL_SIZE']} (`sharded`: {E['SHARD_POOL_SIZE']} per shard), transaction mode; "
       f"routing check: {E['shard_hits']}; load average {E['LOAD_START']} → {E['LOAD_END']}; took {E['ELAPSED']}.\n")
 print("Medians over the repetitions. Pooler CPU: utime + stime of the pooler's process over the "
       "pgbench run ÷ transactions (logins included).\n")

@@ -1,6 +1,7 @@
 //! Query cancellation around the data path: each client registers the key it was given, points
 //! it at the server it is using while attached, and a CancelRequest with that key is forwarded
-//! to that server with the server's own key. Unknown keys are ignored, as PostgreSQL does.
+//! to that server with the server's own key. A key of a peer process (`peer_id` in its low 16
+//! bits) goes to that peer; other unknown keys are ignored, as PostgreSQL does.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use corral_rt::stream::Stream;
 use corral_rt::timer;
 use parking_lot::Mutex;
 
+use crate::config::{Config, PeerEntry};
 use crate::logsafe;
 use crate::server::connect::start_tls;
 use crate::server::{CancelKey, CancelTls, ServerAddr};
@@ -35,11 +37,16 @@ pub struct CancelMap {
 }
 
 impl CancelMap {
-    /// Registers a client under `pid` and a fresh random secret; returns the secret.
-    pub fn register(&self, pid: i32, slot: Arc<CancelSlot>) -> i32 {
+    /// Registers a client under `pid` and a fresh random secret; returns the secret. With
+    /// peering (`peer_id` > 0) the secret's low 16 bits are `peer_id` (and only its high 16
+    /// bits random), so that a peer can tell whose key it is.
+    pub fn register(&self, pid: i32, slot: Arc<CancelSlot>, peer_id: u16) -> i32 {
         let mut map = self.map.lock();
         loop {
-            let secret: i32 = rand::random();
+            let secret: i32 = match peer_id {
+                0 => rand::random(),
+                id => (rand::random::<i32>() & !0xffff) | i32::from(id),
+            };
             if let std::collections::hash_map::Entry::Vacant(e) = map.entry((pid, secret)) {
                 e.insert(slot);
                 return secret;
@@ -52,18 +59,28 @@ impl CancelMap {
     }
 
     /// Forwards a client's CancelRequest to the server it is using, if any, giving up after
-    /// `wait` (cancel_wait_timeout; `None` = no limit).
-    pub async fn cancel(&self, pid: i32, secret: i32, wait: Option<std::time::Duration>) {
-        let target = {
+    /// `wait` (cancel_wait_timeout; `None` = no limit). A key this process did not hand out
+    /// goes to `peer` when given: the peer whose id the key carries.
+    pub async fn cancel(
+        &self,
+        pid: i32,
+        secret: i32,
+        wait: Option<std::time::Duration>,
+        peer: Option<&PeerEntry>,
+    ) {
+        let (known, target) = {
             let map = self.map.lock();
-            map.get(&(pid, secret))
-                .and_then(|s| s.target.lock().clone())
+            let slot = map.get(&(pid, secret));
+            (slot.is_some(), slot.and_then(|s| s.target.lock().clone()))
         };
         let Some(key) = target else {
-            tracing::debug!(
-                pid,
-                "cancel request with an unknown key or an idle client; ignored"
-            );
+            match (known, peer) {
+                (false, Some(peer)) => forward_to_peer(peer, pid, secret, wait).await,
+                _ => tracing::debug!(
+                    pid,
+                    "cancel request with an unknown key or an idle client; ignored"
+                ),
+            }
             return;
         };
         let sent = match wait {
@@ -83,11 +100,47 @@ impl CancelMap {
     }
 }
 
+/// The peer a key belongs to, by the id in its secret's low 16 bits: `None` without peering,
+/// for this process's own id, or an id `[peers]` does not list.
+pub fn peer_of(config: &Config, secret: i32) -> Option<&PeerEntry> {
+    let own = config.general.peer_id;
+    let id = (secret & 0xffff) as u16;
+    (own != 0 && id != own)
+        .then(|| config.peers.get(&id.to_string()))
+        .flatten()
+}
+
+/// Hands a CancelRequest on to the peer process that gave the client its key (over its Unix
+/// socket when `host` is a directory, as PgBouncer's `[peers]`).
+async fn forward_to_peer(
+    peer: &PeerEntry,
+    pid: i32,
+    secret: i32,
+    wait: Option<std::time::Duration>,
+) {
+    let send = async {
+        let stream = match peer.host.starts_with('/') {
+            true => {
+                Stream::Unix(connect_unix(format!("{}/.s.PGSQL.{}", peer.host, peer.port)).await?)
+            }
+            false => Stream::Plain(connect_tcp((peer.host.as_str(), peer.port)).await?),
+        };
+        send_request(stream, pid, secret).await
+    };
+    let sent = match wait {
+        Some(w) => timer::timeout(w, send).await,
+        None => Ok(send.await),
+    };
+    if !matches!(sent, Ok(Ok(()))) {
+        tracing::info!(peer = %logsafe::Esc(&peer.host), port = peer.port, "could not forward a cancel request to a peer");
+    }
+}
+
 /// Sends a CancelRequest for `key` to its server and waits until the server hangs up. Over
 /// TLS when the server connection is TLS (after an SSLRequest, as for a login): the request
 /// carries the backend's secret key.
 pub(crate) async fn send_cancel(key: &CancelKey) -> std::io::Result<()> {
-    let mut stream = match &key.addr {
+    let stream = match &key.addr {
         ServerAddr::Tcp(a) => {
             let tcp = connect_tcp(a).await?;
             match key.tls.as_deref() {
@@ -106,8 +159,14 @@ pub(crate) async fn send_cancel(key: &CancelKey) -> std::io::Result<()> {
         }
         ServerAddr::Unix(p) => Stream::Unix(connect_unix(&**p).await?),
     };
+    send_request(stream, key.pid, key.secret).await
+}
+
+/// Sends a CancelRequest for (`pid`, `secret`) on `stream` and waits until the other end
+/// hangs up.
+async fn send_request(mut stream: Stream, pid: i32, secret: i32) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(16);
-    pgwire::encode::cancel_request(&mut buf, key.pid, key.secret);
+    pgwire::encode::cancel_request(&mut buf, pid, secret);
     stream.send(&buf).await?;
     // PostgreSQL closes the connection when done; wait for that so the cancel has landed.
     let mut sink = [0u8; 16];

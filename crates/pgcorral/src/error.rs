@@ -40,6 +40,8 @@ pub enum Kind {
     QueryTimeout,
     /// Idle in a transaction longer than idle_transaction_timeout.
     IdleInTransaction,
+    /// In a transaction longer than transaction_timeout.
+    TransactionTimeout,
     /// Idle longer than client_idle_timeout, or too slow to log in (client_login_timeout).
     ClientIdle,
     /// The database was disabled from the admin console (DISABLE).
@@ -109,6 +111,26 @@ impl Error {
         &self.0.message
     }
 
+    /// The message the client reads: a relayed server error's own (its `M` field), else
+    /// pgcorral's.
+    pub fn client_message(&self) -> std::borrow::Cow<'_, str> {
+        let relayed = self
+            .0
+            .server_error
+            .as_ref()
+            .and_then(|(raw, _)| pgwire::backend::error_field(raw.get(5..)?, b'M'));
+        match relayed {
+            Some(m) => String::from_utf8_lossy(m),
+            None => std::borrow::Cow::Borrowed(&self.0.message),
+        }
+    }
+
+    /// An error pgcorral itself tells the client (PgBouncer's "pooler error"): not a server's
+    /// relayed ErrorResponse, and not the client's own socket failing.
+    pub fn is_pooler_error(&self) -> bool {
+        self.0.server_error.is_none() && self.0.kind != Kind::ClientIo
+    }
+
     /// Whether the server was down rather than refusing us: the connection was refused, reset
     /// or timed out, or PostgreSQL said it is starting up or shutting down. Worth waiting for.
     pub fn server_unavailable(&self) -> bool {
@@ -170,6 +192,7 @@ impl Error {
             Kind::NotSupported => sqlstate::FEATURE_NOT_SUPPORTED,
             Kind::QueryTimeout => sqlstate::QUERY_CANCELED,
             Kind::IdleInTransaction => sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+            Kind::TransactionTimeout => sqlstate::TRANSACTION_TIMEOUT,
             Kind::ClientIdle => sqlstate::IDLE_SESSION_TIMEOUT,
             Kind::Disabled => sqlstate::CANNOT_CONNECT_NOW,
             Kind::InvalidEncoding => sqlstate::CHARACTER_NOT_IN_REPERTOIRE,

@@ -28,6 +28,7 @@ pub mod clock;
 pub mod cluster;
 pub mod cold;
 pub mod config;
+pub mod connlog;
 pub mod conns;
 pub mod control;
 pub mod error;

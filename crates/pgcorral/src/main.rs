@@ -109,7 +109,7 @@ fn run() -> i32 {
     }
     // The logfile is opened before -u and -d, as the user who started pgcorral.
     let to_stderr = !cli.quiet && !cli.daemon;
-    let output = match log::Output::open(&general.logfile, to_stderr) {
+    let output = match log::Output::open(general, to_stderr) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("pgcorral: {e}");
@@ -121,7 +121,7 @@ fn run() -> i32 {
         cli.verbose,
         &general.log_level,
     );
-    output.init(&filter);
+    output.init(&filter, general.log_format);
     // Errors from here on go to the log; without it on stderr (-q, -d), to stderr as well
     // while it is still the terminal's.
     let die = |msg: &str| {

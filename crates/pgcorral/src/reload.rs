@@ -25,6 +25,11 @@ pub const RESTART_ONLY: &[&str] = &[
     "pidfile",
     "logfile",
     "so_reuseport",
+    "peer_id",
+    "log_format",
+    "syslog",
+    "syslog_ident",
+    "syslog_facility",
 ];
 
 /// What a reload did, for the log and the console.
@@ -36,6 +41,19 @@ pub struct Applied {
     /// shared caps changed).
     pub updated: usize,
     pub retired: usize,
+    /// Why the TLS settings taken by a SET could not be put in force (the TLS in force stays
+    /// until a set of settings that loads).
+    pub tls_kept: Option<String>,
+}
+
+/// What a change does when its TLS settings do not load.
+#[derive(Clone, Copy, PartialEq)]
+enum TlsFailure {
+    /// The whole change is refused (a reload: the file is read again as a whole).
+    Refuse,
+    /// The settings are taken and the TLS in force stays (the console's SET, as PgBouncer:
+    /// a key and its certificate are set one at a time).
+    KeepRunning,
 }
 
 /// Reads the config file again and applies it.
@@ -44,7 +62,7 @@ pub fn reload(services: &Services) -> Result<Applied, String> {
         return Err("pgcorral was started without --config: there is no file to reload".into());
     };
     let new = config::load_file(path).map_err(|e| e.to_string())?;
-    let applied = apply(services, new)?;
+    let applied = apply(services, new, TlsFailure::Refuse)?;
     tracing::info!(
         path = %path.display(),
         updated = applied.updated,
@@ -72,7 +90,7 @@ pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, Strin
             ..(*current).clone()
         };
         config::validate(&new).map_err(|e| e.to_string())?;
-        let applied = apply(services, new)?;
+        let applied = apply(services, new, TlsFailure::KeepRunning)?;
         tracing::info!(key, value = %Esc(value), "setting changed from the admin console");
         return Ok(applied);
     }
@@ -112,7 +130,7 @@ pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, Strin
         ..(*current).clone()
     };
     config::validate(&new).map_err(|e| e.to_string())?;
-    let applied = apply(services, new)?;
+    let applied = apply(services, new, TlsFailure::KeepRunning)?;
     tracing::info!(key, value, "setting changed from the admin console");
     Ok(applied)
 }
@@ -127,14 +145,30 @@ fn started_from_pgbouncer_ini(services: &Services) -> bool {
 
 /// Swaps in a validated configuration (restart-only settings keep their running values) and
 /// brings the pools in line. Certificate and key files are read again (they may have been
-/// replaced under the same names); if they do not load, nothing changes.
-fn apply(services: &Services, mut new: Config) -> Result<Applied, String> {
-    let tls = tls::Tls::load(&new.general).map_err(|e| {
-        tracing::error!(error = %e, "reload refused: TLS files do not load; the running certificates stay");
-        format!("TLS: {e}")
-    })?;
-    let old = services.config.load_full();
+/// replaced under the same names); if they do not load, `on_tls` says what happens. TLS is
+/// never half changed: the TLS in force is replaced only by one that loaded whole.
+fn apply(services: &Services, mut new: Config, on_tls: TlsFailure) -> Result<Applied, String> {
     let mut applied = Applied::default();
+    let tls = match tls::Tls::load(&new.general) {
+        Ok(tls) => Some(tls),
+        Err(e) if on_tls == TlsFailure::Refuse => {
+            // PgBouncer's words first, for the scripts that match them.
+            tracing::error!(
+                "TLS setup failed: {}; reload refused, the running configuration and certificates stay",
+                Esc(&e)
+            );
+            return Err(format!("TLS: {e}"));
+        }
+        Err(e) => {
+            tracing::error!(
+                "TLS setup failed: {}; TLS settings could not be applied, still using the old TLS configuration",
+                Esc(&e)
+            );
+            applied.tls_kept = Some(e);
+            None
+        }
+    };
+    let old = services.config.load_full();
     let (o, n) = (&old.general, &mut new.general);
     macro_rules! keep {
         ($($f:ident),*) => {$(
@@ -159,25 +193,28 @@ fn apply(services: &Services, mut new: Config) -> Result<Applied, String> {
     for k in &applied.kept {
         tracing::warn!(setting = %k, "changed in the configuration, but needs a restart; the running value is kept");
     }
-    let server_tls = |g: &config::General| {
-        (
-            g.server_tls_sslmode,
-            g.server_tls_ca_file.clone(),
-            g.server_tls_cert_file.clone(),
-            g.server_tls_key_file.clone(),
-            g.server_tls_protocols.clone(),
-            g.server_tls_ciphers.clone(),
-        )
-    };
-    let server_tls_changed = server_tls(&old.general) != server_tls(&new.general);
+    let server_tls_changed = tls
+        .as_ref()
+        .is_some_and(|t| t.server_settings != services.tls.load().server_settings);
     let rules = hba::for_config(&new.general);
     services.config.store(Arc::new(new));
-    services.tls.store(Arc::new(tls));
+    if let Some(tls) = tls {
+        services.tls.store(Arc::new(tls));
+    }
     services.hba.store(Arc::new(rules));
     if server_tls_changed {
         // Servers opened under the old TLS settings are replaced, as with RECONNECT.
         for pool in services.pools.all() {
-            pool.reconnect();
+            let in_use = pool.active_servers();
+            let closed = pool.reconnect();
+            if closed + in_use > 0 {
+                let (db, user) = pool.name();
+                tracing::info!(
+                    "{}/{}: closing because: obsolete connection (server TLS settings changed): {closed} idle closed now, {in_use} in use closed when released",
+                    Esc(db),
+                    Esc(user)
+                );
+            }
         }
     }
     (applied.updated, applied.retired) = services.pools.reconfigure(&services.config.load());

@@ -282,9 +282,7 @@ async fn client_supplied_names_are_escaped_in_the_log() {
     let start = Instant::now();
     let log = loop {
         let log = p.log();
-        if log.matches("client login failed").count() >= 3
-            || start.elapsed() > Duration::from_secs(5)
-        {
+        if log.matches("pooler error: ").count() >= 3 || start.elapsed() > Duration::from_secs(5) {
             break log;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -34,7 +34,7 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     std::fs::write(
         &databases,
         format!(
-            "shop = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_size=4 connect_query='SELECT 1'\n\
+            "shop = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_size=4 connect_query='SET enable_seqscan = off; SET enable_nestloop = off'\n\
              shop_ro = host=127.0.0.1 port={p} dbname=shop user=shop_owner password='owner pw''s' pool_mode=statement\n",
             p = pg.port
         ),
@@ -50,7 +50,7 @@ async fn a_pgbouncer_ini_serves_its_databases() {
          \n\
          [users]\n\
          app = pool_mode=transaction max_user_connections=3\n\
-         reporter = pool_size=2 query_timeout=30\n\
+         reporter = pool_size=2 query_timeout=30 reserve_pool_size=1\n\
          \n\
          [pgbouncer]\n\
          listen_addr = 127.0.0.1\n\
@@ -78,14 +78,15 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     for key in [
         "pgbouncer.tcp_keepalive",
         "pgbouncer.tcp_defer_accept",
-        "databases.shop.connect_query",
-        "users.reporter.query_timeout",
+        "users.reporter.reserve_pool_size",
     ] {
         assert!(
             log.lines().any(|l| l.contains("WARN") && l.contains(key)),
             "no warning naming {key}:\n{log}"
         );
     }
+    // A user's own query_timeout is honoured, not warned about.
+    assert!(!log.contains("users.reporter.query_timeout"), "{log}");
 
     // The file's pidfile names the process; its logfile gets the log too.
     let pid = std::fs::read_to_string(dir.path().join("pgbouncer.pid")).unwrap();
@@ -103,6 +104,14 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         (row.get::<_, String>(0), row.get::<_, String>(1)),
         ("shop_owner".into(), "shop".into())
     );
+    // The database's connect_query ran on its server connection (two statements).
+    for setting in ["enable_seqscan", "enable_nestloop"] {
+        let row = app
+            .query_one(&format!("SHOW {setting}"), &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), "off", "{setting}");
+    }
     app.execute("INSERT INTO items VALUES ($1, $2)", &[&1i32, &"lamp"])
         .await
         .unwrap();

@@ -226,8 +226,11 @@ fn sigterm_lets_running_transactions_finish() {
     };
     assert!(status.success());
     let log = pooler.log();
-    assert!(log.contains("client logged in"), "{log}");
-    assert!(log.contains("client disconnected"), "{log}");
+    assert!(log.contains("login attempt: db="), "{log}");
+    assert!(
+        log.contains("closing because: client close request"),
+        "{log}"
+    );
     assert!(log.contains("shutting down"), "{log}");
 }
 

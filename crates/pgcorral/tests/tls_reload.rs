@@ -191,3 +191,123 @@ fn sighup_rotates_the_certificate() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(peer(), rotated.der.to_vec(), "{}", p.log());
 }
+
+// ---- SET, one setting at a time -------------------------------------------------------------
+
+/// Runs `sql` on the admin console over psql (TLS when offered, unverified): its output, with
+/// notices on stderr.
+async fn console_psql(port: u16, sql: &str) -> std::process::Output {
+    let tls = PsqlTls {
+        sslmode: "prefer",
+        ..PsqlTls::default()
+    };
+    psql_tls_run(port, "postgres", "pgbouncer", &tls, sql).await
+}
+
+/// The console's SET takes TLS settings one at a time, as PgBouncer's users change them. From
+/// no client TLS, the key, the certificate, the CA and the sslmode set in turn make TLS logins
+/// work. A key set before its certificate is taken with a notice, and the TLS in force stays
+/// (the old certificate is still served, never the new key with the old certificate); the
+/// certificate that goes with it puts both in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_takes_tls_settings_one_at_a_time() {
+    let certs = Certs::new();
+    let pg = Postgres::start();
+    let general = format!("auth_type = \"trust\"\n{ADMIN}");
+    let p = Pooler::start(&cfg(&pg, &general, "")).await;
+    let set = |key: &str, path: &Path| format!("SET {key} = '{}'", path.display());
+    let kept = "TLS settings could not be applied";
+
+    for sql in [
+        set("client_tls_key_file", &certs.server.key),
+        set("client_tls_cert_file", &certs.server.cert),
+        set("client_tls_ca_file", &certs.ca.cert_file),
+        "SET client_tls_sslmode = 'require'".to_string(),
+    ] {
+        let out = console_psql(p.port(), &sql).await;
+        assert!(out.status.success(), "{sql}: {}", stderr(&out));
+        assert!(!stderr(&out).contains(kept), "{sql}: {}", stderr(&out));
+    }
+    assert_eq!(
+        peer_certificate(p.port(), &certs.ca).await.unwrap(),
+        certs.server.der.to_vec()
+    );
+    let out = psql_tls_run(
+        p.port(),
+        "postgres",
+        "postgres",
+        &psql_opts(&certs, "verify-full"),
+        "SELECT 1",
+    )
+    .await;
+    assert_eq!(stdout(&out).trim(), "1", "{}", stderr(&out));
+
+    let out = console_psql(
+        p.port(),
+        &set("client_tls_key_file", &certs.other_server.key),
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains(kept), "{}", stderr(&out));
+    assert_eq!(
+        peer_certificate(p.port(), &certs.ca).await.unwrap(),
+        certs.server.der.to_vec(),
+        "the TLS in force stays while the key does not go with the certificate"
+    );
+    let out = console_psql(
+        p.port(),
+        &set("client_tls_cert_file", &certs.other_server.cert),
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains(kept), "{}", stderr(&out));
+    assert_eq!(
+        peer_certificate(p.port(), &certs.other_ca).await.unwrap(),
+        certs.other_server.der.to_vec()
+    );
+
+    // The TLS 1.3 suites, on their own.
+    let out = console_psql(
+        p.port(),
+        "SET client_tls13_ciphers = 'TLS_CHACHA20_POLY1305_SHA256'",
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let tls13 = tls_config_with(
+        &certs.other_ca,
+        None,
+        &[&tokio_rustls::rustls::version::TLS13],
+        None,
+        false,
+    );
+    let s = tls_connect(p.port(), tls13, Negotiation::SslRequest)
+        .await
+        .unwrap();
+    assert_eq!(s.tls_info().suite, "TLS13_CHACHA20_POLY1305_SHA256");
+    let out = console_psql(p.port(), "SET client_tls13_ciphers = 'unknown'").await;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("failed to set the TLSv1.3 cipher suites"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A SET of a server TLS setting replaces the servers opened before it: after
+/// `server_tls_sslmode = require`, the next query runs on a new server connection, over TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_of_server_tls_replaces_idle_servers() {
+    let certs = Certs::new();
+    let pg = postgres_tls(&certs, "host all all 127.0.0.1/32 trust");
+    let general = format!("auth_type = \"trust\"\n{ADMIN}server_tls_sslmode = \"disable\"\n");
+    let p = Pooler::start(&cfg(&pg, &general, "")).await;
+    let c = connect(p.port(), "postgres", None, "postgres")
+        .await
+        .unwrap();
+    assert_eq!(scalar(&c, SSL_OF_BACKEND).await.unwrap().unwrap(), "f");
+    let before = scalar(&c, "SELECT pg_backend_pid()").await.unwrap();
+    let out = console_psql(p.port(), "SET server_tls_sslmode = 'require'").await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(scalar(&c, SSL_OF_BACKEND).await.unwrap().unwrap(), "t");
+    assert_ne!(scalar(&c, "SELECT pg_backend_pid()").await.unwrap(), before);
+}

@@ -369,3 +369,30 @@ async fn scram_logins_to_postgres_work_over_server_tls() {
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(scalar(&c, SSL_OF_BACKEND).await.unwrap().unwrap(), "t");
 }
+
+/// verify-ca and verify-full without server_tls_ca_file check PostgreSQL's certificate against
+/// the system's CAs (as PgBouncer): pgcorral starts, and a server whose certificate a private CA
+/// signed is refused with "certificate verify failed", never used unchecked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_tls_verify_without_a_ca_file_uses_the_system_cas() {
+    let certs = Certs::new();
+    let pg = postgres_tls(&certs, "host all all 127.0.0.1/32 trust");
+    for mode in ["verify-ca", "verify-full"] {
+        let general = format!("auth_type = \"trust\"\n{}", server_tls(mode, None));
+        let toml = cfg(&pg, &general, "");
+        let config = pgcorral::config::from_toml_str(&toml).unwrap();
+        let bound = pgcorral::Pooler::bind(config).await;
+        if let Err(e) = &bound {
+            // A machine without a system CA bundle: refused at start, naming the setting.
+            assert!(e.to_string().contains("server_tls_ca_file"), "{e}");
+            continue;
+        }
+        drop(bound);
+        let p = Pooler::start(&toml).await;
+        let (code, msg, e) = plain_query(p.port(), "postgres", "SELECT 1")
+            .await
+            .expect_err("served by a server no system CA vouches for");
+        assert!(code.starts_with("08"), "{mode}: {e}");
+        assert!(msg.contains("certificate verify failed"), "{mode}: {msg}");
+    }
+}

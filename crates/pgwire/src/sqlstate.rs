@@ -15,5 +15,7 @@ pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 pub const INTERNAL_ERROR: &str = "XX000";
 pub const CONFIGURATION_LIMIT_EXCEEDED: &str = "53400";
 pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: &str = "25P03";
+/// PostgreSQL 17's transaction_timeout.
+pub const TRANSACTION_TIMEOUT: &str = "25P04";
 pub const IDLE_SESSION_TIMEOUT: &str = "57P05";
 pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";

@@ -346,8 +346,15 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
 /// The commands that act, for SHOW HELP.
 const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL [<db>]\n\tSUSPEND\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN\n\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS";
 
-/// A notice naming the settings a reload could not change.
+/// A notice naming the settings a reload could not change, or saying that the TLS settings a
+/// SET took are not in force yet.
 fn kept_notice(a: &reload::Applied) -> Option<(String, String)> {
+    if let Some(e) = &a.tls_kept {
+        return Some((
+            "TLS settings could not be applied, still using old configuration".into(),
+            e.clone(),
+        ));
+    }
     (!a.kept.is_empty()).then(|| {
         (
             format!(

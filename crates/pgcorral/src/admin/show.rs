@@ -5,10 +5,11 @@ use super::show_conns::{connections, sockets};
 use super::show_shards;
 use super::show_stats::{latency, stats, stats_part, totals};
 use crate::cluster::topology;
-use crate::config::{Config, General, PoolMode};
+use crate::config::{Config, General, LoadBalanceHosts, PoolMode};
 use crate::conns::Kind;
 use crate::reload;
 use crate::rows::{Cell, Table, Ty};
+use crate::server::hosts;
 use crate::services::Services;
 
 /// The console's own database, as PgBouncer lists it.
@@ -151,7 +152,6 @@ fn databases(services: &Services, config: &Config) -> Table {
     ]);
     let pools = services.pools.all();
     let g = &config.general;
-    // One value for every database (pgcorral has no per-database server_lifetime).
     let lifetime_secs = g.server_lifetime / 1000;
     for (name, db) in &config.databases {
         let current: usize = pools
@@ -180,9 +180,13 @@ fn databases(services: &Services, config: &Config) -> Table {
                 .into(),
             services.clients_of_database(name).into(),
             db.reserve_pool_size.unwrap_or(g.reserve_pool_size).into(),
-            lifetime_secs.into(),
-            // One host per database: no host list to balance over.
-            Cell::Null,
+            (db.server_lifetime.unwrap_or(g.server_lifetime) / 1000).into(),
+            // Only a database with a list of hosts has one.
+            match (hosts::is_list(&db.host), db.load_balance_hosts) {
+                (false, _) => Cell::Null,
+                (true, Some(LoadBalanceHosts::Disable)) => "disable".into(),
+                (true, _) => "round-robin".into(),
+            },
         ]);
     }
     t.row(vec![

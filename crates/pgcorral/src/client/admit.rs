@@ -12,11 +12,12 @@ use super::access::{self, Access};
 use super::startup::{self, Opening};
 use super::{login_auth, params, ClientConn, LoggedIn};
 use crate::admin;
-use crate::cancel::CancelSlot;
+use crate::cancel::{self, CancelSlot};
 use crate::clock;
 use crate::cluster;
 use crate::config;
 use crate::config::{millis_opt, PoolMode};
+use crate::connlog::{self, Who};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
@@ -74,7 +75,7 @@ pub(super) async fn admit(
         .await
     {
         Ok(Ok(o)) => o,
-        Ok(Err(e)) => return fail(client, e).await,
+        Ok(Err(e)) => return fail(client, services, None, e).await,
         // Not authenticated: closed without a word, as PostgreSQL does.
         Err(short) => return out_of_time(client, timed_out(short)),
     };
@@ -85,15 +86,23 @@ pub(super) async fn admit(
             return None;
         }
         Opening::Cancel { pid, secret } => {
-            let wait = millis_opt(services.config.load().general.cancel_wait_timeout);
-            services.cancel.cancel(pid, secret, wait).await;
+            let config = services.config.load_full();
+            let wait = millis_opt(config.general.cancel_wait_timeout);
+            let peer = cancel::peer_of(&config, secret);
+            services.cancel.cancel(pid, secret, wait, peer).await;
             return None;
         }
         Opening::Session { minor, params } => (minor, params),
     };
     if side.is_some_and(|t| t.mode.required()) && !client.stream.is_tls() {
         // Before any password is asked for.
-        return fail(client, Error::new(Kind::Refused, "SSL required")).await;
+        return fail(
+            client,
+            services,
+            None,
+            Error::new(Kind::Refused, "SSL required"),
+        )
+        .await;
     }
     let binding = match client.stream.is_tls() {
         true => tls.client.as_ref().and_then(|t| t.binding.clone()),
@@ -106,19 +115,30 @@ pub(super) async fn admit(
             Kind::UnknownUser,
             "no PostgreSQL user name specified in startup packet",
         );
-        return fail(client, e).await;
+        return fail(client, services, None, e).await;
     }
     if services.shutdown.is_cancelled() {
         let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
-        return fail(client, e).await;
+        let names = Some((taken.database.text.as_str(), taken.user.text.as_str()));
+        return fail(client, services, names, e).await;
     }
     let login = limit
         .run(login(client, &taken, minor, &params, binding, &limit))
         .await;
     let (user, database) = (&taken.user.text, &taken.database.text);
+    let names = Some((database.as_str(), user.as_str()));
     match login {
         Ok(Ok(admitted)) => {
-            tracing::info!(peer = %client.peer, user = %Esc(user), database = %Esc(database), "client logged in");
+            let listed = match &admitted.0 {
+                Admitted::Pool(s) => &s.listed,
+                Admitted::Console(_, l) => l,
+            };
+            let g = services.config.load();
+            connlog::login(
+                g.general.conn_logging(),
+                &Who::client(listed, &client.peer),
+                &listed.tls,
+            );
             Some(admitted)
         }
         Ok(Err(e)) => {
@@ -129,19 +149,19 @@ pub(super) async fn admit(
                 .filter(|(text, _)| e.message().contains(&format!("\"{text}\"")));
             match name {
                 Some((text, raw)) => {
-                    log_failed(client, &e);
+                    log_failed(client, services, names, &e);
                     let mut out = BytesMut::new();
                     e.write_response_quoting(&mut out, "FATAL", text, raw);
                     let _ = client.stream.send(&out).await;
                     None
                 }
-                None => fail(client, e).await,
+                None => fail(client, services, names, e).await,
             }
         }
         Err(short) if !limit.is_authenticated() => out_of_time(client, timed_out(short)),
         // Authenticated, then waiting for a server or for its startup parameters to be
         // applied (PostgreSQL has no timeout there): told why.
-        Err(short) => fail(client, timed_out(short)).await,
+        Err(short) => fail(client, services, names, timed_out(short)).await,
     }
 }
 
@@ -204,17 +224,32 @@ impl Limit<'_> {
     }
 }
 
+/// Names a client sent (database, user), when it got that far.
+type Names<'a> = Option<(&'a str, &'a str)>;
+
 /// Reports a startup/login failure as FATAL and logs it.
-pub(super) async fn fail<T>(client: &mut ClientConn, e: Error) -> Option<T> {
-    log_failed(client, &e);
+pub(super) async fn fail<T>(
+    client: &mut ClientConn,
+    services: &Services,
+    names: Names<'_>,
+    e: Error,
+) -> Option<T> {
+    log_failed(client, services, names, &e);
     let mut out = BytesMut::new();
     e.write_response(&mut out, "FATAL");
     let _ = client.stream.send(&out).await;
     None
 }
 
-fn log_failed(client: &ClientConn, e: &Error) {
-    tracing::info!(peer = %client.peer, error = %Esc(e), sqlstate = e.sqlstate(), "client login failed");
+/// A refused login: why it was closed (log_disconnections) and the error it was sent
+/// (log_pooler_errors), as PgBouncer logs both, with the SQLSTATE in pgcorral's format.
+fn log_failed(client: &ClientConn, services: &Services, names: Names<'_>, e: &Error) {
+    let (db, user) = names.unwrap_or(("(nodb)", "(nouser)"));
+    let who = Who::arriving(&client.peer, db, user);
+    let g = services.config.load();
+    connlog::closing(g.general.conn_logging(), &who, &e.client_message());
+    connlog::pooler_error(g.general.conn_logging(), &who, &e.client_message());
+    tracing::debug!(peer = %client.peer, error = %Esc(e), sqlstate = e.sqlstate(), "client login failed");
 }
 
 /// Authenticates, finds the pool, applies the startup parameters, and sends the welcome:
@@ -384,7 +419,8 @@ async fn login(
     for (k, v) in server_params.unwrap_or_default().iter() {
         encode::parameter_status(&mut out, k, v);
     }
-    let secret = services.cancel.register(pid, slot.clone());
+    let peer_id = services.config.load().general.peer_id;
+    let secret = services.cancel.register(pid, slot.clone(), peer_id);
     encode::backend_key_data(&mut out, pid, secret);
     encode::ready_for_query(&mut out, TxStatus::Idle);
     if let Err(e) = client.stream.send(&out).await {

@@ -24,7 +24,7 @@ use admit::admit;
 use bytes::BytesMut;
 use corral_rt::stream::{Detached, Stream};
 use replies::{refuse_statement, refuse_transaction, timed_out};
-use request::{next_request, IdleTimer};
+use request::{next_request, IdleTimer, Next};
 use sharded::check_in_transaction;
 use state::{deliver_held, recapture, restore};
 
@@ -36,11 +36,11 @@ use crate::cluster;
 use crate::cluster::{Target, Want};
 use crate::cold;
 use crate::config;
-use crate::config::{millis_opt, PoolMode};
+use crate::config::{millis_opt, ClientTimeouts, PoolMode};
+use crate::connlog::{self, Who};
 use crate::conns;
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
-use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::{Checkout, Pool};
 use crate::prepared;
@@ -154,7 +154,7 @@ fn task(
                         Kind::ServerIo,
                         "server connection lost while moving the session between workers",
                     );
-                    if let Some(fatal) = left(Err(lost), &session, &client.peer) {
+                    if let Some(fatal) = left(Err(lost), &session, &client.peer, &services) {
                         let _ = client.stream.send(&fatal).await;
                     }
                     services.cancel.unregister(session.pid, session.secret);
@@ -184,7 +184,7 @@ fn task(
                     };
                     return migrate(client, session, services, count, target);
                 }
-                if let Some(fatal) = left(exit, session, &client.peer) {
+                if let Some(fatal) = left(exit, session, &client.peer, &services) {
                     let _ = client.stream.send(&fatal).await;
                 }
                 services.cancel.unregister(session.pid, session.secret);
@@ -219,17 +219,26 @@ fn killed() -> Error {
 }
 
 /// Logs why a logged-in client left; for an error, returns the FATAL message to send it.
-fn left(exit: Result<Exit>, session: &LoggedIn, peer: &Peer) -> Option<BytesMut> {
-    let (database, user) = session.pool.name();
+fn left(
+    exit: Result<Exit>,
+    session: &LoggedIn,
+    peer: &Peer,
+    services: &Services,
+) -> Option<BytesMut> {
+    let g = services.config.load();
+    let who = Who::client(&session.listed, peer);
     match exit {
         Ok(Exit::Left(reason)) => {
-            tracing::info!(%peer, user = %Esc(user), database = %Esc(database), reason, "client disconnected");
+            connlog::closing(g.general.conn_logging(), &who, &reason);
             None
         }
         // Not a departure: the caller moves the client.
         Ok(Exit::Move(_)) => None,
         Err(e) => {
-            tracing::info!(%peer, user = %Esc(user), database = %Esc(database), error = %Esc(&e), "client disconnected");
+            connlog::closing(g.general.conn_logging(), &who, &e.client_message());
+            if e.is_pooler_error() {
+                connlog::pooler_error(g.general.conn_logging(), &who, &e.client_message());
+            }
             let mut out = BytesMut::new();
             e.write_response(&mut out, "FATAL");
             Some(out)
@@ -323,6 +332,16 @@ struct LoggedIn {
     pinned: Vec<String>,
 }
 
+/// A client's timeouts (ms, 0 = off) as the relay takes them.
+fn timeouts(t: &ClientTimeouts) -> Timeouts {
+    Timeouts {
+        query: millis_opt(t.query),
+        idle_in_transaction: millis_opt(t.idle_transaction),
+        client_idle: millis_opt(t.client_idle),
+        transaction: millis_opt(t.transaction),
+    }
+}
+
 /// How the relay runs for a client of `pool` in `mode` on `worker`, under the configuration now.
 fn relay_mode<'a>(
     services: &'a Services,
@@ -342,11 +361,9 @@ fn relay_mode<'a>(
         stop_when_idle: pooled,
         statement: mode == PoolMode::Statement,
         track,
-        timeouts: Timeouts {
-            query: millis_opt(g.query_timeout),
-            idle_in_transaction: millis_opt(g.idle_transaction_timeout),
-            client_idle: millis_opt(g.client_idle_timeout),
-        },
+        // The user's own timeouts, else [general]'s: resolved here, at login and after a
+        // reload, not per request.
+        timeouts: timeouts(&config.client_timeouts(pool.name().1)),
         prepared: pooled.then_some((
             &services.statements,
             g.max_prepared_statements,
@@ -467,9 +484,10 @@ fn run<'a>(
                     return Ok(Exit::Move(target));
                 }
                 let idle_timeout = relay_mode.timeouts.client_idle;
-                match next_request(client, services, idle_timeout, &mut idle_timer).await? {
-                    Some(()) => {}
-                    None => return Ok(Exit::Left("client closed the connection")),
+                if let Next::Gone(why) =
+                    next_request(client, services, idle_timeout, &mut idle_timer).await?
+                {
+                    return Ok(Exit::Left(why));
                 }
                 let asked = clock::now();
                 session.listed.requested_at(asked);
@@ -517,8 +535,8 @@ fn run<'a>(
                 between = false;
                 let wait = relay_mode.timeouts.idle_in_transaction;
                 match next_request(client, services, wait, &mut idle_timer).await {
-                    Ok(Some(())) => {}
-                    Ok(None) => return Ok(Exit::Left("client closed the connection")),
+                    Ok(Next::Request) => {}
+                    Ok(Next::Gone(why)) => return Ok(Exit::Left(why)),
                     Err(e) if e.kind() == Kind::ClientIdle => {
                         return Err(timed_out(Phase::IdleInTransaction, &relay_mode.timeouts))
                     }
@@ -602,7 +620,7 @@ fn run<'a>(
                     session.server = None;
                     session.listed.set_link(0);
                     if mode == PoolMode::Session {
-                        return Ok(Exit::Left("shutdown"));
+                        return Ok(Exit::Left("server shutting down"));
                     }
                 }
                 Outcome::Between => between = true,
@@ -622,9 +640,12 @@ fn run<'a>(
                     session.slot.set(None);
                     session.server = None;
                 }
-                Outcome::ClientGone => {
+                Outcome::ClientGone { eof } => {
                     session.slot.set(None);
-                    return Ok(Exit::Left("client closed the connection"));
+                    return Ok(Exit::Left(match eof {
+                        true => request::UNEXPECTED_EOF,
+                        false => request::CLOSE_REQUEST,
+                    }));
                 }
                 Outcome::ClientProtocol(msg) => {
                     session.slot.set(None);

@@ -11,19 +11,32 @@ use crate::pool;
 use crate::pool::Checkout;
 use crate::relay::{Phase, Timeouts};
 
-/// The error a client gets when a timeout of the relay expired.
+/// The error a client gets when a timeout of the relay expired. The words carry PgBouncer's
+/// names ("query timeout", "idle transaction timeout", "transaction timeout") besides the key's
+/// (its log and its users' scripts look for them); the SQLSTATEs of the two transaction
+/// timeouts are PostgreSQL's own for its timeouts of the same meaning (docs/pgbouncer.md).
 pub(super) fn timed_out(phase: Phase, t: &Timeouts) -> Error {
     let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis()).unwrap_or(0);
     match phase {
         Phase::Query => Error::new(
             Kind::QueryTimeout,
-            format!("query_timeout: query ran longer than {} ms; connection closed", ms(t.query)),
+            format!(
+                "query timeout: the query ran longer than query_timeout ({} ms); connection closed",
+                ms(t.query)
+            ),
         ),
         Phase::IdleInTransaction => Error::new(
             Kind::IdleInTransaction,
             format!(
-                "idle_transaction_timeout: idle in a transaction for longer than {} ms; the transaction was rolled back",
+                "terminating connection due to idle transaction timeout: idle in a transaction longer than idle_transaction_timeout ({} ms); the transaction was rolled back",
                 ms(t.idle_in_transaction)
+            ),
+        ),
+        Phase::Transaction => Error::new(
+            Kind::TransactionTimeout,
+            format!(
+                "terminating connection due to transaction timeout: in a transaction longer than transaction_timeout ({} ms); the transaction was rolled back",
+                ms(t.transaction)
             ),
         ),
         Phase::Idle => client_idle_error(ms(t.client_idle)),

@@ -19,9 +19,21 @@ use crate::services::Services;
 /// First read of a request: most requests fit; bigger ones grow the buffer in the relay.
 const IDLE_READ: usize = 4096;
 
-/// Waits for the first message of the next request while no server is attached. Returns
-/// `None` when the client is gone; stray COPY messages (after a failed COPY) and Flush messages
-/// (nothing is outstanding) are dropped.
+/// Why a client left: it asked (Terminate), as PgBouncer logs it.
+pub(super) const CLOSE_REQUEST: &str = "client close request";
+/// Why a client left: its socket closed without a Terminate.
+pub(super) const UNEXPECTED_EOF: &str = "client unexpected eof";
+
+/// What the wait for a request found.
+pub(super) enum Next {
+    /// A request's first message is buffered.
+    Request,
+    /// The client is gone: [`CLOSE_REQUEST`] or [`UNEXPECTED_EOF`].
+    Gone(&'static str),
+}
+
+/// Waits for the first message of the next request while no server is attached. Stray COPY
+/// messages (after a failed COPY) and Flush messages (nothing is outstanding) are dropped.
 /// Not an `async fn`, whose arguments would be kept twice in every client's future.
 #[allow(clippy::manual_async_fn)]
 pub(super) fn next_request<'a>(
@@ -29,7 +41,7 @@ pub(super) fn next_request<'a>(
     services: &'a Services,
     idle_timeout: Option<std::time::Duration>,
     idle_timer: &'a mut IdleTimer,
-) -> impl Future<Output = Result<Option<()>>> + 'a {
+) -> impl Future<Output = Result<Next>> + 'a {
     async move {
         let mut timer = idle_timeout.map(|t| idle_timer.arm(tokio::time::Instant::now() + t));
         loop {
@@ -52,7 +64,7 @@ pub(super) fn next_request<'a>(
                 match Header::parse(&client.buf, client.max_len) {
                     Err(e) => return Err(Error::new(Kind::ClientProtocol, e.to_string())),
                     Ok(Some(h)) => match frontend::kind(h.tag) {
-                        FeKind::Terminate => return Ok(None),
+                        FeKind::Terminate => return Ok(Next::Gone(CLOSE_REQUEST)),
                         // With no server held nothing is owed, so a Flush asks for nothing:
                         // psycopg ends a pipeline with Sync then Flush, which may arrive apart.
                         // Checking out a server for it would hold that server until the
@@ -67,7 +79,7 @@ pub(super) fn next_request<'a>(
                             client.pass = h.body_len();
                             continue;
                         }
-                        _ => return Ok(Some(())),
+                        _ => return Ok(Next::Request),
                     },
                     Ok(None) => {}
                 }
@@ -140,7 +152,7 @@ pub(super) fn next_request<'a>(
             };
             match read {
                 None => {}
-                Some(Ok(0)) => return Ok(None),
+                Some(Ok(0)) => return Ok(Next::Gone(UNEXPECTED_EOF)),
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(Error::with_source(Kind::ClientIo, "read", e)),
             }

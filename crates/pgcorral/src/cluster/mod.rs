@@ -144,6 +144,11 @@ impl Cluster {
         &self.0.all
     }
 
+    /// Nobody but its holder has this cluster (no client, no login under way).
+    pub fn unshared(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+
     pub fn shards(&self) -> &[ShardPools] {
         &self.0.shards
     }

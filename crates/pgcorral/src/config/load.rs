@@ -121,6 +121,7 @@ pub fn embedded_default(env: impl Fn(&str) -> Option<String>) -> Result<Config, 
         },
         users: BTreeMap::new(),
         databases: BTreeMap::new(),
+        peers: BTreeMap::new(),
     };
     let server_user = match &password {
         Some(pw) => {
@@ -186,10 +187,7 @@ mod tests {
         };
         let user = |pw: &str| User {
             password: Some(pw.into()),
-            pool_size: None,
-            pool_mode: None,
-            max_user_connections: None,
-            max_user_client_connections: None,
+            ..User::default()
         };
         let bench = Database {
             dbname: Some("bench".into()),
@@ -204,6 +202,7 @@ mod tests {
                 ("admin".into(), user("admin-secret")),
             ]),
             databases: BTreeMap::from([("bench".into(), bench)]),
+            peers: BTreeMap::new(),
         };
         assert_eq!(cfg, expected);
         // Everything not in the example is at its default.
@@ -402,6 +401,26 @@ mod tests {
             let err = embedded_default(env(vars)).unwrap_err().to_string();
             assert!(err.starts_with(key), "{vars:?}: {err}");
         }
+    }
+
+    #[test]
+    fn peers_are_read_by_their_ids() {
+        let cfg = from_toml_str(
+            "[general]\nauth_type = \"trust\"\npeer_id = 1\n\
+             [peers.2]\nhost = \"/run/pgcorral-2\"\nport = 6433\n\
+             [peers.3]\nhost = \"10.0.0.3\"\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.general.peer_id, 1);
+        assert_eq!(cfg.peers["2"].host, "/run/pgcorral-2");
+        assert_eq!(cfg.peers["2"].port, 6433);
+        assert_eq!(cfg.peers["3"].port, 6432);
+        assert!(
+            from_toml_str("[general]\nauth_type = \"trust\"\n[peers.0]\nhost = \"a\"\n").is_err()
+        );
+        assert!(
+            from_toml_str("[general]\nauth_type = \"trust\"\n[peers.x]\nhost = \"a\"\n").is_err()
+        );
     }
 
     #[test]

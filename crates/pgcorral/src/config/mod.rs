@@ -3,6 +3,7 @@
 mod ini;
 mod load;
 mod model;
+pub mod overrides;
 mod pgbouncer;
 mod pgbouncer_db;
 mod pgbouncer_general;
@@ -19,7 +20,8 @@ mod validate;
 
 pub use load::{embedded_default, from_toml_str, load_file, load_file_warnings, ConfigError};
 pub use model::*;
+pub use overrides::ClientTimeouts;
 pub use pgbouncer::{from_pgbouncer_str, is_pgbouncer};
 pub use pgbouncer_general::set_key as set_pgbouncer_key;
 pub use pgcat::{from_pgcat_str, is_pgcat, Warning};
-pub use validate::{socket_mode, validate, RESERVED_DATABASES};
+pub use validate::{socket_mode, syslog_facility, validate, RESERVED_DATABASES};

@@ -20,6 +20,26 @@ pub enum PoolMode {
     Statement,
 }
 
+/// How a database with several hosts in `host` picks one for a new server connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadBalanceHosts {
+    /// Each new connection starts at the host after the last one's (then tries the others).
+    RoundRobin,
+    /// Each new connection tries the hosts in their order.
+    Disable,
+}
+
+/// How each log line is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// tracing's lines: time, level, module, message, then the fields as `key=value`.
+    Pgcorral,
+    /// PgBouncer's: `2026-01-02 03:04:05.678 UTC [pid] LOG C-1: db/user@addr message`.
+    Pgbouncer,
+}
+
 /// Statements that leave state bound to one server connection (LISTEN, session advisory locks,
 /// temporary tables, WITH HOLD cursors, SQL PREPARE) in transaction and statement mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -85,6 +105,24 @@ pub struct Config {
     /// Databases clients may name; the key `"*"` is a template for any other name.
     #[serde(default)]
     pub databases: BTreeMap<String, Database>,
+    /// The other pgcorral processes sharing this one's port (PgBouncer's `[peers]`), by
+    /// `peer_id` ("1" to "65535"): a cancel request for one of their clients is forwarded there.
+    #[serde(default)]
+    pub peers: BTreeMap<String, PeerEntry>,
+}
+
+/// A peer: where its clients' cancel requests go.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerEntry {
+    /// An address, a host name, or a directory holding the peer's Unix socket (`/...`).
+    pub host: String,
+    #[serde(default = "default_peer_port")]
+    pub port: u16,
+}
+
+fn default_peer_port() -> u16 {
+    6432
 }
 
 /// `[general]`.
@@ -167,10 +205,17 @@ pub struct General {
     pub client_idle_timeout: u64,
     /// ms; a client idle inside a transaction longer is disconnected; 0 = off.
     pub idle_transaction_timeout: u64,
+    /// ms; a client in a transaction (explicit, or one statement's) for longer is
+    /// disconnected, whether a query runs or not; 0 = off (PgBouncer's key).
+    pub transaction_timeout: u64,
     /// ms; from connecting to finishing login.
     pub client_login_timeout: u64,
     /// ms; an idle server unused for longer is closed (down to min_pool_size); 0 = never.
     pub server_idle_timeout: u64,
+    /// ms; the pools of a (database, user) with no client and no server for longer are freed
+    /// (with their statistics), unless they keep min_pool_size servers; 0 = never (PgBouncer's
+    /// key).
+    pub pool_idle_timeout: u64,
     /// ms; a server older than this is closed when next idle; 0 = never.
     pub server_lifetime: u64,
     /// ms; a server idle for longer runs `server_check_query` before reuse; 0 = always.
@@ -193,6 +238,25 @@ pub struct General {
     pub retry_stale_statements: bool,
     /// tracing filter, e.g. "info" or "pgcorral=debug"; RUST_LOG wins when set.
     pub log_level: String,
+    /// The lines' format: pgcorral's (default) or PgBouncer's (default from a pgbouncer.ini).
+    pub log_format: LogFormat,
+    /// Log each client login (PgBouncer's `log_connections`).
+    pub log_connections: bool,
+    /// Log each client and server connection's close, with why (`log_disconnections`).
+    pub log_disconnections: bool,
+    /// Log each error pgcorral itself sends a client (`log_pooler_errors`).
+    pub log_pooler_errors: bool,
+    /// Log the totals' averages every `stats_period` (`log_stats`).
+    pub log_stats: bool,
+    /// This process's id among its peers (1..65535; 0 = no peering): it is in the low 16 bits
+    /// of every cancel key this process hands out, so that a peer that gets the cancel request
+    /// knows where to forward it.
+    pub peer_id: u16,
+    /// Also log to syslog(3) (PgBouncer's `syslog`), as `syslog_ident` with `syslog_facility`.
+    pub syslog: bool,
+    pub syslog_ident: String,
+    /// auth, authpriv, daemon, user, local0 to local7.
+    pub syslog_facility: String,
     /// File the process id is written to (PgBouncer's `pidfile`): refused at start while the
     /// pid in it is alive, removed at exit; `-d` needs it. Empty: none.
     pub pidfile: String,
@@ -232,6 +296,8 @@ pub struct General {
     pub client_tls_protocols: String,
     /// "default", or a colon-separated list of cipher suite names.
     pub client_tls_ciphers: String,
+    /// TLS 1.3 suites (IANA names), replacing those `client_tls_ciphers` allows; empty: those.
+    pub client_tls13_ciphers: String,
     /// TLS between pgcorral and PostgreSQL.
     pub server_tls_sslmode: SslMode,
     /// PEM CA certificates that servers' certificates must chain to (verify-ca, verify-full).
@@ -241,6 +307,8 @@ pub struct General {
     pub server_tls_key_file: String,
     pub server_tls_protocols: String,
     pub server_tls_ciphers: String,
+    /// As `client_tls13_ciphers`, towards PostgreSQL.
+    pub server_tls13_ciphers: String,
 }
 
 /// How reads are spread over the servers that may take them.
@@ -376,8 +444,10 @@ impl Default for General {
             query_timeout: 0,
             client_idle_timeout: 0,
             idle_transaction_timeout: 0,
+            transaction_timeout: 0,
             client_login_timeout: 60_000,
             server_idle_timeout: 600_000,
+            pool_idle_timeout: 0,
             server_lifetime: 3_600_000,
             server_check_delay: 30_000,
             server_check_query: "select 1".into(),
@@ -387,6 +457,15 @@ impl Default for General {
             max_prepared_statements: 200,
             retry_stale_statements: false,
             log_level: "info".into(),
+            log_format: LogFormat::Pgcorral,
+            log_connections: true,
+            log_disconnections: true,
+            log_pooler_errors: true,
+            log_stats: true,
+            peer_id: 0,
+            syslog: false,
+            syslog_ident: "pgcorral".into(),
+            syslog_facility: "daemon".into(),
             pidfile: String::new(),
             logfile: String::new(),
             so_reuseport: false,
@@ -407,12 +486,14 @@ impl Default for General {
             client_tls_ca_file: String::new(),
             client_tls_protocols: "secure".into(),
             client_tls_ciphers: "default".into(),
+            client_tls13_ciphers: String::new(),
             server_tls_sslmode: SslMode::Prefer,
             server_tls_ca_file: String::new(),
             server_tls_cert_file: String::new(),
             server_tls_key_file: String::new(),
             server_tls_protocols: "secure".into(),
             server_tls_ciphers: "default".into(),
+            server_tls13_ciphers: String::new(),
         }
     }
 }
@@ -446,7 +527,25 @@ impl Config {
     }
 }
 
+/// Which connection lines are logged: `General`'s log_connections, log_disconnections and
+/// log_pooler_errors, as the places that log them read them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnLogging {
+    pub connections: bool,
+    pub disconnections: bool,
+    pub pooler_errors: bool,
+}
+
 impl General {
+    /// The connection lines to log.
+    pub fn conn_logging(&self) -> ConnLogging {
+        ConnLogging {
+            connections: self.log_connections,
+            disconnections: self.log_disconnections,
+            pooler_errors: self.log_pooler_errors,
+        }
+    }
+
     pub fn server_connect_timeout(&self) -> Duration {
         Duration::from_millis(self.server_connect_timeout)
     }
@@ -471,6 +570,14 @@ pub struct User {
     pub max_user_connections: Option<usize>,
     /// Clients of this user logged in at once; overrides the general cap.
     pub max_user_client_connections: Option<usize>,
+    /// This user's own timeouts (ms; 0 = off), instead of `[general]`'s (see
+    /// `config::overrides`).
+    pub query_timeout: Option<u64>,
+    pub idle_transaction_timeout: Option<u64>,
+    pub transaction_timeout: Option<u64>,
+    pub client_idle_timeout: Option<u64>,
+    /// Wins over the database's `query_wait_timeout` too.
+    pub query_wait_timeout: Option<u64>,
 }
 
 /// `[databases.NAME]`.
@@ -490,10 +597,20 @@ pub struct Database {
     pub max_db_connections: Option<usize>,
     /// Clients of this database logged in at once; overrides the general cap.
     pub max_db_client_connections: Option<usize>,
+    /// ms; this database's own (a user's wins over it); 0 = wait forever.
+    pub query_wait_timeout: Option<u64>,
+    /// ms; this database's servers' own lifetime, instead of `[general]`'s.
+    pub server_lifetime: Option<u64>,
     pub pool_mode: Option<PoolMode>,
     /// Fixed server login instead of the client's own.
     pub user: Option<String>,
     pub password: Option<String>,
+    /// With a list of hosts in `host` (`"a,b"`), how each new server connection picks one
+    /// (PgBouncer's `load_balance_hosts`): `round-robin` (default) or `disable`.
+    pub load_balance_hosts: Option<LoadBalanceHosts>,
+    /// Run on each new server connection of this database once logged in (PgBouncer's
+    /// `connect_query`): its SETs are the server's starting state for every client.
+    pub connect_query: Option<String>,
     /// This database's `auth_user`, `auth_dbname` and `auth_query` instead of `[general]`'s.
     pub auth_user: Option<String>,
     pub auth_dbname: Option<String>,
@@ -542,9 +659,13 @@ impl Default for Database {
             reserve_pool_size: None,
             max_db_connections: None,
             max_db_client_connections: None,
+            query_wait_timeout: None,
+            server_lifetime: None,
             pool_mode: None,
             user: None,
             password: None,
+            load_balance_hosts: None,
+            connect_query: None,
             auth_user: None,
             auth_dbname: None,
             auth_query: None,

@@ -122,6 +122,7 @@ fn convert(c: &mut Conv, file: Sections, name: &str) -> Config {
         general: pgbouncer_general(),
         users: BTreeMap::new(),
         databases: BTreeMap::new(),
+        peers: BTreeMap::new(),
     };
     let mut x = Extra::default();
     for (key, (value, at)) in &file.pgbouncer {
@@ -138,7 +139,9 @@ fn convert(c: &mut Conv, file: Sections, name: &str) -> Config {
         }
     }
     for (id, (value, at)) in &file.peers {
-        peer(c, id, value, at);
+        if let Some((n, p)) = peer(c, id, value, at) {
+            cfg.peers.insert(n.to_string(), p);
+        }
     }
     finish(c, &mut cfg, &x, name);
     cfg

@@ -5,7 +5,7 @@ use super::pgbouncer::{count, warn};
 use super::pgbouncer_general::Extra;
 use super::pgcat::Conv;
 use super::validate::RESERVED_DATABASES;
-use super::{Database, General, PoolMode, User};
+use super::{Database, General, LoadBalanceHosts, PeerEntry, PoolMode, User};
 
 /// The pairs of an entry's connection string; an error naming the entry otherwise.
 fn pairs(c: &mut Conv, at: &At, entry: &str, value: &str) -> Option<Vec<(String, String)>> {
@@ -38,6 +38,15 @@ fn number(c: &mut Conv, at: &At, key: &str, v: &str) -> Option<usize> {
     count(v).map_err(|why| bad(c, at, key, v, why)).ok()
 }
 
+/// A `[databases]` or `[users]` timeout: whole seconds (PgBouncer reads them with `atoi`; a
+/// fraction or a unit is refused here) as ms; `None` for -1, PgBouncer's "not set".
+fn timeout(c: &mut Conv, at: &At, key: &str, v: &str) -> Option<u64> {
+    if v.trim() == "-1" {
+        return None;
+    }
+    number(c, at, key, v).and_then(|s| (s as u64).checked_mul(1000))
+}
+
 /// `name = connstr` of `[databases]` (`*` is the template for any other name).
 pub(super) fn database(
     c: &mut Conv,
@@ -57,7 +66,6 @@ pub(super) fn database(
     let mut db = Database::default();
     let mut host = None;
     let mut password = None;
-    let mut load_balance = false;
     for (k, v) in pairs(c, at, &entry, value)? {
         let key = format!("{entry}.{k}");
         let key = key.as_str();
@@ -90,18 +98,16 @@ pub(super) fn database(
             "max_db_client_connections" => {
                 db.max_db_client_connections = number(c, at, key, &v).filter(|&n| n > 0)
             }
-            "server_lifetime" => {
-                // Integer seconds; 0 = the global value.
-                let ms = number(c, at, key, &v).map(|s| s as u64 * 1000);
-                if ms.is_some_and(|ms| ms > 0 && ms != g.server_lifetime) {
-                    warn(c, at, key, "not honoured: pgcorral has one server_lifetime for all databases ([pgbouncer] server_lifetime)");
-                }
-            }
+            // 0: [pgbouncer]'s, as PgBouncer.
+            "server_lifetime" => db.server_lifetime = timeout(c, at, key, &v).filter(|&ms| ms > 0),
+            // 0: wait forever; -1: [pgbouncer]'s (or the user's).
+            "query_wait_timeout" => db.query_wait_timeout = timeout(c, at, key, &v),
             "load_balance_hosts" => match v.to_ascii_lowercase().as_str() {
-                "disable" | "round-robin" => load_balance = true,
+                "disable" => db.load_balance_hosts = Some(LoadBalanceHosts::Disable),
+                "round-robin" => db.load_balance_hosts = Some(LoadBalanceHosts::RoundRobin),
                 _ => bad(c, at, key, &v, "disable or round-robin"),
             },
-            "connect_query" => warn(c, at, key, "not honoured: pgcorral runs no query after logging in to a server"),
+            "connect_query" => db.connect_query = Some(v),
             "client_encoding" | "datestyle" | "timezone" | "application_name" => warn(
                 c,
                 at,
@@ -146,18 +152,9 @@ pub(super) fn database(
         );
         return None;
     }
-    db.host = hosts[0].to_string();
-    if hosts.len() > 1 {
-        warn(
-            c,
-            at,
-            &format!("{entry}.host"),
-            format!(
-                "not honoured: pgcorral connects to the first host only, {}",
-                hosts[0]
-            ),
-        );
-    } else if load_balance {
+    // A list is kept as written (without spaces): each new server connection picks from it.
+    db.host = hosts.join(",");
+    if hosts.len() == 1 && db.load_balance_hosts.is_some() {
         warn(
             c,
             at,
@@ -214,15 +211,19 @@ pub(super) fn user(c: &mut Conv, name: &str, value: &str, at: &At) -> Option<Use
             "max_user_client_connections" => {
                 u.max_user_client_connections = number(c, at, key, &v).filter(|&n| n > 0)
             }
-            "query_timeout"
-            | "idle_transaction_timeout"
-            | "client_idle_timeout"
-            | "transaction_timeout"
-            | "query_wait_timeout" => {
-                if number(c, at, key, &v).is_some_and(|n| n > 0) {
-                    warn(c, at, key, "not honoured: pgcorral has this timeout in [pgbouncer] only, for all users");
-                }
+            // 0 (or -1): [pgbouncer]'s, as PgBouncer.
+            "query_timeout" => u.query_timeout = timeout(c, at, key, &v).filter(|&ms| ms > 0),
+            "idle_transaction_timeout" => {
+                u.idle_transaction_timeout = timeout(c, at, key, &v).filter(|&ms| ms > 0)
             }
+            "transaction_timeout" => {
+                u.transaction_timeout = timeout(c, at, key, &v).filter(|&ms| ms > 0)
+            }
+            "client_idle_timeout" => {
+                u.client_idle_timeout = timeout(c, at, key, &v).filter(|&ms| ms > 0)
+            }
+            // 0: wait forever; -1: the database's or [pgbouncer]'s.
+            "query_wait_timeout" => u.query_wait_timeout = timeout(c, at, key, &v),
             _ => c
                 .errors
                 .push(format!("{at}: {entry}: unrecognized user parameter: {k}")),
@@ -231,29 +232,27 @@ pub(super) fn user(c: &mut Conv, name: &str, value: &str, at: &At) -> Option<Use
     Some(u)
 }
 
-/// `N = host=... [port=...] [pool_size=...]` of `[peers]`: checked as PgBouncer checks it,
-/// and warned about (pgcorral forwards no cancel request to a peer yet).
-pub(super) fn peer(c: &mut Conv, id: &str, value: &str, at: &At) {
+/// `N = host=... [port=...] [pool_size=...]` of `[peers]`, checked as PgBouncer checks it.
+/// `pool_size` (PgBouncer's limit on connections to the peer) is read and not used: pgcorral
+/// opens one connection per forwarded cancel request.
+pub(super) fn peer(c: &mut Conv, id: &str, value: &str, at: &At) -> Option<(u16, PeerEntry)> {
     let entry = format!("peers.{id}");
-    if !id.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n)) {
+    let Some(n) = id.parse::<u16>().ok().filter(|&n| n > 0) else {
         c.errors.push(format!(
             "{at}: {entry}: ids of peers must be a number larger than 0 and at most 65535"
         ));
-        return;
-    }
-    let Some(pairs) = pairs(c, at, &entry, value) else {
-        return;
+        return None;
     };
-    let mut host = false;
+    let pairs = pairs(c, at, &entry, value)?;
+    let (mut host, mut port) = (None, 6432);
     for (k, v) in pairs {
         let key = format!("{entry}.{k}");
         match k.as_str() {
-            "host" => host = true,
-            "port" => {
-                if !v.parse::<u16>().is_ok_and(|p| p > 0) {
-                    bad(c, at, &key, &v, "not a port number (1..65535)");
-                }
-            }
+            "host" => host = Some(v),
+            "port" => match v.parse::<u16>() {
+                Ok(p) if p > 0 => port = p,
+                _ => bad(c, at, &key, &v, "not a port number (1..65535)"),
+            },
             "pool_size" => {
                 number(c, at, &key, &v);
             }
@@ -262,10 +261,11 @@ pub(super) fn peer(c: &mut Conv, id: &str, value: &str, at: &At) {
                 .push(format!("{at}: {entry}: unrecognized peer parameter: {k}")),
         }
     }
-    if !host {
+    let Some(host) = host else {
         c.errors.push(format!(
             "{at}: {entry}: host was not provided for peer {id}"
         ));
-    }
-    warn(c, at, &entry, "not honoured yet: peering, cancel requests forwarded to the process holding the client (issue 37 item 5)");
+        return None;
+    };
+    Some((n, PeerEntry { host, port }))
 }

@@ -5,7 +5,7 @@ use super::pgbouncer::{invalid, warn};
 use super::pgbouncer_keys::{lookup, parse, How, Val};
 use super::pgcat::Conv;
 use super::validate::listen_addr_ok;
-use super::{AuthType, Config, General, PoolMode, SslMode};
+use super::{AuthType, Config, General, LogFormat, PoolMode, SslMode};
 use crate::tls;
 
 /// pgcorral's `[general]` with PgBouncer's defaults where they differ: session mode, 100
@@ -25,6 +25,8 @@ pub(super) fn pgbouncer_general() -> General {
         server_unavailable_wait: 0,
         server_reset_query: "DISCARD ALL".into(),
         server_check_query: "select 1".into(),
+        log_format: LogFormat::Pgbouncer,
+        syslog_ident: "pgbouncer".into(),
         ..General::default()
     }
 }
@@ -127,6 +129,8 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
                 "idle_transaction_timeout" => &mut g.idle_transaction_timeout,
                 "query_timeout" => &mut g.query_timeout,
                 "query_wait_timeout" => &mut g.query_wait_timeout,
+                "transaction_timeout" => &mut g.transaction_timeout,
+                "pool_idle_timeout" => &mut g.pool_idle_timeout,
                 "reserve_pool_timeout" => &mut g.reserve_pool_timeout,
                 "server_check_delay" => &mut g.server_check_delay,
                 "server_connect_timeout" => &mut g.server_connect_timeout,
@@ -197,12 +201,40 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
                 };
                 match tls::versions(&s) {
                     Ok(_) => *slot = s,
-                    Err(e) => warn(
-                        c,
-                        at,
-                        &format!("pgbouncer.{key}"),
-                        format!("not honoured: {e}; pgcorral uses \"secure\" (TLS 1.2 and 1.3)"),
-                    ),
+                    Err(e) => {
+                        // TLS 1.0 and 1.1 (which rustls lacks) are dropped; what the value asked
+                        // for is kept in its spelling, so that changing it is a change (servers
+                        // opened under it are replaced, as in PgBouncer).
+                        let old = ["tlsv1", "tlsv1.0", "tlsv1.1"];
+                        let words: Vec<&str> = s
+                            .split([',', ':', ' '])
+                            .map(str::trim)
+                            .filter(|w| !w.is_empty())
+                            .collect();
+                        let rest: Vec<&str> = words
+                            .iter()
+                            .copied()
+                            .filter(|w| !old.contains(&w.to_ascii_lowercase().as_str()))
+                            .collect();
+                        let used = if !words.is_empty() && rest.is_empty() {
+                            Some("legacy".to_string())
+                        } else {
+                            Some(rest.join(",")).filter(|r| tls::versions(r).is_ok())
+                        };
+                        let what = match &used {
+                            Some(u) => format!("\"{u}\""),
+                            None => "\"secure\" (TLS 1.2 and 1.3)".into(),
+                        };
+                        if let Some(u) = used {
+                            *slot = u;
+                        }
+                        warn(
+                            c,
+                            at,
+                            &format!("pgbouncer.{key}"),
+                            format!("not honoured: {e}; pgcorral uses {what}"),
+                        )
+                    }
                 }
             }
             "client_tls_ciphers" | "server_tls_ciphers" => {
@@ -221,12 +253,38 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
                     ),
                 }
             }
+            "client_tls13_ciphers" | "server_tls13_ciphers" => {
+                let slot = if key == "client_tls13_ciphers" {
+                    &mut g.client_tls13_ciphers
+                } else {
+                    &mut g.server_tls13_ciphers
+                };
+                if s.trim().is_empty() {
+                    slot.clear();
+                } else {
+                    match tls::tls13_suites(&s) {
+                        Ok(_) => *slot = s,
+                        Err(e) => warn(
+                            c,
+                            at,
+                            &format!("pgbouncer.{key}"),
+                            format!("not honoured: {e}; the TLS 1.3 suites stay as they were"),
+                        ),
+                    }
+                }
+            }
             "unix_socket_dir" if s.starts_with('@') => {
                 bad(c, "abstract Unix sockets are not supported by pgcorral")
             }
             "unix_socket_dir" => g.unix_socket_dir = s,
             "server_check_query" => g.server_check_query = s,
             "server_reset_query" => g.server_reset_query = s,
+            "syslog_ident" => g.syslog_ident = s,
+            "syslog_facility" if super::syslog_facility(&s).is_none() => bad(
+                c,
+                "not a syslog facility (auth, authpriv, daemon, user, local0 to local7)",
+            ),
+            "syslog_facility" => g.syslog_facility = s,
             _ => unreachable!("{key} is not a string pgcorral maps"),
         },
     }
@@ -283,6 +341,15 @@ fn int(
         }
         "max_prepared_statements" => g.max_prepared_statements = u,
         "so_reuseport" => g.so_reuseport = u != 0,
+        "log_connections" => g.log_connections = u != 0,
+        "log_disconnections" => g.log_disconnections = u != 0,
+        "log_pooler_errors" => g.log_pooler_errors = u != 0,
+        "log_stats" => g.log_stats = u != 0,
+        "syslog" => g.syslog = u != 0,
+        "peer_id" => match u16::try_from(u) {
+            Ok(id) => g.peer_id = id,
+            Err(_) => bad(c, "not a peer id (0 to 65535)"),
+        },
         "verbose" => {
             g.log_level = match u {
                 0 => "info",

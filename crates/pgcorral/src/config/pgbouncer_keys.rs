@@ -47,7 +47,6 @@ const AUTH_TYPES: &[&str] = &[
     "scram-sha-256",
     "ldap",
 ];
-const LOGS: &str = "pgcorral writes its own log lines to stderr (PgBouncer's: issue 37 item 4)";
 const KEEPALIVE: &str = "pgcorral does not set TCP keepalives or TCP_USER_TIMEOUT on its sockets";
 const NEWER: &str = "a key of PgBouncer after 1.24";
 
@@ -88,10 +87,10 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("listen_addr", Ty::Str, How::Map),
     ("listen_backlog", Ty::Int, How::Note("pgcorral uses its own accept backlog")),
     ("listen_port", Ty::Int, How::Map),
-    ("log_connections", Ty::Int, How::Later(LOGS)),
-    ("log_disconnections", Ty::Int, How::Later(LOGS)),
-    ("log_pooler_errors", Ty::Int, How::Later(LOGS)),
-    ("log_stats", Ty::Int, How::Later(LOGS)),
+    ("log_connections", Ty::Int, How::Map),
+    ("log_disconnections", Ty::Int, How::Map),
+    ("log_pooler_errors", Ty::Int, How::Map),
+    ("log_stats", Ty::Int, How::Map),
     ("logfile", Ty::Str, How::Map),
     ("max_client_conn", Ty::Int, How::Map),
     ("max_db_client_connections", Ty::Int, How::Map),
@@ -101,7 +100,7 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("max_user_client_connections", Ty::Int, How::Map),
     ("max_user_connections", Ty::Int, How::Map),
     ("min_pool_size", Ty::Int, How::Map),
-    ("peer_id", Ty::Int, How::Later("peering (issue 37 item 5)")),
+    ("peer_id", Ty::Int, How::Map),
     ("pidfile", Ty::Str, How::Map),
     ("pkt_buf", Ty::Int, How::Note("pgcorral sizes its buffers itself")),
     ("pool_mode", Ty::Lookup(POOL_MODES), How::Map),
@@ -132,9 +131,9 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("stats_period", Ty::Int, How::Map),
     ("stats_users", Ty::Str, How::Map),
     ("suspend_timeout", Ty::Time, How::Note("pgcorral has no online restart (-R) yet")),
-    ("syslog", Ty::Int, How::Later("pgcorral does not log to syslog (issue 37 item 4)")),
-    ("syslog_facility", Ty::Str, How::Later("pgcorral does not log to syslog (issue 37 item 4)")),
-    ("syslog_ident", Ty::Str, How::Later("pgcorral does not log to syslog (issue 37 item 4)")),
+    ("syslog", Ty::Int, How::Map),
+    ("syslog_facility", Ty::Str, How::Map),
+    ("syslog_ident", Ty::Str, How::Map),
     ("tcp_defer_accept", Ty::Int, How::Note("pgcorral accepts connections at once")),
     ("tcp_keepalive", Ty::Int, How::Warn(KEEPALIVE)),
     ("tcp_keepcnt", Ty::Int, How::Warn(KEEPALIVE)),
@@ -150,13 +149,13 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("verbose", Ty::Int, How::Map),
     // After 1.24.
     ("auth_ldap_options", Ty::Str, How::Warn(NEWER)),
-    ("client_tls13_ciphers", Ty::Str, How::Warn(NEWER)),
+    ("client_tls13_ciphers", Ty::Str, How::Map),
     ("login_notify_message", Ty::Str, How::Warn(NEWER)),
-    ("pool_idle_timeout", Ty::Time, How::Warn(NEWER)),
+    ("pool_idle_timeout", Ty::Time, How::Map),
     ("query_wait_notify", Ty::Int, How::Warn(NEWER)),
     ("scram_iterations", Ty::Int, How::Warn(NEWER)),
-    ("server_tls13_ciphers", Ty::Str, How::Warn(NEWER)),
-    ("transaction_timeout", Ty::Time, How::Warn(NEWER)),
+    ("server_tls13_ciphers", Ty::Str, How::Map),
+    ("transaction_timeout", Ty::Time, How::Map),
     // pgcorral's own (PgBouncer refuses it): how long a looked-up password is reused.
     ("auth_query_cache_lifetime", Ty::Time, How::Map),
 ];
@@ -338,6 +337,7 @@ mod tests {
                 "unix_socket_dir" => "/tmp",
                 "client_tls_protocols" | "server_tls_protocols" => "secure",
                 k if k.ends_with("_file") && k.contains("tls") => "",
+                "syslog_facility" => "local0",
                 _ => "default",
             };
             read(&format!("[pgbouncer]\nauth_type = trust\n{key} = {v}\n"));

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::pgbouncer::{from_pgbouncer_with, is_pgbouncer, seconds_ms, strtol};
-use super::{AuthType, Config, PoolMode, SslMode, Warning};
+use super::{AuthType, Config, LoadBalanceHosts, PoolMode, SslMode, Warning};
 
 /// An application's pgbouncer.ini as people write them.
 const SAMPLE: &str = r#";; pgbouncer.ini of the shop's pooler
@@ -106,7 +106,7 @@ fn sample_converts() {
     let legacy = &cfg.databases["legacy db"];
     assert_eq!(
         (legacy.host.as_str(), legacy.min_pool_size),
-        ("db1.internal", Some(2))
+        ("db1.internal,db2.internal", Some(2))
     );
     // No host: the Unix socket in unix_socket_dir, as PgBouncer.
     assert_eq!(cfg.databases["local"].host, "/var/run/pgbouncer");
@@ -119,15 +119,18 @@ fn sample_converts() {
         (Some(4), Some(6))
     );
     assert_eq!(cfg.users["dashboard"].max_user_connections, Some(10));
+    assert_eq!(cfg.users["dashboard"].query_timeout, Some(30_000));
     // The admins come from auth_file (read when the file is loaded), as PgBouncer's.
     assert_eq!(g.auth_file, "/etc/pgbouncer/userlist.txt");
     assert!(!cfg.users.contains_key("ops"));
     assert!(warnings.iter().all(|w| w.key != "pgbouncer.auth_file"));
 
+    assert_eq!(
+        cfg.databases["reports"].connect_query.as_deref(),
+        Some("SET work_mem = '64MB'")
+    );
+    assert!(!warnings.iter().any(|w| w.key == "databases.legacy db.host"));
     for key in [
-        "databases.reports.connect_query",
-        "databases.legacy db.host",
-        "users.dashboard.query_timeout",
         "pgbouncer.tcp_keepalive",
         "pgbouncer.tcp_defer_accept",
         "pgbouncer.ignore_startup_parameters",
@@ -315,12 +318,16 @@ fn a_new_pgbouncer_section_starts_from_the_defaults() {
 }
 
 #[test]
-fn peers_and_auth_any_are_warned() {
-    let text = "[pgbouncer]\nauth_type = any\n[databases]\nforced = host=db user=svc\nloose = host=db\n[peers]\n1 = host=/tmp\n2 = host=10.0.0.2 port=6433 pool_size=4\n";
+fn peers_are_read_and_auth_any_is_warned() {
+    let text = "[pgbouncer]\nauth_type = any\npeer_id = 1\n[databases]\nforced = host=db user=svc\nloose = host=db\n[peers]\n1 = host=/tmp\n2 = host=10.0.0.2 port=6433 pool_size=4\n";
     let (cfg, warnings) = read(text);
     assert_eq!(cfg.general.auth_type, AuthType::Trust);
-    warned(&warnings, "peers.1");
-    warned(&warnings, "peers.2");
+    assert_eq!(cfg.general.peer_id, 1);
+    assert_eq!(cfg.peers["1"].host, "/tmp");
+    assert_eq!(cfg.peers["1"].port, 6432);
+    assert_eq!(cfg.peers["2"].host, "10.0.0.2");
+    assert_eq!(cfg.peers["2"].port, 6433);
+    assert!(!warnings.iter().any(|w| w.key.starts_with("peers")));
     warned(&warnings, "databases.loose");
     assert!(!warnings.iter().any(|w| w.key == "databases.forced"));
 }
@@ -364,22 +371,109 @@ fn pgbouncers_own_test_ini() {
     assert_eq!(cfg.general.pool_mode, PoolMode::Statement);
     assert_eq!(cfg.general.listen_port, 6667);
     assert_eq!(cfg.databases["p0"].port, 6666);
-    assert_eq!(cfg.databases["hostlist1"].host, "127.0.0.1");
-    for key in ["databases.p8.connect_query", "databases.hostlist1.host"] {
-        warned(&warnings, key);
-    }
+    assert_eq!(cfg.databases["hostlist1"].host, "127.0.0.1,::1");
+    assert_eq!(
+        cfg.databases["hostlist_good_first"].load_balance_hosts,
+        Some(LoadBalanceHosts::Disable)
+    );
+    assert!(cfg.databases["p8"].connect_query.is_some());
     // The client caps are honoured (not warned).
     assert_eq!(
         cfg.databases["conn_limit_db"].max_db_client_connections,
         Some(2)
     );
     assert_eq!(cfg.users["maxedout2"].max_user_client_connections, Some(2));
+    // So is a database's server_lifetime.
+    assert_eq!(cfg.databases["p9"].server_lifetime, Some(2000));
+    assert!(warnings
+        .iter()
+        .all(|w| w.key != "databases.p9.server_lifetime"));
     assert!(
         !warnings
             .iter()
             .any(|w| w.key.contains("client_connections")),
         "{warnings:?}"
     );
+}
+
+/// `[users]` and `[databases]` timeouts: whole seconds; 0 and -1 are "not set" (`[pgbouncer]`'s),
+/// except query_wait_timeout, whose 0 waits forever; the global transaction_timeout.
+#[test]
+fn per_user_and_per_database_timeouts() {
+    let (cfg, warnings) = read(
+        "[databases]
+         a = host=h query_wait_timeout=2 server_lifetime=30
+         b = host=h query_wait_timeout=0 server_lifetime=0
+         c = host=h query_wait_timeout=-1
+         [users]
+         u1 = query_timeout=1 idle_transaction_timeout=2 transaction_timeout=3 client_idle_timeout=4 query_wait_timeout=5
+         u2 = query_timeout=0 idle_transaction_timeout=-1 query_wait_timeout=0
+         u3 = query_wait_timeout=-1
+         [pgbouncer]
+auth_type = trust
+transaction_timeout = 2.5
+",
+    );
+    assert_eq!(cfg.general.transaction_timeout, 2500);
+    let db = |n: &str| {
+        let d = &cfg.databases[n];
+        (d.query_wait_timeout, d.server_lifetime)
+    };
+    assert_eq!(db("a"), (Some(2000), Some(30_000)));
+    assert_eq!(db("b"), (Some(0), None));
+    assert_eq!(db("c"), (None, None));
+    let u1 = &cfg.users["u1"];
+    assert_eq!(
+        (
+            u1.query_timeout,
+            u1.idle_transaction_timeout,
+            u1.transaction_timeout,
+            u1.client_idle_timeout,
+            u1.query_wait_timeout
+        ),
+        (Some(1000), Some(2000), Some(3000), Some(4000), Some(5000))
+    );
+    let u2 = &cfg.users["u2"];
+    assert_eq!(
+        (
+            u2.query_timeout,
+            u2.idle_transaction_timeout,
+            u2.query_wait_timeout
+        ),
+        (None, None, Some(0))
+    );
+    assert_eq!(cfg.users["u3"].query_wait_timeout, None);
+    assert!(
+        warnings
+            .iter()
+            .all(|w| !w.key.contains("timeout") && !w.key.contains("lifetime")),
+        "{warnings:?}"
+    );
+    // A fraction or a unit is refused, naming the key.
+    let err = refused(
+        "[users]
+u = query_timeout=1.5
+[pgbouncer]
+auth_type = trust
+",
+    );
+    assert!(err.contains("users.u.query_timeout"), "{err}");
+    let err = refused(
+        "[databases]
+d = host=h query_wait_timeout=5s
+[pgbouncer]
+auth_type = trust
+",
+    );
+    assert!(err.contains("databases.d.query_wait_timeout"), "{err}");
+    let err = refused(
+        "[users]
+u = client_idle_timeout=-2
+[pgbouncer]
+auth_type = trust
+",
+    );
+    assert!(err.contains("users.u.client_idle_timeout"), "{err}");
 }
 
 #[test]

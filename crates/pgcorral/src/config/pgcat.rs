@@ -190,6 +190,7 @@ fn convert(c: &mut Conv, file: &Table) -> Config {
         general: pgcat_general(),
         users: BTreeMap::new(),
         databases: BTreeMap::new(),
+        peers: BTreeMap::new(),
     };
     let old = !file.contains_key("pools")
         && ["user", "shards", "query_router"]

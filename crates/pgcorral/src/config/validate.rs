@@ -122,6 +122,19 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
     if g.healthcheck_interval == 0 {
         errs.push("general.healthcheck_interval: must be greater than 0 (milliseconds)".into());
     }
+    for id in cfg.peers.keys() {
+        if !id.parse::<u16>().is_ok_and(|n| n > 0) {
+            errs.push(format!(
+                "peers.{id}: ids of peers must be a number larger than 0 and at most 65535"
+            ));
+        }
+    }
+    if syslog_facility(&g.syslog_facility).is_none() {
+        errs.push(format!(
+            "general.syslog_facility: {:?} is not a syslog facility (auth, authpriv, daemon, user, local0 to local7)",
+            g.syslog_facility
+        ));
+    }
     if g.log_level.trim().is_empty() {
         errs.push("general.log_level: must not be empty (use \"off\" to silence logging)".into());
     } else if let Err(e) = tracing_subscriber::EnvFilter::try_new(&g.log_level) {
@@ -201,42 +214,10 @@ fn auth_query(cfg: &Config, errs: &mut Vec<String>) {
     }
 }
 
-/// The TLS settings' combinations; the files themselves are read by [`crate::tls::Tls::load`].
+/// The TLS settings' values. Which must go together, and the files, are checked by
+/// [`crate::tls::Tls::load`] (at start, reload and SET), so that the console can change them
+/// one at a time.
 fn tls(g: &super::General, errs: &mut Vec<String>) {
-    use super::SslMode;
-    if g.client_tls_sslmode != SslMode::Disable {
-        for (key, v) in [
-            ("client_tls_cert_file", &g.client_tls_cert_file),
-            ("client_tls_key_file", &g.client_tls_key_file),
-        ] {
-            if v.is_empty() {
-                errs.push(format!(
-                    "general.{key}: required when client_tls_sslmode is not \"disable\""
-                ));
-            }
-        }
-    }
-    if g.client_tls_sslmode.verifies() && g.client_tls_ca_file.is_empty() {
-        errs.push(
-            "general.client_tls_ca_file: required with client_tls_sslmode = \"verify-ca\" or \"verify-full\" (client certificates are checked against it)".into(),
-        );
-    }
-    if g.auth_type == AuthType::Cert {
-        if g.client_tls_sslmode == SslMode::Disable {
-            errs.push("general.auth_type: \"cert\" needs client TLS (client_tls_sslmode other than \"disable\")".into());
-        }
-        if g.client_tls_ca_file.is_empty() {
-            errs.push("general.client_tls_ca_file: required with auth_type = \"cert\"".into());
-        }
-    }
-    if g.server_tls_sslmode.verifies() && g.server_tls_ca_file.is_empty() {
-        errs.push(
-            "general.server_tls_ca_file: required with server_tls_sslmode = \"verify-ca\" or \"verify-full\"".into(),
-        );
-    }
-    if g.server_tls_cert_file.is_empty() != g.server_tls_key_file.is_empty() {
-        errs.push("general.server_tls_cert_file: server_tls_cert_file and server_tls_key_file go together".into());
-    }
     for (key, v) in [
         ("client_tls_protocols", &g.client_tls_protocols),
         ("server_tls_protocols", &g.server_tls_protocols),
@@ -251,6 +232,16 @@ fn tls(g: &super::General, errs: &mut Vec<String>) {
     ] {
         if let Err(e) = tls::provider(v) {
             errs.push(format!("general.{key}: {e}"));
+        }
+    }
+    for (key, v) in [
+        ("client_tls13_ciphers", &g.client_tls13_ciphers),
+        ("server_tls13_ciphers", &g.server_tls13_ciphers),
+    ] {
+        if !v.trim().is_empty() {
+            if let Err(e) = tls::tls13_suites(v) {
+                errs.push(format!("general.{key}: {e}"));
+            }
         }
     }
 }
@@ -416,6 +407,30 @@ pub(super) fn check_server_list(at: &str, servers: &[ServerEntry], errs: &mut Ve
             ));
         }
     }
+}
+
+/// The facilities PgBouncer accepts, by name.
+const FACILITIES: &[(&str, libc::c_int)] = &[
+    ("auth", libc::LOG_AUTH),
+    ("authpriv", libc::LOG_AUTHPRIV),
+    ("daemon", libc::LOG_DAEMON),
+    ("user", libc::LOG_USER),
+    ("local0", libc::LOG_LOCAL0),
+    ("local1", libc::LOG_LOCAL1),
+    ("local2", libc::LOG_LOCAL2),
+    ("local3", libc::LOG_LOCAL3),
+    ("local4", libc::LOG_LOCAL4),
+    ("local5", libc::LOG_LOCAL5),
+    ("local6", libc::LOG_LOCAL6),
+    ("local7", libc::LOG_LOCAL7),
+];
+
+/// The syslog facility `name` names (any case), if it is one PgBouncer accepts.
+pub fn syslog_facility(name: &str) -> Option<libc::c_int> {
+    FACILITIES
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|&(_, f)| f)
 }
 
 #[cfg(test)]

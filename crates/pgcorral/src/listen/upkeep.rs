@@ -1,19 +1,23 @@
 //! The pools' upkeep in the background, every [`TICK`]: ends statistics periods, gives waiting
 //! clients reserve places and sends away those past query_wait_timeout, closes and opens idle
-//! servers ([`Pool::maintain`](crate::pool::Pool)), and starts the health checks of databases
-//! with replicas when due.
+//! servers ([`Pool::maintain`](crate::pool::Pool)), frees pools idle past pool_idle_timeout,
+//! starts the health checks of databases with replicas when due, and logs PgBouncer's stats
+//! line every `stats_period` (`log_stats`).
 
 use std::time::Duration;
 
 use corral_rt::timer;
 
+use crate::config::millis_opt;
 use crate::pool::maintain::TICK;
+use crate::pool::stats::Averages;
 use crate::services::Services;
 
 /// Runs until shutdown.
 pub async fn run(services: Services) {
     let mut tick = timer::interval(TICK);
     let mut next_worker = 0usize;
+    let mut stats_logged = std::time::Instant::now();
     loop {
         tokio::select! {
             _ = services.shutdown.cancelled() => return,
@@ -27,7 +31,16 @@ pub async fn run(services: Services) {
                 }
             }
         }
-        let period = Duration::from_secs(services.config.load().general.stats_period.max(1));
+        let (period, pool_idle, log_stats) = {
+            let config = services.config.load();
+            let g = &config.general;
+            (
+                Duration::from_secs(g.stats_period.max(1)),
+                millis_opt(g.pool_idle_timeout),
+                g.log_stats,
+            )
+        };
+        services.pools.drop_idle(pool_idle);
         services.console_stats.roll(period);
         for pool in services.pools.all() {
             pool.stats().roll(period);
@@ -44,5 +57,29 @@ pub async fn run(services: Services) {
                 handle.spawn(async move { p.warm(w).await });
             }
         }
+        if stats_logged.elapsed() >= period {
+            stats_logged = std::time::Instant::now();
+            if log_stats {
+                log_averages(&services);
+            }
+        }
     }
+}
+
+/// PgBouncer's stats line: every pool's averages over its last full period, together.
+fn log_averages(services: &Services) {
+    let mut a = Averages::default();
+    for pool in services.pools.all() {
+        a.merge(&pool.stats().averages());
+    }
+    tracing::info!(
+        "stats: {} xacts/s, {} queries/s, in {} B/s, out {} B/s, xact {} us, query {} us, wait {} us",
+        a.xact_count,
+        a.query_count,
+        a.bytes_received,
+        a.bytes_sent,
+        a.xact_time,
+        a.query_time,
+        a.wait_time
+    );
 }

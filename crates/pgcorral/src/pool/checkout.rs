@@ -145,7 +145,7 @@ impl Drop for Checkout {
         match self.policy(&server) {
             Release::Ready => self.pool.checkin(server),
             Release::Close(why) => {
-                tracing::debug!(pid = server.key.pid, why, "closing server connection");
+                self.pool.closing(&server, &why);
                 // A query still running there would hold the backend after we hang up.
                 let running = !server.state.broken && server.state.pending > 0;
                 if running {
@@ -167,7 +167,7 @@ impl Drop for Checkout {
                     if ok {
                         pool.checkin(server);
                     } else {
-                        tracing::info!(pid = server.key.pid, "server reset failed; closing it");
+                        pool.closing(&server, &"server reset failed");
                         drop(server);
                         pool.release_slot();
                     }

@@ -32,8 +32,14 @@ impl Pool {
                 // The pool was made smaller (reload): idle servers beyond its size go.
                 let over = open > s.size;
                 if dead || old || unused || over {
-                    tracing::debug!(pool = ?self.0.name, pid = srv.key.pid, dead, old, unused, over, "closing idle server connection");
-                    closed.push(inner.idle.remove(i));
+                    // PgBouncer's words for each.
+                    let why = match (dead, old, unused) {
+                        (true, _, _) => "server conn crashed?",
+                        (_, true, _) => "server lifetime over",
+                        (_, _, true) => "server idle timeout",
+                        _ => "pool_size lowered",
+                    };
+                    closed.push((inner.idle.remove(i), why));
                 } else {
                     i += 1;
                 }
@@ -51,7 +57,8 @@ impl Pool {
                 s.min_size.min(s.size).saturating_sub(open)
             }
         };
-        for server in closed {
+        for (server, why) in closed {
+            self.closing(&server, &why);
             drop(server);
             self.release_slot();
         }

@@ -26,11 +26,13 @@ use parking_lot::Mutex;
 use crate::clock;
 use crate::cluster::topology;
 use crate::cold;
-use crate::config::PoolMode;
+use crate::config::{ConnLogging, PoolMode};
+use crate::connlog::{self, Who};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::logsafe;
-use crate::server::connect::{connect, Secret, Target};
+use crate::server::connect::{Secret, Target};
+use crate::server::hosts;
 use crate::server::{ServerConn, ServerParams};
 use crate::tls;
 
@@ -78,6 +80,13 @@ pub struct PoolSettings {
     /// A failed check fails the checkout (so that the cluster bans the server and tries
     /// another) instead of opening a new connection to the same server.
     pub fail_on_check: bool,
+    /// Which of its servers' connects and closes are logged (log_connections,
+    /// log_disconnections).
+    pub log: ConnLogging,
+    /// Run on each new server connection once logged in; empty = none (`connect_query`).
+    pub connect_query: String,
+    /// With a list of hosts, each new connection starts at the next host (else at the first).
+    pub round_robin_hosts: bool,
 }
 
 impl PoolSettings {
@@ -101,6 +110,9 @@ impl PoolSettings {
             caps: None,
             check_timeout: checkout::CLEANUP_TIMEOUT,
             fail_on_check: false,
+            log: Default::default(),
+            connect_query: String::new(),
+            round_robin_hosts: true,
         }
     }
 }
@@ -118,6 +130,9 @@ pub(crate) struct Shared {
     params: Mutex<Option<ServerParams>>,
     /// The last failed login and when, replayed to new logins within `login_retry`.
     login_failed: Mutex<Option<(Instant, Error)>>,
+    /// With a list of hosts: how many connections have started from the next one
+    /// (`load_balance_hosts = round-robin`).
+    next_host: std::sync::atomic::AtomicUsize,
     limits: Option<Arc<Limits>>,
     /// Clients logged in to this pool.
     clients: std::sync::atomic::AtomicUsize,
@@ -170,6 +185,7 @@ impl Pool {
             inner: Mutex::new(Inner::default()),
             params: Mutex::new(None),
             login_failed: Mutex::new(None),
+            next_host: Default::default(),
             limits,
             clients: Default::default(),
             stats: Default::default(),
@@ -315,7 +331,7 @@ impl Pool {
             c.applied = applied;
             return Ok(c);
         }
-        tracing::info!(pool = ?self.0.name, pid = c.key.pid, "server_check_query failed; closing the server connection");
+        self.closing(&c, &"server_check_query failed");
         c.state.broken = true;
         drop(c);
         if s.fail_on_check {
@@ -336,7 +352,7 @@ impl Pool {
         loop {
             let mut server = self.0.inner.lock().pop_idle(worker)?;
             if server.is_closed_while_idle() {
-                tracing::info!(pool = ?self.0.name, pid = server.key.pid, "idle server connection was closed by the server; discarding");
+                self.closing(&server, &"server conn crashed?");
                 drop(server);
                 self.release_slot();
                 continue;
@@ -414,7 +430,8 @@ impl Pool {
             {
                 let w = inner.waiters.pop_front().expect("checked").entry;
                 if inner.grant_place(w, self) {
-                    tracing::info!(pool = ?self.0.name, "client waited reserve_pool_timeout; opening a reserve server");
+                    // PgBouncer's words: a client waited reserve_pool_timeout.
+                    tracing::warn!(db = %logsafe::Esc(&self.0.name.0), user = %logsafe::Esc(&self.0.name.1), "taking connection from reserve_pool");
                 }
                 continue;
             }
@@ -489,8 +506,15 @@ impl Pool {
         // error; anything else fails at once.
         let give_up = Instant::now() + settings.unavailable_wait;
         let mut pause = Duration::from_millis(50);
+        let start = match settings.round_robin_hosts && hosts::is_list(&target.host) {
+            true => self
+                .0
+                .next_host
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            false => 0,
+        };
         let mut server = loop {
-            match connect(&target, worker).await {
+            match hosts::connect_any(&target, worker, start).await {
                 Ok(s) => break s,
                 Err(e) if for_client && e.server_unavailable() && Instant::now() < give_up => {
                     tracing::debug!(pool = ?self.0.name, error = %logsafe::Esc(&e), "server unavailable; waiting for it");
@@ -498,6 +522,10 @@ impl Pool {
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
                 Err(e) => {
+                    if e.kind() == Kind::ServerError {
+                        tracing::warn!(db = %logsafe::Esc(&self.0.name.0), user = %logsafe::Esc(&self.0.name.1),
+                            "server login failed: FATAL {}", logsafe::Esc(e.client_message()));
+                    }
                     // Replayed to new logins for server_login_retry (for a server that is
                     // down: once a client has waited server_unavailable_wait for it in vain).
                     if for_client && !retry.is_zero() {
@@ -539,14 +567,43 @@ impl Pool {
             ));
         }
         slot.fulfil();
-        tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "opened server connection");
+        if let (Some(l), true) = (&server.listed, settings.log.connections) {
+            let from = match unix {
+                true => "unix socket".to_string(),
+                false => l.local.to_string(),
+            };
+            connlog::new_server(settings.log, &Who::server(l), &from);
+        }
         {
             let mut p = self.0.params.lock();
             if p.is_none() {
                 *p = Some(server.params.clone());
             }
         }
-        Ok(Checkout::new(Box::new(server), self.clone()))
+        let mut c = Checkout::new(Box::new(server), self.clone());
+        if !settings.connect_query.is_empty() {
+            // Its settings are the server's starting state: what clients' settings are applied
+            // over (not a state to reset away), so the fresh server's bookkeeping is kept.
+            let fresh = c.applied.clone();
+            let query = Some(settings.connect_query.clone());
+            let ran = timer::timeout(
+                checkout::CLEANUP_TIMEOUT,
+                checkout::clean(&mut c, false, query),
+            );
+            if !ran.await.unwrap_or(false) {
+                self.closing(&c, &"connect_query failed");
+                c.state.broken = true;
+                return Err(Error::new(
+                    Kind::ServerConnect,
+                    format!(
+                        "connect_query {:?} failed on a new server connection",
+                        settings.connect_query
+                    ),
+                ));
+            }
+            c.applied = fresh;
+        }
+        Ok(c)
     }
 
     /// Adds an open, idle connection to the pool, counted against its size; when the pool is
@@ -589,7 +646,8 @@ impl Pool {
             }
             inner.idle.remove(0)
         };
-        tracing::debug!(pool = ?self.0.name, pid = server.key.pid, "closing an idle server to make room under a shared cap");
+        // To make room under a shared cap for another pool's client.
+        self.closing(&server, &"evicted");
         drop(server);
         self.release_slot();
         true
@@ -630,7 +688,12 @@ impl Pool {
             }
         }
         if expired || yield_cap {
-            tracing::debug!(pool = ?self.0.name, pid = server.key.pid, expired, "closing server connection at check-in");
+            let why = match (expired, server.generation < self.generation()) {
+                (true, true) => "database configuration changed",
+                (true, false) => "server lifetime over",
+                _ => "evicted",
+            };
+            self.closing(&server, &why);
             drop(server);
             self.release_slot();
             return;
@@ -649,6 +712,14 @@ impl Pool {
             }
         }
         inner.idle.push(server);
+    }
+
+    /// Logs why one of its servers is being closed (log_disconnections), in PgBouncer's words.
+    pub(crate) fn closing(&self, server: &ServerConn, why: &dyn std::fmt::Display) {
+        let log = self.0.settings.load().log;
+        if let (Some(l), true) = (&server.listed, log.disconnections) {
+            connlog::closing(log, &Who::server(l), why);
+        }
     }
 
     /// Gives up a server's place in the pool: a waiter may open a new one in its stead.

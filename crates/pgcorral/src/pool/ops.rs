@@ -20,6 +20,7 @@ impl Pool {
         let idle = std::mem::take(&mut self.0.inner.lock().idle);
         let n = idle.len();
         for server in idle {
+            self.closing(&server, &"closed by the admin console");
             drop(server);
             self.release_slot();
         }
@@ -32,11 +33,14 @@ impl Pool {
     }
 
     /// Servers opened from now on belong to a new generation; older ones are closed when they
-    /// come back, idle ones at once.
-    pub fn reconnect(&self) {
+    /// come back, idle ones at once (returns how many). A login failure being replayed
+    /// (server_login_retry) is forgotten: it was the old servers' (say, under TLS settings
+    /// changed since).
+    pub fn reconnect(&self) -> usize {
         self.0.generation.fetch_add(1, Relaxed);
         self.0.logins.clear();
-        self.close_idle();
+        *self.0.login_failed.lock() = None;
+        self.close_idle()
     }
 
     /// Replaces where new servers connect; true when it changed.

@@ -11,9 +11,12 @@ use super::limits::{CapKey, Limits};
 use super::{Pool, PoolSettings};
 use crate::cluster::topology::{RouteSettings, Topology};
 use crate::cluster::{Cluster, ShardPools};
-use crate::config::{millis_opt, Config, Database, ServerEntry, ServerRole};
+use crate::config::{
+    millis_opt, overrides, Config, Database, LoadBalanceHosts, ServerEntry, ServerRole,
+};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
+use crate::logsafe::Esc;
 use crate::server::connect::{Secret, Target};
 use crate::shard::{Sharding, Table};
 use crate::tls;
@@ -32,6 +35,8 @@ pub struct Registry {
     /// Passwords auth_query found for (database, user)s that have none in the configuration:
     /// what their pools log in to the server with.
     looked_up: Mutex<HashMap<(String, String), String>>,
+    /// Since when each cluster has had no client and no server (pool_idle_timeout).
+    empty_since: Mutex<HashMap<(String, String), std::time::Instant>>,
 }
 
 impl Registry {
@@ -52,6 +57,43 @@ impl Registry {
             .values()
             .flat_map(|c| c.pools().iter().cloned())
             .collect()
+    }
+
+    /// pool_idle_timeout (PgBouncer's): frees the pools of a (database, user) that have had no
+    /// client, no server and no waiting client for `idle` (their statistics go with them), unless
+    /// they keep `min_pool_size` servers. Run on every upkeep tick; `None` = off.
+    pub fn drop_idle(&self, idle: Option<Duration>) {
+        let mut since = self.empty_since.lock();
+        let Some(idle) = idle else {
+            since.clear();
+            return;
+        };
+        let now = std::time::Instant::now();
+        let mut clusters = self.clusters.lock();
+        clusters.retain(|key, cluster| {
+            // Held elsewhere: a client, or a login between `get` and its first checkout.
+            let empty = cluster.unshared()
+                && cluster.pools().iter().all(|p| {
+                    let s = p.snapshot();
+                    s.clients == 0 && s.open == 0 && s.waiting == 0 && p.settings().min_size == 0
+                });
+            if !empty {
+                since.remove(key);
+                return true;
+            }
+            let first = *since.entry(key.clone()).or_insert(now);
+            if now.duration_since(first) < idle {
+                return true;
+            }
+            since.remove(key);
+            tracing::info!(
+                database = %Esc(&key.0),
+                user = %Esc(&key.1),
+                "cleaning up idle pool (pool_idle_timeout)"
+            );
+            false
+        });
+        since.retain(|k, _| clusters.contains_key(k));
     }
 
     /// Every database's servers as routing knows them.
@@ -313,16 +355,23 @@ pub(crate) fn resolve(
             .or(db.pool_mode)
             .unwrap_or(g.pool_mode),
         reset_query: g.server_reset_query.clone(),
-        wait_timeout: g.query_wait_timeout(),
+        wait_timeout: millis_opt(overrides::query_wait_timeout(
+            g.query_wait_timeout,
+            db,
+            user_cfg,
+        )),
         login_retry: Duration::from_millis(g.server_login_retry),
         idle_timeout: millis_opt(g.server_idle_timeout),
-        lifetime: millis_opt(g.server_lifetime),
+        lifetime: millis_opt(overrides::server_lifetime(g.server_lifetime, db)),
         check_delay: Duration::from_millis(g.server_check_delay),
         check_query: g.server_check_query.clone(),
         unavailable_wait: Duration::from_millis(g.server_unavailable_wait),
         caps,
         check_timeout: super::checkout::CLEANUP_TIMEOUT,
         fail_on_check: false,
+        log: g.conn_logging(),
+        connect_query: db.connect_query.clone().unwrap_or_default(),
+        round_robin_hosts: db.load_balance_hosts != Some(LoadBalanceHosts::Disable),
     };
     let several = |servers: &[ServerEntry]| {
         servers.len() > 1 || servers.iter().any(|s| s.role == ServerRole::Auto)

@@ -1,9 +1,16 @@
 //! Where the log goes: stderr (unless `-q` or `-d`) and `logfile` (appended), at the level
-//! `log_level` names, or debug with `-v` and trace with `-vv`; RUST_LOG wins over both.
+//! `log_level` names, or debug with `-v` and trace with `-vv`; RUST_LOG wins over both; in
+//! pgcorral's format or PgBouncer's (`log_format`).
 
 use std::sync::Arc;
 
 use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
+use tracing_subscriber::prelude::*;
+use tracing_subscriber::{fmt, EnvFilter};
+
+use super::log_line::PgbouncerLine;
+use super::syslog::Syslog;
+use crate::config::{General, LogFormat};
 
 /// The log's destinations, opened before the process detaches or changes user.
 pub struct Output {
@@ -11,12 +18,15 @@ pub struct Output {
     pub stderr: bool,
     /// The open logfile, when one is configured.
     pub file: Option<std::fs::File>,
+    /// syslog, when `syslog` is on.
+    pub syslog: Option<Syslog>,
 }
 
 impl Output {
-    /// Opens `logfile` (when not empty) for appending; `stderr`: also log there.
-    pub fn open(logfile: &str, stderr: bool) -> Result<Output, String> {
-        let file = match logfile {
+    /// Opens `logfile` (when not empty) for appending, and syslog when `syslog` is on;
+    /// `stderr`: also log there.
+    pub fn open(g: &General, stderr: bool) -> Result<Output, String> {
+        let file = match g.logfile.as_str() {
             "" => None,
             path => Some(
                 std::fs::OpenOptions::new()
@@ -26,11 +36,19 @@ impl Output {
                     .map_err(|e| format!("cannot open logfile '{path}': {e}"))?,
             ),
         };
-        Ok(Output { stderr, file })
+        let syslog = match g.syslog {
+            true => Some(Syslog::open(&g.syslog_ident, &g.syslog_facility)?),
+            false => None,
+        };
+        Ok(Output {
+            stderr,
+            file,
+            syslog,
+        })
     }
 
     /// Installs the global subscriber; `filter` is a tracing filter ("info", "pgcorral=debug").
-    pub fn init(self, filter: &str) {
+    pub fn init(self, filter: &str, format: LogFormat) {
         let to_file = self.file.is_some();
         let writer = match (self.stderr, self.file) {
             (true, Some(f)) => BoxMakeWriter::new(std::io::stderr.and(Arc::new(f))),
@@ -40,10 +58,26 @@ impl Output {
         };
         // Colours only for a terminal that is the log's only reader.
         let ansi = self.stderr && !to_file && std::io::IsTerminal::is_terminal(&std::io::stderr());
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .with_writer(writer)
-            .with_ansi(ansi)
+        let lines = fmt::layer().with_writer(writer);
+        let lines = match format {
+            LogFormat::Pgcorral => lines.with_ansi(ansi).boxed(),
+            LogFormat::Pgbouncer => lines
+                .with_ansi(false)
+                .event_format(PgbouncerLine::new())
+                .boxed(),
+        };
+        // syslog stamps its own time and process id.
+        let syslog = self.syslog.map(|s| {
+            let l = fmt::layer().with_writer(s).with_ansi(false);
+            match format {
+                LogFormat::Pgcorral => l.without_time().boxed(),
+                LogFormat::Pgbouncer => l.event_format(PgbouncerLine::bare()).boxed(),
+            }
+        });
+        tracing_subscriber::registry()
+            .with(lines)
+            .with(syslog)
+            .with(EnvFilter::new(filter))
             .init();
     }
 }

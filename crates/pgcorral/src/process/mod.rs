@@ -3,5 +3,7 @@
 
 pub mod daemon;
 pub mod log;
+pub mod log_line;
 pub mod pidfile;
 pub mod signals;
+pub mod syslog;

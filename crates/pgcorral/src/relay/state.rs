@@ -220,17 +220,33 @@ impl ServerSide {
     }
 }
 
-/// The timer of query_timeout, idle_transaction_timeout and client_idle_timeout: set for the
-/// link's phase, and set again when the phase changes.
+/// The timer of query_timeout, idle_transaction_timeout and client_idle_timeout, set for the
+/// link's phase and set again when the phase changes; and of transaction_timeout, which runs
+/// from the phase that leaves Idle (a request goes out) until the link is Idle again, and
+/// expires first when it is sooner than the phase's own.
 pub(super) struct PhaseTimer {
     /// Some timeout is configured. Without one, no timer is made and phases are not followed.
     timed: bool,
-    /// Made at the first phase that has a timeout, then reset in place.
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     /// The phase the timer was last set for.
     phase: Option<Phase>,
-    /// The timer runs: `phase` has a timeout.
+    /// The timer runs: `phase` has a timeout, or a transaction is timed.
     armed: bool,
+    /// What the running timer is for: `phase`, or [`Phase::Transaction`].
+    reason: Phase,
+    /// Made at the first phase that has a timeout, then reset in place. The transaction's
+    /// deadline lives in it too, so that the relay (and every client's future) is no bigger
+    /// for it.
+    clock: Option<Pin<Box<Clock>>>,
+}
+
+pin_project_lite::pin_project! {
+    /// The timer's allocation.
+    struct Clock {
+        #[pin]
+        sleep: tokio::time::Sleep,
+        // When the transaction under way reaches transaction_timeout.
+        tx_deadline: Option<tokio::time::Instant>,
+    }
 }
 
 impl PhaseTimer {
@@ -238,48 +254,93 @@ impl PhaseTimer {
     pub fn new(timeouts: &Timeouts) -> PhaseTimer {
         PhaseTimer {
             timed: timeouts.any(),
-            sleep: None,
             phase: None,
             armed: false,
+            reason: Phase::Idle,
+            clock: None,
         }
     }
 
     /// Follows the link's phase: a new phase stops the timer, and starts it anew when that
-    /// phase has a timeout.
+    /// phase has a timeout or a transaction is timed (whichever expires first).
     #[inline]
     pub fn follow(&mut self, st: &LinkState, timeouts: &Timeouts) {
-        if self.timed {
-            let p = Phase::of(st);
-            if self.phase != Some(p) {
-                self.phase = Some(p);
-                self.armed = false;
-                if let Some(d) = timeouts.of(p) {
-                    let at = tokio::time::Instant::now() + d;
-                    match &mut self.sleep {
-                        Some(t) => t.as_mut().reset(at),
-                        None => self.sleep = Some(Box::pin(sleep_until(at))),
-                    }
-                    self.armed = true;
-                }
+        if !self.timed {
+            return;
+        }
+        let p = Phase::of(st);
+        if self.phase == Some(p) {
+            return;
+        }
+        self.phase = Some(p);
+        self.armed = false;
+        let own = timeouts.of(p);
+        let running = self.clock.as_ref().and_then(|c| c.tx_deadline);
+        let (tx, starts) = match p {
+            Phase::Idle => (None, false),
+            _ => (running, running.is_none() && timeouts.transaction.is_some()),
+        };
+        // The clock is read only when a deadline is to be computed from now.
+        let now = (own.is_some() || starts).then(tokio::time::Instant::now);
+        let tx = match (starts, now, timeouts.transaction) {
+            (true, Some(now), Some(d)) => Some(now + d),
+            _ => tx,
+        };
+        let own = own.zip(now).map(|(d, now)| (now + d, p));
+        let first = match (own, tx.map(|at| (at, Phase::Transaction))) {
+            (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        let Some((at, reason)) = first else {
+            if let Some(c) = &mut self.clock {
+                *c.as_mut().project().tx_deadline = None;
+            }
+            return;
+        };
+        match &mut self.clock {
+            Some(c) => {
+                let c = c.as_mut().project();
+                c.sleep.reset(at);
+                *c.tx_deadline = tx;
+            }
+            None => {
+                self.clock = Some(Box::pin(Clock {
+                    sleep: sleep_until(at),
+                    tx_deadline: tx,
+                }))
             }
         }
+        self.armed = true;
+        self.reason = reason;
     }
 
     /// Polls the timer: true when it runs and has expired.
     #[inline]
     pub fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         if self.armed {
-            if let Some(t) = self.sleep.as_mut() {
-                return t.as_mut().poll(cx).is_ready();
+            if let Some(c) = self.clock.as_mut() {
+                return c.as_mut().project().sleep.poll(cx).is_ready();
             }
         }
         false
     }
 
-    /// The phase whose timeout expired.
-    #[inline]
+    /// The phase the timer last followed.
+    #[cfg(test)]
     pub fn phase(&self) -> Phase {
-        self.phase.expect("armed for a phase")
+        self.phase.expect("followed a phase")
+    }
+
+    /// The timeout that expired: the phase's own, or [`Phase::Transaction`].
+    #[inline]
+    pub fn reason(&self) -> Phase {
+        self.reason
+    }
+
+    /// When the running timer expires.
+    #[cfg(test)]
+    fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.clock.as_ref().map(|c| c.sleep.deadline())
     }
 }
 
@@ -370,7 +431,7 @@ mod tests {
         assert!(!c.wants_scan());
         c.sent(2);
         assert!(c.wants_scan());
-        c.stop = Some(Outcome::ClientGone);
+        c.stop = Some(Outcome::ClientGone { eof: false });
         assert!(!c.wants_scan());
         let mut c = client(0, false, false);
         assert!(!c.wants_scan());
@@ -419,8 +480,8 @@ mod tests {
         assert!(c.stop.is_some(), "kept until answered");
         assert_eq!(c.take_stop(true), Some(Outcome::Refused("LISTEN")));
         assert_eq!(c.stop, None);
-        c.stop = Some(Outcome::ClientGone);
-        assert_eq!(c.take_stop(false), Some(Outcome::ClientGone));
+        c.stop = Some(Outcome::ClientGone { eof: false });
+        assert_eq!(c.take_stop(false), Some(Outcome::ClientGone { eof: false }));
         c.stop = Some(Outcome::ClientProtocol("bad".into()));
         assert_eq!(
             c.take_stop(false),
@@ -445,7 +506,7 @@ mod tests {
                 "a scan or a held batch first"
             );
         }
-        c.stop = Some(Outcome::ClientGone);
+        c.stop = Some(Outcome::ClientGone { eof: false });
         assert!(!c.plan_read(true, &going, 0), "the client side stopped");
         let mut c = client(0, false, false);
         assert!(!c.plan_read(true, &stopped, 0), "the next request waits");
@@ -538,7 +599,7 @@ mod tests {
         assert!(s.releasable());
         for o in [
             Outcome::ServerGone { notified: true },
-            Outcome::ClientGone,
+            Outcome::ClientGone { eof: false },
             Outcome::TimedOut(Phase::Query),
         ] {
             s.stop = Some(o);
@@ -594,7 +655,7 @@ mod tests {
             link(0, TxStatus::Idle),
         ] {
             t.follow(&st, &off);
-            assert!(t.sleep.is_none() && t.phase.is_none() && !t.armed);
+            assert!(t.clock.is_none() && t.phase.is_none() && !t.armed);
         }
         let mut cx = Context::from_waker(Waker::noop());
         assert!(!t.expired(&mut cx));
@@ -606,20 +667,21 @@ mod tests {
             query: Some(Duration::ZERO),
             idle_in_transaction: None,
             client_idle: Some(Duration::from_secs(3600)),
+            transaction: None,
         };
         let mut cx = Context::from_waker(Waker::noop());
         let mut t = PhaseTimer::new(&timeouts);
         let query = link(1, TxStatus::Idle);
         t.follow(&query, &timeouts);
         assert_eq!((t.phase(), t.armed), (Phase::Query, true));
-        let made: *const tokio::time::Sleep = &**t.sleep.as_ref().expect("made");
-        let deadline = t.sleep.as_ref().expect("made").deadline();
+        let made: *const Clock = &**t.clock.as_ref().expect("made");
+        let deadline = t.deadline().expect("made");
         tokio::time::sleep(Duration::from_millis(5)).await;
         assert!(t.expired(&mut cx), "query_timeout of zero");
 
         // The same phase leaves the timer as it is.
         t.follow(&query, &timeouts);
-        assert_eq!(t.sleep.as_ref().expect("kept").deadline(), deadline);
+        assert_eq!(t.deadline().expect("kept"), deadline);
 
         // A phase without a timeout stops it, though it has expired.
         t.follow(&link(0, TxStatus::InTransaction), &timeouts);
@@ -629,13 +691,55 @@ mod tests {
         // The next phase with one sets the same timer again.
         t.follow(&link(0, TxStatus::Idle), &timeouts);
         assert_eq!((t.phase(), t.armed), (Phase::Idle, true));
-        let again = t.sleep.as_ref().expect("kept");
+        let again = t.clock.as_ref().expect("kept");
         assert!(
             std::ptr::eq(made, &**again),
             "reset in place, not made anew"
         );
-        assert!(again.deadline() > deadline + Duration::from_secs(3000));
+        assert!(t.deadline().expect("kept") > deadline + Duration::from_secs(3000));
         assert!(!t.expired(&mut cx));
+    }
+
+    #[tokio::test]
+    async fn transaction_timeout_runs_from_the_first_request_to_idle() {
+        let timeouts = Timeouts {
+            query: Some(Duration::from_secs(3600)),
+            idle_in_transaction: Some(Duration::from_secs(3600)),
+            client_idle: None,
+            transaction: Some(Duration::from_millis(50)),
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut t = PhaseTimer::new(&timeouts);
+        t.follow(&link(1, TxStatus::Idle), &timeouts);
+        let deadline = t.deadline().expect("made");
+        assert_eq!(
+            (t.reason(), t.armed),
+            (Phase::Transaction, true),
+            "sooner than the query's"
+        );
+        // Idle in the transaction: the transaction's deadline stays the same.
+        t.follow(&link(0, TxStatus::InTransaction), &timeouts);
+        assert_eq!(t.deadline().expect("kept"), deadline);
+        assert_eq!(t.reason(), Phase::Transaction);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(t.expired(&mut cx));
+
+        // Idle outside a transaction: no transaction is timed (client_idle is off).
+        t.follow(&link(0, TxStatus::Idle), &timeouts);
+        assert!(!t.armed && !t.expired(&mut cx));
+        // The next request starts a new transaction's clock.
+        t.follow(&link(1, TxStatus::Idle), &timeouts);
+        assert!(t.armed && t.deadline().expect("kept") > deadline);
+        assert!(!t.expired(&mut cx));
+
+        // A phase's own timeout sooner than the transaction's is the one that runs.
+        let short = Timeouts {
+            query: Some(Duration::from_millis(1)),
+            ..timeouts
+        };
+        let mut t = PhaseTimer::new(&short);
+        t.follow(&link(1, TxStatus::Idle), &short);
+        assert_eq!(t.reason(), Phase::Query);
     }
 
     #[test]

@@ -108,7 +108,7 @@ async fn an_error_reaches_a_streaming_client_while_it_sends() {
     let stream = Stream::Unix(corral_rt::sock::Socket::new(s).unwrap());
     let mut server = ServerConn::new(stream, BytesMut::new(), key, Default::default(), 0);
     let outcome = run(&mut client, &mut server, &Mode::default()).await;
-    assert_eq!(outcome, Outcome::ClientGone);
+    assert_eq!(outcome, Outcome::ClientGone { eof: true });
     let sent = writer.join().unwrap();
     drop((client, server));
     corral_rt::batch::disable();

@@ -174,10 +174,20 @@ pub(crate) async fn start_tls(
         .await
         .map_err(|e| {
             // The cause (a certificate not trusted, a name not matching) is what the client
-            // needs to read.
+            // needs to read; a refused certificate in OpenSSL's words too, which PgBouncer's
+            // users search their logs for.
+            let refused = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<tokio_rustls::rustls::Error>())
+                .is_some_and(|r| matches!(r, tokio_rustls::rustls::Error::InvalidCertificate(_)));
+            let verify = if refused {
+                "certificate verify failed: "
+            } else {
+                ""
+            };
             Error::new(
                 Kind::ServerConnect,
-                format!("server {host}:{port} SSL handshake failed: {e}"),
+                format!("server {host}:{port} SSL handshake failed: {verify}{e}"),
             )
         })?;
     Ok(Stream::Tls(Box::new(tokio_rustls::TlsStream::Client(tls))))

@@ -2,6 +2,7 @@
 //! reported parameters) and what is in flight on it, which decides when it is safe to reuse.
 
 pub mod connect;
+pub mod hosts;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

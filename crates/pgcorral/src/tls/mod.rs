@@ -1,15 +1,19 @@
 //! TLS for both hops, built from the configuration's files: the acceptor for clients (SSLRequest
-//! and direct TLS) and the connector for PostgreSQL. Loaded whole at start and on every reload;
-//! a reload whose files do not load keeps the running set.
+//! and direct TLS) and the connector for PostgreSQL. Loaded whole at start, on every reload and
+//! SET; what does not load is never put in force (a reload is refused, a SET's setting is
+//! taken and the running TLS stays until the settings load together).
 
+mod client_verify;
 mod files;
+mod v1;
 mod verify;
 
 use std::sync::Arc;
 
+use tokio_rustls::rustls::sign::SingleCertAndKey;
 use tokio_rustls::rustls::{self, crypto::CryptoProvider, ServerConfig, SupportedProtocolVersion};
 
-use crate::config::{General, SslMode};
+use crate::config::{AuthType, General, SslMode};
 
 /// The ALPN protocol name PostgreSQL uses (required for direct TLS).
 pub const ALPN: &[u8] = b"postgresql";
@@ -24,6 +28,8 @@ pub struct Tls {
     pub client: Option<ClientSide>,
     /// PostgreSQL's side; `None` with `server_tls_sslmode = "disable"`.
     pub server: Option<ServerSide>,
+    /// What the server side was built from.
+    pub server_settings: ServerSettings,
 }
 
 impl std::fmt::Debug for Tls {
@@ -51,8 +57,10 @@ pub struct ServerSide {
 }
 
 impl Tls {
-    /// Reads the certificate, key and CA files `g` names and builds both sides.
+    /// Reads the certificate, key and CA files `g` names and builds both sides; `Err` when the
+    /// settings do not go together or a file does not load (nothing is half built).
     pub fn load(g: &General) -> Result<Tls, String> {
+        combinations(g)?;
         let client = match g.client_tls_sslmode {
             SslMode::Disable => None,
             mode => Some(client_side(g, mode)?),
@@ -61,43 +69,107 @@ impl Tls {
             SslMode::Disable => None,
             mode => Some(server_side(g, mode)?),
         };
-        Ok(Tls { client, server })
+        Ok(Tls {
+            client,
+            server,
+            server_settings: ServerSettings::of(g),
+        })
     }
 }
 
+/// The settings PostgreSQL's side was built from: when any of them changes, the servers
+/// opened before are replaced (PgBouncer does the same), so none stays on older TLS settings.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ServerSettings {
+    mode: Option<SslMode>,
+    files: [String; 3],
+    protocols: String,
+    ciphers: [String; 2],
+}
+
+impl ServerSettings {
+    fn of(g: &General) -> ServerSettings {
+        ServerSettings {
+            mode: Some(g.server_tls_sslmode),
+            files: [
+                g.server_tls_ca_file.clone(),
+                g.server_tls_cert_file.clone(),
+                g.server_tls_key_file.clone(),
+            ],
+            protocols: g.server_tls_protocols.clone(),
+            ciphers: [g.server_tls_ciphers.clone(), g.server_tls13_ciphers.clone()],
+        }
+    }
+}
+
+/// The settings that must go together for TLS to be set up; checked when TLS is loaded (at
+/// start, a reload, a SET), not when the configuration is read, so that the console can
+/// change them one at a time.
+fn combinations(g: &General) -> Result<(), String> {
+    if g.client_tls_sslmode != SslMode::Disable
+        && (g.client_tls_cert_file.is_empty() || g.client_tls_key_file.is_empty())
+    {
+        return Err("client_tls_cert_file and client_tls_key_file must be set for TLS from clients (client_tls_sslmode is not \"disable\")".into());
+    }
+    if g.client_tls_sslmode.verifies() && g.client_tls_ca_file.is_empty() {
+        return Err("client_tls_ca_file: required with client_tls_sslmode = \"verify-ca\" or \"verify-full\" (client certificates are checked against it)".into());
+    }
+    if g.auth_type == AuthType::Cert {
+        if g.client_tls_sslmode == SslMode::Disable {
+            return Err(
+                "auth_type = \"cert\" needs client TLS (client_tls_sslmode other than \"disable\")"
+                    .into(),
+            );
+        }
+        if g.client_tls_ca_file.is_empty() {
+            return Err("client_tls_ca_file: required with auth_type = \"cert\"".into());
+        }
+    }
+    if g.server_tls_cert_file.is_empty() != g.server_tls_key_file.is_empty() {
+        return Err("server_tls_cert_file and server_tls_key_file go together".into());
+    }
+    Ok(())
+}
+
 fn client_side(g: &General, mode: SslMode) -> Result<ClientSide, String> {
-    let provider = Arc::new(provider(&g.client_tls_ciphers)?);
+    let provider = Arc::new(provider_for(
+        ("client_tls_ciphers", &g.client_tls_ciphers),
+        ("client_tls13_ciphers", &g.client_tls13_ciphers),
+    )?);
     let versions = versions(&g.client_tls_protocols)?;
-    let chain = files::certs(&g.client_tls_cert_file, "client_tls_cert_file")?;
-    let key = files::key(&g.client_tls_key_file, "client_tls_key_file")?;
-    let binding = files::binding(&chain[0]);
+    let certified = files::certified(
+        &provider,
+        ("client_tls_cert_file", &g.client_tls_cert_file),
+        ("client_tls_key_file", &g.client_tls_key_file),
+    )?;
+    let binding = files::binding(&certified.cert[0]);
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .map_err(|e| format!("client_tls_protocols: {e}"))?;
     let builder = if g.client_tls_ca_file.is_empty() {
         builder.with_no_client_auth()
     } else {
-        let roots = files::roots(&g.client_tls_ca_file, "client_tls_ca_file")?;
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+        let cas = files::roots(&g.client_tls_ca_file, "client_tls_ca_file")?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            cas.store,
+            provider.clone(),
+        );
         // Below verify-ca a certificate is optional, but checked when given (cert auth).
         let verifier = if mode.verifies() {
             verifier
         } else {
             verifier.allow_unauthenticated()
         };
-        builder.with_client_cert_verifier(
-            verifier
-                .build()
-                .map_err(|e| format!("client_tls_ca_file: {e}"))?,
-        )
+        let webpki = verifier
+            .build()
+            .map_err(|e| format!("client_tls_ca_file: {e}"))?;
+        builder.with_client_cert_verifier(Arc::new(client_verify::ClientVerifier {
+            webpki,
+            cas: cas.certs,
+            provider,
+        }))
     };
-    let mut config = builder.with_single_cert(chain, key).map_err(|e| {
-        format!(
-            "client_tls_key_file {:?} does not go with client_tls_cert_file {:?}: {e}",
-            g.client_tls_key_file, g.client_tls_cert_file
-        )
-    })?;
+    let mut config = builder.with_cert_resolver(Arc::new(SingleCertAndKey::from(certified)));
     config.alpn_protocols = vec![ALPN.to_vec()];
     // libpq does not resume sessions: tickets would be work for nothing.
     config.send_tls13_tickets = 0;
@@ -109,18 +181,20 @@ fn client_side(g: &General, mode: SslMode) -> Result<ClientSide, String> {
 }
 
 fn server_side(g: &General, mode: SslMode) -> Result<ServerSide, String> {
-    let provider = Arc::new(provider(&g.server_tls_ciphers)?);
+    let provider = Arc::new(provider_for(
+        ("server_tls_ciphers", &g.server_tls_ciphers),
+        ("server_tls13_ciphers", &g.server_tls13_ciphers),
+    )?);
     let versions = versions(&g.server_tls_protocols)?;
-    let roots = if g.server_tls_ca_file.is_empty() {
-        None
-    } else {
-        Some(Arc::new(files::roots(
-            &g.server_tls_ca_file,
-            "server_tls_ca_file",
-        )?))
+    // Without a CA file, verify-ca and verify-full check against the system's CAs, as
+    // PgBouncer does.
+    let cas = match (g.server_tls_ca_file.as_str(), mode.verifies()) {
+        ("", false) => None,
+        ("", true) => Some(files::system_roots("server_tls_ca_file")?),
+        (path, _) => Some(files::roots(path, "server_tls_ca_file")?),
     };
-    let verifier = verify::for_mode(mode, roots, provider.clone())?;
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
+    let verifier = verify::for_mode(mode, cas, provider.clone())?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .map_err(|e| format!("server_tls_protocols: {e}"))?
         .dangerous()
@@ -128,14 +202,12 @@ fn server_side(g: &General, mode: SslMode) -> Result<ServerSide, String> {
     let mut config = if g.server_tls_cert_file.is_empty() {
         builder.with_no_client_auth()
     } else {
-        let chain = files::certs(&g.server_tls_cert_file, "server_tls_cert_file")?;
-        let key = files::key(&g.server_tls_key_file, "server_tls_key_file")?;
-        builder.with_client_auth_cert(chain, key).map_err(|e| {
-            format!(
-                "server_tls_key_file {:?} does not go with server_tls_cert_file {:?}: {e}",
-                g.server_tls_key_file, g.server_tls_cert_file
-            )
-        })?
+        let certified = files::certified(
+            &provider,
+            ("server_tls_cert_file", &g.server_tls_cert_file),
+            ("server_tls_key_file", &g.server_tls_key_file),
+        )?;
+        builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(certified)))
     };
     config.alpn_protocols = vec![ALPN.to_vec()];
     Ok(ServerSide {
@@ -203,8 +275,7 @@ pub fn provider(spec: &str) -> Result<CryptoProvider, String> {
     if words.is_empty() || (words.len() == 1 && all(words[0])) {
         return Ok(p);
     }
-    let name =
-        |s: &rustls::SupportedCipherSuite| format!("{:?}", s.suite()).replacen("TLS13_", "TLS_", 1);
+    let name = suite_name;
     let mut chosen = Vec::new();
     for w in &words {
         let want = w.to_ascii_uppercase().replacen("TLS13_", "TLS_", 1);
@@ -221,6 +292,61 @@ pub fn provider(spec: &str) -> Result<CryptoProvider, String> {
     }
     p.cipher_suites = chosen;
     Ok(p)
+}
+
+/// A side's provider: `*_tls_ciphers`, with its TLS 1.3 suites replaced by those
+/// `*_tls13_ciphers` names when it is set (PgBouncer's split: the first for TLS 1.2, the
+/// second for TLS 1.3).
+fn provider_for(
+    (key, spec): (&str, &str),
+    (key13, spec13): (&str, &str),
+) -> Result<CryptoProvider, String> {
+    let mut p = provider(spec).map_err(|e| format!("{key}: {e}"))?;
+    if !spec13.trim().is_empty() {
+        let tls13 = tls13_suites(spec13).map_err(|e| format!("{key13}: {e}"))?;
+        let tls12 = std::mem::take(&mut p.cipher_suites)
+            .into_iter()
+            .filter(|s| !matches!(s, rustls::SupportedCipherSuite::Tls13(_)));
+        p.cipher_suites = tls13.into_iter().chain(tls12).collect();
+    }
+    Ok(p)
+}
+
+/// The TLS 1.3 suites a `*_tls13_ciphers` value names: IANA names separated by `:` or `,`
+/// ("TLS_CHACHA20_POLY1305_SHA256").
+pub fn tls13_suites(spec: &str) -> Result<Vec<rustls::SupportedCipherSuite>, String> {
+    let known: Vec<rustls::SupportedCipherSuite> = rustls::crypto::ring::default_provider()
+        .cipher_suites
+        .into_iter()
+        .filter(|s| matches!(s, rustls::SupportedCipherSuite::Tls13(_)))
+        .collect();
+    let mut out = Vec::new();
+    for w in spec
+        .split([',', ':', ' '])
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+    {
+        let want = w.to_ascii_uppercase().replacen("TLS13_", "TLS_", 1);
+        match known.iter().find(|s| suite_name(s) == want) {
+            Some(s) => out.push(*s),
+            None => {
+                let names: Vec<String> = known.iter().map(suite_name).collect();
+                return Err(format!(
+                    "failed to set the TLSv1.3 cipher suites: {w:?} is not one; known: {}",
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("failed to set the TLSv1.3 cipher suites: none named".into());
+    }
+    Ok(out)
+}
+
+/// A suite's IANA name ("TLS_AES_256_GCM_SHA384"; rustls spells TLS 1.3's "TLS13_...").
+fn suite_name(s: &rustls::SupportedCipherSuite) -> String {
+    format!("{:?}", s.suite()).replacen("TLS13_", "TLS_", 1)
 }
 
 pub use files::binding;

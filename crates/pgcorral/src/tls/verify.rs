@@ -1,6 +1,7 @@
 //! How PostgreSQL's certificate is checked, by `server_tls_sslmode`: not at all below
 //! verify-ca (as libpq without a root certificate), the chain only with verify-ca, the chain
-//! and the host name with verify-full.
+//! and the host name with verify-full. X.509 v1 certificates (which OpenSSL, so PostgreSQL and
+//! PgBouncer, take and webpki refuses) are checked by [`super::v1`].
 
 use std::sync::Arc;
 
@@ -8,34 +9,33 @@ use tokio_rustls::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
 };
 use tokio_rustls::rustls::client::WebPkiServerVerifier;
-use tokio_rustls::rustls::crypto::{
-    verify_tls12_signature, verify_tls13_signature, CryptoProvider,
-};
+use tokio_rustls::rustls::crypto::CryptoProvider;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use tokio_rustls::rustls::{
-    CertificateError, DigitallySignedStruct, Error, RootCertStore, SignatureScheme,
-};
+use tokio_rustls::rustls::{CertificateError, DigitallySignedStruct, Error, SignatureScheme};
 
+use super::files::Cas;
+use super::v1;
 use crate::config::SslMode;
 
-/// The verifier for `mode`; `roots` is required from verify-ca up.
+/// The verifier for `mode`; `cas` is required from verify-ca up.
 pub fn for_mode(
     mode: SslMode,
-    roots: Option<Arc<RootCertStore>>,
+    cas: Option<Cas>,
     provider: Arc<CryptoProvider>,
 ) -> Result<Arc<dyn ServerCertVerifier>, String> {
     if !mode.verifies() {
         return Ok(Arc::new(Unchecked(provider)));
     }
-    let roots = roots.ok_or("server_tls_ca_file: required from verify-ca up")?;
-    let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
+    let cas = cas.ok_or("server_tls_ca_file: required from verify-ca up")?;
+    let webpki = WebPkiServerVerifier::builder_with_provider(cas.store, provider.clone())
         .build()
         .map_err(|e| format!("server_tls_ca_file: {e}"))?;
-    Ok(if mode == SslMode::VerifyFull {
-        webpki
-    } else {
-        Arc::new(ChainOnly(webpki))
-    })
+    Ok(Arc::new(Checked {
+        webpki,
+        cas: cas.certs,
+        provider,
+        full: mode == SslMode::VerifyFull,
+    }))
 }
 
 /// Accepts any certificate (the handshake's signatures are still checked, so the link is
@@ -61,7 +61,7 @@ impl ServerCertVerifier for Unchecked {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls12_signature(
+        v1::tls12_signature(
             message,
             cert,
             dss,
@@ -75,7 +75,7 @@ impl ServerCertVerifier for Unchecked {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls13_signature(
+        v1::tls13_signature(
             message,
             cert,
             dss,
@@ -88,11 +88,17 @@ impl ServerCertVerifier for Unchecked {
     }
 }
 
-/// The chain must lead to a trusted CA; the name in it is not compared with the host.
+/// The chain must lead to a trusted CA; with `full`, the certificate must also name the host.
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct Checked {
+    webpki: Arc<WebPkiServerVerifier>,
+    /// The CA file's certificates, for v1 server certificates.
+    cas: Arc<Vec<CertificateDer<'static>>>,
+    provider: Arc<CryptoProvider>,
+    full: bool,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Checked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -102,12 +108,20 @@ impl ServerCertVerifier for ChainOnly {
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
         match self
-            .0
+            .webpki
             .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
         {
             Err(Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
+            )) if !self.full => Ok(ServerCertVerified::assertion()),
+            Err(_) if v1::is_v1(end_entity) => v1::verify_leaf(
+                end_entity,
+                &self.cas,
+                now,
+                &self.provider.signature_verification_algorithms,
+                self.full.then_some(server_name),
+            )
+            .map(|()| ServerCertVerified::assertion()),
             other => other,
         }
     }
@@ -118,7 +132,12 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        v1::tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -127,10 +146,15 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        v1::tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.webpki.supported_verify_schemes()
     }
 }
