@@ -1,6 +1,7 @@
 //! A database whose `host` is a list (PgBouncer's `host=a,b` with `load_balance_hosts`): a
 //! host that does not answer is passed over; `disable` starts every new server connection at
-//! the first host, `round-robin` at the next one each time; SHOW DATABASES says which.
+//! the first host, `round-robin` at the next one each time; SHOW DATABASES and SHOW POOLS say
+//! which.
 
 mod support;
 
@@ -92,6 +93,26 @@ async fn a_host_list_is_walked_as_load_balance_hosts_says() {
                 "127.0.0.3,127.0.0.1".into(),
                 Some("round-robin".into())
             ),
+        ]
+    );
+    // SHOW POOLS says it too, for each pool of such a database.
+    let rows = admin.simple_query("SHOW POOLS").await.unwrap();
+    let mut pools = Vec::new();
+    for m in rows {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+            let db = r.get("database").unwrap().to_string();
+            if db == "rr" || db == "ordered" {
+                pools.push((db, r.get("load_balance_hosts").map(str::to_string)));
+            }
+        }
+    }
+    pools.sort();
+    pools.dedup();
+    assert_eq!(
+        pools,
+        vec![
+            ("ordered".into(), Some("disable".into())),
+            ("rr".into(), Some("round-robin".into())),
         ]
     );
     drop(pooler);

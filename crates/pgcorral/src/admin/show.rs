@@ -5,7 +5,7 @@ use super::show_conns::{connections, sockets};
 use super::show_shards;
 use super::show_stats::{latency, stats, stats_part, totals};
 use crate::cluster::topology;
-use crate::config::{Config, General, LoadBalanceHosts, PoolMode};
+use crate::config::{Config, Database, General, LoadBalanceHosts, PoolMode};
 use crate::conns::Kind;
 use crate::reload;
 use crate::rows::{Cell, Table, Ty};
@@ -181,12 +181,7 @@ fn databases(services: &Services, config: &Config) -> Table {
             services.clients_of_database(name).into(),
             db.reserve_pool_size.unwrap_or(g.reserve_pool_size).into(),
             (db.server_lifetime.unwrap_or(g.server_lifetime) / 1000).into(),
-            // Only a database with a list of hosts has one.
-            match (hosts::is_list(&db.host), db.load_balance_hosts) {
-                (false, _) => Cell::Null,
-                (true, Some(LoadBalanceHosts::Disable)) => "disable".into(),
-                (true, _) => "round-robin".into(),
-            },
+            load_balance_hosts(db),
         ]);
     }
     t.row(vec![
@@ -238,9 +233,10 @@ fn pools(services: &Services) -> Table {
         ("lag_bytes", Ty::Int),
         ("lag_ms", Ty::Int),
         ("shard", Ty::Int),
-        // Later PgBouncer's: NULL unless the database has a host list (pgcorral has one host).
+        // Later PgBouncer's: NULL unless the pool's database has a host list.
         ("load_balance_hosts", Ty::Text),
     ]);
+    let config = services.config.load();
     let mut pools = services.pools.all();
     pools.sort_by(|a, b| a.name().cmp(&b.name()));
     for p in pools {
@@ -282,7 +278,11 @@ fn pools(services: &Services) -> Table {
                     .map(|t| t.as_millis().to_string()),
             ),
             node.map_or(0, |n| n.shard).into(),
-            Cell::Null,
+            config
+                .databases
+                .get(db)
+                .or_else(|| config.databases.get("*"))
+                .map_or(Cell::Null, load_balance_hosts),
         ]);
     }
     let consoles = services.consoles.load(std::sync::atomic::Ordering::Relaxed);
@@ -294,6 +294,15 @@ fn pools(services: &Services) -> Table {
     row.push(Cell::Null);
     t.row(row);
     t
+}
+
+/// A database's `load_balance_hosts`: only a database with a list of hosts has one.
+fn load_balance_hosts(db: &Database) -> Cell {
+    match (hosts::is_list(&db.host), db.load_balance_hosts) {
+        (false, _) => Cell::Null,
+        (true, Some(LoadBalanceHosts::Disable)) => "disable".into(),
+        (true, _) => "round-robin".into(),
+    }
 }
 
 fn users(services: &Services, config: &Config) -> Table {
