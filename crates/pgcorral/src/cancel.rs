@@ -83,20 +83,28 @@ impl CancelMap {
             }
             return;
         };
-        let sent = match wait {
-            Some(w) => timer::timeout(w, send_cancel(&key)).await,
-            None => Ok(send_cancel(&key).await),
-        };
+        let sent = within(wait, send_cancel(&key)).await;
         match sent {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
                 tracing::info!(server = %key.addr, error = %logsafe::Esc(&e), "could not forward cancel request")
             }
-            Err(_) => tracing::info!(
+            None => tracing::info!(
                 server = %key.addr,
                 "cancel_wait_timeout: the cancel request could not be forwarded in time; dropped"
             ),
         }
+    }
+}
+
+/// `f`, given up after `wait` (cancel_wait_timeout; `None` = no limit): `None` when it ran out.
+async fn within<F: std::future::Future>(
+    wait: Option<std::time::Duration>,
+    f: F,
+) -> Option<F::Output> {
+    match wait {
+        Some(w) => timer::timeout(w, f).await.ok(),
+        None => Some(f.await),
     }
 }
 
@@ -127,11 +135,8 @@ async fn forward_to_peer(
         };
         send_request(stream, pid, secret).await
     };
-    let sent = match wait {
-        Some(w) => timer::timeout(w, send).await,
-        None => Ok(send.await),
-    };
-    if !matches!(sent, Ok(Ok(()))) {
+    let sent = within(wait, send).await;
+    if !matches!(sent, Some(Ok(()))) {
         tracing::info!(peer = %logsafe::Esc(&peer.host), port = peer.port, "could not forward a cancel request to a peer");
     }
 }

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::wire::Wire;
+use support::wire::{column_names, Wire};
 use support::*;
 
 const ADMIN: &str = "admin_users = [\"postgres\"]";
@@ -48,19 +48,6 @@ async fn shown(w: &mut Wire, what: &str, key: &str, column: &str) -> String {
         .find(|r| r[0].as_deref() == Some(key))
         .and_then(|r| r[i].clone())
         .unwrap_or_else(|| panic!("no row {key} in SHOW {what}"))
-}
-
-fn column_names(b: &[u8]) -> Vec<String> {
-    let n = i16::from_be_bytes([b[0], b[1]]) as usize;
-    let mut pos = 2;
-    (0..n)
-        .map(|_| {
-            let end = pos + b[pos..].iter().position(|&c| c == 0).unwrap();
-            let name = String::from_utf8_lossy(&b[pos..end]).into_owned();
-            pos = end + 19;
-            name
-        })
-        .collect()
 }
 
 /// SHOW CLIENTS' column `i` (pinned) for every client, polled until `done` holds or 2.5 s

@@ -9,7 +9,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use support::wire::{Msg, Wire};
+use support::wire::{column_names, Wire};
 use support::*;
 
 const ADMIN: &str = "admin_users = [\"postgres\"]";
@@ -22,27 +22,19 @@ async fn console(p: &Pooler) -> Wire {
     Wire::connect(p.port(), "postgres", "pgbouncer").await
 }
 
-fn column_names(m: &Msg) -> Vec<String> {
-    let b = &m.body;
-    let n = i16::from_be_bytes([b[0], b[1]]) as usize;
-    let mut pos = 2;
-    (0..n)
-        .map(|_| {
-            let end = pos + b[pos..].iter().position(|&c| c == 0).unwrap();
-            let name = String::from_utf8_lossy(&b[pos..end]).into_owned();
-            pos = end + 19;
-            name
-        })
-        .collect()
-}
-
 /// The answer to `sql`: its column names and its rows as (column → value, "" for NULL).
 async fn rows(w: &mut Wire, sql: &str) -> (Vec<String>, Vec<HashMap<String, String>>) {
     let msgs = w.simple(sql).await;
     if let Some(e) = msgs.iter().find(|m| m.tag == b'E') {
         panic!("{sql}: {:?}", e.field(b'M'));
     }
-    let cols = column_names(msgs.iter().find(|m| m.tag == b'T').expect("RowDescription"));
+    let cols = column_names(
+        &msgs
+            .iter()
+            .find(|m| m.tag == b'T')
+            .expect("RowDescription")
+            .body,
+    );
     let rows = msgs
         .iter()
         .filter(|m| m.tag == b'D')

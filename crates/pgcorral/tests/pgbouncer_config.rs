@@ -7,7 +7,7 @@
 mod support;
 
 use support::{
-    blocking, connect, db_message, free_port, pgcorral_bin, socket_dir, PgOptions, PoolerProcess,
+    blocking, check_config, connect, db_message, free_port, socket_dir, PgOptions, PoolerProcess,
     Postgres,
 };
 
@@ -189,12 +189,7 @@ fn a_wrong_value_is_refused_naming_key_and_line() {
         "[databases]\napp = host=127.0.0.1 dbname=app\n\n[pgbouncer]\nauth_type = trust\nquery_timeout = 10s\ntcp_keepalive = yes\n",
     )
     .unwrap();
-    let out = std::process::Command::new(pgcorral_bin())
-        .arg("--check")
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check_config(&path);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     let shown = path.display();

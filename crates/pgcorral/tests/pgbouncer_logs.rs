@@ -200,16 +200,14 @@ async fn toml_keeps_pgcorrals_format_with_the_same_words() {
 fn a_syslog_facility_syslog_does_not_have_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pgbouncer.ini");
-    std::fs::write(
-        &path,
-        "[databases]\napp = host=127.0.0.1 dbname=app\n[pgbouncer]\nauth_type = trust\nsyslog = 1\nsyslog_facility = kernel\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(support::pgcorral_bin())
-        .args(["--check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let check = |facility: &str| {
+        let ini = format!(
+            "[databases]\napp = host=127.0.0.1 dbname=app\n[pgbouncer]\nauth_type = trust\nsyslog = 1\nsyslog_facility = {facility}\n"
+        );
+        std::fs::write(&path, ini).unwrap();
+        support::check_config(&path)
+    };
+    let out = check("kernel");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
@@ -217,16 +215,7 @@ fn a_syslog_facility_syslog_does_not_have_is_refused() {
         "{err}"
     );
     // local0 is one: the file is valid (and syslog is opened only at start, not by --check).
-    std::fs::write(
-        &path,
-        "[databases]\napp = host=127.0.0.1 dbname=app\n[pgbouncer]\nauth_type = trust\nsyslog = 1\nsyslog_facility = local0\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(support::pgcorral_bin())
-        .args(["--check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = check("local0");
     assert!(
         out.status.success(),
         "{}",

@@ -117,16 +117,14 @@ pub(super) async fn admit(
         );
         return fail(client, services, None, e).await;
     }
+    let names = Some((taken.database.text.as_str(), taken.user.text.as_str()));
     if services.shutdown.is_cancelled() {
         let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
-        let names = Some((taken.database.text.as_str(), taken.user.text.as_str()));
         return fail(client, services, names, e).await;
     }
     let login = limit
         .run(login(client, &taken, minor, &params, binding, &limit))
         .await;
-    let (user, database) = (&taken.user.text, &taken.database.text);
-    let names = Some((database.as_str(), user.as_str()));
     match login {
         Ok(Ok(admitted)) => {
             let listed = match &admitted.0 {

@@ -567,12 +567,12 @@ impl Pool {
             ));
         }
         slot.fulfil();
-        if let (Some(l), true) = (&server.listed, settings.log.connections) {
-            let from = match unix {
-                true => "unix socket".to_string(),
-                false => l.local.to_string(),
+        if let Some(l) = &server.listed {
+            let from: &dyn std::fmt::Display = match unix {
+                true => &"unix socket",
+                false => &l.local,
             };
-            connlog::new_server(settings.log, &Who::server(l), &from);
+            connlog::new_server(settings.log, &Who::server(l), from);
         }
         {
             let mut p = self.0.params.lock();
@@ -716,9 +716,8 @@ impl Pool {
 
     /// Logs why one of its servers is being closed (log_disconnections), in PgBouncer's words.
     pub(crate) fn closing(&self, server: &ServerConn, why: &dyn std::fmt::Display) {
-        let log = self.0.settings.load().log;
-        if let (Some(l), true) = (&server.listed, log.disconnections) {
-            connlog::closing(log, &Who::server(l), why);
+        if let Some(l) = &server.listed {
+            connlog::closing(self.0.settings.load().log, &Who::server(l), why);
         }
     }
 

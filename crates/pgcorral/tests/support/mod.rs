@@ -638,6 +638,15 @@ pub fn pgcorral_bin() -> &'static str {
     env!("CARGO_BIN_EXE_pgcorral")
 }
 
+/// `pgcorral --check --config path`: whether the file is valid, and why not on stderr.
+pub fn check_config(path: &Path) -> Output {
+    Command::new(pgcorral_bin())
+        .args(["--check", "--config"])
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
 /// pgcorral as a child process; killed on drop.
 pub struct PoolerProcess {
     pub child: std::process::Child,

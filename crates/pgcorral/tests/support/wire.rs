@@ -76,6 +76,21 @@ impl Msg {
     }
 }
 
+/// The column names of a RowDescription body.
+pub fn column_names(body: &[u8]) -> Vec<String> {
+    let n = i16::from_be_bytes([body[0], body[1]]) as usize;
+    let mut pos = 2;
+    (0..n)
+        .map(|_| {
+            let end = pos + body[pos..].iter().position(|&c| c == 0).unwrap();
+            let name = String::from_utf8_lossy(&body[pos..end]).into_owned();
+            // The name's NUL, then table oid, column number, type oid, size, modifier, format.
+            pos = end + 19;
+            name
+        })
+        .collect()
+}
+
 /// The columns of a DataRow body as text (`None` for NULL).
 pub fn data_row(body: &[u8]) -> Vec<Option<String>> {
     let n = i16::from_be_bytes([body[0], body[1]]) as usize;
