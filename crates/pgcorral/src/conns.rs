@@ -87,7 +87,12 @@ pub struct Entry {
     pinned: Mutex<Box<str>>,
     /// Prepared statements the client has, or the server holds, as its last relay left them.
     prepared: AtomicU32,
+    /// A replication connection's kind, as an index in [`REPLICATION`].
+    replication: AtomicU8,
 }
+
+/// SHOW CLIENTS' and SHOW SERVERS' `replication` column, PgBouncer's words.
+const REPLICATION: [&str; 3] = ["none", "logical", "physical"];
 
 fn now_us() -> u64 {
     SystemTime::now()
@@ -160,6 +165,18 @@ impl Entry {
 
     pub fn set_link(&self, id: u64) {
         self.link.store(id, Relaxed);
+    }
+
+    /// Marks a replication connection: `logical` or `physical` (other names are ignored).
+    pub fn set_replication(&self, kind: &str) {
+        if let Some(i) = REPLICATION.iter().position(|k| *k == kind) {
+            self.replication.store(i as u8, Relaxed);
+        }
+    }
+
+    /// `none`, `logical` or `physical`.
+    pub fn replication(&self) -> &'static str {
+        REPLICATION[usize::from(self.replication.load(Relaxed)).min(2)]
     }
 }
 
@@ -323,6 +340,7 @@ impl Lists {
             waker: Default::default(),
             pinned: Mutex::default(),
             prepared: AtomicU32::new(0),
+            replication: AtomicU8::new(0),
         });
         self.list(kind).lock().insert(id, entry.clone());
         Listed {

@@ -172,9 +172,9 @@ fn base_row(e: &conns::Entry, kind: Kind, state: &str, now: std::time::SystemTim
     ]
 }
 
-/// The cells of [`LATER`]: pgcorral refuses replication connections, so every one is `none`.
+/// The cells of [`LATER`].
 fn later_cells(e: &conns::Entry) -> [Cell; 3] {
-    ["none".into(), e.prepared().into(), e.id.into()]
+    [e.replication().into(), e.prepared().into(), e.id.into()]
 }
 
 /// An address column: the IP, or "unix" for a connection over a Unix socket (as PgBouncer).

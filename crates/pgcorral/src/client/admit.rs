@@ -10,7 +10,7 @@ use pgwire::encode;
 
 use super::access::{self, Access};
 use super::startup::{self, Opening};
-use super::{login_auth, params, ClientConn, LoggedIn};
+use super::{login_auth, params, replication, ClientConn, LoggedIn};
 use crate::admin;
 use crate::cancel::{self, CancelSlot};
 use crate::clock;
@@ -35,6 +35,8 @@ pub(super) enum Admitted {
     Pool(LoggedIn),
     /// An admin console user, listed in SHOW CLIENTS (database `pgbouncer`, as PgBouncer).
     Console(admin::Role, conns::Listed),
+    /// A replication client with its own server.
+    Replication(Box<replication::Link>),
 }
 
 /// Startup packets, limits, authentication and the welcome. `None` when the client is done
@@ -130,6 +132,7 @@ pub(super) async fn admit(
             let listed = match &admitted.0 {
                 Admitted::Pool(s) => &s.listed,
                 Admitted::Console(_, l) => l,
+                Admitted::Replication(r) => &r.listed,
             };
             let g = services.config.load();
             connlog::login(
@@ -340,6 +343,11 @@ async fn login(
         return Err(e.replay());
     }
     let params = &taken.text;
+    if let Some(kind) = session_startup::replication(params) {
+        return replication::login(client, services, &pool, kind, params, out, id)
+            .await
+            .map(|a| (a, count));
+    }
     let startup_settings = session_startup::settings(params)?;
     let slot = Arc::new(CancelSlot::default());
     let session_mode = pool.settings().mode == PoolMode::Session;
@@ -557,7 +565,7 @@ async fn console_login(
 }
 
 /// Lists a logged-in client for SHOW CLIENTS (and KILL_CLIENT) under `id`.
-fn list_client(
+pub(super) fn list_client(
     client: &ClientConn,
     services: &Services,
     user: std::sync::Arc<str>,

@@ -9,6 +9,7 @@ mod copy_split;
 mod insert_split;
 mod login_auth;
 mod params;
+mod replication;
 mod replies;
 mod request;
 mod shard_tx;
@@ -203,6 +204,18 @@ fn task(
                     killed().write_response(&mut out, "FATAL");
                     let _ = client.stream.send(&out).await;
                 }
+                drop(count);
+            }
+            Some(admit::Admitted::Replication(link)) => {
+                let entry = link.listed.entry.clone();
+                let exit = entry
+                    .killable(replication::relay(&mut client, link))
+                    .await
+                    .unwrap_or_else(|| Err(killed()));
+                if let Some(fatal) = replication::left(exit, link, &client.peer, &services) {
+                    let _ = client.stream.send(&fatal).await;
+                }
+                services.cancel.unregister(link.pid, link.secret);
                 drop(count);
             }
             None => {}

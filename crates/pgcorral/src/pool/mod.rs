@@ -3,6 +3,7 @@
 //! [`Checkout`] guard.
 
 mod checkout;
+mod dedicated;
 mod hot;
 mod inner;
 pub mod limits;
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 pub use checkout::Checkout;
 use corral_rt::timer;
+pub use dedicated::Dedicated;
 use inner::{Grant, Inner};
 use limits::{CapKey, Limits};
 use parking_lot::Mutex;
@@ -35,6 +37,20 @@ use crate::server::connect::{Secret, Target};
 use crate::server::hosts;
 use crate::server::{ServerConn, ServerParams};
 use crate::tls;
+
+/// What a new server connection is opened for.
+#[derive(Clone, Copy)]
+enum Open<'a> {
+    /// A client's checkout: a failed login is remembered for `server_login_retry`, and a
+    /// server that is down is waited for up to `server_unavailable_wait`.
+    Client,
+    /// `min_pool_size` in the background: a failure is not remembered, so that a failed one
+    /// during a restart does not turn clients away afterwards.
+    Warm,
+    /// One client's own connection (replication), logged in with these startup parameters
+    /// besides the database's; its failure concerns that client only.
+    Dedicated(&'a [(String, String)]),
+}
 
 /// Rolls back an open transaction on a checked-out server; true when it ends idle within the
 /// cleanup timeout (otherwise the caller should treat the server as broken).
@@ -448,22 +464,19 @@ impl Pool {
     /// Opens a server in a place already counted, for a client; on error the place is given
     /// back.
     async fn open(&self, slot: inner::Slot, worker: usize) -> Result<Checkout> {
-        self.open_for(slot, worker, true).await
+        self.open_for(slot, worker, Open::Client).await
     }
 
-    /// `for_client`: a failure is remembered for `login_retry` (background warm-ups are not,
-    /// so that a failed one during a restart does not turn clients away afterwards).
-    async fn open_for(
-        &self,
-        slot: inner::Slot,
-        worker: usize,
-        for_client: bool,
-    ) -> Result<Checkout> {
+    /// Opens a server in `slot` for `how`.
+    async fn open_for(&self, slot: inner::Slot, worker: usize, how: Open<'_>) -> Result<Checkout> {
         let settings = self.0.settings.load_full();
         let retry = settings.login_retry;
-        if let Some((when, e)) = &*self.0.login_failed.lock() {
-            if when.elapsed() < retry {
-                return Err(e.replay());
+        let for_client = matches!(how, Open::Client);
+        if for_client {
+            if let Some((when, e)) = &*self.0.login_failed.lock() {
+                if when.elapsed() < retry {
+                    return Err(e.replay());
+                }
             }
         }
         let permit = match (&self.0.limits, &settings.caps) {
@@ -500,7 +513,14 @@ impl Pool {
             }
             _ => None,
         };
-        let target = self.0.target.lock().clone();
+        let mut target = self.0.target.lock().clone();
+        if let Open::Dedicated(extra) = how {
+            // The client's parameters win over the database's.
+            target
+                .startup
+                .retain(|(k, _)| !extra.iter().any(|(n, _)| n.eq_ignore_ascii_case(k)));
+            target.startup.extend(extra.iter().cloned());
+        }
         // A server that is down (restarting, failing over) is waited for, up to
         // server_unavailable_wait, so that clients whose transaction has not started see no
         // error; anything else fails at once.
@@ -581,7 +601,8 @@ impl Pool {
             }
         }
         let mut c = Checkout::new(Box::new(server), self.clone());
-        if !settings.connect_query.is_empty() {
+        // A replication connection may not run SQL (physical), and is its client's alone.
+        if !settings.connect_query.is_empty() && !matches!(how, Open::Dedicated(_)) {
             // Its settings are the server's starting state: what clients' settings are applied
             // over (not a state to reset away), so the fresh server's bookkeeping is kept.
             let fresh = c.applied.clone();
@@ -632,7 +653,7 @@ impl Pool {
             inner.open += 1;
             inner::Slot::new(self.clone())
         };
-        if let Err(e) = self.open_for(slot, worker, false).await {
+        if let Err(e) = self.open_for(slot, worker, Open::Warm).await {
             tracing::debug!(pool = ?self.0.name, error = %logsafe::Esc(&e), "could not open a min_pool_size server");
         }
     }

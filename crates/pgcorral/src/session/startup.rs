@@ -6,7 +6,41 @@ use crate::error::{Error, Kind, Result};
 
 /// Startup parameters that are not settings.
 fn is_connection_param(name: &str) -> bool {
-    matches!(name, "user" | "database" | "options") || name.starts_with("_pq_.")
+    matches!(name, "user" | "database" | "options" | "replication") || name.starts_with("_pq_.")
+}
+
+/// A replication connection a client asked for with its `replication` startup parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// `replication=database`: logical replication commands, and SQL.
+    Logical,
+    /// A true value: physical replication commands only. A value PostgreSQL does not take
+    /// counts as this too: the server refuses it in its own words.
+    Physical,
+}
+
+impl Replication {
+    /// As SHOW CLIENTS and SHOW SERVERS name it (PgBouncer's words).
+    pub fn name(self) -> &'static str {
+        match self {
+            Replication::Logical => "logical",
+            Replication::Physical => "physical",
+        }
+    }
+}
+
+/// What the last `replication` parameter asks for: `None` when there is none or it is false
+/// as PostgreSQL's `parse_bool` reads it (a prefix of `false`, `no`, `off` of at least two
+/// letters, or `0`, in any case).
+pub fn replication(params: &[(String, String)]) -> Option<Replication> {
+    let (_, value) = params.iter().rfind(|(k, _)| k == "replication")?;
+    if value == "database" {
+        return Some(Replication::Logical);
+    }
+    let v = value.to_ascii_lowercase();
+    let prefix_of = |word: &str, min: usize| v.len() >= min && word.starts_with(v.as_str());
+    let off = v == "0" || prefix_of("false", 1) || prefix_of("no", 1) || prefix_of("off", 2);
+    (!off).then_some(Replication::Physical)
 }
 
 /// The settings a client asked for at startup, later ones winning.
@@ -17,15 +51,6 @@ pub fn settings(params: &[(String, String)]) -> Result<Vec<(String, String)>> {
         out.push((name, value));
     };
     for (name, value) in params {
-        if name == "replication" {
-            if !matches!(value.as_str(), "false" | "off" | "no" | "0") {
-                return Err(Error::new(
-                    Kind::NotSupported,
-                    "replication connections are not supported by pgcorral",
-                ));
-            }
-            continue;
-        }
         if name == "options" {
             for (n, v) in options(value)? {
                 put(n, v);
@@ -133,12 +158,26 @@ mod tests {
     }
 
     #[test]
-    fn bad_options_and_replication_are_refused() {
+    fn bad_options_are_refused() {
         assert!(options("-x").is_err());
         assert!(options("-c").is_err());
         assert!(options("-c novalue").is_err());
-        assert!(settings(&p(&[("replication", "database")])).is_err());
-        assert!(settings(&p(&[("replication", "false")]))
+    }
+
+    #[test]
+    fn replication_is_read_as_postgresql_reads_it() {
+        let r = |v: &str| replication(&p(&[("replication", v)]));
+        assert_eq!(r("database"), Some(Replication::Logical));
+        for on in ["true", "t", "YES", "on", "1", "Database", "bogus"] {
+            assert_eq!(r(on), Some(Replication::Physical), "{on}");
+        }
+        for off in ["false", "f", "No", "n", "off", "OF", "0"] {
+            assert_eq!(r(off), None, "{off}");
+        }
+        // "o" is neither on nor off for PostgreSQL: it refuses it, so the server is asked.
+        assert_eq!(r("o"), Some(Replication::Physical));
+        assert_eq!(replication(&p(&[("application_name", "x")])), None);
+        assert!(settings(&p(&[("replication", "database")]))
             .unwrap()
             .is_empty());
     }

@@ -1,0 +1,157 @@
+//! A replication client (`replication=database`, or a true value): a server connection of its
+//! own, logged in with the client's startup parameters, whose every byte is relayed both ways
+//! until either side ends (replication commands, COPY BOTH streams and, on a logical
+//! connection, SQL), as PgBouncer does since 1.23.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use pgwire::backend::TxStatus;
+use pgwire::encode;
+
+use super::admit::{list_client, Admitted};
+use super::ClientConn;
+use crate::cancel::CancelSlot;
+use crate::connlog::{self, Who};
+use crate::conns;
+use crate::error::{Error, Kind, Result};
+use crate::net::peer::Peer;
+use crate::pool::{Dedicated, Pool};
+use crate::services::Services;
+use crate::session::startup::Replication;
+
+/// A logged-in replication client and its server.
+pub(super) struct Link {
+    pub server: Dedicated,
+    pub listed: conns::Listed,
+    pub pid: i32,
+    pub secret: i32,
+    pool: Pool,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.pool.client_left();
+    }
+}
+
+/// The startup parameters the server gets: the client's, but for those pgcorral answers itself
+/// (user and database are the pool's; protocol options were negotiated with the client).
+fn server_startup(params: &[(String, String)]) -> Vec<(String, String)> {
+    params
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "user" | "database") && !k.starts_with("_pq_."))
+        .cloned()
+        .collect()
+}
+
+/// Opens the client's server and welcomes the client with what that server reported
+/// (parameters, and a cancel key of pgcorral's that reaches it). `out` holds what the login
+/// has written for the client so far.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn login(
+    client: &mut ClientConn,
+    services: &Services,
+    pool: &Pool,
+    kind: Replication,
+    params: &[(String, String)],
+    mut out: BytesMut,
+    id: u64,
+) -> Result<Admitted> {
+    let (database, user) = pool.listed_names();
+    if services.control.is_paused(&database) {
+        services.control.wait_resumed(&database).await;
+    }
+    let server = pool
+        .dedicated(client.worker, &server_startup(params))
+        .await?;
+    for (k, v) in server.params.iter() {
+        encode::parameter_status(&mut out, k, v);
+    }
+    let slot = Arc::new(CancelSlot::default());
+    slot.set(Some(server.key.clone()));
+    let pid = server.key.pid;
+    let peer_id = services.config.load().general.peer_id;
+    let secret = services.cancel.register(pid, slot, peer_id);
+    encode::backend_key_data(&mut out, pid, secret);
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    if let Err(e) = client.stream.send(&out).await {
+        services.cancel.unregister(pid, secret);
+        return Err(Error::with_source(Kind::ClientIo, "write", e));
+    }
+    let application_name = params
+        .iter()
+        .rfind(|(k, _)| k == "application_name")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let listed = match list_client(client, services, user, database, application_name, id) {
+        Ok(l) => l,
+        Err(e) => {
+            services.cancel.unregister(pid, secret);
+            return Err(e);
+        }
+    };
+    listed.set_replication(kind.name());
+    if let Some(l) = &server.listed {
+        l.set_replication(kind.name());
+        l.set_link(listed.id);
+        listed.set_link(l.id);
+    }
+    pool.client_joined();
+    Ok(Admitted::Replication(Box::new(Link {
+        server,
+        listed,
+        pid,
+        secret,
+        pool: pool.clone(),
+    })))
+}
+
+/// Relays both ways until both sides have finished (the one that ends first has its end
+/// passed on to the other); what either sent before the relay began goes first. Returns why
+/// the client left, in PgBouncer's words.
+pub(super) async fn relay(client: &mut ClientConn, link: &mut Link) -> Result<&'static str> {
+    let early = client.buf.split();
+    if !early.is_empty() {
+        link.server
+            .stream
+            .send(&early)
+            .await
+            .map_err(|e| Error::with_source(Kind::ServerIo, "write", e))?;
+    }
+    let early = link.server.rbuf.split();
+    if !early.is_empty() {
+        client
+            .stream
+            .send(&early)
+            .await
+            .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+    }
+    tokio::io::copy_bidirectional(&mut client.stream, &mut link.server.stream)
+        .await
+        .map_err(|e| Error::with_source(Kind::ClientIo, "replication connection", e))?;
+    Ok("client close request")
+}
+
+/// Logs why a replication client left; for an error, returns the FATAL message to send it.
+pub(super) fn left(
+    exit: Result<&'static str>,
+    link: &Link,
+    peer: &Peer,
+    services: &Services,
+) -> Option<BytesMut> {
+    let g = services.config.load();
+    let who = Who::client(&link.listed, peer);
+    match exit {
+        Ok(reason) => {
+            connlog::closing(g.general.conn_logging(), &who, &reason);
+            None
+        }
+        Err(e) => {
+            connlog::closing(g.general.conn_logging(), &who, &e.client_message());
+            let mut out = BytesMut::new();
+            e.write_response(&mut out, "FATAL");
+            Some(out)
+        }
+    }
+}
