@@ -122,6 +122,54 @@ async fn server_connect_timeout_on_a_query() {
     assert_eq!(select_one(&a).await, 1);
 }
 
+/// A client waiting for a server that cannot be reached waits no longer than it may wait for
+/// a server at all: query_timeout, when shorter than query_wait_timeout, ends the wait with
+/// PgBouncer's `query_timeout` (57014), and query_wait_timeout with its own, however long
+/// server_unavailable_wait is (PgBouncer's waiting clients, which a pgbouncer.ini gets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_an_unreachable_server_ends_at_the_clients_wait_limit() {
+    let nobody = free_port();
+    for (limits, word, limit) in [
+        ("query_timeout = 1000\nquery_wait_timeout = 60000", "query_timeout", 1000),
+        ("query_wait_timeout = 1500", "query_wait_timeout", 1500),
+    ] {
+        let pooler = Pooler::start(&config_at(
+            nobody,
+            "postgres",
+            &format!("server_unavailable_wait = 600000\nserver_login_retry = 0\n{limits}"),
+        ))
+        .await;
+        let (err, took) = failed_login(pooler.port(), "postgres", "postgres").await;
+        assert_eq!(sqlstate(&err), "57014", "{word}: {err}");
+        assert!(db_message(&err).starts_with(word), "{word}: {err}");
+        assert!(took >= Duration::from_millis(limit - 100), "{word}: {took:?}");
+        assert!(took < Duration::from_millis(limit + 3000), "{word}: {took:?}");
+    }
+}
+
+/// While the wait lasts, a server that comes back is used: the waiting login succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_client_gets_the_server_that_comes_back() {
+    let pg = Postgres::start();
+    let proxy = Proxy::start(pg.port, ProxyMode::Reject).await;
+    let pooler = Pooler::start(&config_at(
+        proxy.port,
+        "postgres",
+        "server_unavailable_wait = 600000\nserver_login_retry = 0\nquery_wait_timeout = 20000",
+    ))
+    .await;
+    let port = pooler.port();
+    let login = tokio::spawn(async move { connect(port, "postgres", None, "postgres").await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(proxy.accepted() >= 1, "the login tried the server");
+    proxy.set(ProxyMode::Forward);
+    let c = within(HANG, "the waiting login", login)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the waiting login failed: {e}"));
+    assert_eq!(select_one(&c).await, 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // server_login_retry
 // ---------------------------------------------------------------------------------------------

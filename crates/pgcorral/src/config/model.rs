@@ -162,7 +162,8 @@ pub struct General {
     /// Seconds over which SHOW STATS averages are taken.
     pub stats_period: u64,
     /// Milliseconds a client's transaction waits for a server that is down (refusing
-    /// connections or starting up: a restart, a failover) before it fails.
+    /// connections or starting up: a restart, a failover) before it fails; never longer than
+    /// the client may wait for a server (query_wait_timeout, query_timeout).
     pub server_unavailable_wait: u64,
     /// `host:port` of the HTTP listener serving Prometheus `/metrics` and `/healthz`; empty
     /// (the default) turns it off.

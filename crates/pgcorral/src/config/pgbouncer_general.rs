@@ -22,7 +22,9 @@ pub(super) fn pgbouncer_general() -> General {
         unix_socket_dir: "/tmp".into(),
         unix_socket_mode: "0777".into(),
         server_connect_timeout: 15_000,
-        server_unavailable_wait: 0,
+        // PgBouncer keeps a client waiting while the server cannot be reached, until its
+        // query_wait_timeout or query_timeout: no limit of pgcorral's own.
+        server_unavailable_wait: u64::MAX,
         server_reset_query: "DISCARD ALL".into(),
         server_check_query: "select 1".into(),
         log_format: LogFormat::Pgbouncer,

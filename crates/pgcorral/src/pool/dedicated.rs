@@ -67,13 +67,7 @@ impl Pool {
                 self.closing(&server, &"evicted");
                 Ok(inner::Slot::new(self.clone()))
             }
-            Some(Grant::TimedOut(waited)) => Err(Error::new(
-                Kind::PoolTimeout,
-                format!(
-                    "query_wait_timeout: no server connection became free within {} ms",
-                    waited.as_millis()
-                ),
-            )),
+            Some(Grant::TimedOut(waited)) => Err(self.0.settings.load().waited_too_long(waited)),
             None => Err(Error::new(Kind::Shutdown, "pool closed")),
         }
     }

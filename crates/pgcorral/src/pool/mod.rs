@@ -77,6 +77,9 @@ pub struct PoolSettings {
     pub reset_query: String,
     /// How long a client waits for a server; `None` = forever.
     pub wait_timeout: Option<Duration>,
+    /// `query_timeout`, which also bounds a client's wait for a server (as PgBouncer's
+    /// janitor applies it to waiting clients); `None` = off.
+    pub query_timeout: Option<Duration>,
     /// After a failed login, how long new logins fail at once with the same error.
     pub login_retry: Duration,
     /// Idle servers unused for longer are closed (down to `min_size`).
@@ -106,6 +109,42 @@ pub struct PoolSettings {
 }
 
 impl PoolSettings {
+    /// How long a client may wait for a server: the shorter of `wait_timeout` and
+    /// `query_timeout`; `None` = forever.
+    fn wait_limit(&self) -> Option<Duration> {
+        match (self.wait_timeout, self.query_timeout) {
+            (Some(w), Some(q)) => Some(w.min(q)),
+            (w, q) => w.or(q),
+        }
+    }
+
+    /// What a client that waited `waited` for a server (past [`PoolSettings::wait_limit`])
+    /// is told: PgBouncer's `query_timeout` when that is the shorter limit, else
+    /// `query_wait_timeout`.
+    fn waited_too_long(&self, waited: Duration) -> Error {
+        let by_query = match (self.wait_timeout, self.query_timeout) {
+            (Some(w), Some(q)) => q < w,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        match by_query {
+            true => Error::new(
+                Kind::QueryTimeout,
+                format!(
+                    "query_timeout: no server connection within query_timeout ({} ms)",
+                    waited.as_millis()
+                ),
+            ),
+            false => Error::new(
+                Kind::PoolTimeout,
+                format!(
+                    "query_wait_timeout: no server connection became free within {} ms",
+                    waited.as_millis()
+                ),
+            ),
+        }
+    }
+
     /// A pool of `size` in `mode` with every optional behaviour off (no reserve, no timeouts,
     /// no checks, no caps).
     pub fn new(size: usize, mode: PoolMode) -> PoolSettings {
@@ -117,6 +156,7 @@ impl PoolSettings {
             mode,
             reset_query: String::new(),
             wait_timeout: None,
+            query_timeout: None,
             login_retry: Duration::ZERO,
             idle_timeout: None,
             lifetime: None,
@@ -414,13 +454,7 @@ impl Pool {
                     Some(Grant::Server(checkout)) => checkout,
                     Some(Grant::Slot(slot)) => return cold::cold(self.open(slot, worker)).await,
                     Some(Grant::TimedOut(waited)) => {
-                        return Err(Error::new(
-                            Kind::PoolTimeout,
-                            format!(
-                                "query_wait_timeout: no server connection became free within {} ms",
-                                waited.as_millis()
-                            ),
-                        ))
+                        return Err(self.0.settings.load().waited_too_long(waited))
                     }
                     None => return Err(Error::new(Kind::Shutdown, "pool closed")),
                 },
@@ -451,7 +485,7 @@ impl Pool {
                 }
                 continue;
             }
-            match s.wait_timeout {
+            match s.wait_limit() {
                 Some(t) if waited >= t => {
                     let w = inner.waiters.pop_front().expect("checked").entry;
                     let _ = w.send(Grant::TimedOut(waited));
@@ -523,8 +557,12 @@ impl Pool {
         }
         // A server that is down (restarting, failing over) is waited for, up to
         // server_unavailable_wait, so that clients whose transaction has not started see no
-        // error; anything else fails at once.
-        let give_up = Instant::now() + settings.unavailable_wait;
+        // error; anything else fails at once. The wait ends sooner when the client may wait
+        // no longer (query_wait_timeout, query_timeout): it is then told that, as PgBouncer's
+        // waiting clients are.
+        let started = Instant::now();
+        let unavailable_end = started.checked_add(settings.unavailable_wait);
+        let wait_end = settings.wait_limit().and_then(|l| started.checked_add(l));
         let mut pause = Duration::from_millis(50);
         let start = match settings.round_robin_hosts && hosts::is_list(&target.host) {
             true => self
@@ -533,12 +571,34 @@ impl Pool {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             false => 0,
         };
+        let waited_too_long = || settings.waited_too_long(started.elapsed());
         let mut server = loop {
-            match hosts::connect_any(&target, worker, start).await {
+            let attempt = hosts::connect_any(&target, worker, start);
+            let attempt = match (for_client, wait_end) {
+                (true, Some(end)) => match timer::timeout_at(end.into(), attempt).await {
+                    Ok(r) => r,
+                    Err(_) => return Err(waited_too_long()),
+                },
+                _ => attempt.await,
+            };
+            match attempt {
                 Ok(s) => break s,
-                Err(e) if for_client && e.server_unavailable() && Instant::now() < give_up => {
+                Err(e)
+                    if for_client
+                        && e.server_unavailable()
+                        && unavailable_end.is_none_or(|t| Instant::now() < t) =>
+                {
                     tracing::debug!(pool = ?self.0.name, error = %logsafe::Esc(&e), "server unavailable; waiting for it");
-                    timer::sleep(pause.min(give_up - Instant::now())).await;
+                    let now = Instant::now();
+                    let next = [unavailable_end, wait_end]
+                        .into_iter()
+                        .flatten()
+                        .map(|t| t.saturating_duration_since(now))
+                        .fold(pause, Duration::min);
+                    timer::sleep(next).await;
+                    if wait_end.is_some_and(|t| Instant::now() >= t) {
+                        return Err(waited_too_long());
+                    }
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
                 Err(e) => {

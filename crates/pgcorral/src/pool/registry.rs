@@ -363,6 +363,7 @@ pub(crate) fn resolve(
             db,
             user_cfg,
         )),
+        query_timeout: millis_opt(g.query_timeout),
         login_retry: Duration::from_millis(g.server_login_retry),
         idle_timeout: millis_opt(g.server_idle_timeout),
         lifetime: millis_opt(overrides::server_lifetime(g.server_lifetime, db)),

@@ -3,7 +3,7 @@
 
 use super::connect::{connect, Target};
 use super::ServerConn;
-use crate::error::{Error, Result};
+use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
 
 /// Whether `host` is a list of hosts.
@@ -16,7 +16,9 @@ pub fn is_list(host: &str) -> bool {
 /// returned. A single host is tried alone.
 pub async fn connect_any(target: &Target, worker: usize, start: usize) -> Result<ServerConn> {
     if !is_list(&target.host) {
-        return connect(target, worker).await;
+        return connect(target, worker)
+            .await
+            .inspect_err(|e| log_failed(target, &target.host, e));
     }
     let hosts: Vec<&str> = target.host.split(',').collect();
     let mut last: Option<Error> = None;
@@ -28,17 +30,31 @@ pub async fn connect_any(target: &Target, worker: usize, start: usize) -> Result
         match connect(&one, worker).await {
             Ok(s) => return Ok(s),
             Err(e) => {
-                let why = match e.to_string().contains("failed to lookup address") {
-                    true => "server DNS lookup failed",
-                    false => "connect failed",
-                };
-                tracing::info!(
-                    db = %Esc(&target.database), user = %Esc(&target.user), host = %Esc(&one.host),
-                    error = %Esc(&e), "closing because: {why}"
-                );
+                log_failed(target, &one.host, &e);
                 last = Some(e);
             }
         }
     }
     Err(last.expect("a list has hosts"))
+}
+
+/// Logs a connection that failed before the server answered, in PgBouncer's words (`connect
+/// failed`, `connect timeout`, `server DNS lookup failed`); a server's own refusal is logged
+/// by the pool (`server login failed`).
+fn log_failed(target: &Target, host: &str, e: &Error) {
+    if e.kind() == Kind::ServerError {
+        return;
+    }
+    let text = e.to_string();
+    let why = if text.contains("failed to lookup address") {
+        "server DNS lookup failed"
+    } else if text.contains("timed out") {
+        "connect timeout"
+    } else {
+        "connect failed"
+    };
+    tracing::info!(
+        db = %Esc(&target.database), user = %Esc(&target.user), host = %Esc(host),
+        error = %Esc(e), "closing because: {why}"
+    );
 }
