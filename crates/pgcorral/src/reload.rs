@@ -218,6 +218,7 @@ fn apply(services: &Services, mut new: Config, on_tls: TlsFailure) -> Result<App
         }
     }
     (applied.updated, applied.retired) = services.pools.reconfigure(&services.config.load());
+    services.pools.open_forced(&services.config.load());
     // auth_user, its password or its servers may have changed.
     services.auth_query.close_idle();
     services.config_gen.fetch_add(1, Ordering::Relaxed);

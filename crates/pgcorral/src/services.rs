@@ -87,6 +87,7 @@ impl Services {
         let tls = pools.tls.clone();
         let shutdown = Arc::new(Shutdown::new(pools.lists.clone()));
         let rules = hba::for_config(&config.general);
+        pools.open_forced(&config);
         Services(Arc::new(Inner {
             hba: ArcSwap::from_pointee(rules),
             config: ArcSwap::from_pointee(config),

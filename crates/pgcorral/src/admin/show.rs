@@ -347,8 +347,9 @@ fn users(services: &Services, config: &Config) -> Table {
             cap.into(),
             current.into(),
             pool_size.into(),
-            // pgcorral has no per-user reserve pool ([users]' reserve_pool_size is warned about).
-            "".into(),
+            user.and_then(|u| u.reserve_pool_size)
+                .map_or_else(String::new, |v| v.to_string())
+                .into(),
             user.and_then(|u| u.max_user_connections)
                 .unwrap_or(config.general.max_user_connections)
                 .into(),

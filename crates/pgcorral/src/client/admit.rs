@@ -438,7 +438,12 @@ async fn login(
         .rfind(|(k, _)| k == "application_name")
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
-    let (database, user) = pool.listed_names();
+    let (database, pool_user) = pool.listed_names();
+    // Under a forced user the pool is that user's; the client is listed under its own name.
+    let user = match &*pool_user == user {
+        true => pool_user,
+        false => std::sync::Arc::from(user),
+    };
     let listed = match list_client(client, services, user, database, application_name, id) {
         Ok(l) => l,
         Err(e) => {

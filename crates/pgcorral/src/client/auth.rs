@@ -61,9 +61,15 @@ pub async fn authenticate(
             certificate(stream, user, user_is_text)?;
         }
         if !known && (!config.users.is_empty() || *looked == Looked::NoRow) {
+            // PostgreSQL's words for a failed login by this method (auth.c's auth_failed,
+            // 28000), which PgBouncer uses too.
+            let method = match auth_type {
+                AuthType::Cert => "certificate",
+                _ => "\"trust\"",
+            };
             return Err(Error::new(
                 Kind::UnknownUser,
-                format!("no such user: \"{user}\""),
+                format!("{method} authentication failed for user \"{user}\""),
             ));
         }
         encode::auth_ok(out);

@@ -58,7 +58,12 @@ pub(super) async fn login(
     mut out: BytesMut,
     id: u64,
 ) -> Result<Admitted> {
-    let (database, user) = pool.listed_names();
+    let (database, pool_user) = pool.listed_names();
+    // Under a forced user the pool is that user's; the client is listed under its own name.
+    let user = match params.iter().rfind(|(k, _)| k == "user") {
+        Some((_, u)) if **u != *pool_user => Arc::from(u.as_str()),
+        _ => pool_user,
+    };
     if services.control.is_paused(&database) {
         services.control.wait_resumed(&database).await;
     }

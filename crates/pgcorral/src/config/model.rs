@@ -566,6 +566,9 @@ pub struct User {
     /// Plaintext, `md5<32 hex>` or a `SCRAM-SHA-256$...` verifier.
     pub password: Option<String>,
     pub pool_size: Option<usize>,
+    /// Extra servers of this user's pools for clients that waited `reserve_pool_timeout`;
+    /// wins over the database's and the general one.
+    pub reserve_pool_size: Option<usize>,
     pub pool_mode: Option<PoolMode>,
     /// Servers for this user across all databases; overrides the general cap.
     pub max_user_connections: Option<usize>,

@@ -192,16 +192,7 @@ pub(super) fn user(c: &mut Conv, name: &str, value: &str, at: &At) -> Option<Use
             "max_user_connections" => {
                 u.max_user_connections = number(c, at, key, &v).filter(|&n| n > 0)
             }
-            "reserve_pool_size" => {
-                if number(c, at, key, &v).is_some_and(|n| n > 0) {
-                    warn(
-                        c,
-                        at,
-                        key,
-                        "not honoured: pgcorral has reserve pools per database and in [pgbouncer]",
-                    );
-                }
-            }
+            "reserve_pool_size" => u.reserve_pool_size = number(c, at, key, &v),
             // 0: the global cap, as PgBouncer.
             "max_user_client_connections" => {
                 u.max_user_client_connections = number(c, at, key, &v).filter(|&n| n > 0)

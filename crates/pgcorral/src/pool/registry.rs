@@ -42,12 +42,32 @@ pub struct Registry {
 impl Registry {
     /// The pools serving `database` for `user`, created on first use.
     pub fn get(&self, config: &Config, database: &str, user: &str) -> Result<Cluster> {
+        // A database with a forced user has one pool, the forced user's, whoever logs in (as
+        // PgBouncer): its settings and caps are that user's.
+        let user = forced_user(config, database).unwrap_or(user);
         let key = (database.to_string(), user.to_string());
         if let Some(c) = self.clusters.lock().get(&key) {
             return Ok(c.clone());
         }
         let cluster = self.build(config, database, user)?;
         Ok(self.clusters.lock().entry(key).or_insert(cluster).clone())
+    }
+
+    /// Opens the pools of databases with a forced user and a `min_pool_size`, so that upkeep
+    /// fills them before any client comes (as PgBouncer, which knows those pools from its
+    /// file); other pools open with their first client. Run at start and after each reload.
+    pub fn open_forced(&self, config: &Config) {
+        for (name, db) in &config.databases {
+            let Some(user) = db.user.as_deref().filter(|_| name != "*") else {
+                continue;
+            };
+            if db.min_pool_size.unwrap_or(config.general.min_pool_size) == 0 {
+                continue;
+            }
+            if let Err(e) = self.get(config, name, user) {
+                tracing::warn!(database = %Esc(name), error = %Esc(&e), "could not open the pool for min_pool_size");
+            }
+        }
     }
 
     /// Every pool, for statistics and shutdown.
@@ -188,6 +208,14 @@ impl Registry {
         let (mut updated, mut removed) = (0, 0);
         clusters.retain(|(database, user), cluster| {
             let n = cluster.pools().len();
+            // The database's forced user changed: new logins go to another pool.
+            if forced_user(config, database).is_some_and(|f| f != user) {
+                for pool in cluster.pools() {
+                    pool.reconnect();
+                }
+                removed += n;
+                return false;
+            }
             let found = looked_up.get(&(database.clone(), user.clone()));
             match resolve(config, database, user, &self.tls, found.map(String::as_str)) {
                 Ok(r)
@@ -279,6 +307,16 @@ pub(crate) fn unknown_database(database: &str) -> Error {
 
 /// Where the pools for (`database`, `user`) connect and how they behave under `config`;
 /// `looked_up`: the password auth_query found for the user, when the configuration has none.
+/// The user every client of `database` is logged in to the server as (`user=` of the
+/// database), if it has one.
+fn forced_user<'a>(config: &'a Config, database: &str) -> Option<&'a str> {
+    config
+        .databases
+        .get(database)
+        .or_else(|| config.databases.get("*"))
+        .and_then(|d| d.user.as_deref())
+}
+
 pub(crate) fn resolve(
     config: &Config,
     database: &str,
@@ -343,15 +381,16 @@ pub(crate) fn resolve(
         max_user,
     });
     // A user's own setting wins over the database's, which wins over the default; with a
-    // forced server user the connecting user's pool_size does not apply (as PgBouncer, whose
-    // pool is then the forced user's).
-    let own_size = user_cfg
-        .filter(|_| db.user.is_none())
-        .and_then(|u| u.pool_size);
+    // forced server user the pool is that user's (see `Registry::get`), so its settings apply
+    // and the connecting user's do not, as PgBouncer.
+    let own_size = user_cfg.and_then(|u| u.pool_size);
     let mut settings = PoolSettings {
         size: own_size.or(db.pool_size).unwrap_or(g.default_pool_size),
         min_size: db.min_pool_size.unwrap_or(g.min_pool_size),
-        reserve_size: db.reserve_pool_size.unwrap_or(g.reserve_pool_size),
+        reserve_size: user_cfg
+            .and_then(|u| u.reserve_pool_size)
+            .or(db.reserve_pool_size)
+            .unwrap_or(g.reserve_pool_size),
         reserve_timeout: Duration::from_millis(g.reserve_pool_timeout),
         mode: user_cfg
             .and_then(|u| u.pool_mode)
