@@ -61,6 +61,18 @@ impl<'a> Who<'a> {
         }
     }
 
+    /// A server connection whose login failed, before it is listed (id 0, as a client's).
+    pub fn unlisted_server(addr: &'a dyn Display, db: &'a str, user: &'a str) -> Who<'a> {
+        Who {
+            side: 'S',
+            id: 0,
+            db,
+            user,
+            addr: Addr::Shown(addr),
+            since: None,
+        }
+    }
+
     /// A listed server connection.
     pub fn server(e: &'a Entry) -> Who<'a> {
         Who {

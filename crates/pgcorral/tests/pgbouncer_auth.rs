@@ -256,10 +256,7 @@ async fn auth_query_finds_roles_created_after_start() {
             .await
             .unwrap_err();
         let msg = db_message(&err);
-        assert!(
-            msg.contains("could not look up the user's password"),
-            "{db}: {msg}"
-        );
+        assert!(msg == "bouncer config error", "{db}: {msg}");
     }
     let log = pooler.log();
     assert!(
@@ -378,4 +375,136 @@ async fn same_logins_and_refusals_as_pgbouncer() {
             assert_eq!(code, "28P01", "{user}: {ours:?}");
         }
     }
+}
+
+/// Where auth_query runs, as PgBouncer's `prepare_auth_database` decides, with its messages:
+/// the console's logins are looked up too (with `[pgbouncer]`'s auth_dbname; without one, in
+/// the console itself, which is refused); a database's auth_dbname naming the console is taken
+/// from the file and its logins refused; an authentication database not configured, or
+/// disabled, refuses the login; a `[users]` entry without a password is still looked up. And a
+/// server's refused login is logged as PgBouncer logs it, a password of the wrong kind for the
+/// server's method with PgBouncer's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_auth_query_runs_and_its_refusals() {
+    let pg = server();
+    blocking(|| {
+        lookup_function(&pg);
+        role(&pg, "watcher", "watch pw", false);
+        role(&pg, "scrammed", "scram pw", false);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let userlist = dir.path().join("userlist.txt");
+    // `scrammed` held as an md5 hash, which a SCRAM-stored role's server cannot use.
+    std::fs::write(
+        &userlist,
+        format!(
+            "\"pgbouncer\" \"pgb pw\"\n\"scrammed\" \"{}\"\n",
+            pgwire::auth::md5::stored_hash("scrammed", "scram pw")
+        ),
+    )
+    .unwrap();
+    let p = pg.port;
+    let pooler = start(
+        &format!(
+            "auth_type = md5\nauth_file = {}\nauth_user = pgbouncer\n\
+             auth_query = SELECT uname, phash FROM pgbouncer.user_lookup($1)\n\
+             admin_users = pgbouncer\nstats_users = watcher\n\
+             [users]\nwatcher = pool_mode=statement\n",
+            userlist.display()
+        ),
+        &format!(
+            "app = host=127.0.0.1 port={p} dbname=app\n\
+             authdb = host=127.0.0.1 port={p} dbname=app\n\
+             via_authdb = host=127.0.0.1 port={p} dbname=app auth_dbname=authdb\n\
+             via_console = host=127.0.0.1 port={p} dbname=app auth_dbname=pgbouncer\n\
+             via_nowhere = host=127.0.0.1 port={p} dbname=app auth_dbname=nowhere\n\
+             bad_server_pw = host=127.0.0.1 port={p} dbname=app user=watcher password=wrong\n\
+             wrong_kind = host=127.0.0.1 port={p} dbname=app user=scrammed\n"
+        ),
+    );
+    let port = pooler.port;
+    let refusal = |db: &'static str| async move {
+        let err = connect(port, "watcher", Some("watch pw"), db)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{db}: logged in"));
+        db_message(&err)
+    };
+    // A [users] entry without a password: looked up, so it logs in.
+    assert_eq!(
+        login(port, "watcher", "watch pw").await,
+        Ok("watcher".into())
+    );
+    let c = connect(port, "watcher", Some("watch pw"), "via_authdb")
+        .await
+        .unwrap();
+    c.simple_query("SELECT 1").await.unwrap();
+
+    // The console without [pgbouncer]'s auth_dbname would look up in itself: refused.
+    assert_eq!(refusal("pgbouncer").await, "bouncer config error");
+    // A database's auth_dbname naming the console: taken from the file, its logins refused.
+    assert_eq!(refusal("via_console").await, "bouncer config error");
+    assert_eq!(refusal("via_nowhere").await, "bouncer config error");
+    let log = pooler.log();
+    assert_eq!(
+        log.matches("cannot use the reserved \"pgbouncer\" database as an auth_dbname")
+            .count(),
+        2,
+        "{log}"
+    );
+    assert!(
+        log.contains("authentication database \"nowhere\" is not configured"),
+        "{log}"
+    );
+
+    // A disabled authentication database.
+    let admin = connect(port, "pgbouncer", Some("pgb pw"), "pgbouncer")
+        .await
+        .unwrap();
+    admin.simple_query("DISABLE authdb").await.unwrap();
+    assert_eq!(
+        refusal("via_authdb").await,
+        "authentication database \"authdb\" is disabled"
+    );
+    admin.simple_query("ENABLE authdb").await.unwrap();
+
+    // With [pgbouncer]'s auth_dbname, the console's logins are looked up there.
+    admin
+        .simple_query("SET auth_dbname = 'authdb'")
+        .await
+        .unwrap();
+    let stats = connect(port, "watcher", Some("watch pw"), "pgbouncer")
+        .await
+        .unwrap();
+    stats.simple_query("SHOW STATS").await.unwrap();
+    let err = connect(port, "watcher", Some("wrong"), "pgbouncer")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "28P01");
+
+    // A server's refused login: its own closing line with the server's words (and the
+    // client's), as PgBouncer logs both.
+    assert_eq!(
+        refusal("bad_server_pw").await,
+        "password authentication failed for user \"watcher\""
+    );
+    let log = pooler.log();
+    assert!(
+        log.contains(&format!(
+            "S-0: bad_server_pw/watcher@127.0.0.1:{p} closing because: password authentication failed for user \"watcher\""
+        )),
+        "{log}"
+    );
+    // An md5 hash for a server asking for SCRAM: PgBouncer's words, the details in the log.
+    let err = connect(port, "scrammed", Some("scram pw"), "wrong_kind")
+        .await
+        .unwrap_err();
+    assert_eq!(db_message(&err), "server login failed: wrong password type");
+    assert!(
+        pooler
+            .log()
+            .contains("cannot do SCRAM-SHA-256 authentication: wrong password type"),
+        "{}",
+        pooler.log()
+    );
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
+use crate::admin;
 use crate::config::{millis_opt, Config};
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
@@ -50,15 +51,30 @@ pub struct Plan {
 /// `[users]` or the auth_file), or when neither the database (or the `*` template) nor
 /// `[general]` names an auth_user, as PgBouncer decides (a user whose password is empty is
 /// looked up).
+///
+/// The console's database has no settings of its own: `[general]`'s auth_user, auth_query
+/// and auth_dbname apply, and without an auth_dbname the lookup would run in the console
+/// itself, which [`Lookups::lookup`] refuses (as PgBouncer does).
 pub fn plan(config: &Config, database: &str, user: &str) -> Option<Plan> {
     if config.users.get(user).is_some_and(|u| u.password.is_some()) {
         return None;
+    }
+    let g = &config.general;
+    if admin::is_console(database) {
+        let auth_db = match g.auth_dbname.is_empty() {
+            true => database.to_string(),
+            false => g.auth_dbname.clone(),
+        };
+        return (!g.auth_user.is_empty()).then(|| Plan {
+            auth_user: g.auth_user.clone(),
+            auth_db,
+            query: g.auth_query.clone(),
+        });
     }
     let db = config
         .databases
         .get(database)
         .or_else(|| config.databases.get("*"))?;
-    let g = &config.general;
     let auth_user = db
         .auth_user
         .clone()
@@ -97,6 +113,9 @@ pub struct Lookups {
 impl Lookups {
     /// Looks `user`'s password up for a login to `database` (see [`plan`]). An error is a
     /// lookup that could not be made: the login fails (never let in), and it is logged.
+    /// `disabled` says whether a database is disabled (the console's DISABLE): a disabled
+    /// authentication database refuses the login, as in PgBouncer.
+    #[allow(clippy::too_many_arguments)]
     pub async fn lookup(
         &self,
         config: &Config,
@@ -104,10 +123,12 @@ impl Lookups {
         database: &str,
         user: &str,
         worker: usize,
+        disabled: impl Fn(&str) -> bool,
     ) -> Result<Looked> {
         let Some(plan) = plan(config, database, user) else {
             return Ok(Looked::NotAsked);
         };
+        check_auth_db(&plan, &disabled)?;
         let key = (database.to_string(), user.to_string());
         let lifetime = millis_opt(config.general.auth_query_cache_lifetime);
         if let Some(lifetime) = lifetime {
@@ -249,34 +270,49 @@ impl std::fmt::Display for LookupError {
     }
 }
 
-/// What the client is told: that the lookup failed, with the server's SQLSTATE when it sent
-/// one, not the server's text (the client has not authenticated).
-fn client_error(e: &LookupError) -> Error {
-    let why = match e {
-        LookupError::Connect(_) => "auth_user could not log in to the server".to_string(),
-        LookupError::Query(Failure::Server { code, .. }) => {
-            format!("the server refused auth_query (SQLSTATE {code})")
-        }
-        LookupError::Query(Failure::Broken(_)) => "the server connection failed".to_string(),
-        LookupError::Query(f) => f.to_string(),
-    };
-    Error::new(
-        Kind::ServerConnect,
-        format!("could not look up the user's password: {why}; see pgcorral's log"),
-    )
+/// What the client is told when the lookup failed: PgBouncer's `bouncer config error` (its
+/// words for a lookup that could not be made; PostgreSQL has no such case), never the server's
+/// text (the client has not authenticated). The log has the reason.
+fn client_error(_e: &LookupError) -> Error {
+    config_error()
+}
+
+/// PgBouncer's message to a client whose login the pooler's configuration cannot serve.
+fn config_error() -> Error {
+    Error::new(Kind::ServerConnect, "bouncer config error")
+}
+
+/// The authentication database must not be the console, nor disabled (PgBouncer's
+/// `prepare_auth_database`, with its log line and messages).
+fn check_auth_db(plan: &Plan, disabled: &dyn Fn(&str) -> bool) -> Result<()> {
+    if admin::is_console(&plan.auth_db) {
+        tracing::error!(
+            "cannot use the reserved \"{}\" database as an auth_dbname",
+            Esc(&plan.auth_db)
+        );
+        return Err(config_error());
+    }
+    if disabled(&plan.auth_db) {
+        return Err(Error::new(
+            Kind::Disabled,
+            format!("authentication database \"{}\" is disabled", plan.auth_db),
+        ));
+    }
+    Ok(())
 }
 
 /// The connection a plan's query runs on: the auth database's first server, logged in as
 /// auth_user with its password from the configuration (auth_file or `[users]`); its startup
 /// packet carries only `user` and `database`, never a client's parameters.
 fn target(config: &Config, tls: &tls::Shared, plan: &Plan) -> Result<Target> {
-    let resolved = registry::resolve(config, &plan.auth_db, &plan.auth_user, tls, None).map_err(|_| {
-        tracing::error!(auth_dbname = %Esc(&plan.auth_db), "authentication database is not configured");
-        Error::new(
-            Kind::UnknownDatabase,
-            format!("authentication database \"{}\" is not configured", plan.auth_db),
-        )
-    })?;
+    let resolved =
+        registry::resolve(config, &plan.auth_db, &plan.auth_user, tls, None).map_err(|_| {
+            tracing::error!(
+                "authentication database \"{}\" is not configured",
+                Esc(&plan.auth_db)
+            );
+            config_error()
+        })?;
     let mut target = resolved
         .shards
         .into_iter()
@@ -333,5 +369,29 @@ mod tests {
         let cfg =
             config("[general]\nauth_user = \"a\"\nauth_dbname = \"meta\"\n[databases.\"*\"]\n");
         assert_eq!(plan(&cfg, "any", "new").unwrap().auth_db, "meta");
+        // The console: [general]'s settings only (not the `*` template's), and without an
+        // auth_dbname the console itself, which the lookup refuses.
+        let cfg = config(concat!(
+            "[general]\nauth_user = \"a\"\n",
+            "[databases.\"*\"]\nauth_user = \"b\"\nauth_dbname = \"meta\"\n",
+        ));
+        let p = plan(&cfg, "pgbouncer", "new").unwrap();
+        assert_eq!(
+            (p.auth_user.as_str(), p.auth_db.as_str()),
+            ("a", "pgbouncer")
+        );
+        assert!(check_auth_db(&p, &|_| false).is_err());
+        let cfg = config("[general]\nauth_user = \"a\"\nauth_dbname = \"meta\"\n");
+        let p = plan(&cfg, "pgbouncer", "new").unwrap();
+        assert_eq!(p.auth_db, "meta");
+        assert!(check_auth_db(&p, &|_| false).is_ok());
+        let e = check_auth_db(&p, &|db| db == "meta").unwrap_err();
+        assert_eq!(
+            e.client_message(),
+            "authentication database \"meta\" is disabled"
+        );
+        // No auth_user in [general]: the console's logins are not looked up.
+        let cfg = config("[databases.\"*\"]\nauth_user = \"b\"\n");
+        assert_eq!(plan(&cfg, "pgbouncer", "new"), None);
     }
 }

@@ -13,7 +13,8 @@ use crate::services::Services;
 
 /// [`auth::authenticate`] by `auth_type` (the configured method, or an hba rule's), with the
 /// auth_query lookup first for a user that has no password in
-/// the configuration (never for the console's databases, nor for a name that is not text).
+/// the configuration (for the console's databases too, with `[general]`'s settings, as
+/// PgBouncer; never for a name that is not text).
 pub(super) async fn authenticate(
     client: &mut ClientConn,
     out: &mut BytesMut,
@@ -24,12 +25,21 @@ pub(super) async fn authenticate(
     binding: Option<&[u8]>,
 ) -> Result<Authenticated> {
     let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
-    let named = taken.user.is_text() && taken.database.is_text() && !admin::is_console(database);
+    let named = taken.user.is_text() && taken.database.is_text();
+    let console = admin::is_console(database);
     let looked = match named {
         true => {
+            let disabled = |db: &str| services.control.is_disabled(db);
             services
                 .auth_query
-                .lookup(config, &services.pools.tls, database, user, client.worker)
+                .lookup(
+                    config,
+                    &services.pools.tls,
+                    database,
+                    user,
+                    client.worker,
+                    disabled,
+                )
                 .await?
         }
         false => Looked::NotAsked,
@@ -51,7 +61,7 @@ pub(super) async fn authenticate(
         (Err(_), Looked::Found(_)) => {
             services.auth_query.forget(database, user);
         }
-        (Ok(_), Looked::Found(password)) => {
+        (Ok(_), Looked::Found(password)) if !console => {
             services
                 .pools
                 .set_looked_up(config, database, user, password.as_deref());

@@ -199,18 +199,13 @@ fn auth_query(cfg: &Config, errs: &mut Vec<String>) {
             }
         }
     }
-    let named = std::iter::once(("general.auth_dbname".to_string(), g.auth_dbname.as_str())).chain(
-        cfg.databases.iter().filter_map(|(n, d)| {
-            let v = d.auth_dbname.as_deref()?;
-            Some((format!("databases.{n}.auth_dbname"), v))
-        }),
-    );
-    for (key, v) in named {
-        if RESERVED_DATABASES.contains(&v) {
-            errs.push(format!(
-                "{key}: cannot use the reserved {v:?} database as an auth_dbname"
-            ));
-        }
+    // Only [general]'s: a database's auth_dbname naming the console is taken, and its logins
+    // are refused (`bouncer config error`, logged), as PgBouncer does.
+    let v = g.auth_dbname.as_str();
+    if RESERVED_DATABASES.contains(&v) {
+        errs.push(format!(
+            "general.auth_dbname: cannot use the reserved {v:?} database as an auth_dbname"
+        ));
     }
 }
 

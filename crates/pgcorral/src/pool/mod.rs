@@ -605,6 +605,11 @@ impl Pool {
                     if e.kind() == Kind::ServerError {
                         tracing::warn!(db = %logsafe::Esc(&self.0.name.0), user = %logsafe::Esc(&self.0.name.1),
                             "server login failed: FATAL {}", logsafe::Esc(e.client_message()));
+                        // And the server's own line, with the server's words as the reason,
+                        // as PgBouncer closes a server whose login the server refused.
+                        let addr = format!("{}:{}", target.host, target.port);
+                        let who = Who::unlisted_server(&addr, &self.0.listed_names.0, &target.user);
+                        connlog::closing(settings.log, &who, &e.client_message());
                     }
                     // Replayed to new logins for server_login_retry (for a server that is
                     // down: once a client has waited server_unavailable_wait for it in vain).

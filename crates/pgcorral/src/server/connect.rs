@@ -17,6 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::{CancelKey, CancelTls, ServerAddr, ServerConn};
 use crate::config::SslMode;
 use crate::error::{Error, Kind, Result};
+use crate::logsafe::Esc;
 use crate::net::framed::{read_message, ReadError};
 use crate::tls;
 
@@ -337,13 +338,17 @@ fn bad_server(target: &Target, what: &str) -> Error {
     )
 }
 
+/// The server asks for a method the password held cannot answer (none held, or an md5 hash
+/// for SCRAM): logged with the details, and the client told in PgBouncer's words.
 fn no_secret(target: &Target, method: &str) -> Error {
+    tracing::error!(
+        server = %format_args!("{}:{}", target.host, target.port),
+        user = %Esc(&target.user),
+        "cannot do {method} authentication: wrong password type (the server asks for {method} and pgcorral holds no usable password for the user)"
+    );
     Error::new(
         Kind::ServerConnect,
-        format!(
-            "server {}:{} asks for {method} authentication for user \"{}\", and pgcorral holds no usable password for it",
-            target.host, target.port, target.user
-        ),
+        "server login failed: wrong password type",
     )
 }
 
