@@ -75,18 +75,15 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     );
     let pooler = blocking(|| PoolerProcess::start_file("pgbouncer.ini", &ini, port));
     let log = pooler.log();
-    for key in [
-        "pgbouncer.tcp_keepalive",
-        "pgbouncer.tcp_defer_accept",
-        "users.reporter.reserve_pool_size",
-    ] {
+    for key in ["pgbouncer.tcp_keepalive", "pgbouncer.tcp_defer_accept"] {
         assert!(
             log.lines().any(|l| l.contains("WARN") && l.contains(key)),
             "no warning naming {key}:\n{log}"
         );
     }
-    // A user's own query_timeout is honoured, not warned about.
+    // A user's own query_timeout and reserve_pool_size are honoured, not warned about.
     assert!(!log.contains("users.reporter.query_timeout"), "{log}");
+    assert!(!log.contains("users.reporter.reserve_pool_size"), "{log}");
 
     // The file's pidfile names the process; its logfile gets the log too.
     let pid = std::fs::read_to_string(dir.path().join("pgbouncer.pid")).unwrap();
@@ -131,7 +128,9 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     assert!(msg.contains("nobody"), "{msg}");
 
     // The admin reaches the console; the pools have the file's modes (user's over database's
-    // over [pgbouncer]'s).
+    // over [pgbouncer]'s). Both databases force the server user: each has one pool, that
+    // user's, whose own settings apply (it has none in [users], so the database's mode, else
+    // [pgbouncer]'s), as PgBouncer.
     let admin = connect(port, "ops", None, "pgbouncer").await.unwrap();
     let pools = admin.simple_query("SHOW POOLS").await.unwrap();
     let modes: Vec<(String, String, String)> = pools
@@ -146,8 +145,8 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         })
         .collect();
     for want in [
-        ("shop", "app", "transaction"),
-        ("shop_ro", "reporter", "statement"),
+        ("shop", "shop_owner", "session"),
+        ("shop_ro", "shop_owner", "statement"),
     ] {
         let want = (want.0.to_string(), want.1.to_string(), want.2.to_string());
         assert!(modes.contains(&want), "{want:?} not in {modes:?}");
@@ -175,6 +174,9 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         "{}",
         db_message(&e)
     );
+    // A session (shop's pool is in session mode) takes the timeouts as it starts.
+    drop(app);
+    let app = connect(port, "app", None, "shop").await.unwrap();
     app.simple_query("SELECT pg_sleep(0.2)").await.unwrap();
     assert!(app.simple_query("SELECT pg_sleep(3)").await.is_err());
     drop(pooler);

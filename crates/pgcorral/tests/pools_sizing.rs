@@ -228,25 +228,106 @@ async fn min_pool_size_keeps_servers_open() {
     }
 }
 
+/// A database with a forced user (`user = ...`) has one pool, the forced user's, as
+/// PgBouncer: clients of every login name share its pool_size (the forced user's own from
+/// `[users]`, not the connecting user's), and SHOW CLIENTS lists them under their own names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_user_database_has_one_pool_for_every_login_name() {
+    let pg = Postgres::start();
+    for u in ["alice", "bob", "owner"] {
+        pg.create_user(u, "pw");
+    }
+    let rest = db(&pg, "postgres", "user = \"owner\"\npool_size = 5")
+        + &user("alice", "pool_size = 4")
+        + &user("bob", "")
+        + &user("owner", "pool_size = 2")
+        + &user("admin", "");
+    let pooler = Pooler::start(&toml(
+        "pool_mode = \"transaction\"\nadmin_users = [\"admin\"]",
+        &rest,
+    ))
+    .await;
+    let mut cs = clients(&pooler, "alice", "postgres", 4).await;
+    cs.extend(clients(&pooler, "bob", "postgres", 4).await);
+    let peak = Peak::watch(&pg, "usename = 'owner'".into(), SAMPLE).await;
+    let (cs, pids) = transactions(cs, 2, Duration::from_millis(200)).await;
+    let max = peak.finish().await;
+    assert!(
+        max <= 2,
+        "the forced user's pool_size (2): PostgreSQL saw {max}"
+    );
+    assert_eq!(
+        pids.len(),
+        2,
+        "8 clients of two names shared one pool: {pids:?}"
+    );
+    let admin = pooler.connect("admin", None, "pgbouncer").await;
+    let pools = simple_rows(&admin.simple_query("SHOW POOLS").await.unwrap());
+    let ours: Vec<_> = pools.iter().filter(|r| r[0] == "postgres").collect();
+    assert_eq!(ours.len(), 1, "one pool: {pools:?}");
+    assert_eq!(ours[0][1], "owner", "the pool is the forced user's");
+    let listed = simple_rows(&admin.simple_query("SHOW CLIENTS").await.unwrap());
+    for name in ["alice", "bob"] {
+        assert!(
+            listed.iter().any(|r| r[1] == name && r[2] == "postgres"),
+            "{name} listed under its own name: {listed:?}"
+        );
+    }
+    drop(cs);
+}
+
+/// A database with a forced user and min_pool_size has its servers opened from the start,
+/// before any client (its pool is known from the file, as PgBouncer's); one without a forced
+/// user waits for its first client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_pool_size_of_a_forced_user_database_opens_at_start() {
+    let pg = Postgres::start();
+    pg.create_user("owner", "pw");
+    pg.create_db("free");
+    let rest = db(
+        &pg,
+        "postgres",
+        "user = \"owner\"\nmin_pool_size = 3\npool_size = 5",
+    ) + &db(&pg, "free", "min_pool_size = 2");
+    let _pooler = Pooler::start(&toml("", &rest)).await;
+    let admin = direct(&pg).await;
+    wait_count(
+        &admin,
+        &of("owner", "postgres"),
+        3,
+        Duration::from_secs(10),
+        "the forced user's min_pool_size servers, without a client",
+    )
+    .await;
+    assert_eq!(
+        count(&admin, "datname = 'free'").await,
+        0,
+        "no client, no pool"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Reserve pool
 // ---------------------------------------------------------------------------------------------
 
 /// pool_size 1: while one client holds a transaction, another is served on a second (reserve)
 /// server after about reserve_pool_timeout; without a reserve it waits for the first to finish.
+/// The reserve is the general one or the user's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reserve_pool_serves_a_client_that_waited_reserve_pool_timeout() {
     let pg = Postgres::start();
     pg.create_user("app", "pw");
     let admin = direct(&pg).await;
     let cond = of("app", "postgres");
-    for reserve in [1, 0] {
+    // The general reserve, none, and the user's own ([users]' reserve_pool_size, as PgBouncer).
+    for (general, own) in [(1, ""), (0, ""), (0, "reserve_pool_size = 1")] {
+        let reserve = if own.is_empty() { general } else { 1 };
         let pooler = Pooler::start(&toml(
             &format!(
-                "default_pool_size = 1\nreserve_pool_size = {reserve}\nreserve_pool_timeout = 300\n\
+                "default_pool_size = 1\nreserve_pool_size = {general}\nreserve_pool_timeout = 300\n\
                  query_wait_timeout = 30000"
             ),
-            &db(&pg, "postgres", ""),
+            &(db(&pg, "postgres", "") + &user("app", own)),
         ))
         .await;
         let a = pooler.connect("app", None, "postgres").await;

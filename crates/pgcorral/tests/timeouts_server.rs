@@ -130,7 +130,11 @@ async fn server_connect_timeout_on_a_query() {
 async fn waiting_for_an_unreachable_server_ends_at_the_clients_wait_limit() {
     let nobody = free_port();
     for (limits, word, limit) in [
-        ("query_timeout = 1000\nquery_wait_timeout = 60000", "query_timeout", 1000),
+        (
+            "query_timeout = 1000\nquery_wait_timeout = 60000",
+            "query_timeout",
+            1000,
+        ),
         ("query_wait_timeout = 1500", "query_wait_timeout", 1500),
     ] {
         let pooler = Pooler::start(&config_at(
@@ -142,8 +146,14 @@ async fn waiting_for_an_unreachable_server_ends_at_the_clients_wait_limit() {
         let (err, took) = failed_login(pooler.port(), "postgres", "postgres").await;
         assert_eq!(sqlstate(&err), "57014", "{word}: {err}");
         assert!(db_message(&err).starts_with(word), "{word}: {err}");
-        assert!(took >= Duration::from_millis(limit - 100), "{word}: {took:?}");
-        assert!(took < Duration::from_millis(limit + 3000), "{word}: {took:?}");
+        assert!(
+            took >= Duration::from_millis(limit - 100),
+            "{word}: {took:?}"
+        );
+        assert!(
+            took < Duration::from_millis(limit + 3000),
+            "{word}: {took:?}"
+        );
     }
 }
 
