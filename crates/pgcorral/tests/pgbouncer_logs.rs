@@ -222,3 +222,33 @@ fn a_syslog_facility_syslog_does_not_have_is_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A database served by the `*` template is logged as PgBouncer logs it (`registered new
+/// auto-database`), and `login_notify_message` reaches every client as a NOTICE once it has
+/// authenticated (psql prints it before the query's result).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_database_line_and_login_notify_message() {
+    let pg = blocking(Postgres::start);
+    let port = free_port();
+    let ini = ini(pg.port, port, "login_notify_message = Welcome aboard").replace(
+        "[pgbouncer]",
+        &format!("* = host=127.0.0.1 port={}\n[pgbouncer]", pg.port),
+    );
+    let pooler = blocking(|| PoolerProcess::start_file("pgbouncer.ini", &ini, port));
+    let out = support::run_cmd({
+        let mut c = support::psql_cmd(port, "postgres", "postgres", Some("secret"));
+        c.args(["-X", "-At", "-c", "SELECT 42"]);
+        c
+    })
+    .await;
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    assert_eq!(support::stdout(&out).trim(), "42");
+    assert_eq!(support::stderr(&out), "NOTICE:  Welcome aboard\n");
+    let line = wait_for_line(&pooler, "auto-database line", |l| {
+        l.contains("registered new auto-database")
+    });
+    assert!(
+        line.ends_with("registered new auto-database: db=postgres"),
+        "{line}"
+    );
+}

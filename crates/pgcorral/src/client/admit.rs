@@ -287,6 +287,11 @@ async fn login(
             .await?
         }
     };
+    if !config.general.login_notify_message.is_empty() {
+        // After AuthenticationOk, as PgBouncer sends it.
+        let msg = &config.general.login_notify_message;
+        encode::notice_response(&mut out, "NOTICE", "00000", msg);
+    }
     // A name that is not UTF-8 names none of pgcorral's users or databases, and cannot be
     // passed to a server: refused as PostgreSQL refuses a role that does not exist (the
     // authentication refused it already where pgcorral knows its users), or as pgcorral

@@ -253,6 +253,9 @@ pub struct General {
     /// of every cancel key this process hands out, so that a peer that gets the cancel request
     /// knows where to forward it.
     pub peer_id: u16,
+    /// Sent to every client as a NOTICE once it has authenticated (PgBouncer 1.25's
+    /// `login_notify_message`); empty = none.
+    pub login_notify_message: String,
     /// Also log to syslog(3) (PgBouncer's `syslog`), as `syslog_ident` with `syslog_facility`.
     pub syslog: bool,
     pub syslog_ident: String,
@@ -466,6 +469,7 @@ impl Default for General {
             peer_id: 0,
             syslog: false,
             syslog_ident: "pgcorral".into(),
+            login_notify_message: String::new(),
             syslog_facility: "daemon".into(),
             pidfile: String::new(),
             logfile: String::new(),

@@ -282,6 +282,7 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
             "server_check_query" => g.server_check_query = s,
             "server_reset_query" => g.server_reset_query = s,
             "syslog_ident" => g.syslog_ident = s,
+            "login_notify_message" => g.login_notify_message = s,
             "syslog_facility" if super::syslog_facility(&s).is_none() => bad(
                 c,
                 "not a syslog facility (auth, authpriv, daemon, user, local0 to local7)",

@@ -150,7 +150,7 @@ const KEYS: &[(&str, Ty, How)] = &[
     // After 1.24.
     ("auth_ldap_options", Ty::Str, How::Warn(NEWER)),
     ("client_tls13_ciphers", Ty::Str, How::Map),
-    ("login_notify_message", Ty::Str, How::Warn(NEWER)),
+    ("login_notify_message", Ty::Str, How::Map),
     ("pool_idle_timeout", Ty::Time, How::Map),
     ("query_wait_notify", Ty::Int, How::Warn(NEWER)),
     ("scram_iterations", Ty::Int, How::Warn(NEWER)),

@@ -165,6 +165,10 @@ impl Registry {
     fn build(&self, config: &Config, database: &str, user: &str) -> Result<Cluster> {
         let looked_up = self.looked_up(database, user);
         let r = resolve(config, database, user, &self.tls, looked_up.as_deref())?;
+        if !config.databases.contains_key(database) {
+            // Served by the `*` template (PgBouncer's words).
+            tracing::info!("registered new auto-database: db={}", Esc(database));
+        }
         let shards = r
             .shards
             .into_iter()
