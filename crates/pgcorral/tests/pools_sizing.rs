@@ -646,3 +646,44 @@ async fn max_user_connections_caps_a_user_across_databases() {
     );
     assert!(max >= 1);
 }
+
+/// query_wait_notify: a client that waits longer than it for a server is sent PgBouncer's
+/// NOTICE that it is queued, once per wait, and then served; one served at once is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_client_is_notified_after_query_wait_notify() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&toml(
+        "default_pool_size = 1\npool_mode = \"transaction\"\nquery_wait_notify = 300",
+        &db(&pg, "postgres", ""),
+    ))
+    .await;
+    let holder = pooler.connect("postgres", None, "postgres").await;
+    let (mut waiter, mut messages) = client_with_messages(pooler.port()).await;
+    assert_eq!(select_one(&waiter).await, 1);
+    assert!(messages.try_recv().is_err(), "notified without waiting");
+    for round in 0..2 {
+        holder.batch_execute("BEGIN").await.unwrap();
+        let q = tokio::spawn(async move {
+            let r = select_one(&waiter).await;
+            (waiter, r)
+        });
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        holder.batch_execute("COMMIT").await.unwrap();
+        let (w, r) = within(Duration::from_secs(10), "the queued query", q)
+            .await
+            .unwrap();
+        waiter = w;
+        assert_eq!(r, 1);
+        match messages.recv().await {
+            Some(tokio_postgres::AsyncMessage::Notice(n)) => assert_eq!(
+                n.message(),
+                "No server connection available in postgres backend, client being queued"
+            ),
+            other => panic!("round {round}: no notice: {other:?}"),
+        }
+        assert!(
+            messages.try_recv().is_err(),
+            "round {round}: notified twice"
+        );
+    }
+}

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use admit::admit;
 use bytes::BytesMut;
 use corral_rt::stream::{Detached, Stream};
-use replies::{refuse_statement, refuse_transaction, timed_out};
+use replies::{notify_while_waiting, refuse_statement, refuse_transaction, timed_out};
 use request::{next_request, IdleTimer, Next};
 use sharded::check_in_transaction;
 use state::{deliver_held, recapture, restore};
@@ -484,6 +484,7 @@ fn run<'a>(
         let mode = session.pool.settings().mode;
         let mut config_gen = services.config_gen.load(Ordering::Relaxed);
         let mut relay_mode = relay_mode(services, &session.pool, mode, client.worker);
+        let mut wait_notify = millis_opt(services.config.load().general.query_wait_notify);
         let mut idle_timer = IdleTimer::default();
         let mut between = false;
         loop {
@@ -492,6 +493,7 @@ fn run<'a>(
                 if gen != config_gen {
                     config_gen = gen;
                     relay_mode = self::relay_mode(services, &session.pool, mode, client.worker);
+                    wait_notify = millis_opt(services.config.load().general.query_wait_notify);
                 }
                 if let Some(target) = services.balance.move_target(client.worker) {
                     return Ok(Exit::Move(target));
@@ -515,7 +517,11 @@ fn run<'a>(
                         None => continue,
                     }
                 } else {
-                    session.pool.checkout(client.worker).await?
+                    let checkout = session.pool.checkout(client.worker);
+                    match wait_notify {
+                        None => checkout.await?,
+                        Some(after) => notify_while_waiting(client, checkout, after).await?,
+                    }
                 };
                 let got = clock::now();
                 // The wait's time and count go with the transaction's (one record of the

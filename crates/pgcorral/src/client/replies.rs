@@ -113,3 +113,40 @@ pub(super) async fn refuse_transaction(
     }
     Ok(())
 }
+
+/// Waits for `checkout`; a client still waiting after `after` is sent PgBouncer's NOTICE that
+/// it is queued (`query_wait_notify`), once. A checkout that completes at its first poll (the
+/// common case) costs no timer.
+pub(super) async fn notify_while_waiting(
+    client: &mut ClientConn,
+    checkout: impl std::future::Future<Output = Result<Checkout>>,
+    after: std::time::Duration,
+) -> Result<Checkout> {
+    let mut checkout = std::pin::pin!(checkout);
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(checkout.as_mut().poll(cx)));
+    if let std::task::Poll::Ready(r) = first.await {
+        return r;
+    }
+    crate::cold::cold(async move {
+        match corral_rt::timer::timeout(after, checkout.as_mut()).await {
+            Ok(r) => r,
+            Err(_) => {
+                let mut out = BytesMut::new();
+                // PgBouncer's words, "postgres backend" included, whatever the database.
+                encode::notice_response(
+                    &mut out,
+                    "NOTICE",
+                    "00000",
+                    "No server connection available in postgres backend, client being queued",
+                );
+                client
+                    .stream
+                    .send(&out)
+                    .await
+                    .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+                checkout.await
+            }
+        }
+    })
+    .await
+}

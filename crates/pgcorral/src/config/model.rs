@@ -253,6 +253,9 @@ pub struct General {
     /// of every cancel key this process hands out, so that a peer that gets the cancel request
     /// knows where to forward it.
     pub peer_id: u16,
+    /// Milliseconds a client waits for a server before it is sent PgBouncer's NOTICE that it
+    /// is queued (`query_wait_notify`, once per wait); 0 = never.
+    pub query_wait_notify: u64,
     /// Sent to every client as a NOTICE once it has authenticated (PgBouncer 1.25's
     /// `login_notify_message`); empty = none.
     pub login_notify_message: String,
@@ -470,6 +473,7 @@ impl Default for General {
             syslog: false,
             syslog_ident: "pgcorral".into(),
             login_notify_message: String::new(),
+            query_wait_notify: 0,
             syslog_facility: "daemon".into(),
             pidfile: String::new(),
             logfile: String::new(),

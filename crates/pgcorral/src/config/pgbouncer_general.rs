@@ -29,6 +29,7 @@ pub(super) fn pgbouncer_general() -> General {
         server_check_query: "select 1".into(),
         log_format: LogFormat::Pgbouncer,
         syslog_ident: "pgbouncer".into(),
+        query_wait_notify: 5_000,
         ..General::default()
     }
 }
@@ -312,6 +313,8 @@ fn int(
         "default_pool_size" => g.default_pool_size = u,
         "max_client_conn" => g.max_client_conn = u,
         "stats_period" => g.stats_period = u as u64,
+        // Whole seconds (PgBouncer's CF_INT).
+        "query_wait_notify" => g.query_wait_notify = (u as u64).saturating_mul(1000),
         "max_db_connections" => g.max_db_connections = u,
         "max_user_connections" => g.max_user_connections = u,
         "max_db_client_connections" => g.max_db_client_connections = u,

@@ -152,7 +152,7 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("client_tls13_ciphers", Ty::Str, How::Map),
     ("login_notify_message", Ty::Str, How::Map),
     ("pool_idle_timeout", Ty::Time, How::Map),
-    ("query_wait_notify", Ty::Int, How::Warn(NEWER)),
+    ("query_wait_notify", Ty::Int, How::Map),
     ("scram_iterations", Ty::Int, How::Warn(NEWER)),
     ("server_tls13_ciphers", Ty::Str, How::Map),
     ("transaction_timeout", Ty::Time, How::Map),

@@ -611,6 +611,11 @@ impl Link<'_> {
     /// for its error) fails as PostgreSQL would fail the client's, or else the second finds
     /// the name taken, and its "already exists" is given the client's name.
     fn duplicate_parse(&mut self, name: &[u8], rest: &[u8], st: &mut LinkState) {
+        // PgBouncer's words, for log readers (the client gets PostgreSQL's 42P05).
+        tracing::info!(
+            "prepared statement '{}' was already prepared",
+            crate::logsafe::Esc(&String::from_utf8_lossy(name))
+        );
         self.free_dup_name();
         pgwire::encode::parse(self.out, DUP.as_bytes(), rest);
         self.expect.push_entry(Msg::Parse, false, None);
