@@ -266,6 +266,36 @@ async fn auth_query_finds_roles_created_after_start() {
     assert!(log.contains("42883"), "{log}");
 }
 
+/// Under `trust`, a user auth_query does not find is told so in PgBouncer's words (`no such
+/// user`: without a password to check, saying who does not exist reveals nothing more); one
+/// it finds logs in without a password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_with_auth_query_names_an_unknown_user() {
+    let pg = server();
+    blocking(|| lookup_function(&pg));
+    let dir = tempfile::tempdir().unwrap();
+    let settings = lookup_settings(
+        dir.path(),
+        "auth_query = SELECT uname, phash FROM user_lookup($1)",
+    )
+    .replace("auth_type = md5", "auth_type = trust");
+    let pooler = start(
+        &settings,
+        &format!("app = host=127.0.0.1 port={} dbname=app\n", pg.port),
+    );
+    // md5-stored: the hash found logs in to the server (a SCRAM verifier would need the
+    // client's proof, which trust does not ask for).
+    blocking(|| role(&pg, "late_md5", "md5 pw", true));
+    assert_eq!(
+        login(pooler.port, "late_md5", "").await,
+        Ok("late_md5".into())
+    );
+    assert_eq!(
+        login(pooler.port, "ghost", "").await,
+        Err(("28000".into(), "no such user: \"ghost\"".into()))
+    );
+}
+
 /// auth_query_cache_lifetime (opt-in): a found password is reused, so an expiry is seen only
 /// once the entry is gone; a failed login forgets it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

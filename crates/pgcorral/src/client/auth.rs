@@ -60,9 +60,17 @@ pub async fn authenticate(
         if auth_type == AuthType::Cert {
             certificate(stream, user, user_is_text)?;
         }
-        if !known && (!config.users.is_empty() || *looked == Looked::NoRow) {
-            // PostgreSQL's words for a failed login by this method (auth.c's auth_failed,
-            // 28000), which PgBouncer uses too.
+        if !known && *looked == Looked::NoRow {
+            // auth_query found no such user: PgBouncer's words. Without a password to check,
+            // anyone who exists gets in, so saying who does not reveals nothing more.
+            return Err(Error::new(
+                Kind::UnknownUser,
+                format!("no such user: \"{user}\""),
+            ));
+        }
+        if !known && !config.users.is_empty() {
+            // Not among the users pgcorral knows: PostgreSQL's words for a failed login by
+            // this method (auth.c's auth_failed, 28000), which PgBouncer uses too.
             let method = match auth_type {
                 AuthType::Cert => "certificate",
                 _ => "\"trust\"",
