@@ -51,6 +51,7 @@ async fn a_pgbouncer_ini_serves_its_databases() {
          [users]\n\
          app = pool_mode=transaction max_user_connections=3\n\
          reporter = pool_size=2 query_timeout=30 reserve_pool_size=1\n\
+         lurker = pool_size=1\n\
          \n\
          [pgbouncer]\n\
          listen_addr = 127.0.0.1\n\
@@ -122,10 +123,15 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     let row = reporter.query_one("SHOW timezone", &[]).await.unwrap();
     assert_eq!(row.get::<_, String>(0), "Europe/Lisbon");
 
-    // A name the files do not know is refused, as PgBouncer refuses it.
-    let err = connect(port, "nobody", None, "shop").await.unwrap_err();
-    let msg = db_message(&err);
-    assert!(msg.contains("nobody"), "{msg}");
+    // A name the files do not know is refused, as PgBouncer refuses it; so is one that has
+    // settings in [users] but is not in auth_file.
+    for name in ["nobody", "lurker"] {
+        let err = connect(port, name, None, "shop").await.unwrap_err();
+        assert_eq!(
+            db_message(&err),
+            format!("\"trust\" authentication failed for user \"{name}\"")
+        );
+    }
 
     // The admin reaches the console; the pools have the file's modes (user's over database's
     // over [pgbouncer]'s). Both databases force the server user: each has one pool, that

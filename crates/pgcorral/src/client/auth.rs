@@ -50,7 +50,10 @@ pub async fn authenticate(
     binding: Option<&[u8]>,
     looked: &Looked,
 ) -> Result<Authenticated> {
-    let entry = config.users.get(user).filter(|_| user_is_text);
+    let entry = config
+        .users
+        .get(user)
+        .filter(|u| user_is_text && !u.settings_only);
     let (known, password) = match looked {
         Looked::Found(p) => (true, p.as_deref()),
         Looked::NoRow => (false, None),
@@ -68,7 +71,7 @@ pub async fn authenticate(
                 format!("no such user: \"{user}\""),
             ));
         }
-        if !known && !config.users.is_empty() {
+        if !known && config.users.values().any(|u| !u.settings_only) {
             // Not among the users pgcorral knows: PostgreSQL's words for a failed login by
             // this method (auth.c's auth_failed, 28000), which PgBouncer uses too.
             let method = match auth_type {

@@ -573,6 +573,10 @@ impl General {
 pub struct User {
     /// Plaintext, `md5<32 hex>` or a `SCRAM-SHA-256$...` verifier.
     pub password: Option<String>,
+    /// Settings only (a pgbouncer.ini's `[users]` entry): the user may log in under `trust`
+    /// only if also listed in `auth_file` (or as an admin or stats user), as in PgBouncer.
+    #[serde(skip)]
+    pub settings_only: bool,
     pub pool_size: Option<usize>,
     /// Extra servers of this user's pools for clients that waited `reserve_pool_timeout`;
     /// wins over the database's and the general one.

@@ -134,7 +134,8 @@ fn convert(c: &mut Conv, file: Sections, name: &str) -> Config {
         }
     }
     for (name, (value, at)) in &file.users {
-        if let Some(u) = user(c, name, value, at) {
+        if let Some(mut u) = user(c, name, value, at) {
+            u.settings_only = true;
             cfg.users.insert(name.clone(), u);
         }
     }

@@ -444,7 +444,7 @@ pub(super) fn finish(c: &mut Conv, cfg: &mut Config, x: &Extra, name: &str) {
     {
         // Without auth_file, admins are let in as PgBouncer lets in its admins listed in it.
         for u in g.admin_users.iter().chain(&g.stats_users) {
-            cfg.users.entry(u.clone()).or_default();
+            cfg.users.entry(u.clone()).or_default().settings_only = false;
         }
     }
     let lookup = !g.auth_user.is_empty() || cfg.databases.values().any(|d| d.auth_user.is_some());

@@ -163,6 +163,7 @@ pub fn merge(
     for (name, password) in file {
         let password = (!password.is_empty()).then_some(password);
         let user = cfg.users.entry(name).or_default();
+        user.settings_only = false;
         if user.password.is_none() {
             user.password = password;
         }
