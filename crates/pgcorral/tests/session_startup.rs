@@ -89,6 +89,25 @@ async fn startup_options_and_application_name_are_per_client() {
     assert_eq!(row(&a, STARTUP_VIEW).await, want_a);
 }
 
+/// ignore_startup_parameters: the settings listed are dropped whether sent directly or in
+/// `options` (even a value the server would refuse), the others applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignored_startup_parameters_are_not_applied() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(
+        &pg,
+        "default_pool_size = 1\nignore_startup_parameters = [\"extra_float_digits\"]",
+    ))
+    .await;
+    let (c, _) = connect_with(pooler.port(), |c| {
+        c.options("-c extra_float_digits=1111111111 -c search_path=foo");
+    })
+    .await
+    .unwrap();
+    assert_eq!(value(&c, "SHOW extra_float_digits").await, "1");
+    assert_eq!(value(&c, "SHOW search_path").await, "foo");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn startup_custom_guc_is_per_client() {
     let pg = Postgres::start();

@@ -353,7 +353,8 @@ async fn login(
             .await
             .map(|a| (a, count));
     }
-    let startup_settings = session_startup::settings(params)?;
+    let startup_settings =
+        session_startup::settings(params, &config.general.ignore_startup_parameters)?;
     let slot = Arc::new(CancelSlot::default());
     let session_mode = pool.settings().mode == PoolMode::Session;
     let mut settings = Settings::default();

@@ -153,6 +153,9 @@ pub struct General {
     /// forgets it at once. 0 (the default, as PgBouncer): every login asks.
     pub auth_query_cache_lifetime: u64,
     pub admin_users: Vec<String>,
+    /// Startup parameters whose values are dropped, not applied (PgBouncer's
+    /// `ignore_startup_parameters`; any case; sent directly or inside `options`).
+    pub ignore_startup_parameters: Vec<String>,
     /// Users who may connect to the admin console for SHOW commands only.
     pub stats_users: Vec<String>,
     /// With `auth_type = "hba"`: the pg_hba.conf-syntax file of rules (read again on reload).
@@ -426,6 +429,7 @@ impl Default for General {
             auth_dbname: String::new(),
             auth_query_cache_lifetime: 0,
             admin_users: Vec::new(),
+            ignore_startup_parameters: Vec::new(),
             stats_users: Vec::new(),
             auth_hba_file: String::new(),
             auth_ident_file: String::new(),

@@ -167,6 +167,13 @@ fn map(c: &mut Conv, g: &mut General, x: &mut Extra, key: &str, value: &str, v: 
                     g.stats_users = list
                 }
             }
+            "ignore_startup_parameters" => {
+                g.ignore_startup_parameters = s
+                    .split([',', ' ', '\t'])
+                    .filter(|p| !p.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
             "auth_type" => x.auth_type = Some((s, at.clone())),
             "auth_hba_file" => g.auth_hba_file = s,
             "auth_ident_file" => g.auth_ident_file = s,

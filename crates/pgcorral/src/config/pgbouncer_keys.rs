@@ -82,7 +82,7 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("dns_nxdomain_ttl", Ty::Time, How::Note("pgcorral resolves host names at each connection, with no cache")),
     ("dns_zone_check_period", Ty::Time, How::Note("pgcorral resolves host names at each connection, with no cache")),
     ("idle_transaction_timeout", Ty::Time, How::Map),
-    ("ignore_startup_parameters", Ty::Str, How::Note("pgcorral accepts every startup parameter and applies it on the client's servers")),
+    ("ignore_startup_parameters", Ty::Str, How::Map),
     ("job_name", Ty::Str, How::Note("a Windows service name")),
     ("listen_addr", Ty::Str, How::Map),
     ("listen_backlog", Ty::Int, How::Note("pgcorral uses its own accept backlog")),

@@ -130,13 +130,13 @@ fn sample_converts() {
         Some("SET work_mem = '64MB'")
     );
     assert!(!warnings.iter().any(|w| w.key == "databases.legacy db.host"));
-    for key in [
-        "pgbouncer.tcp_keepalive",
-        "pgbouncer.tcp_defer_accept",
-        "pgbouncer.ignore_startup_parameters",
-    ] {
+    for key in ["pgbouncer.tcp_keepalive", "pgbouncer.tcp_defer_accept"] {
         warned(&warnings, key);
     }
+    assert_eq!(
+        cfg.general.ignore_startup_parameters,
+        ["extra_float_digits", "options"]
+    );
     assert_eq!(cfg.general.logfile, "/var/log/pgbouncer/pgbouncer.log");
     assert_eq!(cfg.general.pidfile, "/var/run/pgbouncer/pgbouncer.pid");
     let w = warned(&warnings, "pgbouncer.tcp_keepalive").to_string();

@@ -43,10 +43,14 @@ pub fn replication(params: &[(String, String)]) -> Option<Replication> {
     (!off).then_some(Replication::Physical)
 }
 
-/// The settings a client asked for at startup, later ones winning.
-pub fn settings(params: &[(String, String)]) -> Result<Vec<(String, String)>> {
+/// The settings a client asked for at startup, later ones winning; those named in `ignore`
+/// (any case) are dropped.
+pub fn settings(params: &[(String, String)], ignore: &[String]) -> Result<Vec<(String, String)>> {
     let mut out: Vec<(String, String)> = Vec::new();
     let mut put = |name: String, value: String| {
+        if ignore.iter().any(|i| i.eq_ignore_ascii_case(&name)) {
+            return;
+        }
         out.retain(|(n, _)| !n.eq_ignore_ascii_case(&name));
         out.push((name, value));
     };
@@ -134,7 +138,7 @@ mod tests {
 
     #[test]
     fn gucs_and_options_become_settings() {
-        let got = settings(&p(&[
+        let got = settings_of(&p(&[
             ("user", "u"),
             ("database", "d"),
             ("application_name", "psql"),
@@ -157,6 +161,21 @@ mod tests {
         );
     }
 
+    fn settings_of(params: &[(String, String)]) -> Result<Vec<(String, String)>> {
+        settings(params, &[])
+    }
+
+    #[test]
+    fn ignored_parameters_are_dropped_wherever_sent() {
+        let params = p(&[
+            ("extra_float_digits", "3"),
+            ("options", "-c Extra_Float_Digits=2 -c timezone=UTC"),
+            ("application_name", "x"),
+        ]);
+        let got = settings(&params, &["extra_float_digits".into()]).unwrap();
+        assert_eq!(got, p(&[("timezone", "UTC"), ("application_name", "x")]));
+    }
+
     #[test]
     fn bad_options_are_refused() {
         assert!(options("-x").is_err());
@@ -177,7 +196,7 @@ mod tests {
         // "o" is neither on nor off for PostgreSQL: it refuses it, so the server is asked.
         assert_eq!(r("o"), Some(Replication::Physical));
         assert_eq!(replication(&p(&[("application_name", "x")])), None);
-        assert!(settings(&p(&[("replication", "database")]))
+        assert!(settings_of(&p(&[("replication", "database")]))
             .unwrap()
             .is_empty());
     }
