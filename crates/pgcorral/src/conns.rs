@@ -79,7 +79,7 @@ pub struct Entry {
     /// The pool generation a server was opened in (0 for clients).
     pub generation: u64,
     /// Set to end the connection (KILL, KILL_CLIENT): a client's task stops and reports it.
-    killed: std::sync::atomic::AtomicBool,
+    killed: AtomicU8,
     /// The client task to wake when it is killed (see [`Killable`]): set when the task first
     /// polls it, and again only if the task's waker changes.
     waker: Mutex<Option<Waker>>,
@@ -89,6 +89,16 @@ pub struct Entry {
     prepared: AtomicU32,
     /// A replication connection's kind, as an index in [`REPLICATION`].
     replication: AtomicU8,
+}
+
+/// Why a connection was ended from outside its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Killed {
+    /// KILL, KILL_CLIENT.
+    Admin = 1,
+    /// Its session's server was closed at once on a configuration change or RECONNECT
+    /// (`server_fast_close`).
+    ConfigChanged = 2,
 }
 
 /// SHOW CLIENTS' and SHOW SERVERS' `replication` column, PgBouncer's words.
@@ -115,8 +125,22 @@ impl Entry {
 
     /// Ends the connection: its [`Killable`] future stops at its next poll, and is woken for it.
     pub fn kill(&self) {
-        self.killed.store(true, Relaxed);
+        self.kill_for(Killed::Admin);
+    }
+
+    /// Ends the connection, for `why` (see [`Entry::kill`]).
+    pub fn kill_for(&self, why: Killed) {
+        self.killed.store(why as u8, Relaxed);
         self.wake();
+    }
+
+    /// Why the connection was ended; `None` while it was not.
+    pub fn killed(&self) -> Option<Killed> {
+        match self.killed.load(Relaxed) {
+            0 => None,
+            2 => Some(Killed::ConfigChanged),
+            _ => Some(Killed::Admin),
+        }
     }
 
     /// Wakes the task that runs the entry's [`Killable`], if it has been polled.
@@ -197,7 +221,7 @@ impl<F: Future> Future for Killable<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if this.entry.killed.load(Relaxed) {
+        if this.entry.killed.load(Relaxed) != 0 {
             return Poll::Ready(None);
         }
         if !this
@@ -210,7 +234,7 @@ impl<F: Future> Future for Killable<F> {
             *this.registered = Some(w);
             // A kill between the first look and the registration found no (or a stale)
             // waker; its flag is visible once the lock is taken after it.
-            if this.entry.killed.load(Relaxed) {
+            if this.entry.killed.load(Relaxed) != 0 {
                 return Poll::Ready(None);
             }
         }

@@ -215,6 +215,51 @@ async fn reconnect_replaces_servers_and_wait_close_waits_for_it() {
     }
 }
 
+/// server_fast_close (set from the console): in session mode, RECONNECT closes the servers
+/// clients hold at once: such a client is ended with an error saying why, its server closed
+/// (not pooled again); new clients get new servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_fast_close_ends_sessions_on_reconnect() {
+    let pg = Postgres::start();
+    let p = pooler(&pg, "pool_mode = \"session\"").await;
+    let mut w = console(&p).await;
+    assert_eq!(
+        admin(&mut w, "SET server_fast_close = 1").await,
+        Ok("SET".into())
+    );
+    let mut a = support::raw::Raw::login(p.port(), "postgres", "postgres")
+        .await
+        .unwrap();
+    a.query("BEGIN").await.unwrap();
+    let old_pid = a.query("SELECT pg_backend_pid()").await.unwrap()[0][0]
+        .clone()
+        .unwrap();
+    assert_eq!(
+        admin(&mut w, "RECONNECT postgres").await,
+        Ok("RECONNECT".into())
+    );
+    // Told at once, while idle in its transaction, then closed.
+    let e = within(
+        Duration::from_secs(10),
+        "the ended session",
+        a.expect_error_and_close(),
+    )
+    .await;
+    assert!(
+        e.message.starts_with("database configuration changed"),
+        "{e:?}"
+    );
+    let b = p.connect("postgres", None, "postgres").await;
+    assert_ne!(value(&b, "SELECT pg_backend_pid()").await, old_pid);
+    let gone = format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {old_pid}");
+    within(Duration::from_secs(10), "the old server closed", async {
+        while blocking(|| pg.sql("postgres", &gone)) != "0" {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
 /// SHOW CLIENTS' rows of database `db`: their `ptr` column.
 async fn client_ptrs(w: &mut Wire, db: &str) -> Vec<String> {
     let msgs = w.simple("SHOW CLIENTS").await;

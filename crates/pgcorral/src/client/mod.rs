@@ -169,13 +169,12 @@ fn task(
             Some(admit::Admitted::Pool(session)) => {
                 // KILL and KILL_CLIENT end the client wherever it is; its server goes back
                 // through the checkout guard (closed if it was mid-request).
-                let exit = session
-                    .listed
-                    .entry
+                let entry = session.listed.entry.clone();
+                let exit = entry
                     .clone()
                     .killable(run(&mut client, &services, session))
                     .await
-                    .unwrap_or_else(|| Err(killed()));
+                    .unwrap_or_else(|| Err(killed(entry.killed())));
                 if !matches!(exit, Ok(Exit::Move(_))) {
                     drop(session.server.take());
                 }
@@ -201,7 +200,7 @@ fn task(
                     .await;
                 if served.is_none() {
                     let mut out = BytesMut::new();
-                    killed().write_response(&mut out, "FATAL");
+                    killed(listed.entry.killed()).write_response(&mut out, "FATAL");
                     let _ = client.stream.send(&out).await;
                 }
                 drop(count);
@@ -209,9 +208,10 @@ fn task(
             Some(admit::Admitted::Replication(link)) => {
                 let entry = link.listed.entry.clone();
                 let exit = entry
+                    .clone()
                     .killable(replication::relay(&mut client, link))
                     .await
-                    .unwrap_or_else(|| Err(killed()));
+                    .unwrap_or_else(|| Err(killed(entry.killed())));
                 if let Some(fatal) = replication::left(exit, link, &client.peer, &services) {
                     let _ = client.stream.send(&fatal).await;
                 }
@@ -223,12 +223,19 @@ fn task(
     }
 }
 
-/// What a client ended by KILL or KILL_CLIENT is told (57P01, as PgBouncer).
-fn killed() -> Error {
-    Error::new(
-        Kind::Shutdown,
-        "terminating connection due to administrator command (KILL)",
-    )
+/// What a client ended from outside is told: by KILL or KILL_CLIENT 57P01, as PgBouncer; when
+/// its session's server was closed by `server_fast_close`, that its server is gone.
+fn killed(why: Option<conns::Killed>) -> Error {
+    match why {
+        Some(conns::Killed::ConfigChanged) => Error::new(
+            Kind::ServerIo,
+            "database configuration changed: the session's server connection was closed (server_fast_close)",
+        ),
+        _ => Error::new(
+            Kind::Shutdown,
+            "terminating connection due to administrator command (KILL)",
+        ),
+    }
 }
 
 /// Logs why a logged-in client left; for an error, returns the FATAL message to send it.

@@ -259,6 +259,10 @@ pub struct General {
     /// Milliseconds a client waits for a server before it is sent PgBouncer's NOTICE that it
     /// is queued (`query_wait_notify`, once per wait); 0 = never.
     pub query_wait_notify: u64,
+    /// On RECONNECT or a changed server, close session-mode servers in use at once (their
+    /// clients are ended) rather than when their clients leave (PgBouncer's
+    /// `server_fast_close`).
+    pub server_fast_close: bool,
     /// Sent to every client as a NOTICE once it has authenticated (PgBouncer 1.25's
     /// `login_notify_message`); empty = none.
     pub login_notify_message: String,
@@ -478,6 +482,7 @@ impl Default for General {
             syslog_ident: "pgcorral".into(),
             login_notify_message: String::new(),
             query_wait_notify: 0,
+            server_fast_close: false,
             syslog_facility: "daemon".into(),
             pidfile: String::new(),
             logfile: String::new(),

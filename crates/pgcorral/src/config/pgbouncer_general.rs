@@ -359,6 +359,7 @@ fn int(
         "log_pooler_errors" => g.log_pooler_errors = u != 0,
         "log_stats" => g.log_stats = u != 0,
         "syslog" => g.syslog = u != 0,
+        "server_fast_close" => g.server_fast_close = u != 0,
         "peer_id" => match u16::try_from(u) {
             Ok(id) => g.peer_id = id,
             Err(_) => bad(c, "not a peer id (0 to 65535)"),

@@ -113,7 +113,7 @@ const KEYS: &[(&str, Ty, How)] = &[
     ("server_check_delay", Ty::Time, How::Map),
     ("server_check_query", Ty::Str, How::Map),
     ("server_connect_timeout", Ty::Time, How::Map),
-    ("server_fast_close", Ty::Int, How::Warn("pgcorral closes a server that must close when its client is done with it")),
+    ("server_fast_close", Ty::Int, How::Map),
     ("server_idle_timeout", Ty::Time, How::Map),
     ("server_lifetime", Ty::Time, How::Map),
     ("server_login_retry", Ty::Time, How::Map),

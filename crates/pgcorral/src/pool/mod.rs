@@ -106,6 +106,9 @@ pub struct PoolSettings {
     pub connect_query: String,
     /// With a list of hosts, each new connection starts at the next host (else at the first).
     pub round_robin_hosts: bool,
+    /// On RECONNECT or a changed server, session-mode servers in use are closed at once
+    /// (`server_fast_close`), not when their clients leave.
+    pub fast_close: bool,
 }
 
 impl PoolSettings {
@@ -168,6 +171,7 @@ impl PoolSettings {
             fail_on_check: false,
             log: Default::default(),
             connect_query: String::new(),
+            fast_close: false,
             round_robin_hosts: true,
         }
     }

@@ -2,10 +2,14 @@
 //! retire every server opened so far (RECONNECT: each is closed when it comes back); and the
 //! closing of every idle server to one database before DROP DATABASE and the like.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use super::registry::Registry;
 use super::Pool;
+use crate::config::PoolMode;
+use crate::conns;
 use crate::server::connect;
 
 impl Pool {
@@ -37,10 +41,38 @@ impl Pool {
     /// (server_login_retry) is forgotten: it was the old servers' (say, under TLS settings
     /// changed since).
     pub fn reconnect(&self) -> usize {
-        self.0.generation.fetch_add(1, Relaxed);
+        let generation = self.0.generation.fetch_add(1, Relaxed) + 1;
         self.0.logins.clear();
         *self.0.login_failed.lock() = None;
+        if self.0.settings.load().fast_close {
+            self.close_sessions(generation);
+        }
         self.close_idle()
+    }
+
+    /// `server_fast_close`: in session mode, the servers of an older generation that clients
+    /// hold are closed now rather than when their clients leave: each such client is ended
+    /// (told its server was closed) and its server closed as it comes back. In transaction and
+    /// statement mode a server comes back at its transaction's end anyway.
+    fn close_sessions(&self, generation: u64) {
+        if self.settings().mode != PoolMode::Session {
+            return;
+        }
+        let clients: HashMap<u64, Arc<conns::Entry>> = self
+            .0
+            .lists
+            .all(conns::Kind::Client)
+            .into_iter()
+            .map(|e| (e.id, e))
+            .collect();
+        for server in self.0.lists.all(conns::Kind::Server) {
+            let ours = Arc::ptr_eq(&server.database, &self.0.listed_names.0);
+            if ours && server.generation < generation && server.link() != 0 {
+                if let Some(client) = clients.get(&server.link()) {
+                    client.kill_for(conns::Killed::ConfigChanged);
+                }
+            }
+        }
     }
 
     /// Replaces where new servers connect; true when it changed.

@@ -419,6 +419,7 @@ pub(crate) fn resolve(
         log: g.conn_logging(),
         connect_query: db.connect_query.clone().unwrap_or_default(),
         round_robin_hosts: db.load_balance_hosts != Some(LoadBalanceHosts::Disable),
+        fast_close: g.server_fast_close,
     };
     let several = |servers: &[ServerEntry]| {
         servers.len() > 1 || servers.iter().any(|s| s.role == ServerRole::Auto)
