@@ -331,7 +331,8 @@ async fn login(
     if services.control.is_disabled(database) {
         return Err(Error::new(
             Kind::Disabled,
-            format!("database \"{database}\" does not allow connections (DISABLE)"),
+            // PgBouncer's words.
+            format!("database \"{database}\" is disabled"),
         ));
     }
     if let Some(key) = authed.client_key {
