@@ -120,7 +120,7 @@ pub(super) async fn admit(
         return fail(client, services, None, e).await;
     }
     let names = Some((taken.database.text.as_str(), taken.user.text.as_str()));
-    if services.shutdown.is_cancelled() {
+    if services.shutdown.is_exiting() {
         let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
         return fail(client, services, names, e).await;
     }
@@ -322,6 +322,11 @@ async fn login(
         return console_login(client, services, user, database, role, out, id)
             .await
             .map(|a| (a, count));
+    }
+    if services.shutdown.is_stopping() {
+        // A stop that waits keeps the Unix socket for the console only (as PgBouncer); others
+        // are refused as PostgreSQL refuses logins while it shuts down (57P03).
+        return Err(Error::new(Kind::Stopping, "pgcorral is shutting down"));
     }
     // Only an authenticated client learns whether the database exists, as with PostgreSQL.
     let cluster = services.pools.get(&config, database, user)?;

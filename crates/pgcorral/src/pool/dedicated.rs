@@ -74,6 +74,7 @@ impl Pool {
                     waited.as_millis()
                 ),
             )),
+            Some(Grant::Shutdown) => Err(Error::server_shutting_down()),
             None => Err(Error::new(Kind::Shutdown, "pool closed")),
         }
     }
