@@ -46,6 +46,9 @@ pub enum Kind {
     ClientIdle,
     /// The database was disabled from the admin console (DISABLE).
     Disabled,
+    /// pgcorral is stopping (a SHUTDOWN that waits): logins other than the console's are
+    /// refused, as PostgreSQL refuses them while it shuts down.
+    Stopping,
     /// Bytes that are not UTF-8 where pgcorral needs text (a startup parameter).
     InvalidEncoding,
 }
@@ -72,6 +75,13 @@ impl Error {
             server_error: None,
             source: None,
         }))
+    }
+
+    /// What a client that asks for a server during WAIT_FOR_SERVERS is told (57P01, in
+    /// PgBouncer's words, which its log line `closing because: ...` repeats).
+    #[cold]
+    pub fn server_shutting_down() -> Error {
+        Error::new(Kind::Shutdown, "server shutting down")
     }
 
     #[cold]
@@ -194,7 +204,7 @@ impl Error {
             Kind::IdleInTransaction => sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
             Kind::TransactionTimeout => sqlstate::TRANSACTION_TIMEOUT,
             Kind::ClientIdle => sqlstate::IDLE_SESSION_TIMEOUT,
-            Kind::Disabled => sqlstate::CANNOT_CONNECT_NOW,
+            Kind::Disabled | Kind::Stopping => sqlstate::CANNOT_CONNECT_NOW,
             Kind::InvalidEncoding => sqlstate::CHARACTER_NOT_IN_REPERTOIRE,
         }
     }

@@ -43,7 +43,8 @@ pub struct Inner {
     /// A quarter of the open-files limit at start: the login budget's ceiling whatever
     /// max_login_clients says, so sockets that never log in cannot take every descriptor.
     pub login_fd_cap: usize,
-    /// Fired by the stopping signals and SHUTDOWN: stop accepting, then as [`Stop`] says.
+    /// Fired by the stopping signals and SHUTDOWN: stop accepting (the console still may, over
+    /// the Unix socket), then as [`Stop`] says.
     pub shutdown: Arc<Shutdown>,
     /// Every client task, so shutdown can wait for them.
     pub tasks: TaskTracker,
@@ -358,12 +359,13 @@ impl ByName {
 /// list (it polls under [`crate::conns::Entry::killable`]), so waiting registers with nothing
 /// shared by all clients. Other tasks (listener, maintenance, metrics) await the tokens.
 pub struct Shutdown {
-    /// Clients close at the end of their transaction (WAIT_FOR_SERVERS).
+    /// No new transactions: a client that asks for a server is closed (WAIT_FOR_SERVERS).
     fired: AtomicBool,
     token: CancellationToken,
-    /// The listeners close (every mode).
+    /// The TCP listeners close (every mode); the Unix socket stays for the console until the
+    /// process exits.
     closing: CancellationToken,
-    /// The process exits at once.
+    /// The process exits at once: every client is closed.
     now: CancellationToken,
     lists: Arc<conns::Lists>,
 }
@@ -373,11 +375,13 @@ pub struct Shutdown {
 pub enum Stop {
     /// Exit at once (SIGQUIT, `SHUTDOWN`).
     Immediate,
-    /// Close the listeners, close each client at the end of its transaction, exit once every
-    /// client is gone (within shutdown_timeout) (SIGINT, `SHUTDOWN WAIT_FOR_SERVERS`).
+    /// Close the TCP listeners; a client that asks for a server (a new transaction, or one
+    /// already waiting for a server) is closed, one in a transaction finishes it; exit once no
+    /// server is in use by a client (within shutdown_timeout) (SIGINT, `SHUTDOWN
+    /// WAIT_FOR_SERVERS`).
     WaitForServers,
-    /// Close the listeners and exit once every client has disconnected on its own (SIGTERM,
-    /// `SHUTDOWN WAIT_FOR_CLIENTS`).
+    /// Close the TCP listeners and exit once every client (console users included) has
+    /// disconnected on its own (SIGTERM, `SHUTDOWN WAIT_FOR_CLIENTS`).
     WaitForClients,
 }
 
@@ -399,34 +403,35 @@ impl Shutdown {
         self.closing.cancel();
         match mode {
             Stop::WaitForClients => {}
-            Stop::WaitForServers => self.close_clients(),
+            Stop::WaitForServers => self.no_new_transactions(),
             Stop::Immediate => {
                 self.now.cancel();
-                self.close_clients();
+                self.no_new_transactions();
             }
         }
         first
     }
 
-    /// WAIT_FOR_SERVERS: the listeners close and clients close at the end of their
-    /// transactions (what pgcorral's SIGINT and SIGTERM did before PgBouncer's modes).
+    /// WAIT_FOR_SERVERS: the TCP listeners close and clients get no server any more (what
+    /// in-process tests use to stop a pooler).
     pub fn cancel(&self) {
         self.begin(Stop::WaitForServers);
     }
 
-    /// Sets the flag, cancels the token, wakes every listed client.
-    fn close_clients(&self) {
+    /// Sets the flag, cancels the token, wakes every listed client (an idle one closes if the
+    /// process is exiting; one waiting for RESUME is closed).
+    fn no_new_transactions(&self) {
         self.fired.store(true, Ordering::SeqCst);
         self.token.cancel();
         self.lists.wake(conns::Kind::Client);
     }
 
-    /// True once clients are told to close (WAIT_FOR_SERVERS or Immediate). One atomic load.
+    /// True once clients get no new server (WAIT_FOR_SERVERS or Immediate). One atomic load.
     pub fn is_cancelled(&self) -> bool {
         self.fired.load(Ordering::SeqCst)
     }
 
-    /// Completes once clients are told to close.
+    /// Completes once clients get no new server.
     pub fn cancelled(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
         self.token.cancelled()
     }
@@ -436,17 +441,17 @@ impl Shutdown {
         self.closing.is_cancelled()
     }
 
-    /// Completes once any stop has begun: the listeners close.
+    /// Completes once any stop has begun: the TCP listeners close.
     pub fn closing(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
         self.closing.cancelled()
     }
 
-    /// True once an immediate exit is asked for.
+    /// True once the process is exiting (an immediate stop, or the end of one that waited).
     pub fn is_exiting(&self) -> bool {
         self.now.is_cancelled()
     }
 
-    /// Completes once an immediate exit is asked for.
+    /// Completes once the process is exiting.
     pub fn exiting(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
         self.now.cancelled()
     }

@@ -134,7 +134,8 @@ async fn pause_restart_resume_under_pgbench_fails_nothing() {
     eprintln!("{tx} transactions, 0 failed, across a PostgreSQL restart");
 }
 
-/// DISABLE refuses new logins (57P03) while connected clients go on; ENABLE lets them in.
+/// DISABLE refuses new logins (57P03, in PgBouncer's words) while connected clients go on;
+/// ENABLE lets them in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disable_refuses_new_logins_and_enable_admits_them() {
     let pg = Postgres::start();
@@ -156,6 +157,11 @@ async fn disable_refuses_new_logins_and_enable_admits_them() {
     assert_eq!(
         e.as_db_error().map(|d| d.code().code()),
         Some("57P03"),
+        "{e}"
+    );
+    assert_eq!(
+        e.as_db_error().map(|d| d.message()),
+        Some("database \"postgres\" is disabled"),
         "{e}"
     );
     assert_eq!(value(&a, "SELECT 1").await, "1", "connected clients go on");

@@ -1,7 +1,8 @@
 //! The command line and the process's life as PgBouncer's (docs/operations.md): --version
 //! equal to SHOW VERSION, --help, the config file as an argument, -d with its pidfile and
 //! logfile, and each signal (SIGTERM waits for clients, SIGQUIT and SHUTDOWN exit at once,
-//! SIGUSR1 pauses, SIGUSR2 resumes).
+//! SIGUSR1 pauses, SIGUSR2 resumes); SHUTDOWN WAIT_FOR_SERVERS with clients idle, waiting and
+//! in a transaction, and the console over the Unix socket during a stop that waits.
 
 mod support;
 
@@ -334,6 +335,142 @@ fn sigterm_waits_for_clients_to_leave() {
         .log()
         .contains("got SIGTERM while shutting down, fast exit"));
     assert!(!client.join().unwrap().status.success());
+}
+
+/// tokio-postgres over the Unix socket in `dir` for `port`, as `postgres` on `db`.
+async fn connect_unix(
+    dir: &Path,
+    port: u16,
+    db: &str,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let mut c = tokio_postgres::Config::new();
+    c.host_path(dir).port(port).user("postgres").dbname(db);
+    c.connect_timeout(Duration::from_secs(10));
+    let (client, conn) = c.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// The SQLSTATE and message of a failed query or login.
+fn refusal(e: &tokio_postgres::Error) -> (String, String) {
+    let d = e
+        .as_db_error()
+        .unwrap_or_else(|| panic!("not a server error: {e:?}"));
+    (d.code().code().to_string(), d.message().to_string())
+}
+
+/// During a stop that waits, the Unix socket stays open for the console (as PgBouncer 1.25):
+/// SHOW works there, while other logins over it are refused (57P03) and TCP is closed.
+async fn only_the_console_gets_in(dir: &Path, port: u16) {
+    let console = connect_unix(dir, port, "pgbouncer")
+        .await
+        .expect("the console over the Unix socket during the stop");
+    let version = console.simple_query("SHOW VERSION").await.unwrap();
+    assert!(version.len() > 1, "{version:?}");
+    let e = connect_unix(dir, port, "postgres")
+        .await
+        .map(|_| ())
+        .expect_err("a login other than the console's is refused");
+    assert_eq!(
+        refusal(&e),
+        ("57P03".into(), "pgcorral is shutting down".into())
+    );
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "TCP still accepts"
+    );
+}
+
+/// SHUTDOWN WAIT_FOR_SERVERS (SIGINT's stop) as PgBouncer's: a client in a transaction
+/// finishes it; a client idle at the command is closed when it next asks for a server, and one
+/// already waiting for a server at once (`FATAL 57P01 server shutting down`); the console stays
+/// reachable over the Unix socket; the process exits once no server is in use (the idle client
+/// closed with it) and removes the socket file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_wait_for_servers_closes_clients_as_they_ask_for_a_server() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let general = format!(
+        "{ADMIN}\nunix_socket_dir = \"{}\"\npool_mode = \"transaction\"\n\
+         default_pool_size = 1\nshutdown_timeout = 60000",
+        dir.path().display()
+    );
+    let mut pooler = PoolerProcess::start(&config(&pg, "postgres", &general));
+    let port = pooler.port;
+    let socket = dir.path().join(format!(".s.PGSQL.{port}"));
+    let in_tx = connect(port, "postgres", None, "postgres").await.unwrap();
+    in_tx.simple_query("BEGIN; SELECT 1").await.unwrap();
+    let idle = connect(port, "postgres", None, "postgres").await.unwrap();
+    let waiting = connect(port, "postgres", None, "postgres").await.unwrap();
+    // The pool's one server is in_tx's: this query waits for it.
+    let waits = tokio::spawn(async move { waiting.simple_query("SELECT 3").await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waits.is_finished(), "no server was free");
+
+    let console = connect_unix(dir.path(), port, "pgbouncer").await.unwrap();
+    console
+        .simple_query("SHUTDOWN WAIT_FOR_SERVERS")
+        .await
+        .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(5), waits)
+        .await
+        .expect("the waiting client is sent away")
+        .unwrap()
+        .expect_err("the waiting client is closed");
+    assert_eq!(refusal(&e), ("57P01".into(), "server shutting down".into()));
+
+    // The transaction goes on; the idle client is closed at its next request.
+    in_tx.simple_query("SELECT 2").await.unwrap();
+    let e = idle.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(refusal(&e), ("57P01".into(), "server shutting down".into()));
+    only_the_console_gets_in(dir.path(), port).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(pooler.child.try_wait().unwrap().is_none(), "exited early");
+
+    // Its server released, the process exits, closing the console with it.
+    in_tx.simple_query("COMMIT").await.unwrap();
+    assert!(tokio::task::block_in_place(|| exits_within(&mut pooler, 5)).success());
+    assert!(!socket.exists(), "the socket file is removed");
+    let log = pooler.log();
+    for line in [
+        "SHUTDOWN WAIT_FOR_SERVERS command issued",
+        "closing because: server shutting down",
+        "server connections dropped, exiting",
+    ] {
+        assert!(log.contains(line), "{line} not in {log}");
+    }
+}
+
+/// SIGTERM (WAIT_FOR_CLIENTS): the console stays reachable over the Unix socket while the
+/// clients are waited for, and counts as one of them; the socket file goes with the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_keeps_the_unix_socket_for_the_console() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let general = format!("{ADMIN}\nunix_socket_dir = \"{}\"", dir.path().display());
+    let mut pooler = PoolerProcess::start(&config(&pg, "postgres", &general));
+    let port = pooler.port;
+    let socket = dir.path().join(format!(".s.PGSQL.{port}"));
+    let client = connect(port, "postgres", None, "postgres").await.unwrap();
+    client.simple_query("SELECT 1").await.unwrap();
+    pooler.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    only_the_console_gets_in(dir.path(), port).await;
+    // Clients go on until they leave.
+    client.simple_query("SELECT 2").await.unwrap();
+    let console = connect_unix(dir.path(), port, "pgbouncer").await.unwrap();
+    drop(client);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        pooler.child.try_wait().unwrap().is_none(),
+        "a console user is a client too"
+    );
+    drop(console);
+    assert!(tokio::task::block_in_place(|| exits_within(&mut pooler, 5)).success());
+    assert!(!socket.exists(), "the socket file is removed");
+    assert!(pooler.log().contains("client connections dropped, exiting"));
 }
 
 /// -R starts normally and says online restart is not there; so_reuseport lets a second

@@ -120,7 +120,7 @@ pub(super) async fn admit(
         return fail(client, services, None, e).await;
     }
     let names = Some((taken.database.text.as_str(), taken.user.text.as_str()));
-    if services.shutdown.is_cancelled() {
+    if services.shutdown.is_exiting() {
         let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
         return fail(client, services, names, e).await;
     }
@@ -328,6 +328,11 @@ async fn login(
             .await
             .map(|a| (a, count));
     }
+    if services.shutdown.is_stopping() {
+        // A stop that waits keeps the Unix socket for the console only (as PgBouncer); others
+        // are refused as PostgreSQL refuses logins while it shuts down (57P03).
+        return Err(Error::new(Kind::Stopping, "pgcorral is shutting down"));
+    }
     // Only an authenticated client learns whether the database exists, as with PostgreSQL.
     let cluster = services.pools.get(&config, database, user)?;
     let caps = (config.db_client_cap(database), config.user_client_cap(user));
@@ -336,7 +341,8 @@ async fn login(
     if services.control.is_disabled(database) {
         return Err(Error::new(
             Kind::Disabled,
-            format!("database \"{database}\" does not allow connections (DISABLE)"),
+            // PgBouncer's words.
+            format!("database \"{database}\" is disabled"),
         ));
     }
     if let Some(key) = authed.client_key {

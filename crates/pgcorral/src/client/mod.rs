@@ -223,6 +223,14 @@ fn task(
     }
 }
 
+/// Waits for RESUME of `database`, or for WAIT_FOR_SERVERS (or an exit), whichever comes first.
+async fn paused(services: &Services, database: &str) {
+    tokio::select! {
+        _ = services.control.wait_resumed(database) => {}
+        _ = services.shutdown.cancelled() => {}
+    }
+}
+
 /// What a client ended from outside is told: by KILL or KILL_CLIENT 57P01, as PgBouncer; when
 /// its session's server was closed by `server_fast_close`, that its server is gone.
 fn killed(why: Option<conns::Killed>) -> Error {
@@ -515,8 +523,14 @@ fn run<'a>(
                 session.listed.requested_at(asked);
                 session.listed.set_state(ListState::Waiting);
                 if services.control.is_paused(session.pool.name().0) {
-                    // PAUSE: the transaction waits for RESUME before it gets a server.
-                    cold::cold(services.control.wait_resumed(session.pool.name().0)).await;
+                    // PAUSE: the transaction waits for RESUME before it gets a server (or for
+                    // a shutdown, which closes it below).
+                    cold::cold(paused(services, session.pool.name().0)).await;
+                }
+                if services.shutdown.is_cancelled() {
+                    // WAIT_FOR_SERVERS: no new transaction, as PgBouncer (its words, logged
+                    // `closing because: server shutting down`).
+                    return Err(Error::server_shutting_down());
                 }
                 let mut s = if session.cluster.routed() {
                     match routed_checkout(client, services, session).await? {

@@ -121,7 +121,9 @@ pub(super) fn next_request<'a>(
                     );
                 }
                 woken = true;
-                if services.shutdown.is_cancelled() {
+                // Idle clients stay through a stop that waits (WAIT_FOR_SERVERS closes them at
+                // their next request, see `client::run`) and close as the process exits.
+                if services.shutdown.is_exiting() {
                     return Poll::Ready(Err(Error::new(
                         Kind::Shutdown,
                         "pgcorral is shutting down",

@@ -1,7 +1,7 @@
 //! The accept loop: binds listen_addr:listen_port (and the Unix socket in unix_socket_dir),
-//! spawns one task per client, and on shutdown stops accepting, then waits as the stop's mode
-//! ([`crate::services::Stop`]) says: for clients to leave, for their transactions to finish (up
-//! to shutdown_timeout), or not at all.
+//! spawns one task per client, and on shutdown stops accepting on TCP (the Unix socket stays,
+//! for the console), then waits as the stop's mode ([`crate::services::Stop`]) says: for
+//! clients to leave, for the servers to be released (up to shutdown_timeout), or not at all.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -20,7 +20,7 @@ use crate::error;
 use crate::metrics;
 use crate::net::peer::Peer;
 use crate::pool::stats;
-use crate::services::{LoginCount, Services};
+use crate::services::{LoginCount, Services, Stop};
 use crate::tls;
 
 mod unix;
@@ -100,7 +100,8 @@ impl Pooler {
     }
 
     /// Starts the worker threads, accepts clients and hands each to a worker in turn until
-    /// `services().shutdown` fires, then drains for up to shutdown_timeout. Runs on the main
+    /// `services().shutdown` fires, then drains as the stop's mode says (still accepting on
+    /// the Unix socket, for the console). Runs on the main
     /// thread's runtime, where its background tasks are spawned too.
     #[allow(clippy::disallowed_methods)]
     pub async fn run(self) {
@@ -144,45 +145,67 @@ impl Pooler {
                 }),
                 r = accept_unix(unix.as_ref()) => r,
             };
-            match accepted {
-                Ok((socket, peer)) => {
-                    backoff = Duration::from_millis(5);
-                    // The login budget: beyond it a connection is refused now, before it
-                    // costs more than this descriptor for a moment.
-                    if !services.start_login(matches!(peer, Peer::Unix { .. })) {
-                        refuse(socket);
-                        continue;
-                    }
-                    let login = LoginCount::adopt(&services);
-                    let Some((worker, handle)) = services
-                        .balance
-                        .pick()
-                        .and_then(|w| Some((w, services.balance.handle(w)?)))
-                    else {
-                        tracing::error!("no worker thread is running: connection closed");
-                        continue;
-                    };
-                    let client = client::serve(socket, peer, services.clone(), worker);
-                    // The client's task counts its login from here.
-                    login.hand_over();
-                    handle.spawn(services.tasks.track_future(clock::moments(client)));
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: back off rather than spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    timer::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
-            }
+            accept(&services, accepted, &mut backoff).await;
         }
         drop(listener);
+        services.tasks.close();
+        // A stop that waits keeps the Unix socket, as PgBouncer 1.25: the console stays
+        // reachable (other logins are refused) until the process exits.
+        let unix = if shutdown.is_exiting() { None } else { unix };
+        {
+            let drained = drain(&services);
+            tokio::pin!(drained);
+            loop {
+                let accepted = tokio::select! {
+                    _ = &mut drained => break,
+                    r = accept_unix(unix.as_ref()) => r,
+                };
+                accept(&services, accepted, &mut backoff).await;
+            }
+        }
         // Removes the socket file: new clients are refused from now on.
         drop(unix);
-        services.tasks.close();
-        drain(&services).await;
-        // Background tasks (metrics, upkeep) end with the token.
-        services.shutdown.cancel();
+        // Idle clients close, background tasks (metrics, upkeep) end.
+        services.shutdown.begin(Stop::Immediate);
         drop(workers);
+    }
+}
+
+/// Hands a connection just accepted to a worker (or refuses it: the login budget is used up);
+/// backs off after an accept error (out of file descriptors and the like) rather than spin.
+async fn accept(
+    services: &Services,
+    accepted: std::io::Result<(Detached, Peer)>,
+    backoff: &mut Duration,
+) {
+    match accepted {
+        Ok((socket, peer)) => {
+            *backoff = Duration::from_millis(5);
+            // The login budget: beyond it a connection is refused now, before it costs more
+            // than this descriptor for a moment.
+            if !services.start_login(matches!(peer, Peer::Unix { .. })) {
+                refuse(socket);
+                return;
+            }
+            let login = LoginCount::adopt(services);
+            let Some((worker, handle)) = services
+                .balance
+                .pick()
+                .and_then(|w| Some((w, services.balance.handle(w)?)))
+            else {
+                tracing::error!("no worker thread is running: connection closed");
+                return;
+            };
+            let client = client::serve(socket, peer, services.clone(), worker);
+            // The client's task counts its login from here.
+            login.hand_over();
+            handle.spawn(services.tasks.track_future(clock::moments(client)));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "accept failed");
+            timer::sleep(*backoff).await;
+            *backoff = (*backoff * 2).min(Duration::from_secs(1));
+        }
     }
 }
 
@@ -217,7 +240,9 @@ fn bind_tcp(host: &str, port: u16, reuseport: bool) -> std::io::Result<tokio::ne
 /// The accept backlog of the TCP listener (tokio's own default).
 const LISTEN_BACKLOG: u32 = 1024;
 
-/// Waits for the clients as the stop's mode says; returns at once on an immediate exit.
+/// Waits as the stop's mode says; returns at once on an immediate exit. WAIT_FOR_CLIENTS waits
+/// for every client (console users included) to leave; WAIT_FOR_SERVERS (or a WAIT_FOR_CLIENTS
+/// made stricter) until no server is in use by a client, within shutdown_timeout.
 async fn drain(services: &Services) {
     let shutdown = &services.shutdown;
     let clients = || services.clients.load(std::sync::atomic::Ordering::Relaxed);
@@ -246,13 +271,27 @@ async fn drain(services: &Services) {
         timeout.as_millis()
     );
     tokio::select! {
-        r = timer::timeout(timeout, services.tasks.wait()) => match r {
+        r = timer::timeout(timeout, servers_released(services)) => match r {
             Ok(()) => tracing::info!("server connections dropped, exiting"),
             Err(_) => tracing::warn!("shutdown_timeout reached; closing remaining connections"),
         },
         _ = shutdown.exiting() => {}
     }
 }
+
+/// Completes once no pool has a server in use by a client (or being opened for one), looked at
+/// every [`RELEASED_CHECK`], as PgBouncer's janitor looks at its servers.
+async fn servers_released(services: &Services) {
+    loop {
+        if services.pools.all().iter().all(|p| p.busy() == 0) {
+            return;
+        }
+        timer::sleep(RELEASED_CHECK).await;
+    }
+}
+
+/// How often WAIT_FOR_SERVERS looks whether the servers are released.
+const RELEASED_CHECK: Duration = Duration::from_millis(50);
 
 /// Ends a connection refused at accept (the login budget is used up): one try at sending
 /// FATAL 53300 without waiting (before its startup packet is read, as a PostgreSQL server

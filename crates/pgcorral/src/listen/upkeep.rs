@@ -13,16 +13,18 @@ use crate::pool::maintain::TICK;
 use crate::pool::stats::Averages;
 use crate::services::Services;
 
-/// Runs until shutdown.
+/// Runs until the process exits. During WAIT_FOR_SERVERS, every tick sends away the clients
+/// waiting for a server (as PgBouncer's janitor), and no server is opened ahead of need.
 pub async fn run(services: Services) {
     let mut tick = timer::interval(TICK);
     let mut next_worker = 0usize;
     let mut stats_logged = std::time::Instant::now();
     loop {
         tokio::select! {
-            _ = services.shutdown.cancelled() => return,
+            _ = services.shutdown.exiting() => return,
             _ = tick.tick() => {}
         }
+        let no_new_servers = services.shutdown.is_cancelled();
         for topology in services.pools.topologies() {
             if topology.round_due() {
                 // Always on the first worker: the monitor's connections are registered there.
@@ -44,8 +46,14 @@ pub async fn run(services: Services) {
         services.console_stats.roll(period);
         for pool in services.pools.all() {
             pool.stats().roll(period);
+            if no_new_servers {
+                pool.shut_waiters();
+            }
             pool.expire_waiters();
-            let warm = pool.maintain();
+            let mut warm = pool.maintain();
+            if no_new_servers {
+                warm = 0;
+            }
             for _ in 0..warm {
                 // Spread new servers over the workers; they move to a client's worker anyway.
                 let n = services.balance.len().max(1);

@@ -68,6 +68,7 @@ impl Pool {
                 Ok(inner::Slot::new(self.clone()))
             }
             Some(Grant::TimedOut(waited)) => Err(self.0.settings.load().waited_too_long(waited)),
+            Some(Grant::Shutdown) => Err(Error::server_shutting_down()),
             None => Err(Error::new(Kind::Shutdown, "pool closed")),
         }
     }

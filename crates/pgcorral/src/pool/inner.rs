@@ -89,6 +89,8 @@ pub(super) enum Grant {
     Slot(Slot),
     /// Waited this long, past query_wait_timeout: the client gets an error.
     TimedOut(Duration),
+    /// WAIT_FOR_SERVERS began: the client is closed (`server shutting down`).
+    Shutdown,
 }
 
 impl Grant {

@@ -33,6 +33,8 @@ pub(super) enum CapGrant {
     Permit(Permit),
     /// A server of its own pool, checked in while it waited (it keeps its place under the cap).
     Server(Checkout),
+    /// WAIT_FOR_SERVERS began: the client is closed.
+    Shutdown,
 }
 
 /// What a server being checked in should do, given who waits under its caps.
@@ -135,6 +137,14 @@ impl Limits {
             Ok(p) => p,
             // Only dropped with the process; never observed by a live client.
             Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// WAIT_FOR_SERVERS: every pool waiting for room is told to give up.
+    pub(super) fn shut_waiters(&self) {
+        let waiting: Vec<_> = self.0.lock().waiters.drain(..).collect();
+        for w in waiting {
+            let _ = w.tx.send(CapGrant::Shutdown);
         }
     }
 

@@ -460,6 +460,7 @@ impl Pool {
                     Some(Grant::TimedOut(waited)) => {
                         return Err(self.0.settings.load().waited_too_long(waited))
                     }
+                    Some(Grant::Shutdown) => return Err(Error::server_shutting_down()),
                     None => return Err(Error::new(Kind::Shutdown, "pool closed")),
                 },
             };
@@ -467,6 +468,28 @@ impl Pool {
                 return Ok(checkout);
             }
         }
+    }
+
+    /// WAIT_FOR_SERVERS: every client waiting for a server here (or for room under
+    /// max_db_connections/max_user_connections) is sent away, as PgBouncer's janitor does on
+    /// each pass. Run on every maintenance tick while the stop lasts.
+    pub(crate) fn shut_waiters(&self) {
+        let waiting: Vec<_> = {
+            let mut inner = self.0.inner.lock();
+            inner.waiters.drain(..).map(|w| w.entry).collect()
+        };
+        for w in waiting {
+            let _ = w.send(Grant::Shutdown);
+        }
+        if let Some(l) = &self.0.limits {
+            l.shut_waiters();
+        }
+    }
+
+    /// Servers in use by clients now, or being opened for them (open but not idle).
+    pub fn busy(&self) -> usize {
+        let i = self.0.inner.lock();
+        i.open.saturating_sub(i.idle.len())
     }
 
     /// Run on every maintenance tick (so up to one [`maintain::TICK`] late, like PgBouncer's
@@ -534,6 +557,7 @@ impl Pool {
                 };
                 match grant {
                     limits::CapGrant::Permit(p) => Some(p),
+                    limits::CapGrant::Shutdown => return Err(Error::server_shutting_down()),
                     limits::CapGrant::Server(mut c) => {
                         // A server of this pool came back while we waited: take it, and give
                         // back the place we were going to fill.
@@ -772,7 +796,7 @@ impl Pool {
                     ))) {
                         Ok(()) => return,
                         Err(limits::CapGrant::Server(mut c)) => server = c.take(),
-                        Err(limits::CapGrant::Permit(_)) => unreachable!("sent a server"),
+                        Err(_) => unreachable!("sent a server"),
                     }
                 }
             }
