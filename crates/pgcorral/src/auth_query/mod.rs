@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
-use crate::admin;
-use crate::config::{millis_opt, Config};
+use crate::config::{millis_opt, Config, RESERVED_DATABASES};
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
 use crate::pool::registry;
@@ -60,7 +59,7 @@ pub fn plan(config: &Config, database: &str, user: &str) -> Option<Plan> {
         return None;
     }
     let g = &config.general;
-    if admin::is_console(database) {
+    if RESERVED_DATABASES.contains(&database) {
         let auth_db = match g.auth_dbname.is_empty() {
             true => database.to_string(),
             false => g.auth_dbname.clone(),
@@ -285,7 +284,7 @@ fn config_error() -> Error {
 /// The authentication database must not be the console, nor disabled (PgBouncer's
 /// `prepare_auth_database`, with its log line and messages).
 fn check_auth_db(plan: &Plan, disabled: &dyn Fn(&str) -> bool) -> Result<()> {
-    if admin::is_console(&plan.auth_db) {
+    if RESERVED_DATABASES.contains(&plan.auth_db.as_str()) {
         tracing::error!(
             "cannot use the reserved \"{}\" database as an auth_dbname",
             Esc(&plan.auth_db)
