@@ -6,6 +6,7 @@ use pgwire::backend::TxStatus;
 use pgwire::{encode, sqlstate, Header};
 
 use super::ClientConn;
+use crate::cold;
 use crate::error::{Error, Kind, Result};
 use crate::pool;
 use crate::pool::Checkout;
@@ -127,7 +128,7 @@ pub(super) async fn notify_while_waiting(
     if let std::task::Poll::Ready(r) = first.await {
         return r;
     }
-    crate::cold::cold(async move {
+    cold::cold(async move {
         match corral_rt::timer::timeout(after, checkout.as_mut()).await {
             Ok(r) => r,
             Err(_) => {

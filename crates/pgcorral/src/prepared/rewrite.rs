@@ -18,6 +18,7 @@ use pgwire::Header;
 use super::expect::{Expected, Fake, Msg, Reword, Undo};
 use super::sql::{self, Command};
 use super::{ClientStatements, Registry, ServerStatements, Source, Statement};
+use crate::logsafe::Esc;
 use crate::pool::stats::Totals;
 use crate::server::LinkState;
 
@@ -614,7 +615,7 @@ impl Link<'_> {
         // PgBouncer's words, for log readers (the client gets PostgreSQL's 42P05).
         tracing::info!(
             "prepared statement '{}' was already prepared",
-            crate::logsafe::Esc(&String::from_utf8_lossy(name))
+            Esc(&String::from_utf8_lossy(name))
         );
         self.free_dup_name();
         pgwire::encode::parse(self.out, DUP.as_bytes(), rest);
