@@ -537,12 +537,12 @@ fn run<'a>(
                         Some(s) => s,
                         None => continue,
                     }
-                } else {
+                } else if let Some(after) = wait_notify {
+                    // Boxed: the notice's timer and write must not size every client's future.
                     let checkout = session.pool.checkout(client.worker);
-                    match wait_notify {
-                        None => checkout.await?,
-                        Some(after) => notify_while_waiting(client, checkout, after).await?,
-                    }
+                    cold::cold(notify_while_waiting(client, checkout, after)).await?
+                } else {
+                    session.pool.checkout(client.worker).await?
                 };
                 let got = clock::now();
                 // The wait's time and count go with the transaction's (one record of the

@@ -6,7 +6,6 @@ use pgwire::backend::TxStatus;
 use pgwire::{encode, sqlstate, Header};
 
 use super::ClientConn;
-use crate::cold;
 use crate::error::{Error, Kind, Result};
 use crate::pool;
 use crate::pool::Checkout;
@@ -117,7 +116,7 @@ pub(super) async fn refuse_transaction(
 
 /// Waits for `checkout`; a client still waiting after `after` is sent PgBouncer's NOTICE that
 /// it is queued (`query_wait_notify`), once. A checkout that completes at its first poll (the
-/// common case) costs no timer.
+/// common case) costs no timer. Its caller boxes it.
 pub(super) async fn notify_while_waiting(
     client: &mut ClientConn,
     checkout: impl std::future::Future<Output = Result<Checkout>>,
@@ -128,7 +127,7 @@ pub(super) async fn notify_while_waiting(
     if let std::task::Poll::Ready(r) = first.await {
         return r;
     }
-    cold::cold(async move {
+    async move {
         match corral_rt::timer::timeout(after, checkout.as_mut()).await {
             Ok(r) => r,
             Err(_) => {
@@ -148,6 +147,6 @@ pub(super) async fn notify_while_waiting(
                 checkout.await
             }
         }
-    })
+    }
     .await
 }
