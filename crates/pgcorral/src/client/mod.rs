@@ -370,13 +370,14 @@ fn timeouts(t: &ClientTimeouts) -> Timeouts {
     }
 }
 
-/// How the relay runs for a client of `pool` in `mode` on `worker`, under the configuration now.
+/// How the relay runs for a logged-in client in `mode` on `worker`, under the configuration now.
 fn relay_mode<'a>(
     services: &'a Services,
-    pool: &Pool,
+    session: &LoggedIn,
     mode: PoolMode,
     worker: usize,
 ) -> relay::Mode<'a> {
+    let pool = &session.pool;
     let pooled = mode != PoolMode::Session;
     let config = services.config.load();
     let g = &config.general;
@@ -391,7 +392,8 @@ fn relay_mode<'a>(
         track,
         // The user's own timeouts, else [general]'s: resolved here, at login and after a
         // reload, not per request.
-        timeouts: timeouts(&config.client_timeouts(pool.name().1)),
+        // The client's own login name: under a forced user the pool is another user's.
+        timeouts: timeouts(&config.client_timeouts(&session.listed.user)),
         prepared: pooled.then_some((
             &services.statements,
             g.max_prepared_statements,
@@ -498,7 +500,7 @@ fn run<'a>(
         // The pool mode is the client's for its whole connection; the rest follows reloads.
         let mode = session.pool.settings().mode;
         let mut config_gen = services.config_gen.load(Ordering::Relaxed);
-        let mut relay_mode = relay_mode(services, &session.pool, mode, client.worker);
+        let mut relay_mode = relay_mode(services, session, mode, client.worker);
         let mut wait_notify = millis_opt(services.config.load().general.query_wait_notify);
         let mut idle_timer = IdleTimer::default();
         let mut between = false;
@@ -507,7 +509,7 @@ fn run<'a>(
                 let gen = services.config_gen.load(Ordering::Relaxed);
                 if gen != config_gen {
                     config_gen = gen;
-                    relay_mode = self::relay_mode(services, &session.pool, mode, client.worker);
+                    relay_mode = self::relay_mode(services, session, mode, client.worker);
                     wait_notify = millis_opt(services.config.load().general.query_wait_notify);
                 }
                 if let Some(target) = services.balance.move_target(client.worker) {
