@@ -22,8 +22,8 @@ use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
 use crate::net::peer::Peer;
-use crate::pool::logins;
 use crate::pool::registry;
+use crate::pool::{logins, Pool};
 use crate::services::{ClientCount, LoginCount, Services, PRESSURE_LOGIN_TIMEOUT};
 use crate::session::startup as session_startup;
 use crate::session::{apply, Settings};
@@ -355,7 +355,7 @@ async fn login(
     }
     let params = &taken.text;
     if let Some(kind) = session_startup::replication(params) {
-        return replication::login(client, services, &pool, kind, params, out, id)
+        return replication::login(client, services, &pool, kind, (user, params), out, id)
             .await
             .map(|a| (a, count));
     }
@@ -437,32 +437,16 @@ async fn login(
     for (k, v) in server_params.unwrap_or_default().iter() {
         encode::parameter_status(&mut out, k, v);
     }
-    let peer_id = services.config.load().general.peer_id;
-    let secret = services.cancel.register(pid, slot.clone(), peer_id);
-    encode::backend_key_data(&mut out, pid, secret);
-    encode::ready_for_query(&mut out, TxStatus::Idle);
-    if let Err(e) = client.stream.send(&out).await {
-        services.cancel.unregister(pid, secret);
-        return Err(Error::with_source(Kind::ClientIo, "write", e));
-    }
-    let application_name = params
-        .iter()
-        .rfind(|(k, _)| k == "application_name")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    let (database, pool_user) = pool.listed_names();
-    // Under a forced user the pool is that user's; the client is listed under its own name.
-    let user = match &*pool_user == user {
-        true => pool_user,
-        false => std::sync::Arc::from(user),
-    };
-    let listed = match list_client(client, services, user, database, application_name, id) {
-        Ok(l) => l,
-        Err(e) => {
-            services.cancel.unregister(pid, secret);
-            return Err(e);
-        }
-    };
+    let (secret, listed) = welcome(
+        client,
+        services,
+        out,
+        &pool,
+        (user, params),
+        (pid, slot.clone()),
+        id,
+    )
+    .await?;
     if let Some(l) = server.as_ref().and_then(|s| s.listed.as_ref()) {
         // Session mode: the login's server is the client's (SHOW CLIENTS/SERVERS `link`).
         l.set_link(listed.id);
@@ -485,6 +469,46 @@ async fn login(
         pinned: Vec::new(),
     });
     Ok((session, count))
+}
+
+/// The end of a pool client's welcome: its cancel key (`pid`, and the slot that reaches its
+/// server) registered and sent with ReadyForQuery after what `out` holds, and the client
+/// listed for SHOW CLIENTS under its own login name `user` (under a forced user the pool is
+/// that user's). Returns the key's secret and the listing; on failure the key is unregistered.
+pub(super) async fn welcome(
+    client: &mut ClientConn,
+    services: &Services,
+    mut out: BytesMut,
+    pool: &Pool,
+    (user, params): (&str, &[(String, String)]),
+    (pid, slot): (i32, Arc<CancelSlot>),
+    id: u64,
+) -> Result<(i32, conns::Listed)> {
+    let peer_id = services.config.load().general.peer_id;
+    let secret = services.cancel.register(pid, slot, peer_id);
+    encode::backend_key_data(&mut out, pid, secret);
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    if let Err(e) = client.stream.send(&out).await {
+        services.cancel.unregister(pid, secret);
+        return Err(Error::with_source(Kind::ClientIo, "write", e));
+    }
+    let application_name = params
+        .iter()
+        .rfind(|(k, _)| k == "application_name")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let (database, pool_user) = pool.listed_names();
+    let user = match &*pool_user == user {
+        true => pool_user,
+        false => Arc::from(user),
+    };
+    match list_client(client, services, user, database, application_name, id) {
+        Ok(listed) => Ok((secret, listed)),
+        Err(e) => {
+            services.cancel.unregister(pid, secret);
+            Err(e)
+        }
+    }
 }
 
 /// Counts a client under its database and user, refused (with PgBouncer's words) when that

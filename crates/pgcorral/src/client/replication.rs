@@ -6,10 +6,9 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use pgwire::backend::TxStatus;
 use pgwire::encode;
 
-use super::admit::{list_client, Admitted};
+use super::admit::{welcome, Admitted};
 use super::ClientConn;
 use crate::cancel::CancelSlot;
 use crate::connlog::{self, Who};
@@ -54,18 +53,13 @@ pub(super) async fn login(
     services: &Services,
     pool: &Pool,
     kind: Replication,
-    params: &[(String, String)],
+    (user, params): (&str, &[(String, String)]),
     mut out: BytesMut,
     id: u64,
 ) -> Result<Admitted> {
-    let (database, pool_user) = pool.listed_names();
-    // Under a forced user the pool is that user's; the client is listed under its own name.
-    let user = match params.iter().rfind(|(k, _)| k == "user") {
-        Some((_, u)) if **u != *pool_user => Arc::from(u.as_str()),
-        _ => pool_user,
-    };
-    if services.control.is_paused(&database) {
-        services.control.wait_resumed(&database).await;
+    let database = pool.name().0;
+    if services.control.is_paused(database) {
+        services.control.wait_resumed(database).await;
     }
     let server = pool
         .dedicated(client.worker, &server_startup(params))
@@ -76,26 +70,8 @@ pub(super) async fn login(
     let slot = Arc::new(CancelSlot::default());
     slot.set(Some(server.key.clone()));
     let pid = server.key.pid;
-    let peer_id = services.config.load().general.peer_id;
-    let secret = services.cancel.register(pid, slot, peer_id);
-    encode::backend_key_data(&mut out, pid, secret);
-    encode::ready_for_query(&mut out, TxStatus::Idle);
-    if let Err(e) = client.stream.send(&out).await {
-        services.cancel.unregister(pid, secret);
-        return Err(Error::with_source(Kind::ClientIo, "write", e));
-    }
-    let application_name = params
-        .iter()
-        .rfind(|(k, _)| k == "application_name")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    let listed = match list_client(client, services, user, database, application_name, id) {
-        Ok(l) => l,
-        Err(e) => {
-            services.cancel.unregister(pid, secret);
-            return Err(e);
-        }
-    };
+    let (secret, listed) =
+        welcome(client, services, out, pool, (user, params), (pid, slot), id).await?;
     listed.set_replication(kind.name());
     if let Some(l) = &server.listed {
         l.set_replication(kind.name());
