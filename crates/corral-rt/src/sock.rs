@@ -51,6 +51,11 @@ impl<S: Fd> Socket<S> {
     /// Registers `io` (made non-blocking) with this thread's reactor.
     pub fn new(io: S) -> io::Result<Socket<S>> {
         io.set_nonblocking(true)?;
+        Socket::register(io)
+    }
+
+    /// Registers `io`, non-blocking already, with this thread's reactor.
+    fn register(io: S) -> io::Result<Socket<S>> {
         let reg = Reactor::current()?.register(io.into())?;
         Ok(Socket {
             reg,
@@ -63,10 +68,11 @@ impl<S: Fd> Socket<S> {
         self.reg.readiness().fd()
     }
 
-    /// Registers `io` as [`Socket::new`], with `held` (from [`Socket::into_inner`] on another
-    /// reactor) to go out before anything written here.
+    /// Registers `io` and `held`, from [`Socket::into_inner`] on another reactor (so `io` is
+    /// non-blocking already: no system call to make it so), with `held` to go out before
+    /// anything written here.
     pub fn new_holding(io: S, held: Vec<u8>) -> io::Result<Socket<S>> {
-        let s = Socket::new(io)?;
+        let s = Socket::register(io)?;
         if !held.is_empty() {
             let ready = s.reg.readiness();
             ready.hold(&held, ready.now());

@@ -51,7 +51,7 @@ pub fn kind(tag: u8) -> Kind {
 
 /// Returns the SQL text of a Query message body (without the trailing NUL), if well formed.
 pub fn query_text(body: &[u8]) -> Option<&str> {
-    let end = body.iter().position(|&b| b == 0)?;
+    let end = memchr::memchr(0, body)?;
     std::str::from_utf8(&body[..end]).ok()
 }
 

@@ -203,6 +203,15 @@ pub fn command(sql: &str) -> Result<Option<Command>, String> {
         rest = after;
     }
     let text = skip_space(rest).trim_ascii_end();
+    // Most queries are neither: told apart by their first word's first letters, untokenized.
+    let starts = |w: &[u8]| {
+        text.as_bytes()
+            .get(..w.len())
+            .is_some_and(|b| b.eq_ignore_ascii_case(w))
+    };
+    if !starts(b"set") && !starts(b"show") {
+        return Ok(None);
+    }
     let mut tokens = Tokens(text.strip_suffix(';').unwrap_or(text));
     let set = match tokens.next() {
         Some(Token::Word(w)) if w.eq_ignore_ascii_case("set") => true,
@@ -434,5 +443,14 @@ mod tests {
         assert_eq!(command("SET ROLE alice"), Ok(None));
         assert_eq!(command("SELECT 'SET SERVER ROLE TO primary'"), Ok(None));
         assert_eq!(command(""), Ok(None));
+        assert_eq!(command("se"), Ok(None));
+        assert_eq!(command("settle"), Ok(None));
+        assert_eq!(command("select 1"), Ok(None));
+        // The first word is read in any case, after comments and whitespace.
+        assert_eq!(
+            command("/* x */ \n sEt ShArD tO '1';"),
+            Ok(Some(Command::SetShard(Some(1))))
+        );
+        assert_eq!(command("sHoW shard"), Ok(Some(Command::ShowShard)));
     }
 }

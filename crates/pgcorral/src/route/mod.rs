@@ -154,7 +154,7 @@ pub fn decide(
         .as_ref()
         .and_then(|d| d.shard)
         .or(route.shard);
-    let placed = shard::shard_of(client, sharding, &mut route.near, chosen, writes);
+    let placed = shard::shard_of(client, query, sharding, &mut route.near, chosen, writes);
     if let shard::Shard::NeedColumns(t) = placed {
         return Decision::LearnColumns(t);
     }
@@ -356,10 +356,10 @@ pub async fn in_transaction(
     }
     // A shard the client chose keeps the transaction where it is; else its keys must agree.
     let chosen = route.shard.map(|_| shard);
-    let mut placed = shard::shard_of(client, sharding, &mut route.near, chosen, || false);
+    let mut placed = shard::shard_of(client, query, sharding, &mut route.near, chosen, || false);
     if let shard::Shard::NeedColumns(t) = placed {
         shard::learn_columns(cluster, sharding, t, client.worker).await?;
-        placed = shard::shard_of(client, sharding, &mut route.near, chosen, || false);
+        placed = shard::shard_of(client, query, sharding, &mut route.near, chosen, || false);
     }
     Ok(match placed {
         shard::Shard::One(n) if n != shard => {

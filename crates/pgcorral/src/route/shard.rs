@@ -45,15 +45,17 @@ pub enum Shard {
 }
 
 /// Where the request goes: `chosen` is the client's `SET SHARD` or `SET SHARDING KEY` (already
-/// a shard), `writes` whether the request may write.
+/// a shard), `writes` whether the request may write. `query`: the request's whole simple Query
+/// (length and text) when the caller has read it already.
 pub fn shard_of(
     client: &ClientConn,
+    query: Option<(usize, &str)>,
     sharding: &Sharding,
     near: &mut Option<NearPlan>,
     chosen: Option<usize>,
     writes: impl FnOnce() -> bool,
 ) -> Shard {
-    let batch = match Batch::read(client) {
+    let batch = match query.map(Batch::query).or_else(|| Batch::read(client)) {
         Some(b) => b,
         None => return Shard::NeedMore,
     };
@@ -383,6 +385,18 @@ struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
+    /// A simple Query already read whole: its length and text.
+    fn query((len, text): (usize, &'a str)) -> Batch<'a> {
+        let mut statements = SmallVec::new();
+        statements.push((text, None, true));
+        Batch {
+            len,
+            first_text: Some(text),
+            statements,
+            simple: true,
+        }
+    }
+
     /// `None` until the request is whole: its Query, or its messages up to a Sync (or a Flush
     /// after which nothing is bound: the client waits for a description).
     fn read(client: &'a ClientConn) -> Option<Batch<'a>> {

@@ -104,6 +104,13 @@ impl Value {
     pub fn from_text(ty: KeyType, text: &[u8]) -> Result<Value, BadKey> {
         let bad = |why| BadKey { ty, why };
         match ty {
+            // Plain digits (most keys): read at once; 18 of them cannot overflow an i64.
+            KeyType::Int2 | KeyType::Int4 | KeyType::Int8
+                if (1..=18).contains(&text.len()) && text.iter().all(u8::is_ascii_digit) =>
+            {
+                let v = text.iter().fold(0i64, |v, &d| v * 10 + i64::from(d - b'0'));
+                in_range(ty, v)
+            }
             KeyType::Int2 | KeyType::Int4 | KeyType::Int8 => {
                 let s = std::str::from_utf8(text).map_err(|_| bad("not a number"))?;
                 // PostgreSQL allows surrounding whitespace and a leading '+', and '_' between
@@ -277,6 +284,32 @@ mod tests {
         assert!(Value::from_text(KeyType::Int2, b"40000").is_err());
         assert!(Value::from_text(KeyType::Int4, b"abc").is_err());
         assert!(Value::from_text(KeyType::Int8, b"9223372036854775808").is_err());
+    }
+
+    /// Plain digits are read by a shortcut up to 18 of them, by the full parse beyond: both
+    /// give the same value at the edge, and range checks and leading zeros are the same.
+    #[test]
+    fn plain_digits_shortcut_agrees_with_the_parse() {
+        for (t, v) in [
+            ("0", 0),
+            ("007", 7),
+            ("999999999999999999", 999_999_999_999_999_999),
+            ("1000000000000000000", 1_000_000_000_000_000_000),
+            ("9223372036854775807", i64::MAX),
+        ] {
+            assert_eq!(
+                Value::from_text(KeyType::Int8, t.as_bytes()),
+                Ok(Value::Int(v)),
+                "{t}"
+            );
+        }
+        assert!(Value::from_text(KeyType::Int2, b"32768").is_err());
+        assert_eq!(
+            Value::from_text(KeyType::Int2, b"32767"),
+            Ok(Value::Int(32767))
+        );
+        assert!(Value::from_text(KeyType::Int4, b"2147483648").is_err());
+        assert!(Value::from_text(KeyType::Int8, b"").is_err());
     }
 
     #[test]
