@@ -16,7 +16,8 @@
 # clients), SHARD_LAYOUT (`servers`: shard 1 is a second PostgreSQL server; `databases`: shard 1
 # is a copy of the database on the first server, so PostgreSQL's side is the same for `plain`
 # and `sharded` and the difference is pgcorral's routing alone, not a second server's
-# backends competing for the same cores), WARMUP (untimed seconds per target and protocol first, 3; 0 skips), PG_BINDIR
+# backends competing for the same cores), BENCH_CORRAL_BIN (a pgcorral binary to run instead of
+# building this checkout's; BENCH_CORRAL_REV names it in the report), WARMUP (untimed seconds per target and protocol first, 3; 0 skips), PG_BINDIR
 # (PostgreSQL's binaries), BENCH_RESULTS_DIR (default bench/results), KEEP=1 (keep the work
 # directory and its logs, as a failed run does). CARGO_TARGET_DIR and CARGO_BUILD_JOBS are honoured.
 #
@@ -125,12 +126,19 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 
 # ---- build ----------------------------------------------------------------------------------------
-log "cargo build --release -p pgcorral"
-(cd "$ROOT" && cargo build --release -p pgcorral) || die "cargo build failed"
-TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-cp "$TARGET_DIR/release/pgcorral" "$WORK/pgcorral" # another build must not swap it mid-run
-GIT_REV=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[ -z "$(cd "$ROOT" && git status --porcelain -- crates 2>/dev/null)" ] || GIT_REV="$GIT_REV (sources modified)"
+if [ -n "${BENCH_CORRAL_BIN:-}" ]; then
+  # A binary built elsewhere (another commit's, for a before/after on the same machine).
+  [ -x "$BENCH_CORRAL_BIN" ] || die "BENCH_CORRAL_BIN: $BENCH_CORRAL_BIN is not an executable"
+  cp "$BENCH_CORRAL_BIN" "$WORK/pgcorral"
+  GIT_REV="${BENCH_CORRAL_REV:-binary $BENCH_CORRAL_BIN}"
+else
+  log "cargo build --release -p pgcorral"
+  (cd "$ROOT" && cargo build --release -p pgcorral) || die "cargo build failed"
+  TARGET_DIR=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+  cp "$TARGET_DIR/release/pgcorral" "$WORK/pgcorral" # another build must not swap it mid-run
+  GIT_REV=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  [ -z "$(cd "$ROOT" && git status --porcelain -- crates 2>/dev/null)" ] || GIT_REV="$GIT_REV (sources modified)"
+fi
 
 read -r PG1 PG2 CORRAL_PORT BOUNCER_PORT < <(python3 -c 'import socket
 socks = [socket.socket() for _ in range(4)]

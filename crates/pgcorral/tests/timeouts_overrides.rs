@@ -198,8 +198,7 @@ async fn a_users_client_idle_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_wait_timeout_by_user_then_database_then_general() {
     let pg = Postgres::start();
-    // Per-user pools (no forced user): under a forced user the pool is that user's, and the
-    // connecting user's query_wait_timeout is not applied yet (PgBouncer applies it).
+    // Per-user pools here (no forced user); a forced user's pool is the next test's.
     pg.create_user("hasty", "pw");
     let port = pg.port;
     let toml = format!(
@@ -267,6 +266,52 @@ async fn query_wait_timeout_by_user_then_database_then_general() {
     waits("fast", "hasty", Some(300)).await;
     waits("slow", "hasty", Some(300)).await;
     waits("slow", "postgres", None).await;
+}
+
+/// Under a forced user every client shares the forced user's pool, and each waits as long as
+/// its login user says (PgBouncer's rule): its own query_wait_timeout, else the database's,
+/// never the forced user's. A client with a shorter limit gives up first even when queued
+/// behind one with a longer limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_forced_user_each_client_waits_as_its_login_user_says() {
+    let pg = Postgres::start();
+    let port = pg.port;
+    let toml = format!(
+        "[general]\nlisten_port = 0\nauth_type = \"trust\"\npool_mode = \"transaction\"\n\
+         default_pool_size = 1\nquery_wait_timeout = 60000\n\n\
+         [users.postgres]\nquery_wait_timeout = 30000\n\n[users.plain]\n\n\
+         [users.hasty]\nquery_wait_timeout = 300\n\n\
+         [databases.forced]\nhost = \"127.0.0.1\"\nport = {port}\ndbname = \"postgres\"\n\
+         user = \"postgres\"\nquery_wait_timeout = 1500\n"
+    );
+    let pooler = Pooler::start(&toml).await;
+    let mut holder = login(pooler.port(), "postgres", "forced").await;
+    let mut plain = login(pooler.port(), "plain", "forced").await;
+    let mut hasty = login(pooler.port(), "hasty", "forced").await;
+    holder.query("BEGIN").await.unwrap();
+    let start = Instant::now();
+    // `plain` waits first, `hasty` behind it.
+    send_query(&mut plain, "SELECT 1").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    send_query(&mut hasty, "SELECT 1").await;
+    let err = within(HANG, "hasty's wait", hasty.expect_error_and_close()).await;
+    let took = start.elapsed();
+    assert_eq!(err.code, "57014", "{err:?}");
+    assert!(err.message.contains("query_wait_timeout"), "{err:?}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(1400),
+        "hasty waited its own 300 ms, not plain's turn: {took:?}"
+    );
+    // `plain` has no limit of its own: the database's 1.5 s, not the forced user's 30 s.
+    let err = within(HANG, "plain's wait", plain.expect_error_and_close()).await;
+    let took = start.elapsed();
+    assert_eq!(err.code, "57014", "{err:?}");
+    assert!(
+        took >= Duration::from_millis(1450) && took < Duration::from_millis(6000),
+        "plain waited the database's 1.5 s: {took:?}"
+    );
+    holder.query("COMMIT").await.unwrap();
+    holder.query("SELECT 1").await.unwrap();
 }
 
 /// A database's server_lifetime: its servers are closed once idle past it, while another

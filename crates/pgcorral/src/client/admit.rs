@@ -23,7 +23,7 @@ use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::registry;
-use crate::pool::{logins, Pool};
+use crate::pool::{logins, ClientWait, Pool};
 use crate::services::{ClientCount, LoginCount, Services, PRESSURE_LOGIN_TIMEOUT};
 use crate::session::startup as session_startup;
 use crate::session::{apply, Settings};
@@ -31,8 +31,9 @@ use crate::tls;
 
 /// A client past login.
 pub(super) enum Admitted {
-    /// A client of a pool.
-    Pool(LoggedIn),
+    /// A client of a pool (boxed: its session is the largest by far, and moves between
+    /// workers).
+    Pool(Box<LoggedIn>),
     /// An admin console user, listed in SHOW CLIENTS (database `pgbouncer`, as PgBouncer).
     Console(admin::Role, conns::Listed),
     /// A replication client with its own server.
@@ -362,6 +363,7 @@ async fn login(
     let startup_settings =
         session_startup::settings(params, &config.general.ignore_startup_parameters)?;
     let slot = Arc::new(CancelSlot::default());
+    let wait = ClientWait::of(config.client_timeouts(user).query_wait);
     let session_mode = pool.settings().mode == PoolMode::Session;
     let mut settings = Settings::default();
     let mut startup = Settings::default();
@@ -384,7 +386,7 @@ async fn login(
         }
         let asked = clock::now();
         let mut s = cluster
-            .checkout(session_target(&cluster), client.worker, 0)
+            .checkout(session_target(&cluster), client.worker, 0, wait)
             .await?;
         let got = clock::now();
         s.pool()
@@ -454,7 +456,7 @@ async fn login(
     }
     pool.client_joined();
     pool.stats().logged_in(client.worker);
-    let session = Admitted::Pool(LoggedIn {
+    let session = Admitted::Pool(Box::new(LoggedIn {
         pool,
         cluster,
         route: Default::default(),
@@ -467,7 +469,8 @@ async fn login(
         settings,
         startup,
         pinned: Vec::new(),
-    });
+        wait,
+    }));
     Ok((session, count))
 }
 

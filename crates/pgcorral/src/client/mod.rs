@@ -43,7 +43,7 @@ use crate::conns;
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
 use crate::net::peer::Peer;
-use crate::pool::{Checkout, Pool};
+use crate::pool::{Checkout, ClientWait, Pool};
 use crate::prepared;
 use crate::relay::{self, Outcome, Phase, Timeouts};
 use crate::route::{self, ClientRoute, Decision};
@@ -71,7 +71,7 @@ struct Moved {
     max_len: u32,
     custom: Vec<String>,
     statements: prepared::ClientStatements,
-    session: LoggedIn,
+    session: Box<LoggedIn>,
     count: ClientCount,
 }
 
@@ -279,7 +279,7 @@ fn left(
 /// it (re-registered by the new task, on its own worker).
 fn migrate(
     client: ClientConn,
-    session: LoggedIn,
+    session: Box<LoggedIn>,
     services: Services,
     count: ClientCount,
     target: usize,
@@ -358,6 +358,8 @@ struct LoggedIn {
     startup: session::Settings,
     /// Why the client keeps its server between transactions; empty when it does not.
     pinned: Vec<String>,
+    /// How long it waits for a busy pool, when not its pool's setting (its login user's own).
+    wait: ClientWait,
 }
 
 /// A client's timeouts (ms, 0 = off) as the relay takes them.
@@ -443,7 +445,7 @@ async fn routed_checkout(
     };
     session
         .cluster
-        .checkout(target, client.worker, min_lsn)
+        .checkout(target, client.worker, min_lsn, session.wait)
         .await
         .map(Some)
 }
@@ -510,7 +512,10 @@ fn run<'a>(
                 if gen != config_gen {
                     config_gen = gen;
                     relay_mode = self::relay_mode(services, session, mode, client.worker);
-                    wait_notify = millis_opt(services.config.load().general.query_wait_notify);
+                    let config = services.config.load();
+                    wait_notify = millis_opt(config.general.query_wait_notify);
+                    session.wait =
+                        ClientWait::of(config.client_timeouts(&session.listed.user).query_wait);
                 }
                 if let Some(target) = services.balance.move_target(client.worker) {
                     return Ok(Exit::Move(target));
@@ -541,10 +546,10 @@ fn run<'a>(
                     }
                 } else if let Some(after) = wait_notify {
                     // Boxed: the notice's timer and write must not size every client's future.
-                    let checkout = session.pool.checkout(client.worker);
+                    let checkout = session.pool.checkout(client.worker, session.wait);
                     cold::cold(notify_while_waiting(client, checkout, after)).await?
                 } else {
-                    session.pool.checkout(client.worker).await?
+                    session.pool.checkout(client.worker, session.wait).await?
                 };
                 let got = clock::now();
                 // The wait's time and count go with the transaction's (one record of the

@@ -15,7 +15,7 @@ use crate::connlog::{self, Who};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::net::peer::Peer;
-use crate::pool::{Dedicated, Pool};
+use crate::pool::{ClientWait, Dedicated, Pool};
 use crate::services::Services;
 use crate::session::startup::Replication;
 
@@ -61,8 +61,9 @@ pub(super) async fn login(
     if services.control.is_paused(database) {
         services.control.wait_resumed(database).await;
     }
+    let wait = ClientWait::of(services.config.load().client_timeouts(user).query_wait);
     let server = pool
-        .dedicated(client.worker, &server_startup(params))
+        .dedicated(client.worker, &server_startup(params), wait)
         .await?;
     for (k, v) in server.params.iter() {
         encode::parameter_status(&mut out, k, v);

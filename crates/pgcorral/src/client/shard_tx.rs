@@ -29,7 +29,10 @@ pub(super) async fn open(
             want: Want::Primary,
             writes: true,
         };
-        let mut s = session.cluster.checkout(target, client.worker, 0).await?;
+        let mut s = session
+            .cluster
+            .checkout(target, client.worker, 0, session.wait)
+            .await?;
         if !session::matches(&s.applied, &session.settings) {
             restore(&mut s, &session.settings).await?;
         }

@@ -15,7 +15,7 @@ use topology::{Node, Role, Topology, View};
 
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
-use crate::pool::{Checkout, Pool};
+use crate::pool::{Checkout, ClientWait, Pool};
 use crate::session::exec;
 use crate::shard::Sharding;
 
@@ -202,8 +202,14 @@ impl Cluster {
     /// asks for. `min_lsn` > 0: only servers that have replayed that far (read-your-writes). A
     /// server that cannot be reached is banned (the primary never is) and the next one tried;
     /// a request for the primary waits up to `server_unavailable_wait` for one to be
-    /// reachable (a restart, a failover).
-    pub async fn checkout(&self, target: Target, worker: usize, min_lsn: u64) -> Result<Checkout> {
+    /// reachable (a restart, a failover). A client waits for a busy pool at most `wait`.
+    pub async fn checkout(
+        &self,
+        target: Target,
+        worker: usize,
+        min_lsn: u64,
+        wait: ClientWait,
+    ) -> Result<Checkout> {
         let shard = match target.shards {
             Shards::One(n) if n < self.0.shards.len() => &self.0.shards[n],
             other => {
@@ -218,9 +224,9 @@ impl Cluster {
             }
         };
         if !shard.routed {
-            return shard.pools[0].checkout(worker).await;
+            return shard.pools[0].checkout(worker, wait).await;
         }
-        Box::pin(checkout_routed(shard, target.want, worker, min_lsn)).await
+        Box::pin(checkout_routed(shard, target.want, worker, min_lsn, wait)).await
     }
 }
 
@@ -229,6 +235,7 @@ async fn checkout_routed(
     want: Want,
     worker: usize,
     min_lsn: u64,
+    wait: ClientWait,
 ) -> Result<Checkout> {
     let topology = &shard.topology;
     let started = Instant::now();
@@ -260,7 +267,7 @@ async fn checkout_routed(
                 }));
         };
         let node = &topology.nodes[i];
-        match shard.pools[i].checkout(worker).await {
+        match shard.pools[i].checkout(worker, wait).await {
             Ok(c) => return Ok(c),
             Err(e) if takes_server_down(&e) => {
                 tracing::info!(database = %Esc(&topology.database), server = %node.addr(), error = %Esc(&e), want = want.name(), "server failed; trying another");
@@ -381,7 +388,11 @@ mod tests {
                 want: Want::Primary,
                 writes: false,
             };
-            let refused = cluster.checkout(target, 0, 0).await.err().unwrap();
+            let refused = cluster
+                .checkout(target, 0, 0, ClientWait::default())
+                .await
+                .err()
+                .unwrap();
             assert_eq!(refused.kind(), Kind::NotSupported, "{shards:?}");
         }
     }

@@ -13,6 +13,8 @@ pub struct ClientTimeouts {
     pub idle_transaction: u64,
     pub transaction: u64,
     pub client_idle: u64,
+    /// The user's own `query_wait_timeout`, when it has one (else its pool's applies).
+    pub query_wait: Option<u64>,
 }
 
 impl Config {
@@ -27,6 +29,7 @@ impl Config {
             idle_transaction: own(|u| u.idle_transaction_timeout, g.idle_transaction_timeout),
             transaction: own(|u| u.transaction_timeout, g.transaction_timeout),
             client_idle: own(|u| u.client_idle_timeout, g.client_idle_timeout),
+            query_wait: u.and_then(|u| u.query_wait_timeout),
         }
     }
 }
@@ -80,7 +83,8 @@ mod tests {
                 query: 1,
                 idle_transaction: 200,
                 transaction: 0,
-                client_idle: 400
+                client_idle: 400,
+                query_wait: None,
             }
         );
         let other = c.client_timeouts("other");

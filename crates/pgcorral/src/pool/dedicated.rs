@@ -6,7 +6,7 @@ use std::ops::{Deref, DerefMut};
 use std::task::Poll;
 
 use super::inner::{self, Grant};
-use super::{mailbox, Checkout, Open, Pool};
+use super::{mailbox, Checkout, ClientWait, Open, Pool};
 use crate::clock;
 use crate::error::{Error, Kind, Result};
 use crate::server::ServerConn;
@@ -19,21 +19,22 @@ impl Pool {
     /// Opens a server for one client, logged in with `startup` (its own parameters, over the
     /// database's), in a place of this pool: a free one, else the least recently used idle
     /// server's (closed, `evicted`), else the first to come free, waiting as a checkout waits
-    /// (up to query_wait_timeout).
+    /// (up to query_wait_timeout, or `wait`, the client's own).
     pub async fn dedicated(
         &self,
         worker: usize,
         startup: &[(String, String)],
+        wait: ClientWait,
     ) -> Result<Dedicated> {
-        let slot = self.place(worker).await?;
+        let slot = self.place(worker, wait).await?;
         let c = self
-            .open_for(slot, worker, Open::Dedicated(startup))
+            .open_for(slot, worker, Open::Dedicated(startup), wait)
             .await?;
         Ok(Dedicated(Some(c)))
     }
 
     /// A counted place for a new server.
-    async fn place(&self, worker: usize) -> Result<inner::Slot> {
+    async fn place(&self, worker: usize, client_wait: ClientWait) -> Result<inner::Slot> {
         let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
         let (wait, evicted) = {
             let mut inner = self.0.inner.lock();
@@ -49,6 +50,7 @@ impl Pool {
                     inner.waiters.push_back(inner::Waiting {
                         since: clock::now(),
                         worker,
+                        wait: client_wait,
                         entry,
                     });
                     (Some(wait), None)
@@ -67,7 +69,9 @@ impl Pool {
                 self.closing(&server, &"evicted");
                 Ok(inner::Slot::new(self.clone()))
             }
-            Some(Grant::TimedOut(waited)) => Err(self.0.settings.load().waited_too_long(waited)),
+            Some(Grant::TimedOut(waited)) => {
+                Err(self.0.settings.load().waited_too_long(waited, client_wait))
+            }
             Some(Grant::Shutdown) => Err(Error::server_shutting_down()),
             None => Err(Error::new(Kind::Shutdown, "pool closed")),
         }

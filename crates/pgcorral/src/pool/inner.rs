@@ -27,6 +27,8 @@ pub(super) struct Waiting {
     pub since: Tick,
     /// The worker it runs on.
     pub worker: usize,
+    /// How long it may wait, when not the pool's setting.
+    pub wait: super::ClientWait,
     pub entry: Entry,
 }
 
@@ -140,6 +142,7 @@ mod tests {
             inner.waiters.push_back(Waiting {
                 since: crate::clock::now(),
                 worker,
+                wait: Default::default(),
                 entry,
             });
         }

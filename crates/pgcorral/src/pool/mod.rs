@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use crate::clock;
 use crate::cluster::topology;
 use crate::cold;
-use crate::config::{ConnLogging, PoolMode};
+use crate::config::{millis_opt, ConnLogging, PoolMode};
 use crate::connlog::{self, Who};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
@@ -50,6 +50,25 @@ enum Open<'a> {
     /// One client's own connection (replication), logged in with these startup parameters
     /// besides the database's; its failure concerns that client only.
     Dedicated(&'a [(String, String)]),
+}
+
+/// How long a client may wait for a server when that is not its pool's setting: under a
+/// forced user, the pool is the forced user's, and a client whose login user has a
+/// `query_wait_timeout` of its own waits that long (PgBouncer's rule). The default: the pool's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientWait(Option<Option<Duration>>);
+
+impl ClientWait {
+    /// The client's own `query_wait_timeout` (`None`: wait forever).
+    pub fn own(timeout: Option<Duration>) -> ClientWait {
+        ClientWait(Some(timeout))
+    }
+
+    /// From the login user's own `query_wait_timeout` in ms (0 = forever), when it has one
+    /// ([`crate::config::ClientTimeouts::query_wait`]).
+    pub fn of(own_ms: Option<u64>) -> ClientWait {
+        ClientWait(own_ms.map(millis_opt))
+    }
 }
 
 /// Rolls back an open transaction on a checked-out server; true when it ends idle within the
@@ -112,10 +131,15 @@ pub struct PoolSettings {
 }
 
 impl PoolSettings {
+    /// `query_wait_timeout` for `client`: its own, else the pool's.
+    fn wait_timeout(&self, client: ClientWait) -> Option<Duration> {
+        client.0.unwrap_or(self.wait_timeout)
+    }
+
     /// How long a client may wait for a server: the shorter of `wait_timeout` and
     /// `query_timeout`; `None` = forever.
-    fn wait_limit(&self) -> Option<Duration> {
-        match (self.wait_timeout, self.query_timeout) {
+    fn wait_limit(&self, client: ClientWait) -> Option<Duration> {
+        match (self.wait_timeout(client), self.query_timeout) {
             (Some(w), Some(q)) => Some(w.min(q)),
             (w, q) => w.or(q),
         }
@@ -124,8 +148,8 @@ impl PoolSettings {
     /// What a client that waited `waited` for a server (past [`PoolSettings::wait_limit`])
     /// is told: PgBouncer's `query_timeout` when that is the shorter limit, else
     /// `query_wait_timeout`.
-    fn waited_too_long(&self, waited: Duration) -> Error {
-        let by_query = match (self.wait_timeout, self.query_timeout) {
+    fn waited_too_long(&self, waited: Duration, client: ClientWait) -> Error {
+        let by_query = match (self.wait_timeout(client), self.query_timeout) {
             (Some(w), Some(q)) => q < w,
             (None, Some(_)) => true,
             _ => false,
@@ -355,16 +379,16 @@ impl Pool {
 
     /// Hands out a server to a client on `worker`: an idle one (preferring one already on that
     /// worker), a new one if under the cap, else the first to come back (first come, first
-    /// served), waiting at most the pool's wait timeout. The server ends up registered with
-    /// the worker's reactor.
-    pub async fn checkout(&self, worker: usize) -> Result<Checkout> {
+    /// served), waiting at most the pool's wait timeout (or `wait`, the client's own). The
+    /// server ends up registered with the worker's reactor.
+    pub async fn checkout(&self, worker: usize, wait: ClientWait) -> Result<Checkout> {
         // The common case completes without awaiting. A wait is small enough to stay in the
         // client's future (no allocation per wait); the check and opening a server are boxed so
         // that every client's future stays small.
         match self.checkout_idle(worker) {
             Some(c) if !self.needs_check(&c) => Ok(c),
-            Some(c) => cold::cold(self.check_then_slow(c, worker)).await,
-            None => self.checkout_slow(worker).await,
+            Some(c) => cold::cold(self.check_then_slow(c, worker, wait)).await,
+            None => self.checkout_slow(worker, wait).await,
         }
     }
 
@@ -378,7 +402,12 @@ impl Pool {
 
     /// Runs `server_check_query` on a long-idle server; a failed check discards it and the
     /// checkout goes on as if there had been no idle server.
-    async fn check_then_slow(&self, mut c: Checkout, worker: usize) -> Result<Checkout> {
+    async fn check_then_slow(
+        &self,
+        mut c: Checkout,
+        worker: usize,
+        wait: ClientWait,
+    ) -> Result<Checkout> {
         let s = self.0.settings.load_full();
         let applied = c.applied.clone();
         let ok = timer::timeout(
@@ -404,7 +433,7 @@ impl Pool {
                 ),
             ));
         }
-        self.checkout_slow(worker).await
+        self.checkout_slow(worker, wait).await
     }
 
     /// An idle server, healthy and moved to `worker`, if there is one.
@@ -427,14 +456,14 @@ impl Pool {
     /// No idle server: a new one if under the cap, else a place in the queue. Opening a server
     /// is boxed apart, so that a client that waits (the common case under load) moves only the
     /// small waiting state into its box.
-    async fn checkout_slow(&self, worker: usize) -> Result<Checkout> {
+    async fn checkout_slow(&self, worker: usize, wait: ClientWait) -> Result<Checkout> {
         loop {
             if let Some(c) = self.checkout_idle(worker) {
                 return Ok(c);
             }
             // The task's waker, registered with the wait as it is opened.
             let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
-            let wait = {
+            let queued = {
                 let mut inner = self.0.inner.lock();
                 if !inner.idle.is_empty() {
                     continue;
@@ -443,22 +472,28 @@ impl Pool {
                     inner.open += 1;
                     None
                 } else {
-                    let (wait, entry) = mailbox::open(waker);
+                    let (queued, entry) = mailbox::open(waker);
                     inner.waiters.push_back(inner::Waiting {
                         since: clock::now(),
                         worker,
+                        wait,
                         entry,
                     });
-                    Some(wait)
+                    Some(queued)
                 }
             };
-            let mut checkout = match wait {
-                None => return cold::cold(self.open(inner::Slot::new(self.clone()), worker)).await,
-                Some(wait) => match wait.await {
+            let mut checkout = match queued {
+                None => {
+                    let slot = inner::Slot::new(self.clone());
+                    return cold::cold(self.open(slot, worker, wait)).await;
+                }
+                Some(queued) => match queued.await {
                     Some(Grant::Server(checkout)) => checkout,
-                    Some(Grant::Slot(slot)) => return cold::cold(self.open(slot, worker)).await,
+                    Some(Grant::Slot(slot)) => {
+                        return cold::cold(self.open(slot, worker, wait)).await
+                    }
                     Some(Grant::TimedOut(waited)) => {
-                        return Err(self.0.settings.load().waited_too_long(waited))
+                        return Err(self.0.settings.load().waited_too_long(waited, wait))
                     }
                     Some(Grant::Shutdown) => return Err(Error::server_shutting_down()),
                     None => return Err(Error::new(Kind::Shutdown, "pool closed")),
@@ -500,36 +535,47 @@ impl Pool {
         let now = clock::now();
         let mut inner = self.0.inner.lock();
         while let Some(since) = inner.waiters.front().map(|w| w.since) {
-            let waited = now.since(since);
-            if s.reserve_size > 0
-                && waited >= s.reserve_timeout
-                && inner.open < s.size + s.reserve_size
+            if s.reserve_size == 0
+                || now.since(since) < s.reserve_timeout
+                || inner.open >= s.size + s.reserve_size
             {
-                let w = inner.waiters.pop_front().expect("checked").entry;
-                if inner.grant_place(w, self) {
-                    // PgBouncer's words: a client waited reserve_pool_timeout.
-                    tracing::warn!(db = %logsafe::Esc(&self.0.name.0), user = %logsafe::Esc(&self.0.name.1), "taking connection from reserve_pool");
-                }
-                continue;
+                break;
             }
-            match s.wait_limit() {
-                Some(t) if waited >= t => {
-                    let w = inner.waiters.pop_front().expect("checked").entry;
-                    let _ = w.send(Grant::TimedOut(waited));
-                }
-                _ => break,
+            let w = inner.waiters.pop_front().expect("checked").entry;
+            if inner.grant_place(w, self) {
+                // PgBouncer's words: a client waited reserve_pool_timeout.
+                tracing::warn!(db = %logsafe::Esc(&self.0.name.0), user = %logsafe::Esc(&self.0.name.1), "taking connection from reserve_pool");
+            }
+        }
+        // Each waiter's own limit (a forced user's pool has clients of several users), so the
+        // whole queue is looked at, not only its front.
+        let mut i = 0;
+        while i < inner.waiters.len() {
+            let w = &inner.waiters[i];
+            let waited = now.since(w.since);
+            if s.wait_limit(w.wait).is_some_and(|t| waited >= t) {
+                let w = inner.waiters.remove(i).expect("in range").entry;
+                let _ = w.send(Grant::TimedOut(waited));
+            } else {
+                i += 1;
             }
         }
     }
 
     /// Opens a server in a place already counted, for a client; on error the place is given
     /// back.
-    async fn open(&self, slot: inner::Slot, worker: usize) -> Result<Checkout> {
-        self.open_for(slot, worker, Open::Client).await
+    async fn open(&self, slot: inner::Slot, worker: usize, wait: ClientWait) -> Result<Checkout> {
+        self.open_for(slot, worker, Open::Client, wait).await
     }
 
-    /// Opens a server in `slot` for `how`.
-    async fn open_for(&self, slot: inner::Slot, worker: usize, how: Open<'_>) -> Result<Checkout> {
+    /// Opens a server in `slot` for `how`; a client waits at most `wait` (or the pool's).
+    async fn open_for(
+        &self,
+        slot: inner::Slot,
+        worker: usize,
+        how: Open<'_>,
+        wait: ClientWait,
+    ) -> Result<Checkout> {
         let settings = self.0.settings.load_full();
         let retry = settings.login_retry;
         let for_client = matches!(how, Open::Client);
@@ -543,7 +589,7 @@ impl Pool {
         let permit = match (&self.0.limits, &settings.caps) {
             (Some(l), Some(k)) => {
                 let acquire = l.acquire(k, self);
-                let grant = match settings.wait_timeout {
+                let grant = match settings.wait_timeout(wait) {
                     None => acquire.await,
                     Some(t) => timer::timeout(t, acquire).await.map_err(|_| {
                         Error::new(
@@ -590,7 +636,9 @@ impl Pool {
         // waiting clients are.
         let started = Instant::now();
         let unavailable_end = started.checked_add(settings.unavailable_wait);
-        let wait_end = settings.wait_limit().and_then(|l| started.checked_add(l));
+        let wait_end = settings
+            .wait_limit(wait)
+            .and_then(|l| started.checked_add(l));
         let mut pause = Duration::from_millis(50);
         let start = match settings.round_robin_hosts && hosts::is_list(&target.host) {
             true => self
@@ -599,7 +647,7 @@ impl Pool {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             false => 0,
         };
-        let waited_too_long = || settings.waited_too_long(started.elapsed());
+        let waited_too_long = || settings.waited_too_long(started.elapsed(), wait);
         let mut server = loop {
             let attempt = hosts::connect_any(&target, worker, start);
             let attempt = match (for_client, wait_end) {
@@ -746,7 +794,10 @@ impl Pool {
             inner.open += 1;
             inner::Slot::new(self.clone())
         };
-        if let Err(e) = self.open_for(slot, worker, Open::Warm).await {
+        if let Err(e) = self
+            .open_for(slot, worker, Open::Warm, ClientWait::default())
+            .await
+        {
             tracing::debug!(pool = ?self.0.name, error = %logsafe::Esc(&e), "could not open a min_pool_size server");
         }
     }

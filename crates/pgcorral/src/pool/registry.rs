@@ -401,10 +401,13 @@ pub(crate) fn resolve(
             .or(db.pool_mode)
             .unwrap_or(g.pool_mode),
         reset_query: g.server_reset_query.clone(),
+        // Except how long a client waits: the login user's own, else the database's, else the
+        // default (PgBouncer's rule); a client of a forced user's pool brings its own
+        // (`ClientWait`), so the pool's is the one for clients without one.
         wait_timeout: millis_opt(overrides::query_wait_timeout(
             g.query_wait_timeout,
             db,
-            user_cfg,
+            user_cfg.filter(|_| db.user.is_none()),
         )),
         query_timeout: millis_opt(g.query_timeout),
         login_retry: Duration::from_millis(g.server_login_retry),

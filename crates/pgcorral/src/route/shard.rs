@@ -15,6 +15,7 @@ use crate::client_conn::ClientConn;
 use crate::cluster::{Cluster, Target, Want};
 use crate::error::{Kind, Result};
 use crate::logsafe::Esc;
+use crate::pool::ClientWait;
 use crate::prepared;
 use crate::session;
 use crate::session::exec;
@@ -169,7 +170,12 @@ pub async fn learn_columns(
         name_literal(&sharding.tables[table])
     );
     let mut server = cluster
-        .checkout(Target::first_shard(Want::Any, false), worker, 0)
+        .checkout(
+            Target::first_shard(Want::Any, false),
+            worker,
+            0,
+            ClientWait::default(),
+        )
         .await?;
     let columns: Vec<String> = match exec::query(&mut server, &sql).await {
         Ok(rows) => rows
@@ -197,7 +203,12 @@ pub async fn read_catalog(
     worker: usize,
 ) -> Result<Arc<Sharding>> {
     let mut server = cluster
-        .checkout(Target::first_shard(Want::Any, false), worker, 0)
+        .checkout(
+            Target::first_shard(Want::Any, false),
+            worker,
+            0,
+            ClientWait::default(),
+        )
         .await?;
     let mut refused = Vec::new();
     for (i, t) in sharding.tables.iter().enumerate() {
