@@ -42,7 +42,8 @@ struct Cli {
     #[arg(short = 'u', long = "user", value_name = "USER")]
     user: Option<String>,
 
-    /// PgBouncer's online restart: not supported yet; start normally (see so_reuseport).
+    /// Online restart: take the listening sockets of the pgcorral running with this
+    /// configuration (over its Unix socket directory); it exits once its clients leave.
     #[arg(short = 'R', long = "reboot")]
     reboot: bool,
 
@@ -143,13 +144,28 @@ fn run() -> i32 {
             return die("pgcorral should not run as root");
         }
     }
-    if cli.reboot {
-        tracing::warn!(
-            "Online restart is deprecated, use so_reuseport instead; pgcorral does not take \
-             over a running process's sockets (-R): starting normally"
-        );
-    }
-    if let Some(p) = &pidfile_path {
+    // -R: the running process's listeners, asked for before anything else binds. Without
+    // one to ask (nothing running, no Unix socket directory) this one starts normally.
+    let inherited = match (cli.reboot, config.general.unix_socket_dir.as_str()) {
+        (false, _) => None,
+        (true, "") => {
+            tracing::warn!(
+                "-R needs unix_socket_dir (the takeover goes over it): starting normally"
+            );
+            None
+        }
+        (true, dir) => {
+            let path = pgcorral::listen::takeover::path(dir, config.general.listen_port);
+            match pgcorral::listen::takeover::take(&path) {
+                Ok(got) => Some(got),
+                Err(e) => {
+                    tracing::warn!(error = %e, "takeover failed: starting normally");
+                    None
+                }
+            }
+        }
+    };
+    if let Some(p) = pidfile_path.as_ref().filter(|_| inherited.is_none()) {
         match pidfile::check(p) {
             Ok(pidfile::Found::Stale) => tracing::info!("stale pidfile, removing"),
             Ok(pidfile::Found::None) => {}
@@ -162,11 +178,17 @@ fn run() -> i32 {
             return die(&format!("cannot daemonize: {e}"));
         }
     }
-    serve(config, path, pidfile_path.as_deref())
+    serve(config, path, pidfile_path.as_deref(), inherited)
 }
 
 /// Runs the pooler until it stops; the exit code.
-fn serve(config: pgcorral::config::Config, path: Option<PathBuf>, pid_path: Option<&Path>) -> i32 {
+fn serve(
+    config: pgcorral::config::Config,
+    path: Option<PathBuf>,
+    pid_path: Option<&Path>,
+    inherited: Option<pgcorral::listen::takeover::Inherited>,
+) -> i32 {
+    let taking_over = inherited.is_some();
     // The main thread accepts connections and handles signals; clients run on the worker
     // threads that `Pooler::run` starts (see corral_rt::workers).
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -189,14 +211,19 @@ fn serve(config: pgcorral::config::Config, path: Option<PathBuf>, pid_path: Opti
         };
         // Written before the port listens, so that a pooler that answers has its pidfile; removed
         // again (dropped) if the port cannot be had.
-        let _pidfile = match pid_path.map(pidfile::Pidfile::write).transpose() {
+        // Taking over, the old process's pidfile names it: this one's replaces it.
+        let write = match taking_over {
+            true => pidfile::Pidfile::replace,
+            false => pidfile::Pidfile::write,
+        };
+        let _pidfile = match pid_path.map(write).transpose() {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!("{e}");
                 return 1;
             }
         };
-        let server = match pgcorral::Pooler::bind(config).await {
+        let server = match pgcorral::Pooler::bind_inheriting(config, inherited).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cannot listen");

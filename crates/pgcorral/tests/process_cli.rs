@@ -473,8 +473,9 @@ async fn sigterm_keeps_the_unix_socket_for_the_console() {
     assert!(pooler.log().contains("client connections dropped, exiting"));
 }
 
-/// -R starts normally and says online restart is not there; so_reuseport lets a second
-/// process listen on the same port.
+/// -R without a Unix socket directory (where the takeover goes) starts normally and says so;
+/// so_reuseport lets a second process listen on the same port. (The takeover itself:
+/// tests/online_restart.rs.)
 #[test]
 fn reboot_flag_and_so_reuseport() {
     let pg = Postgres::start();
@@ -512,7 +513,7 @@ fn reboot_flag_and_so_reuseport() {
     let _ = second.wait();
     let log = std::fs::read_to_string(dir.join("first.log")).unwrap();
     assert!(
-        log.contains("Online restart is deprecated, use so_reuseport instead"),
+        log.contains("-R needs unix_socket_dir (the takeover goes over it): starting normally"),
         "{log}"
     );
 }

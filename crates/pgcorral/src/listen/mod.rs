@@ -23,6 +23,7 @@ use crate::pool::stats;
 use crate::services::{LoginCount, Services, Stop};
 use crate::tls;
 
+pub mod takeover;
 mod unix;
 mod upkeep;
 
@@ -33,34 +34,74 @@ pub struct Pooler {
     unix: Option<UnixListen>,
     /// The Prometheus endpoint's listener, when `metrics_addr` is set.
     metrics: Option<TcpListener>,
+    /// Where a new process asks for the listeners (`-R`), beside the Unix socket.
+    takeover: Option<(tokio::net::UnixListener, std::path::PathBuf)>,
     services: Services,
 }
 
 impl Pooler {
     /// Binds the configured address (port 0 picks a free port), on the caller's runtime (the
     /// main thread's).
-    #[allow(clippy::disallowed_methods)]
     pub async fn bind(config: Config) -> std::io::Result<Pooler> {
-        let host = match config.general.listen_addr.as_str() {
-            "*" => "0.0.0.0",
-            "localhost" => "127.0.0.1",
-            h => h,
-        };
-        let tcp = bind_tcp(
-            host,
-            config.general.listen_port,
-            config.general.so_reuseport,
-        )?;
-        // On the port TCP got, so that listen_port 0 names one socket file; before TCP listens,
-        // so that a pooler that answers on its port answers on its socket too.
-        let unix = match config.general.unix_socket_dir.as_str() {
-            "" => None,
-            dir => {
-                let mode = config::socket_mode(&config.general.unix_socket_mode).unwrap_or(0o777);
-                Some(UnixListen::bind(dir, tcp.local_addr()?.port(), mode)?)
+        Pooler::bind_inheriting(config, None).await
+    }
+
+    /// [`Pooler::bind`], or with the listeners a running process handed over (`-R`).
+    #[allow(clippy::disallowed_methods)]
+    pub async fn bind_inheriting(
+        config: Config,
+        inherited: Option<takeover::Inherited>,
+    ) -> std::io::Result<Pooler> {
+        let dir = config.general.unix_socket_dir.clone();
+        let (listener, unix) = match inherited {
+            Some(got) => {
+                let std = std::net::TcpListener::from(got.tcp);
+                std.set_nonblocking(true)?;
+                let listener = TcpListener::from_std(std)?;
+                let port = listener.local_addr()?.port();
+                let unix = match (got.unix, dir.as_str()) {
+                    (Some(fd), d) if !d.is_empty() => Some(UnixListen::adopt(fd, d, port)?),
+                    _ => None,
+                };
+                (listener, unix)
+            }
+            None => {
+                let host = match config.general.listen_addr.as_str() {
+                    "*" => "0.0.0.0",
+                    "localhost" => "127.0.0.1",
+                    h => h,
+                };
+                let tcp = bind_tcp(
+                    host,
+                    config.general.listen_port,
+                    config.general.so_reuseport,
+                )?;
+                // On the port TCP got, so that listen_port 0 names one socket file; before TCP
+                // listens, so that a pooler that answers on its port answers on its socket too.
+                let unix = match dir.as_str() {
+                    "" => None,
+                    dir => {
+                        let mode =
+                            config::socket_mode(&config.general.unix_socket_mode).unwrap_or(0o777);
+                        Some(UnixListen::bind(dir, tcp.local_addr()?.port(), mode)?)
+                    }
+                };
+                (tcp.listen(LISTEN_BACKLOG)?, unix)
             }
         };
-        let listener = tcp.listen(LISTEN_BACKLOG)?;
+        let takeover = match dir.as_str() {
+            "" => None,
+            dir => {
+                use std::os::unix::fs::PermissionsExt;
+                let path = takeover::path(dir, listener.local_addr()?.port());
+                // The client socket answered to no one else (or was handed over by the process
+                // that made this file): a file here is stale or that process's.
+                let _ = std::fs::remove_file(&path);
+                let l = tokio::net::UnixListener::bind(&path)?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+                Some((l, path))
+            }
+        };
         let metrics = match config.general.metrics_addr.as_str() {
             "" => None,
             addr => Some(TcpListener::bind(addr).await?),
@@ -74,6 +115,7 @@ impl Pooler {
             listener,
             unix,
             metrics,
+            takeover,
             services,
         })
     }
@@ -109,8 +151,10 @@ impl Pooler {
             listener,
             unix,
             metrics,
+            takeover,
             services,
         } = self;
+        let mut handed_over = false;
         let io_uring = services.config.load().general.io_uring;
         let on_start = stats::own_shard;
         let workers = match Workers::start(services.balance.clone(), io_uring, on_start) {
@@ -144,14 +188,38 @@ impl Pooler {
                     Ok((Detached::Plain(stream.into_std()?, Vec::new()), Peer::Tcp(peer)))
                 }),
                 r = accept_unix(unix.as_ref()) => r,
+                r = accept_takeover(takeover.as_ref()) => {
+                    if hand_over(r, &listener, unix.as_ref()).await {
+                        // Clients go on here until each leaves, those accepted but not logged
+                        // in yet included (no stop has begun: they are not refused); new ones
+                        // go to the new process.
+                        handed_over = true;
+                        break;
+                    }
+                    continue;
+                }
             };
             accept(&services, accepted, &mut backoff).await;
         }
         drop(listener);
+        if let Some((l, path)) = takeover {
+            drop(l);
+            if !handed_over {
+                let _ = std::fs::remove_file(path);
+            }
+        }
         services.tasks.close();
         // A stop that waits keeps the Unix socket, as PgBouncer 1.25: the console stays
         // reachable (other logins are refused) until the process exits.
-        let unix = if shutdown.is_exiting() { None } else { unix };
+        let unix = match unix {
+            // The new process listens on it now; the file is its.
+            Some(u) if handed_over => {
+                u.leave_file();
+                None
+            }
+            _ if shutdown.is_exiting() => None,
+            u => u,
+        };
         {
             let drained = drain(&services);
             tokio::pin!(drained);
@@ -310,6 +378,67 @@ fn refuse(socket: Detached) {
         Detached::Unix(s, _) => (&*s).write(&out),
         Detached::Tls(..) => Ok(0),
     };
+}
+
+/// The next process asking for a takeover; never, without the socket.
+async fn accept_takeover(
+    takeover: Option<&(tokio::net::UnixListener, std::path::PathBuf)>,
+) -> std::io::Result<std::os::unix::net::UnixStream> {
+    match takeover {
+        Some((l, _)) => l.accept().await.and_then(|(s, _)| s.into_std()),
+        None => std::future::pending().await,
+    }
+}
+
+/// Gives the listeners to the process that asked (`-R`); true when it has them. Off the main
+/// thread: the exchange blocks (briefly; new connections wait in the backlog meanwhile). On
+/// the main thread's runtime, whose blocking pool this uses.
+#[allow(clippy::disallowed_methods)]
+async fn hand_over(
+    asked: std::io::Result<std::os::unix::net::UnixStream>,
+    tcp: &TcpListener,
+    unix: Option<&UnixListen>,
+) -> bool {
+    use std::os::fd::AsFd;
+    let stream = match asked {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "takeover: accept failed");
+            return false;
+        }
+    };
+    let fds = tcp
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|t| Ok((t, unix.map(|u| u.fd().try_clone_to_owned()).transpose()?)));
+    let (tcp, unix) = match fds {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(error = %e, "takeover: cannot share the listeners");
+            return false;
+        }
+    };
+    let gave = tokio::task::spawn_blocking(move || {
+        use std::os::fd::AsFd;
+        takeover::give(stream, tcp.as_fd(), unix.as_ref().map(|u| u.as_fd()))
+    })
+    .await;
+    match gave {
+        Ok(Ok(())) => {
+            tracing::info!(
+                "takeover: a new process has the listeners; exiting once the clients here leave"
+            );
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "takeover refused");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "takeover failed");
+            false
+        }
+    }
 }
 
 /// The next client on the Unix socket; never, without one.

@@ -15,6 +15,8 @@ pub struct UnixListen {
     listener: UnixListener,
     path: PathBuf,
     port: u16,
+    /// Removes the socket file when dropped (not once another process took the listener).
+    owns_file: bool,
 }
 
 impl UnixListen {
@@ -43,13 +45,37 @@ impl UnixListen {
             listener,
             path,
             port,
+            owns_file: true,
         };
         std::fs::set_permissions(&listen.path, std::fs::Permissions::from_mode(mode))?;
         Ok(listen)
     }
 
+    /// A listener another process bound and handed over (`-R`), at `<dir>/.s.PGSQL.<port>`.
+    #[allow(clippy::disallowed_methods)]
+    pub fn adopt(fd: std::os::fd::OwnedFd, dir: &str, port: u16) -> io::Result<UnixListen> {
+        let std = std::os::unix::net::UnixListener::from(fd);
+        std.set_nonblocking(true)?;
+        Ok(UnixListen {
+            listener: UnixListener::from_std(std)?,
+            path: Path::new(dir).join(format!(".s.PGSQL.{port}")),
+            port,
+            owns_file: true,
+        })
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The listening socket, to hand over (`-R`).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.listener)
+    }
+
+    /// Drops the listener and leaves its file: another process listens there now.
+    pub fn leave_file(mut self) {
+        self.owns_file = false;
     }
 
     /// The next client, off tokio's reactor, with its process and user ids when the kernel tells
@@ -68,6 +94,8 @@ impl UnixListen {
 
 impl Drop for UnixListen {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if self.owns_file {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }

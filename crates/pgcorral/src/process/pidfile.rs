@@ -76,14 +76,31 @@ impl Pidfile {
         Ok(pidfile)
     }
 
+    /// Writes this process's id to `path` over what is there (the process it takes over from,
+    /// `-R`, wrote it).
+    pub fn replace(path: &Path) -> Result<Pidfile, String> {
+        let fail = |e: std::io::Error| format!("could not write pidfile '{}': {e}", path.display());
+        let temp = path.with_extension("pid.new");
+        std::fs::write(&temp, format!("{}\n", std::process::id())).map_err(fail)?;
+        std::fs::rename(&temp, path).map_err(fail)?;
+        Ok(Pidfile {
+            path: path.to_path_buf(),
+        })
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
 }
 
 impl Drop for Pidfile {
+    /// Removes the file while it names this process (after `-R`, it names the new one).
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let ours = std::fs::read_to_string(&self.path)
+            .is_ok_and(|t| t.trim() == std::process::id().to_string());
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

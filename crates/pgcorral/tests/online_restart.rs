@@ -1,0 +1,232 @@
+//! Online restart (`-R`, docs/operations.md): a new process takes the running one's listening
+//! sockets (TCP and Unix) over its takeover socket; the old one finishes with its clients and
+//! exits, and no client sees a refused connection or a failed transaction, under pgbench load
+//! too.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// A pooler process started from `path` (`-R` when `reboot`), logging to `log` in `dir`.
+fn spawn(path: &Path, dir: &Path, log: &str, reboot: bool) -> Child {
+    let mut c = Command::new(pgcorral_bin());
+    if reboot {
+        c.arg("-R");
+    }
+    #[allow(clippy::zombie_processes)] // waited for by each test
+    let child = c
+        .arg(path)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(log)).unwrap())
+        .spawn()
+        .unwrap();
+    child
+}
+
+/// A config in a directory of its own: a fixed port, the Unix socket and the pidfile there.
+fn setup(pg: &Postgres) -> (PathBuf, PathBuf, u16) {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let port = free_port();
+    let general = format!(
+        "unix_socket_dir = \"{d}\"\npidfile = \"{d}/pgcorral.pid\"\npool_mode = \"transaction\"\n\
+         default_pool_size = 10",
+        d = dir.display()
+    );
+    let text = config(pg, "postgres", &general)
+        .replace("listen_port = 0", &format!("listen_port = {port}"));
+    let path = dir.join("pgcorral.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path, port)
+}
+
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(secs), "{what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn pid_in(dir: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(dir.join("pgcorral.pid")).ok()?;
+    text.trim().parse().ok()
+}
+
+fn log(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
+}
+
+fn exits_within(child: &mut Child, secs: u64, dir: &Path, name: &str) -> bool {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s.success();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "{name} still runs: {}",
+            log(dir, name)
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn psql(port_or_dir: &str, args: &[&str]) -> Output {
+    let mut c = Command::new("psql");
+    c.args(["-X", "-h", port_or_dir]).args(args);
+    c.stdin(Stdio::null());
+    output(c)
+}
+
+/// The new process has both sockets (the Unix socket's file stays where it was), the old one
+/// keeps its client in its transaction and with new ones until it leaves, then exits; the
+/// pidfile names the new process.
+#[test]
+fn the_new_process_takes_the_sockets_and_the_old_one_finishes_its_clients() {
+    let pg = Postgres::start();
+    let (dir, path, port) = setup(&pg);
+    let mut old = spawn(&path, &dir, "old.log", false);
+    wait_until("the first process listens", 10, || {
+        pid_in(&dir) == Some(old.id()) && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    // Three statements over 2.5 s on the old process; the takeover comes during the second.
+    let p = port.to_string();
+    let client = std::thread::spawn(move || {
+        let mut c = psql_cmd(port, "postgres", "postgres", None);
+        c.args([
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-Atc",
+            "SELECT 1",
+            "-c",
+            "BEGIN",
+            "-c",
+            "SELECT pg_sleep(2)",
+            "-c",
+            "COMMIT",
+            "-c",
+            "SELECT 3",
+        ]);
+        output(c)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut new = spawn(&path, &dir, "new.log", true);
+    wait_until("the pidfile names the new process", 10, || {
+        pid_in(&dir) == Some(new.id())
+    });
+    assert!(
+        log(&dir, "old.log").contains("takeover: a new process has the listeners"),
+        "{}",
+        log(&dir, "old.log")
+    );
+    // New connections, by TCP and by the Unix socket, are the new process's.
+    let dir_s = dir.display().to_string();
+    for host in ["127.0.0.1", dir_s.as_str()] {
+        let o = psql(
+            host,
+            &[
+                "-p", &p, "-U", "postgres", "-d", "postgres", "-Atc", "SELECT 2",
+            ],
+        );
+        assert_eq!(stdout(&o).trim(), "2", "{host}: {}", stderr(&o));
+    }
+    assert!(
+        old.try_wait().unwrap().is_none(),
+        "the old process left its client"
+    );
+    let out = client.join().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains('3'), "{}", stdout(&out));
+    assert!(exits_within(&mut old, 10, &dir, "old.log"));
+    // The old process left the new one's files in place.
+    assert!(dir.join(format!(".s.PGSQL.{port}")).exists());
+    assert_eq!(pid_in(&dir), Some(new.id()));
+    let o = psql(
+        &dir_s,
+        &[
+            "-p", &p, "-U", "postgres", "-d", "postgres", "-Atc", "SELECT 4",
+        ],
+    );
+    assert_eq!(stdout(&o).trim(), "4", "{}", stderr(&o));
+    // And a second restart from the new one works the same way.
+    let mut third = spawn(&path, &dir, "third.log", true);
+    wait_until("the pidfile names the third process", 10, || {
+        pid_in(&dir) == Some(third.id())
+    });
+    assert!(exits_within(&mut new, 10, &dir, "new.log"));
+    let o = psql(
+        "127.0.0.1",
+        &[
+            "-p", &p, "-U", "postgres", "-d", "postgres", "-Atc", "SELECT 5",
+        ],
+    );
+    assert_eq!(stdout(&o).trim(), "5", "{}", stderr(&o));
+    let _ = Command::new("kill")
+        .args(["-TERM", &third.id().to_string()])
+        .status();
+    assert!(exits_within(&mut third, 10, &dir, "third.log"));
+    assert!(!dir.join(format!(".s.PGSQL.{port}")).exists());
+    assert!(!dir.join("pgcorral.pid").exists());
+}
+
+/// Under pgbench load, persistent clients (they finish on the old process) and clients that
+/// connect for each transaction (they move to the new process as it takes over): no failed
+/// transaction, no refused connection.
+#[test]
+fn online_restart_under_pgbench_loses_nothing() {
+    let pg = Postgres::start();
+    let init = output({
+        let mut c = pgbench_cmd(pg.port, "postgres", "postgres", None);
+        c.args(["-i", "-q", "-s", "1"]);
+        c
+    });
+    assert!(init.status.success(), "{}", stderr(&init));
+    let (dir, path, port) = setup(&pg);
+    let mut old = spawn(&path, &dir, "old.log", false);
+    wait_until("the first process listens", 10, || {
+        pid_in(&dir) == Some(old.id()) && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let run = |reconnect: bool| {
+        std::thread::spawn(move || {
+            let mut c = pgbench_cmd(port, "postgres", "postgres", None);
+            c.args(["-n", "-S", "-c", "4", "-j", "2", "-T", "6"]);
+            if reconnect {
+                c.arg("-C");
+            }
+            output(c)
+        })
+    };
+    let persistent = run(false);
+    let reconnecting = run(true);
+    std::thread::sleep(Duration::from_secs(2));
+    let mut new = spawn(&path, &dir, "new.log", true);
+    wait_until("the pidfile names the new process", 10, || {
+        pid_in(&dir) == Some(new.id())
+    });
+    let persistent = persistent.join().unwrap();
+    let reconnecting = reconnecting.join().unwrap();
+    assert_pgbench_ok("persistent clients", &persistent);
+    assert_pgbench_ok("a connection per transaction", &reconnecting);
+    assert!(exits_within(&mut old, 10, &dir, "old.log"));
+    let o = psql(
+        "127.0.0.1",
+        &[
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-Atc",
+            "SELECT 1",
+        ],
+    );
+    assert_eq!(stdout(&o).trim(), "1", "{}", stderr(&o));
+    let _ = new.kill();
+    let _ = new.wait();
+}
