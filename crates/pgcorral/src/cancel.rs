@@ -54,6 +54,18 @@ impl CancelMap {
         }
     }
 
+    /// Registers a key another process handed out (`-R`: its client moved here); false when
+    /// the key is taken here already.
+    pub fn adopt(&self, pid: i32, secret: i32, slot: Arc<CancelSlot>) -> bool {
+        match self.map.lock().entry((pid, secret)) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(slot);
+                true
+            }
+            std::collections::hash_map::Entry::Occupied(_) => false,
+        }
+    }
+
     pub fn unregister(&self, pid: i32, secret: i32) {
         self.map.lock().remove(&(pid, secret));
     }

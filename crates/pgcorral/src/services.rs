@@ -65,6 +65,11 @@ pub struct Inner {
     pub config_path: std::sync::OnceLock<std::path::PathBuf>,
     /// Bumped when the configuration is replaced; clients re-read it at their next transaction.
     pub config_gen: std::sync::atomic::AtomicU64,
+    /// Set once a new process took the listeners (`-R`): where idle clients are sent to it,
+    /// each as its encoded state and its socket.
+    pub handover: std::sync::OnceLock<std::sync::mpsc::Sender<(Vec<u8>, std::os::fd::OwnedFd)>>,
+    /// Clients handed over and not sent yet: the process exits only once it is 0.
+    pub handover_pending: AtomicUsize,
     /// TLS for clients and servers, from the configuration's files (replaced on reload); the
     /// same handle as the pools' targets hold.
     pub tls: tls::Shared,
@@ -111,6 +116,8 @@ impl Services {
             control: Default::default(),
             config_path: Default::default(),
             config_gen: Default::default(),
+            handover: Default::default(),
+            handover_pending: AtomicUsize::new(0),
             tls,
         }))
     }

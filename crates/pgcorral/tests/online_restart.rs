@@ -119,10 +119,10 @@ fn the_new_process_takes_the_sockets_and_the_old_one_finishes_its_clients() {
     wait_until("the pidfile names the new process", 10, || {
         pid_in(&dir) == Some(new.id())
     });
-    assert!(
-        log(&dir, "old.log").contains("takeover: a new process has the listeners"),
-        "{}",
-        log(&dir, "old.log")
+    wait_until(
+        "the old process says it handed the listeners over",
+        10,
+        || log(&dir, "old.log").contains("takeover: a new process has the listeners"),
     );
     // New connections, by TCP and by the Unix socket, are the new process's.
     let dir_s = dir.display().to_string();
@@ -227,6 +227,89 @@ fn online_restart_under_pgbench_loses_nothing() {
         ],
     );
     assert_eq!(stdout(&o).trim(), "1", "{}", stderr(&o));
+    let _ = new.kill();
+    let _ = new.wait();
+}
+
+/// Idle clients go to the new process with their session: the old process exits while they
+/// stay connected, and each finds its own settings there. A client in a transaction moves once
+/// the transaction ends; one with a named prepared statement finishes on the old process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_clients_move_to_the_new_process_with_their_session() {
+    let pg = Postgres::start();
+    let (dir, path, port) = setup(&pg);
+    let mut old = spawn(&path, &dir, "old.log", false);
+    blocking(|| {
+        wait_until("the first process listens", 10, || {
+            pid_in(&dir) == Some(old.id())
+                && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })
+    });
+    let idle = connect(port, "postgres", None, "postgres").await.unwrap();
+    idle.batch_execute("SET search_path TO moved, public; SET application_name = 'stays'")
+        .await
+        .unwrap();
+    // A client with a named prepared statement stays on the old process until it leaves.
+    let prepared = connect(port, "postgres", None, "postgres").await.unwrap();
+    let statement = prepared.prepare("SELECT 1").await.unwrap();
+    let busy = connect(port, "postgres", None, "postgres").await.unwrap();
+    busy.batch_execute("SET work_mem = '7MB'; BEGIN; SELECT 1")
+        .await
+        .unwrap();
+    let mut new = spawn(&path, &dir, "new.log", true);
+    blocking(|| {
+        wait_until("the pidfile names the new process", 10, || {
+            pid_in(&dir) == Some(new.id())
+        })
+    });
+    // `busy` is in its transaction on the old process; it moves after COMMIT.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        old.try_wait().unwrap().is_none(),
+        "old exited with a transaction open"
+    );
+    busy.batch_execute("SELECT 2; COMMIT").await.unwrap();
+    let shown = busy.simple_query("SHOW work_mem").await.unwrap();
+    let value = shown.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    });
+    assert_eq!(value.as_deref(), Some("7MB"));
+    let shown = idle.simple_query("SHOW search_path").await.unwrap();
+    let value = shown.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    });
+    assert_eq!(value.as_deref(), Some("moved, public"));
+    let one: i32 = prepared.query_one(&statement, &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        old.try_wait().unwrap().is_none(),
+        "old exited under a client it kept"
+    );
+    drop((statement, prepared));
+    blocking(|| assert!(exits_within(&mut old, 10, &dir, "old.log")));
+    // Both clients are the new process's now, with their settings.
+    for (c, name, want) in [
+        (&idle, "application_name", "stays"),
+        (&busy, "work_mem", "7MB"),
+    ] {
+        let rows = c.simple_query(&format!("SHOW {name}")).await.unwrap();
+        let value = rows.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        });
+        assert_eq!(value.as_deref(), Some(want), "{name}");
+    }
+    let log_new = log(&dir, "new.log");
+    let log_old = log(&dir, "old.log");
+    // `idle` and `busy`; `prepared` too when its statement's Close came before its Terminate.
+    let handed = log_old
+        .matches("client handed over to the new process")
+        .count();
+    assert!(handed >= 2, "{log_old}");
+    assert!(!log_new.contains("ERROR"), "{log_new}");
     let _ = new.kill();
     let _ = new.wait();
 }

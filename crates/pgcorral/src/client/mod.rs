@@ -6,6 +6,7 @@ mod access;
 mod admit;
 pub mod auth;
 mod copy_split;
+pub mod handover;
 mod insert_split;
 mod login_auth;
 mod params;
@@ -184,6 +185,14 @@ fn task(
                     };
                     return migrate(client, session, services, count, target);
                 }
+                if let Ok(Exit::HandOver) = exit {
+                    let Some(admit::Admitted::Pool(session)) = admitted else {
+                        unreachable!("a pool client")
+                    };
+                    handover::send(client, session, &services);
+                    drop(count);
+                    return;
+                }
                 if let Some(fatal) = left(exit, session, &client.peer, &services) {
                     let _ = client.stream.send(&fatal).await;
                 }
@@ -261,7 +270,7 @@ fn left(
             None
         }
         // Not a departure: the caller moves the client.
-        Ok(Exit::Move(_)) => None,
+        Ok(Exit::Move(_) | Exit::HandOver) => None,
         Err(e) => {
             connlog::closing(g.general.conn_logging(), &who, &e.client_message());
             if e.is_pooler_error() {
@@ -331,6 +340,8 @@ enum Exit {
     Left(&'static str),
     /// Idle, on a busy worker: continue on worker N.
     Move(usize),
+    /// Idle, while a new process takes over (`-R`): continue there.
+    HandOver,
 }
 
 /// A logged-in client, ready for requests.
@@ -521,10 +532,12 @@ fn run<'a>(
                     return Ok(Exit::Move(target));
                 }
                 let idle_timeout = relay_mode.timeouts.client_idle;
-                if let Next::Gone(why) =
-                    next_request(client, services, idle_timeout, &mut idle_timer).await?
+                let movable = handover::movable(client, session);
+                match next_request(client, services, idle_timeout, &mut idle_timer, movable).await?
                 {
-                    return Ok(Exit::Left(why));
+                    Next::Request => {}
+                    Next::Gone(why) => return Ok(Exit::Left(why)),
+                    Next::HandOver => return Ok(Exit::HandOver),
                 }
                 let asked = clock::now();
                 session.listed.requested_at(asked);
@@ -581,8 +594,9 @@ fn run<'a>(
                 // A sharded database's transaction: its next batch must stay on its shard.
                 between = false;
                 let wait = relay_mode.timeouts.idle_in_transaction;
-                match next_request(client, services, wait, &mut idle_timer).await {
-                    Ok(Next::Request) => {}
+                // In a transaction: never moved (`movable` false).
+                match next_request(client, services, wait, &mut idle_timer, false).await {
+                    Ok(Next::Request | Next::HandOver) => {}
                     Ok(Next::Gone(why)) => return Ok(Exit::Left(why)),
                     Err(e) if e.kind() == Kind::ClientIdle => {
                         return Err(timed_out(Phase::IdleInTransaction, &relay_mode.timeouts))

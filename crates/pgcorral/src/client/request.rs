@@ -30,6 +30,8 @@ pub(super) enum Next {
     Request,
     /// The client is gone: [`CLOSE_REQUEST`] or [`UNEXPECTED_EOF`].
     Gone(&'static str),
+    /// A new process took over (`-R`) and the client, `movable`, goes there.
+    HandOver,
 }
 
 /// Waits for the first message of the next request while no server is attached. Stray COPY
@@ -41,6 +43,7 @@ pub(super) fn next_request<'a>(
     services: &'a Services,
     idle_timeout: Option<std::time::Duration>,
     idle_timer: &'a mut IdleTimer,
+    movable: bool,
 ) -> impl Future<Output = Result<Next>> + 'a {
     async move {
         let mut timer = idle_timeout.map(|t| idle_timer.arm(tokio::time::Instant::now() + t));
@@ -98,6 +101,7 @@ pub(super) fn next_request<'a>(
             // list entry, whose waker `Entry::killable` registered before this poll, so reading
             // the flag here misses no shutdown.
             let mut woken = false;
+            let mut hand_over = false;
             let read = poll_fn(|cx| {
                 // The end of the last answer may still be in the TLS session.
                 if client.stream.pending_output() {
@@ -121,6 +125,11 @@ pub(super) fn next_request<'a>(
                     );
                 }
                 woken = true;
+                // A takeover wakes idle clients through their list entries, as a stop does.
+                if movable && services.handover.get().is_some() {
+                    hand_over = true;
+                    return Poll::Ready(Ok(None));
+                }
                 // Idle clients stay through a stop that waits (WAIT_FOR_SERVERS closes them at
                 // their next request, see `client::run`) and close as the process exits.
                 if services.shutdown.is_exiting() {
@@ -138,6 +147,9 @@ pub(super) fn next_request<'a>(
                 Poll::Pending
             })
             .await?;
+            if hand_over {
+                return Ok(Next::HandOver);
+            }
             // Ready at the first look: one read attempt. Readiness can be stale (left set by an
             // exact-length read), so Pending just means: wait again, and the empty buffer is
             // dropped meanwhile. A short read clears readiness, so the relay's next read costs no

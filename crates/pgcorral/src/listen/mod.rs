@@ -16,6 +16,7 @@ use crate::client;
 use crate::clock;
 use crate::config;
 use crate::config::Config;
+use crate::conns;
 use crate::error;
 use crate::metrics;
 use crate::net::peer::Peer;
@@ -36,6 +37,8 @@ pub struct Pooler {
     metrics: Option<TcpListener>,
     /// Where a new process asks for the listeners (`-R`), beside the Unix socket.
     takeover: Option<(tokio::net::UnixListener, std::path::PathBuf)>,
+    /// The process this one took over from (`-R`): its clients come over this connection.
+    from_old: Option<std::os::unix::net::UnixStream>,
     services: Services,
 }
 
@@ -53,8 +56,10 @@ impl Pooler {
         inherited: Option<takeover::Inherited>,
     ) -> std::io::Result<Pooler> {
         let dir = config.general.unix_socket_dir.clone();
+        let mut from_old = None;
         let (listener, unix) = match inherited {
             Some(got) => {
+                from_old = Some(got.from_old);
                 let std = std::net::TcpListener::from(got.tcp);
                 std.set_nonblocking(true)?;
                 let listener = TcpListener::from_std(std)?;
@@ -116,6 +121,7 @@ impl Pooler {
             unix,
             metrics,
             takeover,
+            from_old,
             services,
         })
     }
@@ -152,9 +158,28 @@ impl Pooler {
             unix,
             metrics,
             takeover,
+            from_old,
             services,
         } = self;
         let mut handed_over = false;
+        // The old process's clients (`-R`), read off the main thread as they come.
+        let (to_here, mut taken_over) = tokio::sync::mpsc::unbounded_channel();
+        if let Some(stream) = from_old {
+            std::thread::spawn(move || loop {
+                match takeover::receive_client(&stream) {
+                    Ok(Some(c)) => {
+                        if to_here.send(c).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "takeover: reading the old process's clients failed");
+                        return;
+                    }
+                }
+            });
+        }
         let io_uring = services.config.load().general.io_uring;
         let on_start = stats::own_shard;
         let workers = match Workers::start(services.balance.clone(), io_uring, on_start) {
@@ -188,8 +213,29 @@ impl Pooler {
                     Ok((Detached::Plain(stream.into_std()?, Vec::new()), Peer::Tcp(peer)))
                 }),
                 r = accept_unix(unix.as_ref()) => r,
+                Some((state, fd)) = taken_over.recv() => {
+                    if let Some(worker) = services.balance.pick() {
+                        client::handover::resume(&services, &state, fd, worker);
+                    }
+                    continue;
+                }
                 r = accept_takeover(takeover.as_ref()) => {
-                    if hand_over(r, &listener, unix.as_ref()).await {
+                    if let Some(to_new) = hand_over(r, &listener, unix.as_ref()).await {
+                        // Idle clients go over as they are woken (or become idle).
+                        let (send, sent) = std::sync::mpsc::channel::<(Vec<u8>, std::os::fd::OwnedFd)>();
+                        let _ = services.handover.set(send);
+                        let forwarder = services.clone();
+                        std::thread::spawn(move || {
+                            use std::os::fd::AsFd;
+                            for (state, fd) in sent {
+                                if let Err(e) = takeover::send_client(&to_new, &state, fd.as_fd()) {
+                                    tracing::warn!(error = %e, "takeover: a client could not be sent; closed");
+                                }
+                                drop(fd);
+                                forwarder.handover_pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                            }
+                        });
+                        services.pools.lists.wake(conns::Kind::Client);
                         // Clients go on here until each leaves, those accepted but not logged
                         // in yet included (no stop has begun: they are not refused); new ones
                         // go to the new process.
@@ -233,6 +279,16 @@ impl Pooler {
         }
         // Removes the socket file: new clients are refused from now on.
         drop(unix);
+        // Clients handed over (`-R`) are all sent before this process exits.
+        let sending = std::time::Instant::now();
+        while services
+            .handover_pending
+            .load(std::sync::atomic::Ordering::Acquire)
+            > 0
+            && sending.elapsed() < Duration::from_secs(10)
+        {
+            timer::sleep(Duration::from_millis(5)).await;
+        }
         // Idle clients close, background tasks (metrics, upkeep) end.
         services.shutdown.begin(Stop::Immediate);
         drop(workers);
@@ -398,13 +454,13 @@ async fn hand_over(
     asked: std::io::Result<std::os::unix::net::UnixStream>,
     tcp: &TcpListener,
     unix: Option<&UnixListen>,
-) -> bool {
+) -> Option<std::os::unix::net::UnixStream> {
     use std::os::fd::AsFd;
     let stream = match asked {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "takeover: accept failed");
-            return false;
+            return None;
         }
     };
     let fds = tcp
@@ -415,7 +471,7 @@ async fn hand_over(
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(error = %e, "takeover: cannot share the listeners");
-            return false;
+            return None;
         }
     };
     let gave = tokio::task::spawn_blocking(move || {
@@ -424,19 +480,17 @@ async fn hand_over(
     })
     .await;
     match gave {
-        Ok(Ok(())) => {
-            tracing::info!(
-                "takeover: a new process has the listeners; exiting once the clients here leave"
-            );
-            true
+        Ok(Ok(stream)) => {
+            tracing::info!("takeover: a new process has the listeners; idle clients go to it, the others finish here");
+            Some(stream)
         }
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "takeover refused");
-            false
+            None
         }
         Err(e) => {
             tracing::warn!(error = %e, "takeover failed");
-            false
+            None
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Online restart (`-R`, PgBouncer's `--reboot`): a new process asks the running one, over the
 //! Unix socket `<unix_socket_dir>/.s.PGSQL.<port>.takeover` (mode 0600, same OS user only), for
-//! its listening sockets. The running one hands them over and stops accepting; its clients go on
-//! there until each leaves, and it exits then (as SHUTDOWN WAIT_FOR_CLIENTS). No connection is
-//! refused in between: the sockets, and the connections waiting in their backlogs, are the
+//! its listening sockets. The running one hands them over and stops accepting; then, over the
+//! same connection, it sends each client as it becomes idle (its state and its socket, see
+//! `client::handover`), and exits once the clients it could not send have left. No connection
+//! is refused in between: the sockets, and the connections waiting in their backlogs, are the
 //! same.
 
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
@@ -21,6 +22,8 @@ use rustix::process::geteuid;
 
 /// What a new process asks for.
 const REQUEST: &[u8] = b"pgcorral takeover 1\n";
+/// What it answers once it has the listeners: clients may follow.
+const READY: &[u8] = b"ok\n";
 /// The answer's text before the descriptors: how many listeners, TCP first.
 const ANSWER: &str = "pgcorral listeners";
 /// How long either side waits for the other.
@@ -36,9 +39,12 @@ pub struct Inherited {
     pub tcp: OwnedFd,
     /// The Unix listener, when the old process had one.
     pub unix: Option<OwnedFd>,
+    /// The connection to the old process, over which its clients come ([`receive_client`]).
+    pub from_old: UnixStream,
 }
 
-/// The new process's side: asks the process listening at `path` for its listeners.
+/// The new process's side: asks the process listening at `path` for its listeners. The
+/// connection stays open: the old process's clients come over it ([`receive_client`]).
 pub fn take(path: &Path) -> io::Result<Inherited> {
     let stream = UnixStream::connect(path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
@@ -73,20 +79,90 @@ pub fn take(path: &Path) -> io::Result<Inherited> {
     }
     let mut fds = fds.into_iter();
     let tcp = fds.next().expect("counted");
+    (&stream).write_all(READY)?;
+    stream.set_read_timeout(None)?;
     Ok(Inherited {
         tcp,
         unix: fds.next(),
+        from_old: stream,
     })
 }
 
+/// The next client the old process sends: its encoded state and its socket; `None` once the
+/// old process is gone.
+pub fn receive_client(stream: &UnixStream) -> io::Result<Option<(Vec<u8>, OwnedFd)>> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut len = [0u8; 4];
+    let got = recvmsg(
+        stream,
+        &mut [IoSliceMut::new(&mut len)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    if got.bytes == 0 {
+        return Ok(None);
+    }
+    let mut fd = None;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(mut rights) = message {
+            fd = fd.or(rights.next());
+        }
+    }
+    (&*stream).read_exact(&mut len[got.bytes..])?;
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_CLIENT_STATE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "client state too long",
+        ));
+    }
+    let mut state = vec![0u8; n];
+    (&*stream).read_exact(&mut state)?;
+    match fd {
+        Some(fd) => Ok(Some((state, fd))),
+        None => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "a client without its socket",
+        )),
+    }
+}
+
+/// Sends one client to the new process: `state`'s length and the socket, then `state`.
+pub fn send_client(stream: &UnixStream, state: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+    let len = u32::try_from(state.len())
+        .ok()
+        .filter(|&n| n as usize <= MAX_CLIENT_STATE)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "client state too long"))?;
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("no room for the descriptor"));
+    }
+    let len = len.to_be_bytes();
+    let sent = sendmsg(
+        stream.as_fd(),
+        &[IoSlice::new(&len)],
+        &mut control,
+        SendFlags::empty(),
+    )?;
+    (&*stream).write_all(&len[sent..])?;
+    (&*stream).write_all(state)
+}
+
+/// Largest client state accepted (its unread and unsent bytes are bounded by its buffers).
+const MAX_CLIENT_STATE: usize = 64 << 20;
+
 /// The running process's side, on a connection accepted on its takeover socket: checks that
 /// the peer runs as this process's user and asked for a takeover, then sends `tcp` and `unix`.
-/// Blocking, with [`PATIENCE`]; run off the runtime's threads.
+/// Returns the connection once the new process has them, for [`send_client`]. Blocking, with
+/// [`PATIENCE`]; run off the runtime's threads.
 pub fn give(
     stream: UnixStream,
     tcp: BorrowedFd<'_>,
     unix: Option<BorrowedFd<'_>>,
-) -> io::Result<()> {
+) -> io::Result<UnixStream> {
     let peer = socket_peercred(&stream)?;
     if peer.uid != geteuid() {
         return Err(io::Error::new(
@@ -118,10 +194,17 @@ pub fn give(
         &mut control,
         SendFlags::empty(),
     )?;
-    // The new process has them once it answers (or closes: it got them, or failed).
-    let mut done = [0u8; 1];
-    let _ = (&stream).read(&mut done);
-    Ok(())
+    // The new process has them once it answers.
+    let mut ready = [0u8; READY.len()];
+    (&stream).read_exact(&mut ready)?;
+    if ready != READY {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "no takeover answer",
+        ));
+    }
+    stream.set_write_timeout(None)?;
+    Ok(stream)
 }
 
 #[cfg(test)]
@@ -141,11 +224,27 @@ mod tests {
         let waiting = std::net::TcpStream::connect(addr).unwrap();
         let giver = std::thread::spawn(move || {
             let (s, _) = server.accept().unwrap();
-            give(s, tcp.as_fd(), None).unwrap();
+            let s = give(s, tcp.as_fd(), None).unwrap();
+            // And a client after the listeners: its state and its socket.
+            let (a, mut b) = UnixStream::pair().unwrap();
+            send_client(&s, b"state", a.as_fd()).unwrap();
+            drop(a);
+            b.write_all(b"y").unwrap();
         });
         let got = take(&path).unwrap();
         drop(got.unix);
+        let stream = got.from_old;
+        let (state, fd) = receive_client(&stream).unwrap().unwrap();
+        assert_eq!(state, b"state");
+        let mut moved = UnixStream::from(fd);
+        let mut y = [0u8; 1];
+        moved.read_exact(&mut y).unwrap();
+        assert_eq!(&y, b"y");
         giver.join().unwrap();
+        assert!(
+            receive_client(&stream).unwrap().is_none(),
+            "the old side closed"
+        );
         let taken = std::net::TcpListener::from(got.tcp);
         assert_eq!(taken.local_addr().unwrap(), addr);
         let (mut accepted, _) = taken.accept().unwrap();

@@ -332,6 +332,14 @@ impl Pool {
 
     /// Records the ClientKey a SCRAM client revealed, so pgcorral can log in to a server that
     /// holds the same verifier.
+    /// The SCRAM client key learned from a client (see [`Pool::learn_client_key`]), if any.
+    pub fn client_key(&self) -> Option<[u8; 32]> {
+        match &self.0.target.lock().secret {
+            Secret::Scram { client_key, .. } => *client_key,
+            _ => None,
+        }
+    }
+
     pub fn learn_client_key(&self, key: [u8; 32]) {
         if let Secret::Scram { client_key, .. } = &mut self.0.target.lock().secret {
             *client_key = Some(key);

@@ -326,6 +326,14 @@ impl ClientStatements {
             .filter(|u| !u.is_empty())
     }
 
+    /// No named statement (protocol or SQL level), and no unnamed one that runs one of them:
+    /// all the client's statements are its unnamed one's text, if any.
+    pub fn only_unnamed(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|c| c.named.is_empty() && c.sql.is_empty() && c.unnamed_runs.is_none())
+    }
+
     /// The statement the unnamed one's `EXECUTE` text runs.
     pub fn unnamed_runs(&self) -> Option<&Arc<Statement>> {
         self.0.as_ref()?.unnamed_runs.as_ref()
