@@ -224,7 +224,7 @@ pub struct General {
     pub server_lifetime: u64,
     /// ms; a server idle for longer runs `server_check_query` before reuse; 0 = always.
     pub server_check_delay: u64,
-    /// Empty = no check.
+    /// Empty = no check; `<empty>` = an empty query ([`check_query`]).
     pub server_check_query: String,
     /// ms; how long forwarding a cancel request may take.
     pub cancel_wait_timeout: u64,
@@ -803,4 +803,27 @@ pub(super) fn default_host() -> String {
 
 pub(super) fn default_port() -> u16 {
     5432
+}
+
+/// The query a long-idle server runs before reuse, from `server_check_query`: none for an
+/// empty value, an empty query for PgBouncer's `<empty>` (its default since 1.23: the cheapest
+/// round trip, answered by EmptyQueryResponse).
+pub fn check_query(value: &str) -> Option<String> {
+    match value.trim() {
+        "" => None,
+        v if v.eq_ignore_ascii_case("<empty>") => Some(String::new()),
+        _ => Some(value.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod check_query_tests {
+    #[test]
+    fn empty_is_none_and_the_empty_token_an_empty_query() {
+        assert_eq!(super::check_query(""), None);
+        assert_eq!(super::check_query("  "), None);
+        assert_eq!(super::check_query("<empty>"), Some(String::new()));
+        assert_eq!(super::check_query("<EMPTY>"), Some(String::new()));
+        assert_eq!(super::check_query("select 1"), Some("select 1".into()));
+    }
 }

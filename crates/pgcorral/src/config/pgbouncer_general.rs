@@ -26,7 +26,7 @@ pub(super) fn pgbouncer_general() -> General {
         // query_wait_timeout or query_timeout: no limit of pgcorral's own.
         server_unavailable_wait: u64::MAX,
         server_reset_query: "DISCARD ALL".into(),
-        server_check_query: "select 1".into(),
+        server_check_query: "<empty>".into(),
         log_format: LogFormat::Pgbouncer,
         syslog_ident: "pgbouncer".into(),
         query_wait_notify: 5_000,

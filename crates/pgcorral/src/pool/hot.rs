@@ -46,7 +46,7 @@ impl Hot {
     pub(super) fn set(&self, s: &PoolSettings) {
         self.size.store(s.size, Relaxed);
         self.lifetime.store(nanos(s.lifetime), Relaxed);
-        let check = (!s.check_query.is_empty()).then_some(s.check_delay);
+        let check = s.check_query.is_some().then_some(s.check_delay);
         self.check_after.store(nanos(check), Relaxed);
         let reset = s.mode == PoolMode::Session && !s.reset_query.is_empty();
         self.session_reset.store(reset, Relaxed);
@@ -87,7 +87,7 @@ mod tests {
             (None, None, false)
         );
         s.lifetime = Some(Duration::from_secs(3600));
-        s.check_query = "select 1".into();
+        s.check_query = Some("select 1".into());
         s.check_delay = Duration::from_secs(30);
         s.mode = PoolMode::Session;
         s.reset_query = "DISCARD ALL".into();
@@ -96,7 +96,7 @@ mod tests {
         assert_eq!(h.check_after_ns(), Some(30_000_000_000));
         assert!(h.session_reset());
         // No check query: no check, whatever the delay.
-        s.check_query.clear();
+        s.check_query = None;
         s.check_delay = Duration::MAX;
         h.set(&s);
         assert_eq!(h.check_after_ns(), None);

@@ -107,8 +107,8 @@ pub struct PoolSettings {
     pub lifetime: Option<Duration>,
     /// Servers idle for longer run `check_query` before reuse.
     pub check_delay: Duration,
-    /// Empty = no check.
-    pub check_query: String,
+    /// `None` = no check; an empty text is an empty query (PgBouncer 1.23's `<empty>`).
+    pub check_query: Option<String>,
     /// How long a client's checkout waits for a server that is down (server_unavailable_wait).
     pub unavailable_wait: Duration,
     /// Shared caps this pool's servers count against.
@@ -188,7 +188,7 @@ impl PoolSettings {
             idle_timeout: None,
             lifetime: None,
             check_delay: Duration::MAX,
-            check_query: String::new(),
+            check_query: None,
             unavailable_wait: Duration::ZERO,
             caps: None,
             check_timeout: checkout::CLEANUP_TIMEOUT,
@@ -420,7 +420,7 @@ impl Pool {
         let applied = c.applied.clone();
         let ok = timer::timeout(
             s.check_timeout,
-            checkout::clean(&mut c, false, Some(s.check_query.clone())),
+            checkout::clean(&mut c, false, s.check_query.clone()),
         )
         .await
         .unwrap_or(false);
@@ -436,7 +436,7 @@ impl Pool {
                 Kind::ServerIo,
                 format!(
                     "health check failed: {:?} did not answer within {} ms",
-                    s.check_query,
+                    s.check_query.as_deref().unwrap_or_default(),
                     s.check_timeout.as_millis()
                 ),
             ));

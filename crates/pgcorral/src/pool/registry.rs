@@ -12,7 +12,7 @@ use super::{Pool, PoolSettings};
 use crate::cluster::topology::{RouteSettings, Topology};
 use crate::cluster::{Cluster, ShardPools};
 use crate::config::{
-    millis_opt, overrides, Config, Database, LoadBalanceHosts, ServerEntry, ServerRole,
+    check_query, millis_opt, overrides, Config, Database, LoadBalanceHosts, ServerEntry, ServerRole,
 };
 use crate::conns;
 use crate::error::{Error, Kind, Result};
@@ -414,7 +414,7 @@ pub(crate) fn resolve(
         idle_timeout: millis_opt(g.server_idle_timeout),
         lifetime: millis_opt(overrides::server_lifetime(g.server_lifetime, db)),
         check_delay: Duration::from_millis(g.server_check_delay),
-        check_query: g.server_check_query.clone(),
+        check_query: check_query(&g.server_check_query),
         unavailable_wait: Duration::from_millis(g.server_unavailable_wait),
         caps,
         check_timeout: super::checkout::CLEANUP_TIMEOUT,
@@ -433,8 +433,8 @@ pub(crate) fn resolve(
         settings.check_delay = settings.check_delay.min(route.healthcheck_delay);
         settings.check_timeout = route.healthcheck_timeout;
         settings.fail_on_check = true;
-        if settings.check_query.is_empty() {
-            settings.check_query = "SELECT 1".into();
+        if settings.check_query.is_none() {
+            settings.check_query = Some("SELECT 1".into());
         }
         settings.unavailable_wait = Duration::ZERO;
         // A failed login is not replayed: the ban keeps the server out of rotation, and a
