@@ -163,7 +163,13 @@ impl Error {
                 .as_ref()
                 .is_some_and(|(_, code)| matches!(code.as_str(), "57P01" | "57P02" | "57P03")),
             Kind::ServerConnect => match self.0.source.as_deref() {
-                None => self.0.message.contains("timed out"),
+                // A TLS handshake that failed (a certificate refused) is retried as any failed
+                // connect, as PgBouncer retries it: the server may be fixed, or the
+                // configuration reloaded, while clients wait.
+                None => {
+                    self.0.message.contains("timed out")
+                        || self.0.message.contains("SSL handshake failed")
+                }
                 Some(src) => {
                     if let Some(e) = src.downcast_ref::<std::io::Error>() {
                         io_down(e.kind())

@@ -288,7 +288,8 @@ async fn v1_server_certificates_are_checked() {
     );
     let server_tls = |mode: &str, ca: &Path| {
         format!(
-            "auth_type = \"trust\"\nserver_tls_sslmode = \"{mode}\"\nserver_tls_ca_file = \"{}\"\n",
+            "auth_type = \"trust\"\nserver_tls_sslmode = \"{mode}\"\nserver_tls_ca_file = \"{}\"\n\
+             server_unavailable_wait = 0\n",
             ca.display()
         )
     };

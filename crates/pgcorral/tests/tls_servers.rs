@@ -16,7 +16,9 @@ use tokio_postgres::config::ChannelBinding;
 
 /// server_tls_* lines: `mode`, with `ca` as the CA when given.
 fn server_tls(mode: &str, ca: Option<&Path>) -> String {
-    let mut s = format!("server_tls_sslmode = \"{mode}\"\n");
+    // A refused handshake is retried while clients wait (as PgBouncer), up to
+    // server_unavailable_wait: off here, so a refusal reaches the client at once.
+    let mut s = format!("server_tls_sslmode = \"{mode}\"\nserver_unavailable_wait = 0\n");
     if let Some(ca) = ca {
         s += &format!("server_tls_ca_file = \"{}\"\n", ca.display());
     }
@@ -278,6 +280,33 @@ async fn server_tls_verify_with_another_ca_fails() {
             "{lines:?}: {code} {msg}"
         );
     }
+}
+
+/// A server whose certificate is refused is tried again while the client waits, as PgBouncer
+/// does (the certificate may be replaced, or the configuration reloaded), up to
+/// server_unavailable_wait; then the client gets the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_server_certificate_is_waited_for_then_reported() {
+    let certs = Certs::new();
+    let pg = postgres_tls(&certs, "host all all 127.0.0.1/32 trust");
+    let other = Some(certs.other_ca.cert_file.as_path());
+    let lines = server_tls("verify-full", other).replace(
+        "server_unavailable_wait = 0",
+        "server_unavailable_wait = 1500",
+    );
+    let general = format!("auth_type = \"trust\"\n{lines}");
+    let p = Pooler::start(&cfg(&pg, &general, "")).await;
+    let start = std::time::Instant::now();
+    let (code, msg, e) = plain_query(p.port(), "postgres", "SELECT 1")
+        .await
+        .expect_err("served by an unverified server");
+    let took = start.elapsed();
+    assert!(code.starts_with("08"), "{e}");
+    assert!(msg.contains("certificate verify failed"), "{msg}");
+    assert!(
+        took >= std::time::Duration::from_millis(1400),
+        "refused after {took:?}, without waiting"
+    );
 }
 
 /// verify-full checks the host name: PostgreSQL's certificate (from the right CA) names only

@@ -532,12 +532,22 @@ fn run<'a>(
                     return Ok(Exit::Move(target));
                 }
                 let idle_timeout = relay_mode.timeouts.client_idle;
-                let movable = handover::movable(client, session);
-                match next_request(client, services, idle_timeout, &mut idle_timer, movable).await?
+                let next = match next_request(client, services, idle_timeout, &mut idle_timer, true)
+                    .await?
                 {
-                    Next::Request => {}
+                    Next::HandOver if handover::movable(client, session) => {
+                        return Ok(Exit::HandOver)
+                    }
+                    // A takeover began and this client stays (see `handover::movable`): it
+                    // waits for its next request without watching for it again.
+                    Next::HandOver => {
+                        next_request(client, services, idle_timeout, &mut idle_timer, false).await?
+                    }
+                    next => next,
+                };
+                match next {
+                    Next::Request | Next::HandOver => {}
                     Next::Gone(why) => return Ok(Exit::Left(why)),
-                    Next::HandOver => return Ok(Exit::HandOver),
                 }
                 let asked = clock::now();
                 session.listed.requested_at(asked);

@@ -30,7 +30,8 @@ pub(super) enum Next {
     Request,
     /// The client is gone: [`CLOSE_REQUEST`] or [`UNEXPECTED_EOF`].
     Gone(&'static str),
-    /// A new process took over (`-R`) and the client, `movable`, goes there.
+    /// A new process took over (`-R`): the client goes there if it can (only while
+    /// `watch_handover`).
     HandOver,
 }
 
@@ -43,7 +44,7 @@ pub(super) fn next_request<'a>(
     services: &'a Services,
     idle_timeout: Option<std::time::Duration>,
     idle_timer: &'a mut IdleTimer,
-    movable: bool,
+    watch_handover: bool,
 ) -> impl Future<Output = Result<Next>> + 'a {
     async move {
         let mut timer = idle_timeout.map(|t| idle_timer.arm(tokio::time::Instant::now() + t));
@@ -126,7 +127,7 @@ pub(super) fn next_request<'a>(
                 }
                 woken = true;
                 // A takeover wakes idle clients through their list entries, as a stop does.
-                if movable && services.handover.get().is_some() {
+                if watch_handover && services.handover.get().is_some() {
                     hand_over = true;
                     return Poll::Ready(Ok(None));
                 }
