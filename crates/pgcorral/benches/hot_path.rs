@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use pgcorral::config::PoolMode;
-use pgcorral::pool::{Pool, PoolSettings};
+use pgcorral::pool::{ClientWait, Pool, PoolSettings};
 use pgcorral::prepared::expect::{Answers, Expected};
 use pgcorral::prepared::rewrite::Link;
 use pgcorral::prepared::{ClientStatements, Registry, ServerStatements};
@@ -253,7 +253,9 @@ fn checkout(c: &mut Criterion) {
             rt.block_on(async {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    drop(black_box(pool.checkout(0).await.unwrap()));
+                    drop(black_box(
+                        pool.checkout(0, ClientWait::default()).await.unwrap(),
+                    ));
                 }
                 start.elapsed()
             })
@@ -275,7 +277,7 @@ fn checkout(c: &mut Criterion) {
                         let pool = pool.clone();
                         tokio::spawn(async move {
                             for _ in 0..iters / 2 {
-                                drop(pool.checkout(0).await.unwrap());
+                                drop(pool.checkout(0, ClientWait::default()).await.unwrap());
                                 tokio::task::yield_now().await;
                             }
                         })
