@@ -30,26 +30,13 @@ fn spawn(path: &Path, dir: &Path, log: &str, reboot: bool) -> Child {
 
 /// A config in a directory of its own: a fixed port, the Unix socket and the pidfile there.
 fn setup(pg: &Postgres) -> (PathBuf, PathBuf, u16) {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let port = free_port();
-    let general = format!(
-        "unix_socket_dir = \"{d}\"\npidfile = \"{d}/pgcorral.pid\"\npool_mode = \"transaction\"\n\
-         default_pool_size = 10",
-        d = dir.display()
-    );
-    let text = config(pg, "postgres", &general)
-        .replace("listen_port = 0", &format!("listen_port = {port}"));
-    let path = dir.join("pgcorral.toml");
-    std::fs::write(&path, text).unwrap();
-    (dir, path, port)
-}
-
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < Duration::from_secs(secs), "{what}");
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    config_file(pg, |dir| {
+        format!(
+            "unix_socket_dir = \"{d}\"\npidfile = \"{d}/pgcorral.pid\"\n\
+             pool_mode = \"transaction\"\ndefault_pool_size = 10",
+            d = dir.display()
+        )
+    })
 }
 
 fn pid_in(dir: &Path) -> Option<u32> {
@@ -91,35 +78,29 @@ fn the_new_process_takes_the_sockets_and_the_old_one_finishes_its_clients() {
     let pg = Postgres::start();
     let (dir, path, port) = setup(&pg);
     let mut old = spawn(&path, &dir, "old.log", false);
-    wait_until("the first process listens", 10, || {
+    poll_until("the first process listens", 10, || {
         pid_in(&dir) == Some(old.id()) && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     // Three statements over 2.5 s on the old process; the takeover comes during the second.
     let p = port.to_string();
     let client = std::thread::spawn(move || {
-        let mut c = psql_cmd(port, "postgres", "postgres", None);
-        c.args([
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-Atc",
-            "SELECT 1",
-            "-c",
-            "BEGIN",
-            "-c",
-            "SELECT pg_sleep(2)",
-            "-c",
-            "COMMIT",
-            "-c",
-            "SELECT 3",
-        ]);
-        output(c)
+        output(psql_statements(
+            port,
+            &[
+                "SELECT 1",
+                "BEGIN",
+                "SELECT pg_sleep(2)",
+                "COMMIT",
+                "SELECT 3",
+            ],
+        ))
     });
     std::thread::sleep(Duration::from_millis(500));
     let mut new = spawn(&path, &dir, "new.log", true);
-    wait_until("the pidfile names the new process", 10, || {
+    poll_until("the pidfile names the new process", 10, || {
         pid_in(&dir) == Some(new.id())
     });
-    wait_until(
+    poll_until(
         "the old process says it handed the listeners over",
         10,
         || log(&dir, "old.log").contains("takeover: a new process has the listeners"),
@@ -155,7 +136,7 @@ fn the_new_process_takes_the_sockets_and_the_old_one_finishes_its_clients() {
     assert_eq!(stdout(&o).trim(), "4", "{}", stderr(&o));
     // And a second restart from the new one works the same way.
     let mut third = spawn(&path, &dir, "third.log", true);
-    wait_until("the pidfile names the third process", 10, || {
+    poll_until("the pidfile names the third process", 10, || {
         pid_in(&dir) == Some(third.id())
     });
     assert!(exits_within(&mut new, 10, &dir, "new.log"));
@@ -188,7 +169,7 @@ fn online_restart_under_pgbench_loses_nothing() {
     assert!(init.status.success(), "{}", stderr(&init));
     let (dir, path, port) = setup(&pg);
     let mut old = spawn(&path, &dir, "old.log", false);
-    wait_until("the first process listens", 10, || {
+    poll_until("the first process listens", 10, || {
         pid_in(&dir) == Some(old.id()) && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     let run = |reconnect: bool| {
@@ -205,7 +186,7 @@ fn online_restart_under_pgbench_loses_nothing() {
     let reconnecting = run(true);
     std::thread::sleep(Duration::from_secs(2));
     let mut new = spawn(&path, &dir, "new.log", true);
-    wait_until("the pidfile names the new process", 10, || {
+    poll_until("the pidfile names the new process", 10, || {
         pid_in(&dir) == Some(new.id())
     });
     let persistent = persistent.join().unwrap();
@@ -240,7 +221,7 @@ async fn idle_clients_move_to_the_new_process_with_their_session() {
     let (dir, path, port) = setup(&pg);
     let mut old = spawn(&path, &dir, "old.log", false);
     blocking(|| {
-        wait_until("the first process listens", 10, || {
+        poll_until("the first process listens", 10, || {
             pid_in(&dir) == Some(old.id())
                 && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         })
@@ -258,7 +239,7 @@ async fn idle_clients_move_to_the_new_process_with_their_session() {
         .unwrap();
     let mut new = spawn(&path, &dir, "new.log", true);
     blocking(|| {
-        wait_until("the pidfile names the new process", 10, || {
+        poll_until("the pidfile names the new process", 10, || {
             pid_in(&dir) == Some(new.id())
         })
     });

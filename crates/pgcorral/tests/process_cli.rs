@@ -55,25 +55,6 @@ fn version_is_show_version_and_help_exits_0() {
     assert_eq!(bad.status.code(), Some(1));
 }
 
-/// A config file in a directory of its own, with `general` lines added.
-fn config_file(pg: &Postgres, general: &str) -> (PathBuf, PathBuf, u16) {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let port = free_port();
-    let text = config(pg, "postgres", general)
-        .replace("listen_port = 0", &format!("listen_port = {port}"));
-    let path = dir.join("pgcorral.toml");
-    std::fs::write(&path, text).unwrap();
-    (dir, path, port)
-}
-
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < Duration::from_secs(secs), "{what}");
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
 fn select_1(port: u16) -> std::process::Output {
     output({
         let mut c = psql_cmd(port, "postgres", "postgres", None);
@@ -85,7 +66,7 @@ fn select_1(port: u16) -> std::process::Output {
 #[test]
 fn config_file_as_the_argument() {
     let pg = Postgres::start();
-    let (dir, path, port) = config_file(&pg, "unix_socket_dir = \"\"");
+    let (dir, path, port) = config_file(&pg, |_| "unix_socket_dir = \"\"");
     #[allow(clippy::zombie_processes)] // killed and waited below
     let mut child = Command::new(pgcorral_bin())
         .arg("-q")
@@ -93,7 +74,7 @@ fn config_file_as_the_argument() {
         .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
         .spawn()
         .unwrap();
-    wait_until("pgcorral listens", 5, || {
+    poll_until("pgcorral listens", 5, || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     assert_eq!(stdout(&select_1(port)).trim(), "1");
@@ -135,7 +116,7 @@ fn read_pid(pidfile: &Path) -> Option<String> {
 #[test]
 fn daemon_writes_its_pidfile_logs_to_logfile_and_refuses_a_second_start() {
     let pg = Postgres::start();
-    let (dir, _, _) = config_file(&pg, "");
+    let (dir, _, _) = config_file(&pg, |_| "");
     let pidfile = dir.join("pgcorral.pid");
     let logfile = dir.join("pgcorral.log");
     let general = format!(
@@ -143,10 +124,10 @@ fn daemon_writes_its_pidfile_logs_to_logfile_and_refuses_a_second_start() {
         pidfile.display(),
         logfile.display()
     );
-    let (_, path, port) = config_file(&pg, &general);
+    let (_, path, port) = config_file(&pg, |_| &general);
     let path = path.to_str().unwrap();
 
-    let (_, no_pidfile, _) = config_file(&pg, "");
+    let (_, no_pidfile, _) = config_file(&pg, |_| "");
     let out = pgcorral(&["-d", no_pidfile.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -158,7 +139,7 @@ fn daemon_writes_its_pidfile_logs_to_logfile_and_refuses_a_second_start() {
     // The command returns at once; the daemon goes on.
     let out = pgcorral(&["-d", path]);
     assert!(out.status.success(), "{}", stderr(&out));
-    wait_until("pidfile written", 10, || read_pid(&pidfile).is_some());
+    poll_until("pidfile written", 10, || read_pid(&pidfile).is_some());
     let daemon = Daemon {
         pidfile: pidfile.clone(),
         pid: read_pid(&pidfile).unwrap(),
@@ -173,7 +154,7 @@ fn daemon_writes_its_pidfile_logs_to_logfile_and_refuses_a_second_start() {
     assert_eq!(read_pid(&pidfile).as_deref(), Some(daemon.pid.as_str()));
 
     daemon.signal("TERM");
-    wait_until("pidfile removed after SIGTERM", 10, || !pidfile.exists());
+    poll_until("pidfile removed after SIGTERM", 10, || !pidfile.exists());
     let log = std::fs::read_to_string(&logfile).unwrap();
     for line in [
         "process up: pgcorral",
@@ -187,7 +168,7 @@ fn daemon_writes_its_pidfile_logs_to_logfile_and_refuses_a_second_start() {
     std::fs::write(&pidfile, "2147483647\n").unwrap();
     let out = pgcorral(&["-d", path]);
     assert!(out.status.success(), "{}", stderr(&out));
-    wait_until("stale pidfile replaced", 10, || {
+    poll_until("stale pidfile replaced", 10, || {
         read_pid(&pidfile).is_some_and(|p| p != "2147483647")
     });
     let daemon = Daemon {
@@ -195,7 +176,7 @@ fn daemon_writes_its_pidfile_logs_to_logfile_and_refuses_a_second_start() {
         pid: read_pid(&pidfile).unwrap(),
     };
     daemon.signal("QUIT");
-    wait_until("pidfile removed after SIGQUIT", 10, || !pidfile.exists());
+    poll_until("pidfile removed after SIGQUIT", 10, || !pidfile.exists());
     assert!(std::fs::read_to_string(&logfile)
         .unwrap()
         .contains("stale pidfile, removing"));
@@ -208,7 +189,7 @@ fn sigusr1_pauses_and_sigusr2_resumes() {
     let port = pooler.port;
     assert_eq!(stdout(&select_1(port)).trim(), "1");
     pooler.signal("USR1");
-    wait_until("SIGUSR1 logged", 5, || {
+    poll_until("SIGUSR1 logged", 5, || {
         pooler.log().contains("got SIGUSR1, pausing all activity")
     });
     let query = std::thread::spawn(move || select_1(port));
@@ -220,7 +201,7 @@ fn sigusr1_pauses_and_sigusr2_resumes() {
     let log = pooler.log();
     assert!(log.contains("got SIGUSR2, continuing from PAUSE"), "{log}");
     pooler.signal("USR2");
-    wait_until("second SIGUSR2 logged", 5, || {
+    poll_until("second SIGUSR2 logged", 5, || {
         pooler
             .log()
             .contains("got SIGUSR2, but not paused/suspended")
@@ -291,20 +272,10 @@ fn sigterm_waits_for_clients_to_leave() {
     let port = pooler.port;
     // Three transactions over 2.5 s; SIGTERM arrives during the second.
     let client = std::thread::spawn(move || {
-        output({
-            let mut c = psql_cmd(port, "postgres", "postgres", None);
-            c.args([
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-Atc",
-                "SELECT 1",
-                "-c",
-                "SELECT pg_sleep(2)",
-                "-c",
-                "SELECT 3",
-            ]);
-            c
-        })
+        output(psql_statements(
+            port,
+            &["SELECT 1", "SELECT pg_sleep(2)", "SELECT 3"],
+        ))
     });
     std::thread::sleep(Duration::from_millis(500));
     pooler.signal("TERM");
@@ -479,7 +450,7 @@ async fn sigterm_keeps_the_unix_socket_for_the_console() {
 #[test]
 fn reboot_flag_and_so_reuseport() {
     let pg = Postgres::start();
-    let (dir, path, port) = config_file(&pg, "unix_socket_dir = \"\"\nso_reuseport = true");
+    let (dir, path, port) = config_file(&pg, |_| "unix_socket_dir = \"\"\nso_reuseport = true");
     let spawn = |log: &str| {
         #[allow(clippy::zombie_processes)] // killed and waited below
         let child = Command::new(pgcorral_bin())
@@ -493,11 +464,11 @@ fn reboot_flag_and_so_reuseport() {
         child
     };
     let mut first = spawn("first.log");
-    wait_until("first listens", 5, || {
+    poll_until("first listens", 5, || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     let mut second = spawn("second.log");
-    wait_until("second listens", 5, || {
+    poll_until("second listens", 5, || {
         std::fs::read_to_string(dir.join("second.log"))
             .unwrap()
             .contains("process up")

@@ -752,3 +752,39 @@ fn launch(
         std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
+
+/// A config file (`pgcorral.toml`) in a directory of its own, on a fixed free port, for a
+/// pooler run as a process: `general(dir)` gives the lines added to `[general]`. Returns the
+/// directory, the file and the port.
+pub fn config_file<S: AsRef<str>>(
+    pg: &Postgres,
+    general: impl FnOnce(&Path) -> S,
+) -> (PathBuf, PathBuf, u16) {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let port = free_port();
+    let text = config(pg, "postgres", general(&dir).as_ref())
+        .replace("listen_port = 0", &format!("listen_port = {port}"));
+    let path = dir.join("pgcorral.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path, port)
+}
+
+/// Polls `f` every 25 ms until it holds; fails with `what` after `secs` seconds.
+pub fn poll_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(secs), "{what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// psql as `postgres` on database `postgres` at `port`, running `statements` one `-c` each
+/// (unaligned, tuples only), stopping at the first error.
+pub fn psql_statements(port: u16, statements: &[&str]) -> Command {
+    let mut c = psql_cmd(port, "postgres", "postgres", None);
+    c.args(["-v", "ON_ERROR_STOP=1", "-At"]);
+    for s in statements {
+        c.args(["-c", s]);
+    }
+    c
+}
