@@ -114,11 +114,16 @@ pub fn resume(services: &Services, encoded: &[u8], fd: OwnedFd, worker: usize) {
         tracing::warn!("a handed-over client's state could not be read; closing it");
         return;
     };
-    let socket = match h.peer {
-        Peer::Tcp(_) => Detached::Plain(fd.into(), h.unsent.clone()),
-        Peer::Unix { .. } => Detached::Unix(fd.into(), h.unsent.clone()),
+    // The address it connected to, for SHOW CLIENTS (a Unix socket shows its port only).
+    let (socket, local) = match h.peer {
+        Peer::Tcp(_) => {
+            let tcp = std::net::TcpStream::from(fd);
+            let local = tcp.local_addr().ok();
+            (Detached::Plain(tcp, h.unsent.clone()), local)
+        }
+        Peer::Unix { .. } => (Detached::Unix(fd.into(), h.unsent.clone()), None),
     };
-    let Some(moved) = session_of(services, &h, worker) else {
+    let Some(moved) = session_of(services, &h, worker, local) else {
         tracing::warn!(peer = %h.peer, database = %Esc(&h.database), "a handed-over client has no place here; closing it");
         return;
     };
@@ -136,7 +141,12 @@ pub fn resume(services: &Services, encoded: &[u8], fd: OwnedFd, worker: usize) {
 }
 
 /// The client's session in this process, as its login would have made it.
-fn session_of(services: &Services, h: &Handed, worker: usize) -> Option<Box<Moved>> {
+fn session_of(
+    services: &Services,
+    h: &Handed,
+    worker: usize,
+    local: Option<SocketAddr>,
+) -> Option<Box<Moved>> {
     let config = services.config.load_full();
     let cluster = services.pools.get(&config, &h.database, &h.user).ok()?;
     let mut count: ClientCount = services.admit_client(false)?;
@@ -157,7 +167,11 @@ fn session_of(services: &Services, h: &Handed, worker: usize) -> Option<Box<Move
     }
     let (addr, local, remote_pid) = match h.peer {
         Peer::Unix { port, pid, .. } => (Peer::unix_addr(port), Peer::unix_addr(port), pid),
-        Peer::Tcp(addr) => (addr, SocketAddr::from(([0, 0, 0, 0], 0)), 0),
+        Peer::Tcp(addr) => (
+            addr,
+            local.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            0,
+        ),
     };
     let (database, pool_user) = pool.listed_names();
     let user = match *pool_user == *h.user {
