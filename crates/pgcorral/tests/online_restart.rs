@@ -11,8 +11,31 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
+/// A pooler process, killed when dropped (a failed assertion leaves none running).
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A pooler process started from `path` (`-R` when `reboot`), logging to `log` in `dir`.
-fn spawn(path: &Path, dir: &Path, log: &str, reboot: bool) -> Child {
+fn spawn(path: &Path, dir: &Path, log: &str, reboot: bool) -> Running {
     let mut c = Command::new(pgcorral_bin());
     if reboot {
         c.arg("-R");
@@ -25,7 +48,7 @@ fn spawn(path: &Path, dir: &Path, log: &str, reboot: bool) -> Child {
         .stderr(std::fs::File::create(dir.join(log)).unwrap())
         .spawn()
         .unwrap();
-    child
+    Running(child)
 }
 
 /// A config in a directory of its own: a fixed port, the Unix socket and the pidfile there.
@@ -185,7 +208,7 @@ fn online_restart_under_pgbench_loses_nothing() {
     let persistent = run(false);
     let reconnecting = run(true);
     std::thread::sleep(Duration::from_secs(2));
-    let mut new = spawn(&path, &dir, "new.log", true);
+    let new = spawn(&path, &dir, "new.log", true);
     poll_until("the pidfile names the new process", 10, || {
         pid_in(&dir) == Some(new.id())
     });
@@ -208,8 +231,7 @@ fn online_restart_under_pgbench_loses_nothing() {
         ],
     );
     assert_eq!(stdout(&o).trim(), "1", "{}", stderr(&o));
-    let _ = new.kill();
-    let _ = new.wait();
+    drop(new);
 }
 
 /// Idle clients go to the new process with their session: the old process exits while they
@@ -237,7 +259,7 @@ async fn idle_clients_move_to_the_new_process_with_their_session() {
     busy.batch_execute("SET work_mem = '7MB'; BEGIN; SELECT 1")
         .await
         .unwrap();
-    let mut new = spawn(&path, &dir, "new.log", true);
+    let new = spawn(&path, &dir, "new.log", true);
     blocking(|| {
         poll_until("the pidfile names the new process", 10, || {
             pid_in(&dir) == Some(new.id())
@@ -291,6 +313,5 @@ async fn idle_clients_move_to_the_new_process_with_their_session() {
         .count();
     assert!(handed >= 2, "{log_old}");
     assert!(!log_new.contains("ERROR"), "{log_new}");
-    let _ = new.kill();
-    let _ = new.wait();
+    drop(new);
 }
