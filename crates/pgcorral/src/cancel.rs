@@ -41,14 +41,12 @@ impl CancelMap {
     /// peering (`peer_id` > 0) the secret's low 16 bits are `peer_id` (and only its high 16
     /// bits random), so that a peer can tell whose key it is.
     pub fn register(&self, pid: i32, slot: Arc<CancelSlot>, peer_id: u16) -> i32 {
-        let mut map = self.map.lock();
         loop {
             let secret: i32 = match peer_id {
                 0 => rand::random(),
                 id => (rand::random::<i32>() & !0xffff) | i32::from(id),
             };
-            if let std::collections::hash_map::Entry::Vacant(e) = map.entry((pid, secret)) {
-                e.insert(slot);
+            if self.adopt(pid, secret, slot.clone()) {
                 return secret;
             }
         }

@@ -1,6 +1,7 @@
 //! A client's admission: startup packets, limits, authentication, its pool, its startup
 //! parameters applied on a server, and the welcome (parameters, key, ReadyForQuery).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -347,9 +348,7 @@ async fn login(
         ));
     }
     if let Some(key) = authed.client_key {
-        for p in cluster.pools() {
-            p.learn_client_key(key);
-        }
+        cluster.learn_client_key(key);
     }
     if let Some(e) = &taken.unusable {
         return Err(e.replay());
@@ -363,7 +362,7 @@ async fn login(
     let startup_settings =
         session_startup::settings(params, &config.general.ignore_startup_parameters)?;
     let slot = Arc::new(CancelSlot::default());
-    let wait = ClientWait::of(config.client_timeouts(user).query_wait);
+    let wait = ClientWait::of_user(&config, user);
     let session_mode = pool.settings().mode == PoolMode::Session;
     let mut settings = Settings::default();
     let mut startup = Settings::default();
@@ -500,11 +499,7 @@ pub(super) async fn welcome(
         .rfind(|(k, _)| k == "application_name")
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
-    let (database, pool_user) = pool.listed_names();
-    let user = match &*pool_user == user {
-        true => pool_user,
-        false => Arc::from(user),
-    };
+    let (database, user) = listed_names(pool, user);
     match list_client(client, services, user, database, application_name, id) {
         Ok(listed) => Ok((secret, listed)),
         Err(e) => {
@@ -608,30 +603,71 @@ async fn console_login(
     Ok(Admitted::Console(role, listed))
 }
 
+/// The names a pool client is listed under in SHOW CLIENTS: its pool's database, and its own
+/// login name `user` (under a forced user the pool is that user's).
+pub(super) fn listed_names(pool: &Pool, user: &str) -> (Arc<str>, Arc<str>) {
+    let (database, pool_user) = pool.listed_names();
+    let user = match *pool_user == *user {
+        true => pool_user,
+        false => Arc::from(user),
+    };
+    (database, user)
+}
+
 /// Lists a logged-in client for SHOW CLIENTS (and KILL_CLIENT) under `id`.
 pub(super) fn list_client(
     client: &ClientConn,
     services: &Services,
-    user: std::sync::Arc<str>,
-    database: std::sync::Arc<str>,
+    user: Arc<str>,
+    database: Arc<str>,
     application_name: String,
     id: u64,
 ) -> Result<conns::Listed> {
-    let (addr, local, remote_pid) = match client.peer {
-        // As PgBouncer: "unix" and the listen port; the process id is known only here.
-        Peer::Unix { port, pid, .. } => (Peer::unix_addr(port), Peer::unix_addr(port), pid),
+    let local = match client.peer {
+        Peer::Unix { .. } => None,
         Peer::Tcp(_) => {
-            let (Ok(addr), Ok(local)) = (client.stream.peer_addr(), client.stream.local_addr())
-            else {
+            let (Ok(_), Ok(local)) = (client.stream.peer_addr(), client.stream.local_addr()) else {
                 return Err(Error::new(
                     Kind::ClientIo,
                     "client connection closed during login",
                 ));
             };
+            Some(local)
+        }
+    };
+    let tls = client.stream.tls().map(tls::describe).unwrap_or_default();
+    let names = (user, database);
+    Ok(list_at(
+        services,
+        id,
+        client.peer,
+        local,
+        names,
+        application_name,
+        tls,
+    ))
+}
+
+/// Lists a client that connected from `peer` (over TCP, to `local`) for SHOW CLIENTS under
+/// `id`, as `names` (user, database).
+pub(super) fn list_at(
+    services: &Services,
+    id: u64,
+    peer: Peer,
+    local: Option<SocketAddr>,
+    (user, database): (Arc<str>, Arc<str>),
+    application_name: String,
+    tls: String,
+) -> conns::Listed {
+    let (addr, local, remote_pid) = match peer {
+        // As PgBouncer: "unix" and the listen port; the process id is known only here.
+        Peer::Unix { port, pid, .. } => (Peer::unix_addr(port), Peer::unix_addr(port), pid),
+        Peer::Tcp(addr) => {
+            let local = local.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
             (addr, local, 0)
         }
     };
-    Ok(services.pools.lists.add_as(
+    services.pools.lists.add_as(
         conns::Kind::Client,
         id,
         conns::New {
@@ -639,12 +675,12 @@ pub(super) fn list_client(
             database,
             addr,
             local,
-            unix: matches!(client.peer, Peer::Unix { .. }),
+            unix: matches!(peer, Peer::Unix { .. }),
             application_name,
             state: conns::State::Active,
             remote_pid,
-            tls: client.stream.tls().map(tls::describe).unwrap_or_default(),
+            tls,
             generation: 0,
         },
-    ))
+    )
 }

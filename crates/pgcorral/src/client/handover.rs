@@ -11,11 +11,9 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use corral_rt::stream::Detached;
 
-use super::{task, LoggedIn, Moved};
+use super::{admit, go_on, LoggedIn, Moved};
 use crate::cancel::CancelSlot;
 use crate::client_conn::ClientConn;
-use crate::clock;
-use crate::conns;
 use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::ClientWait;
@@ -127,17 +125,9 @@ pub fn resume(services: &Services, encoded: &[u8], fd: OwnedFd, worker: usize) {
         tracing::warn!(peer = %h.peer, database = %Esc(&h.database), "a handed-over client has no place here; closing it");
         return;
     };
-    let Some(handle) = services.balance.handle(worker).cloned() else {
-        return;
-    };
-    let tasks = services.tasks.clone();
-    handle.spawn(tasks.track_future(clock::moments(task(
-        socket,
-        h.peer,
-        services.clone(),
-        worker,
-        Some(moved),
-    ))));
+    if let Some(handle) = services.balance.handle(worker) {
+        go_on(handle, socket, h.peer, services.clone(), worker, moved);
+    }
 }
 
 /// The client's session in this process, as its login would have made it.
@@ -157,46 +147,19 @@ fn session_of(
     count.name(&h.database, &h.user, caps, false).ok()?;
     let pool = cluster.home().clone();
     if let Some(key) = h.client_key {
-        for p in cluster.pools() {
-            p.learn_client_key(key);
-        }
+        cluster.learn_client_key(key);
     }
     let slot = Arc::new(CancelSlot::default());
     if !services.cancel.adopt(h.pid, h.secret, slot.clone()) {
         return None;
     }
-    let (addr, local, remote_pid) = match h.peer {
-        Peer::Unix { port, pid, .. } => (Peer::unix_addr(port), Peer::unix_addr(port), pid),
-        Peer::Tcp(addr) => (
-            addr,
-            local.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
-            0,
-        ),
-    };
-    let (database, pool_user) = pool.listed_names();
-    let user = match *pool_user == *h.user {
-        true => pool_user,
-        false => Arc::from(h.user.as_str()),
-    };
-    let listed = services.pools.lists.add_as(
-        conns::Kind::Client,
-        services.pools.lists.reserve(),
-        conns::New {
-            user,
-            database,
-            addr,
-            local,
-            unix: matches!(h.peer, Peer::Unix { .. }),
-            application_name: h.application_name.clone(),
-            state: conns::State::Active,
-            remote_pid,
-            tls: Default::default(),
-            generation: 0,
-        },
-    );
+    let names = admit::listed_names(&pool, &h.user);
+    let id = services.pools.lists.reserve();
+    let app = h.application_name.clone();
+    let listed = admit::list_at(services, id, h.peer, local, names, app, String::new());
     pool.client_joined();
     pool.stats().logged_in(worker);
-    let wait = ClientWait::of(config.client_timeouts(&h.user).query_wait);
+    let wait = ClientWait::of_user(&config, &h.user);
     let session = LoggedIn {
         pool,
         cluster,

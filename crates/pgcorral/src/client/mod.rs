@@ -318,12 +318,25 @@ fn migrate(
         session,
         count,
     });
+    go_on(&handle, socket, peer, services, target, moved);
+}
+
+/// Goes on with a logged-in client `moved` on `worker` (whose executor `handle` is), from its
+/// next request on: one moved between workers, or handed over by another process (`-R`).
+fn go_on(
+    handle: &corral_rt::exec::Handle,
+    socket: Detached,
+    peer: Peer,
+    services: Services,
+    worker: usize,
+    moved: Box<Moved>,
+) {
     let tasks = services.tasks.clone();
     handle.spawn(tasks.track_future(clock::moments(task(
         socket,
         peer,
         services,
-        target,
+        worker,
         Some(moved),
     ))));
 }
@@ -525,8 +538,7 @@ fn run<'a>(
                     relay_mode = self::relay_mode(services, session, mode, client.worker);
                     let config = services.config.load();
                     wait_notify = millis_opt(config.general.query_wait_notify);
-                    session.wait =
-                        ClientWait::of(config.client_timeouts(&session.listed.user).query_wait);
+                    session.wait = ClientWait::of_user(&config, &session.listed.user);
                 }
                 if let Some(target) = services.balance.move_target(client.worker) {
                     return Ok(Exit::Move(target));

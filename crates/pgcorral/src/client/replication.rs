@@ -61,7 +61,7 @@ pub(super) async fn login(
     if services.control.is_paused(database) {
         services.control.wait_resumed(database).await;
     }
-    let wait = ClientWait::of(services.config.load().client_timeouts(user).query_wait);
+    let wait = ClientWait::of_user(&services.config.load(), user);
     let server = pool
         .dedicated(client.worker, &server_startup(params), wait)
         .await?;

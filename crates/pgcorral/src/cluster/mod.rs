@@ -144,6 +144,14 @@ impl Cluster {
         &self.0.all
     }
 
+    /// Every pool logs in to its server with this SCRAM client key (a client's proof revealed
+    /// it; see [`Pool::learn_client_key`]).
+    pub fn learn_client_key(&self, key: [u8; 32]) {
+        for p in self.pools() {
+            p.learn_client_key(key);
+        }
+    }
+
     /// Nobody but its holder has this cluster (no client, no login under way).
     pub fn unshared(&self) -> bool {
         Arc::strong_count(&self.0) == 1

@@ -13,8 +13,6 @@ pub struct ClientTimeouts {
     pub idle_transaction: u64,
     pub transaction: u64,
     pub client_idle: u64,
-    /// The user's own `query_wait_timeout`, when it has one (else its pool's applies).
-    pub query_wait: Option<u64>,
 }
 
 impl Config {
@@ -29,8 +27,15 @@ impl Config {
             idle_transaction: own(|u| u.idle_transaction_timeout, g.idle_transaction_timeout),
             transaction: own(|u| u.transaction_timeout, g.transaction_timeout),
             client_idle: own(|u| u.client_idle_timeout, g.client_idle_timeout),
-            query_wait: u.and_then(|u| u.query_wait_timeout),
         }
+    }
+}
+
+impl Config {
+    /// `user`'s own `query_wait_timeout` (ms, 0 = wait forever), when its `[users]` entry has
+    /// one: under a forced user, what its clients wait rather than the pool's.
+    pub fn own_query_wait_timeout(&self, user: &str) -> Option<u64> {
+        self.users.get(user).and_then(|u| u.query_wait_timeout)
     }
 }
 
@@ -84,7 +89,6 @@ mod tests {
                 idle_transaction: 200,
                 transaction: 0,
                 client_idle: 400,
-                query_wait: None,
             }
         );
         let other = c.client_timeouts("other");

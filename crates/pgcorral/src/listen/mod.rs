@@ -165,20 +165,7 @@ impl Pooler {
         // The old process's clients (`-R`), read off the main thread as they come.
         let (to_here, mut taken_over) = tokio::sync::mpsc::unbounded_channel();
         if let Some(stream) = from_old {
-            std::thread::spawn(move || loop {
-                match takeover::receive_client(&stream) {
-                    Ok(Some(c)) => {
-                        if to_here.send(c).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "takeover: reading the old process's clients failed");
-                        return;
-                    }
-                }
-            });
+            takeover::receive_clients(stream, to_here);
         }
         let io_uring = services.config.load().general.io_uring;
         let on_start = stats::own_shard;
@@ -222,18 +209,11 @@ impl Pooler {
                 r = accept_takeover(takeover.as_ref()) => {
                     if let Some(to_new) = hand_over(r, &listener, unix.as_ref()).await {
                         // Idle clients go over as they are woken (or become idle).
-                        let (send, sent) = std::sync::mpsc::channel::<(Vec<u8>, std::os::fd::OwnedFd)>();
+                        let (send, sent) = std::sync::mpsc::channel();
                         let _ = services.handover.set(send);
                         let forwarder = services.clone();
-                        std::thread::spawn(move || {
-                            use std::os::fd::AsFd;
-                            for (state, fd) in sent {
-                                if let Err(e) = takeover::send_client(&to_new, &state, fd.as_fd()) {
-                                    tracing::warn!(error = %e, "takeover: a client could not be sent; closed");
-                                }
-                                drop(fd);
-                                forwarder.handover_pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                            }
+                        takeover::send_clients(to_new, sent, move || {
+                            forwarder.handover_pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                         });
                         services.pools.lists.wake(conns::Kind::Client);
                         // Clients go on here until each leaves, those accepted but not logged

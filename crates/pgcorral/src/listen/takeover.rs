@@ -90,7 +90,7 @@ pub fn take(path: &Path) -> io::Result<Inherited> {
 
 /// The next client the old process sends: its encoded state and its socket; `None` once the
 /// old process is gone.
-pub fn receive_client(stream: &UnixStream) -> io::Result<Option<(Vec<u8>, OwnedFd)>> {
+fn receive_client(stream: &UnixStream) -> io::Result<Option<(Vec<u8>, OwnedFd)>> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut len = [0u8; 4];
@@ -129,7 +129,7 @@ pub fn receive_client(stream: &UnixStream) -> io::Result<Option<(Vec<u8>, OwnedF
 }
 
 /// Sends one client to the new process: `state`'s length and the socket, then `state`.
-pub fn send_client(stream: &UnixStream, state: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+fn send_client(stream: &UnixStream, state: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
     let len = u32::try_from(state.len())
         .ok()
         .filter(|&n| n as usize <= MAX_CLIENT_STATE)
@@ -149,6 +149,46 @@ pub fn send_client(stream: &UnixStream, state: &[u8], fd: BorrowedFd<'_>) -> io:
     )?;
     (&*stream).write_all(&len[sent..])?;
     (&*stream).write_all(state)
+}
+
+/// Reads the old process's clients on a thread of its own and passes each to `to`, until
+/// the old process is gone (or `to` is).
+pub fn receive_clients(
+    from_old: UnixStream,
+    to: tokio::sync::mpsc::UnboundedSender<(Vec<u8>, OwnedFd)>,
+) {
+    std::thread::spawn(move || loop {
+        match receive_client(&from_old) {
+            Ok(Some(c)) => {
+                if to.send(c).is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "takeover: reading the old process's clients failed");
+                return;
+            }
+        }
+    });
+}
+
+/// Sends the clients that come on `sent` to the new process, on a thread of its own; `done`
+/// runs after each (sent, or closed when it could not be).
+pub fn send_clients(
+    to_new: UnixStream,
+    sent: std::sync::mpsc::Receiver<(Vec<u8>, OwnedFd)>,
+    done: impl Fn() + Send + 'static,
+) {
+    std::thread::spawn(move || {
+        for (state, fd) in sent {
+            if let Err(e) = send_client(&to_new, &state, fd.as_fd()) {
+                tracing::warn!(error = %e, "takeover: a client could not be sent; closed");
+            }
+            drop(fd);
+            done();
+        }
+    });
 }
 
 /// Largest client state accepted (its unread and unsent bytes are bounded by its buffers).

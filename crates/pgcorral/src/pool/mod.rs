@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use crate::clock;
 use crate::cluster::topology;
 use crate::cold;
-use crate::config::{millis_opt, ConnLogging, PoolMode};
+use crate::config::{millis_opt, Config, ConnLogging, PoolMode};
 use crate::connlog::{self, Who};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
@@ -59,15 +59,10 @@ enum Open<'a> {
 pub struct ClientWait(Option<Option<Duration>>);
 
 impl ClientWait {
-    /// The client's own `query_wait_timeout` (`None`: wait forever).
-    pub fn own(timeout: Option<Duration>) -> ClientWait {
-        ClientWait(Some(timeout))
-    }
-
-    /// From the login user's own `query_wait_timeout` in ms (0 = forever), when it has one
-    /// ([`crate::config::ClientTimeouts::query_wait`]).
-    pub fn of(own_ms: Option<u64>) -> ClientWait {
-        ClientWait(own_ms.map(millis_opt))
+    /// A client logged in as `user` under `config`: its own `query_wait_timeout`, when its
+    /// `[users]` entry has one.
+    pub fn of_user(config: &Config, user: &str) -> ClientWait {
+        ClientWait(config.own_query_wait_timeout(user).map(millis_opt))
     }
 }
 
