@@ -18,7 +18,9 @@
 # and `sharded` and the difference is pgcorral's routing alone, not a second server's
 # backends competing for the same cores), BENCH_CORRAL_BIN (a pgcorral binary to run instead of
 # building this checkout's; BENCH_CORRAL_REV names it in the report), WARMUP (untimed seconds per target and protocol first, 3; 0 skips), PG_BINDIR
-# (PostgreSQL's binaries), BENCH_RESULTS_DIR (default bench/results), KEEP=1 (keep the work
+# (PostgreSQL's binaries), WORKERS (pgcorral's `workers`, default 0: one per core; 1 keeps every
+# client and server on one thread, so that the comparison is not of where the runtime's
+# balancing happened to put clients in each run, see docs/performance.md), BENCH_RESULTS_DIR (default bench/results), KEEP=1 (keep the work
 # directory and its logs, as a failed run does). CARGO_TARGET_DIR and CARGO_BUILD_JOBS are honoured.
 #
 # What it does: builds pgcorral (cargo build --release -p pgcorral) and copies the binary aside;
@@ -55,12 +57,14 @@ POOL_SIZE=${POOL_SIZE:-20}
 SHARD_POOL_SIZE=${SHARD_POOL_SIZE:-$(( (POOL_SIZE + 1) / 2 ))}
 JOBS=${JOBS:-2}
 WARMUP=${WARMUP:-3}
+WORKERS=${WORKERS:-0}
 KEEP=${KEEP:-0}
 SHARD_LAYOUT=${SHARD_LAYOUT:-servers}
 RESULTS=${BENCH_RESULTS_DIR:-$BENCH_DIR/results}
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+[[ $WORKERS =~ ^[0-9]+$ ]] || die "WORKERS must be a whole number"
 for v in REPS T SCALE POOL_SIZE SHARD_POOL_SIZE JOBS; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive whole number"; done
 for c in $CLIENTS; do [[ $c =~ ^[1-9][0-9]*$ ]] || die "CLIENTS must be positive whole numbers, not '$c'"; done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a whole number"
@@ -204,6 +208,7 @@ cat >"$WORK/pgcorral.toml" <<EOF
 listen_addr = "127.0.0.1"
 listen_port = $CORRAL_PORT
 pool_mode = "transaction"
+workers = $WORKERS
 default_pool_size = $POOL_SIZE
 max_client_conn = $((max_c + 100))
 auth_type = "trust"
@@ -347,7 +352,7 @@ elapsed=$(($(date +%s) - START_EPOCH))
 mkdir -p "$RESULTS"
 REPORT=$RESULTS/$RUN_DATE-sharding$([ "$SHARD_LAYOUT" = databases ] && echo -one-server || true).md
 pg_version=$("$PG_BIN/postgres" --version)
-export SHARD_LAYOUT RUNS CLK_TCK PROTOCOLS CLIENTS REPS T SCALE POOL_SIZE SHARD_POOL_SIZE JOBS GIT_REV pg_version BOUNCER_VERSION shard_hits
+export WORKERS SHARD_LAYOUT RUNS CLK_TCK PROTOCOLS CLIENTS REPS T SCALE POOL_SIZE SHARD_POOL_SIZE JOBS GIT_REV pg_version BOUNCER_VERSION shard_hits
 export LOAD_START LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)" ELAPSED="$((elapsed / 60))m$((elapsed % 60))s"
 export RUN_DATE MACHINE="$(nproc) cores, $(uname -sr)"
 python3 - >"$REPORT" <<'EOF'
@@ -377,7 +382,8 @@ print("`bench/sharding.sh`: key-routed `SELECT abalance FROM pgbench_accounts WH
          "Both shards are on the first server (shard 1 a copy of its database): PostgreSQL's side "
          "is the same for `plain` and `sharded`, so the difference is pgcorral's routing.\n"))
 print(f"git {E['GIT_REV']}; {E['MACHINE']}; {E['pg_version']}; {E['REPS']} × {E['T']} s per target, "
-      f"interleaved, pgbench -j {E['JOBS']}; scale {E['SCALE']}, pool size {E['POOL_SIZE']} (`sharded`: {E['SHARD_POOL_SIZE']} per shard), transaction mode; "
+      f"interleaved, pgbench -j {E['JOBS']}; scale {E['SCALE']}, pool size {E['POOL_SIZE']} (`sharded`: {E['SHARD_POOL_SIZE']} per shard), transaction mode, "
+      f"pgcorral workers: {E['WORKERS'] if E['WORKERS'] != '0' else 'one per core (the default)'}; "
       f"routing check: {E['shard_hits']}; load average {E['LOAD_START']} → {E['LOAD_END']}; took {E['ELAPSED']}.\n")
 print("Medians over the repetitions. Pooler CPU: utime + stime of the pooler's process over the "
       "pgbench run ÷ transactions (logins included).\n")
