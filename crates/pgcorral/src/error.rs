@@ -34,6 +34,10 @@ pub enum Kind {
     PoolTimeout,
     /// pgcorral is shutting down.
     Shutdown,
+    /// pgcorral exits at once (SIGQUIT, `SHUTDOWN`, a second SIGTERM/SIGINT): an idle client
+    /// is told with a WARNING, not an error, as PostgreSQL's immediate shutdown tells its
+    /// sessions, so that its next query finds the connection closed.
+    Exiting,
     /// A request the current pool mode cannot serve.
     NotSupported,
     /// A query ran longer than query_timeout.
@@ -204,7 +208,7 @@ impl Error {
             Kind::ServerIo => sqlstate::CONNECTION_FAILURE,
             Kind::ServerError => sqlstate::CONNECTION_FAILURE,
             Kind::PoolTimeout => sqlstate::QUERY_CANCELED,
-            Kind::Shutdown => sqlstate::ADMIN_SHUTDOWN,
+            Kind::Shutdown | Kind::Exiting => sqlstate::ADMIN_SHUTDOWN,
             Kind::NotSupported => sqlstate::FEATURE_NOT_SUPPORTED,
             Kind::QueryTimeout => sqlstate::QUERY_CANCELED,
             Kind::IdleInTransaction => sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
@@ -215,8 +219,13 @@ impl Error {
         }
     }
 
-    /// Appends the ErrorResponse a client should see, with the given severity.
+    /// Appends the ErrorResponse a client should see, with the given severity ([`Kind::Exiting`]:
+    /// a NoticeResponse, WARNING).
     pub fn write_response(&self, buf: &mut BytesMut, severity: &str) {
+        if self.0.kind == Kind::Exiting {
+            let code = self.sqlstate();
+            return pgwire::encode::notice_response(buf, "WARNING", code, &self.0.message);
+        }
         match &self.0.server_error {
             // A server's ERROR that ends the client's session (a refused startup parameter,
             // say) reads as FATAL, as PostgreSQL's own would.

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::wire::{query, tags, Wire};
 use support::*;
 
 const ADMIN: &str = "admin_users = [\"postgres\"]";
@@ -261,6 +262,34 @@ fn sigquit_and_console_shutdown_exit_at_once() {
     assert!(exits_within(&mut pooler, 3).success());
     assert!(pooler.log().contains("SHUTDOWN command issued"));
     assert!(!client.join().unwrap().status.success());
+}
+
+/// An idle client when the process exits at once (SIGQUIT here; a second SIGTERM and the
+/// console's SHUTDOWN alike) is told as PostgreSQL's immediate shutdown tells its sessions: a
+/// WARNING (57P01) if anything, never an error, so that its next query finds the connection
+/// closed (`server closed the connection unexpectedly`, what PgBouncer's own suite expects).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_is_warned_not_failed_when_the_process_exits_at_once() {
+    let pg = Postgres::start();
+    let mut pooler = PoolerProcess::start(&config(&pg, "postgres", ""));
+    let mut idle = Wire::connect(pooler.port, "postgres", "postgres").await;
+    idle.send(&query("SELECT 1")).await;
+    assert_eq!(tags(&idle.until_ready().await), "TDCZ");
+    pooler.signal("QUIT");
+    assert!(exits_within(&mut pooler, 3).success());
+    let mut told = Vec::new();
+    while let Ok(Some(m)) = idle.recv_within(Duration::from_secs(5)).await {
+        told.push(m);
+    }
+    for m in &told {
+        assert_eq!(m.tag, b'N', "{told:?}");
+        assert_eq!(m.field(b'S').as_deref(), Some("WARNING"));
+        assert_eq!(m.code(), "57P01");
+        assert_eq!(
+            m.field(b'M').as_deref(),
+            Some("terminating connection due to immediate shutdown command")
+        );
+    }
 }
 
 /// SIGTERM: no new connections, but a connected client goes on, with new transactions, until

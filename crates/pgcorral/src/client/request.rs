@@ -135,8 +135,8 @@ pub(super) fn next_request<'a>(
                 // their next request, see `client::run`) and close as the process exits.
                 if services.shutdown.is_exiting() {
                     return Poll::Ready(Err(Error::new(
-                        Kind::Shutdown,
-                        "pgcorral is shutting down",
+                        Kind::Exiting,
+                        "terminating connection due to immediate shutdown command",
                     )));
                 }
                 if let Some(t) = &mut timer {

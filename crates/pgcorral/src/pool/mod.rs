@@ -118,7 +118,8 @@ pub struct PoolSettings {
     pub log: ConnLogging,
     /// Run on each new server connection once logged in; empty = none (`connect_query`).
     pub connect_query: String,
-    /// With a list of hosts, each new connection starts at the next host (else at the first).
+    /// With a list of hosts, each new connection starts at the next host (else at the one that
+    /// last let pgcorral in: `load_balance_hosts = disable`).
     pub round_robin_hosts: bool,
     /// On RECONNECT or a changed server, session-mode servers in use are closed at once
     /// (`server_fast_close`), not when their clients leave.
@@ -209,9 +210,8 @@ pub(crate) struct Shared {
     params: Mutex<Option<ServerParams>>,
     /// The last failed login and when, replayed to new logins within `login_retry`.
     login_failed: Mutex<Option<(Instant, Error)>>,
-    /// With a list of hosts: how many connections have started from the next one
-    /// (`load_balance_hosts = round-robin`).
-    next_host: std::sync::atomic::AtomicUsize,
+    /// With a list of hosts: where the next connection starts (`load_balance_hosts`).
+    hosts: hosts::HostCursor,
     limits: Option<Arc<Limits>>,
     /// Clients logged in to this pool.
     clients: std::sync::atomic::AtomicUsize,
@@ -264,7 +264,7 @@ impl Pool {
             inner: Mutex::new(Inner::default()),
             params: Mutex::new(None),
             login_failed: Mutex::new(None),
-            next_host: Default::default(),
+            hosts: Default::default(),
             limits,
             clients: Default::default(),
             stats: Default::default(),
@@ -643,16 +643,9 @@ impl Pool {
             .wait_limit(wait)
             .and_then(|l| started.checked_add(l));
         let mut pause = Duration::from_millis(50);
-        let start = match settings.round_robin_hosts && hosts::is_list(&target.host) {
-            true => self
-                .0
-                .next_host
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            false => 0,
-        };
         let waited_too_long = || settings.waited_too_long(started.elapsed(), wait);
         let mut server = loop {
-            let attempt = hosts::connect_any(&target, worker, start);
+            let attempt = self.0.hosts.connect(&target, worker, settings.round_robin_hosts);
             let attempt = match (for_client, wait_end) {
                 (true, Some(end)) => match timer::timeout_at(end.into(), attempt).await {
                     Ok(r) => r,

@@ -1,10 +1,84 @@
 //! A database whose `host` is a list (`"a,b,c"`, PgBouncer's host lists): a new server
-//! connection tries the hosts from a starting one on, each in turn, until one logs in.
+//! connection tries the hosts from a starting one on, each in turn, until one logs in; where a
+//! pool's connections start is its [`HostCursor`] (`load_balance_hosts`).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use corral_rt::timer;
 
 use super::connect::{connect, Target};
 use super::ServerConn;
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
+
+/// Where one pool's connections to a list of hosts start, as PgBouncer's `load_balance_hosts`:
+/// `round-robin`, each from the host after the last one's start; `disable`, from the host that
+/// last let pgcorral in, moving on only when it fails. Under `disable`, until a host has let
+/// pgcorral in, one connection tries at a time (PgBouncer opens one at a time), so that a dead
+/// first host costs one try (and one log line), not one per client arriving meanwhile.
+#[derive(Default)]
+pub struct HostCursor {
+    next: AtomicUsize,
+    /// `disable`: the host at `next` let the last connection in.
+    settled: AtomicBool,
+    /// `disable`, not settled: a connection is trying the list.
+    trying: AtomicBool,
+}
+
+/// The one connection trying an unsettled list (`disable`); others wait for it.
+struct Turn<'a>(&'a AtomicBool);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl HostCursor {
+    /// Connects to `target` (one host, or a list: see [`connect_any`]), starting where
+    /// `round_robin` (else `disable`) says.
+    pub async fn connect(
+        &self,
+        target: &Target,
+        worker: usize,
+        round_robin: bool,
+    ) -> Result<ServerConn> {
+        if !is_list(&target.host) {
+            return connect_any(target, worker, 0).await.map(|(s, _)| s);
+        }
+        if round_robin {
+            let start = self.next.fetch_add(1, Ordering::Relaxed);
+            return connect_any(target, worker, start).await.map(|(s, _)| s);
+        }
+        let _turn = self.turn().await;
+        match connect_any(target, worker, self.next.load(Ordering::Acquire)).await {
+            Ok((s, at)) => {
+                self.next.store(at, Ordering::Release);
+                self.settled.store(true, Ordering::Release);
+                Ok(s)
+            }
+            Err(e) => {
+                self.settled.store(false, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+
+    /// Under `disable`: nothing once settled; else this connection's turn to try the list,
+    /// after any other's (which may settle it meanwhile).
+    async fn turn(&self) -> Option<Turn<'_>> {
+        loop {
+            if self.settled.load(Ordering::Acquire) {
+                return None;
+            }
+            if !self.trying.swap(true, Ordering::AcqRel) {
+                return Some(Turn(&self.trying));
+            }
+            timer::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
 
 /// Whether `host` is a list of hosts.
 pub fn is_list(host: &str) -> bool {
@@ -12,23 +86,25 @@ pub fn is_list(host: &str) -> bool {
 }
 
 /// Connects to the first host of `target.host`'s list that lets pgcorral log in, starting
-/// with the one at `start` (modulo the list's length): each failure is logged, the last one
-/// returned. A single host is tried alone.
-pub async fn connect_any(target: &Target, worker: usize, start: usize) -> Result<ServerConn> {
+/// with the one at `start` (modulo the list's length), and says which one (its place in the
+/// list): each failure is logged, the last one returned. A single host is tried alone.
+async fn connect_any(target: &Target, worker: usize, start: usize) -> Result<(ServerConn, usize)> {
     if !is_list(&target.host) {
         return connect(target, worker)
             .await
+            .map(|s| (s, 0))
             .inspect_err(|e| log_failed(target, &target.host, e));
     }
     let hosts: Vec<&str> = target.host.split(',').collect();
     let mut last: Option<Error> = None;
     for i in 0..hosts.len() {
+        let at = (start + i) % hosts.len();
         let one = Target {
-            host: hosts[(start + i) % hosts.len()].to_string(),
+            host: hosts[at].to_string(),
             ..target.clone()
         };
         match connect(&one, worker).await {
-            Ok(s) => return Ok(s),
+            Ok(s) => return Ok((s, at)),
             Err(e) => {
                 log_failed(target, &one.host, &e);
                 last = Some(e);
