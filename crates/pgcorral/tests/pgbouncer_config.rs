@@ -2,7 +2,8 @@
 //! forced server user with its password, `[users]` overrides, keys pgcorral does not honour):
 //! clients log in and their queries run on the server the file names, users the file does not
 //! know are refused, the admin reaches the console, the keys not honoured are warned about by
-//! name, and a wrong value is refused naming its key and line.
+//! name, and a wrong value is refused naming its key and line; a database whose server is a
+//! pooler's console (here pgcorral's own) is reached through it, in either pool mode.
 
 mod support;
 
@@ -186,6 +187,47 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     app.simple_query("SELECT pg_sleep(0.2)").await.unwrap();
     assert!(app.simple_query("SELECT pg_sleep(3)").await.is_err());
     drop(pooler);
+}
+
+/// A `[databases]` entry that points at a pooler's admin console (PgBouncer's test suite points
+/// one at the pooler's own, `dbname=pgbouncer` on its own port): the console runs no SQL, so its
+/// clients are linked each to a server connection of their own (the client's startup
+/// parameters sent at login) rather than pooled, in session and transaction mode alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_on_a_pooler_console_is_linked_not_pooled() {
+    let pg = blocking(Postgres::start);
+    let port = free_port();
+    let ini = format!(
+        "[databases]\n\
+         itself = host=127.0.0.1 port={port} dbname=pgbouncer\n\
+         itself_tx = host=127.0.0.1 port={port} dbname=pgbouncer pool_mode=transaction\n\
+         postgres = host=127.0.0.1 port={pg}\n\
+         [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir = {sockets}\n\
+         auth_type = trust\nadmin_users = postgres\n",
+        pg = pg.port,
+        sockets = socket_dir().display(),
+    );
+    let _pooler = blocking(|| PoolerProcess::start_file("pgbouncer.ini", &ini, port));
+    for db in ["itself", "itself", "itself_tx", "itself_tx"] {
+        let c = connect(port, "postgres", None, db)
+            .await
+            .unwrap_or_else(|e| panic!("{db}: {e}"));
+        let rows = c.simple_query("SHOW VERSION").await.unwrap();
+        let version = rows
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+                _ => None,
+            })
+            .unwrap_or_default();
+        assert!(version.contains("PgBouncer"), "{db}: {version}");
+    }
+    // The pooler's own database beside them is pooled as before.
+    let c = connect(port, "postgres", None, "postgres").await.unwrap();
+    assert_eq!(
+        c.query_one("SELECT 1 + 1", &[]).await.unwrap().get::<_, i32>(0),
+        2
+    );
 }
 
 #[test]

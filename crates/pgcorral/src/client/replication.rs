@@ -1,7 +1,9 @@
 //! A replication client (`replication=database`, or a true value): a server connection of its
 //! own, logged in with the client's startup parameters, whose every byte is relayed both ways
 //! until either side ends (replication commands, COPY BOTH streams and, on a logical
-//! connection, SQL), as PgBouncer does since 1.23.
+//! connection, SQL), as PgBouncer does since 1.23. A client of a database whose server is a
+//! pooler's admin console (PgBouncer's, or pgcorral's own) is linked the same way: a console
+//! runs no SQL, so a session there cannot be set up, checked or reset as a pool's is.
 
 use std::sync::Arc;
 
@@ -44,15 +46,23 @@ fn server_startup(params: &[(String, String)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Whether a server that reported `params` is a pooler's admin console rather than PostgreSQL:
+/// its `server_version` ends in `/bouncer` (PgBouncer's) or `/pgcorral` (ours).
+pub(super) fn is_console(params: &[(String, String)]) -> bool {
+    params.iter().any(|(k, v)| {
+        k == "server_version" && (v.ends_with("/bouncer") || v.ends_with("/pgcorral"))
+    })
+}
+
 /// Opens the client's server and welcomes the client with what that server reported
 /// (parameters, and a cancel key of pgcorral's that reaches it). `out` holds what the login
-/// has written for the client so far.
+/// has written for the client so far. `kind` is `None` for a console's client.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn login(
     client: &mut ClientConn,
     services: &Services,
     pool: &Pool,
-    kind: Replication,
+    kind: Option<Replication>,
     (user, params): (&str, &[(String, String)]),
     mut out: BytesMut,
     id: u64,
@@ -73,9 +83,13 @@ pub(super) async fn login(
     let pid = server.key.pid;
     let (secret, listed) =
         welcome(client, services, out, pool, (user, params), (pid, slot), id).await?;
-    listed.set_replication(kind.name());
+    if let Some(kind) = kind {
+        listed.set_replication(kind.name());
+    }
     if let Some(l) = &server.listed {
-        l.set_replication(kind.name());
+        if let Some(kind) = kind {
+            l.set_replication(kind.name());
+        }
         l.set_link(listed.id);
         listed.set_link(l.id);
     }
@@ -111,7 +125,7 @@ pub(super) async fn relay(client: &mut ClientConn, link: &mut Link) -> Result<&'
     }
     tokio::io::copy_bidirectional(&mut client.stream, &mut link.server.stream)
         .await
-        .map_err(|e| Error::with_source(Kind::ClientIo, "replication connection", e))?;
+        .map_err(|e| Error::with_source(Kind::ClientIo, "linked connection", e))?;
     Ok("client close request")
 }
 
