@@ -232,6 +232,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
                     pid: 1,
                     secret: 1,
                     tls: None,
+                    in_flight: Default::default(),
                 },
                 Arc::new(Vec::new()),
                 0,

@@ -4,6 +4,7 @@
 //! bits) goes to that peer; other unknown keys are ignored, as PostgreSQL does.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -27,6 +28,25 @@ impl CancelSlot {
     #[inline]
     pub fn set(&self, key: Option<CancelKey>) {
         *self.target.lock() = key;
+    }
+
+    /// The server the client is using, counted as having a cancel on its way until the
+    /// returned guard drops. Counted under the slot's lock, which the client takes to detach
+    /// (`set(None)`) before it releases the server: the release sees the count.
+    fn claim(&self) -> Option<InFlight> {
+        let target = self.target.lock();
+        let key = target.as_ref()?.clone();
+        key.in_flight.fetch_add(1, Ordering::AcqRel);
+        Some(InFlight(key))
+    }
+}
+
+/// A cancel request on its way to a server (see [`CancelKey::in_flight`]).
+struct InFlight(CancelKey);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -81,9 +101,9 @@ impl CancelMap {
         let (known, target) = {
             let map = self.map.lock();
             let slot = map.get(&(pid, secret));
-            (slot.is_some(), slot.and_then(|s| s.target.lock().clone()))
+            (slot.is_some(), slot.and_then(|s| s.claim()))
         };
-        let Some(key) = target else {
+        let Some(InFlight(ref key)) = target else {
             match (known, peer) {
                 (false, Some(peer)) => forward_to_peer(peer, pid, secret, wait).await,
                 _ => tracing::debug!(
@@ -93,7 +113,7 @@ impl CancelMap {
             }
             return;
         };
-        let sent = within(wait, send_cancel(&key)).await;
+        let sent = within(wait, send_cancel(key)).await;
         match sent {
             Some(Ok(())) => {}
             Some(Err(e)) => {

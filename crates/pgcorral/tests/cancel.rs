@@ -204,3 +204,48 @@ async fn cancel_works_when_max_client_conn_is_reached() {
         .expect_err("query was cancelled");
     assert_eq!(sqlstate(&err), "57014", "{err}");
 }
+
+/// A burst of cancels for one client's query while another waits for the same (only) server:
+/// the first lands and cancels the query; the others, already on their way when the server is
+/// released, must not cancel the next client's query on that server. pgcorral lends the server
+/// again only once every cancel forwarded to it has landed (PgBouncer's suite:
+/// `test_cancel_race`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_cancels_for_one_client_do_not_cancel_the_next_on_its_server() {
+    let pg = Postgres::start();
+    let pooler = Pooler::start(&cfg(&pg, "transaction", 1)).await;
+    for round in 0..3 {
+        let a = std::sync::Arc::new(pooler.connect("postgres", None, "postgres").await);
+        let b = std::sync::Arc::new(pooler.connect("postgres", None, "postgres").await);
+        let token = a.cancel_token();
+        let first = {
+            let a = a.clone();
+            tokio::spawn(async move { a.simple_query("SELECT pg_sleep(5)").await })
+        };
+        wait_for_sleeping_query(&pg).await;
+        let next = {
+            let b = b.clone();
+            tokio::spawn(async move { b.simple_query("SELECT pg_sleep(0.5)").await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let cancels: Vec<_> = (0..100)
+            .map(|_| {
+                let t = token.clone();
+                tokio::spawn(async move { t.cancel_query(tokio_postgres::NoTls).await })
+            })
+            .collect();
+        for c in cancels {
+            let _ = c.await;
+        }
+        let err = within(Duration::from_secs(10), "first query", first)
+            .await
+            .unwrap()
+            .map(drop)
+            .expect_err("the first query is cancelled");
+        assert_eq!(sqlstate(&err), "57014", "round {round}: {err}");
+        within(Duration::from_secs(10), "next query", next)
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: the next client's query: {e}"));
+    }
+}

@@ -225,7 +225,10 @@ async fn a_database_on_a_pooler_console_is_linked_not_pooled() {
     // The pooler's own database beside them is pooled as before.
     let c = connect(port, "postgres", None, "postgres").await.unwrap();
     assert_eq!(
-        c.query_one("SELECT 1 + 1", &[]).await.unwrap().get::<_, i32>(0),
+        c.query_one("SELECT 1 + 1", &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0),
         2
     );
 }

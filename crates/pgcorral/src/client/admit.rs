@@ -354,9 +354,14 @@ async fn login(
         return Err(e.replay());
     }
     let params = &taken.text;
+    // A pooler's console as the server (see `replication::is_console`): known from the pool's
+    // first server; on the pool's first login, found by the checkout below.
     let linked = match session_startup::replication(params) {
         Some(kind) => Some(Some(kind)),
-        None => console_server(&cluster, client.worker, &pool, &config, user).await?,
+        None => pool
+            .params()
+            .filter(|p| replication::is_console(p))
+            .map(|_| None),
     };
     if let Some(kind) = linked {
         return replication::login(client, services, &pool, kind, (user, params), out, id)
@@ -391,6 +396,13 @@ async fn login(
         let mut s = cluster
             .checkout(session_target(&cluster), client.worker, 0, wait)
             .await?;
+        if replication::is_console(&s.params) {
+            s.state.broken = true;
+            drop(s);
+            return replication::login(client, services, &pool, None, (user, params), out, id)
+                .await
+                .map(|a| (a, count));
+        }
         let got = clock::now();
         s.pool()
             .stats()
@@ -533,32 +545,6 @@ fn name_client(
 
 /// Where a server for the whole session (session mode), or for the login's parameters, comes
 /// from: the database's default role (the query parser cannot route a whole session).
-/// `Some(None)` when the database's server is a pooler's admin console
-/// ([`replication::is_console`]): its client is linked to a server of its own. Known from the
-/// pool's first server; on a pool's first login one is opened here to learn it (and closed
-/// if it is a console's, whose sessions are never pooled).
-async fn console_server(
-    cluster: &cluster::Cluster,
-    worker: usize,
-    pool: &Pool,
-    config: &config::Config,
-    user: &str,
-) -> Result<Option<Option<session_startup::Replication>>> {
-    let params = match pool.params() {
-        Some(p) => p,
-        None => {
-            let wait = ClientWait::of_user(config, user);
-            let mut s = cluster
-                .checkout(session_target(cluster), worker, 0, wait)
-                .await?;
-            let p = s.params.clone();
-            s.state.broken = replication::is_console(&p);
-            p
-        }
-    };
-    Ok(replication::is_console(&params).then_some(None))
-}
-
 fn session_target(cluster: &cluster::Cluster) -> cluster::Target {
     use crate::cluster::{Target, Want};
     let want = match cluster.topology().settings().default_role {

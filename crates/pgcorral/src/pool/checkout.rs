@@ -1,6 +1,7 @@
 //! The checkout guard: a server lent to one client. Dropping it returns the server by the release
 //! policy: idle and clean goes straight back; an open transaction is rolled back and a
-//! session-mode server is reset first (in a background task); anything uncertain is closed.
+//! session-mode server is reset first, and a client's cancel request still on its way is let
+//! land first (in a background task); anything uncertain is closed.
 
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
@@ -31,6 +32,9 @@ pub struct Checkout {
 enum Release {
     Ready,
     Clean {
+        /// A client's cancel request is on its way to the server: wait until it has landed
+        /// (else it could cancel the next client's query).
+        cancel: bool,
         rollback: bool,
         reset: Option<String>,
     },
@@ -88,18 +92,27 @@ impl Checkout {
             .session_reset()
             .then(|| self.pool.settings());
         let session_reset = settings.as_ref().map(|s| s.reset_query.as_str());
-        release_policy(&server.state, server.pass, server.bound, session_reset)
+        let cancel = server.key.cancel_in_flight();
+        release_policy(
+            &server.state,
+            server.pass,
+            server.bound,
+            session_reset,
+            cancel,
+        )
     }
 }
 
 /// How a server is released, from its link state, the bytes of a client message still to pass
-/// (`pass`), whether it holds server-bound state (`bound`), and the reset query when one
-/// follows every release (`session_reset`, session mode).
+/// (`pass`), whether it holds server-bound state (`bound`), the reset query when one follows
+/// every release (`session_reset`, session mode), and whether a client's cancel request is on
+/// its way to it (`cancel`).
 fn release_policy(
     st: &LinkState,
     pass: usize,
     bound: bool,
     session_reset: Option<&str>,
+    cancel: bool,
 ) -> Release {
     if st.broken {
         return Release::Close("broken");
@@ -114,8 +127,12 @@ fn release_policy(
         session_reset.map(str::to_string)
     };
     let rollback = st.tx != TxStatus::Idle;
-    if rollback || reset.is_some() {
-        Release::Clean { rollback, reset }
+    if cancel || rollback || reset.is_some() {
+        Release::Clean {
+            cancel,
+            rollback,
+            reset,
+        }
     } else {
         Release::Ready
     }
@@ -157,17 +174,31 @@ impl Drop for Checkout {
                 drop(server);
                 self.pool.release_slot();
             }
-            Release::Clean { rollback, reset } => {
+            Release::Clean {
+                cancel,
+                rollback,
+                reset,
+            } => {
                 let pool = self.pool.clone();
                 let cleaning = async move {
                     let mut server = server;
-                    let ok = timer::timeout(CLEANUP_TIMEOUT, clean(&mut server, rollback, reset))
-                        .await
-                        .unwrap_or(false);
+                    let landed = !cancel || cancels_landed(&server.key).await;
+                    let ok = landed
+                        && (!rollback && reset.is_none()
+                            || timer::timeout(
+                                CLEANUP_TIMEOUT,
+                                clean(&mut server, rollback, reset),
+                            )
+                            .await
+                            .unwrap_or(false));
                     if ok {
                         pool.checkin(server);
                     } else {
-                        pool.closing(&server, &"server reset failed");
+                        let why = match landed {
+                            true => "server reset failed",
+                            false => "cancel request not answered",
+                        };
+                        pool.closing(&server, &why);
                         drop(server);
                         pool.release_slot();
                     }
@@ -179,6 +210,20 @@ impl Drop for Checkout {
             }
         }
     }
+}
+
+/// Waits, up to [`CLEANUP_TIMEOUT`], until no client's cancel request is on its way to the
+/// server with `key` (each waits for PostgreSQL to hang up, so it has landed); false if one
+/// still is.
+async fn cancels_landed(key: &crate::server::CancelKey) -> bool {
+    let start = std::time::Instant::now();
+    while key.cancel_in_flight() {
+        if start.elapsed() >= CLEANUP_TIMEOUT {
+            return false;
+        }
+        timer::sleep(Duration::from_millis(2)).await;
+    }
+    true
 }
 
 /// Rolls back and/or runs the reset query; true when the server ends idle and healthy. After
@@ -261,6 +306,7 @@ mod tests {
         dirty: bool,
         bound: bool,
         session_reset: Option<&'static str>,
+        cancel: bool,
         want: Release,
     }
 
@@ -273,6 +319,7 @@ mod tests {
         dirty: false,
         bound: false,
         session_reset: None,
+        cancel: false,
         want: Release::Ready,
     };
 
@@ -280,6 +327,15 @@ mod tests {
 
     fn clean(rollback: bool, reset: Option<&str>) -> Release {
         Release::Clean {
+            cancel: false,
+            rollback,
+            reset: reset.map(str::to_string),
+        }
+    }
+
+    fn after_cancel(rollback: bool, reset: Option<&str>) -> Release {
+        Release::Clean {
+            cancel: true,
             rollback,
             reset: reset.map(str::to_string),
         }
@@ -314,6 +370,13 @@ mod tests {
             Row { tx: InTransaction, dirty: true, want: clean(true, Some(DISCARD_ALL)), ..IDLE },
             Row { tx: Failed, bound: true, session_reset: reset, want: clean(true, Some(DISCARD_ALL)), ..IDLE },
             Row { tx: Failed, session_reset: reset, want: clean(true, reset), ..IDLE },
+            // A client's cancel on its way: it lands first, then whatever else is due.
+            Row { cancel: true, want: after_cancel(false, None), ..IDLE },
+            Row { cancel: true, tx: InTransaction, dirty: true, want: after_cancel(true, Some(DISCARD_ALL)), ..IDLE },
+            Row { cancel: true, session_reset: reset, want: after_cancel(false, reset), ..IDLE },
+            // ...unless the server is closed anyway.
+            Row { cancel: true, pending: 1, want: IN_FLIGHT, ..IDLE },
+            Row { cancel: true, broken: true, want: Release::Close("broken"), ..IDLE },
         ];
         for (i, row) in rows.iter().enumerate() {
             let st = LinkState {
@@ -324,7 +387,7 @@ mod tests {
                 dirty: row.dirty,
                 ..Default::default()
             };
-            let got = release_policy(&st, row.pass, row.bound, row.session_reset);
+            let got = release_policy(&st, row.pass, row.bound, row.session_reset, row.cancel);
             assert_eq!(got, row.want, "row {i}");
         }
     }

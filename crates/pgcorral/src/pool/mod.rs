@@ -645,7 +645,10 @@ impl Pool {
         let mut pause = Duration::from_millis(50);
         let waited_too_long = || settings.waited_too_long(started.elapsed(), wait);
         let mut server = loop {
-            let attempt = self.0.hosts.connect(&target, worker, settings.round_robin_hosts);
+            let attempt = self
+                .0
+                .hosts
+                .connect(&target, worker, settings.round_robin_hosts);
             let attempt = match (for_client, wait_end) {
                 (true, Some(end)) => match timer::timeout_at(end.into(), attempt).await {
                     Ok(r) => r,

@@ -104,6 +104,7 @@ async fn an_error_reaches_a_streaming_client_while_it_sends() {
         pid: 1,
         secret: 1,
         tls: None,
+        in_flight: Default::default(),
     };
     let stream = Stream::Unix(corral_rt::sock::Socket::new(s).unwrap());
     let mut server = ServerConn::new(stream, BytesMut::new(), key, Default::default(), 0);

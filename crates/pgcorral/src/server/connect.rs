@@ -325,6 +325,7 @@ async fn connect_inner(target: &Target, worker: usize) -> Result<ServerConn> {
             pid,
             secret,
             tls,
+            in_flight: Default::default(),
         },
         std::sync::Arc::new(params),
         worker,

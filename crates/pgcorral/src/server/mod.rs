@@ -44,6 +44,17 @@ pub struct CancelKey {
     pub secret: i32,
     /// The connection is TLS: its CancelRequest goes over TLS too, to the same name.
     pub tls: Option<Arc<CancelTls>>,
+    /// Clients' cancel requests forwarded to this server and not yet answered, shared by every
+    /// copy of its key ([`crate::cancel`] counts them): the server is not lent to another
+    /// client before they have landed, or a late one could cancel that client's query.
+    pub in_flight: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl CancelKey {
+    /// Whether a client's cancel request for this server is still on its way.
+    pub fn cancel_in_flight(&self) -> bool {
+        self.in_flight.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
 }
 
 /// How a cancel reaches a server that pgcorral talks to over TLS.
