@@ -13,7 +13,14 @@
 # the first with BOUNCER_EXE), FILES (test files, default all), JOBS (pytest-xdist workers, 2),
 # BOUNCER_EXE (the binary under test; default a fresh release build of pgcorral), PG_BINDIR
 # (PostgreSQL's binaries, initdb first on PATH), BENCH_RESULTS_DIR (default bench/results),
-# VENV (default /tmp/pgbouncer-suite-venv), KEEP=1 keeps the work directory.
+# VENV (default /tmp/pgbouncer-suite-venv), KEEP=1 keeps the work directory, IPV6 (1 when the
+# loopback has ::1: the suite's HAVE_IPV6_LOCALHOST, its host-list case over both families),
+# USE_SUDO=1 (the suite's cases that drop, reject or delay traffic with iptables and tc; the test
+# user needs sudo without a password for them, which this script checks; as root, e.g.
+# `apt-get install -y sudo iptables` and `echo 'postgres ALL=(root) NOPASSWD: ALL' >
+# /etc/sudoers.d/pgbouncer-suite`; the suite's set-up adds tc's `prio` and `netem` queueing
+# disciplines to the loopback, which a kernel without them refuses, failing every case: the
+# sandboxes of 2026-11 lack both, so their runs go without).
 #
 # What it does: extracts `test/`, `include/` and `pyproject.toml` of $REV into a temporary
 # directory, writes the `config.mak` the harness reads (`tls_support = yes`, `ldap_support =
@@ -83,11 +90,25 @@ if [ "$(id -u)" = 0 ]; then
   chmod -R a+rX "$VENV"
   as_user=(runuser -u postgres --)
 fi
+suite_env=()
+if [ "${IPV6:-$(ip -6 addr show dev lo 2>/dev/null | grep -q '::1/128' && echo 1)}" = 1 ]; then
+  suite_env+=(HAVE_IPV6_LOCALHOST=1)
+fi
+if [ -n "${USE_SUDO:-}" ]; then
+  "${as_user[@]}" sudo -n true 2>/dev/null ||
+    die "USE_SUDO: the test user cannot sudo without a password (see the header)"
+  for tool in iptables tc; do
+    "${as_user[@]}" sudo -n "$(command -v $tool || echo $tool)" --version >/dev/null 2>&1 ||
+      "${as_user[@]}" sudo -n "$(command -v $tool || echo $tool)" -V >/dev/null 2>&1 ||
+      die "USE_SUDO: $tool does not run"
+  done
+  suite_env+=(USE_SUDO=1)
+fi
 version=$("$WORK/bouncer-under-test" --version | head -n1)
-log "running PgBouncer's tests ($REV) against $version: ${targets[*]}"
+log "running PgBouncer's tests ($REV) against $version: ${targets[*]} ${suite_env[*]}"
 started=$(date +%s)
 set +e
-(cd "$WORK/test" && "${as_user[@]}" env PATH="$PG_BIN:$PATH" BOUNCER_EXE="$WORK/bouncer-under-test" \
+(cd "$WORK/test" && "${as_user[@]}" env PATH="$PG_BIN:$PATH" BOUNCER_EXE="$WORK/bouncer-under-test" "${suite_env[@]}" \
   "$VENV/bin/pytest" -n "$JOBS" -p no:cacheprovider -q --junitxml="$WORK/junit.xml" \
   -W "ignore::pytest.PytestDeprecationWarning" --tb=line --no-showlocals "${targets[@]}" \
   >"$WORK/pytest.log" 2>&1)
@@ -99,9 +120,9 @@ took=$(( $(date +%s) - started ))
 mkdir -p "$RESULTS"
 stamp=$(date +%Y-%m-%d-%H%M)
 report="$RESULTS/$stamp-pgbouncer-suite.md"
-python3 - "$WORK/junit.xml" "$version" "$REV" "$took" "$(git -C "$ROOT" rev-parse --short HEAD)" >"$report" <<'EOF'
+python3 - "$WORK/junit.xml" "$version" "$REV" "$took" "$(git -C "$ROOT" rev-parse --short HEAD)" "${suite_env[*]:-}" >"$report" <<'EOF'
 import sys, collections, xml.etree.ElementTree as ET
-path, version, rev, took, head = sys.argv[1:]
+path, version, rev, took, head, env = sys.argv[1:]
 per = collections.OrderedDict()
 fails = []
 for case in ET.parse(path).getroot().iter("testcase"):
@@ -124,7 +145,8 @@ for c in per.values():
 ran = tot["passed"] + tot["failed"] + tot["error"]
 print(f"# PgBouncer's test suite against {version}\n")
 print(f"PgBouncer tests at {rev}; pgcorral git {head}; took {took} s. "
-      f"Passed {tot['passed']} of {ran} run ({tot['skipped']} skipped by the suite itself).\n")
+      f"Passed {tot['passed']} of {ran} run ({tot['skipped']} skipped by the suite itself); "
+      f"suite environment: {env or 'none'}.\n")
 print("| file | passed | failed | error | skipped |\n|---|---:|---:|---:|---:|")
 for f, c in sorted(per.items()):
     print(f"| {f} | {c['passed']} | {c['failed']} | {c['error']} | {c['skipped']} |")

@@ -15,7 +15,7 @@ use super::Pool;
 use crate::cancel;
 use crate::conns;
 use crate::net::framed::read_message;
-use crate::server::{LinkState, ServerConn};
+use crate::server::{CancelKey, LinkState, ServerConn};
 use crate::session::exec;
 
 /// How long a background rollback or reset may take before the server is closed instead.
@@ -215,7 +215,7 @@ impl Drop for Checkout {
 /// Waits, up to [`CLEANUP_TIMEOUT`], until no client's cancel request is on its way to the
 /// server with `key` (each waits for PostgreSQL to hang up, so it has landed); false if one
 /// still is.
-async fn cancels_landed(key: &crate::server::CancelKey) -> bool {
+async fn cancels_landed(key: &CancelKey) -> bool {
     let start = std::time::Instant::now();
     while key.cancel_in_flight() {
         if start.elapsed() >= CLEANUP_TIMEOUT {
