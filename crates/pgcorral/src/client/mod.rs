@@ -221,7 +221,7 @@ fn task(
                     .killable(replication::relay(&mut client, link))
                     .await
                     .unwrap_or_else(|| Err(killed(entry.killed())));
-                if let Some(fatal) = replication::left(exit, link, &client.peer, &services) {
+                if let Some(fatal) = departed(exit, &link.listed, &client.peer, &services) {
                     let _ = client.stream.send(&fatal).await;
                 }
                 services.cancel.unregister(link.pid, link.secret);
@@ -262,15 +262,30 @@ fn left(
     peer: &Peer,
     services: &Services,
 ) -> Option<BytesMut> {
-    let g = services.config.load();
-    let who = Who::client(&session.listed, peer);
     match exit {
-        Ok(Exit::Left(reason)) => {
+        Ok(Exit::Left(reason)) => departed(Ok(reason), &session.listed, peer, services),
+        // Not a departure: the caller moves the client.
+        Ok(Exit::Move(_) | Exit::HandOver) => None,
+        Err(e) => departed(Err(e), &session.listed, peer, services),
+    }
+}
+
+/// Logs why a client (pooled, or linked: [`replication`]) left, in PgBouncer's words; for an
+/// error, also as a pooler error when it is pgcorral's own, and returns the FATAL message to
+/// send it.
+fn departed(
+    exit: Result<&'static str>,
+    listed: &conns::Listed,
+    peer: &Peer,
+    services: &Services,
+) -> Option<BytesMut> {
+    let g = services.config.load();
+    let who = Who::client(listed, peer);
+    match exit {
+        Ok(reason) => {
             connlog::closing(g.general.conn_logging(), &who, &reason);
             None
         }
-        // Not a departure: the caller moves the client.
-        Ok(Exit::Move(_) | Exit::HandOver) => None,
         Err(e) => {
             connlog::closing(g.general.conn_logging(), &who, &e.client_message());
             if e.is_pooler_error() {

@@ -13,10 +13,8 @@ use pgwire::encode;
 use super::admit::{welcome, Admitted};
 use super::ClientConn;
 use crate::cancel::CancelSlot;
-use crate::connlog::{self, Who};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
-use crate::net::peer::Peer;
 use crate::pool::{ClientWait, Dedicated, Pool};
 use crate::services::Services;
 use crate::session::startup::Replication;
@@ -127,27 +125,4 @@ pub(super) async fn relay(client: &mut ClientConn, link: &mut Link) -> Result<&'
         .await
         .map_err(|e| Error::with_source(Kind::ClientIo, "linked connection", e))?;
     Ok("client close request")
-}
-
-/// Logs why a replication client left; for an error, returns the FATAL message to send it.
-pub(super) fn left(
-    exit: Result<&'static str>,
-    link: &Link,
-    peer: &Peer,
-    services: &Services,
-) -> Option<BytesMut> {
-    let g = services.config.load();
-    let who = Who::client(&link.listed, peer);
-    match exit {
-        Ok(reason) => {
-            connlog::closing(g.general.conn_logging(), &who, &reason);
-            None
-        }
-        Err(e) => {
-            connlog::closing(g.general.conn_logging(), &who, &e.client_message());
-            let mut out = BytesMut::new();
-            e.write_response(&mut out, "FATAL");
-            Some(out)
-        }
-    }
 }
