@@ -178,6 +178,57 @@ fn the_new_process_takes_the_sockets_and_the_old_one_finishes_its_clients() {
     assert!(!dir.join("pgcorral.pid").exists());
 }
 
+/// A process of the same OS user that connects to the takeover socket and says nothing delays
+/// no login (the handshake runs beside the accepts, and gives up after its patience or when
+/// the other end hangs up); a real takeover afterwards works.
+#[test]
+fn a_stalled_takeover_connection_delays_no_login() {
+    let pg = Postgres::start();
+    let (dir, path, port) = setup(&pg);
+    let mut old = spawn(&path, &dir, "old.log", false);
+    poll_until("the first process listens", 10, || {
+        pid_in(&dir) == Some(old.id()) && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let stalled =
+        std::os::unix::net::UnixStream::connect(dir.join(format!(".s.PGSQL.{port}.takeover")))
+            .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let p = port.to_string();
+    for host in ["127.0.0.1", dir.display().to_string().as_str()] {
+        let start = Instant::now();
+        let o = psql(
+            host,
+            &[
+                "-p", &p, "-U", "postgres", "-d", "postgres", "-Atc", "SELECT 1",
+            ],
+        );
+        assert_eq!(stdout(&o).trim(), "1", "{host}: {}", stderr(&o));
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{host}: a login waited {:?} behind the stalled takeover",
+            start.elapsed()
+        );
+    }
+    // Hanging up ends that handshake; a real takeover then works.
+    drop(stalled);
+    let mut new = spawn(&path, &dir, "new.log", true);
+    poll_until("the pidfile names the new process", 10, || {
+        pid_in(&dir) == Some(new.id())
+    });
+    assert!(exits_within(&mut old, 10, &dir, "old.log"));
+    let o = psql(
+        "127.0.0.1",
+        &[
+            "-p", &p, "-U", "postgres", "-d", "postgres", "-Atc", "SELECT 2",
+        ],
+    );
+    assert_eq!(stdout(&o).trim(), "2", "{}", stderr(&o));
+    let _ = Command::new("kill")
+        .args(["-TERM", &new.id().to_string()])
+        .status();
+    assert!(exits_within(&mut new, 10, &dir, "new.log"));
+}
+
 /// Under pgbench load, persistent clients (they finish on the old process) and clients that
 /// connect for each transaction (they move to the new process as it takes over): no failed
 /// transaction, no refused connection.

@@ -183,6 +183,9 @@ impl Pooler {
             tokio::spawn(metrics::serve(m, services.clone()));
         }
         let mut backoff = Duration::from_millis(5);
+        // A takeover handshake under way (`-R`): it runs beside the accepts, so that a process
+        // that connects to the takeover socket and stalls delays no login.
+        let mut giving: Option<Giving<'_>> = None;
         loop {
             if services.control.is_suspended() {
                 // SUSPEND: new connections wait in the kernel's backlog until RESUME.
@@ -206,8 +209,13 @@ impl Pooler {
                     }
                     continue;
                 }
-                r = accept_takeover(takeover.as_ref()) => {
-                    if let Some(to_new) = hand_over(r, &listener, unix.as_ref()).await {
+                r = accept_takeover(takeover.as_ref()), if giving.is_none() => {
+                    giving = Some(Box::pin(hand_over(r, &listener, unix.as_ref())));
+                    continue;
+                }
+                gave = async { giving.as_mut().expect("a handshake").await }, if giving.is_some() => {
+                    giving = None;
+                    if let Some(to_new) = gave {
                         // Idle clients go over as they are woken (or become idle).
                         let (send, sent) = std::sync::mpsc::channel();
                         let _ = services.handover.set(send);
@@ -227,6 +235,7 @@ impl Pooler {
             };
             accept(&services, accepted, &mut backoff).await;
         }
+        drop(giving);
         drop(listener);
         if let Some((l, path)) = takeover {
             drop(l);
@@ -416,6 +425,11 @@ fn refuse(socket: Detached) {
     };
 }
 
+/// A takeover handshake under way ([`hand_over`]).
+type Giving<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Option<std::os::unix::net::UnixStream>> + Send + 'a>,
+>;
+
 /// The next process asking for a takeover; never, without the socket.
 async fn accept_takeover(
     takeover: Option<&(tokio::net::UnixListener, std::path::PathBuf)>,
@@ -426,9 +440,9 @@ async fn accept_takeover(
     }
 }
 
-/// Gives the listeners to the process that asked (`-R`); true when it has them. Off the main
-/// thread: the exchange blocks (briefly; new connections wait in the backlog meanwhile). On
-/// the main thread's runtime, whose blocking pool this uses.
+/// Gives the listeners to the process that asked (`-R`); the connection to it once it has them.
+/// The exchange blocks, on the main thread's runtime's blocking pool; the accept loop polls this
+/// beside its accepts, so a peer that stalls (up to the handshake's patience) delays no login.
 #[allow(clippy::disallowed_methods)]
 async fn hand_over(
     asked: std::io::Result<std::os::unix::net::UnixStream>,
