@@ -26,6 +26,58 @@ pub fn hash_noting(sql: &str, h: &mut impl Hasher, mut found: impl FnMut(usize, 
     whole
 }
 
+/// Whether `sql` has the shape of `template`, whose constants [`constants`] found at `spans`:
+/// the text around the constants byte for byte the same, and where `template` has a constant,
+/// one of the same kind, its end found by [`constants`]'s own rules. Then [`constants`] would
+/// find `sql`'s constants just there, and [`hash_noting`] give it `template`'s hash; `found` is
+/// told them. Comparing the text between (memcmp) is cheaper than scanning it. False when the
+/// shapes differ or cannot be told apart this way (`found` may have been told some constants:
+/// scan `sql` then).
+pub fn same_shape(
+    template: &str,
+    spans: &[(usize, usize)],
+    sql: &str,
+    mut found: impl FnMut(usize, usize),
+) -> bool {
+    let (t, s) = (template.as_bytes(), sql.as_bytes());
+    let (mut tp, mut sp) = (0, 0);
+    for &(from, to) in spans {
+        let Some(between) = t.get(tp..from) else {
+            return false;
+        };
+        if s.get(sp..sp + between.len()) != Some(between) {
+            return false;
+        }
+        sp += between.len();
+        let end = match t.get(from) {
+            Some(b'\'') => match quoted_end(s, sp) {
+                Some(e) => e,
+                None => return false,
+            },
+            Some(c) if c.is_ascii_digit() && s.get(sp).is_some_and(u8::is_ascii_digit) => {
+                number_end(s, sp)
+            }
+            _ => return false,
+        };
+        found(sp, end);
+        (tp, sp) = (to, end);
+    }
+    t.get(tp..) == s.get(sp..)
+}
+
+/// The end of the quoted constant that starts at `i` (a `'`), `''` inside it standing for one
+/// quote, as [`constants`] reads it; `None` when it is not closed.
+fn quoted_end(b: &[u8], mut i: usize) -> Option<usize> {
+    i += 1;
+    loop {
+        match b.get(i)? {
+            b'\'' if b.get(i + 1) == Some(&b'\'') => i += 2,
+            b'\'' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+}
+
 /// Calls `found(start, end)` for each string (`'…'`, quotes included) and numeric constant of
 /// `sql`, in order. Returns false, part-way, where [`hash`] would: the constants of such a text
 /// cannot be told apart by this scan.
@@ -47,16 +99,10 @@ pub fn constants(sql: &str, mut found: impl FnMut(usize, usize)) -> bool {
             }
             b'\'' => {
                 let from = i;
-                i += 1;
-                loop {
-                    match b.get(i) {
-                        None => return false,
-                        Some(b'\'') if b.get(i + 1) == Some(&b'\'') => i += 2,
-                        Some(b'\'') => break,
-                        Some(_) => i += 1,
-                    }
+                match quoted_end(b, i) {
+                    Some(end) => i = end,
+                    None => return false,
                 }
-                i += 1;
                 found(from, i);
             }
             b'"' => {
@@ -202,5 +248,73 @@ mod tests {
         assert_eq!(key("SELECT $$x$$"), None);
         assert_eq!(key("SELECT 'unterminated"), None);
         assert!(key("SELECT $1::int").is_some());
+    }
+
+    /// `same_shape` says yes only where the full scan agrees: the same hash and the same
+    /// constants; and says no where the shapes differ.
+    #[test]
+    fn same_shape_agrees_with_the_scan() {
+        let state = RandomState::new();
+        let scan = |sql: &str| {
+            let mut h = state.build_hasher();
+            let mut spans = Vec::new();
+            hash_noting(sql, &mut h, |a, b| spans.push((a, b))).then(|| (h.finish(), spans))
+        };
+        let templates = [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 12345;",
+            "SELECT v FROM t WHERE k = 'a''b' AND n = 1.5e3",
+            "INSERT INTO t VALUES (1, 'x'), (2, 'y')",
+            "7",
+            "'q'1",
+            "SELECT 1 -- c\n, 2",
+            "UPDATE t SET v = 'it''s' WHERE k = 9 RETURNING k",
+        ];
+        let texts = [
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 7;",
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 7.25e-3;",
+            "SELECT abalance FROM pgbench_accounts WHERE aid = '7';",
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 7x;",
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 7",
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 1e;",
+            "SELECT v FROM t WHERE k = '' AND n = 0",
+            "SELECT v FROM t WHERE k = 'x' AND n = 'y'",
+            "SELECT v FROM t WHERE k = 'unterminated AND n = 1",
+            "INSERT INTO t VALUES (10, 'x''x'), (20, '')",
+            "INSERT INTO t VALUES (10, 'x'), (20, 'y'), (30, 'z')",
+            "12",
+            "1a",
+            "'x'",
+            "''22",
+            "SELECT 5 -- c\n, 6",
+            "SELECT 5 -- d\n, 6",
+            "UPDATE t SET v = E'\\'' WHERE k = 9 RETURNING k",
+            "UPDATE t SET v = 'a' WHERE k = 10 RETURNING k",
+        ];
+        let mut agreed = 0;
+        for t in templates {
+            let (tkey, tspans) = scan(t).expect("a template scans");
+            for sql in texts.iter().chain(templates.iter()) {
+                let mut got = Vec::new();
+                let same = same_shape(t, &tspans, sql, |a, b| got.push((a, b)));
+                let full = scan(sql);
+                let full_same = full.as_ref().is_some_and(|(k, _)| *k == tkey);
+                if same {
+                    agreed += 1;
+                    assert_eq!(full, Some((tkey, got)), "{t:?} / {sql:?}");
+                } else if let (true, Some((_, spans))) = (full_same, &full) {
+                    // A string where the template has a number (or the reverse) hashes alike
+                    // and is told "no" (the caller scans it): only those.
+                    let quoted = |text: &str, at: usize| text.as_bytes()[at] == b'\'';
+                    assert!(
+                        tspans
+                            .iter()
+                            .zip(spans)
+                            .any(|(a, b)| quoted(t, a.0) != quoted(sql, b.0)),
+                        "{t:?} / {sql:?}: the scan says same shape"
+                    );
+                }
+            }
+        }
+        assert!(agreed >= 12, "{agreed}");
     }
 }

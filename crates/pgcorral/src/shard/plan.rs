@@ -289,7 +289,14 @@ pub struct NearPlan {
     plans: (u64, u64),
     key: u64,
     plan: Arc<Plan>,
+    /// The text the plan was found for and its constants: a next text of the same shape is
+    /// told by comparing the text around its constants ([`skeleton::same_shape`]), without
+    /// scanning it. Boxed: kept in every client's route state; `None` for a long text.
+    shape: Option<Box<(Box<str>, Spans)>>,
 }
+
+/// The longest query text kept as a client's [`NearPlan::shape`].
+const SHAPE_CAP: usize = 4096;
 
 impl std::fmt::Debug for Plans {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -347,20 +354,34 @@ impl Plans {
         sql: &str,
         spans: &mut Spans,
     ) -> std::borrow::Cow<'n, Plan> {
-        let mut h = self.hasher.build_hasher();
         spans.clear();
+        let plans = (self.id, self.generation.load(Relaxed));
+        if let Some(n) = near.as_ref().filter(|n| n.plans == plans) {
+            if let Some(shape) = &n.shape {
+                if skeleton::same_shape(&shape.0, &shape.1, sql, |a, b| spans.push((a, b))) {
+                    return std::borrow::Cow::Borrowed(&near.as_ref().expect("checked").plan);
+                }
+                spans.clear();
+            }
+        }
+        let mut h = self.hasher.build_hasher();
         if !skeleton::hash_noting(sql, &mut h, |a, b| spans.push((a, b))) {
             spans.clear();
             return std::borrow::Cow::Owned(plan(sharding, sql, false));
         }
         let key = h.finish();
-        let plans = (self.id, self.generation.load(Relaxed));
-        if !near
-            .as_ref()
-            .is_some_and(|n| n.key == key && n.plans == plans)
-        {
-            let plan = self.shared(sharding, sql, key);
-            *near = Some(NearPlan { plans, key, plan });
+        let shape = (sql.len() <= SHAPE_CAP).then(|| Box::new((Box::from(sql), spans.clone())));
+        match near.as_mut() {
+            Some(n) if n.key == key && n.plans == plans => n.shape = shape,
+            _ => {
+                let plan = self.shared(sharding, sql, key);
+                *near = Some(NearPlan {
+                    plans,
+                    key,
+                    plan,
+                    shape,
+                });
+            }
         }
         std::borrow::Cow::Borrowed(&near.as_ref().expect("just set").plan)
     }
