@@ -459,17 +459,26 @@ impl ServerStatements {
     }
 
     /// Records `stmt` as prepared here under its own name. Returns the statement (as named
-    /// here) to close first when `max` is reached (the least recently used).
+    /// here) to close first when `max` is reached (the least recently used); when more than
+    /// `max` are here (it was lowered), the other least recently used ones go to the stale
+    /// names ([`ServerStatements::take_stale`]), closed with it, down to `max`.
     pub fn insert(&mut self, stmt: &Arc<Statement>, max: usize) -> Option<Arc<Statement>> {
         let mut evicted = None;
-        if max > 0 && self.map.len() >= max {
-            if let Some(&id) = self
+        while max > 0 && self.map.len() >= max {
+            let Some(&id) = self
                 .map
                 .iter()
                 .min_by_key(|(_, e)| e.used)
                 .map(|(id, _)| id)
-            {
-                evicted = self.map.remove(&id).map(|e| e.named);
+            else {
+                break;
+            };
+            let Some(e) = self.map.remove(&id) else {
+                break;
+            };
+            // Above the limit (it was lowered): the others are closed with the first.
+            if let Some(first) = evicted.replace(e.named) {
+                self.stale.push(first.name.clone());
             }
         }
         self.tick += 1;
@@ -694,6 +703,30 @@ mod tests {
         let out = srv.insert(&s[2], 2).expect("evicts");
         assert_eq!(out.id, s[1].id);
         assert!(srv.touch(&s[0]) && srv.touch(&s[2]) && !srv.touch(&s[1]));
+    }
+
+    /// max_prepared_statements lowered below what a server holds: the next prepare closes the
+    /// least recently used down to the new limit (PgBouncer's `test_evict_statement_cache`).
+    #[test]
+    fn a_lowered_limit_evicts_down_to_it() {
+        let r = Registry::default();
+        let s: Vec<_> = (0..6)
+            .map(|i| r.fresh(parse(&format!("select {i}")), None))
+            .collect();
+        let mut srv = ServerStatements::default();
+        for st in &s[..5] {
+            assert!(srv.insert(st, 5).is_none());
+        }
+        assert!(srv.touch(&s[0]));
+        let first = srv.insert(&s[5], 2).expect("evicts");
+        let mut closed = srv.take_stale();
+        closed.push(first.name.clone());
+        closed.sort();
+        let mut want: Vec<String> = s[1..5].iter().map(|x| x.name.clone()).collect();
+        want.sort();
+        assert_eq!(closed, want);
+        assert_eq!(srv.len(), 2);
+        assert!(srv.touch(&s[0]) && srv.touch(&s[5]));
     }
 
     /// A client's Parse settled onto another statement: on a server without that one, the

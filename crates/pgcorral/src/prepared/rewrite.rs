@@ -886,15 +886,17 @@ impl Link<'_> {
         true
     }
 
-    /// Records `stmt` as prepared on the server, closing the least recently used statement
-    /// there first when the server is at max_prepared_statements.
+    /// Records `stmt` as prepared on the server, closing the least recently used statements
+    /// there first while the server is at max_prepared_statements (several when it was
+    /// lowered), and any gone stale.
     fn evict_for(&mut self, stmt: &Arc<Statement>, st: &mut LinkState) {
+        let evicted = self.server.insert(stmt, self.max);
         for name in self.server.take_stale() {
             pgwire::encode::close(self.out, b'S', name.as_bytes());
             st.unsynced = true;
             self.expect.push_entry(Msg::Close, false, None);
         }
-        if let Some(old) = self.server.insert(stmt, self.max) {
+        if let Some(old) = evicted {
             pgwire::encode::close(self.out, b'S', old.name.as_bytes());
             st.unsynced = true;
             self.expect.push_entry(Msg::Close, false, None);
