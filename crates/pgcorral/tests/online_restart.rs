@@ -209,10 +209,11 @@ fn a_stalled_takeover_connection_delays_no_login() {
             start.elapsed()
         );
     }
-    // Hanging up ends that handshake; a real takeover then works.
+    // Hanging up ends that handshake; a real takeover then works (given time: under a loaded
+    // machine's full test run the new process once took longer than 10 s).
     drop(stalled);
     let mut new = spawn(&path, &dir, "new.log", true);
-    poll_until("the pidfile names the new process", 10, || {
+    poll_until("the pidfile names the new process", 30, || {
         pid_in(&dir) == Some(new.id())
     });
     assert!(exits_within(&mut old, 10, &dir, "old.log"));
