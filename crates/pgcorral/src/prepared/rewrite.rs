@@ -891,13 +891,9 @@ impl Link<'_> {
     /// lowered), and any gone stale.
     fn evict_for(&mut self, stmt: &Arc<Statement>, st: &mut LinkState) {
         let evicted = self.server.insert(stmt, self.max);
-        for name in self.server.take_stale() {
+        let stale = self.server.take_stale();
+        for name in stale.iter().chain(evicted.as_ref().map(|old| &old.name)) {
             pgwire::encode::close(self.out, b'S', name.as_bytes());
-            st.unsynced = true;
-            self.expect.push_entry(Msg::Close, false, None);
-        }
-        if let Some(old) = evicted {
-            pgwire::encode::close(self.out, b'S', old.name.as_bytes());
             st.unsynced = true;
             self.expect.push_entry(Msg::Close, false, None);
         }

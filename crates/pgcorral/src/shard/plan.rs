@@ -292,11 +292,24 @@ pub struct NearPlan {
     /// The text the plan was found for and its constants: a next text of the same shape is
     /// told by comparing the text around its constants ([`skeleton::same_shape`]), without
     /// scanning it. Boxed: kept in every client's route state; `None` for a long text.
-    shape: Option<Box<(Box<str>, Spans)>>,
+    shape: Option<Box<(String, Spans)>>,
 }
 
 /// The longest query text kept as a client's [`NearPlan::shape`].
 const SHAPE_CAP: usize = 4096;
+
+/// Keeps `sql` and its constants as a client's last shape, in the buffers it had (no
+/// allocation once they are big enough); none for a text longer than [`SHAPE_CAP`].
+fn remember(shape: &mut Option<Box<(String, Spans)>>, sql: &str, spans: &Spans) {
+    if sql.len() > SHAPE_CAP {
+        *shape = None;
+        return;
+    }
+    let s = shape.get_or_insert_with(Default::default);
+    s.0.clear();
+    s.0.push_str(sql);
+    s.1.clone_from(spans);
+}
 
 impl std::fmt::Debug for Plans {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -370,20 +383,23 @@ impl Plans {
             return std::borrow::Cow::Owned(plan(sharding, sql, false));
         }
         let key = h.finish();
-        let shape = (sql.len() <= SHAPE_CAP).then(|| Box::new((Box::from(sql), spans.clone())));
-        match near.as_mut() {
-            Some(n) if n.key == key && n.plans == plans => n.shape = shape,
-            _ => {
-                let plan = self.shared(sharding, sql, key);
-                *near = Some(NearPlan {
-                    plans,
-                    key,
-                    plan,
-                    shape,
-                });
-            }
+        if !near
+            .as_ref()
+            .is_some_and(|n| n.key == key && n.plans == plans)
+        {
+            let plan = self.shared(sharding, sql, key);
+            // The last shape's buffers are reused for this one.
+            let shape = near.take().and_then(|n| n.shape);
+            *near = Some(NearPlan {
+                plans,
+                key,
+                plan,
+                shape,
+            });
         }
-        std::borrow::Cow::Borrowed(&near.as_ref().expect("just set").plan)
+        let n = near.as_mut().expect("just set");
+        remember(&mut n.shape, sql, spans);
+        std::borrow::Cow::Borrowed(&n.plan)
     }
 
     fn shared(&self, sharding: &Sharding, sql: &str, key: u64) -> Arc<Plan> {
