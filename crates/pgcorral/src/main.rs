@@ -216,7 +216,7 @@ fn serve(
             true => pidfile::Pidfile::replace,
             false => pidfile::Pidfile::write,
         };
-        let _pidfile = match pid_path.map(write).transpose() {
+        let mut pidfile = match pid_path.map(write).transpose() {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!("{e}");
@@ -239,7 +239,12 @@ fn serve(
             let _ = server.services().config_path.set(p);
         }
         tokio::spawn(signals.run(server.services().clone()));
-        server.run().await;
+        if server.run().await == pgcorral::listen::Ended::HandedOver {
+            // The new process's pidfile now; removing it on the way out could race its write.
+            if let Some(p) = pidfile.take() {
+                p.leave();
+            }
+        }
         tracing::info!("stopped");
         0
     })

@@ -152,7 +152,7 @@ impl Pooler {
     /// the Unix socket, for the console). Runs on the main
     /// thread's runtime, where its background tasks are spawned too.
     #[allow(clippy::disallowed_methods)]
-    pub async fn run(self) {
+    pub async fn run(self) -> Ended {
         let Pooler {
             listener,
             unix,
@@ -173,7 +173,7 @@ impl Pooler {
             Ok(w) => w,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start worker threads");
-                return;
+                return Ended::Stopped;
             }
         };
         let shutdown = services.shutdown.clone();
@@ -281,7 +281,21 @@ impl Pooler {
         // Idle clients close, background tasks (metrics, upkeep) end.
         services.shutdown.begin(Stop::Immediate);
         drop(workers);
+        match handed_over {
+            true => Ended::HandedOver,
+            false => Ended::Stopped,
+        }
     }
+}
+
+/// How [`Pooler::run`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// A stop (signal, console, error).
+    Stopped,
+    /// A new process took the listeners over (`-R`): the files beside them (the Unix socket,
+    /// the pidfile) are its now, whatever this process's guards would remove.
+    HandedOver,
 }
 
 /// Hands a connection just accepted to a worker (or refuses it: the login budget is used up);

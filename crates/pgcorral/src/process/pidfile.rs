@@ -88,6 +88,12 @@ impl Pidfile {
         })
     }
 
+    /// Leaves the file in place: a new process took over (`-R`) and wrote its own pid there,
+    /// possibly between a check of the content and a removal, so this one must not touch it.
+    pub fn leave(self) {
+        std::mem::forget(self);
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -133,5 +139,19 @@ mod tests {
         assert!(!path.exists());
         std::fs::write(&path, "not a pid").unwrap();
         assert_eq!(check(&path), Ok(Found::Stale));
+    }
+
+    /// After a takeover (`-R`) the old process leaves the file whatever it names: a check of
+    /// the content and a removal could straddle the new process's write.
+    #[test]
+    fn a_handed_over_pidfile_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.pid");
+        Pidfile::write(&path).unwrap().leave();
+        assert!(path.exists());
+        // The new process's replace (same pid here: the test is one process) is kept too.
+        let p = Pidfile::replace(&path).unwrap();
+        p.leave();
+        assert!(path.exists());
     }
 }

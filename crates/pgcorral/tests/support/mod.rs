@@ -541,7 +541,7 @@ pub struct Pooler {
     /// "127.0.0.1:0"` for a free port).
     pub metrics: Option<SocketAddr>,
     pub services: pgcorral::Services,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: Option<tokio::task::JoinHandle<pgcorral::listen::Ended>>,
 }
 
 impl Pooler {
