@@ -4,7 +4,6 @@
 //! bits) goes to that peer; other unknown keys are ignored, as PostgreSQL does.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -36,7 +35,7 @@ impl CancelSlot {
     fn claim(&self) -> Option<InFlight> {
         let target = self.target.lock();
         let key = target.as_ref()?.clone();
-        key.in_flight.fetch_add(1, Ordering::AcqRel);
+        key.in_flight.start();
         Some(InFlight(key))
     }
 }
@@ -46,7 +45,7 @@ struct InFlight(CancelKey);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.in_flight.land();
     }
 }
 

@@ -99,6 +99,10 @@ pub enum Killed {
     /// Its session's server was closed at once on a configuration change or RECONNECT
     /// (`server_fast_close`).
     ConfigChanged = 2,
+    /// The process exits at once (SIGQUIT, SHUTDOWN, a second SIGTERM, the end of a stop):
+    /// every client is told, wherever it is, as PostgreSQL's immediate shutdown tells its
+    /// sessions.
+    Exiting = 3,
 }
 
 /// SHOW CLIENTS' and SHOW SERVERS' `replication` column, PgBouncer's words.
@@ -139,6 +143,7 @@ impl Entry {
         match self.killed.load(Relaxed) {
             0 => None,
             2 => Some(Killed::ConfigChanged),
+            3 => Some(Killed::Exiting),
             _ => Some(Killed::Admin),
         }
     }
@@ -378,6 +383,13 @@ impl Lists {
     pub fn wake(&self, kind: Kind) {
         for e in self.list(kind).lock().values() {
             e.wake();
+        }
+    }
+
+    /// Ends every connection of a list, for `why` (see [`Entry::kill_for`]).
+    pub fn kill_all(&self, kind: Kind, why: Killed) {
+        for e in self.list(kind).lock().values() {
+            e.kill_for(why);
         }
     }
 

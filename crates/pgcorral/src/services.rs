@@ -414,6 +414,9 @@ impl Shutdown {
             Stop::Immediate => {
                 self.now.cancel();
                 self.no_new_transactions();
+                // Idle or not, in a transaction or a COPY: each is told and closed.
+                self.lists
+                    .kill_all(conns::Kind::Client, conns::Killed::Exiting);
             }
         }
         first

@@ -104,6 +104,87 @@ fn show(case: &Case, mode: Mode, diffs: &[Difference]) -> String {
     s
 }
 
+/// An immediate stop, which the script harness cannot stage: each client (idle, idle in a
+/// transaction, waiting for a query's answer) is told the same, message for message, by
+/// PostgreSQL's (`pg_ctl stop -m immediate`) and by pgcorral's (SIGQUIT), a WARNING 57P01 and
+/// then the end of the connection, in each pool mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_immediate_stop_tells_each_client_what_postgresql_tells_it() {
+    use std::time::Duration;
+    use support::wire::{query, Msg, Wire};
+    use support::{config, PoolerProcess, Postgres};
+
+    /// Three clients at `port`: idle, idle in a transaction, in a query.
+    async fn clients(port: u16) -> Vec<Wire> {
+        let mut out = Vec::new();
+        for first in ["SELECT 1", "BEGIN", ""] {
+            let mut w = Wire::connect(port, "postgres", "postgres").await;
+            if first.is_empty() {
+                w.send(&query("SELECT pg_sleep(30)")).await;
+                // Until its server runs it.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            } else {
+                w.send(&query(first)).await;
+                w.until_ready().await;
+            }
+            out.push(w);
+        }
+        out
+    }
+
+    /// What each client receives until its connection ends, rendered as the harness does.
+    async fn told_until_closed(clients: Vec<Wire>) -> Vec<Vec<String>> {
+        let mut all = Vec::new();
+        for mut w in clients {
+            let mut told = Vec::new();
+            let mut pid_cols = Vec::new();
+            loop {
+                let m: Option<Msg> = w
+                    .recv_within(Duration::from_secs(10))
+                    .await
+                    .expect("the connection ends within 10 s");
+                match m {
+                    Some(m) => told.push(diff::compare::render(&m, &mut pid_cols)),
+                    None => break,
+                }
+            }
+            all.push(told);
+        }
+        all
+    }
+
+    /// The client in a query keeps only what follows the answer's start: PostgreSQL holds the
+    /// query's RowDescription in its output buffer until the warning flushes it, and through
+    /// pgcorral that server is not the one stopping, so those bytes never come.
+    fn after_the_answer_started(mut told: Vec<Vec<String>>) -> Vec<Vec<String>> {
+        if let Some(t) = told.last_mut() {
+            t.retain(|m| !m.starts_with("RowDescription"));
+        }
+        told
+    }
+
+    let direct = Postgres::start();
+    let waiting = clients(direct.port).await;
+    direct.pg_ctl_mode("stop", "immediate");
+    let expected = after_the_answer_started(told_until_closed(waiting).await);
+    let warning = r#"Notice S="WARNING" V="WARNING" C="57P01" M="terminating connection due to immediate shutdown command""#;
+    assert!(
+        expected
+            .iter()
+            .all(|t| t.last().map(String::as_str) == Some(warning)),
+        "PostgreSQL's own: {expected:?}"
+    );
+    let behind = Postgres::start();
+    for mode in ["session", "transaction", "statement"] {
+        let toml = config(&behind, "postgres", &format!("pool_mode = \"{mode}\""));
+        let pooler = PoolerProcess::start(&toml);
+        let waiting = clients(pooler.port).await;
+        pooler.signal("QUIT");
+        let told = after_the_answer_started(told_until_closed(waiting).await);
+        assert_eq!(told, expected, "{mode} mode");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_cases() {
     let filter = std::env::var("DIFF_CASE").unwrap_or_default();

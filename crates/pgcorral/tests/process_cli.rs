@@ -266,8 +266,9 @@ fn sigquit_and_console_shutdown_exit_at_once() {
 
 /// An idle client when the process exits at once (SIGQUIT here; a second SIGTERM and the
 /// console's SHUTDOWN alike) is told as PostgreSQL's immediate shutdown tells its sessions: a
-/// WARNING (57P01) if anything, never an error, so that its next query finds the connection
-/// closed (`server closed the connection unexpectedly`, what PgBouncer's own suite expects).
+/// WARNING (57P01), never an error, so that its next query finds the connection closed
+/// (`server closed the connection unexpectedly`, what PgBouncer's own suite expects).
+/// (tests/differential.rs compares it with PostgreSQL's in each pool mode.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_client_is_warned_not_failed_when_the_process_exits_at_once() {
     let pg = Postgres::start();
@@ -281,6 +282,7 @@ async fn an_idle_client_is_warned_not_failed_when_the_process_exits_at_once() {
     while let Ok(Some(m)) = idle.recv_within(Duration::from_secs(5)).await {
         told.push(m);
     }
+    assert_eq!(told.len(), 1, "{told:?}");
     for m in &told {
         assert_eq!(m.tag, b'N', "{told:?}");
         assert_eq!(m.field(b'S').as_deref(), Some("WARNING"));

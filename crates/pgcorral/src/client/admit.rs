@@ -356,17 +356,21 @@ async fn login(
     let params = &taken.text;
     // A pooler's console as the server (see `replication::is_console`): known from the pool's
     // first server; on the pool's first login, found by the checkout below.
-    let linked = match session_startup::replication(params) {
-        Some(kind) => Some(Some(kind)),
-        None => pool
-            .params()
-            .filter(|p| replication::is_console(p))
-            .map(|_| None),
-    };
-    if let Some(kind) = linked {
-        return replication::login(client, services, &pool, kind, (user, params), out, id)
-            .await
-            .map(|a| (a, count));
+    let asked_replication = session_startup::replication(params);
+    let console =
+        asked_replication.is_none() && pool.params().is_some_and(|p| replication::is_console(&p));
+    if asked_replication.is_some() || console {
+        return replication::login(
+            client,
+            services,
+            &pool,
+            asked_replication,
+            (user, params),
+            out,
+            id,
+        )
+        .await
+        .map(|a| (a, count));
     }
     let startup_settings =
         session_startup::settings(params, &config.general.ignore_startup_parameters)?;

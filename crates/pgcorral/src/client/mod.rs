@@ -241,9 +241,14 @@ async fn paused(services: &Services, database: &str) {
 }
 
 /// What a client ended from outside is told: by KILL or KILL_CLIENT 57P01, as PgBouncer; when
-/// its session's server was closed by `server_fast_close`, that its server is gone.
+/// its session's server was closed by `server_fast_close`, that its server is gone; when the
+/// process exits at once, PostgreSQL's immediate-shutdown WARNING.
 fn killed(why: Option<conns::Killed>) -> Error {
     match why {
+        Some(conns::Killed::Exiting) => Error::new(
+            Kind::Exiting,
+            "terminating connection due to immediate shutdown command",
+        ),
         Some(conns::Killed::ConfigChanged) => Error::new(
             Kind::ServerIo,
             "database configuration changed: the session's server connection was closed (server_fast_close)",

@@ -132,13 +132,8 @@ pub(super) fn next_request<'a>(
                     return Poll::Ready(Ok(None));
                 }
                 // Idle clients stay through a stop that waits (WAIT_FOR_SERVERS closes them at
-                // their next request, see `client::run`) and close as the process exits.
-                if services.shutdown.is_exiting() {
-                    return Poll::Ready(Err(Error::new(
-                        Kind::Exiting,
-                        "terminating connection due to immediate shutdown command",
-                    )));
-                }
+                // their next request, see `client::run`); the process's exit kills their list
+                // entries, which ends this future from outside (`Entry::killable`).
                 if let Some(t) = &mut timer {
                     if t.as_mut().poll(cx).is_ready() {
                         let ms = idle_timeout.unwrap_or_default().as_millis();

@@ -278,8 +278,11 @@ impl Pooler {
         {
             timer::sleep(Duration::from_millis(5)).await;
         }
-        // Idle clients close, background tasks (metrics, upkeep) end.
+        // Every client left is told and closed, background tasks (metrics, upkeep) end. The
+        // clients' tasks get a moment to write the warning (a client that reads nothing does
+        // not hold the exit up), as PostgreSQL's postmaster waits for its backends.
         services.shutdown.begin(Stop::Immediate);
+        let _ = timer::timeout(EXIT_GRACE, services.tasks.wait()).await;
         drop(workers);
         match handed_over {
             true => Ended::HandedOver,
@@ -510,6 +513,9 @@ async fn accept_unix(unix: Option<&UnixListen>) -> std::io::Result<(Detached, Pe
         None => std::future::pending().await,
     }
 }
+
+/// How long an exit waits for its clients' tasks to end (each writes its warning first).
+const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// How often worker load is sampled for client placement.
 const LOAD_SAMPLE: Duration = Duration::from_millis(100);

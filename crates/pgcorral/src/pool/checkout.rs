@@ -15,7 +15,7 @@ use super::Pool;
 use crate::cancel;
 use crate::conns;
 use crate::net::framed::read_message;
-use crate::server::{CancelKey, LinkState, ServerConn};
+use crate::server::{LinkState, ServerConn};
 use crate::session::exec;
 
 /// How long a background rollback or reset may take before the server is closed instead.
@@ -182,7 +182,12 @@ impl Drop for Checkout {
                 let pool = self.pool.clone();
                 let cleaning = async move {
                     let mut server = server;
-                    let landed = !cancel || cancels_landed(&server.key).await;
+                    // Each cancel waits for PostgreSQL to hang up, so once none is on its way
+                    // every one has landed.
+                    let landed = !cancel
+                        || (server.key.in_flight)
+                            .all_landed_within(CLEANUP_TIMEOUT)
+                            .await;
                     let ok = landed
                         && (!rollback && reset.is_none()
                             || timer::timeout(
@@ -210,20 +215,6 @@ impl Drop for Checkout {
             }
         }
     }
-}
-
-/// Waits, up to [`CLEANUP_TIMEOUT`], until no client's cancel request is on its way to the
-/// server with `key` (each waits for PostgreSQL to hang up, so it has landed); false if one
-/// still is.
-async fn cancels_landed(key: &CancelKey) -> bool {
-    let start = std::time::Instant::now();
-    while key.cancel_in_flight() {
-        if start.elapsed() >= CLEANUP_TIMEOUT {
-            return false;
-        }
-        timer::sleep(Duration::from_millis(2)).await;
-    }
-    true
 }
 
 /// Rolls back and/or runs the reset query; true when the server ends idle and healthy. After

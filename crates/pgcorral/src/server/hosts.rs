@@ -3,9 +3,6 @@
 //! pool's connections start is its [`HostCursor`] (`load_balance_hosts`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
-
-use corral_rt::timer;
 
 use super::connect::{connect, Target};
 use super::ServerConn;
@@ -22,17 +19,9 @@ pub struct HostCursor {
     next: AtomicUsize,
     /// `disable`: the host at `next` let the last connection in.
     settled: AtomicBool,
-    /// `disable`, not settled: a connection is trying the list.
-    trying: AtomicBool,
-}
-
-/// The one connection trying an unsettled list (`disable`); others wait for it.
-struct Turn<'a>(&'a AtomicBool);
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
+    /// `disable`, not settled: held by the connection trying the list; the others queue on
+    /// it (woken in turn, not polling).
+    trying: tokio::sync::Mutex<()>,
 }
 
 impl HostCursor {
@@ -67,16 +56,12 @@ impl HostCursor {
 
     /// Under `disable`: nothing once settled; else this connection's turn to try the list,
     /// after any other's (which may settle it meanwhile).
-    async fn turn(&self) -> Option<Turn<'_>> {
-        loop {
-            if self.settled.load(Ordering::Acquire) {
-                return None;
-            }
-            if !self.trying.swap(true, Ordering::AcqRel) {
-                return Some(Turn(&self.trying));
-            }
-            timer::sleep(Duration::from_millis(10)).await;
+    async fn turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        if self.settled.load(Ordering::Acquire) {
+            return None;
         }
+        let turn = self.trying.lock().await;
+        (!self.settled.load(Ordering::Acquire)).then_some(turn)
     }
 }
 

@@ -47,13 +47,56 @@ pub struct CancelKey {
     /// Clients' cancel requests forwarded to this server and not yet answered, shared by every
     /// copy of its key ([`crate::cancel`] counts them): the server is not lent to another
     /// client before they have landed, or a late one could cancel that client's query.
-    pub in_flight: Arc<std::sync::atomic::AtomicU32>,
+    pub in_flight: Arc<CancelsInFlight>,
 }
 
 impl CancelKey {
     /// Whether a client's cancel request for this server is still on its way.
     pub fn cancel_in_flight(&self) -> bool {
-        self.in_flight.load(std::sync::atomic::Ordering::Acquire) > 0
+        self.in_flight.any()
+    }
+}
+
+/// How many cancel requests are on their way to one server; whoever waits for them to land is
+/// woken by the last one.
+#[derive(Debug, Default)]
+pub struct CancelsInFlight {
+    count: std::sync::atomic::AtomicU32,
+    landed: tokio::sync::Notify,
+}
+
+impl CancelsInFlight {
+    pub fn any(&self) -> bool {
+        self.count.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+
+    /// One more on its way; each is [`CancelsInFlight::land`]ed once.
+    pub fn start(&self) {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// One has been answered (or given up on).
+    pub fn land(&self) {
+        if self.count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            self.landed.notify_waiters();
+        }
+    }
+
+    /// Waits until none is on its way, up to `limit`; false if one still is then.
+    pub async fn all_landed_within(&self, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let woken = self.landed.notified();
+            tokio::pin!(woken);
+            // Registered before the count is read: a landing in between still wakes it.
+            woken.as_mut().enable();
+            if !self.any() {
+                return true;
+            }
+            if corral_rt::timer::timeout_at(deadline, woken).await.is_err() {
+                return !self.any();
+            }
+        }
     }
 }
 
@@ -323,5 +366,41 @@ impl ServerConn {
             return true;
         }
         self.stream.closed_while_idle()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CancelsInFlight;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// The wait ends when the last cancel lands (woken, well before its limit), and says false
+    /// when one is still on its way at the limit.
+    #[tokio::test]
+    async fn the_last_cancel_to_land_wakes_the_wait() {
+        let c = Arc::new(CancelsInFlight::default());
+        assert!(c.all_landed_within(Duration::ZERO).await);
+        c.start();
+        c.start();
+        let waiting = tokio::spawn({
+            let c = c.clone();
+            async move {
+                let start = std::time::Instant::now();
+                (
+                    c.all_landed_within(Duration::from_secs(30)).await,
+                    start.elapsed(),
+                )
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        c.land();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "one is still on its way");
+        c.land();
+        let (landed, took) = waiting.await.unwrap();
+        assert!(landed && took < Duration::from_secs(5), "{took:?}");
+        c.start();
+        assert!(!c.all_landed_within(Duration::from_millis(10)).await);
     }
 }

@@ -243,10 +243,15 @@ impl Postgres {
 
     /// Runs `pg_ctl <action>` (start, stop, restart) and waits for it.
     pub fn pg_ctl(&self, action: &str) {
+        self.pg_ctl_mode(action, "fast");
+    }
+
+    /// Runs `pg_ctl -m <mode> <action>` (mode: smart, fast, immediate) and waits for it.
+    pub fn pg_ctl_mode(&self, action: &str, mode: &str) {
         let mut c = pg_command("pg_ctl");
         c.arg("-D")
             .arg(&self.dir)
-            .args(["-w", "-t", "60", "-m", "fast"]);
+            .args(["-w", "-t", "60", "-m", mode]);
         c.arg("-l").arg(self.dir.join("log"));
         c.arg(action);
         run_ok(c, &format!("pg_ctl {action}"));
