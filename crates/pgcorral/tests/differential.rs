@@ -185,6 +185,182 @@ async fn an_immediate_stop_tells_each_client_what_postgresql_tells_it() {
     }
 }
 
+/// Every message of a login that is refused, until the connection ends (AuthenticationOk as
+/// `Authentication [0, 0, 0, 0]`).
+async fn refused(port: u16, params: &[(&str, &str)]) -> Vec<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(&support::wire::startup(params)).await.unwrap();
+    let mut bytes = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        s.read_to_end(&mut bytes),
+    )
+    .await
+    .expect("the refusal ends the connection")
+    .unwrap();
+    let mut pid_cols = Vec::new();
+    (support::wire::split(&bytes).iter())
+        .map(|m| match m.tag {
+            b'R' => format!("Authentication {:?}", m.body),
+            _ => diff::compare::render(m, &mut pid_cols),
+        })
+        .collect()
+}
+
+/// Logins refused after authentication (trust), which the script harness cannot stage (its
+/// clients log in): an unknown database and an unknown role get, through pgcorral,
+/// PostgreSQL's messages: AuthenticationOk, then the FATAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_login_is_told_what_postgresql_tells_it() {
+    let pg = support::Postgres::start();
+    let pooler = support::PoolerProcess::start(&support::config(
+        &pg,
+        "postgres",
+        "pool_mode = \"transaction\"",
+    ));
+    for params in [
+        [("user", "postgres"), ("database", "nosuchdb")],
+        [("user", "nosuchrole"), ("database", "postgres")],
+    ] {
+        let direct = refused(pg.port, &params).await;
+        assert_eq!(direct.len(), 2, "PostgreSQL's own: {direct:?}");
+        assert_eq!(refused(pooler.port, &params).await, direct, "{params:?}");
+    }
+}
+
+/// Replication connections, which pgcorral relays to a server of their own (outside the script
+/// model: their login differs): the same replication commands and SQL, straight to PostgreSQL
+/// and through pgcorral, logical (`replication=database`) and physical (`replication=true`),
+/// get the same messages, the login's ParameterStatus set included. LSNs and snapshot names,
+/// which move between the two runs, are blanked by column name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replication_session_is_told_what_postgresql_tells_it() {
+    use support::pools::{db, toml};
+    use support::wire::{column_names, query, Wire};
+    use support::PoolerProcess;
+
+    /// Columns whose values move between runs.
+    const MOVING: &[&str] = &[
+        "xlogpos",
+        "consistent_point",
+        "snapshot_name",
+        "restart_lsn",
+    ];
+
+    /// The login's parameters (as a sorted set), then each statement's messages up to its
+    /// ReadyForQuery, rendered as the harness does.
+    async fn session(port: u16, params: &[(&str, &str)], script: &[&str]) -> Vec<String> {
+        let mut w = Wire::connect_with(port, params).await;
+        let mut params: Vec<String> = w.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        params.sort();
+        let mut out = vec![format!("login {params:?}")];
+        let (mut pid_cols, mut moving) = (Vec::new(), Vec::new());
+        for sql in script {
+            out.push(format!("> {sql}"));
+            w.send(&query(sql)).await;
+            for m in w.until_ready().await {
+                if m.tag == b'T' {
+                    moving = (column_names(&m.body).iter())
+                        .map(|c| MOVING.contains(&c.as_str()))
+                        .collect();
+                }
+                let shown = match m.tag {
+                    b'D' if moving.contains(&true) => {
+                        let vals: Vec<String> = (m.row().into_iter().enumerate())
+                            .map(|(i, v)| match v {
+                                _ if moving.get(i) == Some(&true) => "<moves>".into(),
+                                Some(s) => format!("{s:?}"),
+                                None => "NULL".into(),
+                            })
+                            .collect();
+                        format!("DataRow [{}]", vals.join(", "))
+                    }
+                    _ => diff::compare::render(&m, &mut pid_cols),
+                };
+                out.push(shown);
+            }
+        }
+        out
+    }
+
+    let pg = support::replicating_server();
+    pg.create_db("app");
+    // A role without REPLICATION: PostgreSQL refuses its walsender after authentication.
+    pg.sql("postgres", "CREATE ROLE plain LOGIN");
+    let unprivileged = [
+        ("user", "plain"),
+        ("database", "app"),
+        ("replication", "database"),
+    ];
+    let logical: &[&str] = &[
+        "IDENTIFY_SYSTEM",
+        "SHOW application_name",
+        "SELECT current_setting('enable_seqscan'), current_database()",
+        "CREATE_REPLICATION_SLOT diff_logical TEMPORARY LOGICAL test_decoding",
+        "READ_REPLICATION_SLOT diff_logical",
+        "IDENTIFY_SYSTEM bogus",
+        "SELECT 1/0",
+        "BEGIN",
+        "SELECT 1",
+        "IDENTIFY_SYSTEM",
+        "ROLLBACK",
+        "TIMELINE_HISTORY 1",
+    ];
+    let physical: &[&str] = &[
+        "IDENTIFY_SYSTEM",
+        "SHOW wal_segment_size",
+        "SELECT 1",
+        "CREATE_REPLICATION_SLOT diff_physical TEMPORARY PHYSICAL RESERVE_WAL",
+        "READ_REPLICATION_SLOT diff_physical",
+        "IDENTIFY_SYSTEM bogus",
+    ];
+    let common = [
+        ("user", "postgres"),
+        ("application_name", "diff"),
+        ("options", "-c enable_seqscan=off"),
+    ];
+    let logical_params = [
+        common.as_slice(),
+        &[("database", "app"), ("replication", "database")],
+    ]
+    .concat();
+    let physical_params = [
+        common.as_slice(),
+        &[("database", "replication"), ("replication", "true")],
+    ]
+    .concat();
+    let slots_gone = || {
+        support::poll_until("the temporary slots are dropped", 10, || {
+            pg.sql("postgres", "SELECT count(*) FROM pg_replication_slots") == "0"
+        })
+    };
+    let direct = (
+        session(pg.port, &logical_params, logical).await,
+        session(pg.port, &physical_params, physical).await,
+        refused(pg.port, &unprivileged).await,
+    );
+    slots_gone();
+    let pooler = PoolerProcess::start(&toml(
+        "pool_mode = \"transaction\"",
+        &(db(&pg, "app", "") + &db(&pg, "replication", "dbname = \"postgres\"")),
+    ));
+    let pooled = (
+        session(pooler.port, &logical_params, logical).await,
+        session(pooler.port, &physical_params, physical).await,
+        refused(pooler.port, &unprivileged).await,
+    );
+    slots_gone();
+    if std::env::var("DIFF_SHOW").is_ok() {
+        eprintln!("{:#?}", (&direct, &pooled));
+    }
+    assert_eq!(pooled.0, direct.0, "logical");
+    assert_eq!(pooled.1, direct.1, "physical");
+    assert_eq!(pooled.2, direct.2, "a refused walsender");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_cases() {
     let filter = std::env::var("DIFF_CASE").unwrap_or_default();

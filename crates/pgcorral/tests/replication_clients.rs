@@ -12,20 +12,6 @@ use support::pools::*;
 use support::raw::Raw;
 use support::*;
 
-/// A server that takes logical and physical replication from `postgres` over TCP.
-fn replicating_server() -> Postgres {
-    let pg = Postgres::start_with(PgOptions {
-        conf: "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n".into(),
-        ..Default::default()
-    });
-    let hba = pg.dir.join("pg_hba.conf");
-    let mut lines = std::fs::read_to_string(&hba).unwrap();
-    lines.insert_str(0, "host replication postgres 127.0.0.1/32 trust\n");
-    std::fs::write(&hba, lines).unwrap();
-    pg.pg_ctl("reload");
-    pg
-}
-
 /// Backends of `postgres` on `db`: walsenders included (pg_stat_activity's `backend_type`).
 fn backends_of(pg: &Postgres, db: &str, kind: &str) -> usize {
     pg.sql(

@@ -126,8 +126,14 @@ pub(super) async fn admit(
         let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
         return fail(client, services, names, e).await;
     }
+    // What the login has for the client before its welcome (NegotiateProtocolVersion,
+    // AuthenticationOk): a refusal after it is sent after it, as PostgreSQL sends its
+    // post-authentication refusals (unknown database, no server, ...) after AuthenticationOk.
+    let mut told = BytesMut::new();
     let login = limit
-        .run(login(client, &taken, minor, &params, binding, &limit))
+        .run(login(
+            client, &mut told, &taken, minor, &params, binding, &limit,
+        ))
         .await;
     match login {
         Ok(Ok(admitted)) => {
@@ -153,18 +159,17 @@ pub(super) async fn admit(
             match name {
                 Some((text, raw)) => {
                     log_failed(client, services, names, &e);
-                    let mut out = BytesMut::new();
-                    e.write_response_quoting(&mut out, "FATAL", text, raw);
-                    let _ = client.stream.send(&out).await;
+                    e.write_response_quoting(&mut told, "FATAL", text, raw);
+                    let _ = client.stream.send(&told).await;
                     None
                 }
-                None => fail(client, services, names, e).await,
+                None => fail_after(client, services, names, e, told).await,
             }
         }
         Err(short) if !limit.is_authenticated() => out_of_time(client, timed_out(short)),
         // Authenticated, then waiting for a server or for its startup parameters to be
         // applied (PostgreSQL has no timeout there): told why.
-        Err(short) => fail(client, services, names, timed_out(short)).await,
+        Err(short) => fail_after(client, services, names, timed_out(short), told).await,
     }
 }
 
@@ -237,10 +242,20 @@ pub(super) async fn fail<T>(
     names: Names<'_>,
     e: Error,
 ) -> Option<T> {
+    fail_after(client, services, names, e, BytesMut::new()).await
+}
+
+/// [`fail`], the FATAL written after `told` (what the login had for the client), in one write.
+async fn fail_after<T>(
+    client: &mut ClientConn,
+    services: &Services,
+    names: Names<'_>,
+    e: Error,
+    mut told: BytesMut,
+) -> Option<T> {
     log_failed(client, services, names, &e);
-    let mut out = BytesMut::new();
-    e.write_response(&mut out, "FATAL");
-    let _ = client.stream.send(&out).await;
+    e.write_response(&mut told, "FATAL");
+    let _ = client.stream.send(&told).await;
     None
 }
 
@@ -259,6 +274,7 @@ fn log_failed(client: &ClientConn, services: &Services, names: Names<'_>, e: &Er
 /// parameters, key, ReadyForQuery. `sent`: the parameters as sent, `taken` from them.
 async fn login(
     client: &mut ClientConn,
+    out: &mut BytesMut,
     taken: &params::Params,
     minor: u16,
     sent: &[(pgwire::startup::Param, pgwire::startup::Param)],
@@ -270,16 +286,16 @@ async fn login(
     let id = services.pools.lists.reserve();
     let config = services.config.load_full();
     let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
-    let mut out = BytesMut::with_capacity(512);
-    startup::negotiate(&mut out, minor, sent);
+    out.reserve(512);
+    startup::negotiate(out, minor, sent);
     let console = admin::is_console(database);
     let access = access::decide(client, &config, &services.hba.load(), taken, console)?;
     let authed = match access {
-        Access::Own => access::welcome_own(&mut out),
+        Access::Own => access::welcome_own(out),
         Access::Method(method) => {
             login_auth::authenticate(
                 client,
-                &mut out,
+                out,
                 services,
                 &config,
                 method,
@@ -292,7 +308,7 @@ async fn login(
     if !config.general.login_notify_message.is_empty() {
         // After AuthenticationOk, as PgBouncer sends it.
         let msg = &config.general.login_notify_message;
-        encode::notice_response(&mut out, "NOTICE", "00000", msg);
+        encode::notice_response(out, "NOTICE", "00000", msg);
     }
     // A name that is not UTF-8 names none of pgcorral's users or databases, and cannot be
     // passed to a server: refused as PostgreSQL refuses a role that does not exist (the
@@ -326,7 +342,7 @@ async fn login(
         // Who may not use the console is told so, whatever the caps.
         let role = console_role(services, user, own)?;
         name_client(&mut count, admin::CONSOLE_DB, user, caps, admin)?;
-        return console_login(client, services, user, database, role, out, id)
+        return console_login(client, services, user, database, role, out.split(), id)
             .await
             .map(|a| (a, count));
     }
@@ -456,12 +472,12 @@ async fn login(
         None => rand::random::<i32>() & 0x7fff_ffff,
     };
     for (k, v) in server_params.unwrap_or_default().iter() {
-        encode::parameter_status(&mut out, k, v);
+        encode::parameter_status(out, k, v);
     }
     let (secret, listed) = welcome(
         client,
         services,
-        out,
+        out.split(),
         &pool,
         (user, params),
         (pid, slot.clone()),

@@ -53,8 +53,8 @@ pub(super) fn is_console(params: &[(String, String)]) -> bool {
 }
 
 /// Opens the client's server and welcomes the client with what that server reported
-/// (parameters, and a cancel key of pgcorral's that reaches it). `out` holds what the login
-/// has written for the client so far. `kind` is `None` for a console's client.
+/// (parameters, and a cancel key of pgcorral's that reaches it). `told` holds what the login
+/// has written for the client so far (left there when the server refuses). `kind` is `None` for a console's client.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn login(
     client: &mut ClientConn,
@@ -62,7 +62,7 @@ pub(super) async fn login(
     pool: &Pool,
     kind: Option<Replication>,
     (user, params): (&str, &[(String, String)]),
-    mut out: BytesMut,
+    told: &mut BytesMut,
     id: u64,
 ) -> Result<Admitted> {
     let database = pool.name().0;
@@ -73,6 +73,8 @@ pub(super) async fn login(
     let server = pool
         .dedicated(client.worker, &server_startup(params), wait)
         .await?;
+    // What the login told the client so far stays with it if the server refuses.
+    let mut out = told.split();
     for (k, v) in server.params.iter() {
         encode::parameter_status(&mut out, k, v);
     }

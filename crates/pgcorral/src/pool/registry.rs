@@ -305,7 +305,9 @@ pub(crate) fn sharding_of(db: &Database) -> Sharding {
 pub(crate) fn unknown_database(database: &str) -> Error {
     Error::new(
         Kind::UnknownDatabase,
-        format!("database \"{database}\" does not exist in pgcorral's configuration"),
+        // PostgreSQL's words: a client cannot tell a database pgcorral does not serve from
+        // one its server lacks.
+        format!("database \"{database}\" does not exist"),
     )
 }
 

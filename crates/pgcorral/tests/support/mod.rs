@@ -628,6 +628,20 @@ pub async fn connect(
     Ok(client)
 }
 
+/// A server that takes logical and physical replication from `postgres` over TCP.
+pub fn replicating_server() -> Postgres {
+    let pg = Postgres::start_with(PgOptions {
+        conf: "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n".into(),
+        ..Default::default()
+    });
+    let hba = pg.dir.join("pg_hba.conf");
+    let mut lines = std::fs::read_to_string(&hba).unwrap();
+    lines.insert_str(0, "host replication postgres 127.0.0.1/32 trust\n");
+    std::fs::write(&hba, lines).unwrap();
+    pg.pg_ctl("reload");
+    pg
+}
+
 /// A config for one database `db` on `pg`, with `general` lines added to [general] and
 /// users app/app-secret (and admin) in [users].
 pub fn config(pg: &Postgres, db: &str, general: &str) -> String {

@@ -314,6 +314,11 @@ impl Wire {
     /// Connects to 127.0.0.1:`port` and logs in (trust only); returns after the first
     /// ReadyForQuery.
     pub async fn connect(port: u16, user: &str, db: &str) -> Wire {
+        Wire::connect_with(port, &[("user", user), ("database", db)]).await
+    }
+
+    /// [`Wire::connect`] with the startup parameters `params`.
+    pub async fn connect_with(port: u16, params: &[(&str, &str)]) -> Wire {
         let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         stream.set_nodelay(true).unwrap();
         let mut w = Wire {
@@ -322,7 +327,7 @@ impl Wire {
             pid: 0,
             params: Vec::new(),
         };
-        w.send(&startup(&[("user", user), ("database", db)])).await;
+        w.send(&startup(params)).await;
         loop {
             let m = w.recv().await;
             match m.tag {
