@@ -278,7 +278,10 @@ async fn client_supplied_names_are_escaped_in_the_log() {
         .await
         .unwrap();
         // Refused after authentication (trust), as PostgreSQL: AuthenticationOk, then the FATAL.
-        let tags: Vec<u8> = support::wire::split(&answer).iter().map(|m| m.tag).collect();
+        let tags: Vec<u8> = support::wire::split(&answer)
+            .iter()
+            .map(|m| m.tag)
+            .collect();
         assert_eq!(tags, b"RE", "{answer:?}");
     }
     let start = Instant::now();

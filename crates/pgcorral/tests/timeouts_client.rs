@@ -364,7 +364,11 @@ async fn client_login_timeout_closes_stalled_logins() {
         // Authenticated (trust): AuthenticationOk comes first, the refusal after it.
         let (tag, body) = raw.read().await.expect("AuthenticationOk");
         assert_eq!(tag, backend::AUTHENTICATION);
-        assert_eq!(backend::authentication(&body).unwrap().0, 0, "AuthenticationOk");
+        assert_eq!(
+            backend::authentication(&body).unwrap().0,
+            0,
+            "AuthenticationOk"
+        );
         let err = expect_close(&mut raw, "login waiting for a server").await;
         (start.elapsed(), err)
     };
