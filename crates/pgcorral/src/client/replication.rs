@@ -54,7 +54,8 @@ pub(super) fn is_console(params: &[(String, String)]) -> bool {
 
 /// Opens the client's server and welcomes the client with what that server reported
 /// (parameters, and a cancel key of pgcorral's that reaches it). `told` holds what the login
-/// has written for the client so far (left there when the server refuses). `kind` is `None` for a console's client.
+/// has written for the client so far (left there when the server refuses). `kind` is `None`
+/// for a console's client.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn login(
     client: &mut ClientConn,
