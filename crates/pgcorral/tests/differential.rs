@@ -210,9 +210,10 @@ async fn refused(port: u16, params: &[(&str, &str)]) -> Vec<String> {
         .collect()
 }
 
-/// Logins refused after authentication (trust), which the script harness cannot stage (its
-/// clients log in): an unknown database and an unknown role get, through pgcorral,
-/// PostgreSQL's messages: AuthenticationOk, then the FATAL.
+/// Logins refused, which the script harness cannot stage (its clients log in): an unknown
+/// database and an unknown role (trust) get, through pgcorral, PostgreSQL's messages:
+/// AuthenticationOk, then the FATAL; a `replication` value PostgreSQL cannot read is refused
+/// before authentication, with PostgreSQL's hint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_login_is_told_what_postgresql_tells_it() {
     let pg = support::Postgres::start();
@@ -222,11 +223,18 @@ async fn a_refused_login_is_told_what_postgresql_tells_it() {
         "pool_mode = \"transaction\"",
     ));
     for params in [
-        [("user", "postgres"), ("database", "nosuchdb")],
-        [("user", "nosuchrole"), ("database", "postgres")],
+        vec![("user", "postgres"), ("database", "nosuchdb")],
+        vec![("user", "nosuchrole"), ("database", "postgres")],
+        vec![("user", "postgres"), ("replication", "bogus")],
+        vec![("user", "postgres"), ("replication", "o")],
+        vec![("user", "postgres"), ("replication", "Database")],
+        vec![("user", "postgres"), ("replication", "")],
     ] {
         let direct = refused(pg.port, &params).await;
-        assert_eq!(direct.len(), 2, "PostgreSQL's own: {direct:?}");
+        assert!(
+            direct.last().is_some_and(|m| m.starts_with("Error")),
+            "PostgreSQL's own: {direct:?}"
+        );
         assert_eq!(refused(pooler.port, &params).await, direct, "{params:?}");
     }
 }

@@ -19,3 +19,4 @@ pub const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: &str = "25P03";
 pub const TRANSACTION_TIMEOUT: &str = "25P04";
 pub const IDLE_SESSION_TIMEOUT: &str = "57P05";
 pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
+pub const INVALID_PARAMETER_VALUE: &str = "22023";

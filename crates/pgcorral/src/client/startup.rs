@@ -53,6 +53,49 @@ async fn refuse(stream: &mut Stream, e: Error, detail: Option<&str>) -> Opening 
     Opening::Ended(e)
 }
 
+/// The first `replication` value of the startup packet that PostgreSQL refuses before
+/// authentication: neither a boolean (as its `parse_bool` reads one: a prefix of true, false,
+/// yes or no, on, a prefix of off of two letters or more, 1, 0; any case) nor `database`.
+fn bad_replication(params: &[(startup::Param, startup::Param)]) -> Option<String> {
+    let valid = |v: &[u8]| {
+        let lower = v.to_ascii_lowercase();
+        let prefix_of = |word: &[u8], min: usize| lower.len() >= min && word.starts_with(&lower);
+        v == b"database"
+            || v == b"1"
+            || v == b"0"
+            || prefix_of(b"true", 1)
+            || prefix_of(b"false", 1)
+            || prefix_of(b"yes", 1)
+            || prefix_of(b"no", 1)
+            || prefix_of(b"on", 2)
+            || prefix_of(b"off", 2)
+    };
+    params
+        .iter()
+        .filter(|(k, _)| k == b"replication")
+        .find(|(_, v)| !valid(v))
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+}
+
+/// PostgreSQL's refusal of a `replication` value it cannot read, with its hint.
+async fn refuse_replication(stream: &mut Stream, value: &str) -> Opening {
+    let e = Error::new(
+        Kind::ClientProtocol,
+        format!("invalid value for parameter \"replication\": \"{value}\""),
+    );
+    let mut out = BytesMut::new();
+    let hint = r#"Valid values are: "false", 0, "true", 1, "database"."#;
+    pgwire::encode::error_response_with(
+        &mut out,
+        "FATAL",
+        pgwire::sqlstate::INVALID_PARAMETER_VALUE,
+        e.message(),
+        &[(b'H', hint)],
+    );
+    let _ = stream.send(&out).await;
+    Opening::Ended(e)
+}
+
 /// A refused startup packet, answered (or not) as PostgreSQL answers it.
 async fn refused(stream: &mut Stream, e: StartupError) -> Opening {
     let err = |kind| Error::new(kind, e.to_string());
@@ -161,7 +204,10 @@ pub async fn open(
                 return Ok(Opening::Cancel { pid, secret })
             }
             Ok(StartupPacket::Startup { minor, params }) => {
-                return Ok(Opening::Session { minor, params })
+                if let Some(value) = bad_replication(&params) {
+                    return Ok(refuse_replication(stream, &value).await);
+                }
+                return Ok(Opening::Session { minor, params });
             }
             Err(e) => return Ok(refused(stream, e).await),
         }
@@ -218,4 +264,25 @@ pub fn negotiate(out: &mut BytesMut, minor: u16, params: &[(startup::Param, star
             b.put_u8(0);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bad_replication;
+
+    /// The values PostgreSQL's parse_bool reads, and `database`, pass; others are refused.
+    #[test]
+    fn replication_values_as_postgresql_reads_them() {
+        let one = |v: &str| bad_replication(&[(b"replication".to_vec(), v.as_bytes().to_vec())]);
+        for ok in [
+            "database", "1", "0", "t", "TRUE", "f", "fal", "y", "yes", "n", "No", "on", "of", "OFF",
+        ] {
+            assert_eq!(one(ok), None, "{ok}");
+        }
+        for bad in [
+            "", "o", "Database", "truee", "2", "onn", "offf", " true", "yes ",
+        ] {
+            assert_eq!(one(bad).as_deref(), Some(bad), "{bad}");
+        }
+    }
 }
