@@ -107,6 +107,23 @@ impl Error {
         e
     }
 
+    /// An error PostgreSQL itself sends in this case, with its SQLSTATE and further fields
+    /// (`(type, value)`: a hint, a detail), written as PostgreSQL writes it.
+    #[cold]
+    pub fn as_postgres(
+        kind: Kind,
+        code: &str,
+        message: impl Into<String>,
+        more: &[(u8, &str)],
+    ) -> Error {
+        let message = message.into();
+        let mut raw = BytesMut::new();
+        pgwire::encode::error_response_with(&mut raw, "ERROR", code, &message, more);
+        let mut e = Error::new(kind, message);
+        e.0.server_error = Some((raw.freeze(), code.to_string()));
+        e
+    }
+
     /// The same error again, as the first client saw it, to hand to another client.
     pub fn replay(&self) -> Error {
         Error(Box::new(Inner {

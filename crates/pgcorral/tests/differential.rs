@@ -212,8 +212,9 @@ async fn refused(port: u16, params: &[(&str, &str)]) -> Vec<String> {
 
 /// Logins refused, which the script harness cannot stage (its clients log in): an unknown
 /// database and an unknown role (trust) get, through pgcorral, PostgreSQL's messages:
-/// AuthenticationOk, then the FATAL; a `replication` value PostgreSQL cannot read is refused
-/// before authentication, with PostgreSQL's hint.
+/// AuthenticationOk, then the FATAL (an overlong name cut as PostgreSQL cuts it; `options`
+/// PostgreSQL cannot read, with its SQLSTATE and hint); a `replication` value PostgreSQL cannot
+/// read is refused before authentication, with PostgreSQL's hint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_login_is_told_what_postgresql_tells_it() {
     let pg = support::Postgres::start();
@@ -222,6 +223,7 @@ async fn a_refused_login_is_told_what_postgresql_tells_it() {
         "postgres",
         "pool_mode = \"transaction\"",
     ));
+    let long = "d".repeat(70);
     for params in [
         vec![("user", "postgres"), ("database", "nosuchdb")],
         vec![("user", "nosuchrole"), ("database", "postgres")],
@@ -229,6 +231,12 @@ async fn a_refused_login_is_told_what_postgresql_tells_it() {
         vec![("user", "postgres"), ("replication", "o")],
         vec![("user", "postgres"), ("replication", "Database")],
         vec![("user", "postgres"), ("replication", "")],
+        // Cut to 63 bytes, as PostgreSQL cuts names, before it says it does not exist.
+        vec![("user", "postgres"), ("database", &long)],
+        vec![("user", "postgres"), ("options", "-x")],
+        vec![("user", "postgres"), ("options", "-c")],
+        vec![("user", "postgres"), ("options", "-c work_mem")],
+        vec![("user", "postgres"), ("options", "--work-mem")],
     ] {
         let direct = refused(pg.port, &params).await;
         assert!(

@@ -55,8 +55,8 @@ pub(super) fn take(params: &[(Param, Param)]) -> Params {
     let mut database = None;
     for (name, value) in params {
         match &name[..] {
-            b"user" => out.user = Name::of(value),
-            b"database" => database = Some(Name::of(value)),
+            b"user" => out.user = Name::of(truncated(value)),
+            b"database" => database = Some(Name::of(truncated(value))),
             _ => {}
         }
         let text = match (std::str::from_utf8(name), std::str::from_utf8(value)) {
@@ -84,6 +84,16 @@ pub(super) fn take(params: &[(Param, Param)]) -> Params {
         .unwrap_or_else(|| out.user.clone());
     out
 }
+
+/// A user or database name cut to a PostgreSQL name's length (NAMEDATALEN - 1 bytes), as
+/// PostgreSQL cuts them in the startup packet (bytes, not characters), so that an overlong name
+/// finds, or is refused as, what PostgreSQL would find.
+fn truncated(b: &[u8]) -> &[u8] {
+    &b[..b.len().min(NAME_MAX_BYTES)]
+}
+
+/// NAMEDATALEN - 1.
+const NAME_MAX_BYTES: usize = 63;
 
 /// application_name as PostgreSQL 15 keeps it: each byte outside printable ASCII becomes `?`.
 fn clean_ascii(b: &[u8]) -> String {
@@ -133,6 +143,17 @@ mod tests {
 
     fn p(v: &[(&[u8], &[u8])]) -> Vec<(Param, Param)> {
         v.iter().map(|(a, b)| (a.to_vec(), b.to_vec())).collect()
+    }
+
+    #[test]
+    fn long_names_are_cut_as_postgresql_cuts_them() {
+        let long = "d".repeat(70);
+        let t = take(&[
+            (b"user".to_vec(), "u".repeat(64).into_bytes()),
+            (b"database".to_vec(), long.clone().into_bytes()),
+        ]);
+        assert_eq!(t.user.text, "u".repeat(63));
+        assert_eq!(t.database.text, long[..63]);
     }
 
     #[test]

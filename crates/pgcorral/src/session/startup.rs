@@ -68,6 +68,13 @@ pub fn settings(params: &[(String, String)], ignore: &[String]) -> Result<Vec<(S
     Ok(out)
 }
 
+/// PostgreSQL's SQLSTATE for a refused command-line argument.
+const SYNTAX_ERROR: &str = "42601";
+
+/// The switches a backend's command line takes besides `-c` and `--` (PostgreSQL's
+/// `process_postgres_switches`).
+const POSTGRES_SWITCHES: &str = "BbCDdEeFfhijklNnOPprSsTtvW";
+
 /// Splits `options` as PostgreSQL does: words separated by whitespace, `\` escaping the next
 /// character; then `-c name=value`, `-cname=value` and `--name=value` (dashes in names become
 /// underscores). Other switches are refused.
@@ -99,27 +106,47 @@ pub fn options(s: &str) -> Result<Vec<(String, String)>> {
     if in_word {
         words.push(cur);
     }
-    let bad = |w: &str| {
-        Error::new(
+    // PostgreSQL's refusals (42601) where it refuses too; a switch it would take but pgcorral
+    // does not (`-B`, `-S 1024`, ...) is refused in pgcorral's words (0A000).
+    let invalid = |w: &str| {
+        Error::as_postgres(
             Kind::ClientProtocol,
-            format!("invalid command-line argument in \"options\": {w} (only -c name=value and --name=value are accepted)"),
+            SYNTAX_ERROR,
+            format!("invalid command-line argument for server process: {w}"),
+            &[(b'H', "Try \"postgres --help\" for more information.")],
         )
     };
     let mut out = Vec::new();
     let mut it = words.into_iter();
     while let Some(w) = it.next() {
-        let assignment = if let Some(rest) = w.strip_prefix("--") {
-            rest.to_string()
+        let (assignment, switch) = if let Some(rest) = w.strip_prefix("--") {
+            (rest.to_string(), "--")
         } else if w == "-c" {
-            it.next().ok_or_else(|| bad(&w))?
+            // PostgreSQL's getopt: `-c` without an argument is an unknown switch.
+            (it.next().ok_or_else(|| invalid(&w))?, "-c ")
         } else if let Some(rest) = w.strip_prefix("-c") {
-            rest.to_string()
+            (rest.to_string(), "-c ")
+        } else if w.starts_with('-')
+            && w.len() > 1
+            && POSTGRES_SWITCHES.contains(w.as_bytes()[1] as char)
+        {
+            return Err(Error::new(
+                Kind::NotSupported,
+                format!("command-line argument in \"options\" not supported by pgcorral: {w} (only -c name=value and --name=value are)"),
+            ));
         } else {
-            return Err(bad(&w));
+            return Err(invalid(&w));
         };
-        let (name, value) = assignment.split_once('=').ok_or_else(|| bad(&assignment))?;
+        let Some((name, value)) = assignment.split_once('=') else {
+            return Err(Error::as_postgres(
+                Kind::ClientProtocol,
+                SYNTAX_ERROR,
+                format!("{switch}{assignment} requires a value"),
+                &[],
+            ));
+        };
         if name.is_empty() {
-            return Err(bad(&assignment));
+            return Err(invalid(&w));
         }
         out.push((name.replace('-', "_"), value.to_string()));
     }
