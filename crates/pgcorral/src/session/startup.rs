@@ -107,7 +107,7 @@ pub fn options(s: &str) -> Result<Vec<(String, String)>> {
         words.push(cur);
     }
     // PostgreSQL's refusals (42601) where it refuses too; a switch it would take but pgcorral
-    // does not (`-B`, `-S 1024`, ...) is refused in pgcorral's words (0A000).
+    // does not (`-B`, `-S 1024`, ...) is refused in PgBouncer's words (0A000).
     let invalid = |w: &str| {
         Error::as_postgres(
             Kind::ClientProtocol,
@@ -132,7 +132,8 @@ pub fn options(s: &str) -> Result<Vec<(String, String)>> {
         {
             return Err(Error::new(
                 Kind::NotSupported,
-                format!("command-line argument in \"options\" not supported by pgcorral: {w} (only -c name=value and --name=value are)"),
+                // PgBouncer's words (PostgreSQL has none: it takes the switch).
+                "unsupported options startup parameter: only '-c config=val' and '--config=val' are allowed",
             ));
         } else {
             return Err(invalid(&w));
@@ -156,6 +157,35 @@ pub fn options(s: &str) -> Result<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Refused `options`: PostgreSQL's SQLSTATE and words where it refuses too, PgBouncer's
+    /// where PostgreSQL would take the switch.
+    #[test]
+    fn refused_options_as_postgresql_refuses_them() {
+        let refused = |o: &str| {
+            let e = options(o).unwrap_err();
+            (e.sqlstate().to_string(), e.message().to_string())
+        };
+        let invalid = |w: &str| {
+            let m = format!("invalid command-line argument for server process: {w}");
+            ("42601".to_string(), m)
+        };
+        assert_eq!(refused("-x"), invalid("-x"));
+        assert_eq!(refused("-c"), invalid("-c"));
+        assert_eq!(refused("plain"), invalid("plain"));
+        let needs = |m: &str| ("42601".to_string(), m.to_string());
+        assert_eq!(
+            refused("-c work_mem"),
+            needs("-c work_mem requires a value")
+        );
+        assert_eq!(refused("--work-mem"), needs("--work-mem requires a value"));
+        let (code, m) = refused("-d 5");
+        assert_eq!(code, "0A000");
+        assert!(
+            m.starts_with("unsupported options startup parameter"),
+            "{m}"
+        );
+    }
 
     fn p(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter()
