@@ -12,6 +12,7 @@ use pgwire::startup::{self, StartupError, StartupPacket};
 use crate::error::{Error, Kind, Result};
 use crate::net::framed;
 use crate::net::framed::{read_startup, ReadError};
+use crate::session::startup as session_startup;
 use crate::tls::{ClientSide, ALPN};
 
 /// First byte of a TLS record carrying a handshake message (a ClientHello, from a client that
@@ -43,57 +44,47 @@ fn io_error(e: std::io::Error) -> Error {
     Error::with_source(Kind::ClientIo, "write", e)
 }
 
-/// Sends PostgreSQL's FATAL for a refused startup packet (with `detail` when it has one) and
-/// ends the connection.
-async fn refuse(stream: &mut Stream, e: Error, detail: Option<&str>) -> Opening {
+/// Sends PostgreSQL's FATAL for a refused startup packet (`e` as it writes itself: an
+/// [`Error::as_postgres`] carries PostgreSQL's SQLSTATE, detail and hint) and ends the
+/// connection.
+async fn refuse(stream: &mut Stream, e: Error) -> Opening {
     let mut out = BytesMut::new();
-    let detail: Vec<(u8, &str)> = detail.map(|d| (b'D', d)).into_iter().collect();
-    pgwire::encode::error_response_with(&mut out, "FATAL", e.sqlstate(), e.message(), &detail);
+    e.write_response(&mut out, "FATAL");
     let _ = stream.send(&out).await;
     Opening::Ended(e)
 }
 
 /// The first `replication` value of the startup packet that PostgreSQL refuses before
-/// authentication: neither a boolean (as its `parse_bool` reads one: a prefix of true, false,
-/// yes or no, on, a prefix of off of two letters or more, 1, 0; any case) nor `database`.
+/// authentication: neither a boolean (as its `parse_bool` reads one) nor `database`.
 fn bad_replication(params: &[(startup::Param, startup::Param)]) -> Option<String> {
-    let valid = |v: &[u8]| {
-        let lower = v.to_ascii_lowercase();
-        let prefix_of = |word: &[u8], min: usize| lower.len() >= min && word.starts_with(&lower);
-        v == b"database"
-            || v == b"1"
-            || v == b"0"
-            || prefix_of(b"true", 1)
-            || prefix_of(b"false", 1)
-            || prefix_of(b"yes", 1)
-            || prefix_of(b"no", 1)
-            || prefix_of(b"on", 2)
-            || prefix_of(b"off", 2)
-    };
     params
         .iter()
         .filter(|(k, _)| k == b"replication")
-        .find(|(_, v)| !valid(v))
+        .find(|(_, v)| v != b"database" && session_startup::parse_bool(v).is_none())
         .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
 }
 
 /// PostgreSQL's refusal of a `replication` value it cannot read, with its hint.
-async fn refuse_replication(stream: &mut Stream, value: &str) -> Opening {
-    let e = Error::new(
+fn unreadable_replication(value: &str) -> Error {
+    Error::as_postgres(
         Kind::ClientProtocol,
-        format!("invalid value for parameter \"replication\": \"{value}\""),
-    );
-    let mut out = BytesMut::new();
-    let hint = r#"Valid values are: "false", 0, "true", 1, "database"."#;
-    pgwire::encode::error_response_with(
-        &mut out,
-        "FATAL",
         pgwire::sqlstate::INVALID_PARAMETER_VALUE,
-        e.message(),
-        &[(b'H', hint)],
-    );
-    let _ = stream.send(&out).await;
-    Opening::Ended(e)
+        format!("invalid value for parameter \"replication\": \"{value}\""),
+        &[(
+            b'H',
+            r#"Valid values are: "false", 0, "true", 1, "database"."#,
+        )],
+    )
+}
+
+/// A protocol violation PostgreSQL reports with its detail on injected bytes.
+fn injected(message: &str) -> Error {
+    Error::as_postgres(
+        Kind::ClientProtocol,
+        pgwire::sqlstate::PROTOCOL_VIOLATION,
+        message,
+        &[(b'D', INJECTED)],
+    )
 }
 
 /// A refused startup packet, answered (or not) as PostgreSQL answers it.
@@ -108,8 +99,8 @@ async fn refused(stream: &mut Stream, e: StartupError) -> Opening {
             let _ = stream.send(&out).await;
             Opening::Ended(err(Kind::NotSupported))
         }
-        StartupError::UnsupportedProtocol(_) => refuse(stream, err(Kind::NotSupported), None).await,
-        StartupError::Layout => refuse(stream, err(Kind::ClientProtocol), None).await,
+        StartupError::UnsupportedProtocol(_) => refuse(stream, err(Kind::NotSupported)).await,
+        StartupError::Layout => refuse(stream, err(Kind::ClientProtocol)).await,
         StartupError::BadLength(_) | StartupError::ShortCancel => {
             Opening::Ended(err(Kind::ClientProtocol))
         }
@@ -182,22 +173,16 @@ pub async fn open(
                     None => stream.send(b"N").await.map_err(io_error)?,
                 }
                 if !buf.is_empty() {
-                    let e = Error::new(
-                        Kind::ClientProtocol,
-                        "received unencrypted data after SSL request",
-                    );
-                    return Ok(refuse(stream, e, Some(INJECTED)).await);
+                    let e = injected("received unencrypted data after SSL request");
+                    return Ok(refuse(stream, e).await);
                 }
             }
             Ok(StartupPacket::GssEncRequest) => {
                 gss_done = true;
                 stream.send(b"N").await.map_err(io_error)?;
                 if !buf.is_empty() {
-                    let e = Error::new(
-                        Kind::ClientProtocol,
-                        "received unencrypted data after GSSAPI encryption request",
-                    );
-                    return Ok(refuse(stream, e, Some(INJECTED)).await);
+                    let e = injected("received unencrypted data after GSSAPI encryption request");
+                    return Ok(refuse(stream, e).await);
                 }
             }
             Ok(StartupPacket::Cancel { pid, secret }) => {
@@ -205,7 +190,7 @@ pub async fn open(
             }
             Ok(StartupPacket::Startup { minor, params }) => {
                 if let Some(value) = bad_replication(&params) {
-                    return Ok(refuse_replication(stream, &value).await);
+                    return Ok(refuse(stream, unreadable_replication(&value)).await);
                 }
                 return Ok(Opening::Session { minor, params });
             }

@@ -37,10 +37,21 @@ pub fn replication(params: &[(String, String)]) -> Option<Replication> {
     if value == "database" {
         return Some(Replication::Logical);
     }
-    let v = value.to_ascii_lowercase();
-    let prefix_of = |word: &str, min: usize| v.len() >= min && word.starts_with(v.as_str());
-    let off = v == "0" || prefix_of("false", 1) || prefix_of("no", 1) || prefix_of("off", 2);
-    (!off).then_some(Replication::Physical)
+    (parse_bool(value.as_bytes()) != Some(false)).then_some(Replication::Physical)
+}
+
+/// A boolean as PostgreSQL's `parse_bool` reads one, in any case: a prefix of true, false, yes
+/// or no; on; a prefix of off of two letters or more; 1; 0. `None` for anything else.
+pub fn parse_bool(v: &[u8]) -> Option<bool> {
+    let lower = v.to_ascii_lowercase();
+    let prefix_of = |word: &[u8], min: usize| lower.len() >= min && word.starts_with(&lower);
+    if v == b"1" || prefix_of(b"true", 1) || prefix_of(b"yes", 1) || prefix_of(b"on", 2) {
+        Some(true)
+    } else if v == b"0" || prefix_of(b"false", 1) || prefix_of(b"no", 1) || prefix_of(b"off", 2) {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 /// The settings a client asked for at startup, later ones winning; those named in `ignore`
