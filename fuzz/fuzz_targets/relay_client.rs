@@ -8,6 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use pgcorral::relay::{scan_client, Track};
+use pgcorral::session::hooks::HookMap;
 use pgcorral::server::LinkState;
 
 const MAX: u32 = 1 << 16;
@@ -34,7 +35,7 @@ fn run(
         i += 1;
         buf.extend_from_slice(&data[fed..fed + n]);
         fed += n;
-        let Ok(s) = scan_client(&buf, &mut pass, &mut st, track, &mut custom, MAX, None) else {
+        let Ok(s) = scan_client(&buf, &mut pass, &mut st, track, &HookMap::quiet(), &mut custom, MAX, None) else {
             return (st, true, None);
         };
         assert!(s.front <= s.ready && s.ready <= buf.len(), "{s:?}");

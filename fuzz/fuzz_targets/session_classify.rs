@@ -6,16 +6,23 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pgcorral::session::scan::{classify, custom_names, Effect};
+use pgcorral::session::hooks::HookMap;
+use pgcorral::session::scan::{custom_names, Effect};
 
-/// None < Dirty < Taint < Pins, whatever the reason a statement pins.
+/// None < Dirty < Unsure < Taint < Pins, whatever the reason a statement pins.
 fn rank(e: Effect) -> u8 {
     match e {
         Effect::None => 0,
         Effect::Dirty => 1,
-        Effect::Taint => 2,
-        Effect::Pins(_) => 3,
+        Effect::Unsure => 2,
+        Effect::Taint => 3,
+        Effect::Pins(_) => 4,
     }
+}
+
+/// The scan in a database without user code.
+fn classify(sql: &[u8]) -> Effect {
+    pgcorral::session::scan::classify(sql, &HookMap::quiet())
 }
 
 fuzz_target!(|data: &[u8]| {

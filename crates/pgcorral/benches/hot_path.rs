@@ -14,6 +14,7 @@ use pgcorral::prepared::{ClientStatements, Registry, ServerStatements};
 use pgcorral::relay::{scan_client, scan_server, Track};
 use pgcorral::server::connect::{Secret, Target};
 use pgcorral::server::{CancelKey, LinkState, ServerConn};
+use pgcorral::session::hooks::HookMap;
 use pgwire::encode;
 
 fn select_answer() -> BytesMut {
@@ -34,6 +35,7 @@ fn scans(c: &mut Criterion) {
         "SELECT abalance FROM pgbench_accounts WHERE aid = 48213;",
     );
     let answer = select_answer();
+    let hooks = HookMap::quiet();
     c.bench_function("scan_request_and_answer", |b| {
         b.iter(|| {
             let mut st = LinkState::default();
@@ -44,6 +46,7 @@ fn scans(c: &mut Criterion) {
                 &mut cp,
                 &mut st,
                 Track::Pin,
+                &hooks,
                 &mut Vec::new(),
                 1 << 30,
                 None,
@@ -139,6 +142,7 @@ impl Tracked {
             &mut cp,
             &mut st,
             Track::Pin,
+            &HookMap::quiet(),
             &mut Vec::new(),
             1 << 30,
             Some(&mut link),
@@ -175,7 +179,8 @@ impl Tracked {
 /// ruled out by the quick look, and two the lexer reads to their end (a longer one with joins
 /// and a call of a built-in, a SELECT INTO TEMP).
 fn classify(c: &mut Criterion) {
-    use pgcorral::session::scan::classify;
+    let quiet = HookMap::quiet();
+    let classify = |sql: &[u8]| pgcorral::session::scan::classify(sql, &quiet);
     let sql = b"SELECT abalance FROM pgbench_accounts WHERE aid = 48213;";
     c.bench_function("classify_pgbench_select", |b| {
         b.iter(|| black_box(classify(black_box(sql))))
@@ -217,6 +222,7 @@ fn pool_with(rt: &tokio::runtime::Runtime, n: usize) -> (Pool, Vec<tokio::net::T
             settings,
             &Default::default(),
             &Default::default(),
+            Default::default(),
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -65,6 +65,20 @@ pub fn now() -> Tick {
 }
 
 impl Tick {
+    /// Before every reading.
+    pub const EARLIEST: Tick = Tick(0);
+    /// After every reading.
+    pub const LATEST: Tick = Tick(u64::MAX);
+
+    /// The moment `d` after this one.
+    #[inline]
+    pub fn after(self, d: Duration) -> Tick {
+        Tick(
+            self.0
+                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+
     /// Time from `earlier` to this reading; zero if `earlier` is later.
     #[inline]
     pub fn since(self, earlier: Tick) -> Duration {

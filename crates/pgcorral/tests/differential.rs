@@ -53,10 +53,6 @@ const KNOWN_DIFFERENCES: &[Known] = &[
     // 1: pg_prepared_statements shows pgcorral's names and other clients' statement texts on
     // the server a client holds (documented in docs/architecture.md).
     known("pg_prepared_statements_shows_own_only", "1"),
-    // 2: code the request does not name (triggers, views) is not seen (documented in
-    // docs/architecture.md, *What a pooled client can tell*).
-    known("trigger_set_config", "2"),
-    known("view_calling_set_config", "2"),
     // A placeholder GUC, once set, stays defined in its server process ('' after RESET where a
     // fresh session has none): only a server not used by that client avoids it (documented).
     known("set_custom_placeholder", "2"),
@@ -384,6 +380,7 @@ async fn seeded_cases() {
     let mut h = Harness::start().await;
     let mut cases = diff::cases_protocol::cases();
     cases.extend(diff::cases_state::cases());
+    cases.extend(diff::cases_hooks::cases());
     let mut names = std::collections::HashSet::new();
     for c in &cases {
         assert!(names.insert(c.name.clone()), "two cases named {}", c.name);

@@ -705,6 +705,11 @@ fn run<'a>(
                         session.server = Some(s);
                     }
                     let s = session.server.as_mut().expect("attached");
+                    if s.read_hooks {
+                        // A failure leaves the map as it was; a broken server is closed at
+                        // its release, as after any of pgcorral's own queries.
+                        let _ = cold::cold(session::apply::read_hooks(s)).await;
+                    }
                     if !s.held.is_empty() {
                         cold::cold(deliver_held(client, s)).await?;
                     }

@@ -36,6 +36,7 @@ use crate::logsafe;
 use crate::server::connect::{Secret, Target};
 use crate::server::hosts;
 use crate::server::{ServerConn, ServerParams};
+use crate::session;
 use crate::tls;
 
 /// What a new server connection is opened for.
@@ -226,6 +227,8 @@ pub(crate) struct Shared {
     node: std::sync::OnceLock<Arc<topology::Node>>,
     /// Outcomes of logins with startup parameters, reused by later logins with the same.
     logins: logins::Logins,
+    /// What user code its database holds, shared with the other pools of that database.
+    hooks: Arc<session::hooks::Watch>,
 }
 
 /// A pool's numbers at one moment (admin console).
@@ -253,6 +256,7 @@ impl Pool {
         settings: PoolSettings,
         limits: &Arc<Limits>,
         lists: &Arc<conns::Lists>,
+        hooks: Arc<session::hooks::Watch>,
     ) -> Pool {
         let limits = settings.caps.as_ref().map(|_| limits.clone());
         let listed_names = (Arc::from(name.0.as_str()), Arc::from(name.1.as_str()));
@@ -273,6 +277,7 @@ impl Pool {
             listed_names,
             node: Default::default(),
             logins: Default::default(),
+            hooks,
         }));
         if let Some(l) = &pool.0.limits {
             l.register(&pool);
@@ -698,6 +703,7 @@ impl Pool {
         *self.0.login_failed.lock() = None;
         server.permit = permit;
         server.generation = self.generation();
+        server.hooks = Some(self.0.hooks.clone());
         let unix = server.stream.is_unix();
         let addrs = if unix {
             // Shown as "unix" with the server's port, as PgBouncer does.

@@ -18,6 +18,7 @@ use crate::conns;
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
 use crate::server::connect::{Secret, Target};
+use crate::session::hooks::Watch;
 use crate::shard::{Sharding, Table};
 use crate::tls;
 
@@ -37,6 +38,9 @@ pub struct Registry {
     looked_up: Mutex<HashMap<(String, String), String>>,
     /// Since when each cluster has had no client and no server (pool_idle_timeout).
     empty_since: Mutex<HashMap<(String, String), std::time::Instant>>,
+    /// What user code each server database holds, by (host, port, database): shared by the
+    /// pools of all its users, so that a catalog change through one reaches them all.
+    hooks: Mutex<HashMap<(String, u16, String), Arc<Watch>>>,
 }
 
 impl Registry {
@@ -187,12 +191,19 @@ impl Registry {
                 let pools = targets
                     .into_iter()
                     .map(|target| {
+                        let hooks = self
+                            .hooks
+                            .lock()
+                            .entry((target.host.clone(), target.port, target.database.clone()))
+                            .or_default()
+                            .clone();
                         Pool::new(
                             (database.to_string(), user.to_string()),
                             target,
                             r.settings.clone(),
                             &self.limits,
                             &self.lists,
+                            hooks,
                         )
                     })
                     .collect();

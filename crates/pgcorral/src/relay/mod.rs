@@ -5,6 +5,7 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -26,6 +27,7 @@ use crate::prepared::expect::Answers;
 use crate::prepared::rewrite::Link;
 use crate::prepared::Registry;
 use crate::server::{LinkState, ServerConn};
+use crate::session::hooks::HookMap;
 
 pub mod database_ddl;
 mod scan;
@@ -223,8 +225,10 @@ fn scan_c(
     client: &mut ClientConn,
     server: &mut ServerConn,
     mode: &Mode,
+    hooks: &HookMap,
     unnamed_here: &mut bool,
 ) -> ClientSide {
+    let catalog = server.state.catalog;
     let mut link = mode.prepared.map(|(registry, max, retry)| Link {
         registry,
         max,
@@ -241,11 +245,19 @@ fn scan_c(
         &mut client.pass,
         &mut server.state,
         mode.track,
+        hooks,
         &mut client.custom,
         client.max_len,
         link.as_mut(),
     ) {
         Ok(s) => {
+            if server.state.catalog && !catalog {
+                // Before it reaches the server: no transaction is judged by the catalog as it
+                // was once this may have changed it.
+                if let Some(w) = &server.hooks {
+                    w.stale();
+                }
+            }
             if let (Some(at), Some(pools)) = (s.ddl, mode.pools) {
                 close_for_ddl(pools, &client.buf[at..]);
             }
@@ -328,6 +340,33 @@ fn metered(mode: &Mode, meter: &mut Meter, st: &LinkState, done: Done) {
 /// a timeout expires; counts what passed in `mode.stats` (the caller records the rest with
 /// [`record_rest`]: no wrapper future, so that every client's future stays small).
 pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'_>) -> Outcome {
+    // The catalog the transaction is judged by (transaction and statement mode), and whether it
+    // may have changed while the transaction ran: if so, what the transaction reached is not
+    // known, and it is treated as one that ran user code.
+    let watch = server.hooks.clone().filter(|_| mode.track != Track::Off);
+    let hooks = match &watch {
+        Some(w) => w.current(),
+        None => Arc::new(HookMap::unknown(0)),
+    };
+    let outcome = relay(client, server, mode, &hooks).await;
+    if let Some(w) = watch {
+        if w.generation() != hooks.generation {
+            server.state.dirty = true;
+            server.state.taint = true;
+        }
+        // Read again before it expires, by the client loop once this transaction is over.
+        server.read_hooks = hooks.due();
+    }
+    outcome
+}
+
+/// [`run`], judging the client's statements by `hooks`.
+async fn relay(
+    client: &mut ClientConn,
+    server: &mut ServerConn,
+    mode: &Mode<'_>,
+    hooks: &HookMap,
+) -> Outcome {
     if server.state.pending == 0 && !server.state.unsynced {
         // Nothing outstanding: nothing is owed either.
         server.expect.clear();
@@ -341,7 +380,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     server.state.one_batch = mode.target.is_some();
     server.state.between = mode.between;
     // Whatever the client already sent (the request that caused checkout) goes first.
-    let mut c = scan_c(client, server, mode, &mut unnamed_here);
+    let mut c = scan_c(client, server, mode, hooks, &mut unnamed_here);
     metered(mode, &mut server.meter, &server.state, Done::default());
     // Anything the server sent while idle reaches this client; answers pgcorral owes go out.
     let mut s = ServerSide::new(!server.rbuf.is_empty() || server.expect.fake_next());
@@ -355,7 +394,7 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
             c.resume();
         }
         if c.wants_scan() {
-            c = scan_c(client, server, mode, &mut unnamed_here);
+            c = scan_c(client, server, mode, hooks, &mut unnamed_here);
             s.again |= server.expect.fake_next();
             metered(mode, &mut server.meter, &server.state, Done::default());
         }

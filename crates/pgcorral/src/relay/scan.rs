@@ -13,6 +13,7 @@ use crate::prepared::replay::AtReady;
 use crate::prepared::rewrite::{maybe_command, Link, Plan};
 use crate::server::{LinkState, ServerParams};
 use crate::session::exec;
+use crate::session::hooks::HookMap;
 use crate::session::scan::{classify, custom_names, Effect};
 
 /// Moves `pos` over what is buffered of a passing body; false when the buffer ends inside it.
@@ -308,11 +309,13 @@ pub struct ClientScan {
 /// messages. Stops before Terminate or an unknown tag. With `track`, the SQL of Query and
 /// Parse messages is checked for statements that may change session state. The first that
 /// may be a statement on a database is noted ([`ClientScan::ddl`]).
+#[allow(clippy::too_many_arguments)]
 pub fn scan_client(
     buf: &[u8],
     pass: &mut usize,
     st: &mut LinkState,
     track: Track,
+    hooks: &HookMap,
     custom: &mut Vec<String>,
     max: u32,
     mut link: Option<&mut Link>,
@@ -372,7 +375,7 @@ pub fn scan_client(
             if let Some(l) = link.as_deref() {
                 // Running a statement does what its text does, in whichever transaction it
                 // is bound (a counted batch's Bind follows its Parse, which was looked at).
-                mark(st, bound_effect(l, &buf[pos..], h));
+                mark(st, bound_effect(l, &buf[pos..], h, hooks));
             }
         }
         if h.tag == frontend::FLUSH && st.between && st.unsynced && !st.bound && !count_only {
@@ -402,7 +405,7 @@ pub fn scan_client(
                     if h.tag == frontend::PARSE || h.tag == frontend::QUERY {
                         // A Parse's text, or an SQL PREPARE/EXECUTE/DEALLOCATE that pgcorral
                         // carries out (an EXECUTE runs a statement: it taints).
-                        mark(st, sql_effect(&buf[pos..], h));
+                        mark(st, sql_effect(&buf[pos..], h, hooks));
                     }
                     let before = *st;
                     let a = l.apply(h, &buf[pos..], st);
@@ -425,7 +428,7 @@ pub fn scan_client(
             }
         }
         if track != Track::Off && (h.tag == frontend::QUERY || h.tag == frontend::PARSE) {
-            match sql_effect(&buf[pos..], h) {
+            match sql_effect(&buf[pos..], h, hooks) {
                 Effect::Pins(why) if track == Track::Refuse && h.tag == frontend::QUERY => {
                     out.refuse = Some(why);
                     break;
@@ -526,7 +529,7 @@ fn counted_rest(buf: &[u8], mut pos: usize, end: usize, st: &mut LinkState, l: &
 /// session, by the text the client prepared it with; nothing for a statement pgcorral does not
 /// know (the server refuses the Bind) or a Bind not yet buffered as far as its names (looked at
 /// again when it is).
-fn bound_effect(l: &Link, msg: &[u8], h: Header) -> Effect {
+fn bound_effect(l: &Link, msg: &[u8], h: Header, hooks: &HookMap) -> Effect {
     let body = msg
         .get(pgwire::header::HEADER_LEN..h.total_len().min(msg.len()))
         .unwrap_or_default();
@@ -543,7 +546,7 @@ fn bound_effect(l: &Link, msg: &[u8], h: Header) -> Effect {
         l.client.named(&rest[..n]).map(|s| s.text())
     };
     match text {
-        Some(t) => classify(&t[..memchr::memchr(0, t).unwrap_or(t.len())]),
+        Some(t) => classify(&t[..memchr::memchr(0, t).unwrap_or(t.len())], hooks),
         None => Effect::None,
     }
 }
@@ -553,15 +556,16 @@ fn bound_effect(l: &Link, msg: &[u8], h: Header) -> Effect {
 fn mark(st: &mut LinkState, e: Effect) {
     if e != Effect::None {
         st.dirty = true;
-        st.taint |= e >= Effect::Taint;
+        st.taint |= e >= Effect::Unsure;
+        st.catalog |= e >= Effect::Taint;
     }
 }
 
 /// What the SQL of a Query or Parse message (`msg` starts at its header) may do to the
 /// session; a message not wholly buffered counts as dirty.
-fn sql_effect(msg: &[u8], h: Header) -> Effect {
+fn sql_effect(msg: &[u8], h: Header, hooks: &HookMap) -> Effect {
     match sql_text(msg, h) {
-        Some(sql) => classify(sql),
+        Some(sql) => classify(sql, hooks),
         None => Effect::Dirty,
     }
 }

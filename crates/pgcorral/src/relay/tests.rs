@@ -21,7 +21,16 @@ fn scan_plain_client(
     st: &mut LinkState,
     track: Track,
 ) -> Result<ClientScan, FrameError> {
-    scan_client(buf, pass, st, track, &mut Vec::new(), 1 << 20, None)
+    scan_client(
+        buf,
+        pass,
+        st,
+        track,
+        &HookMap::quiet(),
+        &mut Vec::new(),
+        1 << 20,
+        None,
+    )
 }
 
 /// [`scan_server`] in transaction mode without prepared-statement tracking.
@@ -302,6 +311,7 @@ impl Tracked {
             pass,
             st,
             Track::Pin,
+            &HookMap::quiet(),
             &mut Vec::new(),
             1 << 20,
             Some(&mut link),
@@ -1066,7 +1076,7 @@ proptest::proptest! {
     fn scans_never_overrun(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
         let mut st = LinkState::default();
         let mut pass = 0;
-        if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, Track::Pin, &mut Vec::new(), 1 << 16, None) {
+        if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, Track::Pin, &HookMap::quiet(), &mut Vec::new(), 1 << 16, None) {
             proptest::prop_assert!(s.ready <= bytes.len());
         }
         let mut pass = 0;

@@ -141,6 +141,9 @@ pub struct LinkState {
     /// count as unknown, so they are reset before it serves anyone (see
     /// [`crate::session::apply::capture`]). Always set with `dirty`.
     pub taint: bool,
+    /// The client sent something that may run user code, which may change the catalog (see
+    /// [`crate::session::hooks::Watch::stale`]). Always set with `taint`.
+    pub catalog: bool,
     /// One request batch at a time (databases with replicas): a client's next batch is not
     /// sent before the last one is answered, as it may need another server.
     pub one_batch: bool,
@@ -259,6 +262,7 @@ impl Default for LinkState {
             copy: CopyTrack::default(),
             dirty: false,
             taint: false,
+            catalog: false,
             one_batch: false,
             between: false,
         }
@@ -303,6 +307,12 @@ pub struct ServerConn {
     pub listed: Option<conns::Listed>,
     /// The pool generation it was opened in (see `Pool::reconnect`).
     pub generation: u64,
+    /// What user code its database holds, shared by its pool (see [`session::hooks`]);
+    /// `None` outside a pool, where nothing is trusted.
+    pub hooks: Option<Arc<session::hooks::Watch>>,
+    /// The catalog map its last transaction was judged by is due to be read again (see
+    /// [`crate::session::apply::read_hooks`]).
+    pub read_hooks: bool,
     /// What the relay measures on this link (kept here rather than in each client's future).
     pub meter: stats::Meter,
     /// The relay's last read found nothing and left its task registered for the socket's next
@@ -342,6 +352,8 @@ impl ServerConn {
             held: BytesMut::new(),
             listed: None,
             generation: 0,
+            hooks: None,
+            read_hooks: false,
             meter: Default::default(),
             read_armed: false,
         }

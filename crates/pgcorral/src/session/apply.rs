@@ -57,7 +57,36 @@ pub async fn capture(
     server.statements.retain_names(&captured.statements);
     server.state.dirty = false;
     server.state.taint = false;
+    server.state.catalog = false;
+    read_hooks(server).await?;
     Ok(captured)
+}
+
+/// Reads the database's user code from its catalog when its pools no longer trust what they
+/// know (never read, read before a statement that may have changed it, expired) or soon will
+/// not (due), unless another server is reading it. A server error leaves it as it was (unknown:
+/// every transaction that names anything is then captured and its server reset), and is
+/// logged. The session is left as it was (the read's settings are its transaction's own).
+pub async fn read_hooks(server: &mut ServerConn) -> Result<()> {
+    server.read_hooks = false;
+    let Some(watch) = server.hooks.clone() else {
+        return Ok(());
+    };
+    let Some(_claim) = watch.claim_read() else {
+        return Ok(());
+    };
+    let generation = watch.generation();
+    match own_query(server, super::hooks::READ_SQL).await {
+        Ok(mut sets) => {
+            watch.offer(generation, &sets.pop().unwrap_or_default());
+            Ok(())
+        }
+        Err(e) if e.kind() == Kind::ServerError && !server.state.broken => {
+            tracing::warn!(error = %e, "could not read the database's catalog for user code; every transaction that names anything is reset after it");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Applies a client's startup settings on top of `base` and reads back their canonical values.

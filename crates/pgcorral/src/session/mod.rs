@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod exec;
+pub mod hooks;
 mod lex;
 pub mod scan;
 pub mod startup;
@@ -153,17 +154,19 @@ pub fn sync_sql(applied: &Option<Settings>, desired: &Settings) -> Option<String
 /// timeout turned off, and the capture (with the timeout's reset value, row `r`); their
 /// results are the last two of the Query (see [`parse_capture`]).
 pub fn capture_sql(login_user: &str, custom: &[String]) -> String {
+    // Every operator and type is written qualified: the session may have a search_path that
+    // puts a user's schema before pg_catalog, whose `=` would otherwise run here.
     let mut q = String::from(
         "SELECT 'o', 'statement_timeout', pg_catalog.current_setting('statement_timeout');",
     );
     q.push_str(TIMEOUT_OFF);
     q.push_str(
-        "SELECT 's', name, setting FROM pg_catalog.pg_settings WHERE source = 'session' \
-         UNION ALL SELECT 'r', name, reset_val FROM pg_catalog.pg_settings WHERE name = 'statement_timeout' \
+        "SELECT 's', name, setting FROM pg_catalog.pg_settings WHERE source OPERATOR(pg_catalog.=) 'session' \
+         UNION ALL SELECT 'r', name, reset_val FROM pg_catalog.pg_settings WHERE name OPERATOR(pg_catalog.=) 'statement_timeout' \
          UNION ALL SELECT 's', 'role', pg_catalog.current_setting('role') \
-         WHERE pg_catalog.current_setting('role') <> 'none' \
+         WHERE pg_catalog.current_setting('role') OPERATOR(pg_catalog.<>) 'none' \
          UNION ALL SELECT 's', 'session_authorization', pg_catalog.current_setting('session_authorization') \
-         WHERE pg_catalog.current_setting('session_authorization') <> ",
+         WHERE pg_catalog.current_setting('session_authorization') OPERATOR(pg_catalog.<>) ",
     );
     literal(&mut q, login_user);
     if !custom.is_empty() {
@@ -175,15 +178,21 @@ pub fn capture_sql(login_user: &str, custom: &[String]) -> String {
             }
             literal(&mut q, n);
         }
-        q.push_str("]::text[]) AS n WHERE pg_catalog.current_setting(n, true) <> ''");
+        q.push_str("]::pg_catalog.text[]) AS n WHERE pg_catalog.current_setting(n, true) OPERATOR(pg_catalog.<>) ''");
     }
     let _ = write!(
         q,
         " UNION ALL SELECT 'p', 'LISTEN', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_listening_channels()) \
          UNION ALL SELECT 'p', 'session advisory lock', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_locks \
-         WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()) \
+         WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()) \
          UNION ALL SELECT 'p', 'temporary table', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_class \
-         WHERE relnamespace = pg_catalog.pg_my_temp_schema()) \
+         WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) \
+         UNION ALL SELECT 'p', 'temporary object', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_proc \
+         WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) \
+         OR EXISTS (SELECT FROM pg_catalog.pg_type t WHERE t.typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema() \
+         AND t.typrelid OPERATOR(pg_catalog.=) 0::pg_catalog.oid AND NOT EXISTS (SELECT FROM pg_catalog.pg_type e \
+         WHERE e.oid OPERATOR(pg_catalog.=) t.typelem AND e.typrelid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid)) \
+         OR EXISTS (SELECT FROM pg_catalog.pg_operator WHERE oprnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()) \
          UNION ALL SELECT 'p', 'WITH HOLD cursor', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable) \
          UNION ALL SELECT 'p', 'SQL PREPARE', '' WHERE EXISTS (SELECT FROM pg_catalog.pg_prepared_statements \
          WHERE from_sql AND NOT pg_catalog.starts_with(name, 'pgcorral_')) \

@@ -1,10 +1,12 @@
-//! Which queries may change session state: a conservative classifier over a client's SQL. A
-//! query is clean only when its text shows that it cannot change the session (its statements
-//! start with a known word, and it calls no function outside a short list of built-ins and
-//! names nothing, such as `pg_settings`, that runs code changing it); every other query is
-//! followed by a capture of the session, and a query pgcorral cannot see through also has the
-//! server reset before another client gets it. A miss costs a reset, never a leak.
+//! Which queries may change session state: a conservative classifier over a client's SQL and
+//! the database's catalog. A query is clean only when its text shows that it cannot change the
+//! session (its statements start with a known word, and it calls no function outside a short
+//! list of built-ins) and it names nothing through which the database runs user code (the
+//! [`HookMap`]: a relation with a trigger, a user function, a domain with a CHECK, ...); every
+//! other query is followed by a capture of the session and has the server reset before another
+//! client gets it. A miss costs a reset, never a leak.
 
+use super::hooks::HookMap;
 use super::lex::{Lexer, Token, CLASS, SPACE, WORD};
 
 /// What a query may do to the session, weakest first.
@@ -15,23 +17,32 @@ pub enum Effect {
     /// Changes settings in a way the capture reads back whole (SET, RESET, DISCARD,
     /// `set_config` with a literal name, ...): capture after the transaction.
     Dirty,
+    /// Names something that may reach user code while the database's catalog is not known (not
+    /// read yet, or read again after a catalog change): as `Taint` for the session, but it
+    /// runs no code its text or a known catalog shows, so it changes no catalog pgcorral reads.
+    Unsure,
     /// May change the session in ways pgcorral cannot see from the text (a call of a function
-    /// it does not know, `DO`, `EXECUTE`, `CALL`, `pg_settings`, an unknown statement):
-    /// capture after the transaction for the client, and reset the server's settings before
-    /// another client gets it.
+    /// it does not know, `DO`, `EXECUTE`, `CALL`, `pg_settings`, DDL, an unknown statement, a
+    /// name the catalog says reaches user code): capture after the transaction for the client,
+    /// and reset the server's settings before another client gets it. Such code may also change
+    /// the catalog, so the database's [`HookMap`] is read again after it.
     Taint,
     /// Creates state that cannot move to another server (and taints, as the capture decides
     /// whether the state is still there).
     Pins(&'static str),
 }
 
-/// Classifies every statement of `sql` (a Query text or a Parse's statement) and returns the
-/// strongest effect found.
-pub fn classify(sql: &[u8]) -> Effect {
-    if !worth_lexing(sql) {
+/// Classifies every statement of `sql` (a Query text or a Parse's statement) in a database whose
+/// user code `hooks` maps, and returns the strongest effect found.
+pub fn classify(sql: &[u8], hooks: &HookMap) -> Effect {
+    if hooks.silent() && !worth_lexing(sql) {
         return Effect::None;
     }
-    lex_classify(sql)
+    let e = lex_classify(sql, hooks);
+    if e < Effect::Taint && hooks.operator_in(sql) {
+        return Effect::Taint;
+    }
+    e
 }
 
 /// What a statement's first word says about it. The quick look and the lexer both ask
@@ -45,12 +56,17 @@ enum Start {
     /// A statement that changes no session state by itself: what it calls decides. With
     /// `temp` (CREATE, SELECT, WITH), TEMP or TEMPORARY in it makes a temporary table.
     Clean { temp: bool },
+    /// A statement that may add user code to the catalog (CREATE, ALTER) or run the code a
+    /// table's indexes hold (ANALYZE, VACUUM): taints, and `temp` as for `Clean`.
+    Catalog { temp: bool },
     /// Any other statement (DO, CALL, EXECUTE, LOAD, ...): pgcorral cannot see through it.
     Other,
 }
 
 const CLEAN: Start = Start::Clean { temp: false };
 const CLEAN_TEMP: Start = Start::Clean { temp: true };
+const CATALOG: Start = Start::Catalog { temp: false };
+const CATALOG_TEMP: Start = Start::Catalog { temp: true };
 
 /// The first words pgcorral knows (lower-case ASCII letters, checked at compile time).
 const STARTS: [(&str, Start); 41] = [
@@ -64,7 +80,7 @@ const STARTS: [(&str, Start); 41] = [
     ("close", Start::Matters(Effect::Dirty)),
     ("drop", Start::Matters(Effect::Dirty)),
     ("declare", Start::Declare),
-    ("create", CLEAN_TEMP),
+    ("create", CATALOG_TEMP),
     ("select", CLEAN_TEMP),
     ("with", CLEAN_TEMP),
     ("insert", CLEAN),
@@ -88,12 +104,12 @@ const STARTS: [(&str, Start); 41] = [
     ("notify", CLEAN),
     ("copy", CLEAN),
     ("truncate", CLEAN),
-    ("alter", CLEAN),
+    ("alter", CATALOG),
     ("comment", CLEAN),
     ("grant", CLEAN),
     ("revoke", CLEAN),
-    ("analyze", CLEAN),
-    ("vacuum", CLEAN),
+    ("analyze", CATALOG),
+    ("vacuum", CATALOG),
     ("checkpoint", CLEAN),
 ];
 
@@ -442,6 +458,9 @@ const PURE_CALLS: &[&str] = &[
     "md5",
     "min",
     "mod",
+    // A sequence's next value: its currval and lastval are the server session's, which
+    // pooling cannot hide (docs/architecture.md, *What a pooled client can tell*).
+    "nextval",
     "now",
     "nth_value",
     "ntile",
@@ -607,7 +626,7 @@ impl Walk {
             start,
             effect: match start {
                 Start::Matters(e) => e,
-                Start::Other => Effect::Taint,
+                Start::Other | Start::Catalog { .. } => Effect::Taint,
                 _ => Effect::None,
             },
             before: Last::Nothing,
@@ -619,8 +638,18 @@ impl Walk {
     }
 
     /// Takes the next token; `word` is the last bare word seen (the name before a `(`).
-    fn step(&mut self, tok: Token<'_>, word: &[u8]) {
+    fn step(&mut self, tok: Token<'_>, word: &[u8], hooks: &HookMap) {
         let mut e = Effect::None;
+        // Any name but the statement's first word may name a relation, type or function whose
+        // use runs user code (the first is a keyword: a statement pgcorral does not know
+        // taints anyway).
+        if self.last != Last::Nothing && named_loud(hooks, &tok) {
+            e = if hooks.trusted() {
+                Effect::Taint
+            } else {
+                Effect::Unsure
+            };
+        }
         match (self.set_config, tok) {
             (SetConfig::No, _) => {}
             // A NUL ends the text PostgreSQL reads: a literal holding one is not the name.
@@ -752,8 +781,50 @@ impl Walk {
     }
 }
 
+/// Whether an identifier token names something `hooks` says may reach user code, by the name
+/// PostgreSQL's catalog holds for it: an unquoted word downcased (ASCII letters only, as for a
+/// UTF8 database), a quoted one with `""` undone, either cut to 63 bytes (NAMEDATALEN - 1) at a
+/// character boundary.
+fn named_loud(hooks: &HookMap, tok: &Token<'_>) -> bool {
+    let mut buf = [0u8; 64];
+    let n = match *tok {
+        Token::Word(w) => {
+            let n = w.len().min(64);
+            for (b, c) in buf.iter_mut().zip(w) {
+                *b = c.to_ascii_lowercase();
+            }
+            n
+        }
+        Token::Quoted(q) => {
+            let mut n = 0;
+            let mut i = 0;
+            while i < q.len() && n < 64 {
+                buf[n] = q[i];
+                n += 1;
+                i += if q[i] == b'"' { 2 } else { 1 };
+            }
+            n
+        }
+        _ => return false,
+    };
+    hooks.loud(catalog_cut(&buf[..n]))
+}
+
+/// A name cut as PostgreSQL cuts identifiers: to 63 bytes, less a character cut in two.
+fn catalog_cut(name: &[u8]) -> &[u8] {
+    if name.len() <= 63 {
+        return name;
+    }
+    let mut end = 63;
+    // Back to the start of the character that byte 63 is in (continuation bytes are 10xxxxxx).
+    while end > 0 && name[end] & 0xC0 == 0x80 {
+        end -= 1;
+    }
+    &name[..end]
+}
+
 /// [`classify`] by the lexer, statement by statement.
-fn lex_classify(sql: &[u8]) -> Effect {
+fn lex_classify(sql: &[u8], hooks: &HookMap) -> Effect {
     let mut effect = Effect::None;
     let mut lex = Lexer::new(sql, false);
     let mut walk: Option<Walk> = None;
@@ -767,7 +838,7 @@ fn lex_classify(sql: &[u8]) -> Effect {
             continue;
         }
         let w = walk.get_or_insert_with(|| Walk::new(tok));
-        w.step(tok, word);
+        w.step(tok, word, hooks);
         if let Token::Word(t) = tok {
             word = t;
         }
@@ -779,7 +850,16 @@ fn lex_classify(sql: &[u8]) -> Effect {
         // Read the other way (standard_conforming_strings off), the text may hold more.
         effect = effect.max(Effect::Taint);
     }
+    if effect < Effect::Taint && !hooks.silent() && unicode_escaped(sql) {
+        // A U&"..." name is not decoded here: whatever it spells may be one the catalog maps.
+        effect = Effect::Taint;
+    }
     effect
+}
+
+/// `sql` holds `U&` (in either case), which starts a name or string with Unicode escapes.
+fn unicode_escaped(sql: &[u8]) -> bool {
+    memchr::memchr_iter(b'&', sql).any(|i| i > 0 && sql[i - 1] | 0x20 == b'u')
 }
 
 /// What word `w` does inside a statement, after `last`, where the first word said `start`.
@@ -788,7 +868,12 @@ fn inside(start: Start, last: Last, w: &[u8]) -> Effect {
         4 if start == Start::Declare && is(w, "hold") && last == Last::Word(kw("with")) => {
             Effect::Pins("WITH HOLD cursor")
         }
-        4 | 9 if start == CLEAN_TEMP && (is(w, "temp") || is(w, "temporary")) => {
+        4 | 9
+            if matches!(
+                start,
+                Start::Clean { temp: true } | Start::Catalog { temp: true }
+            ) && (is(w, "temp") || is(w, "temporary")) =>
+        {
             Effect::Pins("temporary table")
         }
         _ => Effect::None,
@@ -851,7 +936,7 @@ mod tests {
     use super::*;
 
     fn c(s: &str) -> Effect {
-        classify(s.as_bytes())
+        classify(s.as_bytes(), &HookMap::quiet())
     }
 
     #[test]
@@ -937,6 +1022,66 @@ mod tests {
         );
     }
 
+    /// A name through which the database runs user code taints, however it is spelled; with the
+    /// catalog unknown, any name but a statement's first word is unsure.
+    #[test]
+    fn names_that_reach_user_code_taint() {
+        let long = "a".repeat(63);
+        let map = HookMap::naming(&["trig", "lower", "evil", "Mixed", &long], &["==="]);
+        let m = |sql: &str| classify(sql.as_bytes(), &map);
+        for sql in [
+            "insert into trig values (1)",
+            "INSERT INTO public.TRIG VALUES (1)",
+            "update \"trig\" set a = 1",
+            "select lower(1)",
+            "select t.lower from t",
+            "select 1::evil",
+            "select cast(1 as public.evil)",
+            "select * from \"Mixed\"",
+            "select 1 === 1",
+            "select * from U&\"\\0074rig\"",
+            &format!("select * from {long}bbbb"),
+            &format!("select * from \"{long}é\""),
+        ] {
+            assert_eq!(m(sql), Effect::Taint, "{sql}");
+        }
+        for sql in [
+            "insert into plain values (1)",
+            "select * from mixed",
+            "select upper(b) from t where a = $1",
+            "select 'trig', $$lower$$ -- trig\n",
+            "BEGIN",
+        ] {
+            assert_eq!(m(sql), Effect::None, "{sql}");
+        }
+        let unknown = HookMap::unknown(0);
+        let u = |sql: &str| classify(sql.as_bytes(), &unknown);
+        assert_eq!(u("select abalance from pgbench_accounts"), Effect::Unsure);
+        assert_eq!(u("SET search_path = a"), Effect::Dirty.max(Effect::Unsure));
+        for sql in ["BEGIN", "COMMIT", "select 1", "rollback; select 2"] {
+            assert_eq!(u(sql), Effect::None, "{sql}");
+        }
+        assert_eq!(u("select f()"), Effect::Taint);
+    }
+
+    /// DDL may add user code to the catalog: it taints, whatever it names.
+    #[test]
+    fn ddl_taints() {
+        for sql in [
+            "create table t (a int)",
+            "CREATE TRIGGER t BEFORE INSERT ON x EXECUTE FUNCTION f()",
+            "alter table t alter a set default 1",
+            "analyze",
+            "vacuum (verbose) t",
+        ] {
+            assert_eq!(c(sql), Effect::Taint, "{sql}");
+        }
+        assert_eq!(
+            c("create temp table t (a int)"),
+            Effect::Pins("temporary table")
+        );
+    }
+
     /// What pgbench and applications send most: no call, or calls of built-ins only.
     #[test]
     fn plain_statements_and_built_ins_are_clean() {
@@ -957,7 +1102,6 @@ mod tests {
             "select exists (select 1) and a = any (array[1, 2])",
             "(select 1) union (select 2)",
             "explain (analyze, costs off) select 1",
-            "vacuum (verbose) t",
             "copy t (a, b) from stdin",
             "select set_config('app.tenant', $1, true)",
             "select 'f(x)', $$ g() $$, \"col\" from t",
@@ -1099,7 +1243,7 @@ mod tests {
         }
         let mut skipped = 0;
         for text in &corpus {
-            let full = lex_classify(text.as_bytes());
+            let full = lex_classify(text.as_bytes(), &HookMap::quiet());
             let worth = worth_lexing(text.as_bytes());
             assert!(
                 worth || full == Effect::None,
@@ -1151,7 +1295,7 @@ mod tests {
             ("select", "xset_confi"),
             ("select", "pg_setting"),
             ("select", "tem"),
-            ("create", "TEM"),
+            ("with", "TEM"),
             ("update", "t set temp = 1"),
             ("delete", "from temp"),
             ("select", "1;"),
@@ -1179,10 +1323,14 @@ mod tests {
                         continue;
                     }
                     let text = format!("{first}{before}{word}{}", &after[..n]);
-                    let full = lex_classify(text.as_bytes());
+                    let full = lex_classify(text.as_bytes(), &HookMap::quiet());
                     assert_ne!(full, Effect::None, "{text:?}");
                     assert!(worth_lexing(text.as_bytes()), "{text:?} skipped");
-                    assert_eq!(classify(text.as_bytes()), full, "{text:?}");
+                    assert_eq!(
+                        classify(text.as_bytes(), &HookMap::quiet()),
+                        full,
+                        "{text:?}"
+                    );
                 }
                 for (first, word) in misses {
                     if joins(off, word) {
@@ -1222,7 +1370,10 @@ mod tests {
                 let quick = worth_lexing(format!("  {word} 1").as_bytes());
                 assert_eq!(
                     quick,
-                    matches!(says, Start::Matters(_) | Start::Declare),
+                    matches!(
+                        says,
+                        Start::Matters(_) | Start::Declare | Start::Catalog { .. }
+                    ),
                     "{word}"
                 );
             }

@@ -2,6 +2,7 @@
 //! through pgcorral in each pool mode, every message each client receives compared (see
 //! docs/testing.md, "Differential tests").
 
+pub mod cases_hooks;
 pub mod cases_protocol;
 pub mod cases_state;
 pub mod compare;
