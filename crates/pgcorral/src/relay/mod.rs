@@ -348,6 +348,8 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
         Some(w) => w.current(),
         None => Arc::new(HookMap::unknown(0)),
     };
+    // Whatever an earlier client left marked was marked stale then: this run marks its own.
+    server.state.catalog = false;
     let outcome = relay(client, server, mode, &hooks).await;
     if let Some(w) = watch {
         if w.generation() != hooks.generation {

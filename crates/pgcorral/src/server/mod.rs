@@ -141,8 +141,8 @@ pub struct LinkState {
     /// count as unknown, so they are reset before it serves anyone (see
     /// [`crate::session::apply::capture`]). Always set with `dirty`.
     pub taint: bool,
-    /// The client sent something that may run user code, which may change the catalog (see
-    /// [`crate::session::hooks::Watch::stale`]). Always set with `taint`.
+    /// The client sent something in this relay that may run user code, which may change the
+    /// catalog (see [`crate::session::hooks::Watch::stale`]). Always set with `taint`.
     pub catalog: bool,
     /// One request batch at a time (databases with replicas): a client's next batch is not
     /// sent before the last one is answered, as it may need another server.

@@ -17,9 +17,11 @@ pub enum Effect {
     /// Changes settings in a way the capture reads back whole (SET, RESET, DISCARD,
     /// `set_config` with a literal name, ...): capture after the transaction.
     Dirty,
-    /// Names something that may reach user code while the database's catalog is not known (not
-    /// read yet, or read again after a catalog change): as `Taint` for the session, but it
-    /// runs no code its text or a known catalog shows, so it changes no catalog pgcorral reads.
+    /// Changes the session in a way the capture may not read back whole (a custom setting whose
+    /// name is computed or quoted, `pg_settings`), or names something that may reach user code
+    /// while the database's catalog is not known (not read yet, or read again after a catalog
+    /// change): as `Taint` for the session, but it runs no code its text or a known catalog
+    /// shows, so it changes no catalog pgcorral reads.
     Unsure,
     /// May change the session in ways pgcorral cannot see from the text (a call of a function
     /// it does not know, `DO`, `EXECUTE`, `CALL`, `pg_settings`, DDL, an unknown statement, a
@@ -663,15 +665,17 @@ impl Walk {
                 e = Effect::Dirty;
             }
             _ => {
+                // A name the capture cannot read back: PostgreSQL's own set_config (a user's
+                // function of that name is in the map) runs no other code.
                 self.set_config = SetConfig::No;
-                e = Effect::Taint;
+                e = e.max(Effect::Unsure);
             }
         }
         let this = match tok {
             Token::Word(w) => {
                 if is(w, "pg_settings") {
-                    // Its UPDATE rule calls set_config.
-                    e = e.max(Effect::Taint);
+                    // Its UPDATE rule calls set_config, with a name the capture may not know.
+                    e = e.max(Effect::Unsure);
                 }
                 e = e.max(inside(self.start, self.last, w));
                 if self.last != Last::Dot {
@@ -688,13 +692,13 @@ impl Walk {
             }
             Token::Quoted(q) => {
                 if is(q, "pg_settings") {
-                    e = e.max(Effect::Taint);
+                    e = e.max(Effect::Unsure);
                 }
                 if matches!(self.start, Start::Matters(Effect::Dirty))
                     && (q.contains(&b'.') || q.contains(&b'\\'))
                 {
                     // A custom setting's name the capture may not know how to read back.
-                    e = e.max(Effect::Taint);
+                    e = e.max(Effect::Unsure);
                 }
                 if self.last != Last::Dot {
                     self.qualified = false;
@@ -983,8 +987,6 @@ mod tests {
             "select \"set_config\"('role', 'r', false)",
             "select pg_catalog.\"set_config\"('role', 'r', false)",
             "select U&\"set\\005fconfig\"('role', 'r', false)",
-            "UPDATE pg_settings SET setting = 'x' WHERE name = 'search_path'",
-            "update pg_catalog.\"pg_settings\" set setting = 'x'",
             "EXECUTE p",
             "DO $$BEGIN PERFORM set_config('role', 'r', false); END$$",
             "do 'begin set role r; end'",
@@ -993,16 +995,11 @@ mod tests {
             "select public.now()",
             "select \"now\"()",
             "select myschema.count(*) from t",
-            "select set_config($1, $2, false)",
-            "select set_config('app.' || 'x', '1', false)",
-            "select set_config(E'app\\x2ex', '1', false)",
             "select set_config(",
             // A NUL inside the name (found by fuzzing): the text PostgreSQL reads ends there.
-            "select set_config('app\0x', '1', false)",
             "select * from t where f(a) > 1",
             "insert into t select f(1)",
             "insert into t (a) select f(a) from u",
-            "SET \"my.x\" = 1",
             "select 1; select g()",
             "select x filter (where true)",
             "select over(1)",
@@ -1014,6 +1011,19 @@ mod tests {
             "select 'a\\'', f() --'",
         ] {
             assert_eq!(c(sql), Effect::Taint, "{sql}");
+        }
+        // What only PostgreSQL's own set_config or pg_settings' rule can do: the session is
+        // read back and reset, but no catalog changes.
+        for sql in [
+            "UPDATE pg_settings SET setting = 'x' WHERE name = 'search_path'",
+            "update pg_catalog.\"pg_settings\" set setting = 'x'",
+            "select set_config($1, $2, false)",
+            "select set_config('app.' || 'x', '1', false)",
+            "select set_config(E'app\\x2ex', '1', false)",
+            "select set_config('app\0x', '1', false)",
+            "SET \"my.x\" = 1",
+        ] {
+            assert_eq!(c(sql), Effect::Unsure, "{sql}");
         }
         // Pins stay the strongest.
         assert_eq!(
