@@ -374,3 +374,96 @@ async fn idle_clients_move_to_the_new_process_with_their_session() {
     assert!(!log_new.contains("ERROR"), "{log_new}");
     drop(new);
 }
+
+/// Three `-R` restarts 2 s apart under pgbench, each while the process before may still be
+/// sending its clients along: clients in transactions of up to 2.5 s (they move only once the
+/// transaction ends, possibly to a process that has itself been replaced since) and clients of
+/// one-statement transactions. No client is dropped or fails a transaction, every process but
+/// the last exits, and the last one serves.
+#[test]
+fn three_restarts_in_a_row_under_pgbench_drop_no_client() {
+    let pg = Postgres::start();
+    let init = output({
+        let mut c = pgbench_cmd(pg.port, "postgres", "postgres", None);
+        c.args(["-i", "-q", "-s", "1"]);
+        c
+    });
+    assert!(init.status.success(), "{}", stderr(&init));
+    let (dir, path, port) = setup(&pg);
+    let script = dir.join("long.sql");
+    std::fs::write(
+        &script,
+        "\\set ms random(1, 2500)\nBEGIN;\nSELECT pg_sleep(:ms / 1000.0);\nEND;\n",
+    )
+    .unwrap();
+    let first = spawn(&path, &dir, "p0.log", false);
+    poll_until("the first process listens", 10, || {
+        pid_in(&dir) == Some(first.id())
+            && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let run = |args: Vec<String>| {
+        std::thread::spawn(move || {
+            let mut c = pgbench_cmd(port, "postgres", "postgres", None);
+            c.args(["-n", "-T", "10"]).args(args);
+            output(c)
+        })
+    };
+    let long = run(vec![
+        "-c".into(),
+        "4".into(),
+        "-f".into(),
+        script.display().to_string(),
+    ]);
+    let short = run(vec!["-c".into(), "3".into(), "-S".into()]);
+    let mut procs = vec![(first, "p0.log".to_string())];
+    for i in 1..=3 {
+        std::thread::sleep(Duration::from_secs(2));
+        let name = format!("p{i}.log");
+        let p = spawn(&path, &dir, &name, true);
+        poll_until(&format!("the pidfile names process {i}"), 10, || {
+            pid_in(&dir) == Some(p.id())
+        });
+        procs.push((p, name));
+    }
+    poll_until("pgbench finishes", 40, || {
+        long.is_finished() && short.is_finished()
+    });
+    let (long, short) = (long.join().unwrap(), short.join().unwrap());
+    let logs = || {
+        (0..=3)
+            .map(|i| format!("--- p{i}.log\n{}", log(&dir, &format!("p{i}.log"))))
+            .collect::<String>()
+    };
+    for (what, o) in [("long transactions", &long), ("short transactions", &short)] {
+        let out = stdout(o) + &stderr(o);
+        assert!(
+            o.status.success() && !out.contains("aborted"),
+            "{what}: a client was dropped\n{out}\n{}",
+            logs()
+        );
+    }
+    // Sane counts: a long transaction takes 1.25 s on average, so 4 clients do about 30 in
+    // 10 s; the short ones many more.
+    let tx = assert_pgbench_ok("long transactions", &long);
+    assert!((15..=50).contains(&tx), "{tx} long transactions");
+    assert!(assert_pgbench_ok("short transactions", &short) > 100);
+    let last = procs.pop().unwrap();
+    for (mut p, name) in procs {
+        assert!(exits_within(&mut p, 10, &dir, &name), "{}", logs());
+    }
+    let o = psql(
+        "127.0.0.1",
+        &[
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-Atc",
+            "SELECT 1",
+        ],
+    );
+    assert_eq!(stdout(&o).trim(), "1", "{}", stderr(&o));
+    drop(last);
+}

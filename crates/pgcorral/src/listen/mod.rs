@@ -162,10 +162,17 @@ impl Pooler {
             services,
         } = self;
         let mut handed_over = false;
-        // The old process's clients (`-R`), read off the main thread as they come.
-        let (to_here, mut taken_over) = tokio::sync::mpsc::unbounded_channel();
+        // The old process's clients (`-R`), read off the main thread as they come. Taking them
+        // counts as a task: a stop that waits for the clients, and a handover of this process
+        // in its turn, wait for the old process to be gone (it may still be sending clients).
         if let Some(stream) = from_old {
+            let (to_here, taken_over) = tokio::sync::mpsc::unbounded_channel();
             takeover::receive_clients(stream, to_here);
+            tokio::spawn(
+                services
+                    .tasks
+                    .track_future(take_clients(services.clone(), taken_over)),
+            );
         }
         let io_uring = services.config.load().general.io_uring;
         let on_start = stats::own_shard;
@@ -203,12 +210,6 @@ impl Pooler {
                     Ok((Detached::Plain(stream.into_std()?, Vec::new()), Peer::Tcp(peer)))
                 }),
                 r = accept_unix(unix.as_ref()) => r,
-                Some((state, fd)) = taken_over.recv() => {
-                    if let Some(worker) = services.balance.pick() {
-                        client::handover::resume(&services, &state, fd, worker);
-                    }
-                    continue;
-                }
                 r = accept_takeover(takeover.as_ref()), if giving.is_none() => {
                     giving = Some(Box::pin(hand_over(r, &listener, unix.as_ref())));
                     continue;
@@ -502,6 +503,30 @@ async fn hand_over(
         Err(e) => {
             tracing::warn!(error = %e, "takeover failed");
             None
+        }
+    }
+}
+
+/// Takes the clients the old process sends (`-R`) until it is gone: each goes on here, or, once
+/// a newer process has taken this one over, straight on to that one (the old process may still
+/// be finishing a transaction of a client it sends here later). An immediate exit closes those
+/// that come after it.
+async fn take_clients(
+    services: Services,
+    mut taken_over: tokio::sync::mpsc::UnboundedReceiver<(Vec<u8>, std::os::fd::OwnedFd)>,
+) {
+    loop {
+        let (state, fd) = tokio::select! {
+            _ = services.shutdown.exiting() => return,
+            got = taken_over.recv() => match got {
+                Some(c) => c,
+                None => return,
+            },
+        };
+        if services.handover.get().is_some() {
+            client::handover::pass_on(&services, state, fd);
+        } else if let Some(worker) = services.balance.pick() {
+            client::handover::resume(&services, &state, fd, worker);
         }
     }
 }
