@@ -154,16 +154,13 @@ fn run() -> i32 {
             );
             None
         }
-        (true, dir) => {
-            let path = pgcorral::listen::takeover::path(dir, config.general.listen_port);
-            match pgcorral::listen::takeover::take(&path) {
-                Ok(got) => Some(got),
-                Err(e) => {
-                    tracing::warn!(error = %e, "takeover failed: starting normally");
-                    None
-                }
+        (true, dir) => match pgcorral::listen::takeover::take_in(dir, config.general.listen_port) {
+            Ok(got) => Some(got),
+            Err(e) => {
+                tracing::warn!(error = %e, "takeover failed: starting normally");
+                None
             }
-        }
+        },
     };
     if let Some(p) = pidfile_path.as_ref().filter(|_| inherited.is_none()) {
         match pidfile::check(p) {

@@ -190,8 +190,7 @@ fn a_stalled_takeover_connection_delays_no_login() {
         pid_in(&dir) == Some(old.id()) && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     let stalled =
-        std::os::unix::net::UnixStream::connect(dir.join(format!(".s.PGSQL.{port}.takeover")))
-            .unwrap();
+        std::os::unix::net::UnixStream::connect(dir.join(format!(".s.TAKE.{port}"))).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let p = port.to_string();
     for host in ["127.0.0.1", dir.display().to_string().as_str()] {
@@ -466,4 +465,86 @@ fn three_restarts_in_a_row_under_pgbench_drop_no_client() {
     );
     assert_eq!(stdout(&o).trim(), "1", "{}", stderr(&o));
     drop(last);
+}
+
+/// A unix_socket_dir that leaves the client socket's path 107 bytes, the most a socket path may
+/// have (as PgBouncer's tests' long temporary directories do): --check accepts it, pgcorral
+/// starts and serves over the socket, and `-R` works there (the takeover socket's name is
+/// shorter than the client socket's). One byte more, --check and the start refuse it alike.
+#[test]
+fn a_socket_path_of_107_bytes_serves_and_restarts() {
+    let pg = Postgres::start();
+    let base = tempfile::tempdir().unwrap().keep();
+    let port = free_port();
+    let name = format!(".s.PGSQL.{port}");
+    let pad = 107 - base.as_os_str().len() - 1 - 1 - name.len();
+    let write = |pad: usize| {
+        let dir = base.join("d".repeat(pad));
+        std::fs::create_dir_all(&dir).unwrap();
+        let general = format!(
+            "unix_socket_dir = \"{d}\"\npidfile = \"{b}/pgcorral.pid\"",
+            d = dir.display(),
+            b = base.display()
+        );
+        let text = config(&pg, "postgres", &general)
+            .replace("listen_port = 0", &format!("listen_port = {port}"));
+        let path = base.join(format!("pgcorral{pad}.toml"));
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    };
+    let (dir, path) = write(pad);
+    assert_eq!(dir.join(&name).as_os_str().len(), 107);
+    let checked = check_config(&path);
+    assert!(checked.status.success(), "{}", stderr(&checked));
+    let mut old = spawn(&path, &base, "old.log", false);
+    let dir_s = dir.display().to_string();
+    let p = port.to_string();
+    let select = |n: &str| {
+        let sql = format!("SELECT {n}");
+        psql(
+            &dir_s,
+            &["-p", &p, "-U", "postgres", "-d", "postgres", "-Atc", &sql],
+        )
+    };
+    poll_until("the first process listens on its socket", 10, || {
+        stdout(&select("1")).trim() == "1" || old.try_wait().unwrap().is_some()
+    });
+    assert!(
+        old.try_wait().unwrap().is_none(),
+        "{}",
+        log(&base, "old.log")
+    );
+    let new = spawn(&path, &base, "new.log", true);
+    poll_until("the pidfile names the new process", 10, || {
+        pid_in(&base) == Some(new.id())
+    });
+    assert!(exits_within(&mut old, 10, &base, "old.log"));
+    assert!(
+        log(&base, "new.log").contains("process up") && !log(&base, "new.log").contains("WARN"),
+        "{}",
+        log(&base, "new.log")
+    );
+    let o = select("2");
+    assert_eq!(stdout(&o).trim(), "2", "{}", stderr(&o));
+    drop(new);
+
+    let (_, path) = write(pad + 1);
+    let checked = check_config(&path);
+    assert!(!checked.status.success(), "--check accepted 108 bytes");
+    assert!(
+        stderr(&checked).contains("is 108 bytes"),
+        "{}",
+        stderr(&checked)
+    );
+    let started = output({
+        let mut c = Command::new(pgcorral_bin());
+        c.arg(&path).stdin(Stdio::null());
+        c
+    });
+    assert_eq!(started.status.code(), Some(1));
+    assert!(
+        stderr(&started).contains("is 108 bytes"),
+        "{}",
+        stderr(&started)
+    );
 }
