@@ -223,7 +223,9 @@ fn serve(
         let server = match pgcorral::Pooler::bind_inheriting(config, inherited).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(error = %e, "cannot listen");
+                // A listener's error names where ("cannot listen on 127.0.0.1:6432: ..."),
+                // as PgBouncer's.
+                tracing::error!("{e}");
                 return 1;
             }
         };

@@ -91,7 +91,11 @@ impl Pooler {
                         Some(UnixListen::bind(dir, tcp.local_addr()?.port(), mode)?)
                     }
                 };
-                (tcp.listen(LISTEN_BACKLOG)?, unix)
+                let at = tcp.local_addr()?;
+                let tcp = tcp
+                    .listen(LISTEN_BACKLOG)
+                    .map_err(|e| cannot_listen(at, e))?;
+                (tcp, unix)
             }
         };
         let takeover = match dir.as_str() {
@@ -102,14 +106,20 @@ impl Pooler {
                 // The client socket answered to no one else (or was handed over by the process
                 // that made this file): a file here is stale or that process's.
                 let _ = std::fs::remove_file(&path);
-                let l = tokio::net::UnixListener::bind(&path)?;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+                let at = format!("unix:{}", path.display());
+                let l = tokio::net::UnixListener::bind(&path).map_err(|e| cannot_listen(&at, e))?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| cannot_listen(&at, e))?;
                 Some((l, path))
             }
         };
         let metrics = match config.general.metrics_addr.as_str() {
             "" => None,
-            addr => Some(TcpListener::bind(addr).await?),
+            addr => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| cannot_listen(addr, e))?,
+            ),
         };
         let tls = tls::Tls::load(&config.general)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
@@ -346,7 +356,10 @@ async fn accept(
 fn bind_tcp(host: &str, port: u16, reuseport: bool) -> std::io::Result<tokio::net::TcpSocket> {
     use std::net::ToSocketAddrs;
     let mut last = None;
-    for addr in (host, port).to_socket_addrs()? {
+    let addrs = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| cannot_listen(format_args!("{host}:{port}"), e))?;
+    for addr in addrs {
         let socket = match addr {
             SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
             SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
@@ -357,15 +370,19 @@ fn bind_tcp(host: &str, port: u16, reuseport: bool) -> std::io::Result<tokio::ne
         }
         match socket.bind(addr) {
             Ok(()) => return Ok(socket),
-            Err(e) => last = Some(e),
+            Err(e) => last = Some(cannot_listen(addr, e)),
         }
     }
     Err(last.unwrap_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "listen_addr resolves to nothing",
-        )
+        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "resolves to nothing");
+        cannot_listen(format_args!("{host}:{port}"), e)
     }))
+}
+
+/// A listener's error naming where it was to listen, as PgBouncer's log does: `cannot listen on
+/// 127.0.0.1:6432: Address already in use`, `cannot listen on unix:/tmp/.s.PGSQL.6432: ...`.
+pub(crate) fn cannot_listen(at: impl std::fmt::Display, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("cannot listen on {at}: {e}"))
 }
 
 /// The accept backlog of the TCP listener (tokio's own default).
