@@ -118,7 +118,15 @@ fn the_new_process_takes_the_sockets_and_the_old_one_finishes_its_clients() {
             ],
         ))
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // Once the client is in its transaction (a fixed wait lost the race to a slow psql start
+    // on a loaded machine: the old process, with no client yet, had nothing to wait for).
+    poll_until("the client sleeps in its transaction", 15, || {
+        pg.sql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' \
+             AND query LIKE 'SELECT pg_sleep%'",
+        ) != "0"
+    });
     let mut new = spawn(&path, &dir, "new.log", true);
     poll_until("the pidfile names the new process", 10, || {
         pid_in(&dir) == Some(new.id())
