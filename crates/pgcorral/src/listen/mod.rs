@@ -172,6 +172,15 @@ impl Pooler {
             services,
         } = self;
         let mut handed_over = false;
+        let io_uring = services.config.load().general.io_uring;
+        let on_start = stats::own_shard;
+        let workers = match Workers::start(services.balance.clone(), io_uring, on_start) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start worker threads");
+                return Ended::Stopped;
+            }
+        };
         // The old process's clients (`-R`), read off the main thread as they come. Taking them
         // counts as a task: a stop that waits for the clients, and a handover of this process
         // in its turn, wait for the old process to be gone (it may still be sending clients).
@@ -184,15 +193,6 @@ impl Pooler {
                     .track_future(take_clients(services.clone(), taken_over)),
             );
         }
-        let io_uring = services.config.load().general.io_uring;
-        let on_start = stats::own_shard;
-        let workers = match Workers::start(services.balance.clone(), io_uring, on_start) {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start worker threads");
-                return Ended::Stopped;
-            }
-        };
         let shutdown = services.shutdown.clone();
         tokio::spawn(sample_load(services.clone()));
         tokio::spawn(upkeep::run(services.clone()));
