@@ -154,16 +154,13 @@ fn run() -> i32 {
             );
             None
         }
-        (true, dir) => {
-            let path = pgcorral::listen::takeover::path(dir, config.general.listen_port);
-            match pgcorral::listen::takeover::take(&path) {
-                Ok(got) => Some(got),
-                Err(e) => {
-                    tracing::warn!(error = %e, "takeover failed: starting normally");
-                    None
-                }
+        (true, dir) => match pgcorral::listen::takeover::take_in(dir, config.general.listen_port) {
+            Ok(got) => Some(got),
+            Err(e) => {
+                tracing::warn!(error = %e, "takeover failed: starting normally");
+                None
             }
-        }
+        },
     };
     if let Some(p) = pidfile_path.as_ref().filter(|_| inherited.is_none()) {
         match pidfile::check(p) {
@@ -226,7 +223,9 @@ fn serve(
         let server = match pgcorral::Pooler::bind_inheriting(config, inherited).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(error = %e, "cannot listen");
+                // A listener's error names where ("cannot listen on 127.0.0.1:6432: ..."),
+                // as PgBouncer's.
+                tracing::error!("{e}");
                 return 1;
             }
         };

@@ -118,7 +118,15 @@ fn the_new_process_takes_the_sockets_and_the_old_one_finishes_its_clients() {
             ],
         ))
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // Once the client is in its transaction (a fixed wait lost the race to a slow psql start
+    // on a loaded machine: the old process, with no client yet, had nothing to wait for).
+    poll_until("the client sleeps in its transaction", 15, || {
+        pg.sql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' \
+             AND query LIKE 'SELECT pg_sleep%'",
+        ) != "0"
+    });
     let mut new = spawn(&path, &dir, "new.log", true);
     poll_until("the pidfile names the new process", 10, || {
         pid_in(&dir) == Some(new.id())
@@ -190,8 +198,7 @@ fn a_stalled_takeover_connection_delays_no_login() {
         pid_in(&dir) == Some(old.id()) && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     let stalled =
-        std::os::unix::net::UnixStream::connect(dir.join(format!(".s.PGSQL.{port}.takeover")))
-            .unwrap();
+        std::os::unix::net::UnixStream::connect(dir.join(format!(".s.TAKE.{port}"))).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let p = port.to_string();
     for host in ["127.0.0.1", dir.display().to_string().as_str()] {
@@ -373,4 +380,179 @@ async fn idle_clients_move_to_the_new_process_with_their_session() {
     assert!(handed >= 2, "{log_old}");
     assert!(!log_new.contains("ERROR"), "{log_new}");
     drop(new);
+}
+
+/// Three `-R` restarts 2 s apart under pgbench, each while the process before may still be
+/// sending its clients along: clients in transactions of up to 2.5 s (they move only once the
+/// transaction ends, possibly to a process that has itself been replaced since) and clients of
+/// one-statement transactions. No client is dropped or fails a transaction, every process but
+/// the last exits, and the last one serves.
+#[test]
+fn three_restarts_in_a_row_under_pgbench_drop_no_client() {
+    let pg = Postgres::start();
+    let init = output({
+        let mut c = pgbench_cmd(pg.port, "postgres", "postgres", None);
+        c.args(["-i", "-q", "-s", "1"]);
+        c
+    });
+    assert!(init.status.success(), "{}", stderr(&init));
+    let (dir, path, port) = setup(&pg);
+    let script = dir.join("long.sql");
+    std::fs::write(
+        &script,
+        "\\set ms random(1, 2500)\nBEGIN;\nSELECT pg_sleep(:ms / 1000.0);\nEND;\n",
+    )
+    .unwrap();
+    let first = spawn(&path, &dir, "p0.log", false);
+    poll_until("the first process listens", 10, || {
+        pid_in(&dir) == Some(first.id())
+            && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let run = |args: Vec<String>| {
+        std::thread::spawn(move || {
+            let mut c = pgbench_cmd(port, "postgres", "postgres", None);
+            c.args(["-n", "-T", "10"]).args(args);
+            output(c)
+        })
+    };
+    let long = run(vec![
+        "-c".into(),
+        "4".into(),
+        "-f".into(),
+        script.display().to_string(),
+    ]);
+    let short = run(vec!["-c".into(), "3".into(), "-S".into()]);
+    let mut procs = vec![(first, "p0.log".to_string())];
+    for i in 1..=3 {
+        std::thread::sleep(Duration::from_secs(2));
+        let name = format!("p{i}.log");
+        let p = spawn(&path, &dir, &name, true);
+        poll_until(&format!("the pidfile names process {i}"), 10, || {
+            pid_in(&dir) == Some(p.id())
+        });
+        procs.push((p, name));
+    }
+    poll_until("pgbench finishes", 40, || {
+        long.is_finished() && short.is_finished()
+    });
+    let (long, short) = (long.join().unwrap(), short.join().unwrap());
+    let logs = || {
+        (0..=3)
+            .map(|i| format!("--- p{i}.log\n{}", log(&dir, &format!("p{i}.log"))))
+            .collect::<String>()
+    };
+    for (what, o) in [("long transactions", &long), ("short transactions", &short)] {
+        let out = stdout(o) + &stderr(o);
+        assert!(
+            o.status.success() && !out.contains("aborted"),
+            "{what}: a client was dropped\n{out}\n{}",
+            logs()
+        );
+    }
+    // Sane counts: a long transaction takes 1.25 s on average, so 4 clients do about 30 in
+    // 10 s; the short ones many more.
+    let tx = assert_pgbench_ok("long transactions", &long);
+    assert!((15..=50).contains(&tx), "{tx} long transactions");
+    assert!(assert_pgbench_ok("short transactions", &short) > 100);
+    let last = procs.pop().unwrap();
+    for (mut p, name) in procs {
+        assert!(exits_within(&mut p, 10, &dir, &name), "{}", logs());
+    }
+    let o = psql(
+        "127.0.0.1",
+        &[
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-Atc",
+            "SELECT 1",
+        ],
+    );
+    assert_eq!(stdout(&o).trim(), "1", "{}", stderr(&o));
+    drop(last);
+}
+
+/// A unix_socket_dir that leaves the client socket's path 107 bytes, the most a socket path may
+/// have (as PgBouncer's tests' long temporary directories do): --check accepts it, pgcorral
+/// starts and serves over the socket, and `-R` works there (the takeover socket's name is
+/// shorter than the client socket's). One byte more, --check and the start refuse it alike.
+#[test]
+fn a_socket_path_of_107_bytes_serves_and_restarts() {
+    let pg = Postgres::start();
+    let base = tempfile::tempdir().unwrap().keep();
+    let port = free_port();
+    let name = format!(".s.PGSQL.{port}");
+    let pad = 107 - base.as_os_str().len() - 1 - 1 - name.len();
+    let write = |pad: usize| {
+        let dir = base.join("d".repeat(pad));
+        std::fs::create_dir_all(&dir).unwrap();
+        let general = format!(
+            "unix_socket_dir = \"{d}\"\npidfile = \"{b}/pgcorral.pid\"",
+            d = dir.display(),
+            b = base.display()
+        );
+        let text = config(&pg, "postgres", &general)
+            .replace("listen_port = 0", &format!("listen_port = {port}"));
+        let path = base.join(format!("pgcorral{pad}.toml"));
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    };
+    let (dir, path) = write(pad);
+    assert_eq!(dir.join(&name).as_os_str().len(), 107);
+    let checked = check_config(&path);
+    assert!(checked.status.success(), "{}", stderr(&checked));
+    let mut old = spawn(&path, &base, "old.log", false);
+    let dir_s = dir.display().to_string();
+    let p = port.to_string();
+    let select = |n: &str| {
+        let sql = format!("SELECT {n}");
+        psql(
+            &dir_s,
+            &["-p", &p, "-U", "postgres", "-d", "postgres", "-Atc", &sql],
+        )
+    };
+    poll_until("the first process listens on its socket", 10, || {
+        stdout(&select("1")).trim() == "1" || old.try_wait().unwrap().is_some()
+    });
+    assert!(
+        old.try_wait().unwrap().is_none(),
+        "{}",
+        log(&base, "old.log")
+    );
+    let new = spawn(&path, &base, "new.log", true);
+    poll_until("the pidfile names the new process", 10, || {
+        pid_in(&base) == Some(new.id())
+    });
+    assert!(exits_within(&mut old, 10, &base, "old.log"));
+    assert!(
+        log(&base, "new.log").contains("process up") && !log(&base, "new.log").contains("WARN"),
+        "{}",
+        log(&base, "new.log")
+    );
+    let o = select("2");
+    assert_eq!(stdout(&o).trim(), "2", "{}", stderr(&o));
+    drop(new);
+
+    let (_, path) = write(pad + 1);
+    let checked = check_config(&path);
+    assert!(!checked.status.success(), "--check accepted 108 bytes");
+    assert!(
+        stderr(&checked).contains("is 108 bytes"),
+        "{}",
+        stderr(&checked)
+    );
+    let started = output({
+        let mut c = Command::new(pgcorral_bin());
+        c.arg(&path).stdin(Stdio::null());
+        c
+    });
+    assert_eq!(started.status.code(), Some(1));
+    assert!(
+        stderr(&started).contains("is 108 bytes"),
+        "{}",
+        stderr(&started)
+    );
 }

@@ -264,3 +264,39 @@ fn shutdown_timeout_bounds_the_drain() {
     let out = long.join().unwrap();
     assert!(!out.status.success());
 }
+
+/// A start that cannot have its address says which, as PgBouncer's log does (`cannot listen on
+/// 127.0.0.1:6432: ...`, `cannot listen on unix:/tmp/.s.PGSQL.6432: ...`), and exits 1.
+#[test]
+fn cannot_listen_names_the_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = |port: u16| {
+        let path = dir.path().join("c.toml");
+        let toml = format!(
+            "[general]\nlisten_addr = \"127.0.0.1\"\nlisten_port = {port}\nauth_type = \"trust\"\n\
+             unix_socket_dir = \"{}\"\n\n[databases.postgres]\nhost = \"127.0.0.1\"\nport = 1\n",
+            dir.path().display()
+        );
+        std::fs::write(&path, toml).unwrap();
+        output({
+            let mut c = Command::new(pgcorral_bin());
+            c.arg(&path).env("RUST_LOG", "info");
+            c
+        })
+    };
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = start(port);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let want = format!("cannot listen on 127.0.0.1:{port}: Address already in use");
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+    drop(taken);
+
+    let port = free_port();
+    let socket = dir.path().join(format!(".s.PGSQL.{port}"));
+    let _live = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let out = start(port);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let want = format!("cannot listen on unix:{}: ", socket.display());
+    assert!(stderr(&out).contains(&want), "{}", stderr(&out));
+}

@@ -183,6 +183,42 @@ fn daemon_writes_its_pidfile_logs_to_logfile_and_refuses_a_second_start() {
         .contains("stale pidfile, removing"));
 }
 
+/// After `-d`, every log line names the daemon's pid, the pidfile's (PgBouncer's line has the
+/// pid: it is not the pid of the process that forked).
+#[test]
+fn a_daemons_log_lines_carry_its_pid() {
+    let pg = Postgres::start();
+    let (dir, _, _) = config_file(&pg, |_| "");
+    let pidfile = dir.join("pgcorral.pid");
+    let logfile = dir.join("pgcorral.log");
+    let general = format!(
+        "unix_socket_dir = \"\"\npidfile = \"{}\"\nlogfile = \"{}\"\nlog_format = \"pgbouncer\"",
+        pidfile.display(),
+        logfile.display()
+    );
+    let (_, path, port) = config_file(&pg, |_| &general);
+    let out = pgcorral(&["-d", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    poll_until("pidfile written", 10, || read_pid(&pidfile).is_some());
+    let daemon = Daemon {
+        pidfile: pidfile.clone(),
+        pid: read_pid(&pidfile).unwrap(),
+    };
+    assert_eq!(stdout(&select_1(port)).trim(), "1");
+    daemon.signal("TERM");
+    poll_until("pidfile removed after SIGTERM", 10, || !pidfile.exists());
+    let log = std::fs::read_to_string(&logfile).unwrap();
+    let from_up: Vec<&str> = log
+        .lines()
+        .skip_while(|l| !l.contains("process up"))
+        .collect();
+    assert!(from_up.len() > 3, "{log}");
+    let mark = format!(" [{}] ", daemon.pid);
+    for line in from_up {
+        assert!(line.contains(&mark), "{line:?} lacks {mark:?} in\n{log}");
+    }
+}
+
 #[test]
 fn sigusr1_pauses_and_sigusr2_resumes() {
     let pg = Postgres::start();

@@ -104,6 +104,19 @@ pub(super) fn send(client: ClientConn, session: Box<LoggedIn>, services: &Servic
     }
 }
 
+/// Sends a client the old process sent on to the process that has since taken this one over,
+/// as it came (it never ran here).
+pub fn pass_on(services: &Services, encoded: Vec<u8>, fd: OwnedFd) {
+    let Some(to) = services.handover.get() else {
+        return;
+    };
+    tracing::info!("client from the old process passed on to the new process");
+    services.handover_pending.fetch_add(1, Ordering::AcqRel);
+    if to.send((encoded, fd)).is_err() {
+        services.handover_pending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Takes over a client the old process sent: logged in again from its state (no exchange with
 /// the client), and served on `worker` from its next request on. Refused (closed) when its
 /// database or user is gone from the configuration, or max_client_conn is reached.

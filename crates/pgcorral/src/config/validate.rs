@@ -62,10 +62,18 @@ fn unix_socket(g: &config::General, errs: &mut Vec<String>) {
              \"@name\", are not supported); empty turns the Unix-socket listener off"
         ));
     }
-    // sun_path holds 108 bytes with its NUL.
-    if dir.len() + "/.s.PGSQL.65535".len() >= 108 {
+    // sun_path holds 108 bytes with its NUL. The takeover socket (`-R`) has a shorter name, so
+    // it fits whenever this one does. Port 0 gets a port of the kernel's, of 5 digits.
+    let port = match g.listen_port {
+        0 => 65535,
+        p => p,
+    };
+    let socket = format!("{}/.s.PGSQL.{port}", dir.trim_end_matches('/'));
+    if !dir.is_empty() && socket.len() >= 108 {
         errs.push(format!(
-            "general.unix_socket_dir: {dir:?} is too long for a socket path"
+            "general.unix_socket_dir: {dir:?} is too long: the socket path {socket:?} is {} \
+             bytes, a Unix socket path has at most 107",
+            socket.len()
         ));
     }
     if socket_mode(&g.unix_socket_mode).is_none() {
@@ -499,6 +507,23 @@ mod tests {
         for (line, needle) in cases {
             refused(&general(line), &[needle]);
         }
+    }
+
+    /// The client socket's path may have 107 bytes, counted with the port's own digits (PgBouncer
+    /// starts there); the takeover socket's shorter name needs no more.
+    #[test]
+    fn the_socket_path_may_have_107_bytes() {
+        // "/.s.PGSQL.6432" is 14 bytes.
+        let dir = format!("/{}", "d".repeat(92));
+        let at = |dir: &str, port: u16| {
+            format!("[general]\nlisten_port = {port}\nunix_socket_dir = \"{dir}\"\n{USERS}")
+        };
+        for ok in [at(&dir, 6432), at(&format!("{dir}/"), 6432)] {
+            from_toml_str(&ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        refused(&at(&format!("{dir}d"), 6432), &["is 108 bytes"]);
+        // Port 0: the kernel's port has 5 digits.
+        refused(&at(&dir, 0), &["is 108 bytes"]);
     }
 
     #[test]

@@ -91,7 +91,11 @@ impl Pooler {
                         Some(UnixListen::bind(dir, tcp.local_addr()?.port(), mode)?)
                     }
                 };
-                (tcp.listen(LISTEN_BACKLOG)?, unix)
+                let at = tcp.local_addr()?;
+                let tcp = tcp
+                    .listen(LISTEN_BACKLOG)
+                    .map_err(|e| cannot_listen(at, e))?;
+                (tcp, unix)
             }
         };
         let takeover = match dir.as_str() {
@@ -102,14 +106,20 @@ impl Pooler {
                 // The client socket answered to no one else (or was handed over by the process
                 // that made this file): a file here is stale or that process's.
                 let _ = std::fs::remove_file(&path);
-                let l = tokio::net::UnixListener::bind(&path)?;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+                let at = format!("unix:{}", path.display());
+                let l = tokio::net::UnixListener::bind(&path).map_err(|e| cannot_listen(&at, e))?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| cannot_listen(&at, e))?;
                 Some((l, path))
             }
         };
         let metrics = match config.general.metrics_addr.as_str() {
             "" => None,
-            addr => Some(TcpListener::bind(addr).await?),
+            addr => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| cannot_listen(addr, e))?,
+            ),
         };
         let tls = tls::Tls::load(&config.general)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
@@ -162,11 +172,6 @@ impl Pooler {
             services,
         } = self;
         let mut handed_over = false;
-        // The old process's clients (`-R`), read off the main thread as they come.
-        let (to_here, mut taken_over) = tokio::sync::mpsc::unbounded_channel();
-        if let Some(stream) = from_old {
-            takeover::receive_clients(stream, to_here);
-        }
         let io_uring = services.config.load().general.io_uring;
         let on_start = stats::own_shard;
         let workers = match Workers::start(services.balance.clone(), io_uring, on_start) {
@@ -176,6 +181,18 @@ impl Pooler {
                 return Ended::Stopped;
             }
         };
+        // The old process's clients (`-R`), read off the main thread as they come. Taking them
+        // counts as a task: a stop that waits for the clients, and a handover of this process
+        // in its turn, wait for the old process to be gone (it may still be sending clients).
+        if let Some(stream) = from_old {
+            let (to_here, taken_over) = tokio::sync::mpsc::unbounded_channel();
+            takeover::receive_clients(stream, to_here);
+            tokio::spawn(
+                services
+                    .tasks
+                    .track_future(take_clients(services.clone(), taken_over)),
+            );
+        }
         let shutdown = services.shutdown.clone();
         tokio::spawn(sample_load(services.clone()));
         tokio::spawn(upkeep::run(services.clone()));
@@ -203,12 +220,6 @@ impl Pooler {
                     Ok((Detached::Plain(stream.into_std()?, Vec::new()), Peer::Tcp(peer)))
                 }),
                 r = accept_unix(unix.as_ref()) => r,
-                Some((state, fd)) = taken_over.recv() => {
-                    if let Some(worker) = services.balance.pick() {
-                        client::handover::resume(&services, &state, fd, worker);
-                    }
-                    continue;
-                }
                 r = accept_takeover(takeover.as_ref()), if giving.is_none() => {
                     giving = Some(Box::pin(hand_over(r, &listener, unix.as_ref())));
                     continue;
@@ -345,7 +356,10 @@ async fn accept(
 fn bind_tcp(host: &str, port: u16, reuseport: bool) -> std::io::Result<tokio::net::TcpSocket> {
     use std::net::ToSocketAddrs;
     let mut last = None;
-    for addr in (host, port).to_socket_addrs()? {
+    let addrs = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| cannot_listen(format_args!("{host}:{port}"), e))?;
+    for addr in addrs {
         let socket = match addr {
             SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
             SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
@@ -356,15 +370,19 @@ fn bind_tcp(host: &str, port: u16, reuseport: bool) -> std::io::Result<tokio::ne
         }
         match socket.bind(addr) {
             Ok(()) => return Ok(socket),
-            Err(e) => last = Some(e),
+            Err(e) => last = Some(cannot_listen(addr, e)),
         }
     }
     Err(last.unwrap_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "listen_addr resolves to nothing",
-        )
+        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "resolves to nothing");
+        cannot_listen(format_args!("{host}:{port}"), e)
     }))
+}
+
+/// A listener's error naming where it was to listen, as PgBouncer's log does: `cannot listen on
+/// 127.0.0.1:6432: Address already in use`, `cannot listen on unix:/tmp/.s.PGSQL.6432: ...`.
+pub(crate) fn cannot_listen(at: impl std::fmt::Display, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("cannot listen on {at}: {e}"))
 }
 
 /// The accept backlog of the TCP listener (tokio's own default).
@@ -502,6 +520,30 @@ async fn hand_over(
         Err(e) => {
             tracing::warn!(error = %e, "takeover failed");
             None
+        }
+    }
+}
+
+/// Takes the clients the old process sends (`-R`) until it is gone: each goes on here, or, once
+/// a newer process has taken this one over, straight on to that one (the old process may still
+/// be finishing a transaction of a client it sends here later). An immediate exit closes those
+/// that come after it.
+async fn take_clients(
+    services: Services,
+    mut taken_over: tokio::sync::mpsc::UnboundedReceiver<(Vec<u8>, std::os::fd::OwnedFd)>,
+) {
+    loop {
+        let (state, fd) = tokio::select! {
+            _ = services.shutdown.exiting() => return,
+            got = taken_over.recv() => match got {
+                Some(c) => c,
+                None => return,
+            },
+        };
+        if services.handover.get().is_some() {
+            client::handover::pass_on(&services, state, fd);
+        } else if let Some(worker) = services.balance.pick() {
+            client::handover::resume(&services, &state, fd, worker);
         }
     }
 }

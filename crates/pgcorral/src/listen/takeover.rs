@@ -1,5 +1,5 @@
 //! Online restart (`-R`, PgBouncer's `--reboot`): a new process asks the running one, over the
-//! Unix socket `<unix_socket_dir>/.s.PGSQL.<port>.takeover` (mode 0600, same OS user only), for
+//! Unix socket `<unix_socket_dir>/.s.TAKE.<port>` (mode 0600, same OS user only), for
 //! its listening sockets. The running one hands them over and stops accepting; then, over the
 //! same connection, it sends each client as it becomes idle (its state and its socket, see
 //! `client::handover`), and exits once the clients it could not send have left. No connection
@@ -29,9 +29,40 @@ const ANSWER: &str = "pgcorral listeners";
 /// How long either side waits for the other.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// The takeover socket beside the client socket of `port` in `dir`.
+/// The takeover socket beside the client socket of `port` in `dir`: `.s.TAKE.<port>`, a name
+/// shorter than the client socket's `.s.PGSQL.<port>`, so that it fits a socket address
+/// wherever the client socket does.
 pub fn path(dir: &str, port: u16) -> PathBuf {
+    Path::new(dir).join(format!(".s.TAKE.{port}"))
+}
+
+/// Where pgcorral listened for a takeover before `.s.TAKE.<port>`, 9 bytes longer than the
+/// client socket: asked when nothing answers at [`path`], so that `-R` replaces a process of
+/// an older pgcorral too.
+fn legacy_path(dir: &str, port: u16) -> PathBuf {
     Path::new(dir).join(format!(".s.PGSQL.{port}.takeover"))
+}
+
+/// [`take`] from the process listening in `dir` on `port` (at [`path`], or at an older
+/// pgcorral's [`legacy_path`], whose file is removed once taken over: nothing listens there).
+pub fn take_in(dir: &str, port: u16) -> io::Result<Inherited> {
+    let path = path(dir, port);
+    let e = match take(&path) {
+        Ok(got) => return Ok(got),
+        Err(e) => e,
+    };
+    let legacy = legacy_path(dir, port);
+    let absent = matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+    );
+    // sun_path holds 108 bytes with its NUL.
+    if !absent || legacy.as_os_str().len() >= 108 || !legacy.exists() {
+        return Err(e);
+    }
+    let got = take(&legacy)?;
+    let _ = std::fs::remove_file(&legacy);
+    Ok(got)
 }
 
 /// The listening sockets a new process got from the one it replaces.
@@ -299,5 +330,30 @@ mod tests {
         wrong.write_all(b"GET / HTTP/1.0\nHost: x\n\n").unwrap();
         let (s, _) = server.accept().unwrap();
         assert!(give(s, tcp.as_fd(), None).is_err());
+    }
+
+    /// A process of an older pgcorral listens at the longer legacy name: asked there when
+    /// nothing answers at the new one, and its file removed afterwards.
+    #[test]
+    fn an_older_process_is_asked_at_its_own_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap().to_string();
+        assert!(take_in(&d, 5999).is_err(), "nothing listens");
+        let legacy = legacy_path(&d, 5999);
+        let server = std::os::unix::net::UnixListener::bind(&legacy).unwrap();
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let giver = std::thread::spawn(move || {
+            let (s, _) = server.accept().unwrap();
+            drop(give(s, tcp.as_fd(), None).unwrap());
+        });
+        let got = take_in(&d, 5999).unwrap();
+        giver.join().unwrap();
+        let taken = std::net::TcpListener::from(got.tcp);
+        assert_eq!(taken.local_addr().unwrap(), addr);
+        assert!(!legacy.exists());
+        // The name now is shorter than the client socket's: it fits wherever that one does.
+        let client = format!("{d}/.s.PGSQL.5999");
+        assert!(path(&d, 5999).as_os_str().len() < client.len());
     }
 }

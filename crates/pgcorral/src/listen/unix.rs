@@ -25,11 +25,10 @@ impl UnixListen {
     #[allow(clippy::disallowed_methods)]
     pub fn bind(dir: &str, port: u16, mode: u32) -> io::Result<UnixListen> {
         let path = Path::new(dir).join(format!(".s.PGSQL.{port}"));
+        let at = format!("unix:{}", path.display());
+        let named = |e| super::cannot_listen(&at, e);
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
-            let taken = |why: &str| {
-                let e = format!("{}: {why}", path.display());
-                Err(io::Error::new(io::ErrorKind::AddrInUse, e))
-            };
+            let taken = |why: &str| Err(named(io::Error::new(io::ErrorKind::AddrInUse, why)));
             if !meta.file_type().is_socket() {
                 return taken("exists and is not a socket");
             }
@@ -37,17 +36,17 @@ impl UnixListen {
                 return taken("another server is listening there");
             }
             // Left by a pooler that did not remove it (killed): nothing answers there.
-            std::fs::remove_file(&path)?;
+            std::fs::remove_file(&path).map_err(named)?;
         }
-        let listener = UnixListener::bind(&path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let listener = UnixListener::bind(&path).map_err(named)?;
         let listen = UnixListen {
             listener,
             path,
             port,
             owns_file: true,
         };
-        std::fs::set_permissions(&listen.path, std::fs::Permissions::from_mode(mode))?;
+        std::fs::set_permissions(&listen.path, std::fs::Permissions::from_mode(mode))
+            .map_err(named)?;
         Ok(listen)
     }
 

@@ -20,25 +20,18 @@ const STAMP: &[FormatItem<'static>] =
 
 /// Writes events as PgBouncer does (times in UTC; PgBouncer's are in local time).
 pub struct PgbouncerLine {
-    pid: u32,
     /// Without time, pid and level: syslog adds its own.
     bare: bool,
 }
 
 impl PgbouncerLine {
     pub fn new() -> PgbouncerLine {
-        PgbouncerLine {
-            pid: std::process::id(),
-            bare: false,
-        }
+        PgbouncerLine { bare: false }
     }
 
     /// The connection prefix and message only, as PgBouncer sends syslog.
     pub fn bare() -> PgbouncerLine {
-        PgbouncerLine {
-            bare: true,
-            ..PgbouncerLine::new()
-        }
+        PgbouncerLine { bare: true }
     }
 }
 
@@ -76,7 +69,9 @@ where
             let now = time::OffsetDateTime::now_utc();
             let stamp = now.format(STAMP).map_err(|_| fmt::Error)?;
             let level = level_word(*event.metadata().level());
-            write!(w, "{stamp} [{}] {level} ", self.pid)?;
+            // Asked at each line, not when the log was set up: `-d` forks after that, and the
+            // lines are the daemon's (the pidfile's pid).
+            write!(w, "{stamp} [{}] {level} ", std::process::id())?;
         }
         w.write_str(&f.line())?;
         writeln!(w)
