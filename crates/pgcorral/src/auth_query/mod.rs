@@ -300,9 +300,17 @@ fn check_auth_db(plan: &Plan, disabled: &dyn Fn(&str) -> bool) -> Result<()> {
     Ok(())
 }
 
+/// The lookup session's `search_path`, sent in its startup packet: the catalog first and the
+/// session's own temporary schema last, nothing else. A startup parameter outranks what the
+/// database's owner may set (`ALTER DATABASE … SET search_path`, and `ALTER ROLE` for roles
+/// they administer), so no table, view, function or operator they create in `public` (or any
+/// schema) can stand in for the catalog's in the query, the default one or the user's own.
+pub const LOOKUP_SEARCH_PATH: &str = "pg_catalog, pg_temp";
+
 /// The connection a plan's query runs on: the auth database's first server, logged in as
 /// auth_user with its password from the configuration (auth_file or `[users]`); its startup
-/// packet carries only `user` and `database`, never a client's parameters.
+/// packet carries `user`, `database` and [`LOOKUP_SEARCH_PATH`], never a client's parameters
+/// nor the database's (its `client_encoding` and the like do not matter to the lookup).
 fn target(config: &Config, tls: &tls::Shared, plan: &Plan) -> Result<Target> {
     let resolved =
         registry::resolve(config, &plan.auth_db, &plan.auth_user, tls, None).map_err(|_| {
@@ -331,6 +339,7 @@ fn target(config: &Config, tls: &tls::Shared, plan: &Plan) -> Result<Target> {
         target.secret = Secret::from_config(password.as_deref());
     }
     target.user = plan.auth_user.clone();
+    target.startup = vec![("search_path".into(), LOOKUP_SEARCH_PATH.into())];
     // A lookup waits no longer than a server login.
     target.connect_timeout = target.connect_timeout.min(Duration::from_secs(60));
     Ok(target)
