@@ -1,6 +1,7 @@
-//! Reading an hba file's lines with PostgreSQL 16's `include`, `include_if_exists` and
-//! `include_dir` directives (relative to the including file's directory; a directory's `.conf`
-//! files in name order), collecting rules, warnings and the lines that refuse the file.
+//! Reading an hba file's lines (a backslash at the end goes on on the next line) with
+//! PostgreSQL 16's `include`, `include_if_exists` and `include_dir` directives (relative to the
+//! including file's directory; a directory's `.conf` files in name order), collecting rules,
+//! warnings and the lines that refuse the file.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -81,8 +82,19 @@ impl<'a> Read<'a> {
     /// The lines of `text`, read from `file` at include depth `depth`.
     pub fn text(&mut self, file: &Path, text: &str, depth: usize) {
         let name: Arc<str> = Arc::from(file.display().to_string());
-        for (n, line) in text.lines().enumerate() {
+        let mut lines = text.lines().enumerate();
+        while let Some((n, first)) = lines.next() {
             let number = n + 1;
+            // A line ending in a backslash goes on on the next, as in PostgreSQL.
+            let mut joined = first.to_string();
+            while joined.ends_with('\\') {
+                joined.pop();
+                match lines.next() {
+                    Some((_, more)) => joined.push_str(more),
+                    None => break,
+                }
+            }
+            let line = joined.as_str();
             let at = format!("{name}:{number}");
             if let Some(directive) = self.directive(file, line, &at, depth) {
                 if let Err(why) = directive {

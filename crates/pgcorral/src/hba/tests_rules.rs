@@ -122,6 +122,14 @@ fn keywords_as_postgresql_reads_them() {
     assert_eq!(line("shop", "shop", "2.1.1.1"), None);
     // pgcorral has no GSSAPI encryption: hostgssenc never matches, hostnogssenc always.
     assert_eq!(line("d", "u", "3.1.1.1"), Some(4));
+
+    // A backslash at the end of a line goes on on the next; the rule is the first line's.
+    let (hba, _) = parse("# x\nhost all \\\n  carol,\\\ndave 4.0.0.0/8 \\\n trust\n").unwrap();
+    assert_eq!(hba.rules.len(), 1);
+    assert_eq!(
+        eval(&hba, &login("d", "dave", "4.1.1.1", "")).map(|r| r.line),
+        Some(2)
+    );
 }
 
 /// Files in memory, listed by directory.
