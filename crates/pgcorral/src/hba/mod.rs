@@ -324,43 +324,20 @@ impl Hba {
                 // Asked only when the roles decide: the rule would match with some roles, and
                 // does not match with none.
                 let none = BTreeSet::new();
-                if self.database(r, login, Some(&none)) && self.user(r, login, Some(&none)) {
+                if database(r, login, Some(&none)) && user(r, login, Some(&none)) {
                     return Ok(Some(r));
                 }
-                if !self.database(r, login, None) || !self.user(r, login, None) {
+                if !database(r, login, None) || !user(r, login, None) {
                     continue;
                 }
                 return Err(Undecided::Roles);
             }
             let roles = host.roles();
-            if self.database(r, login, roles) && self.user(r, login, roles) {
+            if database(r, login, roles) && user(r, login, roles) {
                 return Ok(Some(r));
             }
         }
         Ok(None)
-    }
-
-    /// PostgreSQL's `check_db`; `roles: None` takes `samerole` as matching.
-    fn database(&self, r: &Rule, login: &Login<'_>, roles: Option<&BTreeSet<String>>) -> bool {
-        let d = &r.databases;
-        if login.replication {
-            return d.replication;
-        }
-        d.all
-            || (d.sameuser && login.database == login.user)
-            || (d.samerole && roles.is_none_or(|m| m.contains(login.database)))
-            || d.names.contains(login.database)
-    }
-
-    /// PostgreSQL's `check_role`; `roles: None` takes every `+role` as matching.
-    fn user(&self, r: &Rule, login: &Login<'_>, roles: Option<&BTreeSet<String>>) -> bool {
-        let u = &r.users;
-        u.all
-            || u.names.contains(login.user)
-            || match roles {
-                None => !u.groups.is_empty(),
-                Some(m) => u.groups.iter().any(|g| m.contains(g)),
-            }
     }
 
     /// Whether a rule asks for the users' roles (`+role`, `samerole`).
@@ -369,6 +346,29 @@ impl Hba {
             .iter()
             .any(|r| r.databases.asks_roles() || r.users.asks_roles())
     }
+}
+
+/// PostgreSQL's `check_db`; `roles: None` takes `samerole` as matching.
+fn database(r: &Rule, login: &Login<'_>, roles: Option<&BTreeSet<String>>) -> bool {
+    let d = &r.databases;
+    if login.replication {
+        return d.replication;
+    }
+    d.all
+        || (d.sameuser && login.database == login.user)
+        || (d.samerole && roles.is_none_or(|m| m.contains(login.database)))
+        || d.names.contains(login.database)
+}
+
+/// PostgreSQL's `check_role`; `roles: None` takes every `+role` as matching.
+fn user(r: &Rule, login: &Login<'_>, roles: Option<&BTreeSet<String>>) -> bool {
+    let u = &r.users;
+    u.all
+        || u.names.contains(login.user)
+        || match roles {
+            None => !u.groups.is_empty(),
+            Some(m) => u.groups.iter().any(|g| m.contains(g)),
+        }
 }
 
 #[cfg(test)]
