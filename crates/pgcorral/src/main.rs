@@ -88,8 +88,19 @@ fn run() -> i32 {
         }
         if config.general.auth_type == pgcorral::config::AuthType::Hba {
             let g = &config.general;
-            for w in pgcorral::hba::Hba::load(&g.auth_hba_file, &g.auth_ident_file).1 {
-                eprintln!("pgcorral: warning: {w}");
+            match pgcorral::hba::Hba::load(&g.auth_hba_file, &g.auth_ident_file) {
+                Ok((_, warnings)) => {
+                    for w in warnings {
+                        eprintln!("pgcorral: warning: {w}");
+                    }
+                }
+                Err(e) => {
+                    for line in &e.errors {
+                        eprintln!("pgcorral: invalid hba file: {line}");
+                    }
+                    eprintln!("pgcorral: invalid configuration: {e}");
+                    return 1;
+                }
             }
         }
         if let Err(e) = pgcorral::tls::Tls::load(&config.general) {

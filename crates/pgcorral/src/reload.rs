@@ -44,6 +44,9 @@ pub struct Applied {
     /// Why the TLS settings taken by a SET could not be put in force (the TLS in force stays
     /// until a set of settings that loads).
     pub tls_kept: Option<String>,
+    /// Why the hba file could not be used: the rules in force stay, as PostgreSQL keeps its
+    /// pg_hba.conf when a reload finds the file invalid.
+    pub hba_kept: Option<String>,
 }
 
 /// What a change does when its TLS settings do not load.
@@ -196,12 +199,21 @@ fn apply(services: &Services, mut new: Config, on_tls: TlsFailure) -> Result<App
     let server_tls_changed = tls
         .as_ref()
         .is_some_and(|t| t.server_settings != services.tls.load().server_settings);
-    let rules = hba::for_config(&new.general);
+    let rules = match hba::for_config(&new.general) {
+        Ok(rules) => Some(rules),
+        Err(e) => {
+            tracing::error!("{}; the running hba rules are kept", Esc(&e.to_string()));
+            applied.hba_kept = Some(e.to_string());
+            None
+        }
+    };
     services.config.store(Arc::new(new));
     if let Some(tls) = tls {
         services.tls.store(Arc::new(tls));
     }
-    services.hba.store(Arc::new(rules));
+    if let Some(rules) = rules {
+        services.hba.store(Arc::new(rules));
+    }
     if server_tls_changed {
         // Servers opened under the old TLS settings are replaced, as with RECONNECT.
         for pool in services.pools.all() {

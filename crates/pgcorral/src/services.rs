@@ -15,7 +15,7 @@ use crate::cancel::CancelMap;
 use crate::config::Config;
 use crate::conns;
 use crate::control;
-use crate::hba::{self, Hba};
+use crate::hba::Hba;
 use crate::pool::registry::Registry;
 use crate::pool::stats::Stats;
 use crate::prepared;
@@ -88,11 +88,12 @@ impl std::ops::Deref for Services {
 }
 
 impl Services {
-    pub fn new(config: Config, workers: usize) -> Services {
+    /// `rules`: the hba rules read for `config` (`hba::for_config`, which refuses to start
+    /// on a file it cannot use).
+    pub fn new(config: Config, rules: Hba, workers: usize) -> Services {
         let pools = Registry::default();
         let tls = pools.tls.clone();
         let shutdown = Arc::new(Shutdown::new(pools.lists.clone()));
-        let rules = hba::for_config(&config.general);
         pools.open_forced(&config);
         Services(Arc::new(Inner {
             hba: ArcSwap::from_pointee(rules),

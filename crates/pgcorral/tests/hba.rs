@@ -216,7 +216,7 @@ async fn a_pgbouncer_ini_with_auth_type_hba() {
     let hba = dir.path().join("pgbouncer_hba.conf");
     std::fs::write(
         &hba,
-        "local all pgb_user peer map=m\nhost all all 127.0.0.1/32 reject\nbogus line\n",
+        "local all pgb_user peer map=m\nhost all all 127.0.0.1/32 reject\n",
     )
     .unwrap();
     let ident = dir.path().join("ident.map");
@@ -246,14 +246,13 @@ async fn a_pgbouncer_ini_with_auth_type_hba() {
     assert!(scalar(&admin, "SHOW VERSION").await.unwrap().is_some());
     let log = pooler.log();
     assert!(!log.contains("pgbouncer.auth_hba_file"), "{log}");
-    let bad = format!("{}:3: could not parse hba config line 3", hba.display());
-    assert!(log.contains(&bad), "{log}");
     drop(pooler);
 }
 
 /// Debian's PgBouncer and pgcorral, given the same hba file (trust by user and `@file`, md5,
-/// peer on the socket, reject, a line neither can use) and userlist, let in and refuse the same
-/// logins. (Logins that need auth_file's passwords, which pgcorral does not read yet, are left
+/// peer on the socket, reject) and userlist, let in and refuse the same logins. (A line either
+/// cannot use is left out: PgBouncer skips it, pgcorral refuses the file, as PostgreSQL does;
+/// see tests/hba_fail_closed.rs.) (Logins that need auth_file's passwords, which pgcorral does not read yet, are left
 /// out; the refusals' messages differ by design: PostgreSQL's here, PgBouncer's there.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgbouncer_and_pgcorral_agree_on_an_hba_file() {
@@ -270,8 +269,7 @@ async fn pgbouncer_and_pgcorral_agree_on_an_hba_file() {
                host    all   reporter  127.0.0.1/32  trust\n\
                host    all   @team     127.0.0.1/32  trust\n\
                host    all   app       127.0.0.1/32  md5\n\
-               host    all   all       127.0.0.1/32  reject\n\
-               this line is bad\n";
+               host    all   all       127.0.0.1/32  reject\n";
     let users = "\"app\" \"secret\"\n\"reporter\" \"\"\n\"root\" \"\"\n\"postgres\" \"\"\n";
     let files = [
         ("hba.conf", hba),

@@ -157,7 +157,6 @@ fn lookup_function(pg: &Postgres) {
          REVOKE ALL ON FUNCTION pgbouncer.user_lookup(text) FROM public, pgbouncer;
          GRANT USAGE ON SCHEMA pgbouncer TO pgbouncer;
          GRANT EXECUTE ON FUNCTION pgbouncer.user_lookup(text) TO pgbouncer;
-         ALTER ROLE pgbouncer SET search_path = pgbouncer;
          CREATE SCHEMA evil;
          GRANT USAGE ON SCHEMA evil TO public;
          CREATE FUNCTION evil.user_lookup(in i_username text, out uname text, out phash text)
@@ -185,7 +184,7 @@ async fn auth_query_finds_roles_created_after_start() {
     let pooler = start(
         &lookup_settings(
             dir.path(),
-            "auth_query = SELECT uname, phash FROM user_lookup($1)",
+            "auth_query = SELECT uname, phash FROM pgbouncer.user_lookup($1)",
         ),
         &format!(
             "app = host=127.0.0.1 port={p} dbname=app\n\
@@ -276,7 +275,7 @@ async fn trust_with_auth_query_names_an_unknown_user() {
     let dir = tempfile::tempdir().unwrap();
     let settings = lookup_settings(
         dir.path(),
-        "auth_query = SELECT uname, phash FROM user_lookup($1)",
+        "auth_query = SELECT uname, phash FROM pgbouncer.user_lookup($1)",
     )
     .replace("auth_type = md5", "auth_type = trust");
     let pooler = start(

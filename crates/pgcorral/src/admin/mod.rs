@@ -349,6 +349,12 @@ const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n
 /// A notice naming the settings a reload could not change, or saying that the TLS settings a
 /// SET took are not in force yet.
 fn kept_notice(a: &reload::Applied) -> Option<(String, String)> {
+    if let Some(e) = &a.hba_kept {
+        return Some((
+            "hba file could not be used, still using the old rules".into(),
+            e.clone(),
+        ));
+    }
     if let Some(e) = &a.tls_kept {
         return Some((
             "TLS settings could not be applied, still using old configuration".into(),

@@ -1,8 +1,9 @@
 //! auth_query: the password of a user pgcorral has none for, looked up on the server as auth_user (PgBouncer's auth_user, auth_query, auth_dbname), on connections whose startup parameters pgcorral fixes, with an opt-in cache.
 
 pub mod exec;
+pub mod roles;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,6 +59,12 @@ pub fn plan(config: &Config, database: &str, user: &str) -> Option<Plan> {
     if config.users.get(user).is_some_and(|u| u.password.is_some()) {
         return None;
     }
+    plan_for(config, database)
+}
+
+/// Where and what to ask for a login to `database`, whoever the user: `None` when no
+/// auth_user applies to the database (see [`plan`]).
+fn plan_for(config: &Config, database: &str) -> Option<Plan> {
     let g = &config.general;
     if RESERVED_DATABASES.contains(&database) {
         let auth_db = match g.auth_dbname.is_empty() {
@@ -167,6 +174,50 @@ impl Lookups {
             cache.insert(key, (Instant::now(), pw.clone()));
         }
         Ok(looked)
+    }
+
+    /// The roles `user` is a member of, directly or not, itself included (see [`roles`]),
+    /// asked as auth_user where auth_query would run for a login to `database`, whoever the
+    /// user (for hba's `+role` and `samerole`). An error refuses the login: without an
+    /// auth_user for the database, or when the question could not be asked or answered.
+    pub async fn roles(
+        &self,
+        config: &Config,
+        tls: &tls::Shared,
+        database: &str,
+        user: &str,
+        worker: usize,
+        disabled: impl Fn(&str) -> bool,
+    ) -> Result<BTreeSet<String>> {
+        let Some(mut plan) = plan_for(config, database) else {
+            tracing::error!(
+                database = %Esc(database),
+                user = %Esc(user),
+                "an hba rule names a role (+role, samerole), which needs an auth_user to ask the server; the login is refused"
+            );
+            return Err(config_error());
+        };
+        plan.query = roles::QUERY.to_string();
+        check_auth_db(&plan, &disabled)?;
+        let target = target(config, tls, &plan)?;
+        let answer = self.ask(&target, &plan.query, user, worker).await;
+        match answer
+            .map_err(|e| e.to_string())
+            .and_then(|a| roles::read(&a))
+        {
+            Ok(roles) => Ok(roles),
+            Err(failure) => {
+                tracing::warn!(
+                    database = %Esc(database),
+                    user = %Esc(user),
+                    auth_user = %Esc(&plan.auth_user),
+                    auth_dbname = %Esc(&plan.auth_db),
+                    error = %Esc(&failure),
+                    "role lookup for hba failed; the login is refused"
+                );
+                Err(config_error())
+            }
+        }
     }
 
     /// A login failed: the next one asks the server again.
@@ -300,9 +351,17 @@ fn check_auth_db(plan: &Plan, disabled: &dyn Fn(&str) -> bool) -> Result<()> {
     Ok(())
 }
 
+/// The lookup session's `search_path`, sent in its startup packet: the catalog first and the
+/// session's own temporary schema last, nothing else. A startup parameter outranks what the
+/// database's owner may set (`ALTER DATABASE … SET search_path`, and `ALTER ROLE` for roles
+/// they administer), so no table, view, function or operator they create in `public` (or any
+/// schema) can stand in for the catalog's in the query, the default one or the user's own.
+pub const LOOKUP_SEARCH_PATH: &str = "pg_catalog, pg_temp";
+
 /// The connection a plan's query runs on: the auth database's first server, logged in as
 /// auth_user with its password from the configuration (auth_file or `[users]`); its startup
-/// packet carries only `user` and `database`, never a client's parameters.
+/// packet carries `user`, `database` and [`LOOKUP_SEARCH_PATH`], never a client's parameters
+/// nor the database's (its `client_encoding` and the like do not matter to the lookup).
 fn target(config: &Config, tls: &tls::Shared, plan: &Plan) -> Result<Target> {
     let resolved =
         registry::resolve(config, &plan.auth_db, &plan.auth_user, tls, None).map_err(|_| {
@@ -331,6 +390,7 @@ fn target(config: &Config, tls: &tls::Shared, plan: &Plan) -> Result<Target> {
         target.secret = Secret::from_config(password.as_deref());
     }
     target.user = plan.auth_user.clone();
+    target.startup = vec![("search_path".into(), LOOKUP_SEARCH_PATH.into())];
     // A lookup waits no longer than a server login.
     target.connect_timeout = target.connect_timeout.min(Duration::from_secs(60));
     Ok(target)

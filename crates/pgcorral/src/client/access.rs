@@ -2,6 +2,10 @@
 //! Unix socket (PgBouncer's rule: user `pgbouncer` from the pooler's own OS user, no password),
 //! `auth_type`, or under `auth_type = "hba"` the first matching rule of `auth_hba_file`, whose
 //! `reject` (or no rule) refuses with PostgreSQL's messages and whose `peer` is checked here.
+//! A rule that needs the user's roles (`+role`, `samerole`) sends the caller to look them up;
+//! one that cannot be decided refuses.
+
+use std::collections::BTreeSet;
 
 use bytes::BytesMut;
 use corral_rt::stream::Stream;
@@ -11,7 +15,7 @@ use super::params::Params;
 use crate::client_conn::ClientConn;
 use crate::config::{AuthType, Config};
 use crate::error::{Error, Kind, Result};
-use crate::hba::{Hba, Login, Method};
+use crate::hba::{Hba, Login, Machine, Method, Undecided};
 use crate::logsafe::Esc;
 use crate::net::os_user;
 use crate::net::peer::Peer;
@@ -36,14 +40,16 @@ pub fn welcome_own(out: &mut BytesMut) -> Authenticated {
 }
 
 /// Decides how the login of `taken` (to the console when `console`) is checked (see the
-/// module's comment).
+/// module's comment). `Ok(None)`: a rule asks for the user's roles, which `roles` does not
+/// have yet; decide again with them.
 pub fn decide(
     client: &ClientConn,
     config: &Config,
     hba: &Hba,
     taken: &Params,
     console: bool,
-) -> Result<Access> {
+    roles: Option<&BTreeSet<String>>,
+) -> Result<Option<Access>> {
     let (stream, peer) = (&client.stream, &client.peer);
     let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
     let uid = match peer {
@@ -52,10 +58,10 @@ pub fn decide(
     };
     if console && user == OWN_CONSOLE_USER && uid == Some(os_user::uid()) {
         tracing::info!(%peer, "pgbouncer access from unix socket");
-        return Ok(Access::Own);
+        return Ok(Some(Access::Own));
     }
     if config.general.auth_type != AuthType::Hba {
-        return Ok(Access::Method(config.general.auth_type));
+        return Ok(Some(Access::Method(config.general.auth_type)));
     }
     // An IPv4 client of an IPv6 listener (`::ffff:10.1.2.3`) is taken, and named, as IPv4.
     let from = match peer {
@@ -76,10 +82,18 @@ pub fn decide(
         database,
         user,
     };
-    let Some(rule) = hba.eval(&login) else {
-        return Err(refusal(&login, false));
+    let rule = match hba.eval(&login, &Machine { roles }) {
+        Ok(Some(rule)) => rule,
+        Ok(None) => return Err(refusal(&login, false)),
+        Err(Undecided::Roles) => return Ok(None),
+        Err(Undecided::Interfaces(why)) => {
+            // A samehost or samenet rule that cannot be decided: refused, never passed over.
+            tracing::error!("{why}: the login is refused");
+            return Err(refusal(&login, true));
+        }
     };
     tracing::debug!(
+        file = %rule.file,
         line = rule.line,
         method = rule.method.name(),
         "hba rule matched"
@@ -102,7 +116,7 @@ pub fn decide(
             }
         },
     };
-    Ok(Access::Method(method))
+    Ok(Some(Access::Method(method)))
 }
 
 /// PostgreSQL's FATAL (28000) for `reject` or for no matching rule, in its words.
@@ -218,9 +232,13 @@ mod tests {
         assert_eq!(e.sqlstate(), "28000");
         assert!(peer_user(None, &hba, None, "root").is_err());
         let (ident, _) = crate::hba::Ident::parse("ident", "ops root app\n");
-        let (hba, _) = Hba::parse(std::path::Path::new("hba"), "", ident, &mut |_| {
-            Ok(String::new())
-        });
+        let (hba, _) = Hba::parse(
+            std::path::Path::new("hba"),
+            "",
+            ident,
+            &mut |_: &std::path::Path| Ok(String::new()),
+        )
+        .unwrap();
         assert!(peer_user(Some(0), &hba, Some("ops"), "app").is_ok());
         assert!(peer_user(Some(0), &hba, Some("ops"), "root").is_err());
     }

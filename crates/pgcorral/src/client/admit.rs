@@ -289,7 +289,16 @@ async fn login(
     out.reserve(512);
     startup::negotiate(out, minor, sent);
     let console = admin::is_console(database);
-    let access = access::decide(client, &config, &services.hba.load(), taken, console)?;
+    let hba = services.hba.load();
+    let access = match access::decide(client, &config, &hba, taken, console, None)? {
+        Some(access) => access,
+        None => {
+            // A `+role` or `samerole` rule decides: the user's roles, from the server.
+            let roles = login_auth::roles(client, services, &config, taken).await?;
+            access::decide(client, &config, &hba, taken, console, Some(&roles))?
+                .ok_or_else(|| Error::new(Kind::Refused, "the hba rules could not be decided"))?
+        }
+    };
     let authed = match access {
         Access::Own => access::welcome_own(out),
         Access::Method(method) => {

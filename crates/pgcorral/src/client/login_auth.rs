@@ -1,5 +1,7 @@
 //! A login's authentication for users of the configuration and users found by auth_query: looks the password up when it is needed, authenticates, forgets a cached lookup after a failed login, and gives a found password to the user's pools.
 
+use std::collections::BTreeSet;
+
 use bytes::BytesMut;
 
 use super::auth::{self, Authenticated};
@@ -8,7 +10,7 @@ use super::ClientConn;
 use crate::admin;
 use crate::auth_query::Looked;
 use crate::config::{AuthType, Config};
-use crate::error::Result;
+use crate::error::{Error, Kind, Result};
 use crate::services::Services;
 
 /// [`auth::authenticate`] by `auth_type` (the configured method, or an hba rule's), with the
@@ -69,4 +71,33 @@ pub(super) async fn authenticate(
         _ => {}
     }
     authed
+}
+
+/// The roles `taken`'s user is a member of, for hba's `+role` and `samerole` rules, asked on
+/// the auth_user connection ([`crate::auth_query::Lookups::roles`]). A name that is not text
+/// cannot be asked about: refused, as every login whose rules cannot be decided.
+pub(super) async fn roles(
+    client: &ClientConn,
+    services: &Services,
+    config: &Config,
+    taken: &Params,
+) -> Result<BTreeSet<String>> {
+    if !(taken.user.is_text() && taken.database.is_text()) {
+        return Err(Error::new(
+            Kind::Refused,
+            "the hba rules could not be decided for this name",
+        ));
+    }
+    let disabled = |db: &str| services.control.is_disabled(db);
+    services
+        .auth_query
+        .roles(
+            config,
+            &services.pools.tls,
+            taken.database.text.as_str(),
+            taken.user.text.as_str(),
+            client.worker,
+            disabled,
+        )
+        .await
 }

@@ -516,8 +516,11 @@ impl Default for General {
     }
 }
 
-/// PgBouncer's default `auth_query` (1.24.1 and later: an expired password is NULL).
-pub const DEFAULT_AUTH_QUERY: &str = "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM pg_authid WHERE rolname=$1 AND rolcanlogin";
+/// PgBouncer's default `auth_query` (1.24.1 and later: an expired password is NULL), its
+/// catalog and function named with their schema, so that nothing a database's owner creates
+/// (a `public.pg_authid`, a `now()`) can stand in for them; the lookup's session also has a
+/// fixed `search_path` (`auth_query::LOOKUP_SEARCH_PATH`).
+pub const DEFAULT_AUTH_QUERY: &str = "SELECT rolname, CASE WHEN rolvaliduntil < pg_catalog.now() THEN NULL ELSE rolpassword END FROM pg_catalog.pg_authid WHERE rolname=$1 AND rolcanlogin";
 
 /// Milliseconds to a duration, with 0 meaning "off".
 pub fn millis_opt(ms: u64) -> Option<Duration> {

@@ -1,48 +1,30 @@
-//! One line of an hba file, parsed as PgBouncer's `parse_line` does: the connection type, the
-//! databases and users (with `@file` lists), the address (`addr/bits` or `addr mask`), the
-//! method and its `map=` option.
+//! One line of an hba file, parsed as PostgreSQL's `parse_hba_line` reads it: the connection
+//! type, the databases and users (keywords, `+role`, `@file` lists), the address (`all`,
+//! `samehost`, `samenet`, `addr/bits` or `addr mask`), the method and its `map=` option. What
+//! pgcorral cannot honour (a host name, a regular expression, a method or option it does not
+//! implement) is an error, which refuses the file.
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
+use super::file::{relative, Files, MAX_DEPTH};
 use super::ident::Ident;
 use super::token::{tokens, Cursor, Token};
 use super::{Address, ConnType, Method, Names, Rule};
 
-/// Reads an `@file` list (given its path, already joined to the including file's directory).
-pub type ReadFile<'a> = &'a mut dyn FnMut(&Path) -> std::io::Result<String>;
+/// Methods PostgreSQL has and pgcorral does not implement.
+const UNSUPPORTED_METHODS: &[&str] = &[
+    "ident", "ldap", "pam", "gss", "sspi", "radius", "bsd", "oauth",
+];
 
-/// What one line gave.
-pub enum Line {
-    Empty,
-    Rule(Rule),
-    /// The line is skipped; why, and warnings that do not skip it (an address with bits
-    /// outside its mask).
-    Bad(String),
-}
-
-/// Parses line `number` of `file`; `warn` gets what does not stop the line.
-pub fn line(
+/// Parses one line of `file` (its rule's file and line are the caller's to set); `warn` gets
+/// what does not stop the line. `Ok(None)`: a blank or comment line.
+pub fn rule(
     text: &str,
-    number: usize,
     file: &Path,
     ident: &Ident,
-    read: ReadFile<'_>,
-    warn: &mut Vec<String>,
-) -> Line {
-    match rule(text, number, file, ident, read, warn) {
-        Ok(Some(r)) => Line::Rule(r),
-        Ok(None) => Line::Empty,
-        Err(why) => Line::Bad(why),
-    }
-}
-
-fn rule(
-    text: &str,
-    number: usize,
-    file: &Path,
-    ident: &Ident,
-    read: ReadFile<'_>,
+    files: &mut dyn Files,
     warn: &mut Vec<String>,
 ) -> Result<Option<Rule>, String> {
     let mut t = Cursor::new(tokens(text)?);
@@ -50,19 +32,22 @@ fn rule(
         return Ok(None);
     }
     let kind = match t.next() {
-        Token::Word(w) if w == "local" => ConnType::Local,
-        Token::Word(w) if w == "host" => ConnType::Host,
-        Token::Word(w) if w == "hostssl" => ConnType::HostSsl,
-        Token::Word(w) if w == "hostnossl" => ConnType::HostNoSsl,
-        Token::Word(w) => return Err(format!("unknown connection type \"{w}\"")),
-        _ => return Err("unknown connection type".into()),
+        Token::Word(w) => match w.as_str() {
+            "local" => ConnType::Local,
+            "host" => ConnType::Host,
+            "hostssl" => ConnType::HostSsl,
+            "hostnossl" => ConnType::HostNoSsl,
+            "hostgssenc" => ConnType::HostGssEnc,
+            "hostnogssenc" => ConnType::HostNoGssEnc,
+            _ => return Err(format!("invalid connection type \"{w}\"")),
+        },
+        _ => return Err("invalid connection type".into()),
     };
-    let databases = names(&mut t, file, read, 0)?;
-    let users = names(&mut t, file, read, 0)?;
+    let databases = names(&mut t, Column::Database, file, files, 0)?;
+    let users = names(&mut t, Column::User, file, files, 0)?;
     let address = match kind {
         ConnType::Local => Address::Local,
-        _ if t.keyword("all") => Address::All,
-        _ => address(&mut t, file, number, warn)?,
+        _ => address(&mut t, warn)?,
     };
     let method = match t.next() {
         Token::Word(w) => match w.as_str() {
@@ -73,26 +58,40 @@ fn rule(
             "peer" => Method::Peer,
             "cert" => Method::Cert,
             "scram-sha-256" => Method::ScramSha256,
-            _ => return Err(format!("unsupported method \"{w}\"")),
+            w if UNSUPPORTED_METHODS.contains(&w) => {
+                return Err(format!(
+                    "authentication method \"{w}\" is not supported by pgcorral"
+                ))
+            }
+            _ => return Err(format!("invalid authentication method \"{w}\"")),
         },
-        _ => return Err("no authentication method".into()),
+        _ => return Err("end-of-line before authentication method".into()),
     };
     let mut map = None;
-    if let Token::Word(w) = t.peek().clone() {
-        let Some(name) = w.strip_prefix("map=") else {
-            return Err(format!("unsupported option \"{w}\" (only map=NAME)"));
+    while !t.at_end() {
+        let option = match t.next() {
+            Token::Word(w) | Token::Quoted(w) => w,
+            _ => return Err("invalid authentication option".into()),
         };
+        let Some(name) = option.strip_prefix("map=") else {
+            return Err(format!(
+                "authentication option \"{option}\" is not supported by pgcorral (only map=NAME)"
+            ));
+        };
+        if !matches!(method, Method::Peer | Method::Cert) {
+            return Err(format!(
+                "authentication option \"map\" is only valid for authentication methods peer and cert, not {}",
+                method.name()
+            ));
+        }
         if !ident.has_map(name) {
             return Err(format!("ident map \"{name}\" is not in auth_ident_file"));
         }
         map = Some(name.to_string());
-        t.next();
-    }
-    if !t.at_end() {
-        return Err("unsupported parameters".into());
     }
     Ok(Some(Rule {
-        line: number,
+        file: Arc::from(""),
+        line: 0,
         kind,
         databases,
         users,
@@ -102,43 +101,60 @@ fn rule(
     }))
 }
 
-/// `@file` lists may include others; this deep, they are taken for a loop.
-const MAX_INCLUDE_DEPTH: usize = 10;
+/// Which column a list is in: the keywords differ.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Column {
+    Database,
+    User,
+}
 
-/// A comma-separated list of names and keywords (the user column takes the database
-/// column's keywords too, as PgBouncer's).
-fn names(t: &mut Cursor, file: &Path, read: ReadFile<'_>, depth: usize) -> Result<Names, String> {
+/// A comma-separated list of names and keywords.
+fn names(
+    t: &mut Cursor,
+    column: Column,
+    file: &Path,
+    files: &mut dyn Files,
+    depth: usize,
+) -> Result<Names, String> {
     let mut names = Names::default();
-    add_names(&mut names, t, file, read, depth)?;
+    add_names(&mut names, t, column, file, files, depth)?;
     Ok(names)
 }
 
 fn add_names(
     names: &mut Names,
     t: &mut Cursor,
+    column: Column,
     file: &Path,
-    read: ReadFile<'_>,
+    files: &mut dyn Files,
     depth: usize,
 ) -> Result<(), String> {
     loop {
-        match t.next() {
-            Token::Word(w) => match w.as_str() {
-                "all" => names.all = true,
-                "sameuser" => names.sameuser = true,
-                "replication" => names.replication = true,
-                "samerole" | "samegroup" => return Err(format!("{w} is not supported")),
-                _ if w.starts_with('+') => {
-                    return Err(format!("group names (\"{w}\") are not supported"))
-                }
-                _ if w.starts_with('@') => include(names, &w[1..], file, read, depth)?,
-                _ => {
-                    names.names.insert(w);
+        match (t.next(), column) {
+            (Token::Word(w), _) if w == "all" => names.all = true,
+            (Token::Word(w), Column::Database) if w == "sameuser" => names.sameuser = true,
+            (Token::Word(w), Column::Database) if w == "samerole" || w == "samegroup" => {
+                names.samerole = true
+            }
+            (Token::Word(w), Column::Database) if w == "replication" => names.replication = true,
+            (Token::Word(w), Column::User) if w.starts_with('+') => match &w[1..] {
+                "" => return Err("a role name is missing after \"+\"".into()),
+                role => {
+                    names.groups.insert(role.to_string());
                 }
             },
-            Token::Quoted(q) => {
-                names.names.insert(q);
+            (Token::Word(w), _) if w.starts_with('@') => {
+                include(names, &w[1..], column, file, files, depth)?
             }
-            _ => return Err("a database or user name is missing".into()),
+            (Token::Word(w), _) if w.starts_with('/') => {
+                return Err(format!(
+                    "regular expressions (\"{w}\") are not supported by pgcorral"
+                ))
+            }
+            (Token::Word(w) | Token::Quoted(w), _) => {
+                names.names.insert(w);
+            }
+            _ => return Err("end-of-line before a database or role name".into()),
         }
         if *t.peek() != Token::Comma {
             return Ok(());
@@ -147,52 +163,61 @@ fn add_names(
     }
 }
 
-/// `@name`: the names listed in a file, relative to the including file's directory. Blank and
-/// comment lines are skipped, and names may be separated by whitespace too, as in PostgreSQL
-/// (PgBouncer refuses a blank line there, and reads one list per line).
+/// `@name`: the names listed in a file, relative to the including file's directory, read as
+/// if written in place (keywords included). Names may be separated by commas or whitespace,
+/// and blank and comment lines are skipped, as in PostgreSQL; a list that cannot be read
+/// refuses the file (PostgreSQL reads it as empty, which can skip a `reject` rule).
 fn include(
     names: &mut Names,
     name: &str,
+    column: Column,
     file: &Path,
-    read: ReadFile<'_>,
+    files: &mut dyn Files,
     depth: usize,
 ) -> Result<(), String> {
-    if depth >= MAX_INCLUDE_DEPTH {
-        return Err(format!("@{name}: lists included {MAX_INCLUDE_DEPTH} deep"));
+    if depth >= MAX_DEPTH {
+        return Err(format!("@{name}: lists included {MAX_DEPTH} deep"));
     }
-    let path = match Path::new(name).is_absolute() {
-        true => PathBuf::from(name),
-        false => file.parent().unwrap_or(Path::new("")).join(name),
-    };
-    let text = read(&path).map_err(|e| format!("could not read {}: {e}", path.display()))?;
+    let path = relative(file, name);
+    let text = files
+        .read(&path)
+        .map_err(|e| format!("could not read {}: {e}", path.display()))?;
     for line in text.lines() {
         let mut t = Cursor::new(tokens(line).map_err(|e| format!("{}: {e}", path.display()))?);
-        // Names are separated by commas or whitespace, as in PostgreSQL.
         while !t.at_end() {
-            add_names(names, &mut t, &path, read, depth + 1)
+            add_names(names, &mut t, column, &path, files, depth + 1)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
     Ok(())
 }
 
-/// `addr/bits`, or `addr` then a mask in the next token.
-fn address(
-    t: &mut Cursor,
-    file: &Path,
-    number: usize,
-    warn: &mut Vec<String>,
-) -> Result<Address, String> {
-    let Token::Word(word) = t.next() else {
-        return Err("no address".into());
+/// `all`, `samehost`, `samenet`, `addr/bits`, or `addr` then a mask in the next token. A
+/// host name is refused: PostgreSQL resolves the client's address and checks that the name
+/// resolves back to it, which pgcorral does not do.
+fn address(t: &mut Cursor, warn: &mut Vec<String>) -> Result<Address, String> {
+    let word = match t.next() {
+        Token::Word(w) => match w.as_str() {
+            "all" => return Ok(Address::All),
+            "samehost" => return Ok(Address::SameHost),
+            "samenet" => return Ok(Address::SameNet),
+            _ => w,
+        },
+        Token::Quoted(w) => w,
+        _ => return Err("end-of-line before IP address".into()),
     };
     let (addr, bits) = match word.split_once('/') {
         Some((a, b)) => (a, Some(b)),
         None => (word.as_str(), None),
     };
-    let addr: IpAddr = addr
-        .parse()
-        .map_err(|_| format!("invalid IP address \"{addr}\" (host names are not supported)"))?;
+    let Ok(addr) = addr.parse::<IpAddr>() else {
+        return Err(match bits {
+            Some(_) => format!("invalid IP address \"{addr}\""),
+            None => {
+                format!("host names (\"{addr}\") are not supported by pgcorral: write the address")
+            }
+        });
+    };
     let width = if addr.is_ipv4() { 32 } else { 128 };
     let mask = match bits {
         Some(b) => {
@@ -204,8 +229,8 @@ fn address(
             prefix_mask(bits, width)
         }
         None => {
-            let Token::Word(m) = t.next() else {
-                return Err(format!("no mask after address \"{word}\""));
+            let (Token::Word(m) | Token::Quoted(m)) = t.next() else {
+                return Err(format!("end-of-line before netmask after \"{word}\""));
             };
             match (addr, m.parse::<IpAddr>()) {
                 (IpAddr::V4(_), Ok(IpAddr::V4(m))) => u32::from(m) as u128,
@@ -220,8 +245,7 @@ fn address(
     };
     if net & !mask & width_mask(width) != 0 {
         warn.push(format!(
-            "{}:{number}: address {addr} has bits outside its mask; they are ignored",
-            file.display()
+            "address {addr} has bits outside its mask; they are ignored"
         ));
     }
     Ok(Address::Net {

@@ -1,7 +1,9 @@
 //! The hba rules and cases of PgBouncer's test/hba_test.rules and test/hba_test.eval (each case:
 //! the method expected for a database, user, address and TLS or replication; "reject" also
-//! stands for no rule), and the lines PgBouncer skips.
+//! stands for no rule), and the lines that refuse the file (PgBouncer skips them; PostgreSQL
+//! refuses the file).
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -118,14 +120,14 @@ const CASES: &[(&str, &str, &str, &str, &str)] = &[
     ("reject", "replication", "admin2", "::1", ""),
 ];
 
-fn no_files(p: &Path) -> std::io::Result<String> {
+pub fn no_files(p: &Path) -> std::io::Result<String> {
     Err(std::io::Error::new(
         std::io::ErrorKind::NotFound,
         p.display().to_string(),
     ))
 }
 
-fn parse(text: &str) -> (Hba, Vec<String>) {
+pub fn parse(text: &str) -> Result<(Hba, Vec<String>), Refused> {
     Hba::parse(
         Path::new("/etc/pgb/hba.conf"),
         text,
@@ -134,7 +136,7 @@ fn parse(text: &str) -> (Hba, Vec<String>) {
     )
 }
 
-fn login<'a>(database: &'a str, user: &'a str, from: &str, extra: &str) -> Login<'a> {
+pub fn login<'a>(database: &'a str, user: &'a str, from: &str, extra: &str) -> Login<'a> {
     Login {
         from: (from != "unix").then(|| from.parse::<IpAddr>().unwrap()),
         tls: extra == "tls",
@@ -144,31 +146,52 @@ fn login<'a>(database: &'a str, user: &'a str, from: &str, extra: &str) -> Login
     }
 }
 
+/// A machine with addresses 127.0.0.1/8, 192.168.7.10/24 and ::1/128, and a user whose
+/// roles are `roles` (`None`: not looked up).
+pub struct Fixed {
+    pub roles: Option<BTreeSet<String>>,
+}
+
+impl Host for Fixed {
+    fn interfaces(&self) -> std::io::Result<Vec<(IpAddr, IpAddr)>> {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        Ok(vec![
+            (ip("127.0.0.1"), ip("255.0.0.0")),
+            (ip("192.168.7.10"), ip("255.255.255.0")),
+            (ip("::1"), ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")),
+        ])
+    }
+
+    fn roles(&self) -> Option<&BTreeSet<String>> {
+        self.roles.as_ref()
+    }
+}
+
+/// The first matching rule, with [`Fixed`]'s machine and no roles looked up.
+pub fn eval<'a>(hba: &'a Hba, login: &Login<'_>) -> Option<&'a Rule> {
+    hba.eval(login, &Fixed { roles: None }).unwrap()
+}
+
 #[test]
 fn pgbouncers_hba_cases() {
-    let (hba, warnings) = parse(RULES);
+    let (hba, warnings) = parse(RULES).unwrap();
     assert_eq!(warnings, Vec::<String>::new());
     for &(expected, db, user, from, extra) in CASES {
-        let got = hba
-            .eval(&login(db, user, from, extra))
-            .map_or("reject", |r| r.method.name());
+        let got = eval(&hba, &login(db, user, from, extra)).map_or("reject", |r| r.method.name());
         assert_eq!(got, expected, "{db} {user} {from} {extra}");
     }
 }
 
 #[test]
 fn an_ipv4_client_on_an_ipv6_socket_matches_ipv4_rules() {
-    let (hba, _) = parse("host all all 10.0.0.0/8 trust\n");
+    let (hba, _) = parse("host all all 10.0.0.0/8 trust\n").unwrap();
     let mapped = login("db", "u", "::ffff:10.1.2.3", "");
-    assert_eq!(hba.eval(&mapped).map(|r| r.line), Some(1));
+    assert_eq!(eval(&hba, &mapped).map(|r| r.line), Some(1));
 }
 
 #[test]
-fn bad_lines_are_skipped_with_a_warning_naming_file_and_line() {
+fn a_line_pgcorral_cannot_honour_refuses_the_file_naming_file_and_line() {
     let text = "local all all trust\n\
-        hostgssenc all all all trust\n\
-        local all +admins trust\n\
-        local samerole all trust\n\
         host all all example.org md5\n\
         host all all 10.0.0.0/33 md5\n\
         host all all 10.0.0.0 md5\n\
@@ -179,9 +202,17 @@ fn bad_lines_are_skipped_with_a_warning_naming_file_and_line() {
         include other.conf\n\
         local \"open all trust\n\
         host all all 10.1.0.0/8 md5\n\
-        local all @missing trust\n";
-    let (hba, warnings) = parse(text);
-    let lines: Vec<usize> = warnings
+        local all @missing trust\n\
+        host all all samehost rejct\n\
+        local all /^adm.*$ reject\n\
+        hostx all all all trust\n\
+        local all all ldap\n\
+        host all all 300.1.2.3/8 trust\n\
+        local all all trust map=x\n";
+    let refused = parse(text).unwrap_err();
+    assert_eq!(refused.file, "/etc/pgb/hba.conf");
+    let lines: Vec<usize> = refused
+        .errors
         .iter()
         .map(|w| {
             let rest = w.strip_prefix("/etc/pgb/hba.conf:").expect(w);
@@ -190,37 +221,57 @@ fn bad_lines_are_skipped_with_a_warning_naming_file_and_line() {
         .collect();
     assert_eq!(
         lines,
-        [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
-        "{warnings:#?}"
+        [2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 18],
+        "{refused:#?}"
+    );
+    let e = &refused.errors;
+    assert!(
+        e[0].ends_with(
+            "host names (\"example.org\") are not supported by pgcorral: write the address"
+        ),
+        "{}",
+        e[0]
+    );
+    assert!(e[1].contains("invalid CIDR mask"), "{}", e[1]);
+    assert!(e[2].contains("invalid IP mask \"md5\""), "{}", e[2]);
+    assert!(
+        e[3].contains("authentication method \"ident\" is not supported by pgcorral"),
+        "{}",
+        e[3]
     );
     assert!(
-        warnings[0].contains("could not parse hba config line 2"),
+        e[4].contains("\"nomap\" is not in auth_ident_file"),
         "{}",
-        warnings[0]
+        e[4]
     );
     assert!(
-        warnings[6].contains("unsupported method \"ident\""),
+        e[5].contains("\"clientcert=1\" is not supported"),
         "{}",
-        warnings[6]
+        e[5]
     );
     assert!(
-        warnings[7].contains("\"nomap\" is not in auth_ident_file"),
+        e[7].contains("could not open file \"/etc/pgb/other.conf\""),
         "{}",
-        warnings[7]
+        e[7]
     );
+    assert!(
+        e[10].contains("invalid authentication method \"rejct\""),
+        "{}",
+        e[10]
+    );
+    assert!(e[11].contains("regular expressions"), "{}", e[11]);
+    assert!(refused
+        .to_string()
+        .starts_with("hba file /etc/pgb/hba.conf refused: /etc/pgb/hba.conf:2: "));
     // Bits outside the mask: a warning, and the rule stays (masked).
-    assert!(
-        warnings[12].contains("outside its mask"),
-        "{}",
-        warnings[12]
+    let (hba, warnings) = parse("local all all trust\nhost all all 10.1.0.0/8 md5\n").unwrap();
+    assert_eq!(
+        warnings,
+        ["/etc/pgb/hba.conf:2: address 10.1.0.0 has bits outside its mask; they are ignored"]
     );
     assert_eq!(
-        hba.rules.iter().map(|r| r.line).collect::<Vec<_>>(),
-        [1, 14]
-    );
-    assert_eq!(
-        hba.eval(&login("d", "u", "10.9.9.9", "")).map(|r| r.line),
-        Some(14)
+        eval(&hba, &login("d", "u", "10.9.9.9", "")).map(|r| r.line),
+        Some(2)
     );
 }
 
@@ -237,13 +288,17 @@ fn at_files_list_names_relative_to_the_including_file() {
         "host @dbs @/abs/users all scram-sha-256\n",
         Ident::default(),
         &mut read,
-    );
+    )
+    .unwrap();
     assert_eq!(warnings, Vec::<String>::new());
     for db in ["app", "my db", "shop", "extra"] {
-        assert!(hba.eval(&login(db, "bob", "1.2.3.4", "")).is_some(), "{db}");
+        assert!(
+            eval(&hba, &login(db, "bob", "1.2.3.4", "")).is_some(),
+            "{db}"
+        );
     }
-    assert!(hba.eval(&login("other", "bob", "1.2.3.4", "")).is_none());
-    assert!(hba.eval(&login("app", "carol", "1.2.3.4", "")).is_none());
+    assert!(eval(&hba, &login("other", "bob", "1.2.3.4", "")).is_none());
+    assert!(eval(&hba, &login("app", "carol", "1.2.3.4", "")).is_none());
 }
 
 #[test]
@@ -255,24 +310,23 @@ fn sameuser_and_maps() {
         "local sameuser all peer\nlocal all all peer map=ops\nhostssl all all all cert map=ops\n",
         ident,
         &mut no_files,
-    );
+    )
+    .unwrap();
     assert_eq!(warnings, Vec::<String>::new());
-    let r = hba.eval(&login("alice", "alice", "unix", "")).unwrap();
+    let r = eval(&hba, &login("alice", "alice", "unix", "")).unwrap();
     assert_eq!((r.line, r.map.as_deref()), (1, None));
-    let r = hba.eval(&login("shop", "alice", "unix", "")).unwrap();
+    let r = eval(&hba, &login("shop", "alice", "unix", "")).unwrap();
     assert_eq!(
         (r.line, r.map.as_deref(), r.method),
         (2, Some("ops"), Method::Peer)
     );
     assert!(hba.ident.allows("ops", "root", "postgres"));
-    assert_eq!(hba.eval(&login("d", "u", "::1", "tls")).unwrap().line, 3);
+    assert_eq!(eval(&hba, &login("d", "u", "::1", "tls")).unwrap().line, 3);
 }
 
 #[test]
-fn a_missing_file_refuses_everyone() {
-    let (hba, warnings) = Hba::load("/nonexistent/pgcorral/hba.conf", "");
-    assert!(
-        warnings[0].starts_with("could not open hba config file /nonexistent/pgcorral/hba.conf")
-    );
-    assert!(hba.eval(&login("d", "u", "unix", "")).is_none());
+fn a_missing_file_is_refused() {
+    let refused = Hba::load("/nonexistent/pgcorral/hba.conf", "").unwrap_err();
+    assert!(refused.errors[0]
+        .starts_with("could not open hba config file /nonexistent/pgcorral/hba.conf"));
 }

@@ -87,15 +87,6 @@ impl Cursor {
         t
     }
 
-    /// Takes the bare word `kw` if it is next.
-    pub fn keyword(&mut self, kw: &str) -> bool {
-        if matches!(self.peek(), Token::Word(w) if w == kw) {
-            self.at += 1;
-            return true;
-        }
-        false
-    }
-
     pub fn at_end(&self) -> bool {
         *self.peek() == Token::End
     }

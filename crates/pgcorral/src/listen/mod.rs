@@ -18,6 +18,7 @@ use crate::config;
 use crate::config::Config;
 use crate::conns;
 use crate::error;
+use crate::hba;
 use crate::metrics;
 use crate::net::peer::Peer;
 use crate::pool::stats;
@@ -55,6 +56,9 @@ impl Pooler {
         config: Config,
         inherited: Option<takeover::Inherited>,
     ) -> std::io::Result<Pooler> {
+        // Before any socket: a file PostgreSQL would refuse stops the start.
+        let rules = hba::for_config(&config.general)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let dir = config.general.unix_socket_dir.clone();
         let mut from_old = None;
         let (listener, unix) = match inherited {
@@ -124,7 +128,7 @@ impl Pooler {
         let tls = tls::Tls::load(&config.general)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let n_workers = config.general.workers;
-        let services = Services::new(config, workers::count(n_workers));
+        let services = Services::new(config, rules, workers::count(n_workers));
         services.tls.store(std::sync::Arc::new(tls));
         Ok(Pooler {
             listener,
