@@ -640,17 +640,17 @@ impl Walk {
     }
 
     /// Takes the next token; `word` is the last bare word seen (the name before a `(`).
-    fn step(&mut self, tok: Token<'_>, word: &[u8], hooks: &HookMap) {
+    fn step(&mut self, tok: Token<'_>, word: &[u8], hooks: &HookMap, trusted: bool) {
         let mut e = Effect::None;
         // Any name but the statement's first word may name a relation, type or function whose
         // use runs user code (the first is a keyword: a statement pgcorral does not know
         // taints anyway).
-        if self.last != Last::Nothing && named_loud(hooks, &tok) {
-            e = if hooks.trusted() {
-                Effect::Taint
-            } else {
-                Effect::Unsure
-            };
+        if self.last != Last::Nothing && matches!(tok, Token::Word(_) | Token::Quoted(_)) {
+            if !trusted {
+                e = Effect::Unsure;
+            } else if named_loud(hooks, &tok) {
+                e = Effect::Taint;
+            }
         }
         match (self.set_config, tok) {
             (SetConfig::No, _) => {}
@@ -785,7 +785,7 @@ impl Walk {
     }
 }
 
-/// Whether an identifier token names something `hooks` says may reach user code, by the name
+/// Whether an identifier token names something a trusted `hooks` says may reach user code, by the name
 /// PostgreSQL's catalog holds for it: an unquoted word downcased (ASCII letters only, as for a
 /// UTF8 database), a quoted one with `""` undone, either cut to 63 bytes (NAMEDATALEN - 1) at a
 /// character boundary.
@@ -811,7 +811,7 @@ fn named_loud(hooks: &HookMap, tok: &Token<'_>) -> bool {
         }
         _ => return false,
     };
-    hooks.loud(catalog_cut(&buf[..n]))
+    hooks.names(catalog_cut(&buf[..n]))
 }
 
 /// A name cut as PostgreSQL cuts identifiers: to 63 bytes, less a character cut in two.
@@ -829,6 +829,7 @@ fn catalog_cut(name: &[u8]) -> &[u8] {
 
 /// [`classify`] by the lexer, statement by statement.
 fn lex_classify(sql: &[u8], hooks: &HookMap) -> Effect {
+    let trusted = hooks.trusted();
     let mut effect = Effect::None;
     let mut lex = Lexer::new(sql, false);
     let mut walk: Option<Walk> = None;
@@ -842,7 +843,7 @@ fn lex_classify(sql: &[u8], hooks: &HookMap) -> Effect {
             continue;
         }
         let w = walk.get_or_insert_with(|| Walk::new(tok));
-        w.step(tok, word, hooks);
+        w.step(tok, word, hooks, trusted);
         if let Token::Word(t) = tok {
             word = t;
         }
