@@ -5,10 +5,11 @@
 //! A connection takes a place at accept and gives it back when it has authenticated (or its
 //! login failed). Three kinds of places:
 //!
-//! * the budget's own (`max_login_clients`): a source may hold at most its share of them,
-//!   `max(1, budget / (n + 1))`, `n` being the number of sources holding such places now, the
-//!   newcomer included; so whatever the sources holding places do, about one share is left for
-//!   a source not seen yet (a lone source holds at most half, two at most a third each, ...);
+//! * the budget's own (`max_login_clients`): a source holding none may take any free place; a
+//!   source holding some may take another while it holds less than its share,
+//!   `max(1, budget / (n + 1))`, and while a newcomer's share, `budget / (n + 2)`, stays free,
+//!   `n` being the number of sources holding such places now. So whatever the sources holding
+//!   places do, room is left for a source not seen yet (a lone source holds at most half);
 //! * [`CONSOLE_RESERVE`] places for TCP connections the budget refused: such a connection may
 //!   log in to the admin console only (its startup packet must name it; the console then takes
 //!   admin and stats users only), and a source holds at most its share of these too;
@@ -91,23 +92,17 @@ struct Table {
 
 impl Places {
     /// Takes a place for a connection from `source` with a login budget of `budget` places:
-    /// the budget's when it has room and `source` holds less than its share of it, else one of
-    /// its reserve (the console's for TCP, the Unix socket's) under the same rule. `None`: no
-    /// place for it.
+    /// the budget's when [`fits`] says so, else one of its reserve (the console's for TCP,
+    /// under the same rule; the Unix socket's). `None`: no place for it.
     pub fn take(&self, source: Source, budget: usize) -> Option<Lane> {
         let mut guard = self.0.lock();
         let t = &mut *guard;
         let mine = t.by_source.get(&source).copied().unwrap_or((0, 0));
-        let share = |sources: usize, held_by_source: usize, places: usize| {
-            // The newcomer counts itself among the sources.
-            let n = sources + usize::from(held_by_source == 0);
-            held_by_source < (places / (n + 1)).max(1)
-        };
-        let lane = if t.held[0] < budget && share(t.sources.0, mine.0, budget) {
+        let lane = if fits(budget, t.held[0], t.sources.0, mine.0) {
             Lane::Budget
         } else if source == Source::Unix {
             (t.held[2] < UNIX_RESERVE).then_some(Lane::Unix)?
-        } else if t.held[1] < CONSOLE_RESERVE && share(t.sources.1, mine.1, CONSOLE_RESERVE) {
+        } else if fits(CONSOLE_RESERVE, t.held[1], t.sources.1, mine.1) {
             Lane::Console
         } else {
             return None;
@@ -176,6 +171,23 @@ impl Places {
     }
 }
 
+/// Whether a source holding `mine` of `places` places may take one more, `held` of them being
+/// held by `sources` sources: a source holding none may take any free place; one holding some
+/// only while it holds less than its share, `max(1, places / (sources + 1))`, and while the
+/// places left free stay at least a newcomer's share, `places / (sources + 2)`. So sources that
+/// came first keep room for those that come later, whatever they do.
+fn fits(places: usize, held: usize, sources: usize, mine: usize) -> bool {
+    if held >= places {
+        return false;
+    }
+    if mine == 0 {
+        return true;
+    }
+    let share = (places / (sources + 1)).max(1);
+    let keep = places / (sources + 2);
+    mine < share && held + 1 + keep <= places
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,11 +212,23 @@ mod tests {
     fn a_lone_source_holds_half_and_the_console_s_half_leaving_room_for_another() {
         let p = Places::default();
         assert_eq!(fill(&p, v4(1), 20), (10, CONSOLE_RESERVE / 2));
-        // A second source: a third of the budget (the first keeps what it holds), and its
-        // share of the console's places.
-        assert_eq!(fill(&p, v4(2), 20), (6, 2));
+        // A second source: up to a third of the budget while a quarter stays free (the first
+        // keeps what it holds), and its share of the console's places.
+        assert_eq!(fill(&p, v4(2), 20), (5, 2));
         // A third one still finds room.
         assert_eq!(p.take(v4(3), 20), Some(Lane::Budget));
+    }
+
+    #[test]
+    fn sources_that_fill_what_they_may_one_after_another_leave_room_for_the_next() {
+        let p = Places::default();
+        let got: Vec<_> = (1..=4).map(|i| fill(&p, v4(i), 20).0).collect();
+        assert_eq!(got, [10, 5, 1, 1]);
+        // However many came before, newcomers find the places kept free.
+        for i in 5..=7 {
+            assert_eq!(p.take(v4(i), 20), Some(Lane::Budget));
+        }
+        assert_eq!(p.of_budget(), 20);
     }
 
     #[test]
