@@ -405,10 +405,7 @@ fn lists(services: &Services, config: &Config) -> Table {
         ("peer_pools", 0),
         ("free_clients", 0),
         ("used_clients", clients),
-        (
-            "login_clients",
-            services.logins.load(std::sync::atomic::Ordering::Relaxed),
-        ),
+        ("login_clients", services.logins.in_use()),
         ("free_servers", 0),
         ("used_servers", used_servers),
         ("dns_names", 0),

@@ -43,6 +43,7 @@ use crate::connlog::{self, Who};
 use crate::conns;
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
+use crate::login_places::{Lane, Source};
 use crate::net::peer::Peer;
 use crate::pool::{Checkout, ClientWait, Pool};
 use crate::prepared;
@@ -55,14 +56,24 @@ use crate::session::Settings;
 
 /// The task of one accepted connection, to its end: registers the socket with the reactor of
 /// the worker that polls it, admits the client and serves it. Errors are reported to the
-/// client and logged.
+/// client and logged. The connection holds a place of the login budget in `lane`, which its
+/// login takes over.
 pub fn serve(
     socket: Detached,
     peer: Peer,
     services: Services,
     worker: usize,
+    lane: Lane,
 ) -> impl Future<Output = ()> + Send + 'static {
-    task(socket, peer, services, worker, None)
+    task(socket, peer, services, worker, Arrival::New(lane))
+}
+
+/// How a client's task begins.
+enum Arrival {
+    /// A connection just accepted, holding a place of the login budget in this lane.
+    New(Lane),
+    /// A logged-in client moved from another worker (or handed over by another process).
+    Moved(Box<Moved>),
 }
 
 /// A logged-in client on its way to another worker (see [`migrate`]): all of it but its socket.
@@ -76,8 +87,8 @@ struct Moved {
     count: ClientCount,
 }
 
-/// A client's task on `worker`: a new connection (`moved` is `None`), or a logged-in client
-/// moved from another worker. Idle clients cost this future, so it keeps the client's state
+/// A client's task on `worker`: a new connection, or a logged-in client moved from another
+/// worker (`arrival`). Idle clients cost this future, so it keeps the client's state
 /// in one place: not an `async fn` (whose arguments are kept twice, as passed and as
 /// locals), the connection and session are its locals, and what it awaits borrows them.
 #[allow(clippy::manual_async_fn)]
@@ -86,7 +97,7 @@ fn task(
     peer: Peer,
     services: Services,
     worker: usize,
-    moved: Option<Box<Moved>>,
+    arrival: Arrival,
 ) -> impl Future<Output = ()> + Send + 'static {
     // Built here and moved in whole, so that the future holds `peer` once (a value captured
     // by the block stays in it after being moved into a local).
@@ -108,12 +119,16 @@ fn task(
         client.stream = match socket.attach() {
             Ok(s) => s,
             Err(e) => {
-                match moved {
-                    None => {
-                        drop(LoginCount::adopt(&services));
+                match arrival {
+                    Arrival::New(lane) => {
+                        drop(LoginCount::adopt(
+                            &services,
+                            Source::of(client.peer.ip()),
+                            lane,
+                        ));
                         tracing::warn!(error = %e, "could not register a client socket")
                     }
-                    Some(m) => {
+                    Arrival::Moved(m) => {
                         tracing::warn!(peer = %client.peer, error = %e, "could not move a client between workers");
                         services.cancel.unregister(m.session.pid, m.session.secret);
                     }
@@ -123,19 +138,19 @@ fn task(
         };
         let count;
         let mut admitted;
-        match moved {
-            None => {
+        match arrival {
+            Arrival::New(lane) => {
                 client.max_len = services.config.load().general.max_packet_size;
                 // Startup and login are boxed: their state is large and short-lived, and must
                 // not size the future that lives as long as the client (idle clients should
                 // cost little memory). The client is counted against max_client_conn from its
                 // successful login on.
-                match cold::cold(admit(&mut client, &services)).await {
+                match cold::cold(admit(&mut client, &services, lane)).await {
                     Some((a, c)) => (admitted, count) = (Some(a), c),
                     None => return,
                 }
             }
-            Some(m) => {
+            Arrival::Moved(m) => {
                 let Moved {
                     buf,
                     pass,
@@ -357,7 +372,7 @@ fn go_on(
         peer,
         services,
         worker,
-        Some(moved),
+        Arrival::Moved(moved),
     ))));
 }
 
