@@ -19,8 +19,9 @@ use crate::pool::ClientWait;
 use crate::prepared;
 use crate::session;
 use crate::session::exec;
-use crate::shard::key::{KeyType, Value};
-use crate::shard::plan::{NearPlan, Place, Plan, Spans};
+use crate::shard::key::KeyType;
+use crate::shard::number::Typed;
+use crate::shard::plan::{NearPlan, Param, Place, Plan, Spans};
 use crate::shard::{Sharding, Table};
 
 /// The shard of the request at the start of the client's buffer, or why it has none.
@@ -72,9 +73,9 @@ pub fn shard_of(
     }
     let mut place = Place::Any;
     let mut spans = Spans::new();
-    for &(text, bind, runs) in &batch.statements {
+    for &(text, types, bind, runs) in &batch.statements {
         let plan = sharding.plans.near(near, sharding, text, &mut spans);
-        let here = match plan_place(&plan, sharding, text, &spans, bind) {
+        let here = match plan_place(&plan, sharding, text, &spans, types, bind) {
             // Parsed and described, not run: any shard describes it alike.
             Place::CopyIn(_) if !runs => Place::Any,
             p => p,
@@ -148,7 +149,7 @@ pub fn copy_request(client: &ClientConn) -> Option<(usize, String, BytesMut)> {
 /// The request at the front of the client's buffer runs no statement (Parse, Describe,
 /// Close, Sync only).
 pub fn runs_nothing(client: &ClientConn) -> bool {
-    Batch::read(client).is_some_and(|b| b.statements.iter().all(|s| !s.2) && !b.simple)
+    Batch::read(client).is_some_and(|b| b.statements.iter().all(|s| !s.3) && !b.simple)
 }
 
 /// Bytes of the whole request at the front of the client's buffer (`None`: not all read).
@@ -355,9 +356,10 @@ fn plan_place(
     sharding: &Sharding,
     text: &str,
     spans: &[(usize, usize)],
+    types: &[u8],
     bind: Option<&[u8]>,
 ) -> Place {
-    let param = |i: usize, ty: KeyType| bind.and_then(|b| bind_param(b, i, ty));
+    let param = |i: usize| bind.and_then(|b| bind_param(b, i, types));
     // Without a Bind (a simple Query; a Parse alone) the key is in the text or nowhere; a
     // Parse and Describe alone are answered alike by every shard.
     if bind.is_none() && plan.has_params() {
@@ -366,21 +368,32 @@ fn plan_place(
     plan.place_in(sharding, text, Some(spans), &param)
 }
 
-/// Parameter `i` of a Bind body as a key value of type `ty`.
-fn bind_param(body: &[u8], i: usize, ty: KeyType) -> Option<Value> {
+/// Parameter `i` of a Bind body, `types` the parameter types of its statement's Parse (its
+/// count and OIDs).
+fn bind_param<'a>(body: &'a [u8], i: usize, types: &[u8]) -> Option<Param<'a>> {
     let bind = BindBody::parse(body)?;
     let value = bind.param(i)?;
     let format = bind.format(i)?;
-    match value {
-        None => Some(Value::Null),
-        Some(bytes) if format == 1 => Value::from_binary(ty, bytes).ok(),
-        Some(bytes) => Value::from_text(ty, bytes).ok(),
-    }
+    let count = types.get(..2).map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
+    let oid = types
+        .get(2 + 4 * i..6 + 4 * i)
+        .filter(|_| i < usize::from(count))
+        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    Some(Param {
+        value,
+        binary: format == 1,
+        typed: Typed::of_oid(oid),
+    })
 }
 
-/// A statement of a request: its text, its Bind's body (extended protocol), and whether it
-/// runs.
-type Statement<'a> = (&'a str, Option<&'a [u8]>, bool);
+/// What follows a Parse's query text: its parameter count and types.
+fn parse_types<'a>(after_name: &'a [u8], text: &str) -> &'a [u8] {
+    after_name.get(text.len() + 1..).unwrap_or(&[])
+}
+
+/// A statement of a request: its text, its Parse's parameter types, its Bind's body (extended
+/// protocol), and whether it runs.
+type Statement<'a> = (&'a str, &'a [u8], Option<&'a [u8]>, bool);
 
 /// The statements of the request at the start of the client's buffer.
 struct Batch<'a> {
@@ -399,7 +412,7 @@ impl<'a> Batch<'a> {
     /// A simple Query already read whole: its length and text.
     fn query((len, text): (usize, &'a str)) -> Batch<'a> {
         let mut statements = SmallVec::new();
-        statements.push((text, None, true));
+        statements.push((text, &[][..], None, true));
         Batch {
             len,
             first_text: Some(text),
@@ -419,8 +432,9 @@ impl<'a> Batch<'a> {
             statements: SmallVec::new(),
             simple: false,
         };
-        // Statements parsed in this request, by name (the unnamed one as "").
-        let mut parsed: SmallVec<[(&[u8], &str); 2]> = SmallVec::new();
+        // Statements parsed in this request, by name (the unnamed one as ""): their texts and
+        // parameter types.
+        let mut parsed: SmallVec<[(&[u8], &str, &[u8]); 2]> = SmallVec::new();
         let mut bound = false;
         loop {
             let h = Header::parse(&buf[pos..], client.max_len).ok()??;
@@ -433,7 +447,7 @@ impl<'a> Batch<'a> {
                 frontend::QUERY => {
                     let text = query_text(body);
                     batch.first_text = batch.first_text.or(text);
-                    batch.statements.extend(text.map(|t| (t, None, true)));
+                    batch.statements.extend(text.map(|t| (t, &[][..], None, true)));
                     batch.len = pos;
                     batch.simple = true;
                     return Some(batch);
@@ -445,8 +459,8 @@ impl<'a> Batch<'a> {
                         batch.first_text = text;
                     }
                     if let Some(t) = text {
-                        parsed.retain(|(n, _)| *n != &body[..name_end]);
-                        parsed.push((&body[..name_end], t));
+                        parsed.retain(|(n, _, _)| *n != &body[..name_end]);
+                        parsed.push((&body[..name_end], t, parse_types(&body[name_end + 1..], t)));
                     }
                 }
                 frontend::BIND => {
@@ -457,14 +471,14 @@ impl<'a> Batch<'a> {
                     let text = parsed
                         .iter()
                         .rev()
-                        .find(|(n, _)| *n == name)
-                        .map(|(_, t)| *t)
+                        .find(|(n, _, _)| *n == name)
+                        .map(|(_, t, types)| (*t, *types))
                         .or_else(|| statement_text(client, name));
                     if batch.first_text.is_none() {
-                        batch.first_text = text;
+                        batch.first_text = text.map(|t| t.0);
                     }
-                    if let Some(t) = text {
-                        batch.statements.push((t, Some(body), true));
+                    if let Some((t, types)) = text {
+                        batch.statements.push((t, types, Some(body), true));
                     }
                 }
                 frontend::SYNC => {
@@ -473,7 +487,7 @@ impl<'a> Batch<'a> {
                     if !bound {
                         batch
                             .statements
-                            .extend(parsed.iter().map(|(_, t)| (*t, None, false)));
+                            .extend(parsed.iter().map(|(_, t, ty)| (*t, *ty, None, false)));
                     }
                     return Some(batch);
                 }
@@ -481,7 +495,7 @@ impl<'a> Batch<'a> {
                     batch.len = pos;
                     batch
                         .statements
-                        .extend(parsed.iter().map(|(_, t)| (*t, None, false)));
+                        .extend(parsed.iter().map(|(_, t, ty)| (*t, *ty, None, false)));
                     return Some(batch);
                 }
                 _ => {}
@@ -490,13 +504,17 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// The text of one of the client's prepared statements (`b""`: its unnamed one).
-fn statement_text<'a>(client: &'a ClientConn, name: &[u8]) -> Option<&'a str> {
-    if name.is_empty() {
-        return client.statements.unnamed().and_then(query_text);
-    }
-    match &client.statements.named(name)?.source {
-        prepared::Source::Parse(b) => query_text(b),
-        prepared::Source::Sql(_) => None,
-    }
+/// The text and parameter types of one of the client's prepared statements (`b""`: its
+/// unnamed one).
+fn statement_text<'a>(client: &'a ClientConn, name: &[u8]) -> Option<(&'a str, &'a [u8])> {
+    let after_name: &[u8] = if name.is_empty() {
+        client.statements.unnamed()?
+    } else {
+        match &client.statements.named(name)?.source {
+            prepared::Source::Parse(b) => b,
+            prepared::Source::Sql(_) => return None,
+        }
+    };
+    let text = query_text(after_name)?;
+    Some((text, parse_types(after_name, text)))
 }

@@ -6,6 +6,7 @@ pub mod copy;
 pub mod hash;
 pub mod insert;
 pub mod key;
+pub mod number;
 pub mod plan;
 
 use key::{BadKey, Function, KeyType, Value};
