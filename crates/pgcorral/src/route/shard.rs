@@ -374,7 +374,9 @@ fn bind_param<'a>(body: &'a [u8], i: usize, types: &[u8]) -> Option<Param<'a>> {
     let bind = BindBody::parse(body)?;
     let value = bind.param(i)?;
     let format = bind.format(i)?;
-    let count = types.get(..2).map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
+    let count = types
+        .get(..2)
+        .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
     let oid = types
         .get(2 + 4 * i..6 + 4 * i)
         .filter(|_| i < usize::from(count))
@@ -447,7 +449,9 @@ impl<'a> Batch<'a> {
                 frontend::QUERY => {
                     let text = query_text(body);
                     batch.first_text = batch.first_text.or(text);
-                    batch.statements.extend(text.map(|t| (t, &[][..], None, true)));
+                    batch
+                        .statements
+                        .extend(text.map(|t| (t, &[][..], None, true)));
                     batch.len = pos;
                     batch.simple = true;
                     return Some(batch);

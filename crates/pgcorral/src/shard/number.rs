@@ -135,9 +135,9 @@ impl Number {
             // Rounded to a whole number (scale 0); a larger scale keeps what matters here
             // only for a whole number (see `has_fraction`).
             Typed::NumericScaled(scale) => match self.cast(Typed::Numeric)? {
-                Number::Numeric(d) if d.fraction && scale <= 0 => Number::Numeric(Decimal::of_int(
-                    Number::Numeric(d).assigned(KeyType::Int8)?,
-                )),
+                Number::Numeric(d) if d.fraction && scale <= 0 => {
+                    Number::Numeric(Decimal::of_int(Number::Numeric(d).assigned(KeyType::Int8)?))
+                }
                 n => n,
             },
             Typed::Float8 => Number::Float(self.float()?),
@@ -162,9 +162,8 @@ impl Number {
             Number::Numeric(d) if d.special || d.whole.is_none() => None,
             // Only whole numbers and halves matter to an integer key after it.
             Number::Numeric(d) => {
-                let f = d.whole? as f64
-                    + f64::from(d.first) / 10.0
-                    + if d.beyond { 0.01 } else { 0.0 };
+                let f =
+                    d.whole? as f64 + f64::from(d.first) / 10.0 + if d.beyond { 0.01 } else { 0.0 };
                 Some(if d.neg { -f } else { f })
             }
         }
@@ -239,7 +238,9 @@ fn float(s: &str) -> Option<f64> {
     let s = s.trim_matches(|c: char| c.is_ascii_whitespace());
     let f: f64 = s.parse().ok()?;
     // Rust reads "1e400" as infinity; PostgreSQL refuses it (out of range).
-    let named = s.trim_start_matches(['+', '-']).starts_with(['i', 'I', 'n', 'N']);
+    let named = s
+        .trim_start_matches(['+', '-'])
+        .starts_with(['i', 'I', 'n', 'N']);
     (f.is_finite() || named).then_some(f)
 }
 
@@ -271,7 +272,10 @@ fn decimal(s: &str) -> Option<Decimal> {
     };
     let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     let digits_ok = |p: &str| {
-        !p.starts_with('_') && !p.ends_with('_') && !p.contains("__") && p.bytes().all(|b| b.is_ascii_digit() || b == b'_')
+        !p.starts_with('_')
+            && !p.ends_with('_')
+            && !p.contains("__")
+            && p.bytes().all(|b| b.is_ascii_digit() || b == b'_')
     };
     if !digits_ok(int) || !digits_ok(frac) || (int.is_empty() && frac.is_empty()) {
         return None;
@@ -340,7 +344,11 @@ fn binary_numeric(b: &[u8]) -> Option<Decimal> {
         }
         digits.extend([d / 1000, d / 100 % 10, d / 10 % 10, d % 10].map(|x| x as u8));
     }
-    Some(from_digits(sign == 0x4000, &digits, 4 * (i64::from(weight) + 1)))
+    Some(from_digits(
+        sign == 0x4000,
+        &digits,
+        4 * (i64::from(weight) + 1),
+    ))
 }
 
 #[cfg(test)]
@@ -394,21 +402,42 @@ mod tests {
             (Typed::Numeric, "-7.000", KeyType::Int2, key(-7)),
             (Typed::Numeric, "70000", KeyType::Int2, Meets::Nothing),
             (Typed::Numeric, "0.7e1", KeyType::Int8, key(7)),
-            (Typed::Numeric, "7.0000000000000000000001", KeyType::Int8, Meets::Nothing),
+            (
+                Typed::Numeric,
+                "7.0000000000000000000001",
+                KeyType::Int8,
+                Meets::Nothing,
+            ),
             (Typed::Float8, "7.0", KeyType::Int4, key(7)),
             (Typed::Float8, "7.5", KeyType::Int8, Meets::Nothing),
             (Typed::Float8, "NaN", KeyType::Int8, Meets::Nothing),
-            (Typed::Float8, "9007199254740993", KeyType::Int8, Meets::Several),
-            (Typed::Float8, "9007199254740993", KeyType::Int4, Meets::Nothing),
+            (
+                Typed::Float8,
+                "9007199254740993",
+                KeyType::Int8,
+                Meets::Several,
+            ),
+            (
+                Typed::Float8,
+                "9007199254740993",
+                KeyType::Int4,
+                Meets::Nothing,
+            ),
             (Typed::Float8, "1e30", KeyType::Int8, Meets::Nothing),
         ] {
-            assert_eq!(meets(typed, text, ty, false), want, "{typed:?} {text} {ty:?}");
+            assert_eq!(
+                meets(typed, text, ty, false),
+                want,
+                "{typed:?} {text} {ty:?}"
+            );
         }
     }
 
     #[test]
     fn numeric_input_forms() {
-        for bad in ["", ".", "e5", "1e", "1..2", "_1", "1__0", "0x1F", "1 2", "--1"] {
+        for bad in [
+            "", ".", "e5", "1e", "1..2", "_1", "1__0", "0x1F", "1 2", "--1",
+        ] {
             assert_eq!(decimal(bad), None, "{bad:?}");
         }
         let d = decimal(" +1_000.50 ").unwrap();
@@ -457,12 +486,19 @@ mod tests {
     #[test]
     fn casts() {
         let num = Number::from_text(Typed::Numeric, b"7.5").unwrap();
-        assert_eq!(num.clone().cast(Typed::Int(KeyType::Int4)), Some(Number::Int(8)));
         assert_eq!(
-            num.cast(Typed::Float8).map(|f| f.meets(KeyType::Int4, true)),
+            num.clone().cast(Typed::Int(KeyType::Int4)),
+            Some(Number::Int(8))
+        );
+        assert_eq!(
+            num.cast(Typed::Float8)
+                .map(|f| f.meets(KeyType::Int4, true)),
             Some(key(8))
         );
         let f = Number::from_text(Typed::Float8, b"2.5").unwrap();
-        assert_eq!(f.cast(Typed::Numeric).map(|n| n.meets(KeyType::Int4, true)), Some(key(3)));
+        assert_eq!(
+            f.cast(Typed::Numeric).map(|n| n.meets(KeyType::Int4, true)),
+            Some(key(3))
+        );
     }
 }

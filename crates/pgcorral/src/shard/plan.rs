@@ -287,10 +287,7 @@ fn constant(text: &str, quoted: bool, casts: &[Typed], ty: KeyType, assign: bool
             let whole = !text.contains(['.', 'e', 'E']);
             match whole.then(|| Number::from_text(Typed::Int(KeyType::Int8), text.as_bytes())) {
                 Some(Some(n)) => (Some(n), casts),
-                _ => (
-                    Number::from_text(Typed::Numeric, text.as_bytes()),
-                    casts,
-                ),
+                _ => (Number::from_text(Typed::Numeric, text.as_bytes()), casts),
             }
         }
         (false, [first, rest @ ..]) => (Number::from_text(*first, text.as_bytes()), rest),
@@ -1141,7 +1138,13 @@ mod tests {
             (select, b"7.5", false, Typed::Numeric, None),
             (insert, &float, true, Typed::Float8, Some(2)),
             (select, &float, true, Typed::Float8, None),
-            (select, &7i16.to_be_bytes(), true, Typed::Int(KeyType::Int2), Some(7)),
+            (
+                select,
+                &7i16.to_be_bytes(),
+                true,
+                Typed::Int(KeyType::Int2),
+                Some(7),
+            ),
             (select, b"7", false, Typed::Key, Some(7)),
         ] {
             let p = plan(&s, sql, true);
@@ -1152,7 +1155,11 @@ mod tests {
                     typed,
                 })
             });
-            assert_eq!(got, k.map_or(Place::Any, |k| shard(&s, k)), "{sql} {value:?}");
+            assert_eq!(
+                got,
+                k.map_or(Place::Any, |k| shard(&s, k)),
+                "{sql} {value:?}"
+            );
         }
     }
 
