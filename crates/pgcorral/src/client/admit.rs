@@ -471,9 +471,11 @@ async fn login(
         }
         None => rand::random::<i32>() & 0x7fff_ffff,
     };
-    for (k, v) in server_params.unwrap_or_default().iter() {
+    let server_params = server_params.unwrap_or_default();
+    for (k, v) in server_params.iter() {
         encode::parameter_status(out, k, v);
     }
+    let escapes = crate::route::escapes(&server_params);
     let (secret, listed) = welcome(
         client,
         services,
@@ -494,7 +496,10 @@ async fn login(
     let session = Admitted::Pool(Box::new(LoggedIn {
         pool,
         cluster,
-        route: Default::default(),
+        route: crate::route::ClientRoute {
+            escapes,
+            ..Default::default()
+        },
         target: None,
         listed,
         server,

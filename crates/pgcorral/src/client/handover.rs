@@ -163,7 +163,10 @@ fn session_of(
     let session = LoggedIn {
         pool,
         cluster,
-        route: Default::default(),
+        route: crate::route::ClientRoute {
+            escapes: crate::route::escapes(&h.settings),
+            ..Default::default()
+        },
         target: None,
         listed,
         server: None,

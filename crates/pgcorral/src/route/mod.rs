@@ -48,6 +48,16 @@ pub struct ClientRoute {
     pub owe_ready: bool,
     /// The plan of the client's last request to a sharded database.
     pub near: Option<NearPlan>,
+    /// The client's standard_conforming_strings is off (as its server last reported it, or
+    /// as it was told at login): a backslash in a plain string literal is an escape.
+    pub escapes: bool,
+}
+
+/// Whether `params` (ParameterStatus values, or settings) turn standard_conforming_strings off.
+pub fn escapes(params: &[(String, String)]) -> bool {
+    params
+        .iter()
+        .any(|(k, v)| k == "standard_conforming_strings" && v == "off")
 }
 
 impl ClientRoute {
@@ -154,7 +164,8 @@ pub fn decide(
         .as_ref()
         .and_then(|d| d.shard)
         .or(route.shard);
-    let placed = shard::shard_of(client, query, sharding, &mut route.near, chosen, writes);
+    let near = (&mut route.near, route.escapes);
+    let placed = shard::shard_of(client, query, sharding, near, chosen, writes);
     if let shard::Shard::NeedColumns(t) = placed {
         return Decision::LearnColumns(t);
     }
@@ -356,10 +367,19 @@ pub async fn in_transaction(
     }
     // A shard the client chose keeps the transaction where it is; else its keys must agree.
     let chosen = route.shard.map(|_| shard);
-    let mut placed = shard::shard_of(client, query, sharding, &mut route.near, chosen, || false);
+    let escapes = route.escapes;
+    let mut placed = shard::shard_of(
+        client,
+        query,
+        sharding,
+        (&mut route.near, escapes),
+        chosen,
+        || false,
+    );
     if let shard::Shard::NeedColumns(t) = placed {
         shard::learn_columns(cluster, sharding, t, client.worker).await?;
-        placed = shard::shard_of(client, query, sharding, &mut route.near, chosen, || false);
+        let near = (&mut route.near, escapes);
+        placed = shard::shard_of(client, query, sharding, near, chosen, || false);
     }
     Ok(match placed {
         shard::Shard::One(n) if n != shard => {

@@ -48,12 +48,13 @@ pub enum Shard {
 
 /// Where the request goes: `chosen` is the client's `SET SHARD` or `SET SHARDING KEY` (already
 /// a shard), `writes` whether the request may write. `query`: the request's whole simple Query
-/// (length and text) when the caller has read it already.
+/// (length and text) when the caller has read it already. `near`: the client's last plan, and
+/// whether its standard_conforming_strings is off.
 pub fn shard_of(
     client: &ClientConn,
     query: Option<(usize, &str)>,
     sharding: &Sharding,
-    near: &mut Option<NearPlan>,
+    (near, escapes): (&mut Option<NearPlan>, bool),
     chosen: Option<usize>,
     writes: impl FnOnce() -> bool,
 ) -> Shard {
@@ -74,7 +75,9 @@ pub fn shard_of(
     let mut place = Place::Any;
     let mut spans = Spans::new();
     for &(text, types, bind, runs) in &batch.statements {
-        let plan = sharding.plans.near(near, sharding, text, &mut spans);
+        let plan = sharding
+            .plans
+            .near(near, sharding, text, escapes, &mut spans);
         let here = match plan_place(&plan, sharding, text, &spans, types, bind) {
             // Parsed and described, not run: any shard describes it alike.
             Place::CopyIn(_) if !runs => Place::Any,

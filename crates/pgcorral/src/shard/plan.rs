@@ -387,6 +387,17 @@ impl Default for Plans {
 /// The spans (start, end) of a text's constants, in order.
 pub type Spans = SmallVec<[(usize, usize); 8]>;
 
+/// Whether a string constant among `spans` holds a backslash: an escape in an `E''` string,
+/// or in any string when standard_conforming_strings is off; such a text is planned whole
+/// (its strings' values read by the parser as the client's settings make it read them),
+/// not by its shape.
+fn escaped(sql: &str, spans: &[(usize, usize)]) -> bool {
+    let b = sql.as_bytes();
+    spans
+        .iter()
+        .any(|&(from, to)| b[from] == b'\'' && memchr::memchr(b'\\', &b[from..to]).is_some())
+}
+
 /// The plan a client used last, kept by the client: its next request of the same shape finds
 /// it without the shared map's lock or a reference count other threads touch.
 #[derive(Debug, Clone)]
@@ -455,7 +466,8 @@ impl Plans {
     /// The plan of `sql` (one or more statements) under `sharding`.
     pub fn get(&self, sharding: &Sharding, sql: &str) -> Arc<Plan> {
         let mut h = self.hasher.build_hasher();
-        if !skeleton::hash(sql, &mut h) {
+        let mut spans = Spans::new();
+        if !skeleton::hash_noting(sql, &mut h, |a, b| spans.push((a, b))) || escaped(sql, &spans) {
             // Its constants cannot be numbered: planned from its parse tree every time.
             return Arc::new(plan(sharding, sql, false));
         }
@@ -465,11 +477,14 @@ impl Plans {
     /// The plan of `sql`, from the client's `near` plan when it is of the same shape (else
     /// from the shared map, and kept as the client's near plan). `spans` gets the spans of
     /// `sql`'s constants, for [`Plan::place_in`] (empty when the plan does not refer to them).
+    /// `escapes`: the client's standard_conforming_strings is off (only a text with a
+    /// backslash reads otherwise, and such a text is planned whole, never by its shape).
     pub fn near<'n>(
         &self,
         near: &'n mut Option<NearPlan>,
         sharding: &Sharding,
         sql: &str,
+        escapes: bool,
         spans: &mut Spans,
     ) -> std::borrow::Cow<'n, Plan> {
         spans.clear();
@@ -477,15 +492,19 @@ impl Plans {
         if let Some(n) = near.as_ref().filter(|n| n.plans == plans) {
             if let Some(shape) = &n.shape {
                 if skeleton::same_shape(&shape.0, &shape.1, sql, |a, b| spans.push((a, b))) {
+                    if escaped(sql, spans) {
+                        spans.clear();
+                        return std::borrow::Cow::Owned(plan_with(sharding, sql, false, escapes));
+                    }
                     return std::borrow::Cow::Borrowed(&near.as_ref().expect("checked").plan);
                 }
                 spans.clear();
             }
         }
         let mut h = self.hasher.build_hasher();
-        if !skeleton::hash_noting(sql, &mut h, |a, b| spans.push((a, b))) {
+        if !skeleton::hash_noting(sql, &mut h, |a, b| spans.push((a, b))) || escaped(sql, spans) {
             spans.clear();
-            return std::borrow::Cow::Owned(plan(sharding, sql, false));
+            return std::borrow::Cow::Owned(plan_with(sharding, sql, false, escapes));
         }
         let key = h.finish();
         if !near
@@ -524,16 +543,35 @@ impl Plans {
 /// Reads `sql`'s statements. `numbered`: constants are referred to by their place in the
 /// text (the scan numbers them), else by value.
 pub fn plan(sharding: &Sharding, sql: &str, numbered: bool) -> Plan {
-    let Ok(parsed) = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT) else {
+    plan_with(sharding, sql, numbered, false)
+}
+
+/// How PostgreSQL's parser reads a client's text: `escapes` when its
+/// standard_conforming_strings is off.
+pub fn parser_options(escapes: bool) -> pg_query::ParserOptions {
+    if escapes {
+        pg_query::ParserOptions::DISABLE_STANDARD_CONFORMING_STRINGS
+    } else {
+        pg_query::ParserOptions::DEFAULT
+    }
+}
+
+/// [`plan`] of a client whose standard_conforming_strings is off (`escapes`).
+fn plan_with(sharding: &Sharding, sql: &str, numbered: bool, escapes: bool) -> Plan {
+    let Ok(parsed) = pg_query::parse(sql, parser_options(escapes)) else {
         // PostgreSQL refuses it too, wherever it goes.
         return Plan::default();
     };
-    // Constants are numbered only where the scan can tell every one of them apart.
-    let mut starts = Vec::new();
-    let numbered = numbered && skeleton::constants(sql, |a, _| starts.push(a));
+    // Constants are numbered only where the scan can tell every one of them apart, and read
+    // alike whatever the escapes.
+    let mut spans = Spans::new();
+    let numbered = numbered && skeleton::constants(sql, |a, b| spans.push((a, b)));
+    let numbered = numbered && !escaped(sql, &spans);
+    let starts: Vec<usize> = spans.iter().map(|s| s.0).collect();
     let mut reader = Reader {
         sharding,
         sql,
+        escapes,
         starts: numbered.then_some(starts),
         plan: Plan::default(),
         keyed: Vec::new(),
@@ -588,6 +626,8 @@ pub fn plan(sharding: &Sharding, sql: &str, numbered: bool) -> Plan {
 struct Reader<'a> {
     sharding: &'a Sharding,
     sql: &'a str,
+    /// Backslashes in plain strings are escapes (standard_conforming_strings off).
+    escapes: bool,
     /// Where each numbered constant starts, when constants are numbered.
     starts: Option<Vec<usize>>,
     plan: Plan,
@@ -912,16 +952,20 @@ impl Reader<'_> {
             NodeEnum::AConst(c) => {
                 let loc = usize::try_from(c.location).ok()?;
                 // Plain constants only (see `plain_constant`), so that both readings agree.
-                if !plain_constant(self.sql.as_bytes(), loc) {
+                let sql = self.sql.as_bytes();
+                if !plain_constant(sql, loc, self.escapes) {
                     return None;
                 }
                 if let Some(starts) = &self.starts {
-                    // A negative number is read from the '-' before its digits.
-                    let (at, negate) = if self.sql.as_bytes().get(loc) == Some(&b'-') {
-                        let rest = &self.sql[loc + 1..];
-                        (loc + 1 + (rest.len() - rest.trim_start().len()), true)
-                    } else {
-                        (loc, false)
+                    // A negative number is read from the '-' before its digits, an E'' string
+                    // from its quote.
+                    let (at, negate) = match sql.get(loc) {
+                        Some(b'-') => {
+                            let rest = &self.sql[loc + 1..];
+                            (loc + 1 + (rest.len() - rest.trim_start().len()), true)
+                        }
+                        Some(b'e' | b'E') => (loc + 1, false),
+                        _ => (loc, false),
                     };
                     let index = starts.iter().position(|&s| s == at)?;
                     return Some(Src::Literal { index, negate });
@@ -963,12 +1007,22 @@ fn cast_type(name: Option<&pg_query::protobuf::TypeName>) -> Typed {
     }
 }
 
-/// Whether the constant at `loc` is one the skeleton scan reads whole: a quoted string not
-/// continued on a later line (`'a'` newline `'b'` is one constant to PostgreSQL), a decimal
-/// number, or a minus and one. Not: `E'…'`, `U&'…'`, `B'…'`, `X'…'`, `0x1F`, `1_000`.
-fn plain_constant(sql: &[u8], loc: usize) -> bool {
-    let Some(at) = sql.get(loc..) else {
+/// Whether the constant at `loc` is one the skeleton scan reads whole: a quoted string
+/// (`'…'`, or `E'…'`, whose backslashes are escapes, as they are in every string when
+/// `escapes`: standard_conforming_strings off) not continued on a later line (`'a'` newline
+/// `'b'` is one constant to PostgreSQL), a decimal number, or a minus and one. Not: `U&'…'`,
+/// `B'…'`, `X'…'`, `0x1F`, `1_000`. (A text with a backslash is never numbered: its
+/// strings' values are read from the parse tree.)
+fn plain_constant(sql: &[u8], loc: usize, escapes: bool) -> bool {
+    let Some(mut at) = sql.get(loc..) else {
         return false;
+    };
+    let escapes = match at {
+        [b'e' | b'E', b'\'', ..] => {
+            at = &at[1..];
+            true
+        }
+        _ => escapes,
     };
     let number = |i: usize| {
         let end = skeleton::number_end(sql, i);
@@ -981,6 +1035,7 @@ fn plain_constant(sql: &[u8], loc: usize) -> bool {
             while i < at.len() {
                 match at[i] {
                     b'\'' if at.get(i + 1) == Some(&b'\'') => i += 2,
+                    b'\\' if escapes => i += 2,
                     b'\'' => break,
                     _ => i += 1,
                 }
@@ -1163,6 +1218,51 @@ mod tests {
         }
     }
 
+    /// A string key is the string PostgreSQL stores: `E''` strings take backslash escapes,
+    /// and plain ones do too when the client's standard_conforming_strings is off.
+    #[test]
+    fn strings_are_read_as_postgresql_reads_them() {
+        let s = sharding();
+        let key = |a: &str| {
+            Place::Shard(s.shard_of(
+                &[KeyType::Text, KeyType::Int4],
+                &[Value::Text(a.into()), Value::Int(1)],
+            ))
+        };
+        for (sql, escapes, want) in [
+            ("SELECT * FROM u WHERE a = E'x' AND b = 1", false, "x"),
+            (
+                "SELECT * FROM u WHERE a = e'it''s' AND b = 1",
+                false,
+                "it's",
+            ),
+            (r"SELECT * FROM u WHERE a = E'a\'b' AND b = 1", false, "a'b"),
+            (
+                r"SELECT * FROM u WHERE a = E'x\\y\n' AND b = 1",
+                false,
+                "x\\y\n",
+            ),
+            (
+                r"SELECT * FROM u WHERE a = 'x\\y' AND b = 1",
+                false,
+                r"x\\y",
+            ),
+            (r"SELECT * FROM u WHERE a = 'x\\y' AND b = 1", true, r"x\y"),
+            (r"SELECT * FROM u WHERE a = 'a\'b' AND b = 1", true, "a'b"),
+            (r"SELECT * FROM u WHERE a = 'a\'' AND b = 1", true, "a'"),
+            (r"INSERT INTO u (a, b) VALUES ('\n', 1)", true, "\n"),
+            (r"INSERT INTO u (a, b) VALUES ('\n', 1)", false, r"\n"),
+            ("INSERT INTO u (a, b) VALUES ('plain', 1)", true, "plain"),
+        ] {
+            let (mut near, mut spans) = (None, Spans::new());
+            let got = s
+                .plans
+                .near(&mut near, &s, sql, escapes, &mut spans)
+                .place_in(&s, sql, Some(&spans), &|_| None);
+            assert_eq!(got, key(want), "{sql} (escapes: {escapes})");
+        }
+    }
+
     #[test]
     fn constants_the_scan_cannot_read_whole_are_not_keys_either_way() {
         let s = sharding();
@@ -1171,7 +1271,6 @@ mod tests {
             "SELECT * FROM t WHERE k = 1_000",
             "SELECT * FROM t WHERE k = '1'\n'2'",
             "SELECT * FROM u WHERE a = U&'x' AND b = 1",
-            "SELECT * FROM u WHERE a = E'x' AND b = 1",
         ] {
             let (by_place, by_value) = (place(&s, sql, true), place(&s, sql, false));
             assert_eq!(by_place, by_value, "{sql}");
@@ -1219,35 +1318,32 @@ mod tests {
         for k in [1i64, 22] {
             let sql = format!("SELECT v FROM t WHERE k = {k}");
             assert_eq!(
-                s.plans.near(&mut near, &s, &sql, &mut spans).place_in(
-                    &s,
-                    &sql,
-                    Some(&spans),
-                    &none
-                ),
+                s.plans
+                    .near(&mut near, &s, &sql, false, &mut spans)
+                    .place_in(&s, &sql, Some(&spans), &none),
                 shard(&s, k)
             );
         }
         let sql = "INSERT INTO t VALUES (5, 'x')";
         assert_eq!(
             s.plans
-                .near(&mut near, &s, sql, &mut spans)
+                .near(&mut near, &s, sql, false, &mut spans)
                 .place_in(&s, sql, Some(&spans), &none),
             Place::NeedColumns(0)
         );
         s.plans.learn_columns(0, vec!["k".into(), "v".into()]);
         assert_eq!(
             s.plans
-                .near(&mut near, &s, sql, &mut spans)
+                .near(&mut near, &s, sql, false, &mut spans)
                 .place_in(&s, sql, Some(&spans), &none),
             shard(&s, 5)
         );
         // Another configuration's plans are not taken for this one's.
         let other = sharding();
         let sql = "SELECT v FROM t WHERE k = 7";
-        let _ = s.plans.near(&mut near, &s, sql, &mut spans);
+        let _ = s.plans.near(&mut near, &s, sql, false, &mut spans);
         let before = other.plans.map.lock().len();
-        let _ = other.plans.near(&mut near, &other, sql, &mut spans);
+        let _ = other.plans.near(&mut near, &other, sql, false, &mut spans);
         assert_eq!(other.plans.map.lock().len(), before + 1);
     }
 
