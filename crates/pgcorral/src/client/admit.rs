@@ -25,6 +25,7 @@ use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::registry;
 use crate::pool::{logins, ClientWait, Pool};
+use crate::route;
 use crate::services::{ClientCount, LoginCount, Services, PRESSURE_LOGIN_TIMEOUT};
 use crate::session::startup as session_startup;
 use crate::session::{apply, Settings};
@@ -475,7 +476,7 @@ async fn login(
     for (k, v) in server_params.iter() {
         encode::parameter_status(out, k, v);
     }
-    let escapes = crate::route::escapes(&server_params);
+    let escapes = route::escapes(&server_params);
     let (secret, listed) = welcome(
         client,
         services,
@@ -496,7 +497,7 @@ async fn login(
     let session = Admitted::Pool(Box::new(LoggedIn {
         pool,
         cluster,
-        route: crate::route::ClientRoute {
+        route: route::ClientRoute {
             escapes,
             ..Default::default()
         },

@@ -522,7 +522,7 @@ async fn not_routed(
             }
             return Ok(false);
         }
-        need @ (Decision::ReadCatalog | Decision::LearnColumns(_)) => {
+        need @ (Decision::ReadCatalog | Decision::LearnColumns(_) | Decision::FindGid(_)) => {
             match route::learn(client, &session.cluster, &mut session.route, &need, tried).await? {
                 Some(out) => out,
                 None => return Ok(false),

@@ -12,7 +12,7 @@ use pgwire::{backend, encode};
 
 use super::hint::{self, ShardChoice};
 use crate::client_conn::ClientConn;
-use crate::cluster::{Cluster, Target, Want};
+use crate::cluster::{Cluster, Shards, Target, Want};
 use crate::error::{Kind, Result};
 use crate::logsafe::Esc;
 use crate::pool::ClientWait;
@@ -193,6 +193,32 @@ pub async fn learn_columns(
     if !columns.is_empty() {
         sharding.plans.learn_columns(table, columns);
     }
+    Ok(())
+}
+
+/// Asks every shard's primary whether it holds prepared transaction `gid` (one pgcorral does
+/// not know: prepared before a restart, or not through pgcorral), and notes the first that
+/// does; when none does, shard 0, whose PostgreSQL then gives its own error (42704).
+pub async fn find_gid(
+    cluster: &Cluster,
+    sharding: &Sharding,
+    gid: &str,
+    worker: usize,
+) -> Result<()> {
+    let mut sql = String::from("SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE gid = ");
+    session::literal(&mut sql, gid);
+    for shard in 0..sharding.shards {
+        let mut target = Target::first_shard(Want::Primary, false);
+        target.shards = Shards::One(shard);
+        let mut server = cluster
+            .checkout(target, worker, 0, ClientWait::default())
+            .await?;
+        if !exec::query(&mut server, &sql).await?.is_empty() {
+            sharding.gids.note(gid, shard);
+            return Ok(());
+        }
+    }
+    sharding.gids.note(gid, 0);
     Ok(())
 }
 
@@ -396,6 +422,9 @@ fn parse_types<'a>(after_name: &'a [u8], text: &str) -> &'a [u8] {
     after_name.get(text.len() + 1..).unwrap_or(&[])
 }
 
+/// A statement parsed in a request: its name, its text and its parameter types.
+type Parsed<'a> = (&'a [u8], &'a str, &'a [u8]);
+
 /// A statement of a request: its text, its Parse's parameter types, its Bind's body (extended
 /// protocol), and whether it runs.
 type Statement<'a> = (&'a str, &'a [u8], Option<&'a [u8]>, bool);
@@ -439,7 +468,7 @@ impl<'a> Batch<'a> {
         };
         // Statements parsed in this request, by name (the unnamed one as ""): their texts and
         // parameter types.
-        let mut parsed: SmallVec<[(&[u8], &str, &[u8]); 2]> = SmallVec::new();
+        let mut parsed: SmallVec<[Parsed; 2]> = SmallVec::new();
         let mut bound = false;
         loop {
             let h = Header::parse(&buf[pos..], client.max_len).ok()??;

@@ -3,6 +3,7 @@
 //! [`Sharding`] is what routing knows of a sharded database: its shards, function and tables.
 
 pub mod copy;
+pub mod gids;
 pub mod hash;
 pub mod insert;
 pub mod key;
@@ -79,6 +80,8 @@ pub struct Sharding {
     pub from_catalog: bool,
     /// The shards' catalogs were read (key collations, and tables when `from_catalog`).
     pub checked: bool,
+    /// Where the clients' prepared transactions are.
+    pub gids: gids::Gids,
 }
 
 impl Sharding {
@@ -100,6 +103,7 @@ impl Sharding {
             plans: Plans::default(),
             from_catalog: false,
             checked: false,
+            gids: Default::default(),
         }
     }
 
@@ -127,6 +131,7 @@ impl Sharding {
             plans: Plans::default(),
             from_catalog: self.from_catalog,
             checked: true,
+            gids: self.gids.clone(),
         }
     }
 

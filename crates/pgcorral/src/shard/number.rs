@@ -5,6 +5,11 @@
 
 use super::key::{KeyType, Value};
 
+/// 2^63 and 2^53 as float8: the ends of int8's range, and of the integers a float8 holds
+/// exactly.
+const TWO_63: f64 = (1u64 << 63) as f64;
+const TWO_53: f64 = (1u64 << 53) as f64;
+
 /// The type PostgreSQL gives a key's value before it meets the key column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Typed {
@@ -182,7 +187,7 @@ impl Number {
             Number::Float(f) => {
                 let r = f.round_ties_even();
                 // PostgreSQL's FLOAT8_FITS_IN_INT64: [-2^63, 2^63).
-                if !(r >= -9.223_372_036_854_775_808e18 && r < 9.223_372_036_854_775_808e18) {
+                if !(-TWO_63..TWO_63).contains(&r) {
                     return None;
                 }
                 r as i64
@@ -204,10 +209,8 @@ impl Number {
             Number::Numeric(_) => key(self.assigned(ty)),
             Number::Float(f) if !f.is_finite() || f.fract() != 0.0 => Meets::Nothing,
             // Every int2 and int4 is a float8 exactly, and every int8 below 2^53.
-            Number::Float(f) if f.abs() < 9_007_199_254_740_992.0 => key(in_range(ty, *f as i64)),
-            Number::Float(f) if ty == KeyType::Int8 && f.abs() <= 9.223_372_036_854_775_808e18 => {
-                Meets::Several
-            }
+            Number::Float(f) if f.abs() < TWO_53 => key(in_range(ty, *f as i64)),
+            Number::Float(f) if ty == KeyType::Int8 && f.abs() <= TWO_63 => Meets::Several,
             Number::Float(_) => Meets::Nothing,
         }
     }

@@ -38,6 +38,9 @@ enum Src {
 /// The types a value is cast to, innermost first (`'7.5'::numeric::int4`).
 type Casts = SmallVec<[Typed; 1]>;
 
+/// A `column = value` or `column IN (values)` term: the column's name and its values.
+type Term<'n> = (&'n [Node], Vec<(Src, Casts)>);
+
 /// One full key of a sharded table (the table's index in [`Sharding::tables`]).
 #[derive(Debug, Clone, PartialEq)]
 struct KeyUse {
@@ -767,7 +770,7 @@ impl Reader<'_> {
         if from.is_empty() {
             return;
         }
-        let mut terms: Vec<(&[Node], Vec<(Src, Casts)>)> = Vec::new();
+        let mut terms: Vec<Term> = Vec::new();
         if let Some(w) = where_ {
             self.terms(w, &mut terms);
         }
@@ -825,7 +828,7 @@ impl Reader<'_> {
     }
 
     /// `column = value` and `column IN (values)` terms of a conjunction.
-    fn terms<'n>(&self, node: &'n Node, out: &mut Vec<(&'n [Node], Vec<(Src, Casts)>)>) {
+    fn terms<'n>(&self, node: &'n Node, out: &mut Vec<Term<'n>>) {
         match node.node.as_ref() {
             Some(NodeEnum::BoolExpr(b)) if b.boolop() == BoolExprType::AndExpr => {
                 for a in &b.args {
