@@ -131,7 +131,11 @@ pub enum TwoPhase {
 /// first words are PREPARE TRANSACTION, COMMIT PREPARED or ROLLBACK PREPARED); `escapes`: the
 /// client's standard_conforming_strings is off.
 pub fn two_phase(sql: &str, escapes: bool) -> Option<TwoPhase> {
-    let mut words = skip_comments(sql)
+    let sql_start = skip_comments(sql);
+    if !sql_start.starts_with(['p', 'P', 'c', 'C', 'r', 'R']) {
+        return None;
+    }
+    let mut words = sql_start
         .split(|c: char| !c.is_ascii_alphabetic())
         .filter(|w| !w.is_empty());
     let (first, second) = (words.next()?, words.next()?);

@@ -1264,6 +1264,22 @@ mod tests {
                 .place_in(&s, sql, Some(&spans), &|_| None);
             assert_eq!(got, key(want), "{sql} (escapes: {escapes})");
         }
+        // A text of a known shape whose string now holds a backslash is read whole.
+        let (mut near, mut spans) = (None, Spans::new());
+        for (sql, want) in [
+            ("SELECT * FROM u WHERE a = 'p' AND b = 1", "p"),
+            (r"SELECT * FROM u WHERE a = 'p\\q' AND b = 1", r"p\q"),
+            ("SELECT * FROM u WHERE a = E'r' AND b = 1", "r"),
+            (r"SELECT * FROM u WHERE a = E'r\tq' AND b = 1", "r\tq"),
+        ] {
+            let got = s.plans.near(&mut near, &s, sql, true, &mut spans).place_in(
+                &s,
+                sql,
+                Some(&spans),
+                &|_| None,
+            );
+            assert_eq!(got, key(want), "{sql}");
+        }
     }
 
     #[test]
