@@ -21,7 +21,8 @@ use crate::session;
 use crate::session::exec;
 use crate::shard::key::KeyType;
 use crate::shard::number::Typed;
-use crate::shard::plan::{NearPlan, Param, Place, Plan, Spans};
+use crate::shard::plan::{NearPlan, Place, Plan, Spans};
+use crate::shard::read::Param;
 use crate::shard::{Sharding, Table};
 
 /// The shard of the request at the start of the client's buffer, or why it has none.

@@ -9,6 +9,7 @@ pub mod insert;
 pub mod key;
 pub mod number;
 pub mod plan;
+pub mod read;
 
 use key::{BadKey, Function, KeyType, Value};
 use plan::Plans;
