@@ -26,6 +26,7 @@ use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::registry;
 use crate::pool::{logins, ClientWait, Pool};
+use crate::route;
 use crate::services::{ClientCount, LoginCount, Services, PRESSURE_LOGIN_TIMEOUT};
 use crate::session::startup as session_startup;
 use crate::session::{apply, Settings};
@@ -500,9 +501,11 @@ async fn login(
         }
         None => rand::random::<i32>() & 0x7fff_ffff,
     };
-    for (k, v) in server_params.unwrap_or_default().iter() {
+    let server_params = server_params.unwrap_or_default();
+    for (k, v) in server_params.iter() {
         encode::parameter_status(out, k, v);
     }
+    let escapes = route::escapes(&server_params);
     let (secret, listed) = welcome(
         client,
         services,
@@ -523,7 +526,10 @@ async fn login(
     let session = Admitted::Pool(Box::new(LoggedIn {
         pool,
         cluster,
-        route: Default::default(),
+        route: route::ClientRoute {
+            escapes,
+            ..Default::default()
+        },
         target: None,
         listed,
         server,

@@ -18,6 +18,7 @@ use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::ClientWait;
 use crate::prepared;
+use crate::route;
 use crate::services::{ClientCount, Services};
 
 /// A client as sent to the new process: all of it but its socket.
@@ -176,7 +177,10 @@ fn session_of(
     let session = LoggedIn {
         pool,
         cluster,
-        route: Default::default(),
+        route: route::ClientRoute {
+            escapes: route::escapes(&h.settings),
+            ..Default::default()
+        },
         target: None,
         listed,
         server: None,

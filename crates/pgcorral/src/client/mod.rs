@@ -537,7 +537,7 @@ async fn not_routed(
             }
             return Ok(false);
         }
-        need @ (Decision::ReadCatalog | Decision::LearnColumns(_)) => {
+        need @ (Decision::ReadCatalog | Decision::LearnColumns(_) | Decision::FindGid(_)) => {
             match route::learn(client, &session.cluster, &mut session.route, &need, tried).await? {
                 Some(out) => out,
                 None => return Ok(false),
@@ -680,6 +680,10 @@ fn run<'a>(
                 home = relay_mode.stats.replace((s.pool().clone(), client.worker));
             }
             let outcome = relay::run(client, s, &relay_mode).await;
+            if relay_mode.between {
+                // A sharded database reads the client's strings as its server now would.
+                session.route.escapes = route::escapes(&s.params);
+            }
             relay::record_rest(&relay_mode, s);
             // SHOW CLIENTS' and SHOW SERVERS' prepared_statements, as this relay left them.
             session.listed.set_prepared(client.statements.count());
