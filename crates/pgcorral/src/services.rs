@@ -15,7 +15,7 @@ use crate::cancel::CancelMap;
 use crate::config::Config;
 use crate::conns;
 use crate::control;
-use crate::hba::{self, Hba};
+use crate::hba::Hba;
 use crate::login_places::{Lane, Places, Source};
 use crate::pool::registry::Registry;
 use crate::pool::stats::Stats;

@@ -17,7 +17,6 @@ use crate::clock;
 use crate::config;
 use crate::config::Config;
 use crate::conns;
-use crate::error;
 use crate::hba;
 use crate::login_places::{self, Source};
 use crate::metrics;
