@@ -701,7 +701,8 @@ fn run<'a>(
                         // Taken out of the session while it is recaptured (on error, it is dropped
                         // as the request loop ends).
                         let mut s = session.server.take().expect("attached");
-                        cold::cold(recapture(session, &mut s, &mut client.custom)).await?;
+                        let keeps = mode == PoolMode::Session;
+                        cold::cold(recapture(session, &mut s, &mut client.custom, keeps)).await?;
                         session.server = Some(s);
                     }
                     let s = session.server.as_mut().expect("attached");
