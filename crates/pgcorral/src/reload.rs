@@ -94,10 +94,10 @@ pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, Strin
         tracing::info!(key, value = %Esc(value), "setting changed from the admin console");
         return Ok(applied);
     }
-    let mut general = match toml::Value::try_from(&current.general) {
-        Ok(toml::Value::Table(t)) => t,
-        _ => return Err("cannot read the running configuration".into()),
-    };
+    let mut general = config::settings::as_table(&current.general).map_err(|e| {
+        tracing::error!("SET: {e}");
+        format!("cannot read the running configuration: {e}")
+    })?;
     let Some(old) = general.get(key) else {
         return Err(format!("unknown setting: {key}"));
     };

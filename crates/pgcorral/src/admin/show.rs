@@ -5,7 +5,7 @@ use super::show_conns::{connections, sockets};
 use super::show_shards;
 use super::show_stats::{latency, stats, stats_part, totals};
 use crate::cluster::topology;
-use crate::config::{Config, Database, General, LoadBalanceHosts, PoolMode};
+use crate::config::{settings, Config, Database, General, LoadBalanceHosts, PoolMode};
 use crate::conns::Kind;
 use crate::reload;
 use crate::rows::{Cell, Table, Ty};
@@ -24,7 +24,7 @@ pub fn table(services: &Services, what: &str) -> Result<Table, String> {
     let config = services.config.load();
     Ok(match what {
         "VERSION" => version(),
-        "CONFIG" => show_config(&config.general),
+        "CONFIG" => show_config(&config.general)?,
         "DATABASES" => databases(services, &config),
         "POOLS" => pools(services),
         "USERS" => users(services, &config),
@@ -86,31 +86,30 @@ fn version() -> Table {
     t
 }
 
-/// `[general]` settings as key, value, default, changeable (by RELOAD or SET).
-fn show_config(general: &General) -> Table {
-    let mut t = Table::text(&["key", "value", "default", "changeable"]);
-    let flat = |g: &General| -> Vec<(String, String)> {
-        match toml::Value::try_from(g) {
-            Ok(toml::Value::Table(m)) => m
-                .into_iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        toml::Value::String(s) => s,
-                        toml::Value::Array(a) => a
-                            .iter()
-                            .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
-                            .collect::<Vec<_>>()
-                            .join(","),
-                        other => other.to_string(),
-                    };
-                    (k, v)
-                })
-                .collect(),
-            _ => Vec::new(),
-        }
+/// `[general]` settings as key, value, default, changeable (by RELOAD or SET). Settings that
+/// cannot be written as TOML are a bug: logged, and the console told.
+fn show_config(general: &General) -> Result<Table, String> {
+    let flat = |g: &General| -> Result<Vec<(String, String)>, String> {
+        let table = settings::as_table(g).inspect_err(|e| tracing::error!("SHOW CONFIG: {e}"))?;
+        Ok(table
+            .into_iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    toml::Value::String(s) => s,
+                    toml::Value::Array(a) => a
+                        .iter()
+                        .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    other => other.to_string(),
+                };
+                (k, v)
+            })
+            .collect())
     };
-    let defaults = flat(&General::default());
-    for (k, v) in flat(general) {
+    let mut t = Table::text(&["key", "value", "default", "changeable"]);
+    let defaults = flat(&General::default())?;
+    for (k, v) in flat(general)? {
         let d = defaults
             .iter()
             .find(|(dk, _)| *dk == k)
@@ -123,7 +122,7 @@ fn show_config(general: &General) -> Table {
         };
         t.row(vec![k.into(), v.into(), d.into(), changeable.into()]);
     }
-    t
+    Ok(t)
 }
 
 fn databases(services: &Services, config: &Config) -> Table {
