@@ -190,18 +190,23 @@ async fn a_pgbouncer_ini_serves_its_databases() {
     );
 
     // The console's SET takes PgBouncer's keys, units and values: query_timeout in seconds
-    // (1 s, not 1 ms), auth_type = plain, verbose; a value PgBouncer refuses is refused.
+    // (1 s, not 1 ms), auth_type = plain; a value PgBouncer refuses is refused.
     for set in [
         "SET query_timeout = 1",
         "SET auth_type = plain",
         "SET auth_type = trust",
-        "SET verbose = 1",
     ] {
         admin
             .simple_query(set)
             .await
             .unwrap_or_else(|e| panic!("{set}: {e}"));
     }
+    // verbose sets log_level, which pgcorral reads only at start.
+    let e = admin.simple_query("SET verbose = 1").await.unwrap_err();
+    assert_eq!(
+        db_message(&e),
+        "SET failed: verbose cannot be changed without a restart"
+    );
     let e = admin
         .simple_query("SET query_timeout = '10s'")
         .await

@@ -7,7 +7,6 @@ use super::show_stats::{latency, stats, stats_part, totals};
 use crate::cluster::topology;
 use crate::config::{settings, Config, Database, General, LoadBalanceHosts, PoolMode};
 use crate::conns::Kind;
-use crate::reload;
 use crate::rows::{Cell, Table, Ty};
 use crate::server::hosts;
 use crate::services::Services;
@@ -115,10 +114,9 @@ fn show_config(general: &General) -> Result<Table, String> {
             .find(|(dk, _)| *dk == k)
             .map(|(_, dv)| dv.clone())
             .unwrap_or_default();
-        let changeable = if reload::RESTART_ONLY.contains(&k.as_str()) {
-            "no"
-        } else {
-            "yes"
+        let changeable = match settings::change(&k) {
+            settings::Change::Live => "yes",
+            settings::Change::Restart => "no",
         };
         t.row(vec![k.into(), v.into(), d.into(), changeable.into()]);
     }
