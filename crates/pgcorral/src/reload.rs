@@ -43,7 +43,12 @@ pub fn reload(services: &Services) -> Result<Applied, String> {
     let Some(path) = services.config_path.get() else {
         return Err("pgcorral was started without --config: there is no file to reload".into());
     };
-    let new = config::load_file(path).map_err(|e| e.to_string())?;
+    let (new, warnings) = config::load_file_warnings(path).map_err(|e| e.to_string())?;
+    // As at start: keys not honoured, auth_file's broken line (by file and line, never its
+    // text).
+    for w in &warnings {
+        tracing::warn!(key = %Esc(&w.key), "{}", Esc(w));
+    }
     let applied = apply(services, new, TlsFailure::Refuse)?;
     tracing::info!(
         path = %path.display(),
