@@ -427,13 +427,19 @@ fn relay_mode<'a>(
     let pooled = mode != PoolMode::Session;
     let config = services.config.load();
     let g = &config.general;
+    // Session mode looks at a client's statements only when it has startup settings, which
+    // RESET, RESET ALL and DISCARD ALL return to (the server got them by set_config): after
+    // such a statement the settings are read back and the startup values set again.
+    let startup_settings = !pooled && !session.startup.is_empty();
     let track = match (pooled, g.session_pinning) {
+        (false, _) if startup_settings => relay::Track::Pin,
         (false, _) => relay::Track::Off,
         (true, config::SessionPinning::Pin) => relay::Track::Pin,
         (true, config::SessionPinning::Refuse) => relay::Track::Refuse,
     };
     relay::Mode {
         stop_when_idle: pooled,
+        stop_when_dirty: startup_settings,
         statement: mode == PoolMode::Statement,
         track,
         // The user's own timeouts, else [general]'s: resolved here, at login and after a

@@ -20,8 +20,9 @@ pub(super) async fn restore(server: &mut Checkout, settings: &Settings) -> Resul
 
 /// After a transaction that may have changed the session: records the client's settings as
 /// the server now has them, and pins or unpins the client by what is bound to the server. A
-/// server the client keeps (`keeps`: session mode) is given back what the capture turned off
-/// or a RESET lost (see [`apply::reinstate`]), as is one it is now pinned to.
+/// server the client keeps (`keeps`: session mode, where nothing pins) is given back what the
+/// capture turned off or a RESET lost (see [`apply::reinstate`]), as is one it is now pinned
+/// to.
 pub(super) async fn recapture(
     session: &mut LoggedIn,
     server: &mut Checkout,
@@ -38,6 +39,10 @@ pub(super) async fn recapture(
     *seen = Vec::new();
     let captured = apply::capture(server, &login_user, &custom).await?;
     session.settings = session::with_startup(&captured.settings, &session.startup);
+    if keeps {
+        // Session mode: the server is the client's anyway; nothing pins.
+        return apply::reinstate(server, &captured.on_server, &session.settings).await;
+    }
     if captured.pins != session.pinned {
         if captured.pins.is_empty() {
             tracing::info!(
@@ -51,7 +56,7 @@ pub(super) async fn recapture(
         session.listed.set_pinned(session.pinned.join(", "));
     }
     server.bound = !session.pinned.is_empty();
-    if keeps || server.bound {
+    if server.bound {
         apply::reinstate(server, &captured.on_server, &session.settings).await?;
     }
     Ok(())

@@ -1,7 +1,8 @@
 //! Session state in transaction and statement mode: each client's settings (startup parameters,
 //! SET, RESET, set_config, SET ROLE, SET SESSION AUTHORIZATION) as the server reports them, and
 //! bringing whatever server a client lands on in line with them before its request. State that
-//! cannot move between servers pins the client to its server.
+//! cannot move between servers pins the client to its server. In session mode, the startup
+//! parameters a RESET lost are set again on the client's own server.
 
 pub mod apply;
 pub mod exec;
