@@ -464,9 +464,14 @@ async fn login(
             apply::sync(&mut s, &settings).await?;
         } else {
             let login_user = pool.server_user();
-            settings = apply::login(&mut s, &settings, &startup_settings, &login_user)
-                .await?
-                .settings;
+            let captured = apply::login(&mut s, &settings, &startup_settings, &login_user).await?;
+            settings = captured.settings;
+            if session_mode {
+                // The server stays the client's: its statement_timeout, turned off while
+                // pgcorral read the settings back, is the client's again before its first
+                // request.
+                apply::reinstate(&mut s, &captured.on_server, &settings).await?;
+            }
             startup = Arc::new(
                 settings
                     .iter()

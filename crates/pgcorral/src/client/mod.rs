@@ -442,13 +442,19 @@ fn relay_mode<'a>(
     let pooled = mode != PoolMode::Session;
     let config = services.config.load();
     let g = &config.general;
+    // Session mode looks at a client's statements only when it has startup settings, which
+    // RESET, RESET ALL and DISCARD ALL return to (the server got them by set_config): after
+    // such a statement the settings are read back and the startup values set again.
+    let startup_settings = !pooled && !session.startup.is_empty();
     let track = match (pooled, g.session_pinning) {
+        (false, _) if startup_settings => relay::Track::Pin,
         (false, _) => relay::Track::Off,
         (true, config::SessionPinning::Pin) => relay::Track::Pin,
         (true, config::SessionPinning::Refuse) => relay::Track::Refuse,
     };
     relay::Mode {
         stop_when_idle: pooled,
+        stop_when_dirty: startup_settings,
         statement: mode == PoolMode::Statement,
         track,
         // The user's own timeouts, else [general]'s: resolved here, at login and after a
@@ -720,7 +726,8 @@ fn run<'a>(
                         // Taken out of the session while it is recaptured (on error, it is dropped
                         // as the request loop ends).
                         let mut s = session.server.take().expect("attached");
-                        cold::cold(recapture(session, &mut s, &mut client.custom)).await?;
+                        let keeps = mode == PoolMode::Session;
+                        cold::cold(recapture(session, &mut s, &mut client.custom, keeps)).await?;
                         session.server = Some(s);
                     }
                     let s = session.server.as_mut().expect("attached");

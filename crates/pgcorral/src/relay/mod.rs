@@ -142,6 +142,9 @@ pub enum Track {
 pub struct Mode<'a> {
     /// Stop when the server is idle (false in session mode).
     pub stop_when_idle: bool,
+    /// Stop when the server is idle after a request that may have changed the session
+    /// (session mode, for a client with startup settings: RESET must return to them).
+    pub stop_when_dirty: bool,
     /// Refuse transactions (statement mode).
     pub statement: bool,
     pub track: Track,
@@ -286,6 +289,9 @@ fn scan_s(
     server: &mut ServerConn,
     mode: &Mode,
 ) -> Result<ServerScan, FrameError> {
+    let stop = mode.stop_when_idle
+        || (mode.stop_when_dirty && server.state.dirty)
+        || mode.shed.is_some_and(|(b, w)| b.may_move(w));
     let mut answers = mode.prepared.map(|(registry, _, _)| Answers {
         registry,
         expect: &mut server.expect,
@@ -298,7 +304,7 @@ fn scan_s(
         &mut server.pass,
         &mut server.state,
         &mut server.params,
-        mode.stop_when_idle || mode.shed.is_some_and(|(b, w)| b.may_move(w)),
+        stop,
         mode.statement,
         client.max_len,
         answers.as_mut(),
