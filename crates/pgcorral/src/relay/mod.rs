@@ -349,10 +349,14 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     // The catalog the transaction is judged by (transaction and statement mode), and whether it
     // may have changed while the transaction ran: if so, what the transaction reached is not
     // known, and it is treated as one that ran user code.
-    let watch = server.hooks.clone().filter(|_| mode.track != Track::Off);
+    let watch = server.hooks.clone().filter(|_| mode.stop_when_idle);
     let hooks = match &watch {
         Some(w) => w.current(),
-        None => Arc::new(HookMap::unknown(0)),
+        // A pooled server outside any pool's watch: nothing is trusted.
+        None if mode.stop_when_idle => Arc::new(HookMap::unknown(0)),
+        // Session mode keeps its server: only what returns to the startup settings matters
+        // (a statement's text), not what user code its names reach.
+        None => Arc::new(HookMap::quiet()),
     };
     // Whatever an earlier client left marked was marked stale then: this run marks its own.
     server.state.catalog = false;
