@@ -205,8 +205,9 @@ impl Drop for ReadClaim<'_> {
 /// - `f`, name: a user function, procedure or aggregate (any of them may be reached by its
 ///   name, by attribute notation `t.name`, or as an overload of a built-in);
 /// - `o`, name: a user operator;
-/// - `t`, oid, name, how: a user type: `L` runs user code (base, range, multirange types,
-///   standalone composites), `D` a domain over the type in the fourth column, `A` an array of it;
+/// - `t`, oid, name, how: a user type that may run user code: `L` does (base, range,
+///   multirange types, standalone composites), `D` a domain over the type in the fourth column,
+///   `A` an array of it (enums, tables' row types and their arrays run none, and are left out);
 /// - `k`, type oid, expression: a domain's CHECK;
 /// - `r`, oid, name, `t`/`f`: a relation and whether it runs user code by itself (a view,
 ///   materialized view or foreign table; a trigger other than PostgreSQL's own for foreign
@@ -226,9 +227,10 @@ UNION ALL SELECT 'o', o.oprname::text, NULL, NULL FROM pg_operator o WHERE o.oid
 UNION ALL SELECT 't', t.oid::text, t.typname::text, CASE \
  WHEN t.typtype = 'd' THEN 'D' || t.typbasetype::text \
  WHEN t.typelem <> 0::oid AND t.typlen = -1 THEN 'A' || t.typelem::text \
- WHEN t.typtype = 'e' THEN 'E' \
- WHEN t.typtype = 'c' AND NOT EXISTS (SELECT FROM pg_class r WHERE r.oid = t.typrelid AND r.relkind = 'c') THEN 'E' \
- ELSE 'L' END FROM pg_type t WHERE t.oid >= 16384::oid \
+ ELSE 'L' END FROM pg_type t WHERE t.oid >= 16384::oid AND t.typtype <> 'e' \
+ AND (t.typrelid = 0::oid OR EXISTS (SELECT FROM pg_class r WHERE r.oid = t.typrelid AND r.relkind = 'c')) \
+ AND NOT EXISTS (SELECT FROM pg_type e JOIN pg_class r ON r.oid = e.typrelid \
+  WHERE e.oid = t.typelem AND t.typlen = -1 AND r.relkind <> 'c') \
 UNION ALL SELECT 'k', k.contypid::text, pg_get_expr(k.conbin, 0), NULL FROM pg_constraint k \
  WHERE k.contypid >= 16384::oid AND k.contype = 'c' \
 UNION ALL SELECT 'r', r.oid::text, r.relname::text, CASE WHEN r.relkind IN ('v', 'm', 'f') OR r.relhasrules OR r.relrowsecurity \
