@@ -5,7 +5,7 @@
 //! followed by a capture of the session, and a query pgcorral cannot see through also has the
 //! server reset before another client gets it. A miss costs a reset, never a leak.
 
-use super::lex::{Lexer, Token, CLASS, SPACE, WORD};
+use super::lex::{catalog_name, Lexer, Token, CLASS, SPACE, WORD};
 
 /// What a query may do to the session, weakest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -657,15 +657,26 @@ impl Walk {
                 };
                 Last::Word(k)
             }
-            Token::Quoted(q) => {
-                if is(q, "pg_settings") {
+            Token::Quoted(q) | Token::UQuoted { body: q, .. } => {
+                // A `U&` name is looked at decoded too; one PostgreSQL rejects taints.
+                let decoded = match tok {
+                    Token::UQuoted { .. } => Some(catalog_name(&tok)),
+                    _ => None,
+                };
+                if decoded == Some(None) {
                     e = e.max(Effect::Taint);
                 }
-                if matches!(self.start, Start::Matters(Effect::Dirty))
-                    && (q.contains(&b'.') || q.contains(&b'\\'))
-                {
-                    // A custom setting's name the capture may not know how to read back.
-                    e = e.max(Effect::Taint);
+                let decoded = decoded.flatten();
+                for q in std::iter::once(q).chain(decoded.as_deref()) {
+                    if is(q, "pg_settings") {
+                        e = e.max(Effect::Taint);
+                    }
+                    if matches!(self.start, Start::Matters(Effect::Dirty))
+                        && (q.contains(&b'.') || q.contains(&b'\\'))
+                    {
+                        // A custom setting's name the capture may not know how to read back.
+                        e = e.max(Effect::Taint);
+                    }
                 }
                 if self.last != Last::Dot {
                     self.qualified = false;
@@ -689,11 +700,16 @@ impl Walk {
             }
             Token::Cast => Last::Cast,
             Token::Close => Last::Close,
-            Token::Str(_) | Token::Comma | Token::Other | Token::Semicolon => Last::Other,
+            Token::Str(_)
+            | Token::UStr { .. }
+            | Token::Bits(_)
+            | Token::Comma
+            | Token::Other
+            | Token::Semicolon => Last::Other,
         };
         if !matches!(
             tok,
-            Token::Word(_) | Token::Quoted(_) | Token::Dot | Token::Open
+            Token::Word(_) | Token::Quoted(_) | Token::UQuoted { .. } | Token::Dot | Token::Open
         ) {
             self.table = Table::No;
         }
@@ -1063,6 +1079,11 @@ mod tests {
             "\r\n",
             "\x0b",
             "\x0c",
+            // A comment that ends at \r, a dollar quote with a non-ASCII tag, U& names.
+            "--\r",
+            "$é$ ( $é$",
+            "U&\"a\" UESCAPE '!'",
+            "1.5e10",
             "_",
             "e'",
             "é",
