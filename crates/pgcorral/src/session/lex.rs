@@ -3,6 +3,8 @@
 //! comments, dollar quotes, numbers and parameters skipped.
 
 mod name;
+#[cfg(any(test, fuzzing))]
+pub(super) mod oracle;
 mod quoted;
 
 use std::borrow::Cow;
