@@ -31,6 +31,9 @@ enum Item {
     Semicolon,
 }
 
+/// Items in the order of the text, each with where it lies.
+type Items = Vec<(Item, Range<usize>)>;
+
 /// `Ok` unless `sql` is a text PostgreSQL parses on which the lexer and PostgreSQL's scanner
 /// disagree; the `Err` says where.
 pub(crate) fn check(sql: &[u8]) -> Result<(), String> {
@@ -97,7 +100,7 @@ fn item(tok: &Token<'_>) -> Option<Item> {
 /// PostgreSQL rejects though libpg_query does not: libpg_query's scanner lacks scan.l's
 /// `param_junk` rule, so it reads `$1abc` as `$1 abc` (an alias) where PostgreSQL 15+
 /// reports trailing junk.
-fn postgres_items(text: &str) -> Result<Option<Vec<(Item, Range<usize>)>>, String> {
+fn postgres_items(text: &str) -> Result<Option<Items>, String> {
     let tokens = pg_query::scan(text).map_err(|e| format!("{text:?}: pg_query::scan: {e}"))?;
     let tokens: Vec<&ScanToken> = tokens
         .tokens

@@ -59,7 +59,7 @@ fn texts_only_libpg_query_parses_are_skipped() {
     assert_eq!(all_items(sql), None);
 }
 
-fn all_items(sql: &str) -> Option<Vec<(Item, Range<usize>)>> {
+fn all_items(sql: &str) -> Option<Items> {
     postgres_items(sql).unwrap()
 }
 
