@@ -8,6 +8,9 @@ pub mod apply;
 pub mod exec;
 pub mod hooks;
 mod lex;
+/// For `crate::fuzzing` only.
+#[cfg(fuzzing)]
+pub(crate) use lex::oracle::check as lex_oracle;
 pub mod scan;
 pub mod startup;
 
