@@ -124,6 +124,9 @@ pub struct Watch {
     map: ArcSwap<HookMap>,
     /// Bumped by each [`Watch::stale`]; a read started in an older generation is not kept.
     generation: AtomicU64,
+    /// Bumped by each map stored, so that a server can keep the map it was last judged by
+    /// until another is stored (see [`Watch::version`]).
+    version: AtomicU64,
     /// A read is under way: one at a time.
     reading: AtomicBool,
     /// Orders `stale` against `offer`.
@@ -135,6 +138,7 @@ impl Default for Watch {
         Watch {
             map: ArcSwap::from_pointee(HookMap::unknown(0)),
             generation: AtomicU64::new(0),
+            version: AtomicU64::new(0),
             reading: AtomicBool::new(false),
             lock: Mutex::new(()),
         }
@@ -146,6 +150,14 @@ impl Watch {
     #[inline]
     pub fn current(&self) -> Arc<HookMap> {
         self.map.load_full()
+    }
+
+    /// Which map is stored: a server holding the map of this version needs no new copy (one
+    /// load of a counter that changes about once a second, rather than a reference count that
+    /// every worker would update per transaction).
+    #[inline]
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// The generation now: a transaction judged by a map of an older one may have seen a
@@ -162,6 +174,7 @@ impl Watch {
         let _g = self.lock.lock();
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         self.map.store(Arc::new(HookMap::unknown(generation)));
+        self.version.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Whether the map needs reading (unknown, expired or due) and no read is under way; if
@@ -185,6 +198,7 @@ impl Watch {
         let _g = self.lock.lock();
         if self.generation.load(Ordering::Acquire) == generation {
             self.map.store(Arc::new(map));
+            self.version.fetch_add(1, Ordering::AcqRel);
         }
     }
 }
