@@ -331,23 +331,18 @@ fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
             loud_types.insert(*t);
         }
     }
-    loop {
-        let before = loud_types.len();
-        for (t, _, how) in &types {
-            let under = how.get(1..).map(oid).unwrap_or(0);
-            if (how.starts_with('D') || how.starts_with('A')) && loud_types.contains(&under) {
-                loud_types.insert(*t);
-            }
-        }
-        if loud_types.len() == before {
-            break;
-        }
-    }
-    for (t, name, _) in &types {
-        if loud_types.contains(t) {
-            map.names.insert(name.as_bytes().into());
-        }
-    }
+    // A domain or an array is loud when the type under it is.
+    let over: Vec<(u32, u32)> = types
+        .iter()
+        .filter(|(_, _, how)| how.starts_with('D') || how.starts_with('A'))
+        .map(|(t, _, how)| (*t, how.get(1..).map(oid).unwrap_or(0)))
+        .collect();
+    spread(&mut loud_types, &over, false);
+    name(
+        &mut map.names,
+        &loud_types,
+        types.iter().map(|(t, n, _)| (*t, n)),
+    );
     // Relations: loud by themselves, by an expression or a column's type, then by their links.
     let mut loud_rels: HashSet<u32> = rels.iter().filter(|r| r.2).map(|r| r.0).collect();
     for (r, expr) in &exprs {
@@ -360,24 +355,45 @@ fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
             loud_rels.insert(*r);
         }
     }
+    spread(&mut loud_rels, &edges, true);
+    name(
+        &mut map.names,
+        &loud_rels,
+        rels.iter().map(|(r, n, _)| (*r, n)),
+    );
+    map
+}
+
+/// Makes loud, to a fixed point, each `a` of a link `(a, b)` whose `b` is loud (and, with
+/// `both_ways`, each `b` whose `a` is).
+fn spread(loud: &mut HashSet<u32>, links: &[(u32, u32)], both_ways: bool) {
     loop {
-        let before = loud_rels.len();
-        for (a, b) in &edges {
-            if loud_rels.contains(a) || loud_rels.contains(b) {
-                loud_rels.insert(*a);
-                loud_rels.insert(*b);
+        let before = loud.len();
+        for &(a, b) in links {
+            if loud.contains(&b) || both_ways && loud.contains(&a) {
+                loud.insert(a);
+                if both_ways {
+                    loud.insert(b);
+                }
             }
         }
-        if loud_rels.len() == before {
-            break;
+        if loud.len() == before {
+            return;
         }
     }
-    for (r, name, _) in &rels {
-        if loud_rels.contains(r) {
-            map.names.insert(name.as_bytes().into());
+}
+
+/// Adds to `names` the name of each loud object of `objects` (oid, name).
+fn name<'a>(
+    names: &mut Names,
+    loud: &HashSet<u32>,
+    objects: impl Iterator<Item = (u32, &'a String)>,
+) {
+    for (o, n) in objects {
+        if loud.contains(&o) {
+            names.insert(n.as_bytes().into());
         }
     }
-    map
 }
 
 #[cfg(test)]
