@@ -503,7 +503,7 @@ async fn login(
     let session = Admitted::Pool(Box::new(LoggedIn {
         pool,
         cluster,
-        route: Default::default(),
+        route: None,
         target: None,
         listed,
         server,

@@ -176,7 +176,7 @@ fn session_of(
     let session = LoggedIn {
         pool,
         cluster,
-        route: Default::default(),
+        route: None,
         target: None,
         listed,
         server: None,

@@ -388,8 +388,9 @@ struct LoggedIn {
     pool: Pool,
     /// Every server's pool of its (database, user).
     cluster: cluster::Cluster,
-    /// Its SET SERVER ROLE and read-your-writes position.
-    route: ClientRoute,
+    /// Its SET SERVER ROLE and read-your-writes position (databases with routing: allocated at
+    /// its first request, see [`routing`]).
+    route: Option<Box<ClientRoute>>,
     /// Where the transaction now running was routed (databases with routing).
     target: Option<Target>,
     /// Its entry in SHOW CLIENTS.
@@ -409,6 +410,12 @@ struct LoggedIn {
     pinned: Vec<String>,
     /// How long it waits for a busy pool, when not its pool's setting (its login user's own).
     wait: ClientWait,
+}
+
+/// A client's routing state, allocated at its first routed request: a client of a database
+/// without routing carries none.
+fn routing(route: &mut Option<Box<ClientRoute>>) -> &mut ClientRoute {
+    route.get_or_insert_with(Default::default)
 }
 
 /// A client's timeouts (ms, 0 = off) as the relay takes them.
@@ -474,7 +481,7 @@ async fn routed_checkout(
             client,
             &session.cluster,
             &services.router,
-            &mut session.route,
+            routing(&mut session.route),
         ) {
             Decision::Route(target) => break target,
             other => {
@@ -488,7 +495,7 @@ async fn routed_checkout(
     session.target = Some(target);
     let ryw = session.cluster.topology().settings().read_your_writes;
     let min_lsn = if ryw && target.want != Want::Primary {
-        session.route.min_lsn
+        routing(&mut session.route).min_lsn
     } else {
         0
     };
@@ -528,7 +535,15 @@ async fn not_routed(
             return Ok(false);
         }
         need @ (Decision::ReadCatalog | Decision::LearnColumns(_)) => {
-            match route::learn(client, &session.cluster, &mut session.route, &need, tried).await? {
+            match route::learn(
+                client,
+                &session.cluster,
+                routing(&mut session.route),
+                &need,
+                tried,
+            )
+            .await?
+            {
                 Some(out) => out,
                 None => return Ok(false),
             }
@@ -642,7 +657,7 @@ fn run<'a>(
                         cold::cold(deliver_held(client, &mut s)).await?;
                     }
                 }
-                if let Some(begin) = session.route.pending_begin.take() {
+                if let Some(begin) = session.route.as_mut().and_then(|r| r.pending_begin.take()) {
                     // A sharded database's deferred BEGIN, now that its shard is known.
                     cold::cold(exec::in_transaction(&mut s, &begin)).await?;
                 }
@@ -692,12 +707,13 @@ fn run<'a>(
                 relay_mode.stats = home;
             }
             match outcome {
-                Outcome::Idle if session.route.owe_ready => {
+                Outcome::Idle if session.route.as_ref().is_some_and(|r| r.owe_ready) => {
                     // A deferred transaction's Parse and Describe ran outside it: its
                     // ReadyForQuery is pgcorral's (see `ClientRoute::owe_ready`).
-                    session.route.owe_ready = false;
+                    let route = routing(&mut session.route);
+                    route.owe_ready = false;
                     let mut ready = BytesMut::new();
-                    pgwire::encode::ready_for_query(&mut ready, session.route.status());
+                    pgwire::encode::ready_for_query(&mut ready, route.status());
                     client
                         .stream
                         .send(&ready)
@@ -712,7 +728,8 @@ fn run<'a>(
                         && session.cluster.topology().settings().read_your_writes
                     {
                         let at = cold::cold(cluster::wal_position(s)).await;
-                        session.route.min_lsn = session.route.min_lsn.max(at);
+                        let route = routing(&mut session.route);
+                        route.min_lsn = route.min_lsn.max(at);
                     }
                     if s.state.dirty {
                         // Taken out of the session while it is recaptured (on error, it is dropped
@@ -815,7 +832,7 @@ mod tests {
             output_size(&task)
         );
         assert!(size_of::<ClientConn>() <= 144);
-        assert!(size_of::<LoggedIn>() <= 248);
+        assert!(size_of::<LoggedIn>() <= 160);
         assert!(size_of::<conns::Entry>() <= 240);
     }
 }
