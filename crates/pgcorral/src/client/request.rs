@@ -13,6 +13,7 @@ use tokio::time::Sleep;
 
 use super::replies::client_idle_error;
 use super::ClientConn;
+use crate::conns::Entry;
 use crate::error::{Error, Kind, Result};
 use crate::services::Services;
 
@@ -49,7 +50,7 @@ pub(super) fn next_request<'a>(
     idle_timeout: Option<std::time::Duration>,
     idle_timer: &'a mut IdleTimer,
     watch_handover: bool,
-    slim: Option<&'a crate::conns::Entry>,
+    slim: Option<&'a Entry>,
 ) -> impl Future<Output = Result<Next>> + 'a {
     async move {
         let deadline = idle_timeout.map(|t| tokio::time::Instant::now() + t);

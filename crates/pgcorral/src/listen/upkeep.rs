@@ -34,7 +34,7 @@ pub async fn run(services: Services) {
             _ = tick.tick() => {}
         }
         ticks = ticks.wrapping_add(1);
-        if ticks % SLIM_EVERY == 0 {
+        if ticks.is_multiple_of(SLIM_EVERY) {
             let clients = services.pools.lists.slim_idle_clients(SLIM_AFTER);
             if burst.left(clients) {
                 let released = trim::release_free_memory();
