@@ -221,9 +221,12 @@ impl Entry {
     /// The client, idle, was asked to wait without its request loop's state: true once, and
     /// the client is then counted as waiting that way until [`Entry::unslim`].
     pub fn take_slim(&self) -> bool {
-        self.slim
-            .compare_exchange(SLIM_ASKED, SLIM_DONE, Relaxed, Relaxed)
-            .is_ok()
+        // A load first: each wait for a request looks, and almost always finds nothing asked.
+        self.slim.load(Relaxed) == SLIM_ASKED
+            && self
+                .slim
+                .compare_exchange(SLIM_ASKED, SLIM_DONE, Relaxed, Relaxed)
+                .is_ok()
     }
 
     /// The client waits without its request loop's state: not to be asked (nor woken) for it.
