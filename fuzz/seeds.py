@@ -261,6 +261,17 @@ for i, t in enumerate(texts):
     if i < len(SQL):
         write("route_classify", f"{i:03}", b + SEP + re.sub(rb"\d+", b"7", b))
 
+# --- the lexer against PostgreSQL's scanner: texts that parse, one of each rule ------------------
+LEX_ORACLE = {
+    "cr-comment": "select 1 --\r, set_config('ro' || 'le', 'x', false)",
+    "dollar-tag": "select $\u00e9$ ' $\u00e9$, set_config('role', 'x', false) --'",
+    "uescape": "select U&\"d!0061ta\" UESCAPE '!', U&'\\0041' UESCAPE E'\\x21' from t",
+    "literals": "select 'a'\n'b', E'a\\'b', B'101', X'1F', N'x', 1.5e10, .5, 0x1F, 1_000, $1 from t",
+    "operators": "select a+-- c\nb, a*/*c*/b, x /* /* */ */ :: int, f(a => 1) from t; select \"A\"\"b\"",
+}
+for name, text in LEX_ORACLE.items():
+    write("session_lex_oracle", name, text.encode())
+
 # --- the relay's scans -----------------------------------------------------------------------
 for name, data in FRONTEND.items():
     for flags in (0, 1, 2, 4):

@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         Table::new("v", vec!["id".into()], vec![KeyType::Uuid]),
     ];
     let sharding = Sharding::new(3, Function::PgHash, tables, &["o".to_string()], None, vec![KeyType::Int8]);
-    let no_params = |_: usize, _: KeyType| None;
+    let no_params = |_: usize| None;
     let by_place = plan(&sharding, &text, true).place(&sharding, &text, &no_params);
     let by_value = plan(&sharding, &text, false).place(&sharding, &text, &no_params);
     assert_eq!(by_place, by_value, "{text:?}");

@@ -10,3 +10,13 @@ use crate::admin::command;
 pub fn admin_command(text: &str) -> Option<bool> {
     command::parse(text).ok().map(|c| c.read_only())
 }
+
+#[cfg(fuzzing)]
+use crate::session;
+
+/// `session::lex` against PostgreSQL's own scanner (`session::lex::oracle`): `Err` says where
+/// they disagree on a text PostgreSQL parses. Built only by cargo-fuzz (`--cfg fuzzing`).
+#[cfg(fuzzing)]
+pub fn session_lex_oracle(sql: &[u8]) -> Result<(), String> {
+    session::lex_oracle(sql)
+}

@@ -36,6 +36,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod hba;
 pub mod listen;
+pub mod login_places;
 pub mod logsafe;
 pub mod metrics;
 pub mod net;

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::{ArgAction, Parser};
+use pgcorral::logsafe::Esc;
 use pgcorral::process::{daemon, log, pidfile, signals::Signals};
 
 /// A multi-threaded PostgreSQL connection pooler.
@@ -145,7 +146,7 @@ fn run() -> i32 {
     };
     // A PgCat or PgBouncer file's keys that pgcorral does not honour, one warning each.
     for w in &warnings {
-        tracing::warn!(key = %w.key, "{w}");
+        tracing::warn!(key = %Esc(&w.key), "{}", Esc(w));
     }
     if let Some(user) = &cli.user {
         if let Err(e) = daemon::switch_user(user) {

@@ -7,30 +7,12 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::config::settings::{self, Change};
 use crate::config::{self, Config};
 use crate::hba;
 use crate::logsafe::Esc;
 use crate::services::Services;
 use crate::tls;
-
-/// `[general]` settings read only at start: a reload keeps their running values.
-pub const RESTART_ONLY: &[&str] = &[
-    "listen_addr",
-    "listen_port",
-    "unix_socket_dir",
-    "unix_socket_mode",
-    "workers",
-    "io_uring",
-    "metrics_addr",
-    "pidfile",
-    "logfile",
-    "so_reuseport",
-    "peer_id",
-    "log_format",
-    "syslog",
-    "syslog_ident",
-    "syslog_facility",
-];
 
 /// What a reload did, for the log and the console.
 #[derive(Debug, Default)]
@@ -64,7 +46,12 @@ pub fn reload(services: &Services) -> Result<Applied, String> {
     let Some(path) = services.config_path.get() else {
         return Err("pgcorral was started without --config: there is no file to reload".into());
     };
-    let new = config::load_file(path).map_err(|e| e.to_string())?;
+    let (new, warnings) = config::load_file_warnings(path).map_err(|e| e.to_string())?;
+    // As at start: keys not honoured, auth_file's broken line (by file and line, never its
+    // text).
+    for w in &warnings {
+        tracing::warn!(key = %Esc(&w.key), "{}", Esc(w));
+    }
     let applied = apply(services, new, TlsFailure::Refuse)?;
     tracing::info!(
         path = %path.display(),
@@ -78,8 +65,8 @@ pub fn reload(services: &Services) -> Result<Applied, String> {
 
 /// SET key = value: one `[general]` setting changed in the running configuration.
 pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, String> {
-    if RESTART_ONLY.contains(&key) {
-        return Err(format!("{key} cannot be changed without a restart"));
+    if settings::change(key) == Change::Restart {
+        return Err(needs_restart(key));
     }
     let current = services.config.load_full();
     if started_from_pgbouncer_ini(services) {
@@ -87,6 +74,10 @@ pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, Strin
         let (general, warnings) = config::set_pgbouncer_key(&current.general, key, value)?;
         for w in &warnings {
             tracing::warn!(key, warning = %Esc(w), "SET of a key pgcorral does not honour");
+        }
+        // A key of PgBouncer's that sets one read only at start (verbose: log_level).
+        if !settings::keep_running(&current.general, &mut general.clone()).is_empty() {
+            return Err(needs_restart(key));
         }
         let new = Config {
             general,
@@ -97,10 +88,10 @@ pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, Strin
         tracing::info!(key, value = %Esc(value), "setting changed from the admin console");
         return Ok(applied);
     }
-    let mut general = match toml::Value::try_from(&current.general) {
-        Ok(toml::Value::Table(t)) => t,
-        _ => return Err("cannot read the running configuration".into()),
-    };
+    let mut general = settings::as_table(&current.general).map_err(|e| {
+        tracing::error!("SET: {e}");
+        format!("cannot read the running configuration: {e}")
+    })?;
     let Some(old) = general.get(key) else {
         return Err(format!("unknown setting: {key}"));
     };
@@ -138,6 +129,12 @@ pub fn set(services: &Services, key: &str, value: &str) -> Result<Applied, Strin
     Ok(applied)
 }
 
+/// SET's refusal of a setting read only at start: PgBouncer's words for a SET it does not
+/// take first, then why.
+fn needs_restart(key: &str) -> String {
+    format!("SET failed: {key} cannot be changed without a restart")
+}
+
 /// The running configuration was read from a pgbouncer.ini (so the console's SET speaks
 /// PgBouncer's keys).
 fn started_from_pgbouncer_ini(services: &Services) -> bool {
@@ -172,27 +169,10 @@ fn apply(services: &Services, mut new: Config, on_tls: TlsFailure) -> Result<App
         }
     };
     let old = services.config.load_full();
-    let (o, n) = (&old.general, &mut new.general);
-    macro_rules! keep {
-        ($($f:ident),*) => {$(
-            if o.$f != n.$f {
-                applied.kept.push(stringify!($f).to_string());
-                n.$f = o.$f.clone();
-            }
-        )*};
-    }
-    keep!(
-        listen_addr,
-        listen_port,
-        unix_socket_dir,
-        unix_socket_mode,
-        workers,
-        io_uring,
-        metrics_addr,
-        pidfile,
-        logfile,
-        so_reuseport
-    );
+    applied.kept = settings::keep_running(&old.general, &mut new.general)
+        .into_iter()
+        .map(String::from)
+        .collect();
     for k in &applied.kept {
         tracing::warn!(setting = %k, "changed in the configuration, but needs a restart; the running value is kept");
     }

@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::conns;
 use crate::control;
 use crate::hba::Hba;
+use crate::login_places::{Lane, Places, Source};
 use crate::pool::registry::Registry;
 use crate::pool::stats::Stats;
 use crate::prepared;
@@ -36,9 +37,11 @@ pub struct Inner {
     /// The same clients by database and by user, once their names are known
     /// (max_db_client_connections, max_user_client_connections).
     pub clients_by_name: parking_lot::Mutex<ByName>,
-    /// Connections accepted and still logging in (counted against the login budget).
-    pub logins: AtomicUsize,
-    /// Connections refused at accept because the login budget was used up.
+    /// Connections accepted and still logging in: their places in the login budget, by
+    /// source address.
+    pub logins: Places,
+    /// Connections refused at accept because the login budget was used up (or the
+    /// source's share of it, and the reserves).
     pub logins_refused: AtomicU64,
     /// A quarter of the open-files limit at start: the login budget's ceiling whatever
     /// max_login_clients says, so sockets that never log in cannot take every descriptor.
@@ -104,7 +107,7 @@ impl Services {
             auth_query: Default::default(),
             clients: AtomicUsize::new(0),
             clients_by_name: Default::default(),
-            logins: AtomicUsize::new(0),
+            logins: Places::default(),
             logins_refused: AtomicU64::new(0),
             login_fd_cap: open_files_limit().map_or(usize::MAX, |n| (n / 4).max(1)),
             shutdown,
@@ -158,35 +161,31 @@ impl Services {
             .min(self.login_fd_cap)
     }
 
-    /// Counts a connection just accepted as logging in, when the login budget (plus
-    /// [`UNIX_LOGIN_RESERVE`] on the Unix socket) has room; otherwise counts it refused and
-    /// returns false. The client's task takes over the count ([`LoginCount::adopt`]).
-    pub fn start_login(&self, unix: bool) -> bool {
-        let mut budget = self.login_budget();
-        if unix {
-            budget = budget.saturating_add(UNIX_LOGIN_RESERVE);
+    /// Gives a connection just accepted from `source` a place in the login budget (or in a
+    /// reserve: [`Places::take`]); otherwise counts it refused and returns `None`. The client's
+    /// task takes over the place ([`LoginCount::adopt`]).
+    pub fn start_login(&self, source: Source) -> Option<Lane> {
+        let budget = self.login_budget();
+        if let Some(lane) = self.logins.take(source, budget) {
+            return Some(lane);
         }
-        let n = self.logins.fetch_add(1, Ordering::AcqRel) + 1;
-        if n <= budget {
-            return true;
-        }
-        self.logins.fetch_sub(1, Ordering::AcqRel);
         let refused = self.logins_refused.fetch_add(1, Ordering::Relaxed) + 1;
         // Logged at the 1st, 2nd, 4th, 8th... refusal: an attack cannot flood the log.
         if refused.is_power_of_two() {
             tracing::warn!(
                 refused,
                 budget,
-                "connections refused at accept: too many clients still logging in (max_login_clients)"
+                sources = self.logins.sources(),
+                "connections refused at accept: too many clients still logging in (max_login_clients), or too many from one address"
             );
         }
-        false
+        None
     }
 
     /// More than half of the login budget is in use: logins are cut short
     /// ([`PRESSURE_LOGIN_TIMEOUT`]).
     pub fn login_pressure(&self) -> bool {
-        self.logins.load(Ordering::Relaxed).saturating_mul(2) > self.login_budget()
+        self.logins.of_budget().saturating_mul(2) > self.login_budget()
     }
 }
 
@@ -194,12 +193,9 @@ impl Services {
 /// reachable when applications (or an attacker with valid logins) hold every place.
 pub const ADMIN_RESERVE: usize = 3;
 
-/// Connections the Unix socket may have logging in beyond the login budget, so that a local
-/// administrator gets in while TCP connections use the budget up.
-pub const UNIX_LOGIN_RESERVE: usize = 8;
-
-/// While more than half of the login budget is in use, a login still unfinished after this
-/// long (checked every this long) is ended, whatever client_login_timeout says.
+/// While more than half of the login budget is in use (in a place kept for the console,
+/// always), a login still unfinished after this long (checked every this long) is ended,
+/// whatever client_login_timeout says.
 pub const PRESSURE_LOGIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The soft limit on open files (RLIMIT_NOFILE), when there is one (from /proc, Linux).
@@ -218,35 +214,35 @@ fn soft_open_files(limits: &str) -> Option<usize> {
         .ok()
 }
 
-/// A connection counted as logging in ([`Services::start_login`]); uncounted on drop unless
-/// handed over.
+/// A connection's place in the login budget ([`Services::start_login`]); given back on drop
+/// unless handed over.
 pub struct LoginCount {
     services: Services,
-    /// Still this guard's to uncount.
-    counted: bool,
+    /// Where the connection came from and which place it holds; `None` once handed over.
+    place: Option<(Source, Lane)>,
 }
 
 impl LoginCount {
-    /// Takes over the count `start_login` made for this connection.
-    pub fn adopt(services: &Services) -> LoginCount {
+    /// Takes over the place `start_login` gave this connection (from `source`, in `lane`).
+    pub fn adopt(services: &Services, source: Source, lane: Lane) -> LoginCount {
         LoginCount {
             services: services.clone(),
-            counted: true,
+            place: Some((source, lane)),
         }
     }
 
-    /// Leaves the count to the client's task, which adopts it. (Not `mem::forget`: the guard's
+    /// Leaves the place to the client's task, which adopts it. (Not `mem::forget`: the guard's
     /// handle on the services must still be dropped, or they, their pools and every server
     /// connection would outlive shutdown.)
     pub fn hand_over(mut self) {
-        self.counted = false;
+        self.place = None;
     }
 }
 
 impl Drop for LoginCount {
     fn drop(&mut self) {
-        if self.counted {
-            self.services.logins.fetch_sub(1, Ordering::AcqRel);
+        if let Some((source, lane)) = self.place.take() {
+            self.services.logins.give_back(source, lane);
         }
     }
 }

@@ -333,6 +333,86 @@ async fn show_lists_the_warm_pool_like_pgbouncer() {
     }
 }
 
+/// With only a `*` fallback in [databases], SHOW DATABASES lists, as PgBouncer does, each
+/// database a client named (made from the fallback: its host and port, the name as the server
+/// database) and not `*` itself; the rows have PgBouncer's values (the console's own row
+/// aside, whose port is each pooler's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_database_lists_those_clients_named_like_pgbouncer() {
+    let pg = Postgres::start();
+    blocking(|| pg.create_db("app"));
+    let corral = Pooler::start(&format!(
+        "[general]\nlisten_port = 0\nauth_type = \"trust\"\n{ADMIN}\ndefault_pool_size = 7\n\n\
+         [databases.\"*\"]\nhost = \"127.0.0.1\"\nport = {}\n",
+        pg.port
+    ))
+    .await;
+    let port = free_port();
+    let bouncer = blocking(|| {
+        PgBouncer::start_files(
+            port,
+            &[("users.txt", "\"postgres\" \"\"\n")],
+            &format!(
+                "[databases]\n* = host=127.0.0.1 port={}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
+                 listen_port = {port}\nunix_socket_dir =\nauth_type = trust\n\
+                 auth_file = {{dir}}/users.txt\nadmin_users = postgres\ndefault_pool_size = 7\n",
+                pg.port
+            ),
+        )
+    });
+    let mut answers = Vec::new();
+    let mut clients = Vec::new();
+    for (who, port) in [
+        (Who::Pgcorral, corral.port()),
+        (Who::PgBouncer, bouncer.port),
+    ] {
+        let mut w = within(
+            ANSWER,
+            "console",
+            Wire::connect(port, "postgres", "pgbouncer"),
+        )
+        .await;
+        let before = show(&mut w, who, "SHOW DATABASES").await;
+        assert_eq!(before.first_column(), ["pgbouncer"], "{who:?}: {before:?}");
+        for db in ["postgres", "app"] {
+            let c = within(ANSWER, "login", connect(port, "postgres", None, db))
+                .await
+                .unwrap_or_else(|e| panic!("{who:?}: connect to {db}: {e}"));
+            c.simple_query("SELECT 1").await.unwrap();
+            clients.push(c);
+        }
+        let a = show(&mut w, who, "SHOW DATABASES").await;
+        // PgBouncer 1.18's columns but current_connections (servers still opening).
+        let cols = [
+            "name",
+            "host",
+            "port",
+            "database",
+            "force_user",
+            "pool_size",
+            "min_pool_size",
+            "reserve_pool",
+            "pool_mode",
+            "max_connections",
+            "paused",
+            "disabled",
+        ];
+        let values: Vec<Vec<Option<String>>> = cols.iter().map(|c| a.column(c)).collect();
+        let rows: Vec<Vec<Option<String>>> = (0..a.rows.len())
+            .filter(|&i| values[0][i].as_deref() != Some("pgbouncer"))
+            .map(|i| values.iter().map(|v| v[i].clone()).collect())
+            .collect();
+        answers.push((a.first_column(), rows));
+    }
+    let (corral_answer, bouncer_answer) = (&answers[0], &answers[1]);
+    assert_eq!(
+        bouncer_answer.0,
+        ["app", "pgbouncer", "postgres"],
+        "PgBouncer's own"
+    );
+    assert_eq!(corral_answer, bouncer_answer, "pgcorral vs PgBouncer");
+}
+
 // ---------------------------------------------------------------------------------------------
 // HELP, STATE, VERSION
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 //! The admin console's commands that act, against a real PostgreSQL: PAUSE holds new
 //! transactions until RESUME (and `PAUSE; restart PostgreSQL; RESUME` under pgbench loses no
 //! transaction), DISABLE/ENABLE, RECONNECT and WAIT_CLOSE, KILL and KILL_CLIENT, RELOAD (and
-//! SIGHUP) with a refused bad file, and SET.
+//! SIGHUP) with a refused bad file, and SET; the settings read only at start, refused by SET
+//! and kept by RELOAD.
 
 mod support;
 
@@ -415,6 +416,83 @@ async fn reload_and_set_change_the_running_configuration() {
     );
     assert!(admin(&mut w, "SET listen_port = 7").await.is_err());
     assert!(admin(&mut w, "SET no_such_key = 1").await.is_err());
+}
+
+/// The settings read only at start are one table (`config::settings`): SET refuses each of
+/// them in PgBouncer's words (`SET failed`) and says why, SHOW CONFIG's changeable column is
+/// `no` for them and `yes` for every other, and a RELOAD of a file that changes them (peer_id,
+/// log_level, syslog_ident: a reload had taken peer_id) keeps the running values, logs that
+/// each needs a restart and says so in its notice, while taking the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_read_only_at_start_are_refused_and_kept() {
+    use pgcorral::config::settings::RESTART_ONLY;
+    let pg = Postgres::start();
+    let toml = config(&pg, "postgres", &format!("{ADMIN}\ndefault_pool_size = 3"));
+    let p = blocking(|| PoolerProcess::start(&toml));
+    let mut w = Wire::connect(p.port, "postgres", "pgbouncer").await;
+    for key in RESTART_ONLY {
+        assert_eq!(
+            admin(&mut w, &format!("SET {key} = 1")).await,
+            Err((
+                "22023".into(),
+                format!("SET failed: {key} cannot be changed without a restart")
+            ))
+        );
+    }
+    let msgs = w.simple("SHOW CONFIG").await;
+    let rows: Vec<Vec<Option<String>>> = msgs
+        .iter()
+        .filter(|m| m.tag == b'D')
+        .map(|m| m.row())
+        .collect();
+    for key in RESTART_ONLY {
+        assert!(
+            rows.iter().any(|r| r[0].as_deref() == Some(key)),
+            "{key} not in SHOW CONFIG"
+        );
+    }
+    for r in &rows {
+        let key = r[0].clone().unwrap();
+        let want = if RESTART_ONLY.contains(&key.as_str()) {
+            "no"
+        } else {
+            "yes"
+        };
+        assert_eq!(r[3].as_deref(), Some(want), "changeable of {key}");
+    }
+
+    let path = p.log.parent().unwrap().join("pgcorral.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace(
+            "default_pool_size = 3",
+            "default_pool_size = 4\npeer_id = 5\nlog_level = \"debug\"\nsyslog_ident = \"other\"",
+        ),
+    )
+    .unwrap();
+    let msgs = w.simple("RELOAD").await;
+    let notice = msgs.iter().find(|m| m.tag == b'N').expect("a notice");
+    let said = notice.field(b'M').unwrap();
+    for key in ["peer_id", "log_level", "syslog_ident"] {
+        assert!(said.contains(key), "{key} not in {said:?}");
+        let log = p.log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("needs a restart") && l.contains(key)),
+            "no log line says {key} needs a restart:\n{log}"
+        );
+    }
+    assert_eq!(shown(&mut w, "CONFIG", "peer_id", "value").await, "0");
+    assert_eq!(shown(&mut w, "CONFIG", "log_level", "value").await, "info");
+    assert_eq!(
+        shown(&mut w, "CONFIG", "syslog_ident", "value").await,
+        "pgcorral"
+    );
+    assert_eq!(
+        shown(&mut w, "CONFIG", "default_pool_size", "value").await,
+        "4"
+    );
 }
 
 /// SIGHUP reloads the file of a running pgcorral process.

@@ -243,6 +243,78 @@ async fn a_refused_login_is_told_what_postgresql_tells_it() {
     }
 }
 
+/// Every message of a login with `params` and of each statement of `script` after it, up to
+/// its ReadyForQuery, rendered as the harness renders them.
+async fn transcript(port: u16, params: &[(&str, &str)], script: &[&str]) -> Vec<String> {
+    use support::wire::{query, Wire};
+    let mut w = Wire::connect_with(port, params).await;
+    let mut out = Vec::new();
+    let mut pid_cols = Vec::new();
+    for sql in script {
+        out.push(format!("> {sql}"));
+        w.send(&query(sql)).await;
+        for m in w.until_ready().await {
+            out.push(diff::compare::render(&m, &mut pid_cols));
+        }
+    }
+    out
+}
+
+/// Settings sent in the startup packet, as their own parameters and in `options`, hold from
+/// the first statement in every pool mode as they do straight against PostgreSQL: shown,
+/// enforced (statement_timeout cancels a statement that runs longer: 57014), and returned to
+/// by RESET, RESET ALL and DISCARD ALL; a SET of 0 over a startup value holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_settings_hold_as_postgresql_holds_them() {
+    let pg = support::Postgres::start();
+    let params = [
+        ("user", "postgres"),
+        ("database", "postgres"),
+        ("statement_timeout", "100ms"),
+        ("options", "-c search_path=foo"),
+    ];
+    let held = [
+        "SHOW statement_timeout",
+        "SHOW search_path",
+        "SELECT pg_sleep(1)",
+        "SET search_path = bar",
+        "SELECT pg_sleep(1)",
+        "SHOW search_path",
+    ];
+    let reset = [
+        "SET statement_timeout = '5s'",
+        "RESET statement_timeout",
+        "SHOW statement_timeout",
+        "RESET ALL",
+        "SHOW search_path",
+        "SELECT pg_sleep(1)",
+        "SET statement_timeout = 0",
+        "SHOW statement_timeout",
+        "SET search_path = bar",
+        "DISCARD ALL",
+        "SHOW search_path",
+        "SHOW statement_timeout",
+    ];
+    let script = [held.as_slice(), &reset].concat();
+    let direct = transcript(pg.port, &params, &script).await;
+    assert_eq!(
+        (direct.iter())
+            .filter(|m| m.contains("C=\"57014\""))
+            .count(),
+        3,
+        "PostgreSQL's own: {direct:?}"
+    );
+    for mode in ["session", "transaction", "statement"] {
+        let pooler = support::PoolerProcess::start(&support::config(
+            &pg,
+            "postgres",
+            &format!("pool_mode = \"{mode}\""),
+        ));
+        let pooled = transcript(pooler.port, &params, &script).await;
+        assert_eq!(pooled, direct, "{mode} mode");
+    }
+}
+
 /// Replication connections, which pgcorral relays to a server of their own (outside the script
 /// model: their login differs): the same replication commands and SQL, straight to PostgreSQL
 /// and through pgcorral, logical (`replication=database`) and physical (`replication=true`),

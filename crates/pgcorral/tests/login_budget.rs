@@ -1,13 +1,16 @@
 //! The login phase under attack: connections still logging in have their own budget
-//! (`max_login_clients`, refused at accept beyond it, cut short under pressure), max_client_conn
-//! counts logged-in clients only, admin users keep a few places on the console, client-supplied
-//! names are escaped in the log; and DROP DATABASE (and its kin) through pgcorral is not
-//! refused because of pgcorral's own idle servers.
+//! (`max_login_clients`, refused at accept beyond it, cut short under pressure, with places
+//! beyond it kept for console logins over TCP; login_flood.rs shows its shares by source
+//! address), max_client_conn counts logged-in clients only, admin users keep a few places on
+//! the console, client-supplied names are escaped in the log; and DROP DATABASE (and its kin)
+//! through pgcorral is not refused because of pgcorral's own idle servers.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
+use pgcorral::login_places::CONSOLE_RESERVE;
+use support::flood::connect_from;
 use support::*;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -15,11 +18,13 @@ use tokio::net::TcpStream;
 const ADMIN: &str = "admin_users = [\"postgres\"]";
 
 /// `n` connections that send nothing, each accepted by the pooler (checked with SHOW LISTS
-/// would need a login; a short pause lets the listener take them).
+/// would need a login; a short pause lets the listener take them), each from an address of its
+/// own (127.0.1.1, 127.0.1.2, ...), so that none is over its address's share of the budget.
 async fn silent(port: u16, n: usize) -> Vec<TcpStream> {
     let mut v = Vec::new();
-    for _ in 0..n {
-        v.push(TcpStream::connect(("127.0.0.1", port)).await.unwrap());
+    for i in 0..n {
+        let source = std::net::IpAddr::from([127, 0, 1, 1 + i as u8]);
+        v.push(connect_from(source, port).await.unwrap());
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     v
@@ -103,7 +108,8 @@ async fn connections_beyond_the_login_budget_are_refused_at_once() {
     );
     let pooler = Pooler::start(&config(&pg, "postgres", &general)).await;
     let port = pooler.port();
-    let silent_ones = silent(port, 5).await;
+    // The budget, and the places kept for the console over TCP.
+    let silent_ones = silent(port, 5 + CONSOLE_RESERVE).await;
     for _ in 0..3 {
         let start = Instant::now();
         let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
@@ -125,14 +131,14 @@ async fn connections_beyond_the_login_budget_are_refused_at_once() {
     let console = console_unix(&dir, port, "postgres")
         .await
         .expect("console over the Unix socket");
-    assert_eq!(listed(&console, "login_clients").await, 5);
+    assert_eq!(listed(&console, "login_clients").await, 13);
     let metrics = reqwest_metrics(pooler.metrics.unwrap()).await;
     assert!(
         metrics.contains("pgcorral_clients_login_refused_total 3"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("pgcorral_clients_logging_in 5"),
+        metrics.contains("pgcorral_clients_logging_in 13"),
         "{metrics}"
     );
     // The budget is given back when the silent ones leave.
@@ -145,12 +151,37 @@ async fn connections_beyond_the_login_budget_are_refused_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_keeps_places_over_tcp_when_the_budget_is_used_up() {
+    let pg = Postgres::start();
+    let general = format!("{ADMIN}\nmax_login_clients = 5");
+    let pooler = Pooler::start(&config(&pg, "postgres", &general)).await;
+    let port = pooler.port();
+    let _silent = silent(port, 5).await;
+    // A place kept for the console: an application's login is refused once it has named its
+    // database, as it would have been at accept ...
+    let err = connect(port, "postgres", None, "postgres").await.err();
+    let err = err.expect("an application login beyond the budget");
+    assert_eq!(sqlstate(&err), "53300", "{err}");
+    assert!(db_message(&err).contains("max_login_clients"), "{err}");
+    // ... a user who is neither an admin nor a stats user is refused by the console ...
+    let err = connect(port, "nobody", None, "pgbouncer").await.err();
+    let err = err.expect("a console login of a user who may not use it");
+    assert!(db_message(&err).contains("not allowed"), "{err}");
+    // ... and an admin user gets in, over TCP.
+    let console = connect(port, "postgres", None, "pgbouncer")
+        .await
+        .expect("an admin on the console over TCP");
+    assert_eq!(listed(&console, "login_clients").await, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_login_budget_is_capped_by_the_open_files_limit() {
     let pg = Postgres::start();
-    // 64 descriptors: at most 16 connections logging in, whatever max_login_clients says.
+    // 64 descriptors: at most 16 connections logging in (and the console's places), whatever
+    // max_login_clients says.
     let toml = config(&pg, "postgres", "max_login_clients = 1000\nworkers = 1");
     let p = PoolerProcess::start_limited(&toml, "info", Some(64));
-    let silent_ones = silent(p.port, 16).await;
+    let silent_ones = silent(p.port, 16 + CONSOLE_RESERVE).await;
     let mut extra = TcpStream::connect(("127.0.0.1", p.port)).await.unwrap();
     assert!(
         closed_within(&mut extra, Duration::from_secs(2)).await,

@@ -134,6 +134,55 @@ async fn userlist_entries_log_in_and_reload() {
     assert_eq!(login(port, "plainu", "plain pw").await, refused("plainu"));
 }
 
+/// A broken line of auth_file is warned about by file and line, at start and at each reload
+/// (PgBouncer logs `broken auth file`); as in PgBouncer, the lines before it are used and
+/// those after it are not; no password reaches the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_userlist_line_is_warned_about_by_file_and_line() {
+    let pg = server();
+    blocking(|| {
+        role(&pg, "early", "early pw", false);
+        role(&pg, "late", "late pw", false);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let userlist = dir.path().join("userlist.txt");
+    std::fs::write(&userlist, "\"early\" \"early pw\"\nlate \"late pw\"\n").unwrap();
+    let pooler = start(
+        &format!("auth_type = md5\nauth_file = {}\n", userlist.display()),
+        &format!("app = host=127.0.0.1 port={} dbname=app", pg.port),
+    );
+    let port = pooler.port;
+    let warned = |line: usize| {
+        let log = pooler.log();
+        log.lines().any(|l| {
+            l.contains(&userlist.display().to_string())
+                && l.contains(&format!("broken auth file (line {line})"))
+        })
+    };
+    assert!(
+        warned(2),
+        "no warning naming the file and line 2:\n{}",
+        pooler.log()
+    );
+    assert_eq!(login(port, "early", "early pw").await, Ok("early".into()));
+    assert_eq!(login(port, "late", "late pw").await, refused("late"));
+
+    // Read again at SIGHUP: the file's new broken line is warned about too.
+    std::fs::write(
+        &userlist,
+        "\"early\" \"early pw\"\n;; a comment\n\"late\" \"late pw\"\n\"unterminated \"x\n",
+    )
+    .unwrap();
+    pooler.signal("HUP");
+    blocking(|| support::poll_until("a warning naming line 4", 10, || warned(4)));
+    assert_eq!(login(port, "late", "late pw").await, Ok("late".into()));
+    let log = pooler.log();
+    assert!(
+        !log.contains("early pw") && !log.contains("late pw"),
+        "a password in the log:\n{log}"
+    );
+}
+
 /// PgBouncer's documented lookup function, in database `app`, for role `pgbouncer`; and a
 /// decoy `evil.user_lookup` that answers any name with the md5 of "evil", which a client's
 /// search_path must not reach.

@@ -159,19 +159,54 @@ async fn a_pgbouncer_ini_serves_its_databases() {
         assert!(modes.contains(&want), "{want:?} not in {modes:?}");
     }
 
+    // SHOW CONFIG lists every setting, those of the file included, even one that has no
+    // limit (server_unavailable_wait, for ever from a pgbouncer.ini: it had left the table
+    // empty); listen_port needs a restart.
+    let config: Vec<(String, String, String)> = (admin.simple_query("SHOW CONFIG").await)
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some((
+                r.get("key")?.to_string(),
+                r.get("value")?.to_string(),
+                r.get("changeable")?.to_string(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let setting = |k: &str| config.iter().find(|c| c.0 == k).cloned();
+    let row = |k: &str, v: &str, c: &str| Some((k.into(), v.into(), c.into()));
+    assert_eq!(
+        setting("query_wait_timeout"),
+        row("query_wait_timeout", "15500", "yes")
+    );
+    assert_eq!(
+        setting("listen_port"),
+        row("listen_port", &port.to_string(), "no")
+    );
+    assert_eq!(
+        setting("server_unavailable_wait"),
+        row("server_unavailable_wait", &i64::MAX.to_string(), "yes")
+    );
+
     // The console's SET takes PgBouncer's keys, units and values: query_timeout in seconds
-    // (1 s, not 1 ms), auth_type = plain, verbose; a value PgBouncer refuses is refused.
+    // (1 s, not 1 ms), auth_type = plain; a value PgBouncer refuses is refused.
     for set in [
         "SET query_timeout = 1",
         "SET auth_type = plain",
         "SET auth_type = trust",
-        "SET verbose = 1",
     ] {
         admin
             .simple_query(set)
             .await
             .unwrap_or_else(|e| panic!("{set}: {e}"));
     }
+    // verbose sets log_level, which pgcorral reads only at start.
+    let e = admin.simple_query("SET verbose = 1").await.unwrap_err();
+    assert_eq!(
+        db_message(&e),
+        "SET failed: verbose cannot be changed without a restart"
+    );
     let e = admin
         .simple_query("SET query_timeout = '10s'")
         .await

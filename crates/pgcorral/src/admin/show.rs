@@ -1,13 +1,14 @@
 //! The console's SHOW commands, with PgBouncer's column names in PgBouncer's order (1.18), so
 //! that scripts and exporters written for PgBouncer read them unchanged.
 
+use std::collections::BTreeMap;
+
 use super::show_conns::{connections, sockets};
 use super::show_shards;
 use super::show_stats::{latency, stats, stats_part, totals};
 use crate::cluster::topology;
-use crate::config::{Config, Database, General, LoadBalanceHosts, PoolMode};
+use crate::config::{settings, Config, Database, General, LoadBalanceHosts, PoolMode};
 use crate::conns::Kind;
-use crate::reload;
 use crate::rows::{Cell, Table, Ty};
 use crate::server::hosts;
 use crate::services::Services;
@@ -24,7 +25,7 @@ pub fn table(services: &Services, what: &str) -> Result<Table, String> {
     let config = services.config.load();
     Ok(match what {
         "VERSION" => version(),
-        "CONFIG" => show_config(&config.general),
+        "CONFIG" => show_config(&config.general)?,
         "DATABASES" => databases(services, &config),
         "POOLS" => pools(services),
         "USERS" => users(services, &config),
@@ -86,44 +87,42 @@ fn version() -> Table {
     t
 }
 
-/// `[general]` settings as key, value, default, changeable (by RELOAD or SET).
-fn show_config(general: &General) -> Table {
-    let mut t = Table::text(&["key", "value", "default", "changeable"]);
-    let flat = |g: &General| -> Vec<(String, String)> {
-        match toml::Value::try_from(g) {
-            Ok(toml::Value::Table(m)) => m
-                .into_iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        toml::Value::String(s) => s,
-                        toml::Value::Array(a) => a
-                            .iter()
-                            .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
-                            .collect::<Vec<_>>()
-                            .join(","),
-                        other => other.to_string(),
-                    };
-                    (k, v)
-                })
-                .collect(),
-            _ => Vec::new(),
-        }
+/// `[general]` settings as key, value, default, changeable (by RELOAD or SET). Settings that
+/// cannot be written as TOML are a bug: logged, and the console told.
+fn show_config(general: &General) -> Result<Table, String> {
+    let flat = |g: &General| -> Result<Vec<(String, String)>, String> {
+        let table = settings::as_table(g).inspect_err(|e| tracing::error!("SHOW CONFIG: {e}"))?;
+        Ok(table
+            .into_iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    toml::Value::String(s) => s,
+                    toml::Value::Array(a) => a
+                        .iter()
+                        .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    other => other.to_string(),
+                };
+                (k, v)
+            })
+            .collect())
     };
-    let defaults = flat(&General::default());
-    for (k, v) in flat(general) {
+    let mut t = Table::text(&["key", "value", "default", "changeable"]);
+    let defaults = flat(&General::default())?;
+    for (k, v) in flat(general)? {
         let d = defaults
             .iter()
             .find(|(dk, _)| *dk == k)
             .map(|(_, dv)| dv.clone())
             .unwrap_or_default();
-        let changeable = if reload::RESTART_ONLY.contains(&k.as_str()) {
-            "no"
-        } else {
-            "yes"
+        let changeable = match settings::change(&k) {
+            settings::Change::Live => "yes",
+            settings::Change::Restart => "no",
         };
         t.row(vec![k.into(), v.into(), d.into(), changeable.into()]);
     }
-    t
+    Ok(t)
 }
 
 fn databases(services: &Services, config: &Config) -> Table {
@@ -153,7 +152,20 @@ fn databases(services: &Services, config: &Config) -> Table {
     let pools = services.pools.all();
     let g = &config.general;
     let lifetime_secs = g.server_lifetime / 1000;
-    for (name, db) in &config.databases {
+    let mut listed: BTreeMap<&str, &Database> = (config.databases.iter())
+        .filter(|(name, _)| name.as_str() != "*")
+        .map(|(name, db)| (name.as_str(), db))
+        .collect();
+    if let Some(fallback) = config.databases.get("*") {
+        // As PgBouncer: each database made from the `*` fallback for a client that named it
+        // (while its pools last), not `*` itself.
+        for p in &pools {
+            listed.entry(p.name().0).or_insert(fallback);
+        }
+    }
+    // By name, the console's among them, as PgBouncer sorts its list.
+    let mut rows: Vec<(&str, Vec<Cell>)> = Vec::new();
+    for (name, db) in listed {
         let current: usize = pools
             .iter()
             .filter(|p| p.name().0 == name)
@@ -161,49 +173,59 @@ fn databases(services: &Services, config: &Config) -> Table {
             .sum();
         // With several servers: the first listed (PgBouncer has one host per database).
         let first = db.server_list().swap_remove(0);
-        t.row(vec![
-            name.as_str().into(),
-            first.host.into(),
-            first.port.into(),
-            db.dbname.clone().unwrap_or_else(|| name.clone()).into(),
-            db.user.clone().map_or(Cell::Null, Cell::from),
-            db.pool_size.unwrap_or(g.default_pool_size).into(),
-            db.min_pool_size.unwrap_or(g.min_pool_size).into(),
-            db.reserve_pool_size.unwrap_or(g.reserve_pool_size).into(),
-            db.pool_mode.map_or(Cell::Null, |m| mode_name(m).into()),
-            db.max_db_connections.unwrap_or(g.max_db_connections).into(),
-            current.into(),
-            services.control.is_paused(name).into(),
-            services.control.is_disabled(name).into(),
-            db.max_db_client_connections
-                .unwrap_or(g.max_db_client_connections)
-                .into(),
-            services.clients_of_database(name).into(),
-            db.reserve_pool_size.unwrap_or(g.reserve_pool_size).into(),
-            (db.server_lifetime.unwrap_or(g.server_lifetime) / 1000).into(),
-            load_balance_hosts(db),
-        ]);
+        rows.push((
+            name,
+            vec![
+                name.into(),
+                first.host.into(),
+                first.port.into(),
+                db.dbname.clone().unwrap_or_else(|| name.to_string()).into(),
+                db.user.clone().map_or(Cell::Null, Cell::from),
+                db.pool_size.unwrap_or(g.default_pool_size).into(),
+                db.min_pool_size.unwrap_or(g.min_pool_size).into(),
+                db.reserve_pool_size.unwrap_or(g.reserve_pool_size).into(),
+                db.pool_mode.map_or(Cell::Null, |m| mode_name(m).into()),
+                db.max_db_connections.unwrap_or(g.max_db_connections).into(),
+                current.into(),
+                services.control.is_paused(name).into(),
+                services.control.is_disabled(name).into(),
+                db.max_db_client_connections
+                    .unwrap_or(g.max_db_client_connections)
+                    .into(),
+                services.clients_of_database(name).into(),
+                db.reserve_pool_size.unwrap_or(g.reserve_pool_size).into(),
+                (db.server_lifetime.unwrap_or(g.server_lifetime) / 1000).into(),
+                load_balance_hosts(db),
+            ],
+        ));
     }
-    t.row(vec![
-        CONSOLE_DB.into(),
-        Cell::Null,
-        g.listen_port.into(),
-        CONSOLE_DB.into(),
-        CONSOLE_DB.into(),
-        2u8.into(),
-        0u8.into(),
-        0u8.into(),
-        "statement".into(),
-        0u8.into(),
-        0u8.into(),
-        0u8.into(),
-        0u8.into(),
-        g.max_db_client_connections.into(),
-        services.clients_of_database(CONSOLE_DB).into(),
-        0u8.into(),
-        lifetime_secs.into(),
-        Cell::Null,
-    ]);
+    rows.push((
+        CONSOLE_DB,
+        vec![
+            CONSOLE_DB.into(),
+            Cell::Null,
+            g.listen_port.into(),
+            CONSOLE_DB.into(),
+            CONSOLE_DB.into(),
+            2u8.into(),
+            0u8.into(),
+            0u8.into(),
+            "statement".into(),
+            0u8.into(),
+            0u8.into(),
+            0u8.into(),
+            0u8.into(),
+            g.max_db_client_connections.into(),
+            services.clients_of_database(CONSOLE_DB).into(),
+            0u8.into(),
+            lifetime_secs.into(),
+            Cell::Null,
+        ],
+    ));
+    rows.sort_by(|a, b| a.0.cmp(b.0));
+    for (_, row) in rows {
+        t.row(row);
+    }
     t
 }
 
@@ -405,10 +427,7 @@ fn lists(services: &Services, config: &Config) -> Table {
         ("peer_pools", 0),
         ("free_clients", 0),
         ("used_clients", clients),
-        (
-            "login_clients",
-            services.logins.load(std::sync::atomic::Ordering::Relaxed),
-        ),
+        ("login_clients", services.logins.in_use()),
         ("free_servers", 0),
         ("used_servers", used_servers),
         ("dns_names", 0),

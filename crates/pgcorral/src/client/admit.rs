@@ -21,10 +21,12 @@ use crate::config::{millis_opt, PoolMode};
 use crate::connlog::{self, Who};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
+use crate::login_places::{self, Lane, Source};
 use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::registry;
 use crate::pool::{logins, ClientWait, Pool};
+use crate::route;
 use crate::services::{ClientCount, LoginCount, Services, PRESSURE_LOGIN_TIMEOUT};
 use crate::session::startup as session_startup;
 use crate::session::{apply, Settings};
@@ -42,12 +44,13 @@ pub(super) enum Admitted {
 }
 
 /// Startup packets, limits, authentication and the welcome. `None` when the client is done
-/// (a cancel request, a probe, or a failure already reported to it). The connection is counted
-/// against the login budget until it has authenticated (or this returns), and from then on
-/// against max_client_conn, by the returned guard.
+/// (a cancel request, a probe, or a failure already reported to it). The connection holds its
+/// place of the login budget (in `lane`) until it has authenticated (or this returns), and is
+/// counted from then on against max_client_conn, by the returned guard.
 pub(super) async fn admit(
     client: &mut ClientConn,
     services: &Services,
+    lane: Lane,
 ) -> Option<(Admitted, ClientCount)> {
     let login_timeout = millis_opt(services.config.load().general.client_login_timeout)
         .unwrap_or(std::time::Duration::MAX);
@@ -55,10 +58,19 @@ pub(super) async fn admit(
         start: tokio::time::Instant::now(),
         deadline: tokio::time::Instant::now().checked_add(login_timeout),
         services,
-        login: parking_lot::Mutex::new(Some(LoginCount::adopt(services))),
+        login: parking_lot::Mutex::new(Some(LoginCount::adopt(
+            services,
+            Source::of(client.peer.ip()),
+            lane,
+        ))),
+        lane,
     };
     let timed_out = |short: bool| {
         let message = match short {
+            true if lane == Lane::Console => format!(
+                "login not completed within {} ms in a place kept for the console",
+                limit.start.elapsed().as_millis()
+            ),
             true => format!(
                 "login not completed within {} ms while more than half of max_login_clients is in use",
                 limit.start.elapsed().as_millis()
@@ -114,6 +126,11 @@ pub(super) async fn admit(
     };
     drop(tls);
     let taken = params::take(&params);
+    if lane == Lane::Console && !admin::is_console(&taken.database.text) {
+        // A place beyond the budget, kept for the console: others are refused as they would
+        // have been at accept.
+        return fail(client, services, None, login_places::refusal()).await;
+    }
     if taken.user.text.is_empty() {
         let e = Error::new(
             Kind::UnknownUser,
@@ -184,14 +201,17 @@ fn out_of_time<T>(client: &ClientConn, e: Error) -> Option<T> {
 }
 
 /// How long a login may take: until client_login_timeout (`deadline`, `None` = no limit), and
-/// while unauthenticated and more than half of the login budget is in use, no longer than
-/// [`PRESSURE_LOGIN_TIMEOUT`] (checked every that long from the connection's start).
+/// while unauthenticated and more than half of the login budget is in use (or in a place kept
+/// for the console, always), no longer than [`PRESSURE_LOGIN_TIMEOUT`] (checked every that long
+/// from the connection's start).
 struct Limit<'a> {
     start: tokio::time::Instant,
     deadline: Option<tokio::time::Instant>,
     services: &'a Services,
     /// The connection's place in the login budget, until it has authenticated.
     login: parking_lot::Mutex<Option<LoginCount>>,
+    /// Which place of the login budget the connection holds.
+    lane: Lane,
 }
 
 impl Limit<'_> {
@@ -225,7 +245,8 @@ impl Limit<'_> {
             if let Ok(v) = timer::timeout_at(check, f.as_mut()).await {
                 return Ok(v);
             }
-            if self.login.lock().is_some() && self.services.login_pressure() {
+            let pressed = self.lane == Lane::Console || self.services.login_pressure();
+            if self.login.lock().is_some() && pressed {
                 return Err(true);
             }
         }
@@ -443,9 +464,14 @@ async fn login(
             apply::sync(&mut s, &settings).await?;
         } else {
             let login_user = pool.server_user();
-            settings = apply::login(&mut s, &settings, &startup_settings, &login_user)
-                .await?
-                .settings;
+            let captured = apply::login(&mut s, &settings, &startup_settings, &login_user).await?;
+            settings = captured.settings;
+            if session_mode {
+                // The server stays the client's: its statement_timeout, turned off while
+                // pgcorral read the settings back, is the client's again before its first
+                // request.
+                apply::reinstate(&mut s, &captured.on_server, &settings).await?;
+            }
             startup = Arc::new(
                 settings
                     .iter()
@@ -480,9 +506,11 @@ async fn login(
         }
         None => rand::random::<i32>() & 0x7fff_ffff,
     };
-    for (k, v) in server_params.unwrap_or_default().iter() {
+    let server_params = server_params.unwrap_or_default();
+    for (k, v) in server_params.iter() {
         encode::parameter_status(out, k, v);
     }
+    let escapes = route::escapes(&server_params);
     let (secret, listed) = welcome(
         client,
         services,
@@ -503,7 +531,13 @@ async fn login(
     let session = Admitted::Pool(Box::new(LoggedIn {
         pool,
         cluster,
-        route: None,
+        // Allocated where routing needs it; at once when strings take backslash escapes.
+        route: escapes.then(|| {
+            Box::new(route::ClientRoute {
+                escapes,
+                ..Default::default()
+            })
+        }),
         target: None,
         listed,
         server,

@@ -18,6 +18,7 @@ use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::ClientWait;
 use crate::prepared;
+use crate::route;
 use crate::services::{ClientCount, Services};
 
 /// A client as sent to the new process: all of it but its socket.
@@ -177,7 +178,16 @@ fn session_of(
     let session = LoggedIn {
         pool,
         cluster,
-        route: None,
+        // Allocated where routing needs it; at once when strings take backslash escapes.
+        route: {
+            let escapes = route::escapes(&h.settings);
+            escapes.then(|| {
+                Box::new(route::ClientRoute {
+                    escapes,
+                    ..Default::default()
+                })
+            })
+        },
         target: None,
         listed,
         server: None,

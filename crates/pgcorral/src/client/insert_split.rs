@@ -53,9 +53,18 @@ pub(super) async fn insert(
     let work = if request.first() == Some(&frontend::QUERY) {
         // A simple Query drops the unnamed statement, as PostgreSQL's does.
         client.statements.drop_unnamed();
-        simple(&request, &rows)
+        simple(
+            &request,
+            &rows,
+            session.route.as_ref().is_some_and(|r| r.escapes),
+        )
     } else {
-        extended(client, &request, &rows)
+        extended(
+            client,
+            &request,
+            &rows,
+            session.route.as_ref().is_some_and(|r| r.escapes),
+        )
     };
     let work = match work {
         Ok(w) => w,
@@ -141,12 +150,12 @@ pub(super) async fn insert(
 type Refusal = (&'static str, String);
 
 /// A simple Query's INSERT: each shard gets its rows as a Query.
-fn simple(request: &[u8], rows: &[usize]) -> std::result::Result<Work, Refusal> {
+fn simple(request: &[u8], rows: &[usize], escapes: bool) -> std::result::Result<Work, Refusal> {
     let text = request
         .get(HEADER_LEN..)
         .and_then(frontend::query_text)
         .unwrap_or_default();
-    let parts = split(text, rows).map_err(|m| ("0A000", m))?;
+    let parts = split(text, rows, escapes).map_err(|m| ("0A000", m))?;
     let mut work = Work {
         shards: Vec::new(),
         sends: Vec::new(),
@@ -180,6 +189,7 @@ fn extended(
     client: &ClientConn,
     request: &[u8],
     rows: &[usize],
+    escapes: bool,
 ) -> std::result::Result<Work, Refusal> {
     let shape = || ("0A000", SHAPE.to_string());
     let mut parse: Option<(&[u8], &[u8])> = None;
@@ -260,7 +270,7 @@ fn extended(
         }
     }
     let text = frontend::query_text(&original).unwrap_or_default();
-    let parts = split(text, rows).map_err(|m| ("0A000", m))?;
+    let parts = split(text, rows, escapes).map_err(|m| ("0A000", m))?;
     // The first shard answers the client's own messages.
     let mut first = BytesMut::new();
     let mut first_slots = VecDeque::new();

@@ -44,6 +44,7 @@ use crate::connlog::{self, Who};
 use crate::conns;
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
+use crate::login_places::{Lane, Source};
 use crate::net::peer::Peer;
 use crate::pool::{Checkout, ClientWait, Pool};
 use crate::prepared;
@@ -56,14 +57,24 @@ use crate::session::Settings;
 
 /// The task of one accepted connection, to its end: registers the socket with the reactor of
 /// the worker that polls it, admits the client and serves it. Errors are reported to the
-/// client and logged.
+/// client and logged. The connection holds a place of the login budget in `lane`, which its
+/// login takes over.
 pub fn serve(
     socket: Detached,
     peer: Peer,
     services: Services,
     worker: usize,
+    lane: Lane,
 ) -> impl Future<Output = ()> + Send + 'static {
-    task(socket, peer, services, worker, None)
+    task(socket, peer, services, worker, Arrival::New(lane))
+}
+
+/// How a client's task begins.
+enum Arrival {
+    /// A connection just accepted, holding a place of the login budget in this lane.
+    New(Lane),
+    /// A logged-in client moved from another worker (or handed over by another process).
+    Moved(Box<Moved>),
 }
 
 /// A logged-in client on its way to another worker (see [`migrate`]): all of it but its socket.
@@ -77,8 +88,8 @@ struct Moved {
     count: ClientCount,
 }
 
-/// A client's task on `worker`: a new connection (`moved` is `None`), or a logged-in client
-/// moved from another worker. Idle clients cost this future, so it keeps the client's state
+/// A client's task on `worker`: a new connection, or a logged-in client moved from another
+/// worker (`arrival`). Idle clients cost this future, so it keeps the client's state
 /// in one place: not an `async fn` (whose arguments are kept twice, as passed and as
 /// locals), the connection and session are its locals, and what it awaits borrows them.
 #[allow(clippy::manual_async_fn)]
@@ -87,7 +98,7 @@ fn task(
     peer: Peer,
     services: Services,
     worker: usize,
-    moved: Option<Box<Moved>>,
+    arrival: Arrival,
 ) -> impl Future<Output = ()> + Send + 'static {
     // Built here and moved in whole, so that the future holds `peer` once (a value captured
     // by the block stays in it after being moved into a local).
@@ -109,12 +120,16 @@ fn task(
         client.stream = match socket.attach() {
             Ok(s) => s,
             Err(e) => {
-                match moved {
-                    None => {
-                        drop(LoginCount::adopt(&services));
+                match arrival {
+                    Arrival::New(lane) => {
+                        drop(LoginCount::adopt(
+                            &services,
+                            Source::of(client.peer.ip()),
+                            lane,
+                        ));
                         tracing::warn!(error = %e, "could not register a client socket")
                     }
-                    Some(m) => {
+                    Arrival::Moved(m) => {
                         tracing::warn!(peer = %client.peer, error = %e, "could not move a client between workers");
                         services.cancel.unregister(m.session.pid, m.session.secret);
                     }
@@ -124,19 +139,19 @@ fn task(
         };
         let count;
         let mut admitted;
-        match moved {
-            None => {
+        match arrival {
+            Arrival::New(lane) => {
                 client.max_len = services.config.load().general.max_packet_size;
                 // Startup and login are boxed: their state is large and short-lived, and must
                 // not size the future that lives as long as the client (idle clients should
                 // cost little memory). The client is counted against max_client_conn from its
                 // successful login on.
-                match cold::cold(admit(&mut client, &services)).await {
+                match cold::cold(admit(&mut client, &services, lane)).await {
                     Some((a, c)) => (admitted, count) = (Some(a), c),
                     None => return,
                 }
             }
-            Some(m) => {
+            Arrival::Moved(m) => {
                 let Moved {
                     buf,
                     pass,
@@ -359,7 +374,7 @@ fn go_on(
         peer,
         services,
         worker,
-        Some(moved),
+        Arrival::Moved(moved),
     ))));
 }
 
@@ -439,13 +454,19 @@ fn relay_mode<'a>(
     let pooled = mode != PoolMode::Session;
     let config = services.config.load();
     let g = &config.general;
+    // Session mode looks at a client's statements only when it has startup settings, which
+    // RESET, RESET ALL and DISCARD ALL return to (the server got them by set_config): after
+    // such a statement the settings are read back and the startup values set again.
+    let startup_settings = !pooled && !session.startup.is_empty();
     let track = match (pooled, g.session_pinning) {
+        (false, _) if startup_settings => relay::Track::Pin,
         (false, _) => relay::Track::Off,
         (true, config::SessionPinning::Pin) => relay::Track::Pin,
         (true, config::SessionPinning::Refuse) => relay::Track::Refuse,
     };
     relay::Mode {
         stop_when_idle: pooled,
+        stop_when_dirty: startup_settings,
         statement: mode == PoolMode::Statement,
         track,
         // The user's own timeouts, else [general]'s: resolved here, at login and after a
@@ -534,7 +555,7 @@ async fn not_routed(
             }
             return Ok(false);
         }
-        need @ (Decision::ReadCatalog | Decision::LearnColumns(_)) => {
+        need @ (Decision::ReadCatalog | Decision::LearnColumns(_) | Decision::FindGid(_)) => {
             match route::learn(
                 client,
                 &session.cluster,
@@ -697,6 +718,10 @@ fn run<'a>(
                 home = relay_mode.stats.replace((s.pool().clone(), client.worker));
             }
             let outcome = relay::run(client, s, &relay_mode).await;
+            if relay_mode.between {
+                // A sharded database reads the client's strings as its server now would.
+                routing(&mut session.route).escapes = route::escapes(&s.params);
+            }
             relay::record_rest(&relay_mode, s);
             // SHOW CLIENTS' and SHOW SERVERS' prepared_statements, as this relay left them.
             session.listed.set_prepared(client.statements.count());
@@ -735,7 +760,8 @@ fn run<'a>(
                         // Taken out of the session while it is recaptured (on error, it is dropped
                         // as the request loop ends).
                         let mut s = session.server.take().expect("attached");
-                        cold::cold(recapture(session, &mut s, &mut client.custom)).await?;
+                        let keeps = mode == PoolMode::Session;
+                        cold::cold(recapture(session, &mut s, &mut client.custom, keeps)).await?;
                         session.server = Some(s);
                     }
                     let s = session.server.as_mut().expect("attached");

@@ -19,11 +19,15 @@ pub(super) async fn restore(server: &mut Checkout, settings: &Settings) -> Resul
 }
 
 /// After a transaction that may have changed the session: records the client's settings as
-/// the server now has them, and pins or unpins the client by what is bound to the server.
+/// the server now has them, and pins or unpins the client by what is bound to the server. A
+/// server the client keeps (`keeps`: session mode, where nothing pins) is given back what the
+/// capture turned off or a RESET lost (see [`apply::reinstate`]), as is one it is now pinned
+/// to.
 pub(super) async fn recapture(
     session: &mut LoggedIn,
     server: &mut Checkout,
     seen: &mut Vec<String>,
+    keeps: bool,
 ) -> Result<()> {
     let login_user = session.pool.server_user();
     let mut custom: Vec<String> = session::custom_names_of(&session.settings)
@@ -35,6 +39,10 @@ pub(super) async fn recapture(
     *seen = Vec::new();
     let captured = apply::capture(server, &login_user, &custom).await?;
     session.settings = session::with_startup(&captured.settings, &session.startup);
+    if keeps {
+        // Session mode: the server is the client's anyway; nothing pins.
+        return apply::reinstate(server, &captured.on_server, &session.settings).await;
+    }
     if captured.pins != session.pinned {
         if captured.pins.is_empty() {
             tracing::info!(
@@ -48,6 +56,9 @@ pub(super) async fn recapture(
         session.listed.set_pinned(session.pinned.join(", "));
     }
     server.bound = !session.pinned.is_empty();
+    if server.bound {
+        apply::reinstate(server, &captured.on_server, &session.settings).await?;
+    }
     Ok(())
 }
 

@@ -14,6 +14,7 @@ mod pgcat;
 mod pgcat_pool;
 #[cfg(test)]
 mod pgcat_tests;
+pub mod settings;
 mod sharding;
 pub mod userlist;
 mod validate;
@@ -24,4 +25,5 @@ pub use overrides::ClientTimeouts;
 pub use pgbouncer::{from_pgbouncer_str, is_pgbouncer};
 pub use pgbouncer_general::set_key as set_pgbouncer_key;
 pub use pgcat::{from_pgcat_str, is_pgcat, Warning};
+pub use settings::MAX_MS;
 pub use validate::{socket_mode, syslog_facility, validate, RESERVED_DATABASES};

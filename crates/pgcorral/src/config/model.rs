@@ -135,8 +135,10 @@ pub struct General {
     pub default_pool_size: usize,
     /// Most clients logged in at once (admin_users on the console have a few more).
     pub max_client_conn: usize,
-    /// Most connections still logging in (startup and authentication) at once; further ones
-    /// are refused at accept. Also capped by a quarter of the open-files limit.
+    /// Most connections still logging in (startup and authentication) at once, a source
+    /// address holding at most its share; further ones are refused at accept (beyond a few
+    /// places kept for the console and the Unix socket: `login_places`). Also capped by a
+    /// quarter of the open-files limit.
     pub max_login_clients: usize,
     pub auth_type: AuthType,
     /// PgBouncer's userlist.txt (`"user" "password"` lines) read at start and at each reload

@@ -184,7 +184,8 @@ pub(super) fn strtol(s: &str) -> Option<i64> {
 }
 
 /// Seconds as C's `strtod` reads them (`0.5`, `120`, `1e2`), not negative, in milliseconds
-/// (rounded). `None` for anything else (`10s`, `-1`, `""`).
+/// (rounded), at most [`super::MAX_MS`] (more is for ever all the same, and could not be
+/// written in pgcorral's own format). `None` for anything else (`10s`, `-1`, `""`).
 pub(super) fn seconds_ms(s: &str) -> Option<u64> {
     let lower = s.to_ascii_lowercase();
     if lower.contains("inf") || lower.contains("nan") {
@@ -192,7 +193,7 @@ pub(super) fn seconds_ms(s: &str) -> Option<u64> {
     }
     let secs: f64 = s.parse().ok()?;
     let ms = (secs * 1000.0).round();
-    (secs >= 0.0 && ms < u64::MAX as f64).then_some(ms as u64)
+    (secs >= 0.0).then_some((ms as u64).min(super::MAX_MS))
 }
 
 /// An integer key's value that must not be negative (counts, sizes).

@@ -24,7 +24,7 @@ pub(super) fn pgbouncer_general() -> General {
         server_connect_timeout: 15_000,
         // PgBouncer keeps a client waiting while the server cannot be reached, until its
         // query_wait_timeout or query_timeout: no limit of pgcorral's own.
-        server_unavailable_wait: u64::MAX,
+        server_unavailable_wait: super::MAX_MS,
         server_reset_query: "DISCARD ALL".into(),
         server_check_query: "<empty>".into(),
         log_format: LogFormat::Pgbouncer,
@@ -321,7 +321,9 @@ fn int(
         "max_client_conn" => g.max_client_conn = u,
         "stats_period" => g.stats_period = u as u64,
         // Whole seconds (PgBouncer's CF_INT).
-        "query_wait_notify" => g.query_wait_notify = (u as u64).saturating_mul(1000),
+        "query_wait_notify" => {
+            g.query_wait_notify = (u as u64).saturating_mul(1000).min(super::MAX_MS)
+        }
         "max_db_connections" => g.max_db_connections = u,
         "max_user_connections" => g.max_user_connections = u,
         "max_db_client_connections" => g.max_db_client_connections = u,

@@ -159,7 +159,7 @@ fn pgbouncer_defaults() {
     assert_eq!(g.listen_port, 6432);
     assert_eq!(g.unix_socket_dir, "/tmp");
     assert_eq!(g.server_connect_timeout, 15_000);
-    assert_eq!(g.server_unavailable_wait, u64::MAX);
+    assert_eq!(g.server_unavailable_wait, crate::config::MAX_MS);
     let app = &cfg.databases["app"];
     assert_eq!(
         (app.host.as_str(), app.port, app.dbname.as_deref()),

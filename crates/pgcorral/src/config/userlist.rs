@@ -14,6 +14,8 @@ pub const MAX_PASSWORD: usize = 65531;
 pub struct Userlist {
     pub entries: Vec<(String, String)>,
     pub stopped: Option<String>,
+    /// Lines read but not used (a name or password that is not UTF-8), and why.
+    pub skipped: Vec<String>,
 }
 
 /// Parses a userlist.txt: blank space skipped, a line starting with `;` is a comment, each
@@ -74,9 +76,13 @@ pub fn parse(text: &[u8]) -> Userlist {
         while p < text.len() && text[p] != b'\n' {
             p += 1;
         }
-        // A name that is not UTF-8 names no user pgcorral can see: skipped.
-        if let (Ok(u), Ok(pw)) = (String::from_utf8(user), String::from_utf8(password)) {
-            list.entries.push((u, pw));
+        // A name that is not UTF-8 names no user pgcorral can see: skipped (PgBouncer takes
+        // its bytes), and said.
+        match (String::from_utf8(user), String::from_utf8(password)) {
+            (Ok(u), Ok(pw)) => list.entries.push((u, pw)),
+            _ => list
+                .skipped
+                .push(format!("line {}: not UTF-8, skipped", line_of(start))),
         }
     }
     list
@@ -152,6 +158,13 @@ pub fn merge(
     })?;
     let list = parse(&text);
     let mut warnings = Vec::new();
+    // By file and line, never the line's text (a password).
+    for why in &list.skipped {
+        warnings.push(Warning {
+            key: "general.auth_file".into(),
+            message: format!("{path}: {why}"),
+        });
+    }
     if let Some(why) = list.stopped {
         warnings.push(Warning {
             key: "general.auth_file".into(),
@@ -277,6 +290,17 @@ mod tests {
             .starts_with("password too long"));
         let ok = format!("\"u\" \"{}\"\n", "p".repeat(MAX_PASSWORD - 1));
         assert_eq!(parse(ok.as_bytes()).entries[0].1.len(), MAX_PASSWORD - 1);
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_skipped_and_said() {
+        let list = parse(b"\"a\" \"1\"\n\"b\xff\" \"2\"\n\"c\" \"3\"\n");
+        assert_eq!(
+            list.entries,
+            [("a".into(), "1".into()), ("c".into(), "3".into())]
+        );
+        assert_eq!(list.skipped, ["line 2: not UTF-8, skipped"]);
+        assert_eq!(list.stopped, None);
     }
 
     #[test]

@@ -17,8 +17,8 @@ use crate::clock;
 use crate::config;
 use crate::config::Config;
 use crate::conns;
-use crate::error;
 use crate::hba;
+use crate::login_places::{self, Source};
 use crate::metrics;
 use crate::net::peer::Peer;
 use crate::pool::stats;
@@ -327,13 +327,14 @@ async fn accept(
     match accepted {
         Ok((socket, peer)) => {
             *backoff = Duration::from_millis(5);
-            // The login budget: beyond it a connection is refused now, before it costs more
-            // than this descriptor for a moment.
-            if !services.start_login(matches!(peer, Peer::Unix { .. })) {
+            // The login budget: beyond it (or beyond its source's share of it) a connection
+            // is refused now, before it costs more than this descriptor for a moment.
+            let source = Source::of(peer.ip());
+            let Some(lane) = services.start_login(source) else {
                 refuse(socket);
                 return;
-            }
-            let login = LoginCount::adopt(services);
+            };
+            let login = LoginCount::adopt(services, source, lane);
             let Some((worker, handle)) = services
                 .balance
                 .pick()
@@ -342,7 +343,7 @@ async fn accept(
                 tracing::error!("no worker thread is running: connection closed");
                 return;
             };
-            let client = client::serve(socket, peer, services.clone(), worker);
+            let client = client::serve(socket, peer, services.clone(), worker, lane);
             // The client's task counts its login from here.
             login.hand_over();
             handle.spawn(services.tasks.track_future(clock::moments(client)));
@@ -452,11 +453,7 @@ const RELEASED_CHECK: Duration = Duration::from_millis(50);
 fn refuse(socket: Detached) {
     use std::io::Write;
     let mut out = bytes::BytesMut::new();
-    error::Error::new(
-        error::Kind::TooManyClients,
-        "no more connections allowed (max_login_clients: too many clients logging in)",
-    )
-    .write_response(&mut out, "FATAL");
+    login_places::refusal().write_response(&mut out, "FATAL");
     // Accepted sockets are non-blocking: a full socket buffer loses the message, not time.
     let _ = match &socket {
         Detached::Plain(s, _) => (&*s).write(&out),

@@ -207,16 +207,16 @@ impl Collector for Pgcorral {
         gauge(
             &mut e.encode_descriptor(
                 "pgcorral_clients_logging_in",
-                "Client connections accepted and still in startup or authentication (counted against max_login_clients)",
+                "Client connections accepted and still in startup or authentication (in max_login_clients or the places kept beyond it)",
                 None,
                 MetricType::Gauge,
             )?,
-            services.logins.load(Relaxed) as u64,
+            services.logins.in_use() as u64,
         )?;
         counter(
             &mut e.encode_descriptor(
                 "pgcorral_clients_login_refused",
-                "Client connections refused at accept because max_login_clients were logging in",
+                "Client connections refused at accept: max_login_clients were logging in, or their address held its share of them",
                 None,
                 MetricType::Counter,
             )?,

@@ -17,6 +17,14 @@ pub enum Peer {
 }
 
 impl Peer {
+    /// The address a TCP peer connected from; `None` over the Unix socket.
+    pub fn ip(&self) -> Option<std::net::IpAddr> {
+        match self {
+            Peer::Tcp(a) => Some(a.ip()),
+            Peer::Unix { .. } => None,
+        }
+    }
+
     /// The `addr` of a SHOW CLIENTS entry over a Unix socket: only its port is shown.
     pub fn unix_addr(port: u16) -> SocketAddr {
         SocketAddr::from(([0, 0, 0, 0], port))

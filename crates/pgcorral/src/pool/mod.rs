@@ -704,6 +704,12 @@ impl Pool {
         server.permit = permit;
         server.generation = self.generation();
         server.hooks = Some(self.0.hooks.clone());
+        if settings.mode != PoolMode::Session && matches!(how, Open::Client) {
+            // The database's user code, before the first transaction is judged by it (unless
+            // another server is reading it): otherwise the first transactions of a pool are
+            // captured and reset. A server error leaves the map unknown.
+            session::apply::read_hooks(&mut server).await?;
+        }
         let unix = server.stream.is_unix();
         let addrs = if unix {
             // Shown as "unix" with the server's port, as PgBouncer does.

@@ -142,6 +142,9 @@ pub enum Track {
 pub struct Mode<'a> {
     /// Stop when the server is idle (false in session mode).
     pub stop_when_idle: bool,
+    /// Stop when the server is idle after a request that may have changed the session
+    /// (session mode, for a client with startup settings: RESET must return to them).
+    pub stop_when_dirty: bool,
     /// Refuse transactions (statement mode).
     pub statement: bool,
     pub track: Track,
@@ -286,6 +289,9 @@ fn scan_s(
     server: &mut ServerConn,
     mode: &Mode,
 ) -> Result<ServerScan, FrameError> {
+    let stop = mode.stop_when_idle
+        || (mode.stop_when_dirty && server.state.dirty)
+        || mode.shed.is_some_and(|(b, w)| b.may_move(w));
     let mut answers = mode.prepared.map(|(registry, _, _)| Answers {
         registry,
         expect: &mut server.expect,
@@ -298,7 +304,7 @@ fn scan_s(
         &mut server.pass,
         &mut server.state,
         &mut server.params,
-        mode.stop_when_idle || mode.shed.is_some_and(|(b, w)| b.may_move(w)),
+        stop,
         mode.statement,
         client.max_len,
         answers.as_mut(),
@@ -343,21 +349,35 @@ pub async fn run(client: &mut ClientConn, server: &mut ServerConn, mode: &Mode<'
     // The catalog the transaction is judged by (transaction and statement mode), and whether it
     // may have changed while the transaction ran: if so, what the transaction reached is not
     // known, and it is treated as one that ran user code.
-    let watch = server.hooks.clone().filter(|_| mode.track != Track::Off);
-    let hooks = match &watch {
-        Some(w) => w.current(),
-        None => Arc::new(HookMap::unknown(0)),
+    let pooled = mode.stop_when_idle;
+    // The version is read before the map is loaded: a map stored in between is newer than the
+    // version it is kept with, never older.
+    let mut version = 0;
+    let hooks = match (server.hooks.as_deref(), pooled) {
+        (Some(w), true) => {
+            version = w.version();
+            match server.map.take() {
+                Some((v, map)) if v == version => map,
+                _ => w.current(),
+            }
+        }
+        // A pooled server outside any pool's watch: nothing is trusted.
+        (None, true) => Arc::new(HookMap::unknown(0)),
+        // Session mode keeps its server: only what returns to the startup settings matters
+        // (a statement's text), not what user code its names reach.
+        (_, false) => Arc::new(HookMap::quiet()),
     };
     // Whatever an earlier client left marked was marked stale then: this run marks its own.
     server.state.catalog = false;
     let outcome = relay(client, server, mode, &hooks).await;
-    if let Some(w) = watch {
+    if let Some(w) = server.hooks.as_deref().filter(|_| pooled) {
         if w.generation() != hooks.generation {
             server.state.dirty = true;
             server.state.taint = true;
         }
         // Read again before it expires, by the client loop once this transaction is over.
         server.read_hooks = hooks.due();
+        server.map = Some((version, hooks));
     }
     outcome
 }

@@ -53,13 +53,15 @@ pub fn comment_shard(sql: &str) -> Option<ShardChoice> {
 fn shard_in(body: &str) -> Option<ShardChoice> {
     let (name, value) = body.trim_ascii().split_once(':')?;
     let value = value.trim_ascii();
+    // A quoted value is one, the empty string included (`sharding_key: ''`); nothing at all
+    // names nothing.
+    if value.is_empty() {
+        return None;
+    }
     let value = ['\'', '"']
         .iter()
         .find_map(|q| value.strip_prefix(*q)?.strip_suffix(*q))
         .unwrap_or(value);
-    if value.is_empty() {
-        return None;
-    }
     match name.trim_ascii().to_ascii_lowercase().as_str() {
         "shard_id" | "pgdog_shard" => value.parse().ok().map(ShardChoice::Shard),
         "sharding_key" | "pgdog_sharding_key" => Some(ShardChoice::Key(value.to_string())),
@@ -433,6 +435,19 @@ mod tests {
         );
         assert_eq!(comment_shard("SELECT 1 /* shard_id: 2 */"), None);
         assert_eq!(comment_shard("/* shard_id: x */ SELECT 1"), None);
+        // An empty quoted key is a key: the empty string.
+        for empty in [
+            "/* sharding_key: '' */ SELECT 1",
+            "/*pgdog_sharding_key:\"\"*/SELECT 1",
+        ] {
+            assert_eq!(
+                comment_shard(empty),
+                Some(ShardChoice::Key(String::new())),
+                "{empty}"
+            );
+        }
+        assert_eq!(comment_shard("/* sharding_key: */ SELECT 1"), None);
+        assert_eq!(comment_shard("/* shard_id: '' */ SELECT 1"), None);
         assert_eq!(comment_shard("/* note: 1 */ SELECT 1"), None);
     }
 

@@ -48,6 +48,16 @@ pub struct ClientRoute {
     pub owe_ready: bool,
     /// The plan of the client's last request to a sharded database.
     pub near: Option<NearPlan>,
+    /// The client's standard_conforming_strings is off (as its server last reported it, or
+    /// as it was told at login): a backslash in a plain string literal is an escape.
+    pub escapes: bool,
+}
+
+/// Whether `params` (ParameterStatus values, or settings) turn standard_conforming_strings off.
+pub fn escapes(params: &[(String, String)]) -> bool {
+    params
+        .iter()
+        .any(|(k, v)| k == "standard_conforming_strings" && v == "off")
 }
 
 impl ClientRoute {
@@ -78,6 +88,9 @@ pub enum Decision {
     CopyIn(usize),
     /// An `INSERT ... VALUES` whose rows are on several shards: each row's shard, in order.
     SplitInsert(Vec<usize>),
+    /// A `COMMIT PREPARED` or `ROLLBACK PREPARED` of a gid pgcorral does not know: the shards
+    /// are to be asked which holds it ([`shard::find_gid`]), then decide again.
+    FindGid(String),
 }
 
 /// Decides where the request at the start of `client.buf` goes. Nothing here waits: what needs
@@ -154,10 +167,22 @@ pub fn decide(
         .as_ref()
         .and_then(|d| d.shard)
         .or(route.shard);
-    let placed = shard::shard_of(client, query, sharding, &mut route.near, chosen, writes);
+    let near = (&mut route.near, route.escapes);
+    let placed = shard::shard_of(client, query, sharding, near, chosen, writes);
     if let shard::Shard::NeedColumns(t) = placed {
         return Decision::LearnColumns(t);
     }
+    // Two-phase commit: a prepared transaction is finished on the shard that holds it (a
+    // shard the client named wins, as for any statement).
+    let text = query.map(|q| q.1).or_else(|| first_text(client));
+    let two_phase = text.and_then(|t| tx::two_phase(t, route.escapes));
+    let placed = match (placed, &two_phase) {
+        (shard::Shard::Any, Some(tx::TwoPhase::Finish(gid))) => match sharding.gids.take(gid) {
+            Some(n) => shard::Shard::One(n),
+            None => return Decision::FindGid(gid.clone()),
+        },
+        (p, _) => p,
+    };
     // A deferred transaction is placed by a request that runs a statement: a Parse and
     // Describe alone go to any shard, outside it.
     let places = !(route.deferred.is_some() && shard::runs_nothing(client));
@@ -192,6 +217,9 @@ pub fn decide(
     };
     match refused {
         Ok(n) => {
+            if let Some(tx::TwoPhase::Prepare(gid)) = &two_phase {
+                sharding.gids.note(gid, n);
+            }
             if let Some(d) = route.deferred.take_if(|_| places) {
                 route.pending_begin = Some(d.begin.into_boxed_str());
             }
@@ -233,6 +261,10 @@ pub async fn learn(
         Decision::LearnColumns(t) if !*tried => {
             *tried = true;
             shard::learn_columns(cluster, &sharding, t, client.worker).await?;
+            Ok(None)
+        }
+        Decision::FindGid(ref gid) => {
+            shard::find_gid(cluster, &sharding, gid, client.worker).await?;
             Ok(None)
         }
         _ => {
@@ -356,10 +388,19 @@ pub async fn in_transaction(
     }
     // A shard the client chose keeps the transaction where it is; else its keys must agree.
     let chosen = route.shard.map(|_| shard);
-    let mut placed = shard::shard_of(client, query, sharding, &mut route.near, chosen, || false);
+    let escapes = route.escapes;
+    let mut placed = shard::shard_of(
+        client,
+        query,
+        sharding,
+        (&mut route.near, escapes),
+        chosen,
+        || false,
+    );
     if let shard::Shard::NeedColumns(t) = placed {
         shard::learn_columns(cluster, sharding, t, client.worker).await?;
-        placed = shard::shard_of(client, query, sharding, &mut route.near, chosen, || false);
+        let near = (&mut route.near, escapes);
+        placed = shard::shard_of(client, query, sharding, near, chosen, || false);
     }
     Ok(match placed {
         shard::Shard::One(n) if n != shard => {
@@ -381,7 +422,16 @@ pub async fn in_transaction(
             )
         }
         shard::Shard::NeedMore => InTransaction::NeedMore,
-        _ => InTransaction::Go,
+        _ => {
+            // A PREPARE TRANSACTION ends the transaction here: its gid is on this shard.
+            let text = query.map(|q| q.1).or_else(|| first_text(client));
+            if let Some(tx::TwoPhase::Prepare(gid)) =
+                text.and_then(|t| tx::two_phase(t, route.escapes))
+            {
+                sharding.gids.note(&gid, shard);
+            }
+            InTransaction::Go
+        }
     })
 }
 

@@ -12,15 +12,17 @@ use pgwire::{backend, encode};
 
 use super::hint::{self, ShardChoice};
 use crate::client_conn::ClientConn;
-use crate::cluster::{Cluster, Target, Want};
+use crate::cluster::{Cluster, Shards, Target, Want};
 use crate::error::{Kind, Result};
 use crate::logsafe::Esc;
 use crate::pool::ClientWait;
 use crate::prepared;
 use crate::session;
 use crate::session::exec;
-use crate::shard::key::{KeyType, Value};
+use crate::shard::key::KeyType;
+use crate::shard::number::Typed;
 use crate::shard::plan::{NearPlan, Place, Plan, Spans};
+use crate::shard::read::Param;
 use crate::shard::{Sharding, Table};
 
 /// The shard of the request at the start of the client's buffer, or why it has none.
@@ -47,12 +49,13 @@ pub enum Shard {
 
 /// Where the request goes: `chosen` is the client's `SET SHARD` or `SET SHARDING KEY` (already
 /// a shard), `writes` whether the request may write. `query`: the request's whole simple Query
-/// (length and text) when the caller has read it already.
+/// (length and text) when the caller has read it already. `near`: the client's last plan, and
+/// whether its standard_conforming_strings is off.
 pub fn shard_of(
     client: &ClientConn,
     query: Option<(usize, &str)>,
     sharding: &Sharding,
-    near: &mut Option<NearPlan>,
+    (near, escapes): (&mut Option<NearPlan>, bool),
     chosen: Option<usize>,
     writes: impl FnOnce() -> bool,
 ) -> Shard {
@@ -72,9 +75,11 @@ pub fn shard_of(
     }
     let mut place = Place::Any;
     let mut spans = Spans::new();
-    for &(text, bind, runs) in &batch.statements {
-        let plan = sharding.plans.near(near, sharding, text, &mut spans);
-        let here = match plan_place(&plan, sharding, text, &spans, bind) {
+    for &(text, types, bind, runs) in &batch.statements {
+        let plan = sharding
+            .plans
+            .near(near, sharding, text, escapes, &mut spans);
+        let here = match plan_place(&plan, sharding, text, &spans, types, bind) {
             // Parsed and described, not run: any shard describes it alike.
             Place::CopyIn(_) if !runs => Place::Any,
             p => p,
@@ -148,7 +153,7 @@ pub fn copy_request(client: &ClientConn) -> Option<(usize, String, BytesMut)> {
 /// The request at the front of the client's buffer runs no statement (Parse, Describe,
 /// Close, Sync only).
 pub fn runs_nothing(client: &ClientConn) -> bool {
-    Batch::read(client).is_some_and(|b| b.statements.iter().all(|s| !s.2) && !b.simple)
+    Batch::read(client).is_some_and(|b| b.statements.iter().all(|s| !s.3) && !b.simple)
 }
 
 /// Bytes of the whole request at the front of the client's buffer (`None`: not all read).
@@ -189,6 +194,32 @@ pub async fn learn_columns(
     if !columns.is_empty() {
         sharding.plans.learn_columns(table, columns);
     }
+    Ok(())
+}
+
+/// Asks every shard's primary whether it holds prepared transaction `gid` (one pgcorral does
+/// not know: prepared before a restart, or not through pgcorral), and notes the first that
+/// does; when none does, shard 0, whose PostgreSQL then gives its own error (42704).
+pub async fn find_gid(
+    cluster: &Cluster,
+    sharding: &Sharding,
+    gid: &str,
+    worker: usize,
+) -> Result<()> {
+    let mut sql = String::from("SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE gid = ");
+    session::literal(&mut sql, gid);
+    for shard in 0..sharding.shards {
+        let mut target = Target::first_shard(Want::Primary, false);
+        target.shards = Shards::One(shard);
+        let mut server = cluster
+            .checkout(target, worker, 0, ClientWait::default())
+            .await?;
+        if !exec::query(&mut server, &sql).await?.is_empty() {
+            sharding.gids.note(gid, shard);
+            return Ok(());
+        }
+    }
+    sharding.gids.note(gid, 0);
     Ok(())
 }
 
@@ -355,9 +386,10 @@ fn plan_place(
     sharding: &Sharding,
     text: &str,
     spans: &[(usize, usize)],
+    types: &[u8],
     bind: Option<&[u8]>,
 ) -> Place {
-    let param = |i: usize, ty: KeyType| bind.and_then(|b| bind_param(b, i, ty));
+    let param = |i: usize| bind.and_then(|b| bind_param(b, i, types));
     // Without a Bind (a simple Query; a Parse alone) the key is in the text or nowhere; a
     // Parse and Describe alone are answered alike by every shard.
     if bind.is_none() && plan.has_params() {
@@ -366,21 +398,37 @@ fn plan_place(
     plan.place_in(sharding, text, Some(spans), &param)
 }
 
-/// Parameter `i` of a Bind body as a key value of type `ty`.
-fn bind_param(body: &[u8], i: usize, ty: KeyType) -> Option<Value> {
+/// Parameter `i` of a Bind body, `types` the parameter types of its statement's Parse (its
+/// count and OIDs).
+fn bind_param<'a>(body: &'a [u8], i: usize, types: &[u8]) -> Option<Param<'a>> {
     let bind = BindBody::parse(body)?;
     let value = bind.param(i)?;
     let format = bind.format(i)?;
-    match value {
-        None => Some(Value::Null),
-        Some(bytes) if format == 1 => Value::from_binary(ty, bytes).ok(),
-        Some(bytes) => Value::from_text(ty, bytes).ok(),
-    }
+    let count = types
+        .get(..2)
+        .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
+    let oid = types
+        .get(2 + 4 * i..6 + 4 * i)
+        .filter(|_| i < usize::from(count))
+        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    Some(Param {
+        value,
+        binary: format == 1,
+        typed: Typed::of_oid(oid),
+    })
 }
 
-/// A statement of a request: its text, its Bind's body (extended protocol), and whether it
-/// runs.
-type Statement<'a> = (&'a str, Option<&'a [u8]>, bool);
+/// What follows a Parse's query text: its parameter count and types.
+fn parse_types<'a>(after_name: &'a [u8], text: &str) -> &'a [u8] {
+    after_name.get(text.len() + 1..).unwrap_or(&[])
+}
+
+/// A statement parsed in a request: its name, its text and its parameter types.
+type Parsed<'a> = (&'a [u8], &'a str, &'a [u8]);
+
+/// A statement of a request: its text, its Parse's parameter types, its Bind's body (extended
+/// protocol), and whether it runs.
+type Statement<'a> = (&'a str, &'a [u8], Option<&'a [u8]>, bool);
 
 /// The statements of the request at the start of the client's buffer.
 struct Batch<'a> {
@@ -399,7 +447,7 @@ impl<'a> Batch<'a> {
     /// A simple Query already read whole: its length and text.
     fn query((len, text): (usize, &'a str)) -> Batch<'a> {
         let mut statements = SmallVec::new();
-        statements.push((text, None, true));
+        statements.push((text, &[][..], None, true));
         Batch {
             len,
             first_text: Some(text),
@@ -419,8 +467,9 @@ impl<'a> Batch<'a> {
             statements: SmallVec::new(),
             simple: false,
         };
-        // Statements parsed in this request, by name (the unnamed one as "").
-        let mut parsed: SmallVec<[(&[u8], &str); 2]> = SmallVec::new();
+        // Statements parsed in this request, by name (the unnamed one as ""): their texts and
+        // parameter types.
+        let mut parsed: SmallVec<[Parsed; 2]> = SmallVec::new();
         let mut bound = false;
         loop {
             let h = Header::parse(&buf[pos..], client.max_len).ok()??;
@@ -433,7 +482,9 @@ impl<'a> Batch<'a> {
                 frontend::QUERY => {
                     let text = query_text(body);
                     batch.first_text = batch.first_text.or(text);
-                    batch.statements.extend(text.map(|t| (t, None, true)));
+                    batch
+                        .statements
+                        .extend(text.map(|t| (t, &[][..], None, true)));
                     batch.len = pos;
                     batch.simple = true;
                     return Some(batch);
@@ -445,8 +496,8 @@ impl<'a> Batch<'a> {
                         batch.first_text = text;
                     }
                     if let Some(t) = text {
-                        parsed.retain(|(n, _)| *n != &body[..name_end]);
-                        parsed.push((&body[..name_end], t));
+                        parsed.retain(|(n, _, _)| *n != &body[..name_end]);
+                        parsed.push((&body[..name_end], t, parse_types(&body[name_end + 1..], t)));
                     }
                 }
                 frontend::BIND => {
@@ -457,14 +508,14 @@ impl<'a> Batch<'a> {
                     let text = parsed
                         .iter()
                         .rev()
-                        .find(|(n, _)| *n == name)
-                        .map(|(_, t)| *t)
+                        .find(|(n, _, _)| *n == name)
+                        .map(|(_, t, types)| (*t, *types))
                         .or_else(|| statement_text(client, name));
                     if batch.first_text.is_none() {
-                        batch.first_text = text;
+                        batch.first_text = text.map(|t| t.0);
                     }
-                    if let Some(t) = text {
-                        batch.statements.push((t, Some(body), true));
+                    if let Some((t, types)) = text {
+                        batch.statements.push((t, types, Some(body), true));
                     }
                 }
                 frontend::SYNC => {
@@ -473,7 +524,7 @@ impl<'a> Batch<'a> {
                     if !bound {
                         batch
                             .statements
-                            .extend(parsed.iter().map(|(_, t)| (*t, None, false)));
+                            .extend(parsed.iter().map(|(_, t, ty)| (*t, *ty, None, false)));
                     }
                     return Some(batch);
                 }
@@ -481,7 +532,7 @@ impl<'a> Batch<'a> {
                     batch.len = pos;
                     batch
                         .statements
-                        .extend(parsed.iter().map(|(_, t)| (*t, None, false)));
+                        .extend(parsed.iter().map(|(_, t, ty)| (*t, *ty, None, false)));
                     return Some(batch);
                 }
                 _ => {}
@@ -490,13 +541,17 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// The text of one of the client's prepared statements (`b""`: its unnamed one).
-fn statement_text<'a>(client: &'a ClientConn, name: &[u8]) -> Option<&'a str> {
-    if name.is_empty() {
-        return client.statements.unnamed().and_then(query_text);
-    }
-    match &client.statements.named(name)?.source {
-        prepared::Source::Parse(b) => query_text(b),
-        prepared::Source::Sql(_) => None,
-    }
+/// The text and parameter types of one of the client's prepared statements (`b""`: its
+/// unnamed one).
+fn statement_text<'a>(client: &'a ClientConn, name: &[u8]) -> Option<(&'a str, &'a [u8])> {
+    let after_name: &[u8] = if name.is_empty() {
+        client.statements.unnamed()?
+    } else {
+        match &client.statements.named(name)?.source {
+            prepared::Source::Parse(b) => b,
+            prepared::Source::Sql(_) => return None,
+        }
+    };
+    let text = query_text(after_name)?;
+    Some((text, parse_types(after_name, text)))
 }

@@ -8,6 +8,8 @@ use pg_query::NodeEnum;
 use pgwire::backend::TxStatus;
 use pgwire::encode;
 
+use crate::shard::plan::parser_options;
+
 /// A transaction opened by a lone `BEGIN` that no statement has placed on a shard yet.
 #[derive(Debug, Clone, Default)]
 pub struct Deferred {
@@ -116,9 +118,90 @@ pub fn aborted(out: &mut BytesMut) {
     );
 }
 
+/// Two-phase commit's statements, by their gid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TwoPhase {
+    /// `PREPARE TRANSACTION 'gid'`: ends the transaction on its shard.
+    Prepare(String),
+    /// `COMMIT PREPARED 'gid'` or `ROLLBACK PREPARED 'gid'`: must reach that shard.
+    Finish(String),
+}
+
+/// The two-phase statement `sql` is, when it is one alone (the parser is asked only when its
+/// first words are PREPARE TRANSACTION, COMMIT PREPARED or ROLLBACK PREPARED); `escapes`: the
+/// client's standard_conforming_strings is off.
+pub fn two_phase(sql: &str, escapes: bool) -> Option<TwoPhase> {
+    let sql_start = skip_comments(sql);
+    if !sql_start.starts_with(['p', 'P', 'c', 'C', 'r', 'R']) {
+        return None;
+    }
+    let mut words = sql_start
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .filter(|w| !w.is_empty());
+    let (first, second) = (words.next()?, words.next()?);
+    let is = |w: &str, want: &str| w.eq_ignore_ascii_case(want);
+    if !(is(first, "prepare") && is(second, "transaction")
+        || (is(first, "commit") || is(first, "rollback")) && is(second, "prepared"))
+    {
+        return None;
+    }
+    let options = parser_options(escapes);
+    let parsed = pg_query::parse(sql, options).ok()?;
+    let [raw] = &parsed.protobuf.stmts[..] else {
+        return None;
+    };
+    let Some(NodeEnum::TransactionStmt(t)) = raw.stmt.as_ref().and_then(|n| n.node.as_ref()) else {
+        return None;
+    };
+    match t.kind() {
+        TransactionStmtKind::TransStmtPrepare => Some(TwoPhase::Prepare(t.gid.clone())),
+        TransactionStmtKind::TransStmtCommitPrepared
+        | TransactionStmtKind::TransStmtRollbackPrepared => Some(TwoPhase::Finish(t.gid.clone())),
+        _ => None,
+    }
+}
+
+/// `sql` after its leading whitespace and comments.
+fn skip_comments(mut sql: &str) -> &str {
+    loop {
+        sql = sql.trim_start_matches(|c: char| c.is_ascii_whitespace() || c == ';');
+        if let Some(rest) = sql.strip_prefix("--") {
+            sql = rest.find('\n').map_or("", |i| &rest[i..]);
+        } else if let Some(rest) = sql.strip_prefix("/*") {
+            sql = rest.find("*/").map_or("", |i| &rest[i + 2..]);
+        } else {
+            return sql;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_phase_statements() {
+        let prepare = |g: &str| Some(TwoPhase::Prepare(g.into()));
+        let finish = |g: &str| Some(TwoPhase::Finish(g.into()));
+        assert_eq!(two_phase("PREPARE TRANSACTION 'g1'", false), prepare("g1"));
+        assert_eq!(
+            two_phase("prepare  transaction 'it''s';", false),
+            prepare("it's")
+        );
+        assert_eq!(two_phase("/* c */ COMMIT PREPARED 'g'", false), finish("g"));
+        assert_eq!(two_phase("-- c\nrollback prepared 'g'", false), finish("g"));
+        assert_eq!(two_phase(r"COMMIT PREPARED 'a\'b'", true), finish("a'b"));
+        assert_eq!(two_phase(r"COMMIT PREPARED E'a\\b'", false), finish(r"a\b"));
+        for not in [
+            "COMMIT",
+            "PREPARE q AS SELECT 1",
+            "COMMIT PREPARED 'a'; SELECT 1",
+            "SELECT 'COMMIT PREPARED'",
+            "ROLLBACK",
+        ] {
+            assert_eq!(two_phase(not, false), None, "{not}");
+        }
+    }
 
     #[test]
     fn transaction_commands() {

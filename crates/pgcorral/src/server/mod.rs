@@ -313,6 +313,9 @@ pub struct ServerConn {
     /// The catalog map its last transaction was judged by is due to be read again (see
     /// [`crate::session::apply::read_hooks`]).
     pub read_hooks: bool,
+    /// The map its last transaction was judged by, and its [`session::hooks::Watch::version`]:
+    /// kept until another is stored.
+    pub map: Option<(u64, Arc<session::hooks::HookMap>)>,
     /// What the relay measures on this link (kept here rather than in each client's future).
     pub meter: stats::Meter,
     /// The relay's last read found nothing and left its task registered for the socket's next
@@ -354,6 +357,7 @@ impl ServerConn {
             generation: 0,
             hooks: None,
             read_hooks: false,
+            map: None,
             meter: Default::default(),
             read_armed: false,
         }

@@ -1,8 +1,10 @@
 //! Applying and reading session state on a server: the sync before a client's request, the
 //! capture after a transaction that may have changed it, and the startup parameters at login.
 
+use std::sync::Arc;
+
 use super::exec;
-use super::{capture_sql, parse_capture, set_sql, sync_sql, Captured, Settings};
+use super::{capture_sql, parse_capture, set_sql, sync_sql, Captured, Settings, TIMEOUT};
 use crate::error::{Error, Kind, Result};
 use crate::server::ServerConn;
 
@@ -106,6 +108,47 @@ pub async fn login(
     let captured = parse_capture(last_two(sets));
     server.applied = Some(captured.on_server.clone());
     Ok(captured)
+}
+
+/// On a server its client keeps (session mode, or pinned): sets again what the client has
+/// (`desired`) but the server, as a capture or login read it (`on_server`), does not: the
+/// client's statement_timeout, which pgcorral's own query turned off, and startup values a
+/// RESET returned to the server's defaults (PostgreSQL returns to the startup value); the
+/// capture's own statement_timeout of 0, where the client has none, is reset. Nothing else is:
+/// the rest of the session stays as the client made it.
+pub async fn reinstate(
+    server: &mut ServerConn,
+    on_server: &Settings,
+    desired: &Settings,
+) -> Result<()> {
+    let missing: Vec<(String, String)> = desired
+        .iter()
+        .filter(|d| !on_server.contains(d))
+        .cloned()
+        .collect();
+    // The capture's own 0, where the client has no statement_timeout of its session.
+    let own_off =
+        !desired.iter().any(|(n, _)| n == TIMEOUT) && on_server.iter().any(|(n, _)| n == TIMEOUT);
+    if missing.is_empty() && !own_off {
+        return Ok(());
+    }
+    let mut sql = String::new();
+    if own_off {
+        sql.push_str("RESET statement_timeout;");
+    }
+    set_sql(&mut sql, &missing);
+    let known = server.applied.take().is_some();
+    own_query(server, &sql).await?;
+    if known {
+        let mut now: Vec<(String, String)> = (on_server.iter())
+            .filter(|(n, _)| !(missing.iter().any(|(m, _)| m == n) || own_off && n == TIMEOUT))
+            .cloned()
+            .collect();
+        now.extend(missing);
+        now.sort();
+        server.applied = Some(Arc::new(now));
+    }
+    Ok(())
 }
 
 /// The rows of a capture's results, the last two of its Query (see [`super::capture_sql`]).

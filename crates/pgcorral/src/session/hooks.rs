@@ -90,7 +90,13 @@ impl HookMap {
     /// True when `name` (as the catalog spells it) may reach user code.
     #[inline]
     pub fn loud(&self, name: &[u8]) -> bool {
-        self.everything || !self.trusted() || self.names.contains(name)
+        !self.trusted() || self.names(name)
+    }
+
+    /// [`Self::loud`] for a map known to be trusted.
+    #[inline]
+    pub fn names(&self, name: &[u8]) -> bool {
+        self.everything || self.names.contains(name)
     }
 
     /// True when `sql` may hold a user-defined operator.
@@ -118,6 +124,9 @@ pub struct Watch {
     map: ArcSwap<HookMap>,
     /// Bumped by each [`Watch::stale`]; a read started in an older generation is not kept.
     generation: AtomicU64,
+    /// Bumped by each map stored, so that a server can keep the map it was last judged by
+    /// until another is stored (see [`Watch::version`]).
+    version: AtomicU64,
     /// A read is under way: one at a time.
     reading: AtomicBool,
     /// Orders `stale` against `offer`.
@@ -129,6 +138,7 @@ impl Default for Watch {
         Watch {
             map: ArcSwap::from_pointee(HookMap::unknown(0)),
             generation: AtomicU64::new(0),
+            version: AtomicU64::new(0),
             reading: AtomicBool::new(false),
             lock: Mutex::new(()),
         }
@@ -140,6 +150,14 @@ impl Watch {
     #[inline]
     pub fn current(&self) -> Arc<HookMap> {
         self.map.load_full()
+    }
+
+    /// Which map is stored: a server holding the map of this version needs no new copy (one
+    /// load of a counter that changes about once a second, rather than a reference count that
+    /// every worker would update per transaction).
+    #[inline]
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// The generation now: a transaction judged by a map of an older one may have seen a
@@ -156,6 +174,7 @@ impl Watch {
         let _g = self.lock.lock();
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         self.map.store(Arc::new(HookMap::unknown(generation)));
+        self.version.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Whether the map needs reading (unknown, expired or due) and no read is under way; if
@@ -179,6 +198,7 @@ impl Watch {
         let _g = self.lock.lock();
         if self.generation.load(Ordering::Acquire) == generation {
             self.map.store(Arc::new(map));
+            self.version.fetch_add(1, Ordering::AcqRel);
         }
     }
 }
@@ -199,8 +219,9 @@ impl Drop for ReadClaim<'_> {
 /// - `f`, name: a user function, procedure or aggregate (any of them may be reached by its
 ///   name, by attribute notation `t.name`, or as an overload of a built-in);
 /// - `o`, name: a user operator;
-/// - `t`, oid, name, how: a user type: `L` runs user code (base, range, multirange types,
-///   standalone composites), `D` a domain over the type in the fourth column, `A` an array of it;
+/// - `t`, oid, name, how: a user type that may run user code: `L` does (base, range,
+///   multirange types, standalone composites), `D` a domain over the type in the fourth column,
+///   `A` an array of it (enums, tables' row types and their arrays run none, and are left out);
 /// - `k`, type oid, expression: a domain's CHECK;
 /// - `r`, oid, name, `t`/`f`: a relation and whether it runs user code by itself (a view,
 ///   materialized view or foreign table; a trigger other than PostgreSQL's own for foreign
@@ -220,9 +241,10 @@ UNION ALL SELECT 'o', o.oprname::text, NULL, NULL FROM pg_operator o WHERE o.oid
 UNION ALL SELECT 't', t.oid::text, t.typname::text, CASE \
  WHEN t.typtype = 'd' THEN 'D' || t.typbasetype::text \
  WHEN t.typelem <> 0::oid AND t.typlen = -1 THEN 'A' || t.typelem::text \
- WHEN t.typtype = 'e' THEN 'E' \
- WHEN t.typtype = 'c' AND NOT EXISTS (SELECT FROM pg_class r WHERE r.oid = t.typrelid AND r.relkind = 'c') THEN 'E' \
- ELSE 'L' END FROM pg_type t WHERE t.oid >= 16384::oid \
+ ELSE 'L' END FROM pg_type t WHERE t.oid >= 16384::oid AND t.typtype <> 'e' \
+ AND (t.typrelid = 0::oid OR EXISTS (SELECT FROM pg_class r WHERE r.oid = t.typrelid AND r.relkind = 'c')) \
+ AND NOT EXISTS (SELECT FROM pg_type e JOIN pg_class r ON r.oid = e.typrelid \
+  WHERE e.oid = t.typelem AND t.typlen = -1 AND r.relkind <> 'c') \
 UNION ALL SELECT 'k', k.contypid::text, pg_get_expr(k.conbin, 0), NULL FROM pg_constraint k \
  WHERE k.contypid >= 16384::oid AND k.contype = 'c' \
 UNION ALL SELECT 'r', r.oid::text, r.relname::text, CASE WHEN r.relkind IN ('v', 'm', 'f') OR r.relhasrules OR r.relrowsecurity \
@@ -309,23 +331,18 @@ fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
             loud_types.insert(*t);
         }
     }
-    loop {
-        let before = loud_types.len();
-        for (t, _, how) in &types {
-            let under = how.get(1..).map(oid).unwrap_or(0);
-            if (how.starts_with('D') || how.starts_with('A')) && loud_types.contains(&under) {
-                loud_types.insert(*t);
-            }
-        }
-        if loud_types.len() == before {
-            break;
-        }
-    }
-    for (t, name, _) in &types {
-        if loud_types.contains(t) {
-            map.names.insert(name.as_bytes().into());
-        }
-    }
+    // A domain or an array is loud when the type under it is.
+    let over: Vec<(u32, u32)> = types
+        .iter()
+        .filter(|(_, _, how)| how.starts_with('D') || how.starts_with('A'))
+        .map(|(t, _, how)| (*t, how.get(1..).map(oid).unwrap_or(0)))
+        .collect();
+    spread(&mut loud_types, &over, false);
+    name(
+        &mut map.names,
+        &loud_types,
+        types.iter().map(|(t, n, _)| (*t, n)),
+    );
     // Relations: loud by themselves, by an expression or a column's type, then by their links.
     let mut loud_rels: HashSet<u32> = rels.iter().filter(|r| r.2).map(|r| r.0).collect();
     for (r, expr) in &exprs {
@@ -338,24 +355,45 @@ fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
             loud_rels.insert(*r);
         }
     }
+    spread(&mut loud_rels, &edges, true);
+    name(
+        &mut map.names,
+        &loud_rels,
+        rels.iter().map(|(r, n, _)| (*r, n)),
+    );
+    map
+}
+
+/// Makes loud, to a fixed point, each `a` of a link `(a, b)` whose `b` is loud (and, with
+/// `both_ways`, each `b` whose `a` is).
+fn spread(loud: &mut HashSet<u32>, links: &[(u32, u32)], both_ways: bool) {
     loop {
-        let before = loud_rels.len();
-        for (a, b) in &edges {
-            if loud_rels.contains(a) || loud_rels.contains(b) {
-                loud_rels.insert(*a);
-                loud_rels.insert(*b);
+        let before = loud.len();
+        for &(a, b) in links {
+            if loud.contains(&b) || both_ways && loud.contains(&a) {
+                loud.insert(a);
+                if both_ways {
+                    loud.insert(b);
+                }
             }
         }
-        if loud_rels.len() == before {
-            break;
+        if loud.len() == before {
+            return;
         }
     }
-    for (r, name, _) in &rels {
-        if loud_rels.contains(r) {
-            map.names.insert(name.as_bytes().into());
+}
+
+/// Adds to `names` the name of each loud object of `objects` (oid, name).
+fn name<'a>(
+    names: &mut Names,
+    loud: &HashSet<u32>,
+    objects: impl Iterator<Item = (u32, &'a String)>,
+) {
+    for (o, n) in objects {
+        if loud.contains(&o) {
+            names.insert(n.as_bytes().into());
         }
     }
-    map
 }
 
 #[cfg(test)]

@@ -1,14 +1,24 @@
-//! A small SQL lexer for the session scan: words, quoted identifiers, string literals, `(`,
-//! `.`, `::` and statement ends; comments, dollar quotes, numbers and parameters skipped.
+//! A small SQL lexer for the session scan that reads a text as PostgreSQL's scanner (scan.l)
+//! does: words, quoted identifiers, string literals, `(`, `.`, `::` and statement ends;
+//! comments, dollar quotes, numbers and parameters skipped.
 
-/// Bits of [`CLASS`]: continues a word (ASCII letters and digits, `_`, `$`, non-ASCII bytes).
+mod name;
+#[cfg(any(test, fuzzing))]
+pub(super) mod oracle;
+mod quoted;
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+/// Bits of [`CLASS`]: continues a word (ASCII letters and digits, `_`, `$`, non-ASCII bytes:
+/// scan.l's `ident_cont`).
 pub(super) const WORD: u8 = 1;
-/// Starts a word (ASCII letters, `_`, non-ASCII bytes).
+/// Starts a word (ASCII letters, `_`, non-ASCII bytes: scan.l's `ident_start`).
 pub(super) const WORD_START: u8 = 2;
-/// ASCII white space (as [`u8::is_ascii_whitespace`]).
+/// White space as scan.l's `space` (PostgreSQL 16+): space, `\t`, `\n`, `\r`, `\f`, `\v`.
 pub(super) const SPACE: u8 = 4;
-/// Starts something else the lexer looks at: `;`, a quote, a comment, a dollar quote, `(`,
-/// `)`, `.`, `,`, `:`.
+/// Starts something else the lexer looks at: `;`, a quote, a comment, a dollar quote or
+/// parameter, a number, `(`, `)`, `.`, `,`, `:`.
 const SPECIAL: u8 = 8;
 
 /// The class of each byte, one table look-up instead of a chain of comparisons.
@@ -25,13 +35,15 @@ const fn classes() -> [u8; 256] {
         if b.is_ascii_alphabetic() || b == b'_' || b >= 0x80 {
             t[i] |= WORD_START;
         }
-        if b.is_ascii_whitespace() {
+        if matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0c | 0x0b) {
             t[i] |= SPACE;
         }
-        if matches!(
-            b,
-            b';' | b'\'' | b'"' | b'-' | b'/' | b'$' | b'(' | b')' | b'.' | b',' | b':'
-        ) {
+        if b.is_ascii_digit()
+            || matches!(
+                b,
+                b';' | b'\'' | b'"' | b'-' | b'/' | b'$' | b'(' | b')' | b'.' | b',' | b':'
+            )
+        {
             t[i] |= SPECIAL;
         }
         i += 1;
@@ -43,11 +55,24 @@ const fn classes() -> [u8; 256] {
 pub(super) enum Token<'a> {
     /// A keyword or unquoted identifier (with `dotted`, possibly qualified: `a.b`).
     Word(&'a [u8]),
-    /// A quoted identifier's text (`"..."`, also the part of `U&"..."` in quotes), escapes
-    /// not undone.
+    /// A quoted identifier's text (`"..."`), `""` not undone.
     Quoted(&'a [u8]),
-    /// A string literal's text, escapes not undone.
+    /// A `U&"..."` identifier's text, `""` and escapes not undone, and its escape character
+    /// (`\`, or the one its `UESCAPE 'c'` gives, which is part of the token).
+    UQuoted {
+        body: &'a [u8],
+        escape: u8,
+    },
+    /// A string literal's text (`'...'`, `E'...'`, `$tag$...$tag$`; the `'...'` after the word
+    /// `N` of `N'...'`), escapes and continuations not undone.
     Str(&'a [u8]),
+    /// A `U&'...'` string's text, escapes not undone, and its escape character.
+    UStr {
+        body: &'a [u8],
+        escape: u8,
+    },
+    /// A bit string's text (`B'...'`, `X'...'`).
+    Bits(&'a [u8]),
     /// `(`
     Open,
     /// `.` (between words when not `dotted`)
@@ -63,10 +88,35 @@ pub(super) enum Token<'a> {
     Other,
 }
 
+/// The name PostgreSQL's catalog holds for an identifier token: an unquoted word downcased
+/// (ASCII A-Z only, as PostgreSQL does for a UTF8 database), a quoted one with "" undone, a
+/// U&"..." one decoded (with its UESCAPE), each truncated to 63 bytes (NAMEDATALEN - 1) at a
+/// UTF-8 character boundary as PostgreSQL truncates. None for a token that is no identifier.
+pub(super) fn catalog_name<'a>(tok: &Token<'a>) -> Option<std::borrow::Cow<'a, [u8]>> {
+    let name: Cow<'a, [u8]> = match *tok {
+        // A `dotted` word is more than one name.
+        Token::Word(w) if w.contains(&b'.') => return None,
+        Token::Word(w) if w.iter().any(u8::is_ascii_uppercase) => {
+            Cow::Owned(w.to_ascii_lowercase())
+        }
+        Token::Word(w) => Cow::Borrowed(w),
+        // PostgreSQL rejects `""` (a zero-length delimited identifier).
+        Token::Quoted([]) => return None,
+        Token::Quoted(q) => name::undouble(q, b'"'),
+        Token::UQuoted { body, escape } if !body.is_empty() => {
+            Cow::Owned(name::unicode(&name::undouble(body, b'"'), escape)?)
+        }
+        _ => return None,
+    };
+    Some(name::truncate(name))
+}
+
 /// Yields the tokens of a text; skips white space and comments.
 pub(super) struct Lexer<'a> {
     s: &'a [u8],
     i: usize,
+    /// Where the last token returned starts.
+    start: usize,
     /// Words may be qualified (`a.b`), as one word.
     dotted: bool,
     /// A plain string held `\'`: with `standard_conforming_strings` off PostgreSQL reads the
@@ -80,9 +130,16 @@ impl<'a> Lexer<'a> {
         Lexer {
             s,
             i: 0,
+            start: 0,
             dotted,
             ambiguous: false,
         }
+    }
+
+    /// Where the last token returned lies in the text (a `U&` token with its `UESCAPE`).
+    #[cfg_attr(not(any(test, fuzzing)), allow(dead_code))]
+    pub(super) fn span(&self) -> Range<usize> {
+        self.start..self.i
     }
 
     pub(super) fn next(&mut self) -> Option<Token<'a>> {
@@ -90,25 +147,12 @@ impl<'a> Lexer<'a> {
         while self.i < s.len() {
             let c = s[self.i];
             let class = CLASS[c as usize];
+            self.start = self.i;
             if class & WORD_START != 0 {
-                let start = self.i;
-                self.i += 1;
-                while let Some(&b) = s.get(self.i) {
-                    if CLASS[b as usize] & WORD == 0
-                        && !(self.dotted
-                            && b == b'.'
-                            && s.get(self.i + 1)
-                                .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_'))
-                    {
-                        break;
-                    }
-                    self.i += 1;
+                if let Some(tok) = self.prefixed(c) {
+                    return Some(tok);
                 }
-                // E'...': a string with backslash escapes.
-                if self.i == start + 1 && c | 0x20 == b'e' && s.get(self.i) == Some(&b'\'') {
-                    return Some(Token::Str(self.string(true)));
-                }
-                return Some(Token::Word(&s[start..self.i]));
+                return Some(self.word());
             }
             if class & SPACE != 0 {
                 self.i += 1;
@@ -118,6 +162,7 @@ impl<'a> Lexer<'a> {
                 self.i += 1;
                 return Some(Token::Other);
             }
+            let next = s.get(self.i + 1).copied();
             match c {
                 b';' => {
                     self.i += 1;
@@ -127,10 +172,6 @@ impl<'a> Lexer<'a> {
                     self.i += 1;
                     return Some(Token::Open);
                 }
-                b'.' => {
-                    self.i += 1;
-                    return Some(Token::Dot);
-                }
                 b',' => {
                     self.i += 1;
                     return Some(Token::Comma);
@@ -139,18 +180,36 @@ impl<'a> Lexer<'a> {
                     self.i += 1;
                     return Some(Token::Close);
                 }
-                b':' if s.get(self.i + 1) == Some(&b':') => {
+                b'0'..=b'9' => {
+                    self.number();
+                    return Some(Token::Other);
+                }
+                b'.' if next.is_some_and(|d| d.is_ascii_digit()) => {
+                    self.number();
+                    return Some(Token::Other);
+                }
+                // `..` (DOT_DOT)
+                b'.' if next == Some(b'.') => {
+                    self.i += 2;
+                    return Some(Token::Other);
+                }
+                b'.' => {
+                    self.i += 1;
+                    return Some(Token::Dot);
+                }
+                b':' if next == Some(b':') => {
                     self.i += 2;
                     return Some(Token::Cast);
                 }
-                b'\'' => return Some(Token::Str(self.string(false))),
-                b'"' => return Some(Token::Quoted(self.quoted())),
-                b'-' if s.get(self.i + 1) == Some(&b'-') => {
-                    while self.i < s.len() && s[self.i] != b'\n' {
-                        self.i += 1;
-                    }
+                // `:=`
+                b':' if next == Some(b'=') => {
+                    self.i += 2;
+                    return Some(Token::Other);
                 }
-                b'/' if s.get(self.i + 1) == Some(&b'*') => self.skip_block_comment(),
+                b'\'' => return Some(Token::Str(self.literal(quoted::Kind::Plain))),
+                b'"' => return Some(Token::Quoted(self.quoted())),
+                b'-' if next == Some(b'-') => self.i = line_comment_end(s, self.i),
+                b'/' if next == Some(b'*') => self.i = block_comment_end(s, self.i),
                 b'$' => {
                     if let Some(body) = self.dollar() {
                         return Some(Token::Str(body));
@@ -166,144 +225,130 @@ impl<'a> Lexer<'a> {
         None
     }
 
-    /// At an opening quote: the string's text, moving to after the closing quote ('' is a
-    /// quote inside; with `escapes`, so is \').
-    fn string(&mut self, escapes: bool) -> &'a [u8] {
+    /// At the first byte of a word: an unquoted identifier or keyword (`ident_start
+    /// ident_cont*`), with `dotted` its qualified parts too.
+    fn word(&mut self) -> Token<'a> {
         let s = self.s;
         self.i += 1;
-        let start = self.i;
-        while self.i < s.len() {
-            match s[self.i] {
-                b'\\' if escapes => self.i += 2,
-                b'\'' if !escapes && s[self.i - 1] == b'\\' => {
-                    self.ambiguous = true;
-                    self.i += 1;
-                    return &s[start..self.i - 1];
-                }
-                b'\'' if s.get(self.i + 1) == Some(&b'\'') => self.i += 2,
-                b'\'' => {
-                    self.i += 1;
-                    return &s[start..self.i - 1];
-                }
-                _ => self.i += 1,
-            }
-        }
-        self.i = s.len();
-        &s[start.min(s.len())..]
-    }
-
-    /// At an opening double quote: the identifier's text ("" is a quote inside).
-    fn quoted(&mut self) -> &'a [u8] {
-        let s = self.s;
-        self.i += 1;
-        let start = self.i;
-        while self.i < s.len() {
-            if s[self.i] == b'"' {
-                if s.get(self.i + 1) == Some(&b'"') {
-                    self.i += 2;
-                    continue;
-                }
-                self.i += 1;
-                return &s[start..self.i - 1];
+        while let Some(&b) = s.get(self.i) {
+            if CLASS[b as usize] & WORD == 0
+                && !(self.dotted
+                    && b == b'.'
+                    && s.get(self.i + 1)
+                        .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+                    && !quoted::prefix_at(s, self.i + 1))
+            {
+                break;
             }
             self.i += 1;
         }
-        &s[start..]
+        Token::Word(&s[self.start..self.i])
     }
 
-    fn skip_block_comment(&mut self) {
+    /// At a digit, or a `.` before one: moves past the number as scan.l reads it
+    /// (`decinteger`, `hexinteger`, `octinteger`, `bininteger`, `numeric`, `real`, with
+    /// `_` between digits; `1..2` is 1, `..`, 2). A number an identifier follows directly
+    /// (trailing junk), an `e` without digits or `0x` without hex digits is an error in
+    /// PostgreSQL 15+; the lexer then moves past the identifier too.
+    fn number(&mut self) {
         let s = self.s;
-        let mut depth = 0usize;
-        while self.i < s.len() {
-            if s[self.i] == b'/' && s.get(self.i + 1) == Some(&b'*') {
-                depth += 1;
-                self.i += 2;
-            } else if s[self.i] == b'*' && s.get(self.i + 1) == Some(&b'/') {
-                depth -= 1;
-                self.i += 2;
-                if depth == 0 {
+        let i = self.i;
+        let mut j = i;
+        let radix: Option<fn(&u8) -> bool> = match (s[i], s.get(i + 1)) {
+            (b'0', Some(b'x' | b'X')) => Some(u8::is_ascii_hexdigit),
+            (b'0', Some(b'o' | b'O')) => Some(|d| (b'0'..=b'7').contains(d)),
+            (b'0', Some(b'b' | b'B')) => Some(|d| matches!(d, b'0' | b'1')),
+            _ => None,
+        };
+        // What may not follow the number: an identifier (after `0x1F`, as after `0`, its
+        // `x1F` counts, digits and `$` too).
+        let mut junk = WORD_START;
+        let mut error = false;
+        if let Some(digit) = radix {
+            j = digits(s, i + 2, digit);
+            error = j == i + 2;
+            junk = WORD;
+        } else {
+            if s[i] != b'.' {
+                j = digits(s, i, u8::is_ascii_digit);
+                if s.get(j) == Some(&b'.') && s.get(j + 1) == Some(&b'.') {
+                    // `1..2`
+                    self.i = j;
                     return;
                 }
-            } else {
-                self.i += 1;
+            }
+            if s.get(j) == Some(&b'.') {
+                j = digits(s, j + 1, u8::is_ascii_digit);
+            }
+            if matches!(s.get(j), Some(b'e' | b'E')) {
+                let mut k = j + 1;
+                if matches!(s.get(k), Some(b'+' | b'-')) {
+                    k += 1;
+                }
+                let end = digits(s, k, u8::is_ascii_digit);
+                error = end == k;
+                j = end;
             }
         }
+        if error || s.get(j).is_some_and(|&b| CLASS[b as usize] & junk != 0) {
+            while s.get(j).is_some_and(|&b| CLASS[b as usize] & WORD != 0) {
+                j += 1;
+            }
+        }
+        self.i = j;
     }
+}
 
-    /// `$tag$ ... $tag$` (tag possibly empty): its body; `None` for a `$1` parameter or a lone
-    /// `$`, which are skipped.
-    fn dollar(&mut self) -> Option<&'a [u8]> {
-        let s = self.s;
-        let start = self.i;
-        let mut j = self.i + 1;
-        while j < s.len() && (s[j].is_ascii_alphanumeric() || s[j] == b'_') {
-            j += 1;
-        }
-        if j >= s.len() || s[j] != b'$' || s[start + 1..j].first().is_some_and(u8::is_ascii_digit) {
-            self.i = j;
-            return None;
-        }
-        let tag = &s[start..=j];
-        let body = j + 1;
-        match s[body..].windows(tag.len()).position(|w| w == tag) {
-            Some(p) => {
-                self.i = body + p + tag.len();
-                Some(&s[body..body + p])
-            }
-            None => {
-                self.i = s.len();
-                Some(&s[body..])
-            }
+/// Past the digits (`digit` ones, single `_`s between them allowed, as in `1_000`) from `j`;
+/// `j` when none is there.
+fn digits(s: &[u8], mut j: usize, digit: fn(&u8) -> bool) -> usize {
+    loop {
+        match s.get(j) {
+            Some(d) if digit(d) => j += 1,
+            Some(b'_') if s.get(j + 1).is_some_and(digit) => j += 2,
+            _ => return j,
         }
     }
+}
+
+/// At `--`: where the comment ends (at a `\n` or `\r`, which PostgreSQL both take for a
+/// newline, or at the end of the text).
+fn line_comment_end(s: &[u8], i: usize) -> usize {
+    memchr::memchr2(b'\n', b'\r', &s[i..]).map_or(s.len(), |n| i + n)
+}
+
+/// At `/*`: past the comment, which nests (`/* /* */ */`), or the end of the text.
+fn block_comment_end(s: &[u8], mut i: usize) -> usize {
+    let mut depth = 0usize;
+    while i < s.len() {
+        if s[i] == b'/' && s.get(i + 1) == Some(&b'*') {
+            depth += 1;
+            i += 2;
+        } else if s[i] == b'*' && s.get(i + 1) == Some(&b'/') {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                return i;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    s.len()
+}
+
+/// Past the white space and comments from `i`.
+fn skip_blank(s: &[u8], mut i: usize) -> usize {
+    while i < s.len() {
+        match (s[i], s.get(i + 1)) {
+            (b, _) if CLASS[b as usize] & SPACE != 0 => i += 1,
+            (b'-', Some(b'-')) => i = line_comment_end(s, i),
+            (b'/', Some(b'*')) => i = block_comment_end(s, i),
+            _ => break,
+        }
+    }
+    i
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn all(s: &str) -> Vec<Token<'_>> {
-        let mut l = Lexer::new(s.as_bytes(), false);
-        std::iter::from_fn(|| l.next()).collect()
-    }
-
-    #[test]
-    fn tokens() {
-        use Token::*;
-        assert_eq!(
-            all("select \"a\"\"b\"(x::int) -- c\n; E'\\'' $q$ ; $q$ /* ( */ pg.f $1"),
-            vec![
-                Word(b"select"),
-                Quoted(b"a\"\"b"),
-                Open,
-                Word(b"x"),
-                Cast,
-                Word(b"int"),
-                Close,
-                Semicolon,
-                Str(b"\\'"),
-                Str(b" ; "),
-                Word(b"pg"),
-                Dot,
-                Word(b"f"),
-                Other,
-            ]
-        );
-        assert_eq!(
-            all("U&\"a\" 'x''y' 1.5"),
-            vec![
-                Word(b"U"),
-                Other,
-                Quoted(b"a"),
-                Str(b"x''y"),
-                Other,
-                Dot,
-                Other
-            ]
-        );
-        // Unterminated pieces end the text, never panic.
-        for s in ["'abc", "\"abc", "$a$ x", "/* x", "E'\\", "$", "::", ":"] {
-            let _ = all(s);
-        }
-    }
-}
+mod tests;

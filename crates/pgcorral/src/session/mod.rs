@@ -1,12 +1,16 @@
 //! Session state in transaction and statement mode: each client's settings (startup parameters,
 //! SET, RESET, set_config, SET ROLE, SET SESSION AUTHORIZATION) as the server reports them, and
 //! bringing whatever server a client lands on in line with them before its request. State that
-//! cannot move between servers pins the client to its server.
+//! cannot move between servers pins the client to its server. In session mode, the startup
+//! parameters a RESET lost are set again on the client's own server.
 
 pub mod apply;
 pub mod exec;
 pub mod hooks;
 mod lex;
+/// For `crate::fuzzing` only.
+#[cfg(fuzzing)]
+pub(crate) use lex::oracle::check as lex_oracle;
 pub mod scan;
 pub mod startup;
 
@@ -150,14 +154,16 @@ pub fn sync_sql(applied: &Option<Settings>, desired: &Settings) -> Option<String
 /// (kind, name, value): kind `s` is a setting, `p` a reason to pin. `login_user` is the user
 /// the server connection logged in as (its default session authorization).
 ///
-/// Three statements: the session's statement_timeout as the client has it (row `o`), that
+/// Three statements: the session's statement_timeout as the client has it (row `o`, named by
+/// its source: `session` when the session set it), that
 /// timeout turned off, and the capture (with the timeout's reset value, row `r`); their
 /// results are the last two of the Query (see [`parse_capture`]).
 pub fn capture_sql(login_user: &str, custom: &[String]) -> String {
     // Every operator and type is written qualified: the session may have a search_path that
     // puts a user's schema before pg_catalog, whose `=` would otherwise run here.
     let mut q = String::from(
-        "SELECT 'o', 'statement_timeout', pg_catalog.current_setting('statement_timeout');",
+        "SELECT 'o', source, pg_catalog.current_setting('statement_timeout') \
+         FROM pg_catalog.pg_settings WHERE name = 'statement_timeout';",
     );
     q.push_str(TIMEOUT_OFF);
     q.push_str(
@@ -244,7 +250,7 @@ pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
     let mut settings = Vec::new();
     let mut pins = Vec::new();
     let mut statements = Vec::new();
-    let (mut timeout, mut reset) = (None, None);
+    let (mut timeout, mut reset, mut set_in_session) = (None, None, false);
     for row in rows {
         let mut it = row.into_iter();
         let (Some(Some(kind)), Some(Some(name)), Some(value)) = (it.next(), it.next(), it.next())
@@ -254,7 +260,10 @@ pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
         match kind.as_str() {
             "s" => settings.push((name, value.unwrap_or_default())),
             "q" => statements.push(name),
-            "o" => timeout = value,
+            "o" => {
+                set_in_session = name == "session";
+                timeout = value;
+            }
             "r" => reset = value,
             _ => pins.push(name),
         }
@@ -264,11 +273,12 @@ pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
     let mut on_server = settings.clone();
     if let Some(t) = timeout {
         // The server's is off now (a session value of 0); the client's is what it was, kept
-        // unless it is the server's own default of 0.
+        // unless it is the server's own default of 0 (a 0 the session set is kept: it stands
+        // in for a startup value, which PostgreSQL would not bring back).
         settings.retain(|(n, _)| n != TIMEOUT);
         on_server.retain(|(n, _)| n != TIMEOUT);
         on_server.push((TIMEOUT.into(), "0".into()));
-        if t != "0" || reset.as_deref() != Some("0") {
+        if t != "0" || reset.as_deref() != Some("0") || set_in_session {
             settings.push((TIMEOUT.into(), t));
         }
         settings.sort();
@@ -362,12 +372,12 @@ mod tests {
     }
 
     /// The capture turns the timeout off: the server has 0, the client keeps its value, and a
-    /// client that never set one gets none.
+    /// client that never set one gets none; a 0 the session set is kept (over a startup value).
     #[test]
     fn a_capture_keeps_the_clients_statement_timeout() {
         let row = |k: &str, n: &str, v: &str| vec![Some(k.into()), Some(n.into()), Some(v.into())];
         let c = parse_capture(vec![
-            row("o", "statement_timeout", "1ms"),
+            row("o", "session", "1ms"),
             row("s", "statement_timeout", "0"),
             row("r", "statement_timeout", "0"),
             row("s", "TimeZone", "UTC"),
@@ -381,7 +391,7 @@ mod tests {
             *s(&[("TimeZone", "UTC"), ("statement_timeout", "0")])
         );
         let c = parse_capture(vec![
-            row("o", "statement_timeout", "0"),
+            row("o", "default", "0"),
             row("s", "statement_timeout", "0"),
             row("r", "statement_timeout", "0"),
         ]);
@@ -389,8 +399,14 @@ mod tests {
         assert_eq!(*c.on_server, *s(&[("statement_timeout", "0")]));
         // A server whose default is not 0: a client's 0 is kept.
         let c = parse_capture(vec![
-            row("o", "statement_timeout", "0"),
+            row("o", "configuration file", "0"),
             row("r", "statement_timeout", "30000"),
+        ]);
+        assert_eq!(*c.settings, *s(&[("statement_timeout", "0")]));
+        // SET statement_timeout = 0 in the session, the server's default being 0.
+        let c = parse_capture(vec![
+            row("o", "session", "0"),
+            row("r", "statement_timeout", "0"),
         ]);
         assert_eq!(*c.settings, *s(&[("statement_timeout", "0")]));
     }

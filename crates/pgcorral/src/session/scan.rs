@@ -7,7 +7,7 @@
 //! client gets it. A miss costs a reset, never a leak.
 
 use super::hooks::HookMap;
-use super::lex::{Lexer, Token, CLASS, SPACE, WORD};
+use super::lex::{catalog_name, Lexer, Token, CLASS, SPACE, WORD};
 
 /// What a query may do to the session, weakest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -640,17 +640,22 @@ impl Walk {
     }
 
     /// Takes the next token; `word` is the last bare word seen (the name before a `(`).
-    fn step(&mut self, tok: Token<'_>, word: &[u8], hooks: &HookMap) {
+    fn step(&mut self, tok: Token<'_>, word: &[u8], hooks: &HookMap, trusted: bool) {
         let mut e = Effect::None;
         // Any name but the statement's first word may name a relation, type or function whose
         // use runs user code (the first is a keyword: a statement pgcorral does not know
         // taints anyway).
-        if self.last != Last::Nothing && named_loud(hooks, &tok) {
-            e = if hooks.trusted() {
-                Effect::Taint
-            } else {
-                Effect::Unsure
-            };
+        if self.last != Last::Nothing
+            && matches!(
+                tok,
+                Token::Word(_) | Token::Quoted(_) | Token::UQuoted { .. }
+            )
+        {
+            if !trusted {
+                e = Effect::Unsure;
+            } else if named_loud(hooks, &tok) {
+                e = Effect::Taint;
+            }
         }
         match (self.set_config, tok) {
             (SetConfig::No, _) => {}
@@ -690,15 +695,26 @@ impl Walk {
                 };
                 Last::Word(k)
             }
-            Token::Quoted(q) => {
-                if is(q, "pg_settings") {
-                    e = e.max(Effect::Unsure);
+            Token::Quoted(q) | Token::UQuoted { body: q, .. } => {
+                // A `U&` name is looked at decoded too; one PostgreSQL rejects taints.
+                let decoded = match tok {
+                    Token::UQuoted { .. } => Some(catalog_name(&tok)),
+                    _ => None,
+                };
+                if decoded == Some(None) {
+                    e = e.max(Effect::Taint);
                 }
-                if matches!(self.start, Start::Matters(Effect::Dirty))
-                    && (q.contains(&b'.') || q.contains(&b'\\'))
-                {
-                    // A custom setting's name the capture may not know how to read back.
-                    e = e.max(Effect::Unsure);
+                let decoded = decoded.flatten();
+                for q in std::iter::once(q).chain(decoded.as_deref()) {
+                    if is(q, "pg_settings") {
+                        e = e.max(Effect::Unsure);
+                    }
+                    if matches!(self.start, Start::Matters(Effect::Dirty))
+                        && (q.contains(&b'.') || q.contains(&b'\\'))
+                    {
+                        // A custom setting's name the capture may not know how to read back.
+                        e = e.max(Effect::Unsure);
+                    }
                 }
                 if self.last != Last::Dot {
                     self.qualified = false;
@@ -722,11 +738,16 @@ impl Walk {
             }
             Token::Cast => Last::Cast,
             Token::Close => Last::Close,
-            Token::Str(_) | Token::Comma | Token::Other | Token::Semicolon => Last::Other,
+            Token::Str(_)
+            | Token::UStr { .. }
+            | Token::Bits(_)
+            | Token::Comma
+            | Token::Other
+            | Token::Semicolon => Last::Other,
         };
         if !matches!(
             tok,
-            Token::Word(_) | Token::Quoted(_) | Token::Dot | Token::Open
+            Token::Word(_) | Token::Quoted(_) | Token::UQuoted { .. } | Token::Dot | Token::Open
         ) {
             self.table = Table::No;
         }
@@ -785,50 +806,16 @@ impl Walk {
     }
 }
 
-/// Whether an identifier token names something `hooks` says may reach user code, by the name
-/// PostgreSQL's catalog holds for it: an unquoted word downcased (ASCII letters only, as for a
-/// UTF8 database), a quoted one with `""` undone, either cut to 63 bytes (NAMEDATALEN - 1) at a
-/// character boundary.
+/// Whether an identifier token names something a trusted `hooks` says may reach user code, by the
+/// name PostgreSQL's catalog holds for it ([`catalog_name`]); a `U&` name PostgreSQL would
+/// reject (a syntax error: nothing runs) names nothing.
 fn named_loud(hooks: &HookMap, tok: &Token<'_>) -> bool {
-    let mut buf = [0u8; 64];
-    let n = match *tok {
-        Token::Word(w) => {
-            let n = w.len().min(64);
-            for (b, c) in buf.iter_mut().zip(w) {
-                *b = c.to_ascii_lowercase();
-            }
-            n
-        }
-        Token::Quoted(q) => {
-            let mut n = 0;
-            let mut i = 0;
-            while i < q.len() && n < 64 {
-                buf[n] = q[i];
-                n += 1;
-                i += if q[i] == b'"' { 2 } else { 1 };
-            }
-            n
-        }
-        _ => return false,
-    };
-    hooks.loud(catalog_cut(&buf[..n]))
-}
-
-/// A name cut as PostgreSQL cuts identifiers: to 63 bytes, less a character cut in two.
-fn catalog_cut(name: &[u8]) -> &[u8] {
-    if name.len() <= 63 {
-        return name;
-    }
-    let mut end = 63;
-    // Back to the start of the character that byte 63 is in (continuation bytes are 10xxxxxx).
-    while end > 0 && name[end] & 0xC0 == 0x80 {
-        end -= 1;
-    }
-    &name[..end]
+    catalog_name(tok).is_some_and(|name| hooks.names(&name))
 }
 
 /// [`classify`] by the lexer, statement by statement.
 fn lex_classify(sql: &[u8], hooks: &HookMap) -> Effect {
+    let trusted = hooks.trusted();
     let mut effect = Effect::None;
     let mut lex = Lexer::new(sql, false);
     let mut walk: Option<Walk> = None;
@@ -842,7 +829,7 @@ fn lex_classify(sql: &[u8], hooks: &HookMap) -> Effect {
             continue;
         }
         let w = walk.get_or_insert_with(|| Walk::new(tok));
-        w.step(tok, word, hooks);
+        w.step(tok, word, hooks, trusted);
         if let Token::Word(t) = tok {
             word = t;
         }
@@ -854,16 +841,7 @@ fn lex_classify(sql: &[u8], hooks: &HookMap) -> Effect {
         // Read the other way (standard_conforming_strings off), the text may hold more.
         effect = effect.max(Effect::Taint);
     }
-    if effect < Effect::Taint && !hooks.silent() && unicode_escaped(sql) {
-        // A U&"..." name is not decoded here: whatever it spells may be one the catalog maps.
-        effect = Effect::Taint;
-    }
     effect
-}
-
-/// `sql` holds `U&` (in either case), which starts a name or string with Unicode escapes.
-fn unicode_escaped(sql: &[u8]) -> bool {
-    memchr::memchr_iter(b'&', sql).any(|i| i > 0 && sql[i - 1] | 0x20 == b'u')
 }
 
 /// What word `w` does inside a statement, after `last`, where the first word said `start`.
@@ -1217,6 +1195,11 @@ mod tests {
             "\r\n",
             "\x0b",
             "\x0c",
+            // A comment that ends at \r, a dollar quote with a non-ASCII tag, U& names.
+            "--\r",
+            "$é$ ( $é$",
+            "U&\"a\" UESCAPE '!'",
+            "1.5e10",
             "_",
             "e'",
             "é",

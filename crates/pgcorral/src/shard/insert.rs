@@ -16,9 +16,9 @@ pub struct Part {
 }
 
 /// The INSERT of `text` as one INSERT per shard (`rows`: each row's shard, in order), in the
-/// order shards first appear.
-pub fn split(text: &str, rows: &[usize]) -> Result<Vec<Part>, String> {
-    let parsed = pg_query::parse(text, pg_query::ParserOptions::DEFAULT)
+/// order shards first appear; `escapes`: the client's standard_conforming_strings is off.
+pub fn split(text: &str, rows: &[usize], escapes: bool) -> Result<Vec<Part>, String> {
+    let parsed = pg_query::parse(text, super::plan::parser_options(escapes))
         .map_err(|e| e.to_string())?
         .protobuf;
     let all = values(&parsed).ok_or("not an INSERT ... VALUES")?;
@@ -163,7 +163,7 @@ mod tests {
     #[test]
     fn one_insert_per_shard_with_its_rows() {
         let sql = "INSERT INTO t (k, v) VALUES (1, 'a'), (2, 'b'), (3, 'c') RETURNING k";
-        let got = split(sql, &[1, 0, 1]).unwrap();
+        let got = split(sql, &[1, 0, 1], false).unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].shard, 1);
         assert!(got[0].sql.contains("(1, 'a'), (3, 'c')"), "{}", got[0].sql);
@@ -174,14 +174,14 @@ mod tests {
             "{}",
             got[1].sql
         );
-        assert!(split(sql, &[0, 1]).is_err());
+        assert!(split(sql, &[0, 1], false).is_err());
     }
 
     #[test]
     fn each_part_numbers_its_own_parameters_from_one() {
         let sql = "INSERT INTO t (k, v) VALUES ($1, $2), ($3, '$4'), ($5, $6) \
                    ON CONFLICT (k) DO UPDATE SET v = $7 RETURNING k";
-        let got = split(sql, &[0, 1, 0]).unwrap();
+        let got = split(sql, &[0, 1, 0], false).unwrap();
         assert_eq!(got[0].params, vec![0, 1, 4, 5, 6]);
         assert!(
             got[0].sql.contains("($1, $2), ($3, $4)") && got[0].sql.contains("v = $5"),

@@ -54,7 +54,7 @@ impl KeyType {
         })
     }
 
-    fn is_int(self) -> bool {
+    pub fn is_int(self) -> bool {
         matches!(self, KeyType::Int2 | KeyType::Int4 | KeyType::Int8)
     }
 }

@@ -3,10 +3,13 @@
 //! [`Sharding`] is what routing knows of a sharded database: its shards, function and tables.
 
 pub mod copy;
+pub mod gids;
 pub mod hash;
 pub mod insert;
 pub mod key;
+pub mod number;
 pub mod plan;
+pub mod read;
 
 use key::{BadKey, Function, KeyType, Value};
 use plan::Plans;
@@ -78,6 +81,8 @@ pub struct Sharding {
     pub from_catalog: bool,
     /// The shards' catalogs were read (key collations, and tables when `from_catalog`).
     pub checked: bool,
+    /// Where the clients' prepared transactions are.
+    pub gids: gids::Gids,
 }
 
 impl Sharding {
@@ -99,6 +104,7 @@ impl Sharding {
             plans: Plans::default(),
             from_catalog: false,
             checked: false,
+            gids: Default::default(),
         }
     }
 
@@ -126,6 +132,7 @@ impl Sharding {
             plans: Plans::default(),
             from_catalog: self.from_catalog,
             checked: true,
+            gids: self.gids.clone(),
         }
     }
 

@@ -1,9 +1,10 @@
 //! Test fixtures: real PostgreSQL servers started from initdb on free ports (as the `postgres`
 //! OS user when run as root), pgcorral in-process on port 0 or as a process, and the helpers
 //! the test files share. Submodules: `client` (tokio-postgres helpers, re-exported here), `raw`
-//! and `wire` (the protocol by hand), `tls`, `replicas` and `pgbouncer`; and the helpers of one
-//! family of test files each (`protocol`, `session`, `pools`, `timeouts`, `failover`,
-//! `tls_pooler`, `tls_data`). The differential harness (`diff/`) is included by its one test.
+//! and `wire` (the protocol by hand), `tls`, `replicas`, `pgbouncer` and `flood` (a login
+//! flood from one source address); and the helpers of one family of test files each
+//! (`protocol`, `session`, `pools`, `timeouts`, `failover`, `tls_pooler`, `tls_data`). The
+//! differential harness (`diff/`) is included by its one test.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 
 pub mod client;
 pub mod failover;
+pub mod flood;
 pub mod pgbouncer;
 pub mod pools;
 pub mod protocol;

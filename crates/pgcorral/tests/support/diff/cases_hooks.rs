@@ -4,6 +4,7 @@
 //! In transaction and statement mode the pool has one server, so what one client leaves on it
 //! shows in the next; PostgreSQL's answer is two separate sessions.
 
+use super::cases_state::leak;
 use super::random::PROBE;
 use super::script::Case;
 
@@ -14,18 +15,10 @@ const HELD: &str = "SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'advi
      (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()) AS temp_rels, \
      (SELECT count(*) FROM pg_proc WHERE pronamespace = pg_my_temp_schema()) AS temp_funcs";
 
-/// Client 0 runs `change`, then both clients look at their settings.
+/// Client 0 runs `change`, then both clients look at their settings ([`leak`]), and client 1
+/// at what its session holds.
 fn hidden(name: &str, setup: &[&str], change: &str) -> Case {
-    let mut c = Case::new(name, 2);
-    for s in setup {
-        c = c.setup(s);
-    }
-    c.q(1, PROBE)
-        .q(0, change)
-        .q(0, PROBE)
-        .q(1, PROBE)
-        .q(1, HELD)
-        .q(0, PROBE)
+    leak(name, setup, change).q(1, HELD)
 }
 
 /// Client 0 runs `change`, which leaves state bound to its session; client 1, on a pool of

@@ -5,7 +5,7 @@ use super::random::PROBE;
 use super::script::{Batch, Case};
 
 /// Client 0 runs `change`, then client 0 and client 1 look at their sessions.
-fn leak(name: &str, setup: &[&str], change: &str) -> Case {
+pub(super) fn leak(name: &str, setup: &[&str], change: &str) -> Case {
     let mut c = Case::new(name, 2);
     for s in setup {
         c = c.setup(s);
