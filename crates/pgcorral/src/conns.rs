@@ -89,7 +89,17 @@ pub struct Entry {
     prepared: AtomicU32,
     /// A replication connection's kind, as an index in [`REPLICATION`].
     replication: AtomicU8,
+    /// A client idle long enough to wait for its next request without its request loop's
+    /// state (see [`Lists::slim_idle_clients`]): [`SLIM_NO`], [`SLIM_ASKED`] or [`SLIM_DONE`].
+    slim: AtomicU8,
 }
+
+/// A client runs its request loop (or is new).
+const SLIM_NO: u8 = 0;
+/// The upkeep asked an idle client to give up its request loop's state, and woke it.
+const SLIM_ASKED: u8 = 1;
+/// The client waits for its next request without it (asked no more until it has run one).
+const SLIM_DONE: u8 = 2;
 
 /// Why a connection was ended from outside its task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,6 +216,27 @@ impl Entry {
     /// `none`, `logical` or `physical`.
     pub fn replication(&self) -> &'static str {
         REPLICATION[usize::from(self.replication.load(Relaxed)).min(2)]
+    }
+
+    /// The client, idle, was asked to wait without its request loop's state: true once, and
+    /// the client is then counted as waiting that way until [`Entry::unslim`].
+    pub fn take_slim(&self) -> bool {
+        // A load first: each wait for a request looks, and almost always finds nothing asked.
+        self.slim.load(Relaxed) == SLIM_ASKED
+            && self
+                .slim
+                .compare_exchange(SLIM_ASKED, SLIM_DONE, Relaxed, Relaxed)
+                .is_ok()
+    }
+
+    /// The client waits without its request loop's state: not to be asked (nor woken) for it.
+    pub fn slimmed(&self) {
+        self.slim.store(SLIM_DONE, Relaxed);
+    }
+
+    /// The client runs its request loop again: it may be asked to slim down once more.
+    pub fn unslim(&self) {
+        self.slim.store(SLIM_NO, Relaxed);
     }
 }
 
@@ -370,6 +401,7 @@ impl Lists {
             pinned: Mutex::default(),
             prepared: AtomicU32::new(0),
             replication: AtomicU8::new(0),
+            slim: AtomicU8::new(SLIM_NO),
         });
         self.list(kind).lock().insert(id, entry.clone());
         Listed {
@@ -384,6 +416,30 @@ impl Lists {
         for e in self.list(kind).lock().values() {
             e.wake();
         }
+    }
+
+    /// Asks the clients that hold no server and have sent no request for `idle` to wait for
+    /// their next one without their request loop's state, and wakes them for it (once per
+    /// idle spell: see [`Entry::take_slim`]); a busy client is never asked. Gives back the
+    /// room the lists kept after a burst of connections. Returns how many clients are listed.
+    pub fn slim_idle_clients(&self, idle: std::time::Duration) -> usize {
+        let before = now_us().saturating_sub(idle.as_micros() as u64);
+        let mut clients = self.clients.lock();
+        for e in clients.values() {
+            if e.link() == 0
+                && e.request_time.load(Relaxed) < before
+                && e.slim
+                    .compare_exchange(SLIM_NO, SLIM_ASKED, Relaxed, Relaxed)
+                    .is_ok()
+            {
+                e.wake();
+            }
+        }
+        shrink(&mut clients);
+        let listed = clients.len();
+        drop(clients);
+        shrink(&mut self.servers.lock());
+        listed
     }
 
     /// Ends every connection of a list, for `why` (see [`Entry::kill_for`]).
@@ -401,9 +457,34 @@ impl Lists {
     }
 }
 
+/// Gives back a map's room when it holds a quarter of what it grew to (after a burst).
+fn shrink(map: &mut HashMap<u64, Arc<Entry>>) {
+    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+        map.shrink_to_fit();
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    fn client() -> New {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        New {
+            user: Arc::from("u"),
+            database: Arc::from("d"),
+            addr: a,
+            local: a,
+            unix: false,
+            application_name: String::new(),
+            state: State::Active,
+            remote_pid: 0,
+            generation: 0,
+            tls: String::new(),
+        }
+    }
 
     #[test]
     fn entries_leave_when_dropped() {
@@ -431,5 +512,45 @@ mod tests {
         drop(c);
         assert!(lists.all(Kind::Client).is_empty());
         assert_eq!(lists.all(Kind::Server).len(), 1);
+    }
+
+    #[test]
+    fn idle_clients_are_asked_to_slim_once_per_idle_spell() {
+        let lists = Arc::new(Lists::default());
+        let (idle, busy, fresh) = (
+            lists.add(Kind::Client, client()),
+            lists.add(Kind::Client, client()),
+            lists.add(Kind::Client, client()),
+        );
+        for c in [&idle, &busy] {
+            c.request_time.store(now_us() - 5_000_000, Relaxed);
+        }
+        busy.set_link(99);
+        assert_eq!(lists.slim_idle_clients(Duration::from_secs(1)), 3);
+        assert!(idle.take_slim());
+        assert!(!idle.take_slim(), "once");
+        assert!(!busy.take_slim(), "it holds a server");
+        assert!(!fresh.take_slim(), "it sent a request lately");
+        lists.slim_idle_clients(Duration::from_secs(1));
+        assert!(!idle.take_slim(), "still slim: not asked again");
+        idle.unslim();
+        lists.slim_idle_clients(Duration::from_secs(1));
+        assert!(idle.take_slim(), "idle again after its loop ran");
+        busy.slimmed();
+        busy.set_link(0);
+        lists.slim_idle_clients(Duration::from_secs(1));
+        assert!(!busy.take_slim(), "slim already: neither asked nor woken");
+    }
+
+    #[test]
+    fn a_list_gives_back_its_room_after_a_burst() {
+        let lists = Arc::new(Lists::default());
+        let burst: Vec<Listed> = (0..1000)
+            .map(|_| lists.add(Kind::Client, client()))
+            .collect();
+        drop(burst);
+        assert!(lists.clients.lock().capacity() >= 1000);
+        lists.slim_idle_clients(Duration::from_secs(1));
+        assert!(lists.clients.lock().capacity() < 64);
     }
 }

@@ -269,8 +269,8 @@ impl ClientCount {
     ) -> Result<(), &'static str> {
         let mut by = self.services.clients_by_name.lock();
         if self.names.is_none() {
-            by.add(database, user);
-            self.names = Some(Box::new((database.into(), user.into())));
+            // The map's own names: no copy of them per client.
+            self.names = Some(Box::new(by.add(database, user)));
         }
         by.over(database, user, caps, exempt)
     }
@@ -319,10 +319,24 @@ impl ByName {
         map.get(name).copied().unwrap_or(0)
     }
 
-    fn add(&mut self, database: &str, user: &str) {
-        for (side, name) in [(Side::Database, database), (Side::User, user)] {
-            *self.map(side).entry(name.into()).or_default() += 1;
+    /// Counts one client more under `database` and `user`; returns the names as kept here.
+    fn add(&mut self, database: &str, user: &str) -> (Arc<str>, Arc<str>) {
+        (
+            self.add_one(Side::Database, database),
+            self.add_one(Side::User, user),
+        )
+    }
+
+    fn add_one(&mut self, side: Side, name: &str) -> Arc<str> {
+        let map = self.map(side);
+        if let Some(n) = map.get_mut(name) {
+            *n += 1;
+            let (kept, _) = map.get_key_value(name).expect("counted above");
+            return kept.clone();
         }
+        let kept: Arc<str> = name.into();
+        map.insert(kept.clone(), 1);
+        kept
     }
 
     fn remove(&mut self, database: &str, user: &str) {
@@ -504,5 +518,14 @@ mod tests {
         assert!(!by.user.contains_key("bob"));
         by.remove("app", "alice");
         assert!(by.database.is_empty() && by.user.is_empty());
+    }
+
+    #[test]
+    fn clients_share_the_names_they_are_counted_under() {
+        let mut by = super::ByName::default();
+        let (app, alice) = by.add("app", "alice");
+        let (app2, bob) = by.add("app", "bob");
+        assert!(std::sync::Arc::ptr_eq(&app, &app2));
+        assert_eq!((&*app, &*alice, &*bob), ("app", "alice", "bob"));
     }
 }

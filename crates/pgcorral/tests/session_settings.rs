@@ -334,3 +334,19 @@ async fn superuser_settings_made_before_set_role_are_replayed() {
         }
     }
 }
+
+/// A client idle past the upkeep's look (1 s) gives up its request loop's state and waits
+/// without it (`client::slim`); its session goes on as it was, each time it comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_slimmed_down_while_idle_keeps_its_session() {
+    let pg = Postgres::start();
+    const Q: &str = "SELECT coalesce(current_setting('myapp.tenant', true), '<unset>')";
+    let pooler = Pooler::start(&cfg(&pg, "default_pool_size = 1")).await;
+    let a = pooler.connect("postgres", None, "postgres").await;
+    exec(&a, "SET myapp.tenant = 'acme'").await;
+    for round in 0..2 {
+        tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+        assert_eq!(one(&a, Q).await, "acme", "round {round}");
+    }
+    pooler.shutdown().await;
+}

@@ -531,10 +531,13 @@ async fn login(
     let session = Admitted::Pool(Box::new(LoggedIn {
         pool,
         cluster,
-        route: route::ClientRoute {
-            escapes,
-            ..Default::default()
-        },
+        // Allocated where routing needs it; at once when strings take backslash escapes.
+        route: escapes.then(|| {
+            Box::new(route::ClientRoute {
+                escapes,
+                ..Default::default()
+            })
+        }),
         target: None,
         listed,
         server,

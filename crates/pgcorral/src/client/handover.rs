@@ -60,6 +60,7 @@ pub(super) fn movable(client: &ClientConn, session: &LoggedIn) -> bool {
 
 /// Sends the client to the new process. It leaves this one as a client that went away (its
 /// cancel key, its place in the pool's and SHOW CLIENTS' counts), without a word to it.
+#[allow(clippy::boxed_local)] // the session as the task holds it: not moved out of its box
 pub(super) fn send(client: ClientConn, session: Box<LoggedIn>, services: &Services) {
     let Some(to) = services.handover.get() else {
         return;
@@ -177,9 +178,15 @@ fn session_of(
     let session = LoggedIn {
         pool,
         cluster,
-        route: route::ClientRoute {
-            escapes: route::escapes(&h.settings),
-            ..Default::default()
+        // Allocated where routing needs it; at once when strings take backslash escapes.
+        route: {
+            let escapes = route::escapes(&h.settings);
+            escapes.then(|| {
+                Box::new(route::ClientRoute {
+                    escapes,
+                    ..Default::default()
+                })
+            })
         },
         target: None,
         listed,

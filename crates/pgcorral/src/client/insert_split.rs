@@ -53,9 +53,18 @@ pub(super) async fn insert(
     let work = if request.first() == Some(&frontend::QUERY) {
         // A simple Query drops the unnamed statement, as PostgreSQL's does.
         client.statements.drop_unnamed();
-        simple(&request, &rows, session.route.escapes)
+        simple(
+            &request,
+            &rows,
+            session.route.as_ref().is_some_and(|r| r.escapes),
+        )
     } else {
-        extended(client, &request, &rows, session.route.escapes)
+        extended(
+            client,
+            &request,
+            &rows,
+            session.route.as_ref().is_some_and(|r| r.escapes),
+        )
     };
     let work = match work {
         Ok(w) => w,

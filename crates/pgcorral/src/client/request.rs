@@ -13,6 +13,7 @@ use tokio::time::Sleep;
 
 use super::replies::client_idle_error;
 use super::ClientConn;
+use crate::conns::Entry;
 use crate::error::{Error, Kind, Result};
 use crate::services::Services;
 
@@ -33,6 +34,10 @@ pub(super) enum Next {
     /// A new process took over (`-R`): the client goes there if it can (only while
     /// `watch_handover`).
     HandOver,
+    /// Idle a while, the client was asked to wait on without the request loop's state (only
+    /// with `slim`, see [`crate::conns::Lists::slim_idle_clients`]); client_idle_timeout's
+    /// deadline, if any, goes with it.
+    Slim(Option<tokio::time::Instant>),
 }
 
 /// Waits for the first message of the next request while no server is attached. Stray COPY
@@ -45,9 +50,11 @@ pub(super) fn next_request<'a>(
     idle_timeout: Option<std::time::Duration>,
     idle_timer: &'a mut IdleTimer,
     watch_handover: bool,
+    slim: Option<&'a Entry>,
 ) -> impl Future<Output = Result<Next>> + 'a {
     async move {
-        let mut timer = idle_timeout.map(|t| idle_timer.arm(tokio::time::Instant::now() + t));
+        let deadline = idle_timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut timer = deadline.map(|d| idle_timer.arm(d));
         loop {
             if client.pass > 0 {
                 // Discarding the rest of a stray COPY message.
@@ -103,6 +110,7 @@ pub(super) fn next_request<'a>(
             // the flag here misses no shutdown.
             let mut woken = false;
             let mut hand_over = false;
+            let mut slimmed = false;
             let read = poll_fn(|cx| {
                 // The end of the last answer may still be in the TLS session.
                 if client.stream.pending_output() {
@@ -131,6 +139,10 @@ pub(super) fn next_request<'a>(
                     hand_over = true;
                     return Poll::Ready(Ok(None));
                 }
+                if slim.is_some_and(|e| e.take_slim()) {
+                    slimmed = true;
+                    return Poll::Ready(Ok(None));
+                }
                 // Idle clients stay through a stop that waits (WAIT_FOR_SERVERS closes them at
                 // their next request, see `client::run`); the process's exit kills their list
                 // entries, which ends this future from outside (`Entry::killable`).
@@ -145,6 +157,9 @@ pub(super) fn next_request<'a>(
             .await?;
             if hand_over {
                 return Ok(Next::HandOver);
+            }
+            if slimmed {
+                return Ok(Next::Slim(deadline));
             }
             // Ready at the first look: one read attempt. Readiness can be stale (left set by an
             // exact-length read), so Pending just means: wait again, and the empty buffer is

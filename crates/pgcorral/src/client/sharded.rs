@@ -25,8 +25,14 @@ pub(super) async fn check_in_transaction(
     let server = session.server.as_mut().expect("held in a transaction");
     loop {
         let status = server.state.tx;
-        match route::in_transaction(client, &session.cluster, &mut session.route, shard, status)
-            .await?
+        match route::in_transaction(
+            client,
+            &session.cluster,
+            super::routing(&mut session.route),
+            shard,
+            status,
+        )
+        .await?
         {
             InTransaction::Go => return Ok(false),
             InTransaction::Answered => return Ok(true),

@@ -26,6 +26,7 @@ use crate::services::{LoginCount, Services, Stop};
 use crate::tls;
 
 pub mod takeover;
+mod trim;
 mod unix;
 mod upkeep;
 

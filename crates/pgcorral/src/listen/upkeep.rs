@@ -2,16 +2,23 @@
 //! clients reserve places and sends away those past query_wait_timeout, closes and opens idle
 //! servers ([`Pool::maintain`](crate::pool::Pool)), frees pools idle past pool_idle_timeout,
 //! starts the health checks of databases with replicas when due, and logs PgBouncer's stats
-//! line every `stats_period` (`log_stats`).
+//! line every `stats_period` (`log_stats`); every [`SLIM_EVERY`] ticks, slims idle clients
+//! down and gives memory back after a burst of clients left.
 
 use std::time::Duration;
 
 use corral_rt::timer;
 
+use super::trim;
 use crate::config::millis_opt;
 use crate::pool::maintain::TICK;
 use crate::pool::stats::Averages;
 use crate::services::Services;
+
+/// Ticks between looks for idle clients to slim down (see `conns::Lists::slim_idle_clients`).
+const SLIM_EVERY: u32 = 4;
+/// How long a client has sent no request before it waits without its request loop's state.
+const SLIM_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs until the process exits. During WAIT_FOR_SERVERS, every tick sends away the clients
 /// waiting for a server (as PgBouncer's janitor), and no server is opened ahead of need.
@@ -19,10 +26,20 @@ pub async fn run(services: Services) {
     let mut tick = timer::interval(TICK);
     let mut next_worker = 0usize;
     let mut stats_logged = std::time::Instant::now();
+    let mut ticks = 0u32;
+    let mut burst = trim::Burst::default();
     loop {
         tokio::select! {
             _ = services.shutdown.exiting() => return,
             _ = tick.tick() => {}
+        }
+        ticks = ticks.wrapping_add(1);
+        if ticks.is_multiple_of(SLIM_EVERY) {
+            let clients = services.pools.lists.slim_idle_clients(SLIM_AFTER);
+            if burst.left(clients) {
+                let released = trim::release_free_memory();
+                tracing::debug!(clients, released, "clients left: free memory given back");
+            }
         }
         let no_new_servers = services.shutdown.is_cancelled();
         for topology in services.pools.topologies() {
