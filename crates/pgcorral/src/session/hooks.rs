@@ -55,7 +55,8 @@ impl HookMap {
         }
     }
 
-    /// A database with no user code at all, for ever (tests and benchmarks of the scan).
+    /// A database with no user code at all, for ever: session mode (which keeps its server, so
+    /// judges statements by their text only), and tests and benchmarks of the scan.
     pub fn quiet() -> HookMap {
         HookMap {
             unknown: false,
