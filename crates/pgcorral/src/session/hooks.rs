@@ -271,16 +271,8 @@ fn col(row: &[Option<String>], i: usize) -> &str {
 
 /// Builds the map from [`READ_SQL`]'s rows (generation and expiry left for the caller).
 fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
-    let mut map = HookMap {
-        unknown: false,
-        everything: false,
-        names: Names::default(),
-        operators: Vec::new(),
-        generation: 0,
-        // Trusted while its own expressions are judged by it; the caller sets the expiry.
-        due: Tick::LATEST,
-        expires: Tick::LATEST,
-    };
+    // Trusted while its own expressions are judged by it; the caller sets the expiry.
+    let mut map = HookMap::quiet();
     let oid = |s: &str| s.parse::<u32>().unwrap_or(0);
     // Types: (oid → name, how), and which are loud, to a fixed point.
     let mut types: Vec<(u32, String, String)> = Vec::new();
