@@ -148,14 +148,7 @@ impl Lookups {
         let answer = match self.ask(&target, &plan.query, user, worker).await {
             Ok(a) => a,
             Err(failure) => {
-                tracing::warn!(
-                    database = %Esc(database),
-                    user = %Esc(user),
-                    auth_user = %Esc(&plan.auth_user),
-                    auth_dbname = %Esc(&plan.auth_db),
-                    error = %Esc(&failure),
-                    "auth_query failed"
-                );
+                lookup_failed(&plan, database, user, &failure, "auth_query failed");
                 return Err(client_error(&failure));
             }
         };
@@ -207,13 +200,12 @@ impl Lookups {
         {
             Ok(roles) => Ok(roles),
             Err(failure) => {
-                tracing::warn!(
-                    database = %Esc(database),
-                    user = %Esc(user),
-                    auth_user = %Esc(&plan.auth_user),
-                    auth_dbname = %Esc(&plan.auth_db),
-                    error = %Esc(&failure),
-                    "role lookup for hba failed; the login is refused"
+                lookup_failed(
+                    &plan,
+                    database,
+                    user,
+                    &failure,
+                    "role lookup for hba failed; the login is refused",
                 );
                 Err(config_error())
             }
@@ -330,6 +322,25 @@ fn client_error(_e: &LookupError) -> Error {
 /// PgBouncer's message to a client whose login the pooler's configuration cannot serve.
 fn config_error() -> Error {
     Error::new(Kind::ServerConnect, "bouncer config error")
+}
+
+/// Logs a lookup that failed as auth_user (the password's or the roles'), with whom it was for;
+/// every name escaped.
+fn lookup_failed(
+    plan: &Plan,
+    database: &str,
+    user: &str,
+    failure: &dyn std::fmt::Display,
+    what: &str,
+) {
+    tracing::warn!(
+        database = %Esc(database),
+        user = %Esc(user),
+        auth_user = %Esc(&plan.auth_user),
+        auth_dbname = %Esc(&plan.auth_db),
+        error = %Esc(failure),
+        "{what}"
+    );
 }
 
 /// The authentication database must not be the console, nor disabled (PgBouncer's
