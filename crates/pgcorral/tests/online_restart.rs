@@ -93,6 +93,23 @@ fn psql(port_or_dir: &str, args: &[&str]) -> Output {
     output(c)
 }
 
+/// `SELECT 1` through the pooler at `host` (an address or a socket directory) and `port`.
+fn select_one(host: &str, port: u16) -> Output {
+    psql(
+        host,
+        &[
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-Atc",
+            "SELECT 1",
+        ],
+    )
+}
+
 /// The new process has both sockets (the Unix socket's file stays where it was), the old one
 /// keeps its client in its transaction and with new ones until it leaves, then exits; the
 /// pidfile names the new process.
@@ -203,12 +220,7 @@ fn a_stalled_takeover_connection_delays_no_login() {
     let p = port.to_string();
     for host in ["127.0.0.1", dir.display().to_string().as_str()] {
         let start = Instant::now();
-        let o = psql(
-            host,
-            &[
-                "-p", &p, "-U", "postgres", "-d", "postgres", "-Atc", "SELECT 1",
-            ],
-        );
+        let o = select_one(host, port);
         assert_eq!(stdout(&o).trim(), "1", "{host}: {}", stderr(&o));
         assert!(
             start.elapsed() < Duration::from_secs(3),
@@ -283,19 +295,7 @@ fn online_restart_under_pgbench_loses_nothing() {
     assert_pgbench_ok("persistent clients", &persistent);
     assert_pgbench_ok("a connection per transaction", &reconnecting);
     assert!(exits_within(&mut old, 10, &dir, "old.log"));
-    let o = psql(
-        "127.0.0.1",
-        &[
-            "-p",
-            &port.to_string(),
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-Atc",
-            "SELECT 1",
-        ],
-    );
+    let o = select_one("127.0.0.1", port);
     assert_eq!(stdout(&o).trim(), "1", "{}", stderr(&o));
     drop(new);
 }
@@ -458,19 +458,7 @@ fn three_restarts_in_a_row_under_pgbench_drop_no_client() {
     for (mut p, name) in procs {
         assert!(exits_within(&mut p, 10, &dir, &name), "{}", logs());
     }
-    let o = psql(
-        "127.0.0.1",
-        &[
-            "-p",
-            &port.to_string(),
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-Atc",
-            "SELECT 1",
-        ],
-    );
+    let o = select_one("127.0.0.1", port);
     assert_eq!(stdout(&o).trim(), "1", "{}", stderr(&o));
     drop(last);
 }
