@@ -64,7 +64,9 @@ pub struct Readiness {
     pub(super) staged: AtomicBool,
     /// Bytes a batch took but the socket had no room for: they go before anything else, when
     /// the socket is writable again (then from [`Reactor::turn`] if no task writes first).
-    held: parking_lot::Mutex<Vec<u8>>,
+    /// Boxed: rarely any, and every socket's registration has the field (16 bytes, not 32).
+    #[allow(clippy::box_collection)]
+    held: parking_lot::Mutex<Option<Box<Vec<u8>>>>,
     has_held: AtomicBool,
     /// The registration is gone and the descriptor may be another socket's by now.
     pub(super) gone: AtomicBool,
@@ -83,7 +85,7 @@ impl Readiness {
             key,
             reactor,
             staged: AtomicBool::new(false),
-            held: parking_lot::Mutex::new(Vec::new()),
+            held: parking_lot::Mutex::new(None),
             has_held: AtomicBool::new(false),
             gone: AtomicBool::new(false),
         }
@@ -123,7 +125,7 @@ impl Readiness {
     pub(super) fn hold(&self, rest: &[u8], seen: usize) {
         {
             let mut held = self.held.lock();
-            held.extend_from_slice(rest);
+            held.get_or_insert_default().extend_from_slice(rest);
             self.has_held.store(true, Release);
         }
         self.clear(seen, WRITE);
@@ -136,7 +138,7 @@ impl Readiness {
     pub(super) fn take_held(&self) -> Vec<u8> {
         let mut held = self.held.lock();
         self.has_held.store(false, Release);
-        std::mem::take(&mut *held)
+        held.take().map(|h| *h).unwrap_or_default()
     }
 
     /// Sends what is held; true when nothing is left. What stays is sent on the next
@@ -145,10 +147,11 @@ impl Readiness {
         if !self.has_held() {
             return true;
         }
-        let mut held = self.held.lock();
+        let mut slot = self.held.lock();
+        let held = slot.get_or_insert_default();
         while !held.is_empty() {
             let seen = self.now();
-            match send(self.fd(), &held) {
+            match send(self.fd(), held) {
                 Ok(n) if n > 0 => drop(held.drain(..n)),
                 Ok(_) => held.clear(),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -159,7 +162,7 @@ impl Readiness {
                 Err(_) => held.clear(),
             }
         }
-        *held = Vec::new();
+        *slot = None;
         self.has_held.store(false, Release);
         true
     }

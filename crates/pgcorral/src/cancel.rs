@@ -20,12 +20,12 @@ use crate::server::{CancelKey, CancelTls, ServerAddr};
 /// Where a client's cancel goes right now.
 #[derive(Default)]
 pub struct CancelSlot {
-    target: Mutex<Option<CancelKey>>,
+    target: Mutex<Option<Arc<CancelKey>>>,
 }
 
 impl CancelSlot {
     #[inline]
-    pub fn set(&self, key: Option<CancelKey>) {
+    pub fn set(&self, key: Option<Arc<CancelKey>>) {
         *self.target.lock() = key;
     }
 
@@ -41,7 +41,7 @@ impl CancelSlot {
 }
 
 /// A cancel request on its way to a server (see [`CancelKey::in_flight`]).
-struct InFlight(CancelKey);
+struct InFlight(Arc<CancelKey>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {

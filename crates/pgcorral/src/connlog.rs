@@ -30,8 +30,8 @@ impl Display for Addr<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Addr::Shown(a) => a.fmt(f),
-            Addr::Entry(e) if e.unix => write!(f, "unix:{}", e.addr.port()),
-            Addr::Entry(e) => e.addr.fmt(f),
+            Addr::Entry(e) if e.unix => write!(f, "unix:{}", e.addr().port()),
+            Addr::Entry(e) => e.addr().fmt(f),
         }
     }
 }

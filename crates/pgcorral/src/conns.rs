@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
@@ -59,14 +59,15 @@ pub struct Entry {
     /// Shared with the pool (no copy per client).
     pub user: Arc<str>,
     pub database: Arc<str>,
-    /// The other end: the client's address, or the server's.
-    pub addr: SocketAddr,
-    pub local: SocketAddr,
+    /// The other end: the client's address, or the server's (see [`Entry::addr`]).
+    addr: Addr,
+    /// This end (see [`Entry::local`]).
+    local: Addr,
     /// Over a Unix socket: `addr` and `local` carry only the port (shown as "unix").
     pub unix: bool,
     /// Microseconds since the epoch of the connection (see [`Entry::connect_time`]).
     connect_time: u64,
-    pub application_name: String,
+    pub application_name: Box<str>,
     /// TLS version and cipher suite ("TLSv1.3/TLS_AES_256_GCM_SHA384"); empty for plaintext.
     pub tls: Box<str>,
     state: AtomicU8,
@@ -124,7 +125,35 @@ fn now_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
+/// A socket address as SHOW CLIENTS and the logs show it: IPv6's flow label and scope id
+/// left out, 20 bytes rather than `SocketAddr`'s 32 in every listed connection.
+#[derive(Debug, Clone, Copy)]
+struct Addr {
+    ip: IpAddr,
+    port: u16,
+}
+
+impl From<SocketAddr> for Addr {
+    fn from(a: SocketAddr) -> Addr {
+        Addr {
+            ip: a.ip(),
+            port: a.port(),
+        }
+    }
+}
+
 impl Entry {
+    /// The other end: the client's address, or the server's. Over a Unix socket only the port
+    /// means anything ([`Entry::unix`]).
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.addr.ip, self.addr.port)
+    }
+
+    /// This end of the connection.
+    pub fn local(&self) -> SocketAddr {
+        SocketAddr::new(self.local.ip, self.local.port)
+    }
+
     pub fn state(&self) -> State {
         State::from_u8(self.state.load(Relaxed))
     }
@@ -385,11 +414,11 @@ impl Lists {
             id,
             user: n.user,
             database: n.database,
-            addr: n.addr,
-            local: n.local,
+            addr: n.addr.into(),
+            local: n.local.into(),
             unix: n.unix,
             connect_time: now,
-            application_name: n.application_name,
+            application_name: n.application_name.into_boxed_str(),
             tls: n.tls.into_boxed_str(),
             state: AtomicU8::new(n.state as u8),
             request_time: AtomicU64::new(now),

@@ -54,6 +54,7 @@ struct Cli {
 }
 
 fn main() {
+    pgcorral::listen::trim::one_arena();
     std::process::exit(run());
 }
 

@@ -251,7 +251,9 @@ impl Drop for LoginCount {
 /// [`ClientCount::name`] counted it there).
 pub struct ClientCount {
     services: Services,
-    names: Option<Box<(Arc<str>, Arc<str>)>>,
+    /// Its database and user, as the count's map holds them (held here rather than boxed: a
+    /// box is an allocation more per idle client).
+    names: Option<(Arc<str>, Arc<str>)>,
 }
 
 impl ClientCount {
@@ -270,7 +272,7 @@ impl ClientCount {
         let mut by = self.services.clients_by_name.lock();
         if self.names.is_none() {
             // The map's own names: no copy of them per client.
-            self.names = Some(Box::new(by.add(database, user)));
+            self.names = Some(by.add(database, user));
         }
         by.over(database, user, caps, exempt)
     }
@@ -278,11 +280,11 @@ impl ClientCount {
 
 impl Drop for ClientCount {
     fn drop(&mut self) {
-        if let Some(names) = self.names.take() {
+        if let Some((database, user)) = self.names.take() {
             self.services
                 .clients_by_name
                 .lock()
-                .remove(&names.0, &names.1);
+                .remove(&database, &user);
         }
         self.services.clients.fetch_sub(1, Ordering::AcqRel);
     }

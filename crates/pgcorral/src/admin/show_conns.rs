@@ -81,7 +81,7 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
                     .iter()
                     .filter(|p| p.name().0 == &*e.database)
                     .filter_map(|p| p.node())
-                    .find(|n| serves(n, e.addr));
+                    .find(|n| serves(n, e.addr()));
                 let retiring = pools
                     .iter()
                     .any(|p| p.name().0 == &*e.database && e.generation < p.generation());
@@ -149,10 +149,10 @@ fn base_row(e: &conns::Entry, kind: Kind, state: &str, now: std::time::SystemTim
         (&*e.user).into(),
         (&*e.database).into(),
         state.into(),
-        host(e, e.addr).into(),
-        e.addr.port().into(),
-        host(e, e.local).into(),
-        e.local.port().into(),
+        host(e, e.addr()).into(),
+        e.addr().port().into(),
+        host(e, e.local()).into(),
+        e.local().port().into(),
         timestamp(e.connect_time()).into(),
         timestamp(e.request_time()).into(),
         waited.as_secs().into(),
@@ -168,7 +168,7 @@ fn base_row(e: &conns::Entry, kind: Kind, state: &str, now: std::time::SystemTim
             .load(std::sync::atomic::Ordering::Relaxed)
             .into(),
         (&*e.tls).into(),
-        e.application_name.as_str().into(),
+        (&*e.application_name).into(),
     ]
 }
 

@@ -86,7 +86,7 @@ pub(super) fn send(client: ClientConn, session: Box<LoggedIn>, services: &Servic
     let handed = Handed {
         database: session.listed.database.to_string(),
         user: session.listed.user.to_string(),
-        application_name: session.listed.application_name.clone(),
+        application_name: session.listed.application_name.to_string(),
         pid: session.pid,
         secret: session.secret,
         peer,

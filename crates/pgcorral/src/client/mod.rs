@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use admit::admit;
 use bytes::BytesMut;
+use corral_rt::balance::Seat;
 use corral_rt::stream::{Detached, Stream};
 use replies::{notify_while_waiting, refuse_statement, refuse_transaction, timed_out};
 use request::{next_request, IdleTimer, Next};
@@ -89,10 +90,10 @@ struct Moved {
 }
 
 /// A client's task on `worker`: a new connection, or a logged-in client moved from another
-/// worker (`arrival`). Idle clients cost this future, so it keeps the client's state
-/// in one place: not an `async fn` (whose arguments are kept twice, as passed and as
-/// locals), the connection and session are its locals, and what it awaits borrows them.
-#[allow(clippy::manual_async_fn)]
+/// worker (`arrival`). Idle clients cost this future, so it runs in two stages: everything
+/// until the client is logged in ([`start`]: the socket's registration, admission, a moved
+/// client's unpacking, and the whole life of console and replication clients) is boxed and
+/// freed when it ends; a pooled client's task then holds only [`Serving`] and its wait.
 fn task(
     socket: Detached,
     peer: Peer,
@@ -100,8 +101,29 @@ fn task(
     worker: usize,
     arrival: Arrival,
 ) -> impl Future<Output = ()> + Send + 'static {
-    // Built here and moved in whole, so that the future holds `peer` once (a value captured
-    // by the block stays in it after being moved into a local).
+    cold::then(start(socket, peer, services, worker, arrival), serving)
+}
+
+/// What a logged-in pooled client's task keeps while it is served.
+struct Serving {
+    client: ClientConn,
+    services: Services,
+    session: Box<LoggedIn>,
+    count: ClientCount,
+    /// Counted on its worker (from before the next client is placed) until the task ends or
+    /// moves on.
+    _seat: Seat,
+}
+
+/// A client's task until it is logged in (or moved in): a pooled client comes out ready for
+/// its requests; console and replication clients are served here, to their end.
+async fn start(
+    socket: Detached,
+    peer: Peer,
+    services: Services,
+    worker: usize,
+    arrival: Arrival,
+) -> Option<Serving> {
     let mut client = ClientConn {
         stream: Stream::Closed,
         peer,
@@ -113,139 +135,136 @@ fn task(
         statements: Default::default(),
         read_armed: false,
     };
-    // Counted from now (before the next client is placed), until the task ends or moves on.
     let seat = services.balance.seat(worker);
-    async move {
-        let _seat = seat;
-        client.stream = match socket.attach() {
-            Ok(s) => s,
-            Err(e) => {
-                match arrival {
-                    Arrival::New(lane) => {
-                        drop(LoginCount::adopt(
-                            &services,
-                            Source::of(client.peer.ip()),
-                            lane,
-                        ));
-                        tracing::warn!(error = %e, "could not register a client socket")
-                    }
-                    Arrival::Moved(m) => {
-                        tracing::warn!(peer = %client.peer, error = %e, "could not move a client between workers");
-                        services.cancel.unregister(m.session.pid, m.session.secret);
-                    }
+    client.stream = match socket.attach() {
+        Ok(s) => s,
+        Err(e) => {
+            match arrival {
+                Arrival::New(lane) => {
+                    drop(LoginCount::adopt(
+                        &services,
+                        Source::of(client.peer.ip()),
+                        lane,
+                    ));
+                    tracing::warn!(error = %e, "could not register a client socket")
                 }
-                return;
-            }
-        };
-        let count;
-        let mut admitted;
-        match arrival {
-            Arrival::New(lane) => {
-                client.max_len = services.config.load().general.max_packet_size;
-                // Startup and login are boxed: their state is large and short-lived, and must
-                // not size the future that lives as long as the client (idle clients should
-                // cost little memory). The client is counted against max_client_conn from its
-                // successful login on.
-                match cold::cold(admit(&mut client, &services, lane)).await {
-                    Some((a, c)) => (admitted, count) = (Some(a), c),
-                    None => return,
+                Arrival::Moved(m) => {
+                    tracing::warn!(peer = %client.peer, error = %e, "could not move a client between workers");
+                    services.cancel.unregister(m.session.pid, m.session.secret);
                 }
             }
-            Arrival::Moved(m) => {
-                let Moved {
-                    buf,
-                    pass,
-                    max_len,
-                    custom,
-                    statements,
-                    mut session,
-                    count: c,
-                } = *m;
-                (client.buf, client.pass, client.max_len) = (buf, pass, max_len);
-                (client.custom, client.statements) = (custom, statements);
-                // A session-mode client brings its server: it moves to this worker too, or
-                // the session, which lives on that server, ends.
-                if session.server.as_mut().is_some_and(|s| !s.rehome(worker)) {
-                    session.server = None;
-                    session.slot.set(None);
-                    let lost = Error::new(
-                        Kind::ServerIo,
-                        "server connection lost while moving the session between workers",
-                    );
-                    if let Some(fatal) = left(Err(lost), &session, &client.peer, &services) {
+            return None;
+        }
+    };
+    let (session, count) = match arrival {
+        Arrival::New(lane) => {
+            client.max_len = services.config.load().general.max_packet_size;
+            // The client is counted against max_client_conn from its successful login on.
+            let (admitted, count) = admit(&mut client, &services, lane).await?;
+            match admitted {
+                admit::Admitted::Pool(session) => (session, count),
+                admit::Admitted::Console(role, listed) => {
+                    // KILL_CLIENT ends a console client too.
+                    let served = listed
+                        .entry
+                        .clone()
+                        .killable(admin::serve(&mut client, &services, role))
+                        .await;
+                    if served.is_none() {
+                        let mut out = BytesMut::new();
+                        killed(listed.entry.killed()).write_response(&mut out, "FATAL");
+                        let _ = client.stream.send(&out).await;
+                    }
+                    return None;
+                }
+                admit::Admitted::Replication(mut link) => {
+                    let entry = link.listed.entry.clone();
+                    let exit = entry
+                        .clone()
+                        .killable(replication::relay(&mut client, &mut link))
+                        .await
+                        .unwrap_or_else(|| Err(killed(entry.killed())));
+                    if let Some(fatal) = departed(exit, &link.listed, &client.peer, &services) {
                         let _ = client.stream.send(&fatal).await;
                     }
-                    services.cancel.unregister(session.pid, session.secret);
-                    return;
+                    services.cancel.unregister(link.pid, link.secret);
+                    return None;
                 }
-                count = c;
-                admitted = Some(admit::Admitted::Pool(session));
             }
         }
-        match &mut admitted {
-            Some(admit::Admitted::Pool(session)) => {
-                // KILL and KILL_CLIENT end the client wherever it is; its server goes back
-                // through the checkout guard (closed if it was mid-request).
-                let entry = session.listed.entry.clone();
-                let exit = entry
-                    .clone()
-                    .killable(slim::serve(&mut client, &services, session))
-                    .await
-                    .unwrap_or_else(|| Err(killed(entry.killed())));
-                if !matches!(exit, Ok(Exit::Move(_))) {
-                    drop(session.server.take());
-                }
-                if let Ok(Exit::Move(target)) = exit {
-                    let Some(admit::Admitted::Pool(session)) = admitted else {
-                        unreachable!("a pool client")
-                    };
-                    return migrate(client, session, services, count, target);
-                }
-                if let Ok(Exit::HandOver) = exit {
-                    let Some(admit::Admitted::Pool(session)) = admitted else {
-                        unreachable!("a pool client")
-                    };
-                    handover::send(client, session, &services);
-                    drop(count);
-                    return;
-                }
-                if let Some(fatal) = left(exit, session, &client.peer, &services) {
+        Arrival::Moved(m) => {
+            let Moved {
+                buf,
+                pass,
+                max_len,
+                custom,
+                statements,
+                mut session,
+                count,
+            } = *m;
+            (client.buf, client.pass, client.max_len) = (buf, pass, max_len);
+            (client.custom, client.statements) = (custom, statements);
+            // A session-mode client brings its server: it moves to this worker too, or
+            // the session, which lives on that server, ends.
+            if session.server.as_mut().is_some_and(|s| !s.rehome(worker)) {
+                session.server = None;
+                session.slot.set(None);
+                let lost = Error::new(
+                    Kind::ServerIo,
+                    "server connection lost while moving the session between workers",
+                );
+                if let Some(fatal) = left(Err(lost), &session, &client.peer, &services) {
                     let _ = client.stream.send(&fatal).await;
                 }
                 services.cancel.unregister(session.pid, session.secret);
-                drop(count);
+                return None;
             }
-            Some(admit::Admitted::Console(role, listed)) => {
-                // Boxed: the console's state must not size every client's future. KILL_CLIENT
-                // ends a console client too.
-                let served = listed
-                    .entry
-                    .clone()
-                    .killable(cold::cold(admin::serve(&mut client, &services, *role)))
-                    .await;
-                if served.is_none() {
-                    let mut out = BytesMut::new();
-                    killed(listed.entry.killed()).write_response(&mut out, "FATAL");
-                    let _ = client.stream.send(&out).await;
-                }
-                drop(count);
-            }
-            Some(admit::Admitted::Replication(link)) => {
-                let entry = link.listed.entry.clone();
-                // Boxed: a replication link's relay must not size every client's future.
-                let exit = entry
-                    .clone()
-                    .killable(cold::cold(replication::relay(&mut client, link)))
-                    .await
-                    .unwrap_or_else(|| Err(killed(entry.killed())));
-                if let Some(fatal) = departed(exit, &link.listed, &client.peer, &services) {
-                    let _ = client.stream.send(&fatal).await;
-                }
-                services.cancel.unregister(link.pid, link.secret);
-                drop(count);
-            }
-            None => {}
+            (session, count)
         }
+    };
+    Some(Serving {
+        client,
+        services,
+        session,
+        count,
+        _seat: seat,
+    })
+}
+
+/// A logged-in pooled client's requests, to its end or its move to another worker or process.
+/// KILL and KILL_CLIENT end the client wherever it is; its server goes back through the
+/// checkout guard (closed if it was mid-request). Not an `async fn`, whose argument would be
+/// kept twice; the block takes only the fields it names.
+#[allow(clippy::manual_async_fn)]
+fn serving(mut s: Serving) -> impl Future<Output = ()> + Send + 'static {
+    async move {
+        let exit = s
+            .session
+            .listed
+            .entry
+            .clone()
+            .killable(slim::serve(&mut s.client, &s.services, &mut s.session))
+            .await
+            .unwrap_or_else(|| Err(killed(s.session.listed.entry.killed())));
+        match exit {
+            Ok(Exit::Move(target)) => migrate(s.client, s.session, s.services, s.count, target),
+            Ok(Exit::HandOver) => {
+                drop(s.session.server.take());
+                handover::send(s.client, s.session, &s.services);
+            }
+            exit => {
+                drop(s.session.server.take());
+                if let Some(fatal) = left(exit, &s.session, &s.client.peer, &s.services) {
+                    let _ = s.client.stream.send(&fatal).await;
+                }
+                s.services
+                    .cancel
+                    .unregister(s.session.pid, s.session.secret);
+            }
+        }
+        // Named, so that the block holds the seat (it takes only the fields it names) and the
+        // client stays counted on this worker until here.
+        drop(s._seat);
     }
 }
 
@@ -846,19 +865,18 @@ mod tests {
         size_of::<R>()
     }
 
-    /// What an idle client keeps besides its list entry and cancel key (docs/architecture.md,
-    /// "Memory per client"): its task's future, with its connection inside, and its boxed
-    /// session. The request loop's state is not in the task (see [`slim`]). Raise a bound only
-    /// knowingly: each byte is 10 KB at 10,000 clients.
+    /// What an idle client keeps (docs/architecture.md, "Memory per client"): its task's
+    /// future, with its connection inside (the login's state is freed by then, see [`task`]),
+    /// its boxed session, its list entry and its cancel slot. The request loop's state is not
+    /// in the task (see [`slim`]). Raise a bound only knowingly: each byte is 10 KB at 10,000
+    /// clients.
     #[test]
     fn an_idle_client_stays_small() {
-        assert!(
-            output_size(&task) <= 568,
-            "task future: {}",
-            output_size(&task)
-        );
+        let task = output_size(&task);
+        assert!(task <= 360, "task future: {task}");
         assert!(size_of::<ClientConn>() <= 144);
         assert!(size_of::<LoggedIn>() <= 160);
-        assert!(size_of::<conns::Entry>() <= 240);
+        assert!(size_of::<conns::Entry>() <= 208);
+        assert!(size_of::<CancelSlot>() <= 16);
     }
 }

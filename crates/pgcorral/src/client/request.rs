@@ -3,7 +3,7 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use bytes::Buf;
 use corral_rt::timer::sleep_until;
@@ -42,8 +42,6 @@ pub(super) enum Next {
 
 /// Waits for the first message of the next request while no server is attached. Stray COPY
 /// messages (after a failed COPY) and Flush messages (nothing is outstanding) are dropped.
-/// Not an `async fn`, whose arguments would be kept twice in every client's future.
-#[allow(clippy::manual_async_fn)]
 pub(super) fn next_request<'a>(
     client: &'a mut ClientConn,
     services: &'a Services,
@@ -51,137 +49,162 @@ pub(super) fn next_request<'a>(
     idle_timer: &'a mut IdleTimer,
     watch_handover: bool,
     slim: Option<&'a Entry>,
-) -> impl Future<Output = Result<Next>> + 'a {
-    async move {
-        let deadline = idle_timeout.map(|t| tokio::time::Instant::now() + t);
-        let mut timer = deadline.map(|d| idle_timer.arm(d));
+) -> NextRequest<'a> {
+    let timer = idle_timeout.map(|t| idle_timer.arm(tokio::time::Instant::now() + t));
+    NextRequest {
+        client,
+        services,
+        idle_timeout,
+        timer,
+        slim,
+        watch_handover,
+        woken: false,
+    }
+}
+
+/// The wait of [`next_request`]. Written out rather than an `async` block: every idle client's
+/// task holds it, and an `async` block would keep its arguments twice and a closure's
+/// references to them a third time.
+pub(super) struct NextRequest<'a> {
+    client: &'a mut ClientConn,
+    services: &'a Services,
+    idle_timeout: Option<std::time::Duration>,
+    /// client_idle_timeout's timer, armed (its deadline is the wait's).
+    timer: Option<Pin<&'a mut Sleep>>,
+    /// The client's list entry, when it may be asked to wait without its request loop's state.
+    slim: Option<&'a Entry>,
+    /// A takeover (`-R`) ends the wait with [`Next::HandOver`].
+    watch_handover: bool,
+    /// Polled since the socket last had nothing: the next poll tries a read straight away.
+    woken: bool,
+}
+
+impl Future for NextRequest<'_> {
+    type Output = Result<Next>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Next>> {
+        let this = self.get_mut();
         loop {
-            if client.pass > 0 {
-                // Discarding the rest of a stray COPY message.
-                let n = client.pass.min(client.buf.len());
-                client.buf.advance(n);
-                client.pass -= n;
+            if let Some(found) = buffered(this.client) {
+                return Poll::Ready(found);
             }
-            if client.pass == 0 {
-                // The type is checked before the length, as PostgreSQL does.
-                if let Some(&tag) = client.buf.first() {
-                    if matches!(frontend::kind(tag), FeKind::Unknown) {
-                        return Err(Error::new(
-                            Kind::ClientProtocol,
-                            format!("invalid frontend message type {tag}"),
-                        ));
-                    }
-                }
-                match Header::parse(&client.buf, client.max_len) {
-                    Err(e) => return Err(Error::new(Kind::ClientProtocol, e.to_string())),
-                    Ok(Some(h)) => match frontend::kind(h.tag) {
-                        FeKind::Terminate => return Ok(Next::Gone(CLOSE_REQUEST)),
-                        // With no server held nothing is owed, so a Flush asks for nothing:
-                        // psycopg ends a pipeline with Sync then Flush, which may arrive apart.
-                        // Checking out a server for it would hold that server until the
-                        // client's next request.
-                        FeKind::Extended if h.tag == frontend::FLUSH => {
-                            client.buf.advance(pgwire::header::HEADER_LEN);
-                            client.pass = h.body_len();
-                            continue;
-                        }
-                        FeKind::Copy => {
-                            client.buf.advance(pgwire::header::HEADER_LEN);
-                            client.pass = h.body_len();
-                            continue;
-                        }
-                        _ => return Ok(Next::Request),
-                    },
-                    Ok(None) => {}
-                }
-            }
+            let client = &mut *this.client;
             if client.buf.is_empty() && client.buf.capacity() > 0 {
                 // Idle between requests: hold no buffer while waiting, so an idle client costs
                 // only its task and socket. The buffer goes to the worker's spares, for the
                 // next client with a request to read.
                 spare::put(std::mem::take(&mut client.buf));
             }
-            // Readable, else shutdown, else the idle timeout, in that order. The socket's readiness
-            // is polled in place: no future is kept for it while the client is idle. Once woken,
-            // the socket is most likely readable, so the read is tried straight away (a read that
-            // finds nothing registers the waker as polling readiness would, and costs no system
-            // call): one readiness check fewer per request. Shutdown wakes the client through its
-            // list entry, whose waker `Entry::killable` registered before this poll, so reading
-            // the flag here misses no shutdown.
-            let mut woken = false;
-            let mut hand_over = false;
-            let mut slimmed = false;
-            let read = poll_fn(|cx| {
-                // The end of the last answer may still be in the TLS session.
-                if client.stream.pending_output() {
-                    if let Poll::Ready(Err(e)) =
-                        tokio::io::AsyncWrite::poll_flush(Pin::new(&mut client.stream), cx)
-                    {
-                        return Poll::Ready(Err(Error::with_source(Kind::ClientIo, "write", e)));
-                    }
+            // The end of the last answer may still be in the TLS session.
+            if client.stream.pending_output() {
+                if let Poll::Ready(Err(e)) =
+                    tokio::io::AsyncWrite::poll_flush(Pin::new(&mut client.stream), cx)
+                {
+                    return Poll::Ready(Err(Error::with_source(Kind::ClientIo, "write", e)));
                 }
-                if woken {
-                    if let Poll::Ready(r) = read_into_buffer(client, cx) {
-                        return Poll::Ready(Ok(Some(r)));
-                    }
-                } else if client.stream.still_registered(client.read_armed) {
-                    // The relay's last read of the client left this task registered: nothing
-                    // to poll until the client's next bytes wake it.
-                } else if let Poll::Ready(r) = client.stream.poll_read_ready(cx) {
-                    return Poll::Ready(
-                        r.map(|()| None)
-                            .map_err(|e| Error::with_source(Kind::ClientIo, "read", e)),
-                    );
-                }
-                woken = true;
-                // A takeover wakes idle clients through their list entries, as a stop does.
-                if watch_handover && services.handover.get().is_some() {
-                    hand_over = true;
-                    return Poll::Ready(Ok(None));
-                }
-                if slim.is_some_and(|e| e.take_slim()) {
-                    slimmed = true;
-                    return Poll::Ready(Ok(None));
-                }
-                // Idle clients stay through a stop that waits (WAIT_FOR_SERVERS closes them at
-                // their next request, see `client::run`); the process's exit kills their list
-                // entries, which ends this future from outside (`Entry::killable`).
-                if let Some(t) = &mut timer {
-                    if t.as_mut().poll(cx).is_ready() {
-                        let ms = idle_timeout.unwrap_or_default().as_millis();
-                        return Poll::Ready(Err(client_idle_error(ms)));
-                    }
-                }
-                Poll::Pending
-            })
-            .await?;
-            if hand_over {
-                return Ok(Next::HandOver);
             }
-            if slimmed {
-                return Ok(Next::Slim(deadline));
-            }
-            // Ready at the first look: one read attempt. Readiness can be stale (left set by an
-            // exact-length read), so Pending just means: wait again, and the empty buffer is
-            // dropped meanwhile. A short read clears readiness, so the relay's next read costs no
-            // wasted system call.
-            let read = match read {
-                Some(r) => Some(r),
-                None => {
-                    poll_fn(|cx| match read_into_buffer(client, cx) {
-                        Poll::Pending => Poll::Ready(None),
-                        Poll::Ready(r) => Poll::Ready(Some(r)),
-                    })
-                    .await
+            // Readable, else a takeover, else slimming, else the idle timeout, in that order.
+            // The socket's readiness is polled in place. Once woken, the socket is most likely
+            // readable, so the read is tried straight away (a read that finds nothing registers
+            // the waker as polling readiness would, and costs no system call): one readiness
+            // check fewer per request. Shutdown wakes the client through its list entry, whose
+            // waker `Entry::killable` registered before this poll, so reading the flag here
+            // misses no shutdown.
+            let read = if this.woken {
+                match read_into_buffer(client, cx) {
+                    Poll::Ready(r) => Some(r),
+                    Poll::Pending => None,
+                }
+            } else if client.stream.still_registered(client.read_armed) {
+                // The relay's last read of the client left this task registered: nothing
+                // to poll until the client's next bytes wake it.
+                None
+            } else {
+                match client.stream.poll_read_ready(cx) {
+                    Poll::Ready(Err(e)) => {
+                        return Poll::Ready(Err(Error::with_source(Kind::ClientIo, "read", e)))
+                    }
+                    // Ready at the first look: one read attempt. Readiness can be stale (left
+                    // set by an exact-length read), so Pending just means: wait again, and the
+                    // empty buffer is dropped meanwhile. A short read clears readiness, so the
+                    // relay's next read costs no wasted system call.
+                    Poll::Ready(Ok(())) => match read_into_buffer(client, cx) {
+                        Poll::Ready(r) => Some(r),
+                        Poll::Pending => continue,
+                    },
+                    Poll::Pending => None,
                 }
             };
             match read {
-                None => {}
-                Some(Ok(0)) => return Ok(Next::Gone(UNEXPECTED_EOF)),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(Error::with_source(Kind::ClientIo, "read", e)),
+                Some(Ok(0)) => return Poll::Ready(Ok(Next::Gone(UNEXPECTED_EOF))),
+                Some(Ok(_)) => this.woken = false,
+                Some(Err(e)) => {
+                    return Poll::Ready(Err(Error::with_source(Kind::ClientIo, "read", e)))
+                }
+                None => {
+                    this.woken = true;
+                    // A takeover wakes idle clients through their list entries, as a stop does.
+                    if this.watch_handover && this.services.handover.get().is_some() {
+                        return Poll::Ready(Ok(Next::HandOver));
+                    }
+                    if this.slim.is_some_and(|e| e.take_slim()) {
+                        let deadline = this.timer.as_ref().map(|t| t.deadline());
+                        return Poll::Ready(Ok(Next::Slim(deadline)));
+                    }
+                    // Idle clients stay through a stop that waits (WAIT_FOR_SERVERS closes them
+                    // at their next request, see `client::run`); the process's exit kills their
+                    // list entries, which ends this future from outside (`Entry::killable`).
+                    if let Some(t) = &mut this.timer {
+                        if t.as_mut().poll(cx).is_ready() {
+                            let ms = this.idle_timeout.unwrap_or_default().as_millis();
+                            return Poll::Ready(Err(client_idle_error(ms)));
+                        }
+                    }
+                    return Poll::Pending;
+                }
             }
         }
+    }
+}
+
+/// What the client's buffer already holds: the next request's first message, its departure,
+/// or an error; `None` when more must be read. Skips stray COPY messages and Flush messages.
+fn buffered(client: &mut ClientConn) -> Option<Result<Next>> {
+    loop {
+        if client.pass > 0 {
+            // Discarding the rest of a stray COPY message.
+            let n = client.pass.min(client.buf.len());
+            client.buf.advance(n);
+            client.pass -= n;
+            if client.pass > 0 {
+                return None;
+            }
+        }
+        // The type is checked before the length, as PostgreSQL does.
+        if let Some(&tag) = client.buf.first() {
+            if matches!(frontend::kind(tag), FeKind::Unknown) {
+                return Some(Err(Error::new(
+                    Kind::ClientProtocol,
+                    format!("invalid frontend message type {tag}"),
+                )));
+            }
+        }
+        let h = match Header::parse(&client.buf, client.max_len) {
+            Err(e) => return Some(Err(Error::new(Kind::ClientProtocol, e.to_string()))),
+            Ok(None) => return None,
+            Ok(Some(h)) => h,
+        };
+        match frontend::kind(h.tag) {
+            FeKind::Terminate => return Some(Ok(Next::Gone(CLOSE_REQUEST))),
+            // With no server held nothing is owed, so a Flush asks for nothing: psycopg ends a
+            // pipeline with Sync then Flush, which may arrive apart. Checking out a server for
+            // it would hold that server until the client's next request.
+            FeKind::Extended if h.tag == frontend::FLUSH => {}
+            FeKind::Copy => {}
+            _ => return Some(Ok(Next::Request)),
+        }
+        client.buf.advance(pgwire::header::HEADER_LEN);
+        client.pass = h.body_len();
     }
 }
 

@@ -26,7 +26,7 @@ use crate::services::{LoginCount, Services, Stop};
 use crate::tls;
 
 pub mod takeover;
-mod trim;
+pub mod trim;
 mod unix;
 mod upkeep;
 

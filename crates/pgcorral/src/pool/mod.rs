@@ -740,9 +740,10 @@ impl Pool {
         }
         slot.fulfil();
         if let Some(l) = &server.listed {
+            let local = l.local();
             let from: &dyn std::fmt::Display = match unix {
                 true => &"unix socket",
-                false => &l.local,
+                false => &local,
             };
             connlog::new_server(settings.log, &Who::server(l), from);
         }

@@ -276,7 +276,8 @@ pub struct ServerConn {
     pub rbuf: BytesMut,
     /// Bytes of a passing message body still to forward unparsed.
     pub pass: usize,
-    pub key: CancelKey,
+    /// Shared with the cancel slot of the client using the server (a pointer each, not a copy).
+    pub key: Arc<CancelKey>,
     pub params: ServerParams,
     pub state: LinkState,
     pub created: clock::Tick,
@@ -339,7 +340,7 @@ impl ServerConn {
             stream,
             rbuf,
             pass: 0,
-            key,
+            key: Arc::new(key),
             params,
             state: LinkState::default(),
             created: now,
