@@ -515,8 +515,12 @@ fn a_socket_path_of_107_bytes_serves_and_restarts() {
         pid_in(&base) == Some(new.id())
     });
     assert!(exits_within(&mut old, 10, &base, "old.log"));
+    // The pidfile is replaced before the new process logs that it is up.
+    poll_until("the new process says it is up", 10, || {
+        log(&base, "new.log").contains("process up")
+    });
     assert!(
-        log(&base, "new.log").contains("process up") && !log(&base, "new.log").contains("WARN"),
+        !log(&base, "new.log").contains("WARN"),
         "{}",
         log(&base, "new.log")
     );

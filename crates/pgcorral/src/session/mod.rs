@@ -154,20 +154,26 @@ pub fn sync_sql(applied: &Option<Settings>, desired: &Settings) -> Option<String
 /// (kind, name, value): kind `s` is a setting, `p` a reason to pin. `login_user` is the user
 /// the server connection logged in as (its default session authorization).
 ///
-/// Three statements: the session's statement_timeout as the client has it (row `o`, named by
-/// its source: `session` when the session set it), that
-/// timeout turned off, and the capture (with the timeout's reset value, row `r`); their
-/// results are the last two of the Query (see [`parse_capture`]).
+/// Two statements: the session's statement_timeout as the client has it (row `o`), turned off
+/// in the same statement when it is not 0; then the capture (with the timeout's reset value,
+/// row `r`, and its source, row `w`: `session` when the session set it, which matters only
+/// for a 0, which was left alone). Their results are the last two of the Query (see
+/// [`parse_capture`]).
 pub fn capture_sql(login_user: &str, custom: &[String]) -> String {
     // Every operator and type is written qualified: the session may have a search_path that
-    // puts a user's schema before pg_catalog, whose `=` would otherwise run here.
+    // puts a user's schema before pg_catalog, whose `=` would otherwise run here. The first
+    // statement runs under the client's statement_timeout (1 ms, say), so it must be quick to
+    // plan and run: no pg_settings, whose view alone takes a millisecond or more to plan on a
+    // slow machine. The target list is evaluated in order: the value is read before it is
+    // turned off.
     let mut q = String::from(
-        "SELECT 'o', source, pg_catalog.current_setting('statement_timeout') \
-         FROM pg_catalog.pg_settings WHERE name = 'statement_timeout';",
+        "SELECT 'o', 'not read', pg_catalog.current_setting('statement_timeout'), \
+         CASE WHEN pg_catalog.current_setting('statement_timeout') OPERATOR(pg_catalog.<>) '0' \
+         THEN pg_catalog.set_config('statement_timeout', '0', false) END;",
     );
-    q.push_str(TIMEOUT_OFF);
     q.push_str(
-        "SELECT 's', name, setting FROM pg_catalog.pg_settings WHERE source OPERATOR(pg_catalog.=) 'session' \
+        "SELECT 'w', source, NULL FROM pg_catalog.pg_settings WHERE name OPERATOR(pg_catalog.=) 'statement_timeout' \
+         UNION ALL SELECT 's', name, setting FROM pg_catalog.pg_settings WHERE source OPERATOR(pg_catalog.=) 'session' \
          UNION ALL SELECT 'r', name, reset_val FROM pg_catalog.pg_settings WHERE name OPERATOR(pg_catalog.=) 'statement_timeout' \
          UNION ALL SELECT 's', 'role', pg_catalog.current_setting('role') \
          WHERE pg_catalog.current_setting('role') OPERATOR(pg_catalog.<>) 'none' \
@@ -264,6 +270,7 @@ pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
                 set_in_session = name == "session";
                 timeout = value;
             }
+            "w" => set_in_session = name == "session",
             "r" => reset = value,
             _ => pins.push(name),
         }
