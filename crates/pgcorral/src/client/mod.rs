@@ -101,7 +101,13 @@ fn task(
     worker: usize,
     arrival: Arrival,
 ) -> impl Future<Output = ()> + Send + 'static {
-    cold::then(start(socket, peer, services, worker, arrival), serving)
+    // Counted from now (before the next client is placed), until the task ends or moves on:
+    // taken here, not in `start`, which runs only when the worker first polls the task.
+    let seat = services.balance.seat(worker);
+    cold::then(
+        start(socket, peer, services, worker, arrival, seat),
+        serving,
+    )
 }
 
 /// What a logged-in pooled client's task keeps while it is served.
@@ -123,6 +129,7 @@ async fn start(
     services: Services,
     worker: usize,
     arrival: Arrival,
+    seat: Seat,
 ) -> Option<Serving> {
     let mut client = ClientConn {
         stream: Stream::Closed,
@@ -135,7 +142,6 @@ async fn start(
         statements: Default::default(),
         read_armed: false,
     };
-    let seat = services.balance.seat(worker);
     client.stream = match socket.attach() {
         Ok(s) => s,
         Err(e) => {
