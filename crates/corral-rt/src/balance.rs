@@ -69,22 +69,21 @@ impl WorkerLoad {
     }
 }
 
-/// A client's place on a worker, counted while it lives (the client's task holds it).
-pub struct Seat {
-    balance: Arc<Balance>,
-    worker: usize,
-}
+/// A client's place on a worker, counted while it lives (the client's task holds it). One
+/// pointer, to the worker's load: every idle client holds one.
+pub struct Seat(Option<Arc<WorkerLoad>>);
 
 impl Drop for Seat {
     fn drop(&mut self) {
-        if let Some(l) = self.balance.loads.get(self.worker) {
+        if let Some(l) = &self.0 {
             l.clients.fetch_sub(1, Relaxed);
         }
     }
 }
 
 pub struct Balance {
-    loads: Box<[WorkerLoad]>,
+    /// Each in an `Arc` of its own, which a [`Seat`] holds.
+    loads: Box<[Arc<WorkerLoad>]>,
     handles: OnceLock<Vec<Handle>>,
     epoch: Instant,
     /// Clients moved between workers so far.
@@ -99,7 +98,7 @@ pub struct Balance {
 impl Balance {
     pub fn new(workers: usize) -> Balance {
         Balance {
-            loads: (0..workers.max(1)).map(|_| WorkerLoad::default()).collect(),
+            loads: (0..workers.max(1)).map(|_| Arc::default()).collect(),
             handles: OnceLock::new(),
             epoch: Instant::now(),
             moves: AtomicU64::new(0),
@@ -162,14 +161,12 @@ impl Balance {
     }
 
     /// Counts a client on worker `w` until the seat is dropped.
-    pub fn seat(self: &Arc<Balance>, w: usize) -> Seat {
-        if let Some(l) = self.loads.get(w) {
+    pub fn seat(&self, w: usize) -> Seat {
+        let load = self.loads.get(w).cloned();
+        if let Some(l) = &load {
             l.clients.fetch_add(1, Relaxed);
         }
-        Seat {
-            balance: self.clone(),
-            worker: w,
-        }
+        Seat(load)
     }
 
     /// Whether workers kept waiting spread their clients: while there are at most
@@ -188,7 +185,7 @@ impl Balance {
 
     /// Whether worker `w` is still running (not [`Balance::mark_dead`]).
     pub fn is_alive(&self, w: usize) -> bool {
-        self.loads.get(w).is_some_and(WorkerLoad::alive)
+        self.loads.get(w).is_some_and(|l| l.alive())
     }
 
     /// The worker for a new client, of those alive: the lowest-numbered one that is neither

@@ -147,7 +147,7 @@ pub fn flush() {
         }
         if b.entries.len() == 1 {
             let e = &b.entries[0];
-            if e.ready.gone.load(Relaxed) {
+            if e.ready.is_gone() {
                 b.entries.clear();
                 b.bytes.clear();
                 return;
@@ -188,7 +188,7 @@ fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) -> bool {
         for (i, e) in chunk.iter().enumerate() {
             // A socket its owner has dropped since is skipped (its descriptor is still open:
             // the entry holds it).
-            let sqe = if e.ready.gone.load(Relaxed) {
+            let sqe = if e.ready.is_gone() {
                 opcode::Nop::new().build()
             } else {
                 let fd = types::Fd(e.ready.fd().as_raw_fd());
@@ -241,7 +241,7 @@ fn submit(ring: &mut IoUring, chunk: &[Entry], bytes: &[u8]) -> bool {
 /// as a `send` into a failed socket is.
 fn settle(e: &Entry, bytes: &[u8], result: i32) {
     e.ready.staged.store(false, Relaxed);
-    if e.ready.gone.load(Relaxed) {
+    if e.ready.is_gone() {
         return;
     }
     let took = match result {

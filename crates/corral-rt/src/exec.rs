@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 
 use crate::batch;
+use crate::grow;
 use crate::reactor::{Events, Reactor};
 use crate::sync;
 
@@ -345,6 +346,7 @@ impl Handle {
 /// The futures of a worker's tasks, by slot.
 #[derive(Default)]
 struct Tasks {
+    /// Grown by a step ([`grow::push`]): 24 bytes a slot, one slot a task.
     slots: Vec<Option<(Arc<Task>, Option<BoxFuture>)>>,
     free: Vec<usize>,
 }
@@ -353,10 +355,7 @@ impl Tasks {
     fn take_in(&mut self, task: Arc<Task>, future: BoxFuture) {
         let slot = match self.free.pop() {
             Some(s) => s,
-            None => {
-                self.slots.push(None);
-                self.slots.len() - 1
-            }
+            None => grow::push(&mut self.slots, None),
         };
         task.slot.store(slot, Relaxed);
         self.slots[slot] = Some((task.clone(), Some(future)));

@@ -11,6 +11,7 @@ pub mod balance;
 pub mod batch;
 pub mod direct;
 pub mod exec;
+mod grow;
 pub mod reactor;
 pub mod sock;
 pub mod stream;

@@ -9,14 +9,16 @@
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering, Ordering::*};
 use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll};
 
 use atomic_waker::AtomicWaker;
+use crossbeam_utils::atomic::AtomicCell;
 
 use crate::batch;
 use crate::direct::send;
+use crate::grow;
 use crate::sync;
 
 /// A read would find something: data, the peer's close or an error.
@@ -45,31 +47,46 @@ fn ready_bits(dir: usize) -> usize {
 /// The epoll key of the executor's wake-up descriptor; sockets' keys are slot and generation.
 pub const WAKE_KEY: u64 = u64::MAX;
 
-/// What epoll last said about one socket, and the tasks waiting to read and to write.
+// The bits of a readiness's `flags`: each changes a few times in a socket's life at most, so
+// they share one byte. Each is read and changed with the ordering it had as an `AtomicBool` of
+// its own (a store is now a `fetch_or` or `fetch_and`, which orders at least as much).
+/// Registered for writability too (only once a write would have blocked: a Unix socket reports
+/// writability every time its peer reads, which would wake the worker for nothing).
+const WRITE_INTEREST: u8 = 1;
+/// Bytes wait in `held` (read without its lock, by every write).
+const HAS_HELD: u8 = 2;
+/// The registration is gone and the descriptor may be another socket's by now.
+const GONE: u8 = 4;
+
+/// What epoll last said about one socket, and the tasks waiting to read and to write. One per
+/// registered socket (a client's, a server's): at most 88 bytes, so that with its `Arc` counts
+/// it takes a 112-byte block from glibc rather than a 128-byte one.
 pub struct Readiness {
     /// [`READ`] | [`WRITE`], and above them a count of events.
     state: ReadyWord,
     reader: AtomicWaker,
     writer: AtomicWaker,
-    /// Registered for writability too (only once a write would have blocked: a Unix socket
-    /// reports writability every time its peer reads, which would wake the worker for nothing).
-    write_interest: AtomicBool,
     /// The socket's descriptor, owned here: it closes when the last holder of this readiness
     /// lets go (the socket, a write in a batch), so no late write can reach a descriptor that
     /// another socket has been given since.
     fd: OwnedFd,
     key: u64,
     reactor: Weak<Reactor>,
-    /// The socket has a write in this turn's batch ([`crate::batch`]).
+    /// The socket has a write in this turn's batch ([`crate::batch`]). Not in `flags`: it is
+    /// set and cleared with every batched write, a plain store here where a bit would take an
+    /// atomic read-modify-write.
     pub(super) staged: AtomicBool,
+    /// [`WRITE_INTEREST`], [`HAS_HELD`], [`GONE`].
+    flags: AtomicU8,
     /// Bytes a batch took but the socket had no room for: they go before anything else, when
     /// the socket is writable again (then from [`Reactor::turn`] if no task writes first).
-    /// Boxed: rarely any, and every socket's registration has the field (16 bytes, not 32).
-    #[allow(clippy::box_collection)]
-    held: parking_lot::Mutex<Option<Box<Vec<u8>>>>,
-    has_held: AtomicBool,
-    /// The registration is gone and the descriptor may be another socket's by now.
-    pub(super) gone: AtomicBool,
+    /// Boxed: rarely any, and every socket's registration has the field (one word, not three).
+    /// Read and changed only under `held_lock` ([`Readiness::lock_held`]), a lock of one byte
+    /// that packs beside `flags`: the two take 9 bytes, where a mutex around the box takes 16
+    /// (its one-byte lock padded to the box's alignment).
+    held: AtomicCell<HeldBytes>,
+    /// Taken to read or change `held`.
+    held_lock: parking_lot::Mutex<()>,
 }
 
 impl Readiness {
@@ -80,21 +97,53 @@ impl Readiness {
             state: ReadyWord::new(READ | WRITE),
             reader: AtomicWaker::new(),
             writer: AtomicWaker::new(),
-            write_interest: AtomicBool::new(false),
             fd,
             key,
             reactor,
             staged: AtomicBool::new(false),
-            held: parking_lot::Mutex::new(None),
-            has_held: AtomicBool::new(false),
-            gone: AtomicBool::new(false),
+            flags: AtomicU8::new(0),
+            held: AtomicCell::new(None),
+            held_lock: parking_lot::Mutex::new(()),
+        }
+    }
+
+    /// Whether `flag` (one of `flags`' bits) is set.
+    #[inline]
+    fn flag(&self, flag: u8, order: Ordering) -> bool {
+        self.flags.load(order) & flag != 0
+    }
+
+    /// Sets `flag` (one of `flags`' bits) to `on`; whether it was set before.
+    #[inline]
+    fn set_flag(&self, flag: u8, on: bool, order: Ordering) -> bool {
+        let before = if on {
+            self.flags.fetch_or(flag, order)
+        } else {
+            self.flags.fetch_and(!flag, order)
+        };
+        before & flag != 0
+    }
+
+    /// The registration is gone and the descriptor may be another socket's by now.
+    #[inline]
+    pub(super) fn is_gone(&self) -> bool {
+        self.flag(GONE, Relaxed)
+    }
+
+    /// The held bytes, with `held_lock` taken until the guard is dropped.
+    fn lock_held(&self) -> HeldGuard<'_> {
+        let lock = self.held_lock.lock();
+        HeldGuard {
+            bytes: self.held.take(),
+            word: &self.held,
+            _lock: lock,
         }
     }
 
     /// Asks for writability events too, from now on (a write found the socket full). The
     /// change itself reports the socket if it is writable already.
     pub fn want_write(&self) -> io::Result<()> {
-        if self.write_interest.swap(true, Relaxed) {
+        if self.set_flag(WRITE_INTEREST, true, Relaxed) {
             return Ok(());
         }
         let Some(reactor) = self.reactor.upgrade() else {
@@ -103,7 +152,7 @@ impl Readiness {
         let events = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
         let r = reactor.ctl(libc::EPOLL_CTL_MOD, self.fd.as_raw_fd(), events, self.key);
         if r.is_err() {
-            self.write_interest.store(false, Relaxed);
+            self.set_flag(WRITE_INTEREST, false, Relaxed);
         }
         r
     }
@@ -117,16 +166,16 @@ impl Readiness {
     /// Whether bytes a batch could not send wait for room ([`Readiness::hold`]).
     #[inline]
     pub fn has_held(&self) -> bool {
-        self.has_held.load(Acquire)
+        self.flag(HAS_HELD, Acquire)
     }
 
     /// Keeps `rest`, the part of a batched write the socket had no room for: writes wait (the
     /// socket reads as not writable) until it has gone out. `seen`: the state before the write.
     pub(super) fn hold(&self, rest: &[u8], seen: usize) {
         {
-            let mut held = self.held.lock();
+            let mut held = self.lock_held();
             held.get_or_insert_default().extend_from_slice(rest);
-            self.has_held.store(true, Release);
+            self.set_flag(HAS_HELD, true, Release);
         }
         self.clear(seen, WRITE);
         if let Err(e) = self.want_write() {
@@ -136,8 +185,8 @@ impl Readiness {
 
     /// What is held, taken away (the socket moves to another reactor with it).
     pub(super) fn take_held(&self) -> Vec<u8> {
-        let mut held = self.held.lock();
-        self.has_held.store(false, Release);
+        let mut held = self.lock_held();
+        self.set_flag(HAS_HELD, false, Release);
         held.take().map(|h| *h).unwrap_or_default()
     }
 
@@ -147,7 +196,7 @@ impl Readiness {
         if !self.has_held() {
             return true;
         }
-        let mut slot = self.held.lock();
+        let mut slot = self.lock_held();
         let held = slot.get_or_insert_default();
         while !held.is_empty() {
             let seen = self.now();
@@ -163,7 +212,7 @@ impl Readiness {
             }
         }
         *slot = None;
-        self.has_held.store(false, Release);
+        self.set_flag(HAS_HELD, false, Release);
         true
     }
 
@@ -217,6 +266,39 @@ impl Readiness {
     #[inline]
     pub fn clear(&self, seen: usize, dir: usize) {
         self.state.clear(seen, dir);
+    }
+}
+
+/// What a readiness's `held` holds: a `Vec` boxed, so that a pointer to it fits one word
+/// (`AtomicCell` of a word-sized type is a plain atomic word, no lock of its own).
+#[allow(clippy::box_collection)]
+type HeldBytes = Option<Box<Vec<u8>>>;
+
+/// A readiness's held bytes, taken out of their word while its lock is held; put back when
+/// this is dropped, before the lock is let go (fields are dropped after `drop`).
+struct HeldGuard<'a> {
+    bytes: HeldBytes,
+    word: &'a AtomicCell<HeldBytes>,
+    _lock: parking_lot::MutexGuard<'a, ()>,
+}
+
+impl std::ops::Deref for HeldGuard<'_> {
+    type Target = HeldBytes;
+
+    fn deref(&self) -> &Self::Target {
+        &self.bytes
+    }
+}
+
+impl std::ops::DerefMut for HeldGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.bytes
+    }
+}
+
+impl Drop for HeldGuard<'_> {
+    fn drop(&mut self) {
+        self.word.store(self.bytes.take());
     }
 }
 
@@ -364,13 +446,13 @@ impl Reactor {
             let mut s = self.slots.lock();
             let idx = match s.free.pop() {
                 Some(i) => i,
-                None => {
-                    s.slots.push(Slot {
+                None => grow::push(
+                    &mut s.slots,
+                    Slot {
                         generation: 0,
                         ready: None,
-                    });
-                    (s.slots.len() - 1) as u32
-                }
+                    },
+                ) as u32,
             };
             let slot = &mut s.slots[idx as usize];
             slot.generation = slot.generation.wrapping_add(1);
@@ -508,7 +590,7 @@ impl Registration {
     /// Whether writability events are asked for already.
     #[inline]
     pub fn wants_write(&self) -> bool {
-        self.ready.write_interest.load(Relaxed)
+        self.ready.flag(WRITE_INTEREST, Relaxed)
     }
 
     /// Leaves the reactor and gives the descriptor back (to register it with another). Fails
@@ -529,7 +611,7 @@ impl Drop for Registration {
         if self.ready.staged.load(Relaxed) {
             batch::flush();
         }
-        self.ready.gone.store(true, Relaxed);
+        self.ready.set_flag(GONE, true, Relaxed);
         self.ready.drain_held();
         let _ = (self.reactor).ctl(libc::EPOLL_CTL_DEL, self.ready.fd.as_raw_fd(), 0, 0);
         self.reactor.free(self.ready.key);
@@ -571,6 +653,37 @@ mod tests {
         assert!(ready.poll(&mut cx, READ).is_ready());
         drop(reg);
         assert!(r.slots.lock().free.contains(&0));
+    }
+
+    /// One per registered socket (a client's, a server's). 88 bytes and the `Arc`'s two counts
+    /// take a 112-byte block from glibc; 89 would take 128. Raise the bound only knowingly.
+    #[test]
+    fn a_readiness_stays_small() {
+        let size = std::mem::size_of::<Readiness>();
+        assert!(size <= 88, "Readiness: {size} bytes");
+    }
+
+    #[test]
+    fn held_bytes_add_up_until_taken_or_sent() {
+        let r = Reactor::new().unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        let reg = r.register(a.into()).unwrap();
+        let ready = reg.readiness();
+        assert!(!ready.has_held());
+        ready.hold(b"ab", ready.now());
+        ready.hold(b"cd", ready.now());
+        assert!(ready.has_held());
+        assert_eq!(ready.take_held(), b"abcd");
+        assert!(!ready.has_held());
+        assert!(ready.take_held().is_empty());
+        // Sent when the socket has room, and nothing is left.
+        ready.hold(b"ef", ready.now());
+        assert!(ready.drain_held());
+        assert!(!ready.has_held());
+        let mut got = [0u8; 2];
+        std::io::Read::read_exact(&mut &b, &mut got).unwrap();
+        assert_eq!(&got, b"ef");
+        assert!(reg.wants_write(), "holding asked for writability");
     }
 }
 

@@ -47,7 +47,7 @@ fn scans(c: &mut Criterion) {
                 &mut st,
                 Track::Pin,
                 &hooks,
-                &mut Vec::new(),
+                &mut Default::default(),
                 1 << 30,
                 None,
             )
@@ -143,7 +143,7 @@ impl Tracked {
             &mut st,
             Track::Pin,
             &HookMap::quiet(),
-            &mut Vec::new(),
+            &mut Default::default(),
             1 << 30,
             Some(&mut link),
         )

@@ -23,7 +23,7 @@ pub struct ClientConn {
     pub worker: usize,
     /// Custom (dotted) setting names seen in the client's SET/RESET/set_config since the last
     /// capture; empty (no allocation) for almost every client.
-    pub custom: Vec<String>,
+    pub custom: thin_vec::ThinVec<String>,
     /// Its prepared statements (transaction and statement mode); empty until it prepares one.
     pub statements: ClientStatements,
     /// The last read of the (plaintext) socket found nothing and left this task registered for

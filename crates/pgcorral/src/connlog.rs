@@ -30,7 +30,7 @@ impl Display for Addr<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Addr::Shown(a) => a.fmt(f),
-            Addr::Entry(e) if e.unix => write!(f, "unix:{}", e.addr().port()),
+            Addr::Entry(e) if e.unix() => write!(f, "unix:{}", e.addr().port()),
             Addr::Entry(e) => e.addr().fmt(f),
         }
     }
@@ -42,8 +42,8 @@ impl<'a> Who<'a> {
         Who {
             side: 'C',
             id: e.id,
-            db: &e.database,
-            user: &e.user,
+            db: e.database(),
+            user: e.user(),
             addr: Addr::Shown(peer),
             since: Some(e.connect_time()),
         }
@@ -78,8 +78,8 @@ impl<'a> Who<'a> {
         Who {
             side: 'S',
             id: e.id,
-            db: &e.database,
-            user: &e.user,
+            db: e.database(),
+            user: e.user(),
             addr: Addr::Entry(e),
             since: Some(e.connect_time()),
         }

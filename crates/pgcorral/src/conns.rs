@@ -3,7 +3,7 @@
 //! it when dropped. Entries hold what does not change plus a few atomics (state, link, request
 //! time) that the data path sets with plain stores, once per transaction at most.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -56,20 +56,15 @@ impl State {
 pub struct Entry {
     /// Unique among clients and servers; what KILL_CLIENT and `link` name.
     pub id: u64,
-    /// Shared with the pool (no copy per client).
-    pub user: Arc<str>,
-    pub database: Arc<str>,
+    /// Its user, database, application name and TLS description, shared by the entries with
+    /// the same (see [`Texts`]): one pointer, not four strings' worth, per idle client.
+    names: Arc<Names>,
     /// The other end: the client's address, or the server's (see [`Entry::addr`]).
     addr: Addr,
     /// This end (see [`Entry::local`]).
     local: Addr,
-    /// Over a Unix socket: `addr` and `local` carry only the port (shown as "unix").
-    pub unix: bool,
     /// Microseconds since the epoch of the connection (see [`Entry::connect_time`]).
     connect_time: u64,
-    pub application_name: Box<str>,
-    /// TLS version and cipher suite ("TLSv1.3/TLS_AES_256_GCM_SHA384"); empty for plaintext.
-    pub tls: Box<str>,
     state: AtomicU8,
     /// Microseconds since the epoch of the last request (clients) or checkout (servers).
     request_time: AtomicU64,
@@ -77,15 +72,15 @@ pub struct Entry {
     link: AtomicU64,
     /// The server's backend process id (servers); 0 for clients.
     pub remote_pid: AtomicI32,
-    /// The pool generation a server was opened in (0 for clients).
-    pub generation: u64,
+    /// The pool generation a server was opened in (0 for clients); see [`Entry::generation`].
+    generation: u32,
     /// Set to end the connection (KILL, KILL_CLIENT): a client's task stops and reports it.
     killed: AtomicU8,
     /// The client task to wake when it is killed (see [`Killable`]): set when the task first
-    /// polls it, and again only if the task's waker changes.
-    waker: Mutex<Option<Waker>>,
-    /// Why a client keeps its server between transactions (empty when it does not).
-    pinned: Mutex<Box<str>>,
+    /// polls it, and again only if the task's waker changes; and why the client is pinned to
+    /// its server (SHOW CLIENTS), empty when it is not. Under one lock (a lock's word less
+    /// per entry): neither is touched per transaction.
+    waker: Mutex<(Option<Waker>, Box<str>)>,
     /// Prepared statements the client has, or the server holds, as its last relay left them.
     prepared: AtomicU32,
     /// A replication connection's kind, as an index in [`REPLICATION`].
@@ -131,13 +126,17 @@ fn now_us() -> u64 {
 struct Addr {
     ip: IpAddr,
     port: u16,
+    /// A Unix socket's: only the port means anything (shown as "unix"). In the byte the
+    /// address leaves over.
+    unix: bool,
 }
 
-impl From<SocketAddr> for Addr {
-    fn from(a: SocketAddr) -> Addr {
+impl Addr {
+    fn new(a: SocketAddr, unix: bool) -> Addr {
         Addr {
             ip: a.ip(),
             port: a.port(),
+            unix,
         }
     }
 }
@@ -152,6 +151,11 @@ impl Entry {
     /// This end of the connection.
     pub fn local(&self) -> SocketAddr {
         SocketAddr::new(self.local.ip, self.local.port)
+    }
+
+    /// Over a Unix socket: [`Entry::addr`] and [`Entry::local`] carry only the port.
+    pub fn unix(&self) -> bool {
+        self.addr.unix
     }
 
     pub fn state(&self) -> State {
@@ -189,7 +193,7 @@ impl Entry {
 
     /// Wakes the task that runs the entry's [`Killable`], if it has been polled.
     fn wake(&self) {
-        if let Some(w) = &*self.waker.lock() {
+        if let Some(w) = &self.waker.lock().0 {
             w.wake_by_ref();
         }
     }
@@ -211,11 +215,35 @@ impl Entry {
     }
 
     pub fn pinned(&self) -> String {
-        self.pinned.lock().to_string()
+        self.waker.lock().1.to_string()
     }
 
     pub fn set_pinned(&self, why: String) {
-        *self.pinned.lock() = why.into_boxed_str();
+        self.waker.lock().1 = why.into_boxed_str();
+    }
+
+    /// Its user (a server's: the login user), shared with the pool.
+    pub fn user(&self) -> &Arc<str> {
+        &self.names.user
+    }
+
+    pub fn database(&self) -> &Arc<str> {
+        &self.names.database
+    }
+
+    /// As the client sent it at login; empty for servers.
+    pub fn application_name(&self) -> &str {
+        &self.names.application_name
+    }
+
+    /// TLS version and cipher suite ("TLSv1.3/TLS_AES_256_GCM_SHA384"); empty for plaintext.
+    pub fn tls(&self) -> &str {
+        &self.names.tls
+    }
+
+    /// The pool generation a server was opened in (0 for clients).
+    pub fn generation(&self) -> u64 {
+        self.generation.into()
     }
 
     pub fn prepared(&self) -> u32 {
@@ -295,7 +323,7 @@ impl<F: Future> Future for Killable<F> {
             .is_some_and(|w| w.will_wake(cx.waker()))
         {
             let w = cx.waker().clone();
-            *this.entry.waker.lock() = Some(w.clone());
+            this.entry.waker.lock().0 = Some(w.clone());
             *this.registered = Some(w);
             // A kill between the first look and the registration found no (or a stale)
             // waker; its flag is visible once the lock is taken after it.
@@ -329,6 +357,39 @@ pub struct Lists {
     next_id: AtomicU64,
     clients: Mutex<HashMap<u64, Arc<Entry>>>,
     servers: Mutex<HashMap<u64, Arc<Entry>>>,
+    texts: Texts,
+}
+
+/// An entry's names: many entries have the same (a pool's user and database, an application's
+/// name).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Names {
+    user: Arc<str>,
+    database: Arc<str>,
+    application_name: Box<str>,
+    tls: Box<str>,
+}
+
+/// The [`Names`] the entries hold, each kept once: an idle client's own copy would be an
+/// allocation more (and its own application name another). Names no entry holds any more
+/// are dropped by [`Lists::slim_idle_clients`].
+#[derive(Default)]
+struct Texts(Mutex<HashSet<Arc<Names>>>);
+
+impl Texts {
+    fn get(&self, names: Names) -> Arc<Names> {
+        let mut kept = self.0.lock();
+        if let Some(n) = kept.get(&names) {
+            return n.clone();
+        }
+        let n = Arc::new(names);
+        kept.insert(n.clone());
+        n
+    }
+
+    fn prune(&self) {
+        self.0.lock().retain(|n| Arc::strong_count(n) > 1);
+    }
 }
 
 /// Which list.
@@ -412,22 +473,23 @@ impl Lists {
         let now = now_us();
         let entry = Arc::new(Entry {
             id,
-            user: n.user,
-            database: n.database,
-            addr: n.addr.into(),
-            local: n.local.into(),
-            unix: n.unix,
+            names: self.texts.get(Names {
+                user: n.user,
+                database: n.database,
+                application_name: n.application_name.into_boxed_str(),
+                tls: n.tls.into_boxed_str(),
+            }),
+            addr: Addr::new(n.addr, n.unix),
+            local: Addr::new(n.local, n.unix),
             connect_time: now,
-            application_name: n.application_name.into_boxed_str(),
-            tls: n.tls.into_boxed_str(),
             state: AtomicU8::new(n.state as u8),
             request_time: AtomicU64::new(now),
             link: AtomicU64::new(0),
             remote_pid: AtomicI32::new(n.remote_pid),
-            generation: n.generation,
+            // A pool's generation goes up by one per RECONNECT or reload that changes it.
+            generation: u32::try_from(n.generation).unwrap_or(u32::MAX),
             killed: Default::default(),
             waker: Default::default(),
-            pinned: Mutex::default(),
             prepared: AtomicU32::new(0),
             replication: AtomicU8::new(0),
             slim: AtomicU8::new(SLIM_NO),
@@ -450,7 +512,8 @@ impl Lists {
     /// Asks the clients that hold no server and have sent no request for `idle` to wait for
     /// their next one without their request loop's state, and wakes them for it (once per
     /// idle spell: see [`Entry::take_slim`]); a busy client is never asked. Gives back the
-    /// room the lists kept after a burst of connections. Returns how many clients are listed.
+    /// room the lists kept after a burst of connections, and the texts no entry holds. Returns
+    /// how many clients are listed.
     pub fn slim_idle_clients(&self, idle: std::time::Duration) -> usize {
         let before = now_us().saturating_sub(idle.as_micros() as u64);
         let mut clients = self.clients.lock();
@@ -468,6 +531,7 @@ impl Lists {
         let listed = clients.len();
         drop(clients);
         shrink(&mut self.servers.lock());
+        self.texts.prune();
         listed
     }
 

@@ -1,7 +1,7 @@
 //! The handle every task gets: configuration, pools, the cancel map, client accounting and the
 //! shutdown signal. Built once at start and passed down; cheap to clone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -251,9 +251,16 @@ impl Drop for LoginCount {
 /// [`ClientCount::name`] counted it there).
 pub struct ClientCount {
     services: Services,
-    /// Its database and user, as the count's map holds them (held here rather than boxed: a
-    /// box is an allocation more per idle client).
-    names: Option<(Arc<str>, Arc<str>)>,
+    /// Its database and user, as the count's map holds them: one pointer, shared by the clients
+    /// counted under the same two names.
+    names: Option<Arc<Pair>>,
+}
+
+/// A database and a user that clients are counted under (see [`ByName`]).
+#[derive(PartialEq, Eq, Hash)]
+struct Pair {
+    database: Arc<str>,
+    user: Arc<str>,
 }
 
 impl ClientCount {
@@ -280,11 +287,8 @@ impl ClientCount {
 
 impl Drop for ClientCount {
     fn drop(&mut self) {
-        if let Some((database, user)) = self.names.take() {
-            self.services
-                .clients_by_name
-                .lock()
-                .remove(&database, &user);
+        if let Some(pair) = self.names.take() {
+            self.services.clients_by_name.lock().remove(pair);
         }
         self.services.clients.fetch_sub(1, Ordering::AcqRel);
     }
@@ -295,6 +299,8 @@ impl Drop for ClientCount {
 pub struct ByName {
     database: HashMap<Arc<str>, usize>,
     user: HashMap<Arc<str>, usize>,
+    /// The pairs counted clients hold, each kept once (while a client holds it).
+    pairs: HashSet<Arc<Pair>>,
 }
 
 /// Which of [`ByName`]'s counts.
@@ -322,11 +328,17 @@ impl ByName {
     }
 
     /// Counts one client more under `database` and `user`; returns the names as kept here.
-    fn add(&mut self, database: &str, user: &str) -> (Arc<str>, Arc<str>) {
-        (
-            self.add_one(Side::Database, database),
-            self.add_one(Side::User, user),
-        )
+    fn add(&mut self, database: &str, user: &str) -> Arc<Pair> {
+        let pair = Pair {
+            database: self.add_one(Side::Database, database),
+            user: self.add_one(Side::User, user),
+        };
+        if let Some(kept) = self.pairs.get(&pair) {
+            return kept.clone();
+        }
+        let kept = Arc::new(pair);
+        self.pairs.insert(kept.clone());
+        kept
     }
 
     fn add_one(&mut self, side: Side, name: &str) -> Arc<str> {
@@ -341,8 +353,14 @@ impl ByName {
         kept
     }
 
-    fn remove(&mut self, database: &str, user: &str) {
-        for (side, name) in [(Side::Database, database), (Side::User, user)] {
+    /// Counts one client less under the pair it held.
+    fn remove(&mut self, pair: Arc<Pair>) {
+        // Every clone of a pair is made and dropped under the lock: the set's and this one
+        // are the last.
+        if Arc::strong_count(&pair) == 2 {
+            self.pairs.remove(&pair);
+        }
+        for (side, name) in [(Side::Database, &pair.database), (Side::User, &pair.user)] {
             let map = self.map(side);
             if let Some(n) = map.get_mut(name) {
                 *n = n.saturating_sub(1);
@@ -498,10 +516,10 @@ mod tests {
     fn clients_by_name_are_capped_per_database_then_per_user() {
         use super::{ByName, Side};
         let mut by = ByName::default();
-        by.add("app", "alice");
-        by.add("app", "bob");
+        let alice = by.add("app", "alice");
+        let bob = by.add("app", "bob");
         assert_eq!(by.over("app", "bob", (2, 1), false), Ok(()));
-        by.add("app", "bob");
+        let bob2 = by.add("app", "bob");
         // Three on app (cap 2) and two as bob (cap 1): the database's cap is named first.
         assert_eq!(
             by.over("app", "bob", (2, 1), false),
@@ -513,21 +531,30 @@ mod tests {
         );
         assert_eq!(by.over("app", "bob", (0, 0), false), Ok(()));
         assert_eq!(by.over("app", "bob", (2, 1), true), Ok(()));
-        by.remove("app", "bob");
-        by.remove("app", "bob");
+        by.remove(bob);
+        by.remove(bob2);
         assert_eq!(by.count(Side::Database, "app"), 1);
         assert_eq!(by.count(Side::User, "bob"), 0);
         assert!(!by.user.contains_key("bob"));
-        by.remove("app", "alice");
-        assert!(by.database.is_empty() && by.user.is_empty());
+        by.remove(alice);
+        assert!(by.database.is_empty() && by.user.is_empty() && by.pairs.is_empty());
     }
 
     #[test]
     fn clients_share_the_names_they_are_counted_under() {
         let mut by = super::ByName::default();
-        let (app, alice) = by.add("app", "alice");
-        let (app2, bob) = by.add("app", "bob");
-        assert!(std::sync::Arc::ptr_eq(&app, &app2));
-        assert_eq!((&*app, &*alice, &*bob), ("app", "alice", "bob"));
+        let alice = by.add("app", "alice");
+        let bob = by.add("app", "bob");
+        let bob2 = by.add("app", "bob");
+        assert!(std::sync::Arc::ptr_eq(&alice.database, &bob.database));
+        assert!(std::sync::Arc::ptr_eq(&bob, &bob2), "one pair for both");
+        assert_eq!(
+            (&*alice.database, &*alice.user, &*bob.user),
+            ("app", "alice", "bob")
+        );
+        by.remove(bob);
+        assert_eq!(by.pairs.len(), 2, "bob2 still holds it");
+        by.remove(bob2);
+        assert_eq!(by.pairs.len(), 1);
     }
 }

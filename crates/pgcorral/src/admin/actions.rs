@@ -131,7 +131,7 @@ pub fn kill(services: &Services, db: Option<&str>) -> Result<(), Refusal> {
     }
     let mut n = 0;
     for c in services.pools.lists.all(Kind::Client) {
-        if db.is_none_or(|d| &*c.database == d) && !super::is_console(&c.database) {
+        if db.is_none_or(|d| &**c.database() == d) && !super::is_console(c.database()) {
             c.kill();
             n += 1;
         }
@@ -179,7 +179,7 @@ pub async fn wait_close(services: &Services, db: Option<&str>) -> Result<(), Ref
         let old = services.pools.lists.all(Kind::Server).into_iter().any(|s| {
             pools
                 .iter()
-                .any(|p| p.name().0 == &*s.database && s.generation < p.generation())
+                .any(|p| p.name().0 == &**s.database() && s.generation() < p.generation())
         });
         if !old {
             return Ok(());

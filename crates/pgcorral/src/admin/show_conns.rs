@@ -79,12 +79,12 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
                 // (or a changed address) is retiring: closed when its client is done with it.
                 let node = pools
                     .iter()
-                    .filter(|p| p.name().0 == &*e.database)
+                    .filter(|p| p.name().0 == &**e.database())
                     .filter_map(|p| p.node())
                     .find(|n| serves(n, e.addr()));
                 let retiring = pools
                     .iter()
-                    .any(|p| p.name().0 == &*e.database && e.generation < p.generation());
+                    .any(|p| p.name().0 == &**e.database() && e.generation() < p.generation());
                 row.push(node.map_or("primary", |n| n.role().name()).into());
                 let health = match node.map(|n| topology::status(n)) {
                     _ if retiring => "retiring",
@@ -146,8 +146,8 @@ fn base_row(e: &conns::Entry, kind: Kind, state: &str, now: std::time::SystemTim
     let link = e.link();
     vec![
         if kind == Kind::Client { "C" } else { "S" }.into(),
-        (&*e.user).into(),
-        (&*e.database).into(),
+        (&**e.user()).into(),
+        (&**e.database()).into(),
         state.into(),
         host(e, e.addr()).into(),
         e.addr().port().into(),
@@ -167,8 +167,8 @@ fn base_row(e: &conns::Entry, kind: Kind, state: &str, now: std::time::SystemTim
         e.remote_pid
             .load(std::sync::atomic::Ordering::Relaxed)
             .into(),
-        (&*e.tls).into(),
-        (&*e.application_name).into(),
+        e.tls().into(),
+        e.application_name().into(),
     ]
 }
 
@@ -179,7 +179,7 @@ fn later_cells(e: &conns::Entry) -> [Cell; 3] {
 
 /// An address column: the IP, or "unix" for a connection over a Unix socket (as PgBouncer).
 fn host(e: &conns::Entry, addr: std::net::SocketAddr) -> String {
-    if e.unix {
+    if e.unix() {
         "unix".into()
     } else {
         addr.ip().to_string()

@@ -65,7 +65,7 @@ pub fn decide(
     }
     // An IPv4 client of an IPv6 listener (`::ffff:10.1.2.3`) is taken, and named, as IPv4.
     let from = match peer {
-        Peer::Tcp(addr) => Some(addr.ip().to_canonical()),
+        Peer::Tcp(addr) => Some(addr.ip.to_canonical()),
         Peer::Unix { .. } => None,
     };
     // Physical replication (`replication=true`) matches only the `replication` keyword;

@@ -163,7 +163,7 @@ pub(super) async fn admit(
             connlog::login(
                 g.general.conn_logging(),
                 &Who::client(listed, &client.peer),
-                &listed.tls,
+                listed.tls(),
             );
             Some(admitted)
         }
@@ -546,7 +546,7 @@ async fn login(
         secret,
         settings,
         startup,
-        pinned: Vec::new(),
+        pinned: Box::default(),
         wait,
     }));
     Ok((session, count))
@@ -743,7 +743,7 @@ pub(super) fn list_at(
         Peer::Unix { port, pid, .. } => (Peer::unix_addr(port), Peer::unix_addr(port), pid),
         Peer::Tcp(addr) => {
             let local = local.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-            (addr, local, 0)
+            (addr.socket_addr(), local, 0)
         }
     };
     services.pools.lists.add_as(

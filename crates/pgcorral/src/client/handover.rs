@@ -60,8 +60,7 @@ pub(super) fn movable(client: &ClientConn, session: &LoggedIn) -> bool {
 
 /// Sends the client to the new process. It leaves this one as a client that went away (its
 /// cancel key, its place in the pool's and SHOW CLIENTS' counts), without a word to it.
-#[allow(clippy::boxed_local)] // the session as the task holds it: not moved out of its box
-pub(super) fn send(client: ClientConn, session: Box<LoggedIn>, services: &Services) {
+pub(super) fn send(client: ClientConn, session: LoggedIn, services: &Services) {
     let Some(to) = services.handover.get() else {
         return;
     };
@@ -84,15 +83,15 @@ pub(super) fn send(client: ClientConn, session: Box<LoggedIn>, services: &Servic
         }
     };
     let handed = Handed {
-        database: session.listed.database.to_string(),
-        user: session.listed.user.to_string(),
-        application_name: session.listed.application_name.to_string(),
+        database: session.listed.database().to_string(),
+        user: session.listed.user().to_string(),
+        application_name: session.listed.application_name().to_string(),
         pid: session.pid,
         secret: session.secret,
         peer,
         settings: session.settings.to_vec(),
         startup: session.startup.to_vec(),
-        custom,
+        custom: custom.into(),
         unread: buf.to_vec(),
         unnamed: statements.unnamed().unwrap_or_default().to_vec(),
         unsent,
@@ -196,7 +195,7 @@ fn session_of(
         secret: h.secret,
         settings: Arc::new(h.settings.clone()),
         startup: Arc::new(h.startup.clone()),
-        pinned: Vec::new(),
+        pinned: Box::default(),
         wait,
     };
     let mut statements = prepared::ClientStatements::default();
@@ -207,7 +206,7 @@ fn session_of(
         buf: BytesMut::from(&h.unread[..]),
         pass: 0,
         max_len: h.max_len,
-        custom: h.custom.clone(),
+        custom: h.custom.as_slice().into(),
         statements,
         session: Box::new(session),
         count,
@@ -270,7 +269,7 @@ impl Handed {
         let pid = r.u32()? as i32;
         let secret = r.u32()? as i32;
         let peer = match r.u8()? {
-            0 => Peer::Tcp(r.str()?.parse().ok()?),
+            0 => Peer::Tcp(r.str()?.parse::<SocketAddr>().ok()?.into()),
             1 => {
                 let port = u16::try_from(r.u32()?).ok()?;
                 let pid = r.u32()? as i32;
@@ -394,7 +393,7 @@ mod tests {
         let bytes = h.encode();
         assert_eq!(Handed::decode(&bytes), Some(h.clone()));
         let tcp = Handed {
-            peer: Peer::Tcp("[::1]:5000".parse().unwrap()),
+            peer: Peer::Tcp("[::1]:5000".parse::<SocketAddr>().unwrap().into()),
             client_key: None,
             ..h
         };

@@ -49,5 +49,11 @@ pub(super) fn serve<'a>(
 /// The client's client_idle_timeout under the configuration now (its user's own, else
 /// [general]'s).
 fn idle_timeout(services: &Services, session: &LoggedIn) -> Option<Duration> {
-    timeouts(&services.config.load().client_timeouts(&session.listed.user)).client_idle
+    timeouts(
+        &services
+            .config
+            .load()
+            .client_timeouts(session.listed.user()),
+    )
+    .client_idle
 }

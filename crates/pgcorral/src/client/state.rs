@@ -26,7 +26,7 @@ pub(super) async fn restore(server: &mut Checkout, settings: &Settings) -> Resul
 pub(super) async fn recapture(
     session: &mut LoggedIn,
     server: &mut Checkout,
-    seen: &mut Vec<String>,
+    seen: &mut thin_vec::ThinVec<String>,
     keeps: bool,
 ) -> Result<()> {
     let login_user = session.pool.server_user();
@@ -36,14 +36,14 @@ pub(super) async fn recapture(
         .collect();
     custom.sort();
     custom.dedup();
-    *seen = Vec::new();
+    *seen = Default::default();
     let captured = apply::capture(server, &login_user, &custom).await?;
     session.settings = session::with_startup(&captured.settings, &session.startup);
     if keeps {
         // Session mode: the server is the client's anyway; nothing pins.
         return apply::reinstate(server, &captured.on_server, &session.settings).await;
     }
-    if captured.pins != session.pinned {
+    if *captured.pins != *session.pinned {
         if captured.pins.is_empty() {
             tracing::info!(
                 pid = session.pid,
@@ -52,7 +52,7 @@ pub(super) async fn recapture(
         } else {
             tracing::info!(pid = session.pid, reasons = ?captured.pins, "client pinned to its server connection until this state is released");
         }
-        session.pinned = captured.pins;
+        session.pinned = captured.pins.into_boxed_slice();
         session.listed.set_pinned(session.pinned.join(", "));
     }
     server.bound = !session.pinned.is_empty();

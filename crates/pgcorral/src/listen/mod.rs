@@ -222,7 +222,7 @@ impl Pooler {
                 r = listener.accept() => r.and_then(|(stream, peer)| {
                     let _ = stream.set_nodelay(true);
                     // Off tokio's reactor, to be registered with the worker's own.
-                    Ok((Detached::Plain(stream.into_std()?, Vec::new()), Peer::Tcp(peer)))
+                    Ok((Detached::Plain(stream.into_std()?, Vec::new()), Peer::Tcp(peer.into())))
                 }),
                 r = accept_unix(unix.as_ref()) => r,
                 r = accept_takeover(takeover.as_ref()), if giving.is_none() => {

@@ -42,23 +42,39 @@ pub fn release_free_memory() -> bool {
     false
 }
 
-/// When to trim: after at least [`Burst::LEFT`] clients left since the most listed at once.
+/// When to trim: once a burst of at least [`Burst::SIZE`] clients, arriving or leaving, has
+/// settled. Logins leave holes: a login's short-lived blocks (its first stage's future, the
+/// SCRAM exchange, buffers) are freed around the long-lived blocks of the clients that
+/// logged in beside it, and whole free pages among them stay resident until trimmed (about 50
+/// bytes per idle client after 10,000 logins, bench/results/2026-11-28-idle-memory-3.md).
 #[derive(Default)]
 pub struct Burst {
+    /// The most and the fewest clients since the last trim.
     peak: usize,
+    low: Option<usize>,
+    /// The count at the last look.
+    last: usize,
 }
 
 impl Burst {
-    /// Clients that must have left since the peak before memory is trimmed.
-    pub const LEFT: usize = 1000;
+    /// Clients that must have come or gone since the last trim.
+    pub const SIZE: usize = 1000;
+    /// Settled: fewer than this many came or went since the last look.
+    const STILL: usize = Self::SIZE / 10;
 
-    /// Notes `clients` listed now; true when a burst has left (and the peak starts over).
-    pub fn left(&mut self, clients: usize) -> bool {
+    /// Notes `clients` now (called every tick); true when memory is to be trimmed (and the
+    /// count starts over from here).
+    pub fn settled(&mut self, clients: usize) -> bool {
+        let low = self.low.get_or_insert(clients);
+        *low = (*low).min(clients);
         self.peak = self.peak.max(clients);
-        if self.peak - clients < Self::LEFT {
+        let still = clients.abs_diff(self.last) < Self::STILL;
+        self.last = clients;
+        let moved = self.peak - clients >= Self::SIZE || clients - *low >= Self::SIZE;
+        if !(still && moved) {
             return false;
         }
-        self.peak = clients;
+        (self.peak, self.low) = (clients, Some(clients));
         true
     }
 }
@@ -68,16 +84,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_burst_is_trimmed_once_after_it_left() {
+    fn a_burst_is_trimmed_once_it_has_settled() {
         let mut b = Burst::default();
-        assert!(!b.left(10));
-        assert!(!b.left(5000));
-        assert!(!b.left(4500));
-        assert!(b.left(3900));
-        assert!(!b.left(3000), "900 left since the last trim");
-        assert!(b.left(2800));
-        assert!(!b.left(3500), "more came: a new peak");
-        assert!(!b.left(2600));
+        assert!(!b.settled(10));
+        assert!(!b.settled(5000), "still arriving");
+        assert!(b.settled(5050), "arrived, and settled");
+        assert!(!b.settled(5050), "nothing new since the trim");
+        assert!(!b.settled(4500));
+        assert!(!b.settled(3900), "still leaving");
+        assert!(b.settled(3900), "left, and settled");
+        assert!(!b.settled(3000));
+        assert!(!b.settled(3000), "900 left since the last trim");
+        assert!(!b.settled(2800));
+        assert!(b.settled(2800));
+        assert!(!b.settled(3500));
+        assert!(!b.settled(3500), "700 came since the last trim");
     }
 
     #[test]

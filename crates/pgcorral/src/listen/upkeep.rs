@@ -3,7 +3,7 @@
 //! servers ([`Pool::maintain`](crate::pool::Pool)), frees pools idle past pool_idle_timeout,
 //! starts the health checks of databases with replicas when due, and logs PgBouncer's stats
 //! line every `stats_period` (`log_stats`); every [`SLIM_EVERY`] ticks, slims idle clients
-//! down and gives memory back after a burst of clients left.
+//! down; every tick, gives memory back once a burst of clients came or left.
 
 use std::time::Duration;
 
@@ -35,11 +35,16 @@ pub async fn run(services: Services) {
         }
         ticks = ticks.wrapping_add(1);
         if ticks.is_multiple_of(SLIM_EVERY) {
-            let clients = services.pools.lists.slim_idle_clients(SLIM_AFTER);
-            if burst.left(clients) {
-                let released = trim::release_free_memory();
-                tracing::debug!(clients, released, "clients left: free memory given back");
-            }
+            services.pools.lists.slim_idle_clients(SLIM_AFTER);
+        }
+        let clients = services.clients.load(std::sync::atomic::Ordering::Relaxed);
+        if burst.settled(clients) {
+            let released = trim::release_free_memory();
+            tracing::debug!(
+                clients,
+                released,
+                "clients came or left: free memory given back"
+            );
         }
         let no_new_servers = services.shutdown.is_cancelled();
         for topology in services.pools.topologies() {

@@ -56,14 +56,19 @@ enum Open<'a> {
 /// How long a client may wait for a server when that is not its pool's setting: under a
 /// forced user, the pool is the forced user's, and a client whose login user has a
 /// `query_wait_timeout` of its own waits that long (PgBouncer's rule). The default: the pool's.
+/// In ms (0 = forever; beyond 49 days, 49 days), 8 bytes in every idle client's session.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClientWait(Option<Option<Duration>>);
+pub struct ClientWait(Option<u32>);
 
 impl ClientWait {
     /// A client logged in as `user` under `config`: its own `query_wait_timeout`, when its
     /// `[users]` entry has one.
     pub fn of_user(config: &Config, user: &str) -> ClientWait {
-        ClientWait(config.own_query_wait_timeout(user).map(millis_opt))
+        ClientWait(
+            config
+                .own_query_wait_timeout(user)
+                .map(|ms| u32::try_from(ms).unwrap_or(u32::MAX)),
+        )
     }
 }
 
@@ -130,7 +135,9 @@ pub struct PoolSettings {
 impl PoolSettings {
     /// `query_wait_timeout` for `client`: its own, else the pool's.
     fn wait_timeout(&self, client: ClientWait) -> Option<Duration> {
-        client.0.unwrap_or(self.wait_timeout)
+        client
+            .0
+            .map_or(self.wait_timeout, |ms| millis_opt(ms.into()))
     }
 
     /// How long a client may wait for a server: the shorter of `wait_timeout` and

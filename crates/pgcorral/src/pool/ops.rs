@@ -66,8 +66,8 @@ impl Pool {
             .map(|e| (e.id, e))
             .collect();
         for server in self.0.lists.all(conns::Kind::Server) {
-            let ours = Arc::ptr_eq(&server.database, &self.0.listed_names.0);
-            if ours && server.generation < generation && server.link() != 0 {
+            let ours = Arc::ptr_eq(server.database(), &self.0.listed_names.0);
+            if ours && server.generation() < generation && server.link() != 0 {
                 if let Some(client) = clients.get(&server.link()) {
                     client.kill_for(conns::Killed::ConfigChanged);
                 }

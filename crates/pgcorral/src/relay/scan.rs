@@ -316,7 +316,7 @@ pub fn scan_client(
     st: &mut LinkState,
     track: Track,
     hooks: &HookMap,
-    custom: &mut Vec<String>,
+    custom: &mut thin_vec::ThinVec<String>,
     max: u32,
     mut link: Option<&mut Link>,
 ) -> Result<ClientScan, FrameError> {

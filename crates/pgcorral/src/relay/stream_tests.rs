@@ -95,7 +95,7 @@ async fn an_error_reaches_a_streaming_client_while_it_sends() {
         pass: 0,
         max_len: 1 << 20,
         worker: 0,
-        custom: Vec::new(),
+        custom: Default::default(),
         statements: Default::default(),
         read_armed: false,
     };

@@ -27,7 +27,7 @@ fn scan_plain_client(
         st,
         track,
         &HookMap::quiet(),
-        &mut Vec::new(),
+        &mut Default::default(),
         1 << 20,
         None,
     )
@@ -312,7 +312,7 @@ impl Tracked {
             st,
             Track::Pin,
             &HookMap::quiet(),
-            &mut Vec::new(),
+            &mut Default::default(),
             1 << 20,
             Some(&mut link),
         )
@@ -1076,7 +1076,7 @@ proptest::proptest! {
     fn scans_never_overrun(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
         let mut st = LinkState::default();
         let mut pass = 0;
-        if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, Track::Pin, &HookMap::quiet(), &mut Vec::new(), 1 << 16, None) {
+        if let Ok(s) = scan_client(&bytes, &mut pass, &mut st, Track::Pin, &HookMap::quiet(), &mut Default::default(), 1 << 16, None) {
             proptest::prop_assert!(s.ready <= bytes.len());
         }
         let mut pass = 0;
