@@ -27,7 +27,7 @@ fn run(
     };
     let mut buf: Vec<u8> = Vec::new();
     let mut pass = 0usize;
-    let mut custom = Vec::new();
+    let mut custom = Default::default();
     let mut fed = 0;
     let mut i = 0;
     while fed < data.len() {
