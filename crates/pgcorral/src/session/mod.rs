@@ -266,10 +266,7 @@ pub fn parse_capture(rows: Vec<Vec<Option<String>>>) -> Captured {
         match kind.as_str() {
             "s" => settings.push((name, value.unwrap_or_default())),
             "q" => statements.push(name),
-            "o" => {
-                set_in_session = name == "session";
-                timeout = value;
-            }
+            "o" => timeout = value,
             "w" => set_in_session = name == "session",
             "r" => reset = value,
             _ => pins.push(name),
@@ -383,8 +380,13 @@ mod tests {
     #[test]
     fn a_capture_keeps_the_clients_statement_timeout() {
         let row = |k: &str, n: &str, v: &str| vec![Some(k.into()), Some(n.into()), Some(v.into())];
+        // The timeout as the first statement reads it, and its source from the second (rows
+        // `o` and `w`, as capture_sql's statements return them).
+        let timeout = |v: &str| row("o", "not read", v);
+        let source = |n: &str| vec![Some("w".into()), Some(n.into()), None];
         let c = parse_capture(vec![
-            row("o", "session", "1ms"),
+            timeout("1ms"),
+            source("session"),
             row("s", "statement_timeout", "0"),
             row("r", "statement_timeout", "0"),
             row("s", "TimeZone", "UTC"),
@@ -398,7 +400,8 @@ mod tests {
             *s(&[("TimeZone", "UTC"), ("statement_timeout", "0")])
         );
         let c = parse_capture(vec![
-            row("o", "default", "0"),
+            timeout("0"),
+            source("default"),
             row("s", "statement_timeout", "0"),
             row("r", "statement_timeout", "0"),
         ]);
@@ -406,13 +409,15 @@ mod tests {
         assert_eq!(*c.on_server, *s(&[("statement_timeout", "0")]));
         // A server whose default is not 0: a client's 0 is kept.
         let c = parse_capture(vec![
-            row("o", "configuration file", "0"),
+            timeout("0"),
+            source("configuration file"),
             row("r", "statement_timeout", "30000"),
         ]);
         assert_eq!(*c.settings, *s(&[("statement_timeout", "0")]));
         // SET statement_timeout = 0 in the session, the server's default being 0.
         let c = parse_capture(vec![
-            row("o", "session", "0"),
+            timeout("0"),
+            source("session"),
             row("r", "statement_timeout", "0"),
         ]);
         assert_eq!(*c.settings, *s(&[("statement_timeout", "0")]));
