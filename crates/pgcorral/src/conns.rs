@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 
 use crate::clock;
 use crate::clock::Tick;
+use crate::intern;
 
 /// A connection's state, as PgBouncer names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,11 +77,8 @@ pub struct Entry {
     generation: u32,
     /// Set to end the connection (KILL, KILL_CLIENT): a client's task stops and reports it.
     killed: AtomicU8,
-    /// The client task to wake when it is killed (see [`Killable`]): set when the task first
-    /// polls it, and again only if the task's waker changes; and why the client is pinned to
-    /// its server (SHOW CLIENTS), empty when it is not. Under one lock (a lock's word less
-    /// per entry): neither is touched per transaction.
-    waker: Mutex<(Option<Waker>, Box<str>)>,
+    /// Under one lock (a lock's word less per entry): neither is touched per transaction.
+    locked: Mutex<Locked>,
     /// Prepared statements the client has, or the server holds, as its last relay left them.
     prepared: AtomicU32,
     /// A replication connection's kind, as an index in [`REPLICATION`].
@@ -193,7 +191,7 @@ impl Entry {
 
     /// Wakes the task that runs the entry's [`Killable`], if it has been polled.
     fn wake(&self) {
-        if let Some(w) = &self.waker.lock().0 {
+        if let Some(w) = &self.locked.lock().waker {
             w.wake_by_ref();
         }
     }
@@ -215,11 +213,11 @@ impl Entry {
     }
 
     pub fn pinned(&self) -> String {
-        self.waker.lock().1.to_string()
+        self.locked.lock().pinned.to_string()
     }
 
     pub fn set_pinned(&self, why: String) {
-        self.waker.lock().1 = why.into_boxed_str();
+        self.locked.lock().pinned = why.into_boxed_str();
     }
 
     /// Its user (a server's: the login user), shared with the pool.
@@ -323,7 +321,7 @@ impl<F: Future> Future for Killable<F> {
             .is_some_and(|w| w.will_wake(cx.waker()))
         {
             let w = cx.waker().clone();
-            this.entry.waker.lock().0 = Some(w.clone());
+            this.entry.locked.lock().waker = Some(w.clone());
             *this.registered = Some(w);
             // A kill between the first look and the registration found no (or a stale)
             // waker; its flag is visible once the lock is taken after it.
@@ -360,6 +358,16 @@ pub struct Lists {
     texts: Texts,
 }
 
+/// What an entry keeps under its lock.
+#[derive(Debug, Default)]
+struct Locked {
+    /// The client task to wake when it is killed (see [`Killable`]): set when the task first
+    /// polls it, and again only if the task's waker changes.
+    waker: Option<Waker>,
+    /// Why the client is pinned to its server (SHOW CLIENTS), empty when it is not.
+    pinned: Box<str>,
+}
+
 /// An entry's names: many entries have the same (a pool's user and database, an application's
 /// name).
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -378,13 +386,7 @@ struct Texts(Mutex<HashSet<Arc<Names>>>);
 
 impl Texts {
     fn get(&self, names: Names) -> Arc<Names> {
-        let mut kept = self.0.lock();
-        if let Some(n) = kept.get(&names) {
-            return n.clone();
-        }
-        let n = Arc::new(names);
-        kept.insert(n.clone());
-        n
+        intern::kept(&mut self.0.lock(), names)
     }
 
     fn prune(&self) {
@@ -489,7 +491,7 @@ impl Lists {
             // A pool's generation goes up by one per RECONNECT or reload that changes it.
             generation: u32::try_from(n.generation).unwrap_or(u32::MAX),
             killed: Default::default(),
-            waker: Default::default(),
+            locked: Default::default(),
             prepared: AtomicU32::new(0),
             replication: AtomicU8::new(0),
             slim: AtomicU8::new(SLIM_NO),

@@ -35,6 +35,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hba;
+pub mod intern;
 pub mod listen;
 pub mod login_places;
 pub mod logsafe;

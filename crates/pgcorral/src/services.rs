@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::conns;
 use crate::control;
 use crate::hba::Hba;
+use crate::intern;
 use crate::login_places::{Lane, Places, Source};
 use crate::pool::registry::Registry;
 use crate::pool::stats::Stats;
@@ -333,12 +334,7 @@ impl ByName {
             database: self.add_one(Side::Database, database),
             user: self.add_one(Side::User, user),
         };
-        if let Some(kept) = self.pairs.get(&pair) {
-            return kept.clone();
-        }
-        let kept = Arc::new(pair);
-        self.pairs.insert(kept.clone());
-        kept
+        intern::kept(&mut self.pairs, pair)
     }
 
     fn add_one(&mut self, side: Side, name: &str) -> Arc<str> {
