@@ -223,9 +223,8 @@ impl Postgres {
             },
             "copy template",
         );
-        let port = free_port();
         let conf = format!(
-            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = ''\nfsync = off\n\
+            "listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\nfsync = off\n\
              max_connections = 200\nshared_buffers = 32MB\npassword_encryption = 'scram-sha-256'\n{}\n",
             opts.conf
         );
@@ -238,9 +237,28 @@ impl Postgres {
         std::fs::write(dir.join("pg_hba.conf"), hba).unwrap();
         chown_postgres(&dir);
         watchdog(&dir, Some(&pg_bindir().join("pg_ctl")));
-        let pg = Postgres { port, dir };
-        pg.pg_ctl("start");
+        let mut pg = Postgres { port: 0, dir };
+        pg.start_on_a_free_port();
         pg
+    }
+
+    /// Starts the server on a free port, written as the last `port` line of postgresql.conf
+    /// (the last setting wins). Another process can take the port between our look and the
+    /// server's bind; the server then stops at once, and we try again on another port.
+    pub fn start_on_a_free_port(&mut self) {
+        for attempt in 1.. {
+            self.port = free_port();
+            append(
+                &self.dir.join("postgresql.conf"),
+                &format!("port = {}\n", self.port),
+            );
+            let Err(e) = self.try_pg_ctl("start", "fast") else {
+                return;
+            };
+            let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+            let port_taken = log.contains("could not bind") || log.contains("in use");
+            assert!(port_taken && attempt < 5, "{e}\nserver log:\n{log}");
+        }
     }
 
     /// Runs `pg_ctl <action>` (start, stop, restart) and waits for it.
@@ -250,13 +268,27 @@ impl Postgres {
 
     /// Runs `pg_ctl -m <mode> <action>` (mode: smart, fast, immediate) and waits for it.
     pub fn pg_ctl_mode(&self, action: &str, mode: &str) {
+        if let Err(e) = self.try_pg_ctl(action, mode) {
+            panic!("{e}");
+        }
+    }
+
+    fn try_pg_ctl(&self, action: &str, mode: &str) -> Result<(), String> {
         let mut c = pg_command("pg_ctl");
         c.arg("-D")
             .arg(&self.dir)
             .args(["-w", "-t", "60", "-m", mode]);
         c.arg("-l").arg(self.dir.join("log"));
         c.arg(action);
-        run_ok(c, &format!("pg_ctl {action}"));
+        let out = c.output().map_err(|e| format!("pg_ctl {action}: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "pg_ctl {action} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
     }
 
     /// Runs SQL as the superuser through psql; returns unaligned, tuples-only output.

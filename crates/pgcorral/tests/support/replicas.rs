@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{append, chown_postgres, free_port, pg_bindir, pg_command, run_ok, scratch_root};
+use super::{append, chown_postgres, pg_bindir, pg_command, run_ok, scratch_root};
 use super::{watchdog, PgOptions, Postgres};
 
 /// How long the waits here may take before the test fails instead of hanging.
@@ -98,11 +98,9 @@ fn clone_replica(primary: &Postgres) -> Postgres {
     run_ok(c, "pg_basebackup");
     // The copy carries the primary's pg_ctl log; start this server's own.
     std::fs::write(dir.join("log"), "").unwrap();
-    let port = free_port();
-    // The primary's `port` line is in the copied postgresql.conf; the last setting wins.
-    append(&dir.join("postgresql.conf"), &format!("port = {port}\n"));
-    let replica = Postgres { port, dir };
-    replica.pg_ctl("start");
+    // The primary's `port` line is in the copied postgresql.conf; ours comes after it.
+    let mut replica = Postgres { port: 0, dir };
+    replica.start_on_a_free_port();
     replica
 }
 
