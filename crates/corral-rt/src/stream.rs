@@ -161,6 +161,17 @@ impl Stream {
         self.tls().and_then(|t| t.peer_certificates())
     }
 
+    /// The host name a TLS client sent in its ClientHello (SNI), when it sent one.
+    pub fn server_name(&self) -> Option<&str> {
+        match self {
+            Stream::Tls(t) => match &**t {
+                tokio_rustls::TlsStream::Server(s) => s.get_ref().1.server_name(),
+                tokio_rustls::TlsStream::Client(_) => None,
+            },
+            _ => None,
+        }
+    }
+
     fn tcp(&self) -> Option<&TcpSocket> {
         match self {
             Stream::Plain(s) => Some(s),

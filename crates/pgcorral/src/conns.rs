@@ -107,6 +107,8 @@ pub enum Killed {
     /// every client is told, wherever it is, as PostgreSQL's immediate shutdown tells its
     /// sessions.
     Exiting = 3,
+    /// Its tenant was disabled, deleted or terminated (the tenant API).
+    Tenant = 4,
 }
 
 /// SHOW CLIENTS' and SHOW SERVERS' `replication` column, PgBouncer's words.
@@ -185,6 +187,7 @@ impl Entry {
             0 => None,
             2 => Some(Killed::ConfigChanged),
             3 => Some(Killed::Exiting),
+            4 => Some(Killed::Tenant),
             _ => Some(Killed::Admin),
         }
     }

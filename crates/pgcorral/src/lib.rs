@@ -54,6 +54,7 @@ pub mod services;
 pub mod session;
 pub mod shard;
 pub mod skeleton;
+pub mod tenants;
 pub mod tls;
 
 pub use listen::Pooler;

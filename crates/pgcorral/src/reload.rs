@@ -196,7 +196,7 @@ fn apply(services: &Services, mut new: Config, on_tls: TlsFailure) -> Result<App
     }
     if server_tls_changed {
         // Servers opened under the old TLS settings are replaced, as with RECONNECT.
-        for pool in services.pools.all() {
+        for pool in services.every_pool() {
             let in_use = pool.active_servers();
             let closed = pool.reconnect();
             if closed + in_use > 0 {
@@ -211,6 +211,10 @@ fn apply(services: &Services, mut new: Config, on_tls: TlsFailure) -> Result<App
     }
     (applied.updated, applied.retired) = services.pools.reconfigure(&services.config.load());
     services.pools.open_forced(&services.config.load());
+    if let Some(tenants) = services.tenants.get() {
+        // Each tenant's configuration is the file's [general] with the tenant's own.
+        tenants.regeneral(&services.config.load().general);
+    }
     // auth_user, its password or its servers may have changed.
     services.auth_query.close_idle();
     services.config_gen.fetch_add(1, Ordering::Relaxed);

@@ -20,9 +20,11 @@ use crate::intern;
 use crate::login_places::{Lane, Places, Source};
 use crate::pool::registry::Registry;
 use crate::pool::stats::Stats;
+use crate::pool::Pool;
 use crate::prepared;
 use crate::route::classify;
 use crate::secrets::SecretCache;
+use crate::tenants::Tenants;
 use crate::tls;
 
 pub struct Inner {
@@ -79,6 +81,9 @@ pub struct Inner {
     pub tls: tls::Shared,
     /// `auth_type = "hba"`'s rules and ident maps, read again on reload.
     pub hba: ArcSwap<Hba>,
+    /// The tenant registry and the tenants loaded from it, with `tenant_registry` (set once,
+    /// at start).
+    pub tenants: std::sync::OnceLock<Arc<Tenants>>,
 }
 
 #[derive(Clone)]
@@ -124,7 +129,17 @@ impl Services {
             handover: Default::default(),
             handover_pending: AtomicUsize::new(0),
             tls,
+            tenants: Default::default(),
         }))
+    }
+
+    /// Every pool: the file's databases' and the loaded tenants'.
+    pub fn every_pool(&self) -> Vec<Pool> {
+        let mut pools = self.pools.all();
+        if let Some(t) = self.tenants.get() {
+            pools.extend(t.pools());
+        }
+        pools
     }
 
     /// Counts a logged-in client against max_client_conn (plus [`ADMIN_RESERVE`] for an
@@ -486,6 +501,11 @@ impl Shutdown {
     /// True once the process is exiting (an immediate stop, or the end of one that waited).
     pub fn is_exiting(&self) -> bool {
         self.now.is_cancelled()
+    }
+
+    /// Fires when the process is exiting (for servers that take a token).
+    pub fn exiting_token(&self) -> CancellationToken {
+        self.now.clone()
     }
 
     /// Completes once the process is exiting.

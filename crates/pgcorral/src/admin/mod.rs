@@ -9,6 +9,7 @@ mod show;
 mod show_conns;
 mod show_shards;
 mod show_stats;
+mod show_tenants;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

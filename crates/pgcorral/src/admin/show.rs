@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::show_conns::{connections, sockets};
 use super::show_shards;
 use super::show_stats::{latency, stats, stats_part, totals};
+use super::show_tenants;
 use crate::cluster::topology;
 use crate::config::{settings, Config, Database, General, LoadBalanceHosts, PoolMode};
 use crate::conns::Kind;
@@ -18,7 +19,7 @@ use super::CONSOLE_DB;
 
 /// Every SHOW pgcorral answers, for SHOW HELP and errors.
 pub const TOPICS: &str =
-    "HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|PEERS|PEER_POOLS|SOCKETS|ACTIVE_SOCKETS|LISTS|STATE|MEM|DNS_HOSTS|DNS_ZONES|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LATENCY|SHARDS";
+    "HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|PEERS|PEER_POOLS|SOCKETS|ACTIVE_SOCKETS|LISTS|STATE|MEM|DNS_HOSTS|DNS_ZONES|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LATENCY|SHARDS|TENANTS";
 
 /// The answer to `SHOW what`, or why there is none.
 pub fn table(services: &Services, what: &str) -> Result<Table, String> {
@@ -42,6 +43,7 @@ pub fn table(services: &Services, what: &str) -> Result<Table, String> {
         "ACTIVE_SOCKETS" => sockets(services, true),
         "PEERS" | "PEER_POOLS" | "MEM" | "DNS_HOSTS" | "DNS_ZONES" => none_kept(what),
         "SHARDS" => show_shards::shards(services, &config),
+        "TENANTS" => show_tenants::tenants(services),
         other => match fake_param(other) {
             Some((name, value)) => {
                 let mut t = Table::text(&[name]);
@@ -104,6 +106,11 @@ fn show_config(general: &General) -> Result<Table, String> {
                         .join(","),
                     other => other.to_string(),
                 };
+                // Secrets (a connection string may hold a password) are never shown.
+                let v = match settings::SECRET.contains(&k.as_str()) && !v.is_empty() {
+                    true => "(hidden)".to_string(),
+                    false => v,
+                };
                 (k, v)
             })
             .collect())
@@ -149,7 +156,7 @@ fn databases(services: &Services, config: &Config) -> Table {
         ("server_lifetime", Ty::Int),
         ("load_balance_hosts", Ty::Text),
     ]);
-    let pools = services.pools.all();
+    let pools = services.every_pool();
     let g = &config.general;
     let lifetime_secs = g.server_lifetime / 1000;
     let mut listed: BTreeMap<&str, &Database> = (config.databases.iter())
@@ -259,7 +266,7 @@ fn pools(services: &Services) -> Table {
         ("load_balance_hosts", Ty::Text),
     ]);
     let config = services.config.load();
-    let mut pools = services.pools.all();
+    let mut pools = services.every_pool();
     pools.sort_by(|a, b| a.name().cmp(&b.name()));
     for p in pools {
         let s = p.snapshot();
@@ -341,7 +348,7 @@ fn users(services: &Services, config: &Config) -> Table {
         ("max_user_connections", Ty::Int),
         ("current_connections", Ty::Int),
     ]);
-    let pools = services.pools.all();
+    let pools = services.every_pool();
     let mut names: Vec<String> = config.users.keys().cloned().collect();
     names.extend(pools.iter().map(|p| p.name().1.to_string()));
     names.extend(config.general.admin_users.iter().cloned());
@@ -413,7 +420,7 @@ fn none_kept(what: &str) -> Table {
 
 fn lists(services: &Services, config: &Config) -> Table {
     let mut t = Table::new(&[("list", Ty::Text), ("items", Ty::Int)]);
-    let pools = services.pools.all();
+    let pools = services.every_pool();
     let used_servers: usize = pools.iter().map(|p| p.snapshot().open).sum();
     let users = users(services, config).len();
     let clients = services.clients.load(std::sync::atomic::Ordering::Relaxed);

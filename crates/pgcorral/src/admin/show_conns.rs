@@ -62,7 +62,7 @@ pub fn connections(services: &Services, kind: Kind) -> Table {
     }
     cols.extend(LATER);
     let mut t = Table::new(&cols);
-    let pools = services.pools.all();
+    let pools = services.every_pool();
     let now = std::time::SystemTime::now();
     for e in services.pools.lists.all(kind) {
         let state = e.state();

@@ -19,7 +19,7 @@ fn per_database(services: &Services) -> BTreeMap<String, (Totals, Averages)> {
             services.console_stats.averages(),
         ),
     );
-    for p in services.pools.all() {
+    for p in services.every_pool() {
         let e = by_db.entry(p.name().0.to_string()).or_default();
         e.0.add(&p.stats().totals());
         e.1.merge(&p.stats().averages());
@@ -222,7 +222,7 @@ pub fn latency(services: &Services) -> Table {
         .map(|c| (c, Ty::Int)),
     );
     let mut t = Table::new(&cols);
-    let mut pools = services.pools.all();
+    let mut pools = services.every_pool();
     pools.sort_by(|a, b| a.name().cmp(&b.name()));
     for p in pools {
         let (db, user) = p.name();

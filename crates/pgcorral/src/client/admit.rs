@@ -11,7 +11,7 @@ use pgwire::encode;
 
 use super::access::{self, Access};
 use super::startup::{self, Opening};
-use super::{login_auth, params, replication, ClientConn, LoggedIn};
+use super::{login_auth, params, replication, tenant, ClientConn, LoggedIn};
 use crate::admin;
 use crate::cancel::{self, CancelSlot};
 use crate::clock;
@@ -125,7 +125,7 @@ pub(super) async fn admit(
         false => None,
     };
     drop(tls);
-    let taken = params::take(&params);
+    let mut taken = params::take(&params);
     if lane == Lane::Console && !admin::is_console(&taken.database.text) {
         // A place beyond the budget, kept for the console: others are refused as they would
         // have been at accept.
@@ -138,7 +138,9 @@ pub(super) async fn admit(
         );
         return fail(client, services, None, e).await;
     }
-    let names = Some((taken.database.text.as_str(), taken.user.text.as_str()));
+    // As sent: a tenant's login goes on under the tenant's names.
+    let (sent_db, sent_user) = (taken.database.text.clone(), taken.user.text.clone());
+    let names = Some((sent_db.as_str(), sent_user.as_str()));
     if services.shutdown.is_exiting() {
         let e = Error::new(Kind::Shutdown, "pgcorral is shutting down");
         return fail(client, services, names, e).await;
@@ -149,7 +151,7 @@ pub(super) async fn admit(
     let mut told = BytesMut::new();
     let login = limit
         .run(login(
-            client, &mut told, &taken, minor, &params, binding, &limit,
+            client, &mut told, &mut taken, minor, &params, binding, &limit,
         ))
         .await;
     match login {
@@ -296,7 +298,7 @@ fn log_failed(client: &ClientConn, services: &Services, names: Names<'_>, e: &Er
 async fn login(
     client: &mut ClientConn,
     out: &mut BytesMut,
-    taken: &params::Params,
+    taken: &mut params::Params,
     minor: u16,
     sent: &[(pgwire::startup::Param, pgwire::startup::Param)],
     binding: Option<Vec<u8>>,
@@ -305,7 +307,9 @@ async fn login(
     let services = limit.services;
     // The client's id, before any server its login opens (SHOW CLIENTS, KILL_CLIENT).
     let id = services.pools.lists.reserve();
-    let config = services.config.load_full();
+    let scope = tenant::scope(client, services, taken).await?;
+    let taken = &*taken;
+    let config = scope.config.clone();
     let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
     out.reserve(512);
     startup::negotiate(out, minor, sent);
@@ -315,7 +319,7 @@ async fn login(
         Some(access) => access,
         None => {
             // A `+role` or `samerole` rule decides: the user's roles, from the server.
-            let roles = login_auth::roles(client, services, &config, taken).await?;
+            let roles = login_auth::roles(client, services, &scope, taken).await?;
             access::decide(client, &config, &hba, taken, console, Some(&roles))?
                 .ok_or_else(|| Error::new(Kind::Refused, "the hba rules could not be decided"))?
         }
@@ -327,7 +331,7 @@ async fn login(
                 client,
                 out,
                 services,
-                &config,
+                &scope,
                 method,
                 taken,
                 binding.as_deref(),
@@ -382,9 +386,10 @@ async fn login(
         return Err(Error::new(Kind::Stopping, "pgcorral is shutting down"));
     }
     // Only an authenticated client learns whether the database exists, as with PostgreSQL.
-    let cluster = services.pools.get(&config, database, user)?;
+    let cluster = scope.pools(services).get(&config, database, user)?;
     let caps = (config.db_client_cap(database), config.user_client_cap(user));
-    name_client(&mut count, database, user, caps, false)?;
+    // A tenant's client is counted under the name it sent (`alias.ID`).
+    name_client(&mut count, database, &scope.login, caps, false)?;
     let pool = cluster.home().clone();
     if services.control.is_disabled(database) {
         return Err(Error::new(
@@ -516,11 +521,14 @@ async fn login(
         services,
         out.split(),
         &pool,
-        (user, params),
+        (&scope.login, params),
         (pid, slot.clone()),
         id,
     )
     .await?;
+    if let Some(t) = &scope.tenant {
+        t.track(&listed.entry);
+    }
     if let Some(l) = server.as_ref().and_then(|s| s.listed.as_ref()) {
         // Session mode: the login's server is the client's (SHOW CLIENTS/SERVERS `link`).
         l.set_link(listed.id);
@@ -529,6 +537,7 @@ async fn login(
     pool.client_joined();
     pool.stats().logged_in(client.worker);
     let session = Admitted::Pool(Box::new(LoggedIn {
+        tenant: scope.tenant,
         pool,
         cluster,
         // Allocated where routing needs it; at once when strings take backslash escapes.

@@ -56,6 +56,9 @@ pub(super) fn movable(client: &ClientConn, session: &LoggedIn) -> bool {
         && client.statements.only_unnamed()
         && session.pinned.is_empty()
         && !session.cluster.routed()
+        // A tenant's pools are the tenant's: a new process loads the tenant with the client's
+        // next login.
+        && session.tenant.is_none()
 }
 
 /// Sends the client to the new process. It leaves this one as a client that went away (its
@@ -175,6 +178,7 @@ fn session_of(
     pool.stats().logged_in(worker);
     let wait = ClientWait::of_user(&config, &h.user);
     let session = LoggedIn {
+        tenant: None,
         pool,
         cluster,
         // Allocated where routing needs it; at once when strings take backslash escapes.

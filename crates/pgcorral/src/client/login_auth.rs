@@ -6,10 +6,11 @@ use bytes::BytesMut;
 
 use super::auth::{self, Authenticated};
 use super::params::Params;
+use super::tenant::Scope;
 use super::ClientConn;
 use crate::admin;
 use crate::auth_query::Looked;
-use crate::config::{AuthType, Config};
+use crate::config::AuthType;
 use crate::error::{Error, Kind, Result};
 use crate::services::Services;
 
@@ -21,19 +22,20 @@ pub(super) async fn authenticate(
     client: &mut ClientConn,
     out: &mut BytesMut,
     services: &Services,
-    config: &Config,
+    scope: &Scope,
     auth_type: AuthType,
     taken: &Params,
     binding: Option<&[u8]>,
 ) -> Result<Authenticated> {
+    let config = &*scope.config;
     let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
     let named = taken.user.is_text() && taken.database.is_text();
     let console = admin::is_console(database);
     let looked = match named {
         true => {
             let disabled = |db: &str| services.control.is_disabled(db);
-            services
-                .auth_query
+            scope
+                .lookups(services)
                 .lookup(
                     config,
                     &services.pools.tls,
@@ -61,11 +63,11 @@ pub(super) async fn authenticate(
     .await;
     match (&authed, &looked) {
         (Err(_), Looked::Found(_)) => {
-            services.auth_query.forget(database, user);
+            scope.lookups(services).forget(database, user);
         }
         (Ok(_), Looked::Found(password)) if !console => {
-            services
-                .pools
+            scope
+                .pools(services)
                 .set_looked_up(config, database, user, password.as_deref());
         }
         _ => {}
@@ -79,9 +81,10 @@ pub(super) async fn authenticate(
 pub(super) async fn roles(
     client: &ClientConn,
     services: &Services,
-    config: &Config,
+    scope: &Scope,
     taken: &Params,
 ) -> Result<BTreeSet<String>> {
+    let config = &*scope.config;
     if !(taken.user.is_text() && taken.database.is_text()) {
         return Err(Error::new(
             Kind::Refused,
@@ -89,8 +92,8 @@ pub(super) async fn roles(
         ));
     }
     let disabled = |db: &str| services.control.is_disabled(db);
-    services
-        .auth_query
+    scope
+        .lookups(services)
         .roles(
             config,
             &services.pools.tls,

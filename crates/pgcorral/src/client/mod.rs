@@ -18,6 +18,7 @@ mod sharded;
 mod slim;
 pub mod startup;
 mod state;
+mod tenant;
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -55,6 +56,7 @@ use crate::services::{ClientCount, LoginCount, Services};
 use crate::session;
 use crate::session::exec;
 use crate::session::Settings;
+use crate::tenants::Loaded;
 
 /// The task of one accepted connection, to its end: registers the socket with the reactor of
 /// the worker that polls it, admits the client and serves it. Errors are reported to the
@@ -299,6 +301,10 @@ fn killed(why: Option<conns::Killed>) -> Error {
             Kind::ServerIo,
             "database configuration changed: the session's server connection was closed (server_fast_close)",
         ),
+        Some(conns::Killed::Tenant) => Error::new(
+            Kind::Shutdown,
+            "terminating connection: its tenant was disabled, deleted or terminated",
+        ),
         _ => Error::new(
             Kind::Shutdown,
             "terminating connection due to administrator command (KILL)",
@@ -428,6 +434,8 @@ enum Exit {
 
 /// A logged-in client, ready for requests.
 struct LoggedIn {
+    /// The tenant it is a client of, if any.
+    tenant: Option<Arc<Loaded>>,
     /// The pool that counts the client (its cluster's first).
     pool: Pool,
     /// Every server's pool of its (database, user).
@@ -481,7 +489,11 @@ fn relay_mode<'a>(
 ) -> relay::Mode<'a> {
     let pool = &session.pool;
     let pooled = mode != PoolMode::Session;
-    let config = services.config.load();
+    // A tenant's client: the tenant's configuration (the file's [general] with its own).
+    let config = match &session.tenant {
+        Some(t) => t.config(),
+        None => services.config.load_full(),
+    };
     let g = &config.general;
     // Session mode looks at a client's statements only when it has startup settings, which
     // RESET, RESET ALL and DISCARD ALL return to (the server got them by set_config): after

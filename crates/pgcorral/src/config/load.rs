@@ -35,6 +35,31 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 /// [`super::pgcat`], [`super::pgbouncer`]) that pgcorral does not honour; none for
 /// pgcorral's own format.
 pub fn load_file_warnings(path: &Path) -> Result<(Config, Vec<Warning>), ConfigError> {
+    let (mut cfg, warnings) = read_file(path)?;
+    if from_environment(&mut cfg.general, |k| std::env::var(k).ok()) {
+        validate(&cfg)?;
+    }
+    Ok((cfg, warnings))
+}
+
+/// The settings the environment gives, over the file's (secrets a deployment keeps out of
+/// files): `PGCORRAL_TENANT_REGISTRY`, `PGCORRAL_API_JWT_SECRET`. Returns whether any was set.
+pub fn from_environment(general: &mut General, var: impl Fn(&str) -> Option<String>) -> bool {
+    let mut any = false;
+    for (name, field) in [
+        ("PGCORRAL_TENANT_REGISTRY", &mut general.tenant_registry),
+        ("PGCORRAL_API_JWT_SECRET", &mut general.api_jwt_secret),
+    ] {
+        if let Some(v) = var(name).filter(|v| !v.is_empty()) {
+            *field = v;
+            any = true;
+        }
+    }
+    any
+}
+
+/// [`load_file_warnings`] before the environment's settings.
+fn read_file(path: &Path) -> Result<(Config, Vec<Warning>), ConfigError> {
     let shown = path.display();
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError(format!("cannot read {shown}: {e}")))?;

@@ -173,6 +173,16 @@ pub struct General {
     /// `host:port` of the HTTP listener serving Prometheus `/metrics` and `/healthz`; empty
     /// (the default) turns it off.
     pub metrics_addr: String,
+    /// The tenant registry: a libpq connection string to the PostgreSQL database that keeps
+    /// the tenants (docs/tenants.md); empty (the default): none, pgcorral serves its file's
+    /// databases only. `PGCORRAL_TENANT_REGISTRY` in the environment overrides it.
+    pub tenant_registry: String,
+    /// `host:port` of the tenant API (Supavisor's REST API, its OpenAPI document, Swagger UI,
+    /// `/healthz`); empty (the default) turns it off. Needs `tenant_registry`.
+    pub api_listen: String,
+    /// The HS256 secret the API's bearer tokens are signed with; `PGCORRAL_API_JWT_SECRET` in
+    /// the environment overrides it. Never shown by SHOW CONFIG.
+    pub api_jwt_secret: String,
     /// Directory of the Unix-socket listener `.s.PGSQL.<listen_port>`, as PgBouncer's; empty
     /// turns it off.
     pub unix_socket_dir: String,
@@ -441,6 +451,9 @@ impl Default for General {
             auth_ident_file: String::new(),
             stats_period: 60,
             metrics_addr: String::new(),
+            tenant_registry: String::new(),
+            api_listen: String::new(),
+            api_jwt_secret: String::new(),
             unix_socket_dir: "/tmp".into(),
             unix_socket_mode: "0777".into(),
             server_unavailable_wait: 15_000,

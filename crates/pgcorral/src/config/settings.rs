@@ -47,6 +47,9 @@ restart_only!(
     workers,
     io_uring,
     metrics_addr,
+    tenant_registry,
+    api_listen,
+    api_jwt_secret,
     pidfile,
     logfile,
     log_level,
@@ -56,6 +59,9 @@ restart_only!(
     syslog_facility,
     peer_id,
 );
+
+/// Settings SHOW CONFIG shows as `(hidden)` when they are set.
+pub const SECRET: &[&str] = &["tenant_registry", "api_jwt_secret"];
 
 /// How the setting `key` changes (a name that is no setting counts as [`Change::Live`]: SET
 /// refuses it as unknown).

@@ -49,6 +49,30 @@ fn auth_name(auth: AuthType) -> &'static str {
     }
 }
 
+/// The tenant API needs the registry it serves and a secret for its tokens (an API that would
+/// take any token is refused: it fails closed).
+fn tenant_api(g: &config::General, errs: &mut Vec<String>) {
+    if g.api_listen.is_empty() {
+        return;
+    }
+    if g.api_listen.parse::<std::net::SocketAddr>().is_err() {
+        errs.push(format!(
+            "general.api_listen: {:?} is not an address:port",
+            g.api_listen
+        ));
+    }
+    if g.tenant_registry.is_empty() {
+        errs.push("general.api_listen: the tenant API needs general.tenant_registry".into());
+    }
+    if g.api_jwt_secret.len() < 16 {
+        errs.push(
+            "general.api_jwt_secret: the tenant API needs a secret of at least 16 bytes for its \
+             tokens (or PGCORRAL_API_JWT_SECRET)"
+                .into(),
+        );
+    }
+}
+
 /// The socket mode in octal digits ("0777", "660"), when it is one.
 pub fn socket_mode(mode: &str) -> Option<u32> {
     u32::from_str_radix(mode, 8).ok().filter(|m| *m <= 0o777)
@@ -98,6 +122,7 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
         ));
     }
     unix_socket(g, errs);
+    tenant_api(g, errs);
     if g.default_pool_size < 1 {
         errs.push("general.default_pool_size: must be at least 1".into());
     }
@@ -163,7 +188,8 @@ fn general(cfg: &Config, errs: &mut Vec<String>) {
         AuthType::Trust | AuthType::Cert | AuthType::Hba
     ) && !passwords_elsewhere(cfg)
     {
-        if cfg.users.is_empty() {
+        // The tenant registry's tenants bring their own users.
+        if cfg.users.is_empty() && g.tenant_registry.is_empty() {
             errs.push(format!(
                 "users: auth_type = \"{auth}\" needs at least one [users.NAME] entry with a password"
             ));

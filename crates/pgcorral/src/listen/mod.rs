@@ -26,6 +26,7 @@ use crate::services::{LoginCount, Services, Stop};
 use crate::tls;
 
 pub mod takeover;
+mod tenants;
 pub mod trim;
 mod unix;
 mod upkeep;
@@ -41,6 +42,8 @@ pub struct Pooler {
     takeover: Option<(tokio::net::UnixListener, std::path::PathBuf)>,
     /// The process this one took over from (`-R`): its clients come over this connection.
     from_old: Option<std::os::unix::net::UnixStream>,
+    /// The tenant API's listener, when `api_listen` is set.
+    api: Option<TcpListener>,
     services: Services,
 }
 
@@ -128,17 +131,27 @@ impl Pooler {
         };
         let tls = tls::Tls::load(&config.general)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let (store, api) = tenants::open(&config.general).await?;
         let n_workers = config.general.workers;
         let services = Services::new(config, rules, workers::count(n_workers));
         services.tls.store(std::sync::Arc::new(tls));
+        if let Some(store) = store {
+            let _ = services.tenants.set(tenants::tenants(store));
+        }
         Ok(Pooler {
             listener,
             unix,
             metrics,
             takeover,
             from_old,
+            api,
             services,
         })
+    }
+
+    /// Where the tenant API listens, when it is on.
+    pub fn api_addr(&self) -> Option<SocketAddr> {
+        self.api.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// Where the Prometheus endpoint listens, when it is on.
@@ -174,6 +187,7 @@ impl Pooler {
             metrics,
             takeover,
             from_old,
+            api,
             services,
         } = self;
         let mut handed_over = false;
@@ -204,6 +218,7 @@ impl Pooler {
         if let Some(m) = metrics {
             tokio::spawn(metrics::serve(m, services.clone()));
         }
+        tenants::start(&services, api);
         let mut backoff = Duration::from_millis(5);
         // A takeover handshake under way (`-R`): it runs beside the accepts, so that a process
         // that connects to the takeover socket and stalls delays no login.
@@ -437,7 +452,7 @@ async fn drain(services: &Services) {
 /// every [`RELEASED_CHECK`], as PgBouncer's janitor looks at its servers.
 async fn servers_released(services: &Services) {
     loop {
-        if services.pools.all().iter().all(|p| p.busy() == 0) {
+        if services.every_pool().iter().all(|p| p.busy() == 0) {
             return;
         }
         timer::sleep(RELEASED_CHECK).await;

@@ -47,7 +47,12 @@ pub async fn run(services: Services) {
             );
         }
         let no_new_servers = services.shutdown.is_cancelled();
-        for topology in services.pools.topologies() {
+        // The file's pools, and each loaded tenant's.
+        let tenants = services.tenants.get().map(|t| t.all()).unwrap_or_default();
+        let registries: Vec<_> = std::iter::once(&services.pools)
+            .chain(tenants.iter().map(|t| &t.pools))
+            .collect();
+        for topology in registries.iter().flat_map(|r| r.topologies()) {
             if topology.round_due() {
                 // Always on the first worker: the monitor's connections are registered there.
                 if let Some(handle) = services.balance.handle(0) {
@@ -64,9 +69,11 @@ pub async fn run(services: Services) {
                 g.log_stats,
             )
         };
-        services.pools.drop_idle(pool_idle);
+        for r in &registries {
+            r.drop_idle(pool_idle);
+        }
         services.console_stats.roll(period);
-        for pool in services.pools.all() {
+        for pool in services.every_pool() {
             pool.stats().roll(period);
             if no_new_servers {
                 pool.shut_waiters();
@@ -99,7 +106,7 @@ pub async fn run(services: Services) {
 /// PgBouncer's stats line: every pool's averages over its last full period, together.
 fn log_averages(services: &Services) {
     let mut a = Averages::default();
-    for pool in services.pools.all() {
+    for pool in services.every_pool() {
         a.merge(&pool.stats().averages());
     }
     tracing::info!(

@@ -41,9 +41,24 @@ pub struct Registry {
     /// What user code each server database holds, by (host, port, database): shared by the
     /// pools of all its users, so that a catalog change through one reaches them all.
     hooks: Mutex<HashMap<(String, u16, String), Arc<Watch>>>,
+    /// Added to the user of every pool's name (a tenant's `.EXTERNAL_ID`), so that the pools
+    /// of registries that share the lists stay apart in the console and the logs.
+    suffix: String,
 }
 
 impl Registry {
+    /// A registry of its own pools, caps and auth_query passwords that lists its connections
+    /// with `self`'s and uses its TLS (a tenant's, beside the file's); its pools' user names
+    /// end with `suffix`.
+    pub fn sharing(&self, suffix: &str) -> Registry {
+        Registry {
+            lists: self.lists.clone(),
+            tls: self.tls.clone(),
+            suffix: suffix.to_string(),
+            ..Registry::default()
+        }
+    }
+
     /// The pools serving `database` for `user`, created on first use.
     pub fn get(&self, config: &Config, database: &str, user: &str) -> Result<Cluster> {
         // A database with a forced user has one pool, the forced user's, whoever logs in (as
@@ -198,7 +213,7 @@ impl Registry {
                             .or_default()
                             .clone();
                         Pool::new(
-                            (database.to_string(), user.to_string()),
+                            (database.to_string(), format!("{user}{}", self.suffix)),
                             target,
                             r.settings.clone(),
                             &self.limits,

@@ -1,0 +1,105 @@
+//! The tenant registry at start (its schema opened, `Services::tenants` set), then beside the
+//! accept loop: the follower of its changes and the tenant API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+// API-WIRING use crate::api::{self, Api, Node};
+use api_stub::{self as api, Api, Node};
+mod api_stub {
+    use std::sync::Arc;
+    pub trait Node: Send + Sync + 'static {
+        fn terminate(&self, external_id: &str) -> usize;
+        fn health(&self) -> Result<(), Vec<String>>;
+    }
+    pub struct Api {
+        pub store: crate::tenants::store::Store,
+        pub jwt_secret: Arc<str>,
+        pub node: Arc<dyn Node>,
+    }
+    pub async fn serve(
+        _l: tokio::net::TcpListener,
+        _a: Api,
+        _s: tokio_util::sync::CancellationToken,
+    ) {
+    }
+}
+use crate::config::General;
+use crate::services::Services;
+use crate::tenants::store::Store;
+use crate::tenants::Tenants;
+
+/// How often every loaded tenant is read again, in case a notification was missed.
+const REREAD: Duration = Duration::from_secs(30);
+
+/// Opens the registry (creating or migrating its schema) and binds the API, when `general`
+/// names them. A registry that cannot be opened stops the start: a node that cannot serve
+/// its tenants must not look healthy.
+pub(super) async fn open(
+    general: &General,
+) -> std::io::Result<(Option<Store>, Option<TcpListener>)> {
+    if general.tenant_registry.is_empty() {
+        return Ok((None, None));
+    }
+    let store = Store::open(&general.tenant_registry)
+        .await
+        .map_err(|e| std::io::Error::other(format!("cannot open the tenant registry: {e}")))?;
+    let api = match general.api_listen.as_str() {
+        "" => None,
+        addr => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| super::cannot_listen(addr, e))?,
+        ),
+    };
+    Ok((Some(store), api))
+}
+
+/// Follows the registry's changes, and serves the API on `api`, on the main thread's runtime.
+#[allow(clippy::disallowed_methods)]
+pub(super) fn start(services: &Services, api: Option<TcpListener>) {
+    let Some(tenants) = services.tenants.get().cloned() else {
+        return;
+    };
+    let rx = tenants.store().watch(REREAD);
+    let s = services.clone();
+    tokio::spawn(async move { tenants.follow(rx, || s.config.load_full()).await });
+    let Some(listener) = api else {
+        return;
+    };
+    let Some(tenants) = services.tenants.get() else {
+        return;
+    };
+    let api = Api {
+        store: tenants.store().clone(),
+        jwt_secret: Arc::from(services.config.load().general.api_jwt_secret.as_str()),
+        node: Arc::new(Here(services.clone())),
+    };
+    tokio::spawn(api::serve(listener, api, services.shutdown.exiting_token()));
+}
+
+/// This node, as the API sees it.
+struct Here(Services);
+
+impl Node for Here {
+    fn terminate(&self, external_id: &str) -> usize {
+        let Some(t) = self.0.tenants.get() else {
+            return 0;
+        };
+        t.terminate_here(external_id)
+    }
+
+    fn health(&self) -> Result<(), Vec<String>> {
+        if self.0.shutdown.is_stopping() {
+            return Err(vec!["stopping".into()]);
+        }
+        Ok(())
+    }
+}
+
+/// The tenants of `store`, for [`Services::tenants`].
+pub(super) fn tenants(store: Store) -> Arc<Tenants> {
+    Arc::new(Tenants::new(store, tokio::runtime::Handle::current()))
+}

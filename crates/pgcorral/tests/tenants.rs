@@ -1,0 +1,282 @@
+//! Tenants from a real registry, served by real pgcorral nodes to real tenant databases:
+//! logins that name their tenant by user suffix and by `options`, an unknown tenant's FATAL,
+//! changes heard by two nodes within a second without cutting unrelated transactions, a
+//! disabled or deleted tenant's clients closed with a clear message, and a registry that goes
+//! down costing only new tenants' first logins.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use pgcorral::tenants::store::Store;
+use pgcorral::tenants::Tenant;
+use support::{blocking, db_message, pg_config, PgOptions, Pooler, Postgres};
+
+/// A tenant database server checking passwords (SCRAM), with login roles alice and bob.
+fn tenant_server() -> Postgres {
+    let pg = blocking(|| {
+        Postgres::start_with(PgOptions {
+            auth: "scram-sha-256",
+            ..PgOptions::default()
+        })
+    });
+    blocking(|| {
+        pg.sql(
+            "postgres",
+            "CREATE ROLE alice LOGIN PASSWORD 'alice pw';
+             CREATE ROLE bob LOGIN PASSWORD 'bob pw';",
+        );
+        pg.sql("postgres", "CREATE DATABASE app OWNER alice");
+    });
+    pg
+}
+
+/// Tenant `id` on `pg`: users alice (listed, transaction mode) and bob (session mode).
+fn tenant(id: &str, pg: &Postgres) -> Tenant {
+    serde_json::from_value(serde_json::json!({
+        "external_id": id,
+        "db_host": "127.0.0.1",
+        "db_port": pg.port,
+        "db_database": "app",
+        "require_user": true,
+        "users": [
+            {"db_user": "alice", "db_password": "alice pw", "pool_size": 2,
+             "mode_type": "transaction"},
+            {"db_user": "bob", "db_password": "bob pw", "pool_size": 2,
+             "mode_type": "session"}
+        ]
+    }))
+    .unwrap()
+}
+
+fn registry_conninfo(registry: &Postgres) -> String {
+    format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        registry.port
+    )
+}
+
+/// A node serving the registry's tenants (and no database of its own file).
+async fn node(registry: &Postgres) -> Pooler {
+    Pooler::start(&format!(
+        "[general]\nlisten_port = 0\nauth_type = \"scram-sha-256\"\ntenant_registry = \"{}\"\n",
+        registry_conninfo(registry)
+    ))
+    .await
+}
+
+/// Connects as `user` with `password` (and `options`), or the server's message.
+async fn login(
+    node: &Pooler,
+    user: &str,
+    password: &str,
+    db: &str,
+    options: Option<&str>,
+) -> Result<tokio_postgres::Client, String> {
+    let mut cfg = pg_config(node.port(), user, db);
+    cfg.password(password);
+    if let Some(o) = options {
+        cfg.options(o);
+    }
+    match cfg.connect(tokio_postgres::NoTls).await {
+        Ok((client, conn)) => {
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok(client)
+        }
+        Err(e) => Err(format!("{} {e}", db_message(&e))),
+    }
+}
+
+/// Tenant `id` as `node` has it loaded.
+fn seen(node: &Pooler, id: &str) -> Option<std::sync::Arc<Tenant>> {
+    let tenants = node.services.tenants.get()?;
+    let loaded = tenants.all().into_iter().find(|t| t.id == id)?;
+    Some(loaded.tenant())
+}
+
+async fn one(c: &tokio_postgres::Client, sql: &str) -> String {
+    let rows = c.simple_query(sql).await.unwrap();
+    rows.iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `f` every 20 ms until it is true; the time it took, or a failure after `limit`.
+async fn until<F, Fut>(what: &str, limit: Duration, mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f().await {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what}: not within {limit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_name_their_tenant_by_user_suffix_and_options() {
+    let registry = blocking(Postgres::start);
+    let pg = tenant_server();
+    let store = Store::open(&registry_conninfo(&registry)).await.unwrap();
+    store.put(&tenant("acme", &pg)).await.unwrap();
+    let node = node(&registry).await;
+
+    let c = login(&node, "alice.acme", "alice pw", "app", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        one(&c, "SELECT current_user || '@' || current_database()").await,
+        "alice@app"
+    );
+    // libpq's default database (the user name): the tenant's database.
+    let c = login(&node, "alice.acme", "alice pw", "alice.acme", None)
+        .await
+        .unwrap();
+    assert_eq!(one(&c, "SELECT current_database()").await, "app");
+    // Named in options; its other settings still reach the server.
+    let c = login(
+        &node,
+        "bob",
+        "bob pw",
+        "app",
+        Some("-c reference=acme -c application_name=by\\ options"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        one(
+            &c,
+            "SELECT current_user || '/' || current_setting('application_name')"
+        )
+        .await,
+        "bob/by options"
+    );
+    // A wrong password, a user the tenant does not list, a tenant that does not exist.
+    let e = login(&node, "alice.acme", "wrong", "app", None)
+        .await
+        .unwrap_err();
+    assert!(e.contains("password authentication failed"), "{e}");
+    let e = login(&node, "carol.acme", "x", "app", None)
+        .await
+        .unwrap_err();
+    assert!(e.contains("password authentication failed"), "{e}");
+    let e = login(&node, "alice.nosuch", "alice pw", "app", None)
+        .await
+        .unwrap_err();
+    assert!(e.contains("tenant \"nosuch\" does not exist"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_reach_two_nodes_within_a_second_and_disabled_tenants_are_closed() {
+    let registry = blocking(Postgres::start);
+    let pg = tenant_server();
+    let store = Store::open(&registry_conninfo(&registry)).await.unwrap();
+    store.put(&tenant("acme", &pg)).await.unwrap();
+    store.put(&tenant("other", &pg)).await.unwrap();
+    let (a, b) = (node(&registry).await, node(&registry).await);
+    let on_a = login(&a, "bob.acme", "bob pw", "app", None).await.unwrap();
+    let on_b = login(&b, "bob.acme", "bob pw", "app", None).await.unwrap();
+    // An unrelated tenant's transaction, open across every change below.
+    let other = login(&b, "bob.other", "bob pw", "app", None).await.unwrap();
+    other.batch_execute("BEGIN; SELECT 1").await.unwrap();
+
+    // A changed password: new logins on both nodes take it within a second; the sessions
+    // already logged in go on.
+    blocking(|| pg.sql("postgres", "ALTER ROLE alice PASSWORD 'new pw'"));
+    let mut changed = tenant("acme", &pg);
+    changed.users[0].db_password = "new pw".into();
+    store.put(&changed).await.unwrap();
+    for node in [&a, &b] {
+        let took = until("the new password", Duration::from_secs(1), || async {
+            seen(node, "acme").is_some_and(|t| t.users[0].db_password == "new pw")
+        })
+        .await;
+        eprintln!("the change reached a node after {took:?}");
+        login(node, "alice.acme", "new pw", "app", None)
+            .await
+            .unwrap();
+    }
+    assert_eq!(one(&on_a, "SELECT 1").await, "1");
+
+    // Banned: both nodes close its clients with a clear message and refuse new ones.
+    store.set_ban("acme", Some("unpaid")).await.unwrap();
+    for c in [&on_a, &on_b] {
+        until(
+            "the tenant's client closed",
+            Duration::from_secs(1),
+            || async { c.simple_query("SELECT 1").await.is_err() },
+        )
+        .await;
+    }
+    let e = login(&a, "alice.acme", "new pw", "app", None)
+        .await
+        .unwrap_err();
+    assert!(e.contains("tenant \"acme\" is disabled: unpaid"), "{e}");
+    // The other tenant's transaction was not cut.
+    assert_eq!(one(&other, "SELECT 2").await, "2");
+    other.batch_execute("COMMIT").await.unwrap();
+
+    // Back, then deleted.
+    store.set_ban("acme", None).await.unwrap();
+    until("unbanned", Duration::from_secs(1), || async {
+        login(&b, "bob.acme", "bob pw", "app", None).await.is_ok()
+    })
+    .await;
+    let c = login(&b, "bob.acme", "bob pw", "app", None).await.unwrap();
+    assert!(store.delete("acme").await.unwrap());
+    until(
+        "the deleted tenant's client closed",
+        Duration::from_secs(1),
+        || async { c.simple_query("SELECT 1").await.is_err() },
+    )
+    .await;
+    let e = login(&b, "bob.acme", "bob pw", "app", None)
+        .await
+        .unwrap_err();
+    assert!(e.contains("does not exist"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_is_down_costs_only_new_tenants_first_logins() {
+    let registry = blocking(Postgres::start);
+    let pg = tenant_server();
+    let store = Store::open(&registry_conninfo(&registry)).await.unwrap();
+    store.put(&tenant("acme", &pg)).await.unwrap();
+    store.put(&tenant("later", &pg)).await.unwrap();
+    let node = node(&registry).await;
+    let running = login(&node, "bob.acme", "bob pw", "app", None)
+        .await
+        .unwrap();
+    running.batch_execute("BEGIN").await.unwrap();
+
+    blocking(|| registry.pg_ctl("stop"));
+    // Running clients go on; the loaded tenant takes new logins.
+    assert_eq!(one(&running, "SELECT 3").await, "3");
+    running.batch_execute("COMMIT").await.unwrap();
+    let c = login(&node, "alice.acme", "alice pw", "app", None)
+        .await
+        .unwrap();
+    assert_eq!(one(&c, "SELECT current_user").await, "alice");
+    // A tenant not loaded yet cannot be read.
+    let e = login(&node, "alice.later", "alice pw", "app", None)
+        .await
+        .unwrap_err();
+    assert!(e.contains("tenant registry is unavailable"), "{e}");
+
+    blocking(|| registry.pg_ctl("start"));
+    until("the registry back", Duration::from_secs(10), || async {
+        login(&node, "alice.later", "alice pw", "app", None)
+            .await
+            .is_ok()
+    })
+    .await;
+}
