@@ -280,3 +280,64 @@ async fn a_registry_that_is_down_costs_only_new_tenants_first_logins() {
     })
     .await;
 }
+
+/// psql over TLS to `node` under the host name `host` (sent as SNI; the address is
+/// 127.0.0.1), or without TLS when `tls` is false; what the query printed, or its error.
+async fn psql_as(node: &Pooler, host: &str, user: &str, pw: &str, tls: bool) -> Result<String, String> {
+    let conn = format!(
+        "host={host} hostaddr=127.0.0.1 port={} user={user} dbname=app password='{pw}' sslmode={}",
+        node.port(),
+        if tls { "require" } else { "disable" }
+    );
+    let mut c = std::process::Command::new("psql");
+    c.args([&conn, "-Atq", "-c", "SELECT current_user"]);
+    c.env_remove("PGSSLROOTCERT").env("PGSSLCERT", "/nonexistent/none.crt");
+    let out = tokio::task::spawn_blocking(move || c.output().unwrap())
+        .await
+        .unwrap();
+    match out.status.success() {
+        true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_string()),
+        false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_server_names_name_tenants_and_tenants_rules_are_kept() {
+    let registry = blocking(Postgres::start);
+    let pg = tenant_server();
+    let store = Store::open(&registry_conninfo(&registry)).await.unwrap();
+    store.put(&tenant("acme", &pg)).await.unwrap();
+    let mut named = tenant("named", &pg);
+    named.sni_hostname = Some("db.example.org".into());
+    named.enforce_ssl = true;
+    store.put(&named).await.unwrap();
+    let mut fenced = tenant("fenced", &pg);
+    fenced.allow_list = vec!["10.0.0.0/8".into()];
+    store.put(&fenced).await.unwrap();
+    let certs = support::tls::Certs::new();
+    let node = Pooler::start(&format!(
+        "[general]\nlisten_port = 0\nauth_type = \"scram-sha-256\"\ntenant_registry = \"{}\"\n\
+         client_tls_sslmode = \"allow\"\nclient_tls_cert_file = \"{}\"\nclient_tls_key_file = \"{}\"\n",
+        registry_conninfo(&registry),
+        certs.server.cert.display(),
+        certs.server.key.display()
+    ))
+    .await;
+
+    // The first label of the server name, or a tenant's own sni_hostname.
+    let got = psql_as(&node, "acme.tenants.test", "alice", "alice pw", true).await;
+    assert_eq!(got.as_deref(), Ok("alice"));
+    let got = psql_as(&node, "db.example.org", "bob", "bob pw", true).await;
+    assert_eq!(got.as_deref(), Ok("bob"));
+    // A server name that names no tenant: the file's databases (none here).
+    let e = psql_as(&node, "nobody.tenants.test", "alice", "alice pw", true)
+        .await
+        .unwrap_err();
+    assert!(!e.contains("tenant"), "{e}");
+    // enforce_ssl: the same login without TLS is refused.
+    let e = psql_as(&node, "x", "bob.named", "bob pw", false).await.unwrap_err();
+    assert!(e.contains("tenant \"named\" requires an SSL connection"), "{e}");
+    // allow_list: 127.0.0.1 is not in 10.0.0.0/8.
+    let e = psql_as(&node, "x", "bob.fenced", "bob pw", false).await.unwrap_err();
+    assert!(e.contains("address not allowed for tenant \"fenced\""), "{e}");
+}
