@@ -58,11 +58,27 @@ fn registry_conninfo(registry: &Postgres) -> String {
 
 /// A node serving the registry's tenants (and no database of its own file).
 async fn node(registry: &Postgres) -> Pooler {
+    node_with(registry, "").await
+}
+
+/// [`node`], with `general` lines added to `[general]`.
+async fn node_with(registry: &Postgres, general: &str) -> Pooler {
     Pooler::start(&format!(
-        "[general]\nlisten_port = 0\nauth_type = \"scram-sha-256\"\ntenant_registry = \"{}\"\n",
+        "[general]\nlisten_port = 0\nauth_type = \"scram-sha-256\"\ntenant_registry = \"{}\"\n{general}\n",
         registry_conninfo(registry)
     ))
     .await
+}
+
+/// The body of an HTTP GET of `path` at `addr`.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
 }
 
 /// Connects as `user` with `password` (and `options`), or the server's message.
@@ -128,7 +144,7 @@ async fn logins_name_their_tenant_by_user_suffix_and_options() {
     let pg = tenant_server();
     let store = Store::open(&registry_conninfo(&registry)).await.unwrap();
     store.put(&tenant("acme", &pg)).await.unwrap();
-    let node = node(&registry).await;
+    let node = node_with(&registry, "metrics_addr = \"127.0.0.1:0\"").await;
 
     let c = login(&node, "alice.acme", "alice pw", "app", None)
         .await
@@ -173,6 +189,17 @@ async fn logins_name_their_tenant_by_user_suffix_and_options() {
         .await
         .unwrap_err();
     assert!(e.contains("tenant \"nosuch\" does not exist"), "{e}");
+    // The tenant's pools carry its label in the metrics.
+    let body = http_get(node.metrics.unwrap(), "/metrics").await;
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("pgcorral_pool_size{") && l.contains("tenant=\"acme\""))
+        .unwrap_or_else(|| panic!("no tenant pool in\n{body}"));
+    assert!(line.contains("user=\"alice.acme\""), "{line}");
+    assert!(
+        body.contains("pgcorral_tenant_pools_unreported 0"),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,7 +310,13 @@ async fn a_registry_that_is_down_costs_only_new_tenants_first_logins() {
 
 /// psql over TLS to `node` under the host name `host` (sent as SNI; the address is
 /// 127.0.0.1), or without TLS when `tls` is false; what the query printed, or its error.
-async fn psql_as(node: &Pooler, host: &str, user: &str, pw: &str, tls: bool) -> Result<String, String> {
+async fn psql_as(
+    node: &Pooler,
+    host: &str,
+    user: &str,
+    pw: &str,
+    tls: bool,
+) -> Result<String, String> {
     let conn = format!(
         "host={host} hostaddr=127.0.0.1 port={} user={user} dbname=app password='{pw}' sslmode={}",
         node.port(),
@@ -291,7 +324,8 @@ async fn psql_as(node: &Pooler, host: &str, user: &str, pw: &str, tls: bool) -> 
     );
     let mut c = std::process::Command::new("psql");
     c.args([&conn, "-Atq", "-c", "SELECT current_user"]);
-    c.env_remove("PGSSLROOTCERT").env("PGSSLCERT", "/nonexistent/none.crt");
+    c.env_remove("PGSSLROOTCERT")
+        .env("PGSSLCERT", "/nonexistent/none.crt");
     let out = tokio::task::spawn_blocking(move || c.output().unwrap())
         .await
         .unwrap();
@@ -335,9 +369,19 @@ async fn tls_server_names_name_tenants_and_tenants_rules_are_kept() {
         .unwrap_err();
     assert!(!e.contains("tenant"), "{e}");
     // enforce_ssl: the same login without TLS is refused.
-    let e = psql_as(&node, "x", "bob.named", "bob pw", false).await.unwrap_err();
-    assert!(e.contains("tenant \"named\" requires an SSL connection"), "{e}");
+    let e = psql_as(&node, "x", "bob.named", "bob pw", false)
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("tenant \"named\" requires an SSL connection"),
+        "{e}"
+    );
     // allow_list: 127.0.0.1 is not in 10.0.0.0/8.
-    let e = psql_as(&node, "x", "bob.fenced", "bob pw", false).await.unwrap_err();
-    assert!(e.contains("address not allowed for tenant \"fenced\""), "{e}");
+    let e = psql_as(&node, "x", "bob.fenced", "bob pw", false)
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("address not allowed for tenant \"fenced\""),
+        "{e}"
+    );
 }

@@ -555,7 +555,7 @@ async fn login(
         secret,
         settings,
         startup,
-        pinned: Box::default(),
+        pinned: thin_vec::ThinVec::new(),
         wait,
     }));
     Ok((session, count))

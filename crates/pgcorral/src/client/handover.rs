@@ -199,7 +199,7 @@ fn session_of(
         secret: h.secret,
         settings: Arc::new(h.settings.clone()),
         startup: Arc::new(h.startup.clone()),
-        pinned: Box::default(),
+        pinned: thin_vec::ThinVec::new(),
         wait,
     };
     let mut statements = prepared::ClientStatements::default();

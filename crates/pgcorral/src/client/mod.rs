@@ -459,7 +459,7 @@ struct LoggedIn {
     /// (shared by clients that sent the same).
     startup: session::Settings,
     /// Why the client keeps its server between transactions; empty when it does not.
-    pinned: Box<[String]>,
+    pinned: thin_vec::ThinVec<String>,
     /// How long it waits for a busy pool, when not its pool's setting (its login user's own).
     wait: ClientWait,
 }

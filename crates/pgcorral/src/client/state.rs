@@ -52,7 +52,7 @@ pub(super) async fn recapture(
         } else {
             tracing::info!(pid = session.pid, reasons = ?captured.pins, "client pinned to its server connection until this state is released");
         }
-        session.pinned = captured.pins.into_boxed_slice();
+        session.pinned = captured.pins.into_iter().collect();
         session.listed.set_pinned(session.pinned.join(", "));
     }
     server.bound = !session.pinned.is_empty();

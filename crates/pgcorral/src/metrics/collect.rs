@@ -13,7 +13,7 @@ use prometheus_client::registry::Unit;
 use super::buckets::{self, Folded};
 use crate::config::PoolMode;
 use crate::pool::stats::Totals;
-use crate::pool::Snapshot;
+use crate::pool::{Pool, Snapshot};
 use crate::services::Services;
 
 /// Reads everything on each scrape.
@@ -25,8 +25,14 @@ impl fmt::Debug for Pgcorral {
     }
 }
 
+/// Tenants' pools reported one by one at most (the rest are counted in
+/// `pgcorral_tenant_pools_unreported`): a bound on the series a fleet of tenants makes.
+pub const MAX_TENANT_POOLS: usize = 1000;
+
 /// One pool's numbers, read once per scrape.
 struct PoolData {
+    /// The tenant's external id, for a tenant's pool.
+    tenant: Option<String>,
     database: String,
     user: String,
     /// `host:port`: a database with replicas has one pool per server.
@@ -43,30 +49,56 @@ struct PoolData {
 }
 
 impl PoolData {
-    fn labels(&self) -> [(&str, &str); 4] {
-        [
-            ("database", &self.database),
+    /// `database`, `user`, `server`, `shard`, and `tenant` for a tenant's pool.
+    fn labels(&self) -> Vec<(&str, &str)> {
+        let mut l = vec![
+            ("database", self.database.as_str()),
             ("user", &self.user),
             ("server", &self.server),
             ("shard", &self.shard),
-        ]
+        ];
+        if let Some(t) = &self.tenant {
+            l.push(("tenant", t));
+        }
+        l
     }
 
-    fn with<'a>(&'a self, key: &'a str, value: &'a str) -> [(&'a str, &'a str); 5] {
-        let [d, u, s, h] = self.labels();
-        [d, u, s, h, (key, value)]
+    fn with<'a>(&'a self, key: &'a str, value: &'a str) -> Vec<(&'a str, &'a str)> {
+        let mut l = self.labels();
+        l.push((key, value));
+        l
     }
 }
 
-fn read(services: &Services) -> Vec<PoolData> {
-    let mut pools: Vec<PoolData> = services
+/// Every pool's numbers: the file's, then up to [`MAX_TENANT_POOLS`] of the tenants' (by
+/// tenant); also how many tenants' pools were left out.
+fn read(services: &Services) -> (Vec<PoolData>, usize) {
+    let mut all: Vec<(Option<String>, Pool)> = services
         .pools
         .all()
+        .into_iter()
+        .map(|p| (None, p))
+        .collect();
+    let (mut reported, mut left_out) = (0, 0);
+    if let Some(tenants) = services.tenants.get() {
+        for t in tenants.all() {
+            for p in t.pools.all() {
+                if reported >= MAX_TENANT_POOLS {
+                    left_out += 1;
+                    continue;
+                }
+                reported += 1;
+                all.push((Some(t.id.clone()), p));
+            }
+        }
+    }
+    let mut pools: Vec<PoolData> = all
         .iter()
-        .map(|p| {
+        .map(|(tenant, p)| {
             let (database, user) = p.name();
             let stats = p.stats();
             PoolData {
+                tenant: tenant.clone(),
                 database: database.to_string(),
                 user: user.to_string(),
                 server: p.node().map(|n| n.addr()).unwrap_or_default(),
@@ -85,8 +117,15 @@ fn read(services: &Services) -> Vec<PoolData> {
             }
         })
         .collect();
-    pools.sort_by(|a, b| (&a.database, &a.user, &a.server).cmp(&(&b.database, &b.user, &b.server)));
-    pools
+    pools.sort_by(|a, b| {
+        (&a.tenant, &a.database, &a.user, &a.server).cmp(&(
+            &b.tenant,
+            &b.database,
+            &b.user,
+            &b.server,
+        ))
+    });
+    (pools, left_out)
 }
 
 fn mode_name(m: PoolMode) -> &'static str {
@@ -176,7 +215,7 @@ impl Collector for Pgcorral {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         use std::sync::atomic::Ordering::Relaxed;
         let services = &self.0;
-        let pools = read(services);
+        let (pools, left_out) = read(services);
         let e = &mut enc;
 
         gauge(
@@ -221,6 +260,15 @@ impl Collector for Pgcorral {
                 MetricType::Counter,
             )?,
             services.logins_refused.load(Relaxed),
+        )?;
+        gauge(
+            &mut e.encode_descriptor(
+                "pgcorral_tenant_pools_unreported",
+                "Tenants' pools left out of the per-pool metrics (more than 1000 are not reported one by one)",
+                None,
+                MetricType::Gauge,
+            )?,
+            left_out as u64,
         )?;
 
         let mut m = e.encode_descriptor(

@@ -48,6 +48,9 @@ pub fn config_of(tenant: &Tenant, general: &General) -> Config {
             weight: 1,
         });
         db.servers = std::iter::once(primary).chain(replicas).collect();
+        // The servers list names the primary: host and port stay unset.
+        let unset = Database::default();
+        (db.host, db.port) = (unset.host, unset.port);
     }
     if !tenant.require_user {
         // Any user, its password looked up as the manager user in the tenant's database.
@@ -144,6 +147,8 @@ mod tests {
         assert_eq!(db.auth_user.as_deref(), Some("manager"));
         assert_eq!(db.auth_dbname.as_deref(), Some("app"));
         assert_eq!(db.servers.len(), 2);
-        assert!(crate::config::validate(&c).is_ok());
+        if let Err(e) = crate::config::validate(&c) {
+            panic!("{e}");
+        }
     }
 }
