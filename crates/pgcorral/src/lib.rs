@@ -20,6 +20,7 @@
 #![cfg_attr(not(test), deny(clippy::disallowed_methods, clippy::absolute_paths))]
 
 pub mod admin;
+pub mod api;
 pub mod auth_query;
 pub mod cancel;
 pub mod client;

@@ -6,26 +6,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-// API-WIRING use crate::api::{self, Api, Node};
-use api_stub::{self as api, Api, Node};
-mod api_stub {
-    use std::sync::Arc;
-    pub trait Node: Send + Sync + 'static {
-        fn terminate(&self, external_id: &str) -> usize;
-        fn health(&self) -> Result<(), Vec<String>>;
-    }
-    pub struct Api {
-        pub store: crate::tenants::store::Store,
-        pub jwt_secret: Arc<str>,
-        pub node: Arc<dyn Node>,
-    }
-    pub async fn serve(
-        _l: tokio::net::TcpListener,
-        _a: Api,
-        _s: tokio_util::sync::CancellationToken,
-    ) {
-    }
-}
+use crate::api::{self, Api, Node};
 use crate::config::General;
 use crate::services::Services;
 use crate::tenants::store::Store;

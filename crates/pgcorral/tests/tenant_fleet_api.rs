@@ -1,0 +1,271 @@
+//! The tenant API as pgcorral nodes serve it (`api_listen`): tenants created, changed and
+//! deleted through one node's API while clients run on two nodes; the OpenAPI document
+//! parsed and checked by an OpenAPI 3.1 library; the Swagger UI page rendered by headless
+//! Chromium, listing the tenant endpoints.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use support::{blocking, db_message, pg_config, PgOptions, Pooler, Postgres};
+
+const SECRET: &str = "a test secret of 32 bytes or so!";
+
+/// A bearer token signed with [`SECRET`], valid for an hour.
+fn token() -> String {
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &serde_json::json!({"role": "admin", "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// An HTTP/1.1 exchange: status and body.
+async fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = body.unwrap_or("");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        token(),
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A tenant database server checking passwords, with role alice.
+fn tenant_server() -> Postgres {
+    let pg = blocking(|| {
+        Postgres::start_with(PgOptions {
+            auth: "scram-sha-256",
+            ..PgOptions::default()
+        })
+    });
+    blocking(|| pg.sql("postgres", "CREATE ROLE alice LOGIN PASSWORD 'alice pw'"));
+    pg
+}
+
+/// A node of the fleet: the registry's tenants, the API on a free port.
+async fn node(registry: &Postgres) -> (Pooler, SocketAddr) {
+    let api_port = support::free_port();
+    let node = Pooler::start(&format!(
+        "[general]\nlisten_port = 0\nauth_type = \"scram-sha-256\"\n\
+         tenant_registry = \"host=127.0.0.1 port={} user=postgres dbname=postgres\"\n\
+         api_listen = \"127.0.0.1:{api_port}\"\napi_jwt_secret = \"{SECRET}\"\n",
+        registry.port
+    ))
+    .await;
+    (node, SocketAddr::from(([127, 0, 0, 1], api_port)))
+}
+
+async fn login(node: &Pooler, user: &str, pw: &str) -> Result<tokio_postgres::Client, String> {
+    let mut cfg = pg_config(node.port(), user, "postgres");
+    cfg.password(pw);
+    match cfg.connect(tokio_postgres::NoTls).await {
+        Ok((c, conn)) => {
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok(c)
+        }
+        Err(e) => Err(format!("{} {e}", db_message(&e))),
+    }
+}
+
+/// Polls `f` until true; fails after `limit`.
+async fn until<F, Fut>(what: &str, limit: Duration, mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f().await {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what}: not within {limit:?}");
+}
+
+fn tenant_json(pg: &Postgres, pool_size: u32) -> String {
+    serde_json::json!({"tenant": {
+        "db_host": "127.0.0.1", "db_port": pg.port, "db_database": "postgres",
+        "require_user": true,
+        "users": [{"db_user": "alice", "db_password": "alice pw", "pool_size": pool_size,
+                   "mode_type": "transaction"}]
+    }})
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_created_changed_and_deleted_through_the_api_reach_both_nodes() {
+    let registry = blocking(Postgres::start);
+    let pg = tenant_server();
+    let (a, api_a) = node(&registry).await;
+    let (b, _) = node(&registry).await;
+
+    let (status, body) = http(
+        api_a,
+        "PUT",
+        "/api/tenants/acme",
+        Some(&tenant_json(&pg, 2)),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert!(!body.contains("alice pw"), "{body}");
+    let on_a = login(&a, "alice.acme", "alice pw").await.unwrap();
+    let on_b = login(&b, "alice.acme", "alice pw").await.unwrap();
+    // A transaction open on each node across the change below.
+    on_a.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    on_b.batch_execute("BEGIN; SELECT 1").await.unwrap();
+
+    // Changed (pool size 2 → 3): both nodes' pools take it within a second, and the open
+    // transactions go on.
+    let (status, body) = http(
+        api_a,
+        "PUT",
+        "/api/tenants/acme",
+        Some(&tenant_json(&pg, 3)),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for node in [&a, &b] {
+        let took = until("the new pool size", Duration::from_secs(1), || async {
+            let tenants = node.services.tenants.get().unwrap();
+            tenants
+                .pools()
+                .iter()
+                .any(|p| p.name().1 == "alice.acme" && p.settings().size == 3)
+        })
+        .await;
+        eprintln!("the change reached a node after {took:?}");
+    }
+    for c in [&on_a, &on_b] {
+        c.batch_execute("SELECT 2; COMMIT").await.unwrap();
+    }
+
+    // Banned through the API: both nodes close the tenant's clients.
+    let (status, body) = http(
+        api_a,
+        "PATCH",
+        "/api/tenants/acme",
+        Some(r#"{"banned": true, "ban_reason": "maintenance"}"#),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for c in [&on_a, &on_b] {
+        until("the client closed", Duration::from_secs(1), || async {
+            c.simple_query("SELECT 1").await.is_err()
+        })
+        .await;
+    }
+    let e = login(&b, "alice.acme", "alice pw").await.unwrap_err();
+    assert!(e.contains("is disabled: maintenance"), "{e}");
+
+    // Unbanned, then terminated (clients closed, the tenant stays), then deleted.
+    let (status, _) = http(
+        api_a,
+        "PATCH",
+        "/api/tenants/acme",
+        Some(r#"{"banned": false}"#),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let c = until("unbanned", Duration::from_secs(1), || async {
+        login(&b, "alice.acme", "alice pw").await.is_ok()
+    })
+    .await;
+    eprintln!("unbanned after {c:?}");
+    let c = login(&b, "alice.acme", "alice pw").await.unwrap();
+    let (status, body) = http(api_a, "GET", "/api/tenants/acme/terminate", None).await;
+    assert_eq!(status, 200, "{body}");
+    until("terminated", Duration::from_secs(1), || async {
+        c.simple_query("SELECT 1").await.is_err()
+    })
+    .await;
+    login(&b, "alice.acme", "alice pw").await.unwrap();
+    let (status, _) = http(api_a, "DELETE", "/api/tenants/acme", None).await;
+    assert_eq!(status, 204);
+    let (status, _) = http(api_a, "GET", "/api/tenants/acme", None).await;
+    assert_eq!(status, 404);
+    until("deleted", Duration::from_secs(1), || async {
+        login(&b, "alice.acme", "alice pw")
+            .await
+            .is_err_and(|e| e.contains("does not exist"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_is_valid_and_swagger_ui_lists_the_tenant_endpoints() {
+    let registry = blocking(Postgres::start);
+    let (_node, api) = node(&registry).await;
+    let (status, doc) = http(api, "GET", "/api/openapi", None).await;
+    assert_eq!(status, 200, "{doc}");
+    let spec = oas3::from_json(&doc).unwrap_or_else(|e| panic!("not OpenAPI 3.1: {e}\n{doc}"));
+    assert!(spec.openapi.starts_with("3.1"), "{}", spec.openapi);
+    let paths: Vec<String> = spec.paths.as_ref().unwrap().keys().cloned().collect();
+    for p in ["/api/tenants/{external_id}", "/api/tenants", "/api/health"] {
+        assert!(paths.iter().any(|k| k == p), "{p} missing from {paths:?}");
+    }
+    // Every operation's request body and responses resolve (no dangling $ref).
+    for (path, method, op) in spec.operations() {
+        if let Some(body) = &op.request_body {
+            body.resolve(&spec)
+                .unwrap_or_else(|e| panic!("{method} {path}: request body: {e}"));
+        }
+        for (code, r) in &op.responses(&spec) {
+            for (ty, media) in &r.content {
+                if let Some(s) = &media.schema {
+                    s.resolve(&spec)
+                        .unwrap_or_else(|e| panic!("{method} {path} {code} {ty}: {e}"));
+                }
+            }
+        }
+    }
+
+    // Swagger UI, rendered by a real browser: the page lists the tenant endpoints.
+    let url = format!("http://{api}/swaggerui/");
+    let out = blocking(|| {
+        std::process::Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--virtual-time-budget=15000",
+                "--dump-dom",
+                &url,
+            ])
+            .output()
+            .expect("chromium (Debian's package) runs")
+    });
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dom.contains("/api/tenants/{external_id}") && dom.contains("opblock"),
+        "Swagger UI did not list the tenant endpoints: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        &dom[..dom.len().min(4000)]
+    );
+}
