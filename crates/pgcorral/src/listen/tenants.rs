@@ -17,7 +17,8 @@ const REREAD: Duration = Duration::from_secs(30);
 
 /// Opens the registry (creating or migrating its schema) and binds the API, when `general`
 /// names them. A registry that cannot be opened stops the start: a node that cannot serve
-/// its tenants must not look healthy.
+/// its tenants must not look healthy. On the main thread's runtime, as the other listeners.
+#[allow(clippy::disallowed_methods)]
 pub(super) async fn open(
     general: &General,
 ) -> std::io::Result<(Option<Store>, Option<TcpListener>)> {

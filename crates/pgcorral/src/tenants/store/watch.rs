@@ -244,3 +244,39 @@ async fn answer<F: Future<Output = Result<(), String>> + ?Sized>(
         None => pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_round_trip_any_id() {
+        for c in [
+            Change::Tenant("a\"b,\n{}".into()),
+            Change::Terminate("tenant".into()),
+            Change::All,
+        ] {
+            assert_eq!(change(&payload(&c)), c);
+        }
+        assert_eq!(change("acme"), Change::All);
+        assert_eq!(payload(&Change::Tenant("x".repeat(9000))), "{}");
+    }
+
+    #[tokio::test]
+    async fn a_full_channel_coalesces_into_all() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        let mut kept = Kept::default();
+        kept.push(&tx, Change::Tenant("a".into()));
+        kept.push(&tx, Change::Tenant("b".into()));
+        kept.push(&tx, Change::Terminate("t".into()));
+        kept.push(&tx, Change::Tenant("c".into()));
+        kept.push(&tx, Change::Terminate("t".into()));
+        assert_eq!(rx.recv().await, Some(Change::Tenant("a".into())));
+        let mut got = Vec::new();
+        while !kept.is_empty() {
+            kept.flush(tx.reserve().await.unwrap());
+            got.push(rx.recv().await.unwrap());
+        }
+        assert_eq!(got, [Change::Terminate("t".into()), Change::All]);
+    }
+}
