@@ -269,3 +269,45 @@ async fn the_openapi_document_is_valid_and_swagger_ui_lists_the_tenant_endpoints
         &dom[..dom.len().min(4000)]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_sent_to_the_wrong_node_cancels_the_right_query() {
+    let registry = blocking(Postgres::start);
+    let pg = tenant_server();
+    let (a, api_a) = node(&registry).await;
+    let (b, _) = node(&registry).await;
+    let (status, body) = http(
+        api_a,
+        "PUT",
+        "/api/tenants/acme",
+        Some(&tenant_json(&pg, 2)),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    // Each node took its own peer id in the registry.
+    let ids = [&a, &b].map(|n| n.services.tenants.get().unwrap().fleet.peer_id);
+    assert!(ids[0] != 0 && ids[0] != ids[1], "{ids:?}");
+
+    let c = login(&a, "alice.acme", "alice pw").await.unwrap();
+    let token = c.cancel_token();
+    let query = tokio::spawn(async move { c.simple_query("SELECT pg_sleep(30)").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Sent to node b, which learns of node a from the registry within a heartbeat or two.
+    let start = Instant::now();
+    while !query.is_finished() {
+        assert!(start.elapsed() < Duration::from_secs(15), "not cancelled");
+        let to_b = tokio::net::TcpStream::connect(("127.0.0.1", b.port()))
+            .await
+            .unwrap();
+        token
+            .cancel_query_raw(to_b, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let e = query.await.unwrap().unwrap_err();
+    assert!(
+        db_message(&e).contains("canceling statement due to user request"),
+        "{e}"
+    );
+}

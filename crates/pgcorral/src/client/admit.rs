@@ -104,8 +104,14 @@ pub(super) async fn admit(
         Opening::Cancel { pid, secret } => {
             let config = services.config.load_full();
             let wait = millis_opt(config.general.cancel_wait_timeout);
-            let peer = cancel::peer_of(&config, secret);
-            services.cancel.cancel(pid, secret, wait, peer).await;
+            // A peer of the file's `[peers]`, else another node of the fleet.
+            let peer = cancel::peer_of(&config, secret)
+                .cloned()
+                .or_else(|| services.tenants.get().and_then(|t| t.fleet.peer(secret)));
+            services
+                .cancel
+                .cancel(pid, secret, wait, peer.as_ref())
+                .await;
             return None;
         }
         Opening::Session { minor, params } => (minor, params),

@@ -43,12 +43,14 @@ pub fn load_file_warnings(path: &Path) -> Result<(Config, Vec<Warning>), ConfigE
 }
 
 /// The settings the environment gives, over the file's (secrets a deployment keeps out of
-/// files): `PGCORRAL_TENANT_REGISTRY`, `PGCORRAL_API_JWT_SECRET`. Returns whether any was set.
+/// files, or only a deployment knows): `PGCORRAL_TENANT_REGISTRY`, `PGCORRAL_API_JWT_SECRET`,
+/// `PGCORRAL_NODE_ADDRESS`. Returns whether any was set.
 pub fn from_environment(general: &mut General, var: impl Fn(&str) -> Option<String>) -> bool {
     let mut any = false;
     for (name, field) in [
         ("PGCORRAL_TENANT_REGISTRY", &mut general.tenant_registry),
         ("PGCORRAL_API_JWT_SECRET", &mut general.api_jwt_secret),
+        ("PGCORRAL_NODE_ADDRESS", &mut general.node_address),
     ] {
         if let Some(v) = var(name).filter(|v| !v.is_empty()) {
             *field = v;

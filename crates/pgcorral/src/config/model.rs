@@ -183,6 +183,11 @@ pub struct General {
     /// The HS256 secret the API's bearer tokens are signed with; `PGCORRAL_API_JWT_SECRET` in
     /// the environment overrides it. Never shown by SHOW CONFIG.
     pub api_jwt_secret: String,
+    /// `host:port` where the fleet's other nodes reach this one's PostgreSQL port, written in
+    /// the registry (cancel requests are forwarded there); empty: `listen_addr` when it is one
+    /// address, else the machine's first address that is not loopback, with the port listened
+    /// on. `PGCORRAL_NODE_ADDRESS` in the environment overrides it.
+    pub node_address: String,
     /// Directory of the Unix-socket listener `.s.PGSQL.<listen_port>`, as PgBouncer's; empty
     /// turns it off.
     pub unix_socket_dir: String,
@@ -454,6 +459,7 @@ impl Default for General {
             tenant_registry: String::new(),
             api_listen: String::new(),
             api_jwt_secret: String::new(),
+            node_address: String::new(),
             unix_socket_dir: "/tmp".into(),
             unix_socket_mode: "0777".into(),
             server_unavailable_wait: 15_000,

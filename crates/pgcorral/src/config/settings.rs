@@ -50,6 +50,7 @@ restart_only!(
     tenant_registry,
     api_listen,
     api_jwt_secret,
+    node_address,
     pidfile,
     logfile,
     log_level,

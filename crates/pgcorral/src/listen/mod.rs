@@ -57,7 +57,7 @@ impl Pooler {
     /// [`Pooler::bind`], or with the listeners a running process handed over (`-R`).
     #[allow(clippy::disallowed_methods)]
     pub async fn bind_inheriting(
-        config: Config,
+        mut config: Config,
         inherited: Option<takeover::Inherited>,
     ) -> std::io::Result<Pooler> {
         // Before any socket: a file PostgreSQL would refuse stops the start.
@@ -131,12 +131,18 @@ impl Pooler {
         };
         let tls = tls::Tls::load(&config.general)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let (store, api) = tenants::open(&config.general).await?;
+        let (store, api) = tenants::open(&config.general, listener.local_addr()?.port()).await?;
+        if let Some((_, fleet)) = &store {
+            // The fleet's id goes into this node's cancel keys, unless the file sets one.
+            if config.general.peer_id == 0 {
+                config.general.peer_id = fleet.peer_id;
+            }
+        }
         let n_workers = config.general.workers;
         let services = Services::new(config, rules, workers::count(n_workers));
         services.tls.store(std::sync::Arc::new(tls));
-        if let Some(store) = store {
-            let _ = services.tenants.set(tenants::tenants(store));
+        if let Some((store, fleet)) = store {
+            let _ = services.tenants.set(tenants::tenants(store, fleet));
         }
         Ok(Pooler {
             listener,

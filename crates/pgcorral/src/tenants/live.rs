@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 
 use super::config::config_of;
+use super::fleet::Fleet;
 use super::model::Tenant;
 use super::names::{first_label, Naming};
 use super::store::{Change, Store, StoreError};
@@ -31,6 +32,8 @@ const SNI_MAX: usize = 10_000;
 /// The registry and the tenants loaded from it.
 pub struct Tenants {
     store: Store,
+    /// This node in the fleet.
+    pub fleet: Arc<Fleet>,
     /// The main thread's runtime, where the registry's connections live.
     rt: Handle,
     loaded: Mutex<HashMap<String, Arc<Loaded>>>,
@@ -58,9 +61,10 @@ pub struct Loaded {
 
 impl Tenants {
     /// `rt`: the runtime the store's tasks run on (the main thread's).
-    pub fn new(store: Store, rt: Handle) -> Tenants {
+    pub fn new(store: Store, fleet: Fleet, rt: Handle) -> Tenants {
         Tenants {
             store,
+            fleet: Arc::new(fleet),
             rt,
             loaded: Mutex::default(),
             loading: Mutex::default(),

@@ -2,6 +2,7 @@
 //! each served as a configuration of its own beside the file's databases.
 
 pub mod config;
+pub mod fleet;
 pub mod live;
 pub mod model;
 pub mod names;

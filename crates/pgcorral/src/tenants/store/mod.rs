@@ -4,6 +4,7 @@
 //! Submodules: `schema` (migrations and the rows' mapping to [`Tenant`]), `watch` (the
 //! listening connection and the notifications' payloads).
 
+pub mod nodes;
 mod schema;
 mod watch;
 

@@ -56,6 +56,17 @@ pub(super) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (tenant_external_id, db_user_alias)
     );
     "#,
+    // 2: the nodes of the fleet: each one's peer id (cancel keys) and where its clients
+    // connect, kept alive by heartbeats.
+    r#"
+    CREATE TABLE pgcorral.nodes (
+        peer_id int PRIMARY KEY CHECK (peer_id BETWEEN 1 AND 65535),
+        host text NOT NULL,
+        port int NOT NULL CHECK (port BETWEEN 1 AND 65535),
+        started_at timestamptz NOT NULL DEFAULT now(),
+        heartbeat_at timestamptz NOT NULL DEFAULT now()
+    );
+    "#,
 ];
 
 /// Creates the schema or brings it to the latest version, in one transaction that holds the
