@@ -78,6 +78,8 @@ fn read_file(path: &Path) -> Result<(Config, Vec<Warning>), ConfigError> {
         });
     }
     let mut cfg = parse(&text).map_err(|e| ConfigError(format!("{shown}: {e}")))?;
+    // Before the checks: a deployment may give the secrets only in the environment.
+    from_environment(&mut cfg.general, |k| std::env::var(k).ok());
     let found = problems(&cfg);
     if found.is_empty() {
         let warnings = auth_file(&mut cfg, &shown.to_string())?;
@@ -473,5 +475,23 @@ mod tests {
         .unwrap();
         assert_eq!(wild.db_client_cap("anything"), 1);
         assert_eq!(wild.user_client_cap("anyone"), 0);
+    }
+
+    #[test]
+    fn the_environment_gives_the_fleet_s_secrets_over_the_file() {
+        let mut g = General::default();
+        g.api_jwt_secret = "from the file".into();
+        let env = |k: &str| match k {
+            "PGCORRAL_TENANT_REGISTRY" => Some("host=registry".to_string()),
+            "PGCORRAL_API_JWT_SECRET" => Some("from the environment".to_string()),
+            "PGCORRAL_NODE_ADDRESS" => Some(String::new()),
+            _ => None,
+        };
+        assert!(from_environment(&mut g, env));
+        assert_eq!(g.tenant_registry, "host=registry");
+        assert_eq!(g.api_jwt_secret, "from the environment");
+        // Empty is not set.
+        assert_eq!(g.node_address, "");
+        assert!(!from_environment(&mut General::default(), |_| None));
     }
 }
