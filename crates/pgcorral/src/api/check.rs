@@ -6,131 +6,26 @@
 //! fields are ignored, as Supavisor ignores them; a field of the wrong type is an error. As
 //! Ecto casts it, `""` counts as null.
 
+mod fields;
+mod names;
+
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use serde_json::{Map, Value};
 
 use crate::tenants::model::{HostPort, Mode, Tenant, TenantUser};
+use fields::{flag, int, object, small, text, Check, Got, BLANK};
+pub use names::{cidr, external_id_errors, host_name};
 
 /// Messages by field path.
 pub type Errors = BTreeMap<String, Vec<String>>;
 
-/// A required field absent or null (Ecto's words).
-const BLANK: &str = "can't be blank";
-/// Longest external id: it becomes part of user names (`user.EXTERNAL_ID`).
-const MAX_EXTERNAL_ID: usize = 63;
 /// Longest ban reason (it is shown to refused clients).
 const MAX_BAN_REASON: usize = 1000;
 /// Why per-tenant TLS to servers is refused (fail closed: no rule accepted that is not kept).
 const NO_UPSTREAM_TLS: &str = "pgcorral applies server_tls_sslmode to every server and does not \
      take TLS to servers per tenant: only upstream_ssl false (upstream_verify none or null) is \
      accepted";
-
-/// A field as the request gave it.
-enum Got<T> {
-    Absent,
-    Null,
-    Val(T),
-    /// Of the wrong type or out of range: why.
-    Bad(String),
-}
-
-fn got<T>(v: Option<&Value>, want: &str, f: impl FnOnce(&Value) -> Option<T>) -> Got<T> {
-    match v {
-        None => Got::Absent,
-        Some(Value::Null) => Got::Null,
-        Some(Value::String(s)) if s.is_empty() => Got::Null,
-        Some(v) => f(v).map_or_else(|| Got::Bad(format!("must be {want}")), Got::Val),
-    }
-}
-
-fn text(v: Option<&Value>) -> Got<String> {
-    got(v, "a string", |v| v.as_str().map(str::to_owned))
-}
-
-fn int(v: Option<&Value>, lo: u64, hi: u64) -> Got<u64> {
-    got(v, &format!("an integer from {lo} to {hi}"), |v| {
-        v.as_u64().filter(|n| (lo..=hi).contains(n))
-    })
-}
-
-fn small(v: Option<&Value>, lo: u32) -> Got<u32> {
-    match int(v, lo.into(), u32::MAX.into()) {
-        Got::Val(n) => Got::Val(u32::try_from(n).unwrap_or(u32::MAX)),
-        Got::Absent => Got::Absent,
-        Got::Null => Got::Null,
-        Got::Bad(why) => Got::Bad(why),
-    }
-}
-
-fn flag(v: Option<&Value>) -> Got<bool> {
-    got(v, "true or false", Value::as_bool)
-}
-
-/// The errors found so far.
-#[derive(Default)]
-struct Check(Errors);
-
-impl Check {
-    fn add(&mut self, path: &str, message: impl Into<String>) {
-        self.0
-            .entry(path.to_owned())
-            .or_default()
-            .push(message.into());
-    }
-
-    /// A field that must have a value: the request's, else `old` (the stored tenant's).
-    fn need<T: Default>(&mut self, path: &str, g: Got<T>, old: Option<T>) -> T {
-        match (g, old) {
-            (Got::Val(v), _) | (Got::Absent, Some(v)) => v,
-            (Got::Absent | Got::Null, _) => {
-                self.add(path, BLANK);
-                T::default()
-            }
-            (Got::Bad(why), _) => {
-                self.add(path, why);
-                T::default()
-            }
-        }
-    }
-
-    /// A field that may be null: the request's, else `old`.
-    fn maybe<T>(&mut self, path: &str, g: Got<T>, old: Option<T>) -> Option<T> {
-        match g {
-            Got::Val(v) => Some(v),
-            Got::Null => None,
-            Got::Absent => old,
-            Got::Bad(why) => {
-                self.add(path, why);
-                None
-            }
-        }
-    }
-
-    /// A list of objects: `None` (kept as is) when absent.
-    fn list<'a>(&mut self, path: &str, v: Option<&'a Value>) -> Option<&'a [Value]> {
-        match v? {
-            Value::Array(items) => Some(items),
-            Value::Null => {
-                self.add(path, BLANK);
-                None
-            }
-            _ => {
-                self.add(path, "must be a list");
-                None
-            }
-        }
-    }
-
-    fn done<T>(self, value: T) -> Result<T, Errors> {
-        if self.0.is_empty() {
-            Ok(value)
-        } else {
-            Err(self.0)
-        }
-    }
-}
 
 /// The tenant a PUT asks for (`{"tenant": {...}}`), `external_id` from the path. Fields the
 /// body leaves out keep `old`'s values (the stored tenant on update, defaults on create);
@@ -151,10 +46,9 @@ pub fn put(external_id: &str, body: &Value, old: Option<&Tenant>) -> Result<Tena
             return Err(c.0);
         }
     };
-    if let Some(given) = o.get("external_id").and_then(Value::as_str) {
-        if given != external_id {
-            c.add("external_id", "must be the external_id of the path");
-        }
+    let given = c.maybe("external_id", text(o.get("external_id")), None);
+    if given.is_some_and(|given| given != external_id) {
+        c.add("external_id", "must be the external_id of the path");
     }
     let db_host = c.need(
         "db_host",
@@ -312,21 +206,6 @@ pub fn put(external_id: &str, body: &Value, old: Option<&Tenant>) -> Result<Tena
     c.done(tenant)
 }
 
-/// What is wrong with an external id, if anything.
-pub fn external_id_errors(id: &str) -> Vec<&'static str> {
-    let mut why = Vec::new();
-    if id.is_empty() {
-        why.push(BLANK);
-    }
-    if id.len() > MAX_EXTERNAL_ID {
-        why.push("must be at most 63 bytes");
-    }
-    if id.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
-        why.push("must not contain whitespace or control characters");
-    }
-    why
-}
-
 fn allow_list(c: &mut Check, v: Option<&Value>, old: Option<&Tenant>) -> Vec<String> {
     let Some(items) = c.list("allow_list", v) else {
         return match old {
@@ -406,14 +285,6 @@ fn user(c: &mut Check, i: usize, v: &Value) -> TenantUser {
     }
 }
 
-fn object<'a>(c: &mut Check, path: &str, v: &'a Value) -> Option<&'a Map<String, Value>> {
-    let o = v.as_object();
-    if o.is_none() {
-        c.add(path, "must be an object");
-    }
-    o
-}
-
 /// The rules across users: unique aliases, at most one manager, a manager when any user may
 /// log in (auth_query runs as it), at least one user. `given`: the request named the users.
 fn check_users(c: &mut Check, users: &[TenantUser], require_user: bool, given: bool) {
@@ -486,34 +357,5 @@ pub fn limit(v: Option<&str>) -> Result<usize, Errors> {
     }
 }
 
-/// `address/length`, IPv4 (length ≤ 32) or IPv6 (≤ 128); an address alone is not a range.
-pub fn cidr(s: &str) -> bool {
-    let Some((addr, len)) = s.split_once('/') else {
-        return false;
-    };
-    if len.is_empty() || len.len() > 3 || !len.bytes().all(|b| b.is_ascii_digit()) {
-        return false;
-    }
-    let len: u32 = len.parse().unwrap_or(u32::MAX);
-    match addr.parse::<IpAddr>() {
-        Ok(IpAddr::V4(_)) => len <= 32,
-        Ok(IpAddr::V6(_)) => len <= 128,
-        Err(_) => false,
-    }
-}
-
-/// A DNS host name: dot-separated labels of 1 to 63 letters, digits and inner hyphens, 253
-/// bytes at most, and not an IP address.
-pub fn host_name(s: &str) -> bool {
-    s.len() <= 253
-        && s.parse::<IpAddr>().is_err()
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
-}
+#[cfg(test)]
+mod tests;

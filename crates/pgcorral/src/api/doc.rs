@@ -123,10 +123,13 @@ pub struct TenantUser {
     mode_type: Mode,
     /// Clients of this user at once (the tenant's default_max_clients when null).
     max_clients: Option<u32>,
-    /// Milliseconds a client waits for a server (0: forever); 60000 when not given.
-    pool_checkout_timeout: Option<u64>,
+    /// Milliseconds a client waits for a server (0: forever).
+    #[serde(default)]
+    #[schema(default = 60000)]
+    pool_checkout_timeout: u64,
     /// The user auth_query runs as (at most one; required when require_user is false).
-    is_manager: Option<bool>,
+    #[serde(default)]
+    is_manager: bool,
 }
 
 /// A server address.
@@ -151,24 +154,40 @@ pub enum Mode {
 #[derive(ToSchema)]
 pub struct TenantParams {
     /// The path's external id when given.
-    external_id: Option<String>,
+    #[serde(default)]
+    external_id: String,
     db_host: String,
     #[schema(minimum = 1, maximum = 65535)]
     db_port: u16,
     db_database: String,
-    replicas: Option<Vec<HostPort>>,
-    ip_version: Option<String>,
+    #[serde(default)]
+    replicas: Vec<HostPort>,
+    #[serde(default)]
+    #[schema(default = "auto")]
+    ip_version: String,
     require_user: bool,
-    enforce_ssl: Option<bool>,
+    #[serde(default)]
+    enforce_ssl: bool,
     auth_query: Option<String>,
-    default_pool_size: Option<u32>,
-    default_max_clients: Option<u32>,
-    max_db_connections: Option<u32>,
-    client_idle_timeout: Option<u64>,
+    #[serde(default)]
+    #[schema(default = 15, minimum = 1)]
+    default_pool_size: u32,
+    #[serde(default)]
+    #[schema(default = 1000, minimum = 1)]
+    default_max_clients: u32,
+    #[serde(default)]
+    max_db_connections: u32,
+    #[serde(default)]
+    client_idle_timeout: u64,
     sni_hostname: Option<String>,
-    /// CIDR ranges (address/length); 0.0.0.0/0 and ::/0 when not given.
-    allow_list: Option<Vec<String>>,
-    upstream_ssl: Option<bool>,
+    /// CIDR ranges (address/length).
+    #[serde(default)]
+    #[schema(default = json!(["0.0.0.0/0", "::/0"]))]
+    allow_list: Vec<String>,
+    /// Only false is accepted.
+    #[serde(default)]
+    upstream_ssl: bool,
+    /// none or null; peer is refused.
     upstream_verify: Option<String>,
     users: Vec<TenantUser>,
 }

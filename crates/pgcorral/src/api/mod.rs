@@ -4,8 +4,6 @@ mod auth;
 mod check;
 mod doc;
 mod tenants;
-#[cfg(test)]
-mod tests;
 
 use std::future::IntoFuture;
 use std::sync::Arc;
@@ -78,7 +76,7 @@ pub fn router(api: Api) -> Router {
         ));
     let open = Router::new()
         .route("/api/health", get(tenants::health))
-        .route("/healthz", get(tenants::health));
+        .route("/healthz", get(tenants::healthz));
     tenants
         .merge(open)
         .with_state(api)
@@ -136,3 +134,6 @@ async fn overloaded(e: BoxError) -> Response {
         error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -59,11 +59,11 @@ fn unavailable(e: StoreError) -> Response {
     )
 }
 
-/// A JSON request body: 413 past the size limit, 400 when malformed.
-fn parse(body: Result<Bytes, BytesRejection>) -> Result<Value, Response> {
-    let bytes = body.map_err(|r| error(r.status(), &r.body_text()))?;
+/// A JSON request body, or why not: 413 past the size limit, 400 when malformed.
+fn parse(body: Result<Bytes, BytesRejection>) -> Result<Value, (StatusCode, String)> {
+    let bytes = body.map_err(|r| (r.status(), r.body_text()))?;
     serde_json::from_slice(&bytes)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, &format!("malformed JSON: {e}")))
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("malformed JSON: {e}")))
 }
 
 /// Fetch a tenant.
@@ -104,7 +104,7 @@ pub async fn put(
 ) -> Response {
     let body = match parse(body) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err((status, why)) => return error(status, &why),
     };
     if !check::external_id_errors(&id).is_empty() {
         // Checked before the registry is asked about it.
@@ -118,6 +118,20 @@ pub async fn put(
         Ok(t) => t,
         Err(errors) => return invalid(errors),
     };
+    if let Some(host) = &tenant.sni_hostname {
+        // The registry keeps SNI host names unique (case-insensitive): say which field.
+        match api.store.by_sni(host).await {
+            Ok(Some(other)) if other.external_id != id => {
+                let field = (
+                    "sni_hostname".to_owned(),
+                    vec!["has already been taken".into()],
+                );
+                return invalid(Errors::from([field]));
+            }
+            Ok(_) => {}
+            Err(e) => return unavailable(e),
+        }
+    }
     let status = match api.store.put(&tenant).await {
         Ok(Put::Created) => StatusCode::CREATED,
         Ok(Put::Updated) => StatusCode::OK,
@@ -156,7 +170,7 @@ pub async fn patch(
     let reason = match parse(body).map(|b| check::ban(&b)) {
         Ok(Ok(reason)) => reason,
         Ok(Err(errors)) => return invalid(errors),
-        Err(r) => return r,
+        Err((status, why)) => return error(status, &why),
     };
     match api.store.set_ban(&id, reason.as_deref()).await {
         Ok(Some(t)) => {
@@ -256,8 +270,8 @@ pub async fn list(
     Json(json!({ "data": tenants, "next": next.flatten() })).into_response()
 }
 
-/// Whether this node can serve: 204, else 503 with the failed checks (`tenant_registry` when
-/// the registry does not answer). Served at `/api/health` and `/healthz`, without a token.
+/// Supavisor's health check: 204, else 503 with the failed checks (`tenant_registry` when the
+/// registry does not answer). Served at `/api/health`, without a token.
 #[utoipa::path(get, path = "/api/health", tag = "health",
     responses(
         (status = 204, description = "Healthy"),
@@ -273,6 +287,19 @@ pub async fn health(State(api): State<Api>) -> Response {
         }
         Err(_) => failed.push("tenant_registry".into()),
     }
+    unhealthy(failed)
+}
+
+/// `/healthz`, for load balancers and Kubernetes: whether this node serves (not stopping),
+/// whatever the registry: a registry that is down costs new tenants' first logins only, so a
+/// node stays in rotation for the clients of tenants it has loaded and of the file's
+/// databases.
+pub async fn healthz(State(api): State<Api>) -> Response {
+    unhealthy(api.node.health().err().unwrap_or_default())
+}
+
+/// 204 without failed checks, else 503 naming them.
+fn unhealthy(failed: Vec<String>) -> Response {
     if failed.is_empty() {
         return StatusCode::NO_CONTENT.into_response();
     }

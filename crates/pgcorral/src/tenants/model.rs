@@ -150,6 +150,9 @@ impl TenantUser {
 pub fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
     let (addr, len) = s.trim().split_once('/')?;
     let addr: IpAddr = addr.parse().ok()?;
+    if len.is_empty() || len.len() > 3 || !len.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let len: u8 = len.parse().ok()?;
     let max = if addr.is_ipv4() { 32 } else { 128 };
     (len <= max).then_some((addr, len))
@@ -219,6 +222,7 @@ mod tests {
         assert!(all.allows(ip("192.0.2.1")) && all.allows(ip("::1")));
         assert!(!with(&["10.0.0.1"]).allows(ip("10.0.0.1")));
         assert_eq!(parse_cidr("10.0.0.0/33"), None);
+        assert_eq!(parse_cidr("10.0.0.0/+8"), None);
         assert_eq!(parse_cidr("10.0.0.0/8"), Some((ip("10.0.0.0"), 8)));
     }
 }
