@@ -479,8 +479,10 @@ mod tests {
 
     #[test]
     fn the_environment_gives_the_fleet_s_secrets_over_the_file() {
-        let mut g = General::default();
-        g.api_jwt_secret = "from the file".into();
+        let mut g = General {
+            api_jwt_secret: "from the file".into(),
+            ..General::default()
+        };
         let env = |k: &str| match k {
             "PGCORRAL_TENANT_REGISTRY" => Some("host=registry".to_string()),
             "PGCORRAL_API_JWT_SECRET" => Some("from the environment".to_string()),
