@@ -163,16 +163,8 @@ fn token(claims: &Value, secret: &str) -> String {
 }
 
 fn b64url(bytes: &[u8]) -> String {
-    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        (0..=chunk.len()).for_each(|i| out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char));
-    }
-    out
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// A token with header `alg`, signed with HMAC-SHA256 by the right secret.

@@ -8,7 +8,8 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::{blocking, db_message, pg_config, PgOptions, Pooler, Postgres};
+use support::tenants::{login_to, until};
+use support::{blocking, db_message, PgOptions, Pooler, Postgres};
 
 const SECRET: &str = "a test secret of 32 bytes or so!";
 
@@ -79,33 +80,26 @@ async fn node(registry: &Postgres) -> (Pooler, SocketAddr) {
 }
 
 async fn login(node: &Pooler, user: &str, pw: &str) -> Result<tokio_postgres::Client, String> {
-    let mut cfg = pg_config(node.port(), user, "postgres");
-    cfg.password(pw);
-    match cfg.connect(tokio_postgres::NoTls).await {
-        Ok((c, conn)) => {
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            Ok(c)
-        }
-        Err(e) => Err(format!("{} {e}", db_message(&e))),
-    }
+    login_to(node.port(), user, pw, "postgres", None).await
 }
 
-/// Polls `f` until true; fails after `limit`.
-async fn until<F, Fut>(what: &str, limit: Duration, mut f: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f().await {
-            return start.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{what}: not within {limit:?}");
+/// A registry, a tenant server and two nodes, with tenant `acme` created through the first
+/// node's API (user alice, pool size 2).
+async fn fleet_with_acme() -> (Postgres, Postgres, Pooler, SocketAddr, Pooler) {
+    let registry = blocking(Postgres::start);
+    let pg = tenant_server();
+    let (a, api_a) = node(&registry).await;
+    let (b, _) = node(&registry).await;
+    let (status, body) = http(
+        api_a,
+        "PUT",
+        "/api/tenants/acme",
+        Some(&tenant_json(&pg, 2)),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert!(!body.contains("alice pw"), "{body}");
+    (registry, pg, a, api_a, b)
 }
 
 fn tenant_json(pg: &Postgres, pool_size: u32) -> String {
@@ -120,20 +114,7 @@ fn tenant_json(pg: &Postgres, pool_size: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_created_changed_and_deleted_through_the_api_reach_both_nodes() {
-    let registry = blocking(Postgres::start);
-    let pg = tenant_server();
-    let (a, api_a) = node(&registry).await;
-    let (b, _) = node(&registry).await;
-
-    let (status, body) = http(
-        api_a,
-        "PUT",
-        "/api/tenants/acme",
-        Some(&tenant_json(&pg, 2)),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    assert!(!body.contains("alice pw"), "{body}");
+    let (_registry, pg, a, api_a, b) = fleet_with_acme().await;
     let on_a = login(&a, "alice.acme", "alice pw").await.unwrap();
     let on_b = login(&b, "alice.acme", "alice pw").await.unwrap();
     // A transaction open on each node across the change below.
@@ -272,18 +253,7 @@ async fn the_openapi_document_is_valid_and_swagger_ui_lists_the_tenant_endpoints
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_sent_to_the_wrong_node_cancels_the_right_query() {
-    let registry = blocking(Postgres::start);
-    let pg = tenant_server();
-    let (a, api_a) = node(&registry).await;
-    let (b, _) = node(&registry).await;
-    let (status, body) = http(
-        api_a,
-        "PUT",
-        "/api/tenants/acme",
-        Some(&tenant_json(&pg, 2)),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
+    let (_registry, _pg, a, _, b) = fleet_with_acme().await;
     // Each node took its own peer id in the registry.
     let ids = [&a, &b].map(|n| n.services.tenants.get().unwrap().fleet.peer_id);
     assert!(ids[0] != 0 && ids[0] != ids[1], "{ids:?}");

@@ -6,11 +6,12 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pgcorral::tenants::store::Store;
 use pgcorral::tenants::Tenant;
-use support::{blocking, db_message, pg_config, PgOptions, Pooler, Postgres};
+use support::tenants::{login_to, until};
+use support::{blocking, PgOptions, Pooler, Postgres};
 
 /// A tenant database server checking passwords (SCRAM), with login roles alice and bob.
 fn tenant_server() -> Postgres {
@@ -89,20 +90,7 @@ async fn login(
     db: &str,
     options: Option<&str>,
 ) -> Result<tokio_postgres::Client, String> {
-    let mut cfg = pg_config(node.port(), user, db);
-    cfg.password(password);
-    if let Some(o) = options {
-        cfg.options(o);
-    }
-    match cfg.connect(tokio_postgres::NoTls).await {
-        Ok((client, conn)) => {
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            Ok(client)
-        }
-        Err(e) => Err(format!("{} {e}", db_message(&e))),
-    }
+    login_to(node.port(), user, password, db, options).await
 }
 
 /// Tenant `id` as `node` has it loaded.
@@ -120,22 +108,6 @@ async fn one(c: &tokio_postgres::Client, sql: &str) -> String {
             _ => None,
         })
         .unwrap_or_default()
-}
-
-/// Polls `f` every 20 ms until it is true; the time it took, or a failure after `limit`.
-async fn until<F, Fut>(what: &str, limit: Duration, mut f: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f().await {
-            return start.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{what}: not within {limit:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

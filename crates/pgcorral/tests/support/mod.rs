@@ -2,7 +2,7 @@
 //! OS user when run as root), pgcorral in-process on port 0 or as a process, and the helpers
 //! the test files share. Submodules: `client` (tokio-postgres helpers, re-exported here), `raw`
 //! and `wire` (the protocol by hand), `tls`, `replicas`, `pgbouncer` and `flood` (a login
-//! flood from one source address); and the helpers of one family of test files each
+//! flood from one source address), `tenants`; and the helpers of one family of test files each
 //! (`protocol`, `session`, `pools`, `timeouts`, `failover`, `tls_pooler`, `tls_data`). The
 //! differential harness (`diff/`) is included by its one test.
 #![allow(dead_code)]
@@ -25,6 +25,7 @@ pub mod raw;
 pub mod replicas;
 pub mod session;
 pub mod sharding;
+pub mod tenants;
 pub mod timeouts;
 pub mod tls;
 pub mod tls_data;
