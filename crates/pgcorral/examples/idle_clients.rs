@@ -14,6 +14,10 @@
 //! status 1 and the error on stderr. Connections the other side closes while they are held are
 //! counted and reported on stderr at exit (`lost N`), with exit status 3.
 //!
+//! With `--tenants N` connection `i` logs in as `USER.tI` where `I` is `--tenant-offset` plus
+//! `i % N`: its tenant's name after the last dot, as pgcorral's tenants are named
+//! (for a tenant scale benchmark, `bench/tenants.sh`, being written).
+//!
 //! Raise the open-file limit first (`ulimit -n`): each connection is one file descriptor.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,6 +54,13 @@ struct Args {
     /// Give up on one login after this many seconds.
     #[arg(long, default_value_t = 60)]
     connect_timeout: u64,
+    /// Spread the connections over this many tenants: connection i logs in as
+    /// `{user}.t{offset + i % N}`. 0: the user name as given.
+    #[arg(long, default_value_t = 0)]
+    tenants: usize,
+    /// The first tenant's number (with `--tenants`).
+    #[arg(long, default_value_t = 0)]
+    tenant_offset: usize,
 }
 
 #[tokio::main]
@@ -80,7 +91,18 @@ async fn run(args: Args) -> Result<std::process::ExitCode, String> {
     {
         config.password(p);
     }
-    let config = Arc::new(config);
+    // One configuration per tenant (one in all without --tenants); connection i takes i % len.
+    let configs: Arc<Vec<tokio_postgres::Config>> = Arc::new(if args.tenants == 0 {
+        vec![config]
+    } else {
+        (0..args.tenants)
+            .map(|t| {
+                let mut c = config.clone();
+                c.user(format!("{}.t{}", args.user, args.tenant_offset + t));
+                c
+            })
+            .collect()
+    });
     let next = Arc::new(AtomicUsize::new(0));
     let lost = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
@@ -88,7 +110,7 @@ async fn run(args: Args) -> Result<std::process::ExitCode, String> {
     // `concurrency` tasks, each logging in one connection after another until `count` are open.
     let mut tasks = Vec::new();
     for _ in 0..args.concurrency.clamp(1, args.count.max(1)) {
-        let (config, next, lost) = (config.clone(), next.clone(), lost.clone());
+        let (configs, next, lost) = (configs.clone(), next.clone(), lost.clone());
         let count = args.count;
         tasks.push(tokio::spawn(async move {
             let mut held = Vec::new();
@@ -97,7 +119,7 @@ async fn run(args: Args) -> Result<std::process::ExitCode, String> {
                 if i >= count {
                     return Ok(held);
                 }
-                let (client, connection) = config
+                let (client, connection) = configs[i % configs.len()]
                     .connect(NoTls)
                     .await
                     .map_err(|e| format!("connection {} of {count}: {e}", i + 1))?;
