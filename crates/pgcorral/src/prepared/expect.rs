@@ -182,6 +182,9 @@ pub struct Expected {
     /// The statement whose description did not match: the client's message that waited gets
     /// "cached plan must not change result type".
     pub verify_failed: Option<u64>,
+    /// The outstanding (or failed) Verify was sent for a batch `retry_stale_statements` would
+    /// send again: a changed description moves the batch to a fresh statement instead.
+    pub verify_renews: bool,
 }
 
 /// What the server-side scan touches when answers are matched.
@@ -214,6 +217,7 @@ impl Expected {
         self.replay.clear();
         self.verifying = false;
         self.verify_failed = None;
+        self.verify_renews = false;
     }
 
     /// Whether the head entry is a client's own Bind or Query (its answer is the client's).
@@ -298,9 +302,11 @@ impl Expected {
     }
 
     /// pgcorral's Describe of statement `stmt`, to check its description (hidden).
-    pub fn push_verify(&mut self, stmt: u64) {
+    /// `renews`: see [`Expected::verify_renews`].
+    pub fn push_verify(&mut self, stmt: u64, renews: bool) {
         self.push_full(Msg::Verify, false, None, Some(stmt));
         self.verifying = true;
+        self.verify_renews = renews;
     }
 
     fn push_full(&mut self, msg: Msg, forward: bool, undo: Option<Box<Undo>>, stmt: Option<u64>) {

@@ -726,13 +726,23 @@ impl Link<'_> {
             return Use::Wait;
         }
         let known = self.client.named(name).expect("planned");
+        if self.expect.verify_renews && self.expect.verify_failed == Some(known.id) {
+            // The description checked on this server differs, and the batch is one a retry
+            // would send again: it moves to a fresh statement now, parsed in the implicit
+            // transaction the check's own Parse began, whose locks keep the tables as the
+            // fresh statement sees them until the batch's Sync.
+            self.expect.verify_failed = None;
+            self.expect.verify_renews = false;
+            let known = known.clone();
+            return self.ensure_elsewhere(known, st, batch, false, true);
+        }
         // The usual case, one reference taken (the statement is shared by clients on every
         // worker: its count is touched once per Bind, as before).
         if let Some(u) = settled(self.expect, self.server, known) {
             return u;
         }
         let known = known.clone();
-        self.ensure_elsewhere(known, st, batch, false)
+        self.ensure_elsewhere(known, st, batch, false, false)
     }
 
     /// [`Link::ensure`] for a statement an SQL `EXECUTE` runs: a Sync follows what pgcorral
@@ -744,22 +754,24 @@ impl Link<'_> {
         if let Some(u) = settled(self.expect, self.server, &known) {
             return u;
         }
-        self.ensure_elsewhere(known, st, None, true)
+        self.ensure_elsewhere(known, st, None, true, false)
     }
 
     /// [`Link::ensure`] for a statement not prepared on this server (`sync`: see
-    /// [`Link::ensure_sql`]).
+    /// [`Link::ensure_sql`]; `renew`: the statement is retired and the batch may move to a
+    /// fresh one, as a retry would).
     fn ensure_elsewhere(
         &mut self,
         mut stmt: Arc<Statement>,
         st: &mut LinkState,
         batch: Option<&[u8]>,
         sync: bool,
+        renew: bool,
     ) -> Use {
+        // Judged before anything of pgcorral's own is sent for it.
+        let renewable = self.retry && batch.is_some_and(|b| renewable_batch(b, st));
         if stmt.is_retired() {
-            if self.expect.replay.in_retry()
-                || (self.retry && batch.is_some_and(|b| renewable_batch(b, st)))
-            {
+            if renew || self.expect.replay.in_retry() || renewable {
                 let fresh = self.registry.renew(&stmt);
                 self.client.replace(stmt.id, &fresh);
                 stmt = fresh;
@@ -774,7 +786,7 @@ impl Link<'_> {
         let verify = parsed && stmt.shape.get().is_some();
         if verify {
             pgwire::encode::describe(self.out, b'S', stmt.name.as_bytes());
-            self.expect.push_verify(stmt.id);
+            self.expect.push_verify(stmt.id, renewable);
         }
         if parsed && sync {
             pgwire::encode::sync(self.out);

@@ -1085,3 +1085,67 @@ proptest::proptest! {
         }
     }
 }
+
+/// A statement prepared on one server and bound on another whose table changed in between:
+/// the check of its description there differs, and with `retry_stale_statements` a batch
+/// that describes its portal moves to a fresh statement in the same implicit transaction
+/// (no Sync between the check's Parse and the fresh one), so the client gets rows, not
+/// "cached plan must not change result type".
+#[test]
+fn a_changed_description_on_another_server_renews_a_described_batch() {
+    let mut t = Tracked::default();
+    let mut st = LinkState::default();
+    let sent = t.send(
+        &msgs(&[parse("s1", "select * from t"), msg(b'S', b"")]),
+        &mut st,
+    );
+    assert_eq!(tags_of(&sent), "PDS");
+    let answer = msgs(&[msg(b'1', b""), described(), msg(b'Z', b"I")]);
+    assert_eq!(tags_of(&t.receive(&answer, &mut st)), "1Z");
+
+    // The client's next transaction gets another server.
+    t.server = Default::default();
+    t.unnamed_here = false;
+    let batch = msgs(&[
+        bind("s1"),
+        msg(b'D', b"P\0"),
+        msg(b'E', b"\0\0\0\0\0"),
+        msg(b'S', b""),
+    ]);
+    // The Bind waits for the check (one scan: the relay scans again once answers came).
+    let s = t.client(&batch, &mut 0, &mut st);
+    assert!(s.again && s.ready == 0 && t.expect.verifying);
+    assert_eq!(tags_of(&t.wout.split()), "PDH", "the check");
+    let one_column = msg(
+        b'T',
+        b"\0\x01a\0\0\0\0\0\0\0\0\0\0\x17\0\x04\xff\xff\xff\xff\0\0",
+    );
+    let checked = msgs(&[msg(b'1', b""), msg(b't', b"\0\0"), one_column.clone()]);
+    assert!(
+        t.receive(&checked, &mut st).is_empty(),
+        "the check's answers are hidden"
+    );
+    assert!(!t.expect.verifying);
+    let sent = t.send(&batch, &mut st);
+    assert_eq!(
+        tags_of(&sent),
+        "CPDBDES",
+        "the old name closed, a fresh statement parsed"
+    );
+    let fresh = String::from_utf8_lossy(&sent);
+    assert!(fresh.contains("pgcorral_2\0select * from t"), "{fresh:?}");
+
+    let answer = msgs(&[
+        msg(b'3', b""),
+        msg(b'1', b""),
+        msg(b't', b"\0\0"),
+        one_column.clone(),
+        msg(b'2', b""),
+        one_column,
+        msg(b'D', b"\0\x01\0\0\0\x011"),
+        msg(b'C', b"SELECT 1\0"),
+        msg(b'Z', b"I"),
+    ]);
+    assert_eq!(tags_of(&t.receive(&answer, &mut st)), "2TDCZ");
+    assert!(t.expect.is_empty() && st.is_idle());
+}
