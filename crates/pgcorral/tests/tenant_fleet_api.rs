@@ -8,51 +8,8 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use support::tenants::{login_to, until};
+use support::tenants::{http, login_to, until, SECRET};
 use support::{blocking, db_message, PgOptions, Pooler, Postgres};
-
-const SECRET: &str = "a test secret of 32 bytes or so!";
-
-/// A bearer token signed with [`SECRET`], valid for an hour.
-fn token() -> String {
-    let exp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3600;
-    jsonwebtoken::encode(
-        &jsonwebtoken::Header::default(),
-        &serde_json::json!({"role": "admin", "exp": exp}),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
-    )
-    .unwrap()
-}
-
-/// An HTTP/1.1 exchange: status and body.
-async fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let body = body.unwrap_or("");
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        token(),
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let status = out
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
 
 /// A tenant database server checking passwords, with role alice.
 fn tenant_server() -> Postgres {
@@ -133,11 +90,14 @@ async fn tenants_created_changed_and_deleted_through_the_api_reach_both_nodes() 
     assert_eq!(status, 200, "{body}");
     for node in [&a, &b] {
         let took = until("the new pool size", Duration::from_secs(1), || async {
+            // The configured size: the cap of the node's lease (its pools are as large as
+            // its share, here what its one client uses).
             let tenants = node.services.tenants.get().unwrap();
             tenants
-                .pools()
+                .all()
                 .iter()
-                .any(|p| p.name().1 == "alice.acme" && p.settings().size == 3)
+                .flat_map(|t| t.pools.demands())
+                .any(|n| n.user == "alice" && n.cap == 3)
         })
         .await;
         eprintln!("the change reached a node after {took:?}");

@@ -110,8 +110,8 @@ async fn schema_is_made_once_by_concurrent_opens() {
     }
     Store::open(&info).await.expect("open again");
     let versions = blocking(|| pg.sql("postgres", "SELECT version FROM pgcorral.schema_version"));
-    // One row, at the latest migration (2: the fleet's nodes).
-    assert_eq!(versions, "2");
+    // One row, at the latest migration (3: the fleet's leases).
+    assert_eq!(versions, "3");
     let tables = blocking(|| {
         pg.sql(
             "postgres",
@@ -119,7 +119,7 @@ async fn schema_is_made_once_by_concurrent_opens() {
              WHERE schemaname = 'pgcorral'",
         )
     });
-    assert_eq!(tables, "nodes,schema_version,tenant_users,tenants");
+    assert_eq!(tables, "leases,nodes,schema_version,tenant_users,tenants");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,4 +296,88 @@ async fn unavailable_while_the_server_is_down() {
     let got = store.get("acme").await.expect("back").expect("acme");
     assert_eq!(got.external_id, "acme");
     store.ping().await.unwrap();
+}
+
+/// The fleet's leases in a real registry: three nodes renewing at once, over and over, with
+/// wants that change, never hold shares adding up to more than the cap; a node that stops
+/// renewing keeps its share until its lease is older than the TTL, then the others take it;
+/// a node that wants and holds nothing gives its lease back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_never_add_up_to_more_than_the_cap() {
+    use pgcorral::tenants::store::leases::{Ask, Grant};
+    let pg = blocking(Postgres::start);
+    let store = Store::open(&conninfo(&pg)).await.unwrap();
+    let ask = |want: u32, held: u32| Ask {
+        tenant: "acme".into(),
+        database: "app".into(),
+        user: "alice".into(),
+        cap: 6,
+        want,
+        held,
+    };
+    let (ttl, limit) = (Duration::from_secs(2), Duration::from_secs(5));
+    // Each node on a connection of its own, renewing 30 times with wants that vary; a node
+    // holds what its last grant sized its pools to.
+    let nodes = (1..=3u16).map(|peer| {
+        let store = store.separate();
+        tokio::spawn(async move {
+            let mut held = 0;
+            for round in 0..30u32 {
+                let want = (round * u32::from(peer)) % 7;
+                let g = store
+                    .lease(peer, &[ask(want, held)], ttl, limit)
+                    .await
+                    .unwrap();
+                assert!(g[0].size <= g[0].share);
+                held = g[0].size;
+            }
+        })
+    });
+    let sums = tokio::spawn({
+        let pg_port = pg.port;
+        async move {
+            let c = support::connect(pg_port, "postgres", None, "postgres")
+                .await
+                .unwrap();
+            let mut peak = 0i64;
+            for _ in 0..200 {
+                let n: i64 = c
+                    .query_one("SELECT coalesce(sum(share), 0) FROM pgcorral.leases", &[])
+                    .await
+                    .unwrap()
+                    .get(0);
+                peak = peak.max(n);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            peak
+        }
+    });
+    for n in nodes {
+        n.await.unwrap();
+    }
+    let peak = sums.await.unwrap();
+    assert!(peak <= 6, "shares added up to {peak}");
+
+    // Node 1 holds 6; node 2 gets nothing while node 1's lease lives, all of it after.
+    let (one, two) = (store.separate(), store.separate());
+    one.give_back_leases(1).await.unwrap();
+    two.give_back_leases(2).await.unwrap();
+    store.give_back_leases(3).await.unwrap();
+    assert_eq!(
+        one.lease(1, &[ask(6, 0)], ttl, limit).await.unwrap(),
+        vec![Grant { share: 6, size: 6 }]
+    );
+    assert_eq!(
+        two.lease(2, &[ask(6, 0)], ttl, limit).await.unwrap(),
+        vec![Grant { share: 0, size: 0 }]
+    );
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    assert_eq!(
+        two.lease(2, &[ask(6, 0)], ttl, limit).await.unwrap(),
+        vec![Grant { share: 6, size: 6 }]
+    );
+    // Wanting and holding nothing: the lease is given back (its row goes).
+    two.lease(2, &[ask(0, 0)], ttl, limit).await.unwrap();
+    let rows = blocking(|| pg.sql("postgres", "SELECT count(*) FROM pgcorral.leases"));
+    assert_eq!(rows, "0");
 }

@@ -10,6 +10,7 @@ use crate::api::{self, Api, Node};
 use crate::config::General;
 use crate::services::Services;
 use crate::tenants::fleet::Fleet;
+use crate::tenants::leases;
 use crate::tenants::store::Store;
 use crate::tenants::Tenants;
 
@@ -85,6 +86,11 @@ pub(super) fn start(services: &Services, api: Option<TcpListener>) {
         return;
     };
     tokio::spawn(tenants.fleet.clone().run(tenants.store().clone()));
+    tokio::spawn(leases::run(
+        tenants.clone(),
+        tenants.store().separate(),
+        tenants.asked.clone(),
+    ));
     let rx = tenants.store().watch(REREAD);
     let s = services.clone();
     tokio::spawn(async move { tenants.follow(rx, || s.config.load_full()).await });

@@ -13,6 +13,8 @@ const NONE: u64 = u64::MAX;
 pub(super) struct Hot {
     /// default_pool_size (or the database's pool_size).
     size: AtomicUsize,
+    /// The size with the reserve: servers open at most.
+    limit: AtomicUsize,
     /// server_lifetime, ns.
     lifetime: AtomicU64,
     /// server_check_delay when a check query is set, ns.
@@ -34,6 +36,7 @@ impl Hot {
     pub(super) fn new(s: &PoolSettings) -> Hot {
         let h = Hot {
             size: AtomicUsize::new(0),
+            limit: AtomicUsize::new(0),
             lifetime: AtomicU64::new(NONE),
             check_after: AtomicU64::new(NONE),
             session_reset: AtomicBool::new(false),
@@ -45,6 +48,8 @@ impl Hot {
     /// Follows a reload.
     pub(super) fn set(&self, s: &PoolSettings) {
         self.size.store(s.size, Relaxed);
+        self.limit
+            .store(s.size.saturating_add(s.reserve_size), Relaxed);
         self.lifetime.store(nanos(s.lifetime), Relaxed);
         let check = s.check_query.is_some().then_some(s.check_delay);
         self.check_after.store(nanos(check), Relaxed);
@@ -55,6 +60,12 @@ impl Hot {
     /// Servers open at most (not counting the reserve).
     pub(super) fn size(&self) -> usize {
         self.size.load(Relaxed)
+    }
+
+    /// Servers open at most, the reserve included: more only after the pool was made
+    /// smaller, and those are closed as they come back.
+    pub(super) fn limit(&self) -> usize {
+        self.limit.load(Relaxed)
     }
 
     /// Servers older than this (ns) are closed at check-in. In nanoseconds, as [`crate::clock`]

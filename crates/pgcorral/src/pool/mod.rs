@@ -12,6 +12,7 @@ mod mailbox;
 pub mod maintain;
 mod ops;
 pub mod registry;
+pub mod shares;
 pub mod stats;
 
 use std::sync::Arc;
@@ -236,6 +237,8 @@ pub(crate) struct Shared {
     logins: logins::Logins,
     /// What user code its database holds, shared with the other pools of that database.
     hooks: Arc<session::hooks::Watch>,
+    /// A leased pool's shares: asked for more when a client has to wait (set by its registry).
+    shares: std::sync::OnceLock<Arc<shares::Shares>>,
 }
 
 /// A pool's numbers at one moment (admin console).
@@ -285,6 +288,7 @@ impl Pool {
             node: Default::default(),
             logins: Default::default(),
             hooks,
+            shares: Default::default(),
         }));
         if let Some(l) = &pool.0.limits {
             l.register(&pool);
@@ -300,6 +304,12 @@ impl Pool {
     /// Tells the pool which server of its database it serves (once, by its cluster).
     pub fn set_node(&self, node: Arc<topology::Node>) {
         let _ = self.0.node.set(node);
+    }
+
+    /// Makes the pool a leased one: its size is set from `shares`, which it asks for more
+    /// when a client has to wait (once, by its registry).
+    pub fn set_shares(&self, shares: Arc<shares::Shares>) {
+        let _ = self.0.shares.set(shares);
     }
 
     /// The server it serves, with its role, ban and lag.
@@ -497,6 +507,9 @@ impl Pool {
                     Some(queued)
                 }
             };
+            if let (Some(_), Some(shares)) = (&queued, self.0.shares.get()) {
+                shares.ask();
+            }
             let mut checkout = match queued {
                 None => {
                     let slot = inner::Slot::new(self.clone());
@@ -888,6 +901,15 @@ impl Pool {
             l.set_link(0);
         }
         let mut inner = self.0.inner.lock();
+        if inner.open > self.0.hot.limit() {
+            // The pool was made smaller (a reload, a fleet share given back): this server goes
+            // rather than to a waiter.
+            drop(inner);
+            self.closing(&server, &"pool_size lowered");
+            drop(server);
+            self.release_slot();
+            return;
+        }
         while let Some(w) = inner.pop_waiter_for(server.home, now) {
             match w.send(Grant::Server(Checkout::new(server, self.clone()))) {
                 Ok(()) => return,
@@ -908,7 +930,12 @@ impl Pool {
     /// Gives up a server's place in the pool: a waiter may open a new one in its stead.
     fn release_slot(&self) {
         let mut inner = self.0.inner.lock();
-        while let Some(w) = inner.waiters.pop_front().map(|w| w.entry) {
+        // Over the pool's size (it was made smaller), the place is not handed on.
+        let over = inner.open > self.0.hot.limit();
+        while !over {
+            let Some(w) = inner.waiters.pop_front().map(|w| w.entry) else {
+                break;
+            };
             match w.send(Grant::Slot(inner::Slot::new(self.clone()))) {
                 Ok(()) => return,
                 Err(g) => g.forget_slot(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::limits::{CapKey, Limits};
+use super::shares::{Demand, Shares};
 use super::{Pool, PoolSettings};
 use crate::cluster::topology::{RouteSettings, Topology};
 use crate::cluster::{Cluster, ShardPools};
@@ -36,6 +37,8 @@ pub struct Registry {
     /// Passwords auth_query found for (database, user)s that have none in the configuration:
     /// what their pools log in to the server with.
     looked_up: Mutex<HashMap<(String, String), String>>,
+    /// A leased registry: each cluster's configured pool size (its share's cap).
+    configured: Mutex<HashMap<(String, String), usize>>,
     /// Since when each cluster has had no client and no server (pool_idle_timeout).
     empty_since: Mutex<HashMap<(String, String), std::time::Instant>>,
     /// What user code each server database holds, by (host, port, database): shared by the
@@ -44,6 +47,9 @@ pub struct Registry {
     /// Added to the user of every pool's name (a tenant's `.EXTERNAL_ID`), so that the pools
     /// of registries that share the lists stay apart in the console and the logs.
     suffix: String,
+    /// Leased: each cluster's pools are as large as its share (see [`Registry::set_share`]),
+    /// never larger than configured, with no reserve.
+    shares: Option<Arc<Shares>>,
 }
 
 impl Registry {
@@ -57,6 +63,90 @@ impl Registry {
             suffix: suffix.to_string(),
             ..Registry::default()
         }
+    }
+
+    /// Makes the registry a leased one (see [`Shares`]).
+    pub fn leased(mut self, shares: Arc<Shares>) -> Registry {
+        self.shares = Some(shares);
+        self
+    }
+
+    /// A leased registry's shares.
+    pub fn shares(&self) -> Option<&Arc<Shares>> {
+        self.shares.as_ref()
+    }
+
+    /// A leased registry: the cluster of (`database`, `user`) may have `size` servers open on
+    /// each of its servers from now on (at most as configured). Its pools shrink as their
+    /// servers come back, or grow and let waiting clients in. True when a pool's size changed.
+    pub fn set_share(&self, database: &str, user: &str, size: usize) -> bool {
+        let Some(shares) = &self.shares else {
+            return false;
+        };
+        shares.set(database, user, size);
+        let key = (database.to_string(), user.to_string());
+        let Some(cluster) = self.clusters.lock().get(&key).cloned() else {
+            return false;
+        };
+        let mut changed = false;
+        for pool in cluster.pools() {
+            let mut s = PoolSettings::clone(&pool.settings());
+            if s.size != size {
+                s.size = size;
+                s.min_size = s.min_size.min(size);
+                pool.set_settings(s);
+                pool.grow();
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// A leased registry: what each cluster needs.
+    pub fn demands(&self) -> Vec<Need> {
+        let clusters: Vec<_> = self
+            .clusters
+            .lock()
+            .iter()
+            .map(|(k, c)| (k.clone(), c.clone()))
+            .collect();
+        clusters
+            .into_iter()
+            .map(|(key, cluster)| {
+                let (mut demand, mut size) = (Demand::default(), 0);
+                for pool in cluster.pools() {
+                    let s = pool.snapshot();
+                    demand.clients += s.clients;
+                    demand.open = demand.open.max(s.open);
+                    demand.waiting = demand.waiting.max(s.waiting);
+                    size = size.max(pool.settings().size);
+                }
+                let cap = self.configured_size(&key);
+                Need {
+                    database: key.0,
+                    user: key.1,
+                    demand,
+                    size,
+                    cap,
+                }
+            })
+            .collect()
+    }
+
+    /// The pool size the configuration gave the cluster of `key` (before any share).
+    fn configured_size(&self, key: &(String, String)) -> usize {
+        self.configured.lock().get(key).copied().unwrap_or(0)
+    }
+
+    /// Settings for the cluster of (`database`, `user`) in a leased registry: its share, no
+    /// reserve (the configured size is remembered as the share's cap).
+    fn lease_settings(&self, database: &str, user: &str, settings: &mut PoolSettings) {
+        let Some(shares) = &self.shares else { return };
+        let key = (database.to_string(), user.to_string());
+        self.configured.lock().insert(key, settings.size);
+        settings.size = settings.size.min(shares.of(database, user));
+        settings.min_size = settings.min_size.min(settings.size);
+        settings.reserve_size = 0;
     }
 
     /// The pools serving `database` for `user`, created on first use.
@@ -183,7 +273,8 @@ impl Registry {
 
     fn build(&self, config: &Config, database: &str, user: &str) -> Result<Cluster> {
         let looked_up = self.looked_up(database, user);
-        let r = resolve(config, database, user, &self.tls, looked_up.as_deref())?;
+        let mut r = resolve(config, database, user, &self.tls, looked_up.as_deref())?;
+        self.lease_settings(database, user, &mut r.settings);
         if !config.databases.contains_key(database) {
             // Served by the `*` template (PgBouncer's words).
             tracing::info!("registered new auto-database: db={}", Esc(database));
@@ -212,14 +303,18 @@ impl Registry {
                             .entry((target.host.clone(), target.port, target.database.clone()))
                             .or_default()
                             .clone();
-                        Pool::new(
+                        let pool = Pool::new(
                             (database.to_string(), format!("{user}{}", self.suffix)),
                             target,
                             r.settings.clone(),
                             &self.limits,
                             &self.lists,
                             hooks,
-                        )
+                        );
+                        if let Some(shares) = &self.shares {
+                            pool.set_shares(shares.clone());
+                        }
+                        pool
                     })
                     .collect();
                 ShardPools::new(pools, topology)
@@ -247,7 +342,11 @@ impl Registry {
                 return false;
             }
             let found = looked_up.get(&(database.clone(), user.clone()));
-            match resolve(config, database, user, &self.tls, found.map(String::as_str)) {
+            let resolved = resolve(config, database, user, &self.tls, found.map(String::as_str));
+            match resolved.map(|mut r| {
+                self.lease_settings(database, user, &mut r.settings);
+                r
+            }) {
                 Ok(r)
                     if r.settings.caps == cluster.home().settings().caps
                         && r.sharding.as_deref() == cluster.configured_sharding()
@@ -286,6 +385,18 @@ impl Registry {
         });
         (updated, removed)
     }
+}
+
+/// What one cluster of a leased registry needs (see [`Registry::demands`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    pub database: String,
+    pub user: String,
+    pub demand: Demand,
+    /// Its pools' size now, on its largest.
+    pub size: usize,
+    /// The size its configuration gives it: its share's cap.
+    pub cap: usize,
 }
 
 /// The cluster has the shards and servers of `shards`.

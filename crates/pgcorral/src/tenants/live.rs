@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
+use tokio::sync::Notify;
 
 use super::config::config_of;
 use super::fleet::Fleet;
@@ -22,6 +23,7 @@ use crate::config::{Config, General};
 use crate::conns::{Entry, Killed};
 use crate::logsafe::Esc;
 use crate::pool::registry::Registry;
+use crate::pool::shares::Shares;
 use crate::pool::Pool;
 
 /// How long what an SNI host name named (or that it named no tenant) is kept.
@@ -41,6 +43,8 @@ pub struct Tenants {
     loading: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// What SNI host names named lately: an external id, or none.
     sni: Mutex<HashMap<String, (Instant, Option<String>)>>,
+    /// Woken by a tenant pool whose client waits: the fleet's leases are renewed now.
+    pub asked: Arc<Notify>,
 }
 
 /// A tenant being served.
@@ -69,6 +73,7 @@ impl Tenants {
             loaded: Mutex::default(),
             loading: Mutex::default(),
             sni: Mutex::default(),
+            asked: Arc::default(),
         }
     }
 
@@ -131,7 +136,9 @@ impl Tenants {
             id: id.to_string(),
             config: ArcSwap::from_pointee(config_of(&tenant, general)),
             tenant: ArcSwap::from_pointee(tenant),
-            pools: files.sharing(&format!(".{id}")),
+            pools: files
+                .sharing(&format!(".{id}"))
+                .leased(Arc::new(Shares::new(self.asked.clone()))),
             lookups: Lookups::default(),
             clients: Mutex::default(),
             closed: AtomicBool::new(false),

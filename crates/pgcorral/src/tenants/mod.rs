@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod fleet;
+pub mod leases;
 pub mod live;
 pub mod model;
 pub mod names;

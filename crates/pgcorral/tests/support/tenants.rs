@@ -1,6 +1,8 @@
-//! Helpers of the tenant tests (`tenants.rs`, `tenant_fleet_api.rs`): a login through a node
-//! that answers with the server's message, and polling until a change is seen.
+//! Helpers of the tenant tests (`tenants.rs`, `tenant_fleet_api.rs`, `tenant_fleet.rs`): a
+//! login through a node that answers with the server's message, polling until a change is
+//! seen, and calls of a node's tenant API.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::{db_message, pg_config};
@@ -44,4 +46,48 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("{what}: not within {limit:?}");
+}
+
+/// The nodes' `api_jwt_secret`.
+pub const SECRET: &str = "a test secret of 32 bytes or so!";
+
+/// A bearer token signed with [`SECRET`], valid for an hour.
+pub fn token() -> String {
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &serde_json::json!({"role": "admin", "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// An HTTP/1.1 exchange: status and body.
+pub async fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = body.unwrap_or("");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        token(),
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
 }

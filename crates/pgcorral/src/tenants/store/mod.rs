@@ -4,6 +4,7 @@
 //! Submodules: `schema` (migrations and the rows' mapping to [`Tenant`]), `watch` (the
 //! listening connection and the notifications' payloads).
 
+pub mod leases;
 pub mod nodes;
 mod schema;
 mod watch;
@@ -252,6 +253,18 @@ impl Store {
         watch::spawn(self.inner.config.clone(), self.inner.redact.clone(), reread)
     }
 
+    /// A handle on the same registry with a connection of its own (for calls that must not
+    /// wait behind others: the fleet's leases).
+    pub fn separate(&self) -> Store {
+        Store {
+            inner: Arc::new(Inner {
+                config: self.inner.config.clone(),
+                redact: self.inner.redact.clone(),
+                client: Mutex::new(None),
+            }),
+        }
+    }
+
     /// Runs `op` on the connection (connecting first if there is none or it was lost), one
     /// call at a time, within [`CALL_TIMEOUT`].
     async fn call<T>(
@@ -259,8 +272,18 @@ impl Store {
         what: &str,
         op: impl AsyncFnOnce(&mut Client) -> Result<T, OpError>,
     ) -> Result<T, StoreError> {
+        self.call_within(what, CALL_TIMEOUT, op).await
+    }
+
+    /// [`Store::call`] within `limit`.
+    async fn call_within<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        op: impl AsyncFnOnce(&mut Client) -> Result<T, OpError>,
+    ) -> Result<T, StoreError> {
         let mut slot = self.inner.client.lock().await;
-        let attempt = tokio::time::timeout(CALL_TIMEOUT, async {
+        let attempt = tokio::time::timeout(limit, async {
             if slot.as_ref().is_none_or(Client::is_closed) {
                 *slot = None;
                 *slot = Some(self.connect().await?);
@@ -277,7 +300,7 @@ impl Store {
             Ok(Err(OpError::Bad(e))) => e,
             Err(_) => {
                 *slot = None;
-                format!("no answer within {CALL_TIMEOUT:?}")
+                format!("no answer within {limit:?}")
             }
         };
         Err(StoreError::Unavailable(

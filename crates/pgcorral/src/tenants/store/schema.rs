@@ -67,6 +67,20 @@ pub(super) const MIGRATIONS: &[&str] = &[
         heartbeat_at timestamptz NOT NULL DEFAULT now()
     );
     "#,
+    // 3: the fleet's leases on each tenant user's server connections: a node's share of the
+    // user's pool size on one database, kept alive by renewals.
+    r#"
+    CREATE TABLE pgcorral.leases (
+        tenant_external_id text COLLATE "C" NOT NULL,
+        db_name text COLLATE "C" NOT NULL,
+        db_user text COLLATE "C" NOT NULL,
+        peer_id int NOT NULL CHECK (peer_id BETWEEN 1 AND 65535),
+        share int NOT NULL CHECK (share >= 0),
+        want int NOT NULL CHECK (want >= 0),
+        heartbeat_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (tenant_external_id, db_name, db_user, peer_id)
+    );
+    "#,
 ];
 
 /// Creates the schema or brings it to the latest version, in one transaction that holds the
