@@ -932,13 +932,12 @@ impl Pool {
         let mut inner = self.0.inner.lock();
         // Over the pool's size (it was made smaller), the place is not handed on.
         let over = inner.open > self.0.hot.limit();
-        while !over {
-            let Some(w) = inner.waiters.pop_front().map(|w| w.entry) else {
-                break;
-            };
-            match w.send(Grant::Slot(inner::Slot::new(self.clone()))) {
-                Ok(()) => return,
-                Err(g) => g.forget_slot(),
+        if !over {
+            while let Some(w) = inner.waiters.pop_front().map(|w| w.entry) {
+                match w.send(Grant::Slot(inner::Slot::new(self.clone()))) {
+                    Ok(()) => return,
+                    Err(g) => g.forget_slot(),
+                }
             }
         }
         inner.open -= 1;
