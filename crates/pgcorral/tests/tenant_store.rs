@@ -300,8 +300,9 @@ async fn unavailable_while_the_server_is_down() {
 
 /// The fleet's leases in a real registry: three nodes renewing at once, over and over, with
 /// wants that change, never hold shares adding up to more than the cap; a node that stops
-/// renewing keeps its share until its lease is older than the TTL, then the others take it;
-/// a node that wants and holds nothing gives its lease back.
+/// renewing keeps its share until its lease is older than the TTL and its registry session
+/// is gone, then the others take it; a node that wants and holds nothing gives its lease
+/// back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_never_add_up_to_more_than_the_cap() {
     use pgcorral::tenants::store::leases::{Ask, Grant};
@@ -371,7 +372,15 @@ async fn leases_never_add_up_to_more_than_the_cap() {
         two.lease(2, &[ask(6, 0)], ttl, limit).await.unwrap(),
         vec![Grant { share: 0, size: 0 }]
     );
+    // Node 1's lease outlives its TTL while its session is in the registry (it may be cut off
+    // and still hold servers); once the session is gone too, its share is taken.
     tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    assert_eq!(
+        two.lease(2, &[ask(6, 0)], ttl, limit).await.unwrap(),
+        vec![Grant { share: 0, size: 0 }]
+    );
+    drop(one);
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         two.lease(2, &[ask(6, 0)], ttl, limit).await.unwrap(),
         vec![Grant { share: 6, size: 6 }]

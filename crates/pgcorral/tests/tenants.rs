@@ -256,11 +256,22 @@ async fn a_registry_that_is_down_costs_only_new_tenants_first_logins() {
         .await
         .unwrap();
     running.batch_execute("BEGIN").await.unwrap();
+    // alice has a client (and so a lease) on this node before the registry goes.
+    let earlier = login(&node, "alice.acme", "alice pw", "app", None)
+        .await
+        .unwrap();
+    assert_eq!(one(&earlier, "SELECT 1").await, "1");
 
     blocking(|| registry.pg_ctl("stop"));
-    // Running clients go on; the loaded tenant takes new logins.
+    // Running clients go on, past several failed lease renewals too (the fleet's shares stay
+    // as they are while nobody can change them); the loaded tenant takes new logins of a
+    // user this node holds a lease for (within its share: alice's one server, shared in
+    // transaction mode).
     assert_eq!(one(&running, "SELECT 3").await, "3");
     running.batch_execute("COMMIT").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(one(&running, "SELECT 4").await, "4");
+    assert_eq!(one(&earlier, "SELECT 5").await, "5");
     let c = login(&node, "alice.acme", "alice pw", "app", None)
         .await
         .unwrap();

@@ -224,23 +224,15 @@ pub fn bucket_upper(i: usize) -> u64 {
     ((SUB as u64 + sub + 1) << (exp - 2)) - 1
 }
 
-/// A latency histogram in microseconds, sharded like the counters.
+/// A latency histogram in microseconds, sharded like the counters. Its buckets (11 KiB) are
+/// allocated at its first value: a pool that never serves a query (an idle tenant's) has none.
+#[derive(Default)]
 pub struct Histogram {
-    shards: Box<[HistShard]>,
+    shards: std::sync::OnceLock<Box<[HistShard]>>,
 }
 
 #[repr(align(128))]
 struct HistShard([AtomicU64; BUCKETS]);
-
-impl Default for Histogram {
-    fn default() -> Histogram {
-        Histogram {
-            shards: (0..=HIST_SHARDS)
-                .map(|_| HistShard(std::array::from_fn(|_| AtomicU64::new(0))))
-                .collect(),
-        }
-    }
-}
 
 impl Histogram {
     pub fn record(&self, w: usize, us: u64) {
@@ -252,14 +244,19 @@ impl Histogram {
         if n == 0 {
             return;
         }
+        let shards = self.shards.get_or_init(|| {
+            (0..=HIST_SHARDS)
+                .map(|_| HistShard(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect()
+        });
         let (i, owner) = shard_for(w, HIST_SHARDS);
-        add(&self.shards[i].0[bucket(us)], n, owner);
+        add(&shards[i].0[bucket(us)], n, owner);
     }
 
     /// Counts per bucket (see [`bucket_upper`]), summed over shards.
     pub fn counts(&self) -> Vec<u64> {
         let mut c = vec![0u64; BUCKETS];
-        for s in self.shards.iter() {
+        for s in self.shards.get().into_iter().flatten() {
             for (i, b) in s.0.iter().enumerate() {
                 c[i] += b.load(Relaxed);
             }

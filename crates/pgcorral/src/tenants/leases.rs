@@ -1,7 +1,8 @@
 //! This node's leases on its tenant users' server connections: renewed every [`RENEW`] and
-//! whenever a client has to wait, and applied to the tenants' pools. A node that cannot renew
-//! for half a lease's life shrinks every leased pool to nothing, before the others may take
-//! its shares.
+//! whenever a client has to wait, and applied to the tenants' pools. While the registry
+//! cannot be reached the shares stay as they are (nobody can change them); a node that cannot
+//! renew for [`SHRINK_AFTER`] shrinks every leased pool to nothing, before the registry gives
+//! up on its session and the others may take its shares.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -18,6 +19,10 @@ use crate::logsafe::Esc;
 pub const RENEW: Duration = Duration::from_secs(2);
 /// A lease not renewed for this long is dropped by the next node that renews beside it.
 pub const LEASE_TTL: Duration = Duration::from_secs(10);
+/// Without a renewal for this long, leased pools shrink to nothing: before the registry,
+/// whose keepalives give up on a silent session 45 s after its last renewal, lets the other
+/// nodes take this one's shares.
+pub const SHRINK_AFTER: Duration = Duration::from_secs(30);
 /// How long one renewal may take.
 const CALL_LIMIT: Duration = Duration::from_secs(2);
 /// The least time between two renewals after one that changed a pool's size (a storm of
@@ -69,7 +74,7 @@ pub async fn run(tenants: Arc<Tenants>, store: Store, asked: Arc<Notify>) {
             asks.push((ask(k, 0, 0, 0), None));
         }
         let limit = match renewed {
-            Some(at) => (at + LEASE_TTL / 2)
+            Some(at) => (at + SHRINK_AFTER)
                 .saturating_duration_since(sent)
                 .clamp(Duration::from_millis(100), CALL_LIMIT),
             None => CALL_LIMIT,
@@ -97,11 +102,10 @@ pub async fn run(tenants: Arc<Tenants>, store: Store, asked: Arc<Notify>) {
             }
             Err(e) => {
                 tracing::warn!(error = %Esc(&e), "fleet leases not renewed");
-                let late = renewed.is_none_or(|at| at.elapsed() >= LEASE_TTL / 2);
+                let late = renewed.is_some_and(|at| at.elapsed() >= SHRINK_AFTER);
                 if late && !shrunk && !known.is_empty() {
                     tracing::warn!(
-                        "fleet leases not renewed for {:?}: tenant pools shrink to nothing until they are",
-                        LEASE_TTL / 2
+                        "fleet leases not renewed for {SHRINK_AFTER:?}: tenant pools shrink to nothing until they are"
                     );
                     for t in &known {
                         for n in t.pools.demands() {

@@ -41,10 +41,14 @@ pub struct Other {
 }
 
 impl Store {
-    /// Renews this node's leases (`peer_id`), one per ask, in one transaction: the leases of
-    /// nodes not renewed within `ttl` are dropped first, then each share is worked out from
-    /// what the others hold and want ([`grant`]). An ask wanting and holding nothing gives
-    /// its lease back. Within `limit`, on this handle's own connection.
+    /// Renews this node's leases (`peer_id`), one per ask, in one transaction: leases are
+    /// dropped first whose node has gone, that is, not renewed within `ttl` (counted from
+    /// the registry's start when it restarted since: its nodes get that long to come back)
+    /// and whose renewing session has left the registry (a node cut off from the registry
+    /// keeps its share until the registry gives up on its connection, about 45 s); then each
+    /// share is worked out from what the others hold and want ([`grant`]). An ask wanting
+    /// and holding nothing gives its lease back. Within `limit`, on this handle's own
+    /// connection.
     pub async fn lease(
         &self,
         peer_id: u16,
@@ -72,12 +76,24 @@ impl Store {
                 &[&tenants, &databases, &users],
             )
             .await?;
+            // The registry notices this session is gone within about 45 s of its last
+            // renewal, however it went (see the DELETE below).
+            tx.batch_execute(
+                "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 5;
+                 SET tcp_keepalives_count = 3",
+            )
+            .await?;
             tx.execute(
                 "DELETE FROM pgcorral.leases AS l
                  USING ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
                      pg_catalog.unnest($3::text[])) AS k (t, d, u)
                  WHERE l.tenant_external_id = k.t AND l.db_name = k.d AND l.db_user = k.u
-                   AND l.heartbeat_at < pg_catalog.now() - pg_catalog.make_interval(secs => $4)",
+                   AND GREATEST(l.heartbeat_at, pg_catalog.pg_postmaster_start_time())
+                       < pg_catalog.now() - pg_catalog.make_interval(secs => $4)
+                   AND NOT EXISTS (
+                       SELECT FROM pg_catalog.pg_stat_activity AS a
+                       WHERE a.pid = l.backend_pid
+                         AND (a.backend_start = l.backend_start OR a.backend_start IS NULL))",
                 &[&tenants, &databases, &users, &ttl],
             )
             .await?;
@@ -120,12 +136,16 @@ impl Store {
                     .await?;
                 } else {
                     tx.execute(
-                        "INSERT INTO pgcorral.leases
-                             (tenant_external_id, db_name, db_user, peer_id, share, want)
-                         VALUES ($1, $2, $3, $4, $5, $6)
+                        "INSERT INTO pgcorral.leases (tenant_external_id, db_name, db_user,
+                             peer_id, share, want, backend_pid, backend_start)
+                         SELECT $1, $2, $3, $4, $5, $6, a.pid, a.backend_start
+                         FROM pg_catalog.pg_stat_activity AS a
+                         WHERE a.pid = pg_catalog.pg_backend_pid()
                          ON CONFLICT (tenant_external_id, db_name, db_user, peer_id) DO UPDATE
                          SET share = EXCLUDED.share, want = EXCLUDED.want,
-                             heartbeat_at = pg_catalog.now()",
+                             heartbeat_at = pg_catalog.now(),
+                             backend_pid = EXCLUDED.backend_pid,
+                             backend_start = EXCLUDED.backend_start",
                         &[&a.tenant, &a.database, &a.user, &me, &share, &want],
                     )
                     .await?;

@@ -68,7 +68,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     "#,
     // 3: the fleet's leases on each tenant user's server connections: a node's share of the
-    // user's pool size on one database, kept alive by renewals.
+    // user's pool size on one database, kept alive by renewals, with the registry session
+    // that renewed it last.
     r#"
     CREATE TABLE pgcorral.leases (
         tenant_external_id text COLLATE "C" NOT NULL,
@@ -78,6 +79,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
         share int NOT NULL CHECK (share >= 0),
         want int NOT NULL CHECK (want >= 0),
         heartbeat_at timestamptz NOT NULL DEFAULT now(),
+        backend_pid int NOT NULL DEFAULT 0,
+        backend_start timestamptz,
         PRIMARY KEY (tenant_external_id, db_name, db_user, peer_id)
     );
     "#,
