@@ -169,17 +169,21 @@ async fn a_node_killed_mid_run_costs_only_its_clients_and_the_cap_holds() {
     let sampling = tokio::spawn(async move {
         let cond = "usename = 'alice' AND datname = 'bench'";
         let (mut samples, mut peak, mut over) = (0u64, 0i64, Vec::new());
-        let start = Instant::now();
+        let (start, mut last, mut gap) = (Instant::now(), Instant::now(), Duration::ZERO);
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let n = held_servers(&sampler, cond, pg_port).await;
             samples += 1;
+            gap = gap.max(last.elapsed());
+            last = Instant::now();
             peak = peak.max(n);
             if n > CAP {
                 over.push((start.elapsed(), n));
             }
             tokio::select! {
-                _ = &mut stop_rx => return (samples, peak, over),
-                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = &mut stop_rx => return (samples, gap, peak, over),
+                _ = tick.tick() => {}
             }
         }
     });
@@ -222,7 +226,7 @@ async fn a_node_killed_mid_run_costs_only_its_clients_and_the_cap_holds() {
         .map(|c| blocking(|| c.join().unwrap()))
         .collect();
     let _ = stop_tx.send(());
-    let (samples, peak, over) = sampling.await.unwrap();
+    let (samples, gap, peak, over) = sampling.await.unwrap();
 
     // The clients that saw an error are as many as the dead node had; each saw one, then
     // connected again and ran transactions.
@@ -265,11 +269,14 @@ async fn a_node_killed_mid_run_costs_only_its_clients_and_the_cap_holds() {
     let total: u64 = runs.iter().flatten().map(|(_, tx, _)| tx).sum();
     eprintln!(
         "{total} transactions by {CLIENTS} clients; node killed at {killed_at:?} with \
-         {on_victim} clients; {samples} samples of pg_stat_activity, peak {peak} of {CAP}"
+         {on_victim} clients; {samples} samples of pg_stat_activity (every 50 ms, the longest \
+         gap {gap:?}), peak {peak} of {CAP}"
     );
+    // Every 50 ms when the machine keeps up; a loaded machine stretches the sampling query,
+    // never to a gap a share could move in unseen (a renewal takes 2 s).
     assert!(
-        samples as f64 >= RUN.as_secs_f64() * 10.0,
-        "sampled throughout ({samples} samples)"
+        samples >= 100 && gap < Duration::from_secs(2),
+        "sampled throughout ({samples} samples, the longest gap {gap:?})"
     );
     assert!(
         over.is_empty(),

@@ -121,37 +121,60 @@ impl Store {
                     .or_default()
                     .push(other);
             }
-            let mut grants = Vec::with_capacity(asks.len());
-            for a in asks {
-                let key = (a.tenant.clone(), a.database.clone(), a.user.clone());
-                let others = others.get(&key).map_or(&[][..], Vec::as_slice);
-                let g = grant(peer_id, a, others);
-                let (share, want) = (to_i32(g.share), to_i32(a.want));
-                if g.share == 0 && a.want == 0 {
-                    tx.execute(
-                        "DELETE FROM pgcorral.leases WHERE tenant_external_id = $1
-                         AND db_name = $2 AND db_user = $3 AND peer_id = $4",
-                        &[&a.tenant, &a.database, &a.user, &me],
-                    )
-                    .await?;
-                } else {
-                    tx.execute(
-                        "INSERT INTO pgcorral.leases (tenant_external_id, db_name, db_user,
-                             peer_id, share, want, backend_pid, backend_start)
-                         SELECT $1, $2, $3, $4, $5, $6, a.pid, a.backend_start
-                         FROM pg_catalog.pg_stat_activity AS a
-                         WHERE a.pid = pg_catalog.pg_backend_pid()
-                         ON CONFLICT (tenant_external_id, db_name, db_user, peer_id) DO UPDATE
-                         SET share = EXCLUDED.share, want = EXCLUDED.want,
-                             heartbeat_at = pg_catalog.now(),
-                             backend_pid = EXCLUDED.backend_pid,
-                             backend_start = EXCLUDED.backend_start",
-                        &[&a.tenant, &a.database, &a.user, &me, &share, &want],
-                    )
-                    .await?;
-                }
-                grants.push(g);
-            }
+            let grants: Vec<Grant> = asks
+                .iter()
+                .map(|a| {
+                    let key = (a.tenant.clone(), a.database.clone(), a.user.clone());
+                    grant(peer_id, a, others.get(&key).map_or(&[][..], Vec::as_slice))
+                })
+                .collect();
+            // Written in two statements whatever the number of leases: those given back, and
+            // the others.
+            let (kept, gone): (Vec<_>, Vec<_>) = asks
+                .iter()
+                .zip(&grants)
+                .partition(|(a, g)| g.share > 0 || a.want > 0);
+            let column = |v: &[(&Ask, &Grant)], f: fn(&Ask) -> &str| -> Vec<String> {
+                v.iter().map(|(a, _)| f(a).to_string()).collect()
+            };
+            let (t, d, u) = (
+                column(&gone, |a| &a.tenant),
+                column(&gone, |a| &a.database),
+                column(&gone, |a| &a.user),
+            );
+            tx.execute(
+                "DELETE FROM pgcorral.leases AS l
+                 USING ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
+                     pg_catalog.unnest($3::text[])) AS k (t, d, u)
+                 WHERE l.tenant_external_id = k.t AND l.db_name = k.d AND l.db_user = k.u
+                   AND l.peer_id = $4",
+                &[&t, &d, &u, &me],
+            )
+            .await?;
+            let (t, d, u) = (
+                column(&kept, |a| &a.tenant),
+                column(&kept, |a| &a.database),
+                column(&kept, |a| &a.user),
+            );
+            let shares: Vec<i32> = kept.iter().map(|(_, g)| to_i32(g.share)).collect();
+            let wants: Vec<i32> = kept.iter().map(|(a, _)| to_i32(a.want)).collect();
+            tx.execute(
+                "INSERT INTO pgcorral.leases (tenant_external_id, db_name, db_user,
+                     peer_id, share, want, backend_pid, backend_start)
+                 SELECT k.t, k.d, k.u, $4, k.s, k.w, a.pid, a.backend_start
+                 FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
+                     pg_catalog.unnest($3::text[]), pg_catalog.unnest($5::int[]),
+                     pg_catalog.unnest($6::int[])) AS k (t, d, u, s, w)
+                 CROSS JOIN pg_catalog.pg_stat_activity AS a
+                 WHERE a.pid = pg_catalog.pg_backend_pid()
+                 ON CONFLICT (tenant_external_id, db_name, db_user, peer_id) DO UPDATE
+                 SET share = EXCLUDED.share, want = EXCLUDED.want,
+                     heartbeat_at = pg_catalog.now(),
+                     backend_pid = EXCLUDED.backend_pid,
+                     backend_start = EXCLUDED.backend_start",
+                &[&t, &d, &u, &me, &shares, &wants],
+            )
+            .await?;
             tx.commit().await?;
             Ok(grants)
         })
