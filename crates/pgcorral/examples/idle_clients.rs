@@ -16,7 +16,7 @@
 //!
 //! With `--tenants N` connection `i` logs in as `USER.tI` where `I` is `--tenant-offset` plus
 //! `i % N`: its tenant's name after the last dot, as pgcorral's tenants are named
-//! (for a tenant scale benchmark, `bench/tenants.sh`, being written).
+//! (for the tenant scale benchmark, `bench/tenants.sh`).
 //!
 //! Raise the open-file limit first (`ulimit -n`): each connection is one file descriptor.
 
