@@ -163,25 +163,8 @@ PGDATA=$WORK/pgdata
 PGBENCH_PID="" SAMPLER_PID="" IDLE_PID="" IDLE_FD="" BOUNCER_PID="" CORRAL_PID="" PG_STARTED=0
 BOUNCER_TLS_PID="" CORRAL_TLS_PID="" TLS_HOLD_PID=""
 
-stop_pid() { # pid name
-  local pid=$1 i
-  [ -n "$pid" ] || return 0
-  kill -0 "$pid" 2>/dev/null || {
-    wait "$pid" 2>/dev/null || true
-    return 0
-  }
-  kill -TERM "$pid" 2>/dev/null
-  for ((i = 0; i < 100; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "$2 (pid $pid) did not stop on SIGTERM; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true # its exit status is not ours
-  return 0
-}
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 stop_postgres() {
   [ "$PG_STARTED" -eq 1 ] || return 0
@@ -209,10 +192,7 @@ cleanup() {
   [ "$rc" -eq 0 ] || log "exited with status $rc; logs in $WORK/logs and $WORK/runs"
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+cleanup_on_exit
 
 # A server of a previous run that was killed without its cleanup: stop it before wiping its files.
 if [ -f "$PGDATA/postmaster.pid" ]; then
@@ -325,11 +305,7 @@ if [ "$BENCH_CLIENT_HOP" = unix ]; then
   BENCH_NOTE="${BENCH_NOTE:+$BENCH_NOTE; }BENCH_CLIENT_HOP=unix: pgbench reaches PostgreSQL and both poolers through their Unix sockets (the storm and memory parts stay on TCP)."
 fi
 log "PostgreSQL: initdb, port $PG_PORT"
-mkdir -p "$PGDATA"
-chown_pg "$PGDATA"
-chmod 700 "$PGDATA"
-as_pg "$PG_BIN/initdb" -D "$PGDATA" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$WORK/logs/initdb.log" 2>&1 ||
-  die "initdb failed; see $WORK/logs/initdb.log"
+pg_initdb "$PGDATA" "$WORK/logs/initdb.log"
 cat >>"$PGDATA/postgresql.conf" <<EOF
 
 # bench/run.sh

@@ -78,22 +78,8 @@ chmod 755 "$WORK"
 PGDATA=$WORK/pgdata
 CORRAL_PID="" PGBENCH_PID="" PG_STARTED=0
 
-stop_pid() { # pid name
-  local pid=$1 i
-  [ -n "$pid" ] || return 0
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "$2 (pid $pid) did not stop on SIGTERM; killing it"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-  fi
-  wait "$pid" 2>/dev/null || true
-}
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 cleanup() {
   local rc=$?
@@ -113,10 +99,7 @@ cleanup() {
   fi
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+cleanup_on_exit
 
 # ---- build ----------------------------------------------------------------------------------------
 log "cargo build --release -p pgcorral"
@@ -145,11 +128,7 @@ wait_port() { # port name pid
 
 # ---- PostgreSQL -----------------------------------------------------------------------------------
 log "PostgreSQL ($PG_BIN): initdb, port $PG_PORT"
-mkdir -p "$PGDATA"
-[ "$(id -u)" -eq 0 ] && chown postgres:postgres "$PGDATA"
-chmod 700 "$PGDATA"
-as_pg "$PG_BIN/initdb" -D "$PGDATA" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$WORK/initdb.log" 2>&1 ||
-  die "initdb failed; see $WORK/initdb.log"
+pg_initdb "$PGDATA" "$WORK/initdb.log"
 cat >>"$PGDATA/postgresql.conf" <<EOF
 
 # bench/session_state.sh

@@ -100,14 +100,8 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/pgcorral-sharding.XXXXXX")
 chmod 755 "$WORK"
 PGBENCH_PID="" CORRAL_PID="" BOUNCER_PID="" PG_STARTED=()
 
-stop_pid() { # pid name
-  local pid=$1 i
-  [ -n "$pid" ] || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null && sleep 0.1 || break; done
-  kill -0 "$pid" 2>/dev/null && log "$2 (pid $pid) ignored SIGTERM; killing it" && kill -KILL "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null || true
-}
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 cleanup() {
   local rc=$? d
@@ -124,10 +118,7 @@ cleanup() {
   if [ "$rc" -ne 0 ] || [ "$KEEP" = 1 ]; then log "logs kept in $WORK"; else rm -rf "$WORK"; fi
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+cleanup_on_exit
 
 # ---- build ----------------------------------------------------------------------------------------
 if [ -n "${BENCH_CORRAL_BIN:-}" ]; then

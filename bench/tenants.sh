@@ -112,6 +112,12 @@ case $TENANTS_LISTEN in auto | loopback | all) ;; *) die "TENANTS_LISTEN must be
   die "TENANTS_IDLE ($TENANTS_IDLE) must be a multiple of TENANTS_N ($TENANTS_N): each tenant gets as many clients"
 [ -z "$TENANTS_IDLE" ] || [ "$TENANTS_IDLE" -ge "$TENANTS_N" ] || die "TENANTS_IDLE must be at least TENANTS_N"
 
+# One benchmark at a time: two on the same cores make both sets of rates wrong (a run of this
+# script beside another one, on 2026-11-28, halved both runs' login rates). The lock is bench/run.sh's,
+# on the bench/ directory itself, and goes away with this process.
+exec {LOCK_FD}<"$BENCH_DIR"
+flock -n "$LOCK_FD" || die "another benchmark (bench/run.sh or bench/tenants.sh) is running: it holds a lock on $BENCH_DIR"
+
 # ---- tools ----------------------------------------------------------------------------------------
 PG_BIN=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
 if [ -z "${PG_BINDIR:-}" ] && [ ! -x "$PG_BIN/initdb" ]; then
@@ -209,20 +215,8 @@ PGDATA=$WORK/pgdata
 PG_STARTED=0 CORRAL_PID="" IDLE_FD=""
 IDLE_PIDS=() IDLE_OUTS=()
 
-stop_pid() { # pid name
-  local pid=$1 i
-  [ -n "$pid" ] || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 150; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "$2 (pid $pid) did not stop on SIGTERM; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
-}
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 cleanup() {
   local rc=$? p
@@ -230,7 +224,7 @@ cleanup() {
   set +e
   [ -n "$IDLE_FD" ] && eval "exec $IDLE_FD>&-"
   for p in "${IDLE_PIDS[@]}"; do stop_pid "$p" idle_clients; done
-  stop_pid "$CORRAL_PID" pgcorral
+  stop_pid "$CORRAL_PID" pgcorral 150
   if [ "$PG_STARTED" -eq 1 ]; then
     as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -m fast -w -t 30 stop >/dev/null 2>&1 ||
       as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -m immediate -w -t 30 stop >/dev/null 2>&1
@@ -239,10 +233,7 @@ cleanup() {
   if [ "$rc" -ne 0 ] || [ "$KEEP" = 1 ]; then log "logs kept in $WORK"; else rm -rf "$WORK"; fi
   exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+cleanup_on_exit
 
 # ---- other work on the machine --------------------------------------------------------------------
 # Builds and tests running beside the run take CPU from its logins. Just before each timed login
@@ -312,11 +303,7 @@ export PGSSLMODE=disable
 # connections, and room.
 PG_MAX_CONNECTIONS=$(((TENANTS_N > STORM_TENANTS ? TENANTS_N : STORM_TENANTS) * TENANTS_POOL_SIZE + TENANTS_POOL_SIZE + 50))
 log "PostgreSQL: initdb, port $PG_PORT, max_connections $PG_MAX_CONNECTIONS"
-mkdir -p "$PGDATA"
-chown_pg "$PGDATA"
-chmod 700 "$PGDATA"
-as_pg "$PG_BIN/initdb" -D "$PGDATA" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$WORK/logs/initdb.log" 2>&1 ||
-  die "initdb failed; see $WORK/logs/initdb.log"
+pg_initdb "$PGDATA" "$WORK/logs/initdb.log"
 cat >>"$PGDATA/postgresql.conf" <<EOF
 
 # bench/tenants.sh
@@ -415,7 +402,7 @@ start_corral() { # name: a fresh pgcorral on ports of its own (no TIME_WAIT left
   check_corral "$1"
 }
 stop_corral() {
-  stop_pid "$CORRAL_PID" pgcorral
+  stop_pid "$CORRAL_PID" pgcorral 150
   CORRAL_PID=""
 }
 vmrss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$CORRAL_PID/status"; }
