@@ -71,11 +71,6 @@ impl Registry {
         self
     }
 
-    /// A leased registry's shares.
-    pub fn shares(&self) -> Option<&Arc<Shares>> {
-        self.shares.as_ref()
-    }
-
     /// A leased registry: the cluster of (`database`, `user`) may have `size` servers open on
     /// each of its servers from now on (at most as configured). Its pools shrink as their
     /// servers come back, or grow and let waiting clients in. True when a pool's size changed.
@@ -149,6 +144,17 @@ impl Registry {
         settings.reserve_size = 0;
     }
 
+    /// A leased registry: the cluster of `key` left it (idle, or retired by a reconfigure).
+    /// Its share is forgotten, so that a cluster made again for the same key starts at 0 and
+    /// asks for a lease, rather than at a share its node may have given back since.
+    fn forget_share(&self, database: &str, user: &str) {
+        if let Some(shares) = &self.shares {
+            shares.forget(database, user);
+            let key = (database.to_string(), user.to_string());
+            self.configured.lock().remove(&key);
+        }
+    }
+
     /// The pools serving `database` for `user`, created on first use.
     pub fn get(&self, config: &Config, database: &str, user: &str) -> Result<Cluster> {
         // A database with a forced user has one pool, the forced user's, whoever logs in (as
@@ -215,6 +221,7 @@ impl Registry {
                 return true;
             }
             since.remove(key);
+            self.forget_share(&key.0, &key.1);
             tracing::info!(
                 database = %Esc(&key.0),
                 user = %Esc(&key.1),
@@ -338,6 +345,7 @@ impl Registry {
                 for pool in cluster.pools() {
                     pool.reconnect();
                 }
+                self.forget_share(database, user);
                 removed += n;
                 return false;
             }
@@ -369,6 +377,7 @@ impl Registry {
                     for pool in cluster.pools() {
                         pool.reconnect();
                     }
+                    self.forget_share(database, user);
                     removed += n;
                     false
                 }
@@ -586,4 +595,30 @@ pub(crate) fn resolve(
         route,
         sharding,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::embedded_default;
+
+    fn size(r: &Registry, config: &Config) -> usize {
+        r.get(config, "db", "u").unwrap().home().settings().size
+    }
+
+    /// A leased cluster starts at no server, takes the share it is given, and one made again
+    /// after the first left the registry starts at none again (its node may have given the
+    /// share back meanwhile), never at the share its predecessor had.
+    #[test]
+    fn a_leased_cluster_made_again_starts_without_a_share() {
+        let config = embedded_default(|_| None).unwrap();
+        let r = Registry::default().leased(Arc::new(Shares::new(Arc::default())));
+        assert_eq!(size(&r, &config), 0);
+        assert!(r.set_share("db", "u", 2));
+        assert_eq!(size(&r, &config), 2);
+        assert_eq!(r.demands()[0].size, 2);
+        r.drop_idle(Some(Duration::ZERO));
+        assert!(r.demands().is_empty(), "the idle cluster left");
+        assert_eq!(size(&r, &config), 0);
+    }
 }

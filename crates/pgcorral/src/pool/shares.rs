@@ -36,6 +36,11 @@ impl Shares {
         self.granted.lock().insert(key, size);
     }
 
+    pub(super) fn forget(&self, database: &str, user: &str) {
+        let key = (database.to_string(), user.to_string());
+        self.granted.lock().remove(&key);
+    }
+
     /// A client waits for a server in a leased pool: whoever grants shares looks again now.
     pub fn ask(&self) {
         self.asked.notify_one();
