@@ -65,13 +65,15 @@ pub async fn run(tenants: Arc<Tenants>, store: Store, asked: Arc<Notify>) {
         }
         let sent = Instant::now();
         let entries = gather(&tenants, &mut known);
-        let mut asks: Vec<(Ask, Option<&Entry>)> = entries
+        // Each ask, and the entry whose pools its grant sizes (none for a lease given back).
+        let (mut asks, mut sized): (Vec<Ask>, Vec<Option<&Entry>>) = entries
             .iter()
             .map(|(k, e)| (ask(k, e.cap, e.want, e.held), Some(e)))
-            .collect();
+            .unzip();
         // Leases of clusters gone since (idle pools dropped): given back.
         for k in leased.iter().filter(|k| !entries.contains_key(*k)) {
-            asks.push((ask(k, 0, 0, 0), None));
+            asks.push(ask(k, 0, 0, 0));
+            sized.push(None);
         }
         let limit = match renewed {
             Some(at) => (at + SHRINK_AFTER)
@@ -79,9 +81,8 @@ pub async fn run(tenants: Arc<Tenants>, store: Store, asked: Arc<Notify>) {
                 .clamp(Duration::from_millis(100), CALL_LIMIT),
             None => CALL_LIMIT,
         };
-        let only: Vec<Ask> = asks.iter().map(|(a, _)| a.clone()).collect();
         let mut changed = false;
-        match store.lease(peer, &only, LEASE_TTL, limit).await {
+        match store.lease(peer, &asks, LEASE_TTL, limit).await {
             Ok(grants) => {
                 renewed = Some(sent);
                 if shrunk {
@@ -89,7 +90,7 @@ pub async fn run(tenants: Arc<Tenants>, store: Store, asked: Arc<Notify>) {
                     shrunk = false;
                 }
                 leased.clear();
-                for ((a, e), g) in asks.iter().zip(grants) {
+                for ((a, e), g) in asks.iter().zip(&sized).zip(grants) {
                     if g.share > 0 || a.want > 0 {
                         leased.insert((a.tenant.clone(), a.database.clone(), a.user.clone()));
                     }

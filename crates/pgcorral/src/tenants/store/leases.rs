@@ -7,6 +7,15 @@ use std::time::Duration;
 
 use super::{OpError, Store, StoreError};
 
+/// The (tenant, database, user) keys of a renewal, from three text arrays `$1`, `$2`, `$3`,
+/// as rows `k (t, d, u)`.
+macro_rules! keys {
+    () => {
+        "ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
+             pg_catalog.unnest($3::text[])) AS k (t, d, u)"
+    };
+}
+
 /// What a node asks for one tenant user's servers on one database.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ask {
@@ -61,18 +70,18 @@ impl Store {
         }
         let me = i32::from(peer_id);
         let ttl = ttl.as_secs_f64();
-        let tenants: Vec<&str> = asks.iter().map(|a| a.tenant.as_str()).collect();
-        let databases: Vec<&str> = asks.iter().map(|a| a.database.as_str()).collect();
-        let users: Vec<&str> = asks.iter().map(|a| a.user.as_str()).collect();
+        let (tenants, databases, users) = columns(asks.iter());
         self.call_within("lease", limit, async |c| {
             let tx = c.transaction().await?;
             // The same order on every node: no deadlock between two nodes' renewals.
             tx.execute(
-                "SELECT pg_catalog.pg_advisory_xact_lock(h) FROM (
+                concat!(
+                    "SELECT pg_catalog.pg_advisory_xact_lock(h) FROM (
                      SELECT DISTINCT pg_catalog.hashtextextended(t || '/' || d || '/' || u, 7) AS h
-                     FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
-                     pg_catalog.unnest($3::text[])) AS k (t, d, u)
-                     ORDER BY h) AS s",
+                     FROM ",
+                    keys!(),
+                    " ORDER BY h) AS s"
+                ),
                 &[&tenants, &databases, &users],
             )
             .await?;
@@ -84,27 +93,29 @@ impl Store {
             )
             .await?;
             tx.execute(
-                "DELETE FROM pgcorral.leases AS l
-                 USING ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
-                     pg_catalog.unnest($3::text[])) AS k (t, d, u)
-                 WHERE l.tenant_external_id = k.t AND l.db_name = k.d AND l.db_user = k.u
+                concat!(
+                    "DELETE FROM pgcorral.leases AS l USING ",
+                    keys!(),
+                    " WHERE l.tenant_external_id = k.t AND l.db_name = k.d AND l.db_user = k.u
                    AND GREATEST(l.heartbeat_at, pg_catalog.pg_postmaster_start_time())
                        < pg_catalog.now() - pg_catalog.make_interval(secs => $4)
                    AND NOT EXISTS (
                        SELECT FROM pg_catalog.pg_stat_activity AS a
                        WHERE a.pid = l.backend_pid
-                         AND (a.backend_start = l.backend_start OR a.backend_start IS NULL))",
+                         AND (a.backend_start = l.backend_start OR a.backend_start IS NULL))"
+                ),
                 &[&tenants, &databases, &users, &ttl],
             )
             .await?;
             let rows = tx
                 .query(
-                    "SELECT l.tenant_external_id, l.db_name, l.db_user, l.peer_id, l.share, l.want
-                     FROM pgcorral.leases AS l
-                     JOIN ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
-                     pg_catalog.unnest($3::text[])) AS k (t, d, u)
-                       ON l.tenant_external_id = k.t AND l.db_name = k.d AND l.db_user = k.u
-                     WHERE l.peer_id <> $4",
+                    concat!(
+                        "SELECT l.tenant_external_id, l.db_name, l.db_user, l.peer_id, l.share,
+                         l.want FROM pgcorral.leases AS l JOIN ",
+                        keys!(),
+                        " ON l.tenant_external_id = k.t AND l.db_name = k.d AND l.db_user = k.u
+                         WHERE l.peer_id <> $4"
+                    ),
                     &[&tenants, &databases, &users, &me],
                 )
                 .await?;
@@ -134,28 +145,18 @@ impl Store {
                 .iter()
                 .zip(&grants)
                 .partition(|(a, g)| g.share > 0 || a.want > 0);
-            let column = |v: &[(&Ask, &Grant)], f: fn(&Ask) -> &str| -> Vec<String> {
-                v.iter().map(|(a, _)| f(a).to_string()).collect()
-            };
-            let (t, d, u) = (
-                column(&gone, |a| &a.tenant),
-                column(&gone, |a| &a.database),
-                column(&gone, |a| &a.user),
-            );
+            let (t, d, u) = columns(gone.iter().map(|(a, _)| *a));
             tx.execute(
-                "DELETE FROM pgcorral.leases AS l
-                 USING ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
-                     pg_catalog.unnest($3::text[])) AS k (t, d, u)
-                 WHERE l.tenant_external_id = k.t AND l.db_name = k.d AND l.db_user = k.u
-                   AND l.peer_id = $4",
+                concat!(
+                    "DELETE FROM pgcorral.leases AS l USING ",
+                    keys!(),
+                    " WHERE l.tenant_external_id = k.t AND l.db_name = k.d AND l.db_user = k.u
+                     AND l.peer_id = $4"
+                ),
                 &[&t, &d, &u, &me],
             )
             .await?;
-            let (t, d, u) = (
-                column(&kept, |a| &a.tenant),
-                column(&kept, |a| &a.database),
-                column(&kept, |a| &a.user),
-            );
+            let (t, d, u) = columns(kept.iter().map(|(a, _)| *a));
             let shares: Vec<i32> = kept.iter().map(|(_, g)| to_i32(g.share)).collect();
             let wants: Vec<i32> = kept.iter().map(|(a, _)| to_i32(a.want)).collect();
             tx.execute(
@@ -180,17 +181,17 @@ impl Store {
         })
         .await
     }
+}
 
-    /// Every lease of `peer_id` (a clean stop, once its servers are closed).
-    pub async fn give_back_leases(&self, peer_id: u16) -> Result<(), StoreError> {
-        let id = i32::from(peer_id);
-        self.call("give back leases", async |c| {
-            c.execute("DELETE FROM pgcorral.leases WHERE peer_id = $1", &[&id])
-                .await?;
-            Ok(())
-        })
-        .await
+/// The tenants, databases and users of `asks`, as the three arrays `keys!` reads.
+fn columns<'a>(asks: impl Iterator<Item = &'a Ask>) -> (Vec<&'a str>, Vec<&'a str>, Vec<&'a str>) {
+    let (mut t, mut d, mut u) = (Vec::new(), Vec::new(), Vec::new());
+    for a in asks {
+        t.push(a.tenant.as_str());
+        d.push(a.database.as_str());
+        u.push(a.user.as_str());
     }
+    (t, d, u)
 }
 
 fn to_i32(n: u32) -> i32 {
@@ -201,10 +202,10 @@ fn to_i32(n: u32) -> i32 {
 ///
 /// Its fair part is worked out by filling the nodes' wants level by level (each gets at most
 /// what it wants, what one leaves goes to the others, and a division's remainder to those
-/// that want the most), the same on every node. Its share is that part, but never more than the cap leaves beside
-/// the others' shares (they give back what they hold beyond their own parts when they renew),
-/// and never less than what it holds now (it gives that back once its pools have shrunk). Its
-/// pools are sized to the smaller of the part and the share.
+/// that want the most), the same on every node. Its share is that part, but never more than
+/// the cap leaves beside the others' shares (they give back what they hold beyond their own
+/// parts when they renew), and never less than what it holds now (it gives that back once its
+/// pools have shrunk). Its pools are sized to the smaller of the part and the share.
 pub fn grant(me: u16, ask: &Ask, others: &[Other]) -> Grant {
     let mut wants: Vec<(u16, u32)> = others.iter().map(|o| (o.peer_id, o.want)).collect();
     wants.push((me, ask.want));
