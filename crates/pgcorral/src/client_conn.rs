@@ -6,6 +6,7 @@
 use bytes::BytesMut;
 use corral_rt::stream::Stream;
 
+use crate::error::{Error, Kind, Result};
 use crate::net::peer::Peer;
 use crate::prepared::ClientStatements;
 
@@ -33,6 +34,14 @@ pub struct ClientConn {
 }
 
 impl ClientConn {
+    /// Writes `out` (pgcorral's own answer) to the client.
+    pub async fn reply(&mut self, out: &[u8]) -> Result<()> {
+        self.stream
+            .send(out)
+            .await
+            .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
+    }
+
     /// One read into `buf`'s spare room (see [`Stream::poll_read_into`]), noting whether it
     /// left the task registered for the socket.
     #[inline]

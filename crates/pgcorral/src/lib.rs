@@ -37,6 +37,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod hba;
 pub mod intern;
+pub mod link;
 pub mod listen;
 pub mod login_places;
 pub mod logsafe;

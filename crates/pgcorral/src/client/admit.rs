@@ -21,6 +21,7 @@ use crate::config::{millis_opt, PoolMode};
 use crate::connlog::{self, Who};
 use crate::conns;
 use crate::error::{Error, Kind, Result};
+use crate::link::Link;
 use crate::login_places::{self, Lane, Source};
 use crate::logsafe::Esc;
 use crate::net::peer::Peer;
@@ -553,9 +554,8 @@ async fn login(
                 ..Default::default()
             })
         }),
-        target: None,
         listed,
-        server,
+        link: server.map_or(Link::Free, Link::Pooled),
         slot,
         pid,
         secret,

@@ -50,7 +50,7 @@ pub struct Handed {
 /// Whether the client may go to the new process at this point (no server held, between
 /// requests): nothing of its session lives only in this process.
 pub(super) fn movable(client: &ClientConn, session: &LoggedIn) -> bool {
-    session.server.is_none()
+    session.link.is_free()
         && client.pass == 0
         && !client.stream.is_tls()
         && client.statements.only_unnamed()
@@ -191,9 +191,8 @@ fn session_of(
                 })
             })
         },
-        target: None,
         listed,
-        server: None,
+        link: crate::link::Link::Free,
         slot,
         pid: h.pid,
         secret: h.secret,

@@ -5,15 +5,12 @@
 mod access;
 mod admit;
 pub mod auth;
-mod copy_split;
 pub mod handover;
-mod insert_split;
 mod login_auth;
 mod params;
 mod replication;
 mod replies;
 mod request;
-mod shard_tx;
 mod sharded;
 mod slim;
 pub mod startup;
@@ -31,14 +28,14 @@ use corral_rt::stream::{Detached, Stream};
 use replies::{notify_while_waiting, refuse_statement, refuse_transaction, timed_out};
 use request::{next_request, IdleTimer, Next};
 use sharded::check_in_transaction;
-use state::{deliver_held, recapture, restore};
+use state::{deliver_held, recapture};
 
 use crate::admin;
 use crate::cancel::CancelSlot;
 use crate::client_conn::ClientConn;
 use crate::clock;
 use crate::cluster;
-use crate::cluster::{Target, Want};
+use crate::cluster::Want;
 use crate::cold;
 use crate::config;
 use crate::config::{millis_opt, ClientTimeouts, PoolMode};
@@ -46,6 +43,7 @@ use crate::connlog::{self, Who};
 use crate::conns;
 use crate::conns::State as ListState;
 use crate::error::{Error, Kind, Result};
+use crate::link::{self, Attach, Link};
 use crate::login_places::{Lane, Source};
 use crate::net::peer::Peer;
 use crate::pool::{Checkout, ClientWait, Pool};
@@ -187,17 +185,17 @@ async fn start(
                     }
                     return None;
                 }
-                admit::Admitted::Replication(mut link) => {
-                    let entry = link.listed.entry.clone();
+                admit::Admitted::Replication(mut own) => {
+                    let entry = own.listed.entry.clone();
                     let exit = entry
                         .clone()
-                        .killable(replication::relay(&mut client, &mut link))
+                        .killable(link::dedicated::relay(&mut client, &mut own.server))
                         .await
                         .unwrap_or_else(|| Err(killed(entry.killed())));
-                    if let Some(fatal) = departed(exit, &link.listed, &client.peer, &services) {
+                    if let Some(fatal) = departed(exit, &own.listed, &client.peer, &services) {
                         let _ = client.stream.send(&fatal).await;
                     }
-                    services.cancel.unregister(link.pid, link.secret);
+                    services.cancel.unregister(own.pid, own.secret);
                     return None;
                 }
             }
@@ -216,8 +214,8 @@ async fn start(
             (client.custom, client.statements) = (custom, statements);
             // A session-mode client brings its server: it moves to this worker too, or
             // the session, which lives on that server, ends.
-            if session.server.as_mut().is_some_and(|s| !s.rehome(worker)) {
-                session.server = None;
+            if session.link.pooled().is_some_and(|s| !s.rehome(worker)) {
+                session.link.release();
                 session.slot.set(None);
                 let lost = Error::new(
                     Kind::ServerIo,
@@ -259,11 +257,11 @@ fn serving(mut s: Serving) -> impl Future<Output = ()> + Send + 'static {
         match exit {
             Ok(Exit::Move(target)) => migrate(s.client, s.session, s.services, s.count, target),
             Ok(Exit::HandOver) => {
-                drop(s.session.server.take());
+                s.session.link.release();
                 handover::send(s.client, s.session, &s.services);
             }
             exit => {
-                drop(s.session.server.take());
+                s.session.link.release();
                 if let Some(fatal) = left(exit, &s.session, &s.client.peer, &s.services) {
                     // Out of line: this wait would be the task's largest state.
                     let stream = &mut s.client.stream;
@@ -443,12 +441,11 @@ struct LoggedIn {
     /// Its SET SERVER ROLE and read-your-writes position (databases with routing: allocated at
     /// its first request, see [`routing`]).
     route: Option<Box<ClientRoute>>,
-    /// Where the transaction now running was routed (databases with routing).
-    target: Option<Target>,
     /// Its entry in SHOW CLIENTS.
     listed: conns::Listed,
-    /// The server held for the whole session (session mode).
-    server: Option<Checkout>,
+    /// What it is attached to: the server of its transaction, or the one it keeps between
+    /// transactions (session mode, or pinned).
+    link: Link,
     slot: Arc<CancelSlot>,
     pid: i32,
     secret: i32,
@@ -462,6 +459,16 @@ struct LoggedIn {
     pinned: thin_vec::ThinVec<String>,
     /// How long it waits for a busy pool, when not its pool's setting (its login user's own).
     wait: ClientWait,
+}
+
+/// What the client's servers are acquired with, on `worker`.
+fn attach(session: &LoggedIn, worker: usize) -> Attach<'_> {
+    Attach {
+        cluster: &session.cluster,
+        worker,
+        wait: session.wait,
+        settings: &session.settings,
+    }
 }
 
 /// A client's routing state, allocated at its first routed request: a client of a database
@@ -531,7 +538,7 @@ fn relay_mode<'a>(
 
 /// A server of the client's cluster for the request in its buffer, chosen by the router; `None`
 /// when pgcorral answered the request itself (SET/SHOW SERVER ROLE). The target is noted in
-/// `session.target`.
+/// the client's routing state.
 async fn routed_checkout(
     client: &mut ClientConn,
     services: &Services,
@@ -554,7 +561,7 @@ async fn routed_checkout(
             }
         }
     };
-    session.target = Some(target);
+    routing(&mut session.route).target = Some(target);
     let ryw = session.cluster.topology().settings().read_your_writes;
     let min_lsn = if ryw && target.want != Want::Primary {
         routing(&mut session.route).min_lsn
@@ -583,11 +590,13 @@ async fn not_routed(
         Decision::Route(_) => return Ok(false),
         Decision::Reply(out) => out,
         Decision::SplitInsert(rows) => {
-            insert_split::insert(client, session, &services.statements, rows).await?;
+            let escapes = session.route.as_ref().is_some_and(|r| r.escapes);
+            let at = attach(session, client.worker);
+            link::insert::insert(client, &at, &services.statements, rows, escapes).await?;
             return Ok(true);
         }
         Decision::CopyIn(table) => {
-            copy_split::copy_in(client, session, table).await?;
+            link::copy_in::copy_in(client, &attach(session, client.worker), table).await?;
             return Ok(true);
         }
         Decision::NeedMore => {
@@ -611,11 +620,11 @@ async fn not_routed(
             }
         }
     };
-    shard_tx::reply(client, &reply).await?;
+    client.reply(&reply).await?;
     Ok(true)
 }
 
-/// The request loop, with the server the client holds in `session.server` (kept there between
+/// The request loop, with the server the client holds in `session.link` (kept there between
 /// transactions in session mode, or while pinned). Returns why the client left normally.
 /// Not an `async fn`, whose arguments would be kept twice in every client's future.
 #[allow(clippy::manual_async_fn)]
@@ -633,7 +642,7 @@ fn run<'a>(
         let mut idle_timer = IdleTimer::default();
         let mut between = false;
         loop {
-            if session.server.is_none() {
+            if session.link.is_free() {
                 let gen = services.config_gen.load(Ordering::Relaxed);
                 if gen != config_gen {
                     config_gen = gen;
@@ -714,7 +723,7 @@ fn run<'a>(
                 if !session::matches(&s.applied, &session.settings) {
                     // Boxed: a round trip to the server, which allocates its query anyway; its
                     // state must not size every client's future.
-                    cold::cold(restore(&mut s, &session.settings)).await?;
+                    cold::cold(link::restore(&mut s, &session.settings)).await?;
                     if !s.held.is_empty() {
                         cold::cold(deliver_held(client, &mut s)).await?;
                     }
@@ -724,7 +733,7 @@ fn run<'a>(
                     cold::cold(exec::in_transaction(&mut s, &begin)).await?;
                 }
                 session.slot.set(Some(s.key.clone()));
-                session.server = Some(s);
+                session.link = Link::Pooled(s);
             } else if between {
                 // A sharded database's transaction: its next batch must stay on its shard.
                 between = false;
@@ -744,13 +753,13 @@ fn run<'a>(
                     continue;
                 }
             }
-            let s = session.server.as_mut().expect("attached");
+            let s = session.link.pooled().expect("attached");
             // Set for this relay in place (no second Mode kept in every client's future).
             relay_mode.stop_when_idle |= services.shutdown.is_cancelled();
             // With several servers, the statistics are those of the server's own pool, and
             // each transaction is routed on its own: a pipelined next one must wait.
             let routed = session.cluster.routed();
-            relay_mode.target = if routed { session.target } else { None };
+            relay_mode.target = session.route.as_ref().and_then(|r| r.target);
             relay_mode.between = routed && session.cluster.sharded();
             let mut home = None;
             if routed {
@@ -786,11 +795,14 @@ fn run<'a>(
                         .await
                         .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
                     session.slot.set(None);
-                    session.server = None;
+                    session.link.release();
                     session.listed.set_link(0);
                 }
                 Outcome::Idle => {
-                    if session.target.is_some_and(|t| t.writes)
+                    if session
+                        .route
+                        .as_ref()
+                        .is_some_and(|r| r.target.is_some_and(|t| t.writes))
                         && session.cluster.topology().settings().read_your_writes
                     {
                         let at = cold::cold(cluster::wal_position(s)).await;
@@ -800,12 +812,12 @@ fn run<'a>(
                     if s.state.dirty {
                         // Taken out of the session while it is recaptured (on error, it is dropped
                         // as the request loop ends).
-                        let mut s = session.server.take().expect("attached");
+                        let mut s = session.link.take_pooled().expect("attached");
                         let keeps = mode == PoolMode::Session;
                         cold::cold(recapture(session, &mut s, &mut client.custom, keeps)).await?;
-                        session.server = Some(s);
+                        session.link = Link::Pooled(s);
                     }
-                    let s = session.server.as_mut().expect("attached");
+                    let s = session.link.pooled().expect("attached");
                     if s.read_hooks {
                         // A failure leaves the map as it was; a broken server is closed at
                         // its release, as after any of pgcorral's own queries.
@@ -826,7 +838,7 @@ fn run<'a>(
                         continue;
                     }
                     session.slot.set(None);
-                    session.server = None;
+                    session.link.release();
                     session.listed.set_link(0);
                     if mode == PoolMode::Session {
                         return Ok(Exit::Left("server shutting down"));
@@ -841,13 +853,13 @@ fn run<'a>(
                     cold::cold(refuse_statement(client, s.state.tx, why)).await?;
                     if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
                         session.slot.set(None);
-                        session.server = None;
+                        session.link.release();
                     }
                 }
                 Outcome::TransactionRefused => {
                     cold::cold(refuse_transaction(client, s)).await?;
                     session.slot.set(None);
-                    session.server = None;
+                    session.link.release();
                 }
                 Outcome::ClientGone { eof } => {
                     session.slot.set(None);
@@ -862,7 +874,7 @@ fn run<'a>(
                 }
                 Outcome::ServerGone { notified } => {
                     session.slot.set(None);
-                    drop(session.server.take());
+                    session.link.release();
                     if notified {
                         return Ok(Exit::Left("server closed the connection after an error"));
                     }
@@ -891,19 +903,19 @@ mod tests {
     /// future, with its connection and session inside (the login's state is freed by then, see
     /// [`task`]), its list entry and its cancel slot. The request loop's state is not in the
     /// task (see [`slim`]). glibc hands out blocks in steps of 16 bytes with 8 of its own: the
-    /// task's 432 (and 8 of the executor's wrappers) take a 448-byte block, 433 would take 464.
+    /// task's 416 (and 8 of the executor's wrappers) take a 432-byte block, 417 would take 448.
     /// Raise a bound only knowingly: each byte is 10 KB at 10,000 clients.
     #[test]
     fn an_idle_client_stays_small() {
         let task = output_size(&task);
-        assert!(task <= 432, "task future: {task}");
+        assert!(task <= 416, "task future: {task}");
         let sizes = [
             size_of::<ClientConn>(),
             size_of::<LoggedIn>(),
             size_of::<conns::Entry>(),
         ];
         assert!(
-            sizes[0] <= 120 && sizes[1] <= 152 && sizes[2] <= 136,
+            sizes[0] <= 120 && sizes[1] <= 128 && sizes[2] <= 136,
             "{sizes:?}"
         );
         assert!(size_of::<CancelSlot>() <= 16);

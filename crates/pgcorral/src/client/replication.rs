@@ -14,7 +14,7 @@ use super::admit::{welcome, Admitted};
 use super::ClientConn;
 use crate::cancel::CancelSlot;
 use crate::conns;
-use crate::error::{Error, Kind, Result};
+use crate::error::Result;
 use crate::pool::{ClientWait, Dedicated, Pool};
 use crate::services::Services;
 use crate::session::startup::Replication;
@@ -102,30 +102,4 @@ pub(super) async fn login(
         secret,
         pool: pool.clone(),
     })))
-}
-
-/// Relays both ways until both sides have finished (the one that ends first has its end
-/// passed on to the other); what either sent before the relay began goes first. Returns why
-/// the client left, in PgBouncer's words.
-pub(super) async fn relay(client: &mut ClientConn, link: &mut Link) -> Result<&'static str> {
-    let early = client.buf.split();
-    if !early.is_empty() {
-        link.server
-            .stream
-            .send(&early)
-            .await
-            .map_err(|e| Error::with_source(Kind::ServerIo, "write", e))?;
-    }
-    let early = link.server.rbuf.split();
-    if !early.is_empty() {
-        client
-            .stream
-            .send(&early)
-            .await
-            .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
-    }
-    tokio::io::copy_bidirectional(&mut client.stream, &mut link.server.stream)
-        .await
-        .map_err(|e| Error::with_source(Kind::ClientIo, "linked connection", e))?;
-    Ok("client close request")
 }

@@ -19,10 +19,15 @@ pub(super) async fn check_in_transaction(
     client: &mut ClientConn,
     session: &mut LoggedIn,
 ) -> Result<bool> {
-    let Some(Shards::One(shard)) = session.target.map(|t| t.shards) else {
+    let Some(Shards::One(shard)) = session
+        .route
+        .as_ref()
+        .and_then(|r| r.target)
+        .map(|t| t.shards)
+    else {
         return Ok(false);
     };
-    let server = session.server.as_mut().expect("held in a transaction");
+    let server = session.link.pooled().expect("held in a transaction");
     loop {
         let status = server.state.tx;
         match route::in_transaction(

@@ -5,18 +5,7 @@ use super::{ClientConn, LoggedIn};
 use crate::error::{Error, Kind, Result};
 use crate::pool::Checkout;
 use crate::session;
-use crate::session::{apply, Settings};
-
-/// Applies the client's settings to a server it was just given; a failure ends the session
-/// (its state cannot be restored).
-pub(super) async fn restore(server: &mut Checkout, settings: &Settings) -> Result<()> {
-    apply::sync(server, settings).await.map_err(|e| {
-        Error::new(
-            e.kind(),
-            format!("could not restore the session's settings on a server connection: {e}"),
-        )
-    })
-}
+use crate::session::apply;
 
 /// After a transaction that may have changed the session: records the client's settings as
 /// the server now has them, and pins or unpins the client by what is bound to the server. A

@@ -46,6 +46,8 @@ pub struct ClientRoute {
     /// Parse and Describe inside a deferred transaction run outside it, their Sync sent as a
     /// Flush, so the client's ReadyForQuery (in a transaction) comes from pgcorral.
     pub owe_ready: bool,
+    /// Where the transaction now running (or the last one) was routed.
+    pub target: Option<Target>,
     /// The plan of the client's last request to a sharded database.
     pub near: Option<NearPlan>,
     /// The client's standard_conforming_strings is off (as its server last reported it, or

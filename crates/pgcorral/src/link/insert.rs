@@ -12,10 +12,8 @@ use pgwire::frontend::{cstr, BindBody};
 use pgwire::header::HEADER_LEN;
 use pgwire::{encode, frontend, Header};
 
-use super::shard_tx::{
-    abort, answer_error, answer_raw, commit, note_ready, open, read_server, reply, send,
-};
-use super::LoggedIn;
+use super::fanout::{answer_error, answer_raw, note_ready, read_server, send};
+use super::Attach;
 use crate::client_conn::ClientConn;
 use crate::error::{Error, Kind, Result};
 use crate::prepared::{Registry, Source};
@@ -37,11 +35,13 @@ struct Work {
 
 /// Runs the client's INSERT (its whole request at the front of its buffer) whose rows go to
 /// `rows`' shards, in order.
-pub(super) async fn insert(
+/// `escapes`: the client's standard_conforming_strings is off.
+pub async fn insert(
     client: &mut ClientConn,
-    session: &mut LoggedIn,
+    at: &Attach<'_>,
     registry: &Registry,
     rows: Vec<usize>,
+    escapes: bool,
 ) -> Result<()> {
     let Some(len) = request_len(client) else {
         return Err(Error::new(
@@ -53,24 +53,16 @@ pub(super) async fn insert(
     let work = if request.first() == Some(&frontend::QUERY) {
         // A simple Query drops the unnamed statement, as PostgreSQL's does.
         client.statements.drop_unnamed();
-        simple(
-            &request,
-            &rows,
-            session.route.as_ref().is_some_and(|r| r.escapes),
-        )
+        simple(&request, &rows, escapes)
     } else {
-        extended(
-            client,
-            &request,
-            &rows,
-            session.route.as_ref().is_some_and(|r| r.escapes),
-        )
+        extended(client, &request, &rows, escapes)
     };
     let work = match work {
         Ok(w) => w,
         Err((code, msg)) => return answer_error(client, code, &msg).await,
     };
-    let mut servers = open(client, session, work.shards.iter().copied()).await?;
+    let mut fanout = at.shards(work.shards.iter().copied()).await?;
+    let servers = fanout.servers();
     // Each shard's answers are kept until every shard has answered: a failure on one leaves
     // nothing of the others behind, and the client sees none of their rows.
     let mut shown = BytesMut::new();
@@ -134,17 +126,17 @@ pub(super) async fn insert(
         keep_parse(client, registry, &name, &rest, answered > slot);
     }
     if let Some(error) = failed {
-        abort(&mut servers).await;
+        fanout.abort().await;
         shown.extend_from_slice(&error);
         return answer_raw(client, &shown, true).await;
     }
-    commit(&mut servers).await?;
+    fanout.commit().await?;
     let mut out = shown;
     out.extend_from_slice(&described.unwrap_or_default());
     out.extend_from_slice(&data);
     encode::command_complete(&mut out, &format!("{tag_prefix} {total}"));
     encode::ready_for_query(&mut out, TxStatus::Idle);
-    reply(client, &out).await
+    client.reply(&out).await
 }
 
 type Refusal = (&'static str, String);

@@ -8,11 +8,8 @@ use pg_query::NodeEnum;
 use pgwire::backend::{self, TxStatus};
 use pgwire::{encode, frontend};
 
-use super::shard_tx::{
-    abort, answer_error, answer_raw, commit, note_ready, open, read_server, reply, send,
-    until_ready,
-};
-use super::LoggedIn;
+use super::fanout::{answer_error, answer_raw, note_ready, read_server, send, until_ready};
+use super::Attach;
 use crate::client_conn::ClientConn;
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::read_message;
@@ -26,12 +23,8 @@ const FLUSH_AT: usize = 64 << 10;
 
 /// Runs the client's `COPY ... FROM STDIN` (a simple Query at the front of its buffer) into
 /// sharded table `table`, answering the client as PostgreSQL would.
-pub(super) async fn copy_in(
-    client: &mut ClientConn,
-    session: &mut LoggedIn,
-    table: usize,
-) -> Result<()> {
-    let sharding = session.cluster.sharding().expect("a sharded database");
+pub async fn copy_in(client: &mut ClientConn, at: &Attach<'_>, table: usize) -> Result<()> {
+    let sharding = at.cluster.sharding().expect("a sharded database");
     // The request is whole at the front of the buffer (routing read it). Its Sync, if any,
     // is answered with the COPY's ReadyForQuery (PostgreSQL ignores Syncs during a COPY).
     let extended = client.buf.first() != Some(&frontend::QUERY);
@@ -42,15 +35,16 @@ pub(super) async fn copy_in(
         ));
     };
     let _ = client.buf.split_to(len);
-    let splitter = match splitter(client, session, &sharding, table, &text).await? {
+    let splitter = match splitter(client, at, &sharding, table, &text).await? {
         Ok(s) => s,
         Err(msg) => return answer_error(client, "0A000", &msg).await,
     };
     // One server per shard, with the client's settings, in a transaction running the COPY.
-    let mut servers = open(client, session, 0..sharding.shards).await?;
+    let mut fanout = at.shards(0..sharding.shards).await?;
+    let servers = fanout.servers();
     let mut response: Option<BytesMut> = None;
     let mut failed: Option<BytesMut> = None;
-    for s in &mut servers {
+    for s in servers.iter_mut() {
         let mut q = BytesMut::new();
         encode::query(&mut q, &text);
         send(s, &q).await?;
@@ -65,7 +59,7 @@ pub(super) async fn copy_in(
         }
     }
     if let Some(error) = failed {
-        abort(&mut servers).await;
+        fanout.abort().await;
         return answer_raw(client, &error, true).await;
     }
     // Once the COPY has started, an extended-protocol client ends it with a Sync of its own
@@ -74,23 +68,23 @@ pub(super) async fn copy_in(
     let ready = !extended;
     let mut out = early;
     out.extend_from_slice(&response.expect("every shard answered"));
-    reply(client, &out).await?;
+    client.reply(&out).await?;
     out.clear();
-    match stream_rows(client, &mut servers, splitter).await {
+    match stream_rows(client, fanout.servers(), splitter).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => {
-            abort(&mut servers).await;
+            fanout.abort().await;
             return answer_raw(client, &error, ready).await;
         }
         Err(e) => {
-            abort(&mut servers).await;
+            fanout.abort().await;
             return Err(e);
         }
     }
     // Every shard's answer: its row count, or its error (the first one goes to the client).
     let mut total: u64 = 0;
     let mut error: Option<BytesMut> = None;
-    for s in &mut servers {
+    for s in fanout.servers() {
         match until_ready(s).await? {
             Ok(n) => total += n,
             Err(e) => {
@@ -99,15 +93,15 @@ pub(super) async fn copy_in(
         }
     }
     if let Some(error) = error {
-        abort(&mut servers).await;
+        fanout.abort().await;
         return answer_raw(client, &error, ready).await;
     }
-    commit(&mut servers).await?;
+    fanout.commit().await?;
     encode::command_complete(&mut out, &format!("COPY {total}"));
     if ready {
         encode::ready_for_query(&mut out, TxStatus::Idle);
     }
-    reply(client, &out).await
+    client.reply(&out).await
 }
 
 /// The splitter for the COPY in `text`: its options, and where the key's columns are in its
@@ -115,7 +109,7 @@ pub(super) async fn copy_in(
 /// cannot split it.
 async fn splitter(
     client: &ClientConn,
-    session: &LoggedIn,
+    at: &Attach<'_>,
     sharding: &Sharding,
     table: usize,
     text: &str,
@@ -135,7 +129,7 @@ async fn splitter(
         Ok(o) => o,
         Err(e) => return Ok(Err(e)),
     };
-    let encoding = session
+    let encoding = at
         .settings
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("client_encoding"))
@@ -156,7 +150,7 @@ async fn splitter(
         .collect();
     let columns: Vec<String> = if listed.is_empty() {
         if sharding.plans.columns(table).is_none() {
-            learn_columns(&session.cluster, sharding, table, client.worker).await?;
+            learn_columns(at.cluster, sharding, table, at.worker).await?;
         }
         match sharding.plans.columns(table) {
             Some(c) => c.to_vec(),

@@ -1,53 +1,50 @@
-//! One server of each of several shards, each in a transaction, for a request pgcorral splits
-//! between shards (a COPY, a multi-row INSERT): check out and begin, read answers, commit or
-//! roll back everywhere, and answer the client.
+//! One server of each of several shards, each in a transaction of pgcorral's, for a request
+//! split between shards (a COPY, a multi-row INSERT): send, read answers whole, commit or roll
+//! back everywhere, and answer the client.
 
 use bytes::BytesMut;
 use pgwire::backend::{self, TxStatus};
 use pgwire::encode;
 
-use super::state::restore;
-use super::LoggedIn;
 use crate::client_conn::ClientConn;
-use crate::cluster::{Shards, Target, Want};
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::read_message;
 use crate::pool::Checkout;
-use crate::session;
 use crate::session::exec;
 
-/// A primary of each of `shards`, with the client's settings, in a transaction.
-pub(super) async fn open(
-    client: &ClientConn,
-    session: &LoggedIn,
-    shards: impl IntoIterator<Item = usize>,
-) -> Result<Vec<Checkout>> {
-    let mut servers = Vec::new();
-    for shard in shards {
-        let target = Target {
-            shards: Shards::One(shard),
-            want: Want::Primary,
-            writes: true,
-        };
-        let mut s = session
-            .cluster
-            .checkout(target, client.worker, 0, session.wait)
-            .await?;
-        if !session::matches(&s.applied, &session.settings) {
-            restore(&mut s, &session.settings).await?;
-        }
-        exec::in_transaction(&mut s, "BEGIN").await?;
-        servers.push(s);
-    }
-    Ok(servers)
+/// One server of each of several shards (in the order they were asked for), each in a
+/// transaction begun by [`super::Attach::shards`]. Dropped without [`Fanout::commit`], each
+/// server goes back through its checkout guard, which rolls its transaction back.
+pub struct Fanout {
+    servers: Vec<Checkout>,
 }
 
-/// Commits every shard's transaction, one after the other.
-pub(super) async fn commit(servers: &mut [Checkout]) -> Result<()> {
-    for s in servers.iter_mut() {
-        exec::in_transaction(s, "COMMIT").await?;
+impl Fanout {
+    pub(super) fn new(servers: Vec<Checkout>) -> Fanout {
+        Fanout { servers }
     }
-    Ok(())
+
+    /// Its servers, in the order their shards were asked for.
+    pub fn servers(&mut self) -> &mut [Checkout] {
+        &mut self.servers
+    }
+
+    /// Commits every shard's transaction, one after the other.
+    pub async fn commit(&mut self) -> Result<()> {
+        for s in self.servers.iter_mut() {
+            exec::in_transaction(s, "COMMIT").await?;
+        }
+        Ok(())
+    }
+
+    /// Rolls back every shard's transaction (a server that cannot is closed, not reused).
+    pub async fn abort(&mut self) {
+        for s in self.servers.iter_mut() {
+            if exec::in_transaction(s, "ROLLBACK").await.is_err() {
+                s.state.broken = true;
+            }
+        }
+    }
 }
 
 /// Notes a server's transaction status from its ReadyForQuery body.
@@ -57,15 +54,6 @@ pub(super) fn note_ready(s: &mut Checkout, body: &[u8]) {
         .copied()
         .and_then(TxStatus::from_byte)
         .unwrap_or(TxStatus::Failed);
-}
-
-/// Writes pgcorral's answer to the client.
-pub(super) async fn reply(client: &mut ClientConn, out: &[u8]) -> Result<()> {
-    client
-        .stream
-        .send(out)
-        .await
-        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
 }
 
 /// The row count of a CommandComplete tag (`COPY 5`, `INSERT 0 5`).
@@ -106,35 +94,26 @@ pub(super) async fn until_ready(s: &mut Checkout) -> Result<std::result::Result<
     }
 }
 
+/// A server's next message, whole (its tag and body); a failure marks the server broken.
 pub(super) async fn read_server(s: &mut Checkout) -> Result<(u8, BytesMut)> {
     let server = &mut **s;
     read_message(&mut server.stream, &mut server.rbuf, 1 << 30)
         .await
         .map_err(|e| {
             server.state.broken = true;
-            Error::new(
-                Kind::ServerIo,
-                format!("a shard's server failed during COPY: {e}"),
-            )
+            Error::new(Kind::ServerIo, format!("a shard's server failed: {e}"))
         })
 }
 
+/// Writes `bytes` to a server; a failure marks it broken.
 pub(super) async fn send(s: &mut Checkout, bytes: &[u8]) -> Result<()> {
     s.stream.send(bytes).await.map_err(|e| {
         s.state.broken = true;
-        Error::with_source(Kind::ServerIo, "write to a shard's server during COPY", e)
+        Error::with_source(Kind::ServerIo, "write to a shard's server", e)
     })
 }
 
-/// Rolls back every shard's transaction (a server that cannot is closed, not reused).
-pub(super) async fn abort(servers: &mut [Checkout]) {
-    for s in servers.iter_mut() {
-        if exec::in_transaction(s, "ROLLBACK").await.is_err() {
-            s.state.broken = true;
-        }
-    }
-}
-
+/// An ERROR with `code` and `msg` for the client, and its ReadyForQuery (idle).
 pub(super) async fn answer_error(client: &mut ClientConn, code: &str, msg: &str) -> Result<()> {
     let mut e = BytesMut::new();
     encode::error_response(&mut e, "ERROR", code, msg);
@@ -147,5 +126,5 @@ pub(super) async fn answer_raw(client: &mut ClientConn, error: &[u8], ready: boo
     if ready {
         encode::ready_for_query(&mut out, TxStatus::Idle);
     }
-    reply(client, &out).await
+    client.reply(&out).await
 }
