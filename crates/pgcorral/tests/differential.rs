@@ -51,7 +51,7 @@ const fn flaky(case: &'static str, item: &'static str) -> Known {
 /// dependent. Session mode differs in none of them.
 const KNOWN_DIFFERENCES: &[Known] = &[
     // 1: pg_prepared_statements shows pgcorral's names and other clients' statement texts on
-    // the server a client holds (documented in docs/architecture.md).
+    // the server a client holds (documented in docs/architecture/pooled-clients.md).
     known("pg_prepared_statements_shows_own_only", "1"),
     // A placeholder GUC, once set, stays defined in its server process ('' after RESET where a
     // fresh session has none): only a server not used by that client avoids it (documented).

@@ -100,11 +100,28 @@ database = "shard1"
         server_port(want)
     );
 
-    // No key for the sharded table: PgCat's default shard, 0.
+    // No key for the sharded table, and no default_shard: PgCat answers from shard 0; pgcorral
+    // asks every shard (docs/pgcat.md), one row per shard here, and refuses what it cannot
+    // merge yet (the extended protocol) rather than answer in part.
     let c = app().await.unwrap();
-    let sql = "SELECT current_setting('port'), count(*) FROM users";
-    let port_of_unkeyed: String = c.query_one(sql, &[]).await.unwrap().get(0);
-    assert_eq!(port_of_unkeyed, server_port(0), "{sql}");
+    for (i, pg) in shards.iter().enumerate() {
+        pg.sql(
+            &format!("shard{i}"),
+            &format!("INSERT INTO users VALUES ({}, 'seed')", 1000 + i),
+        );
+    }
+    assert_eq!(one(&c, "SELECT count(*) FROM users").await, "2");
+    let e = c
+        .query_one("SELECT count(*) FROM users", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(support::sqlstate(&e), "0A000", "{e}");
+    for (i, pg) in shards.iter().enumerate() {
+        pg.sql(
+            &format!("shard{i}"),
+            "DELETE FROM users WHERE name = 'seed'",
+        );
+    }
 
     // The key in WHERE routes by itself, as text and as a parameter.
     let want = shard_of(&[(KeyType::Int8, &Value::Int(5))], Function::PgHash, 2);

@@ -2,7 +2,7 @@
 //! pgcorral land on the shard PostgreSQL's hash partitioning chooses (checked on each shard
 //! with `satisfies_hash_partition`), reads by key find them, PgCat's and PgDog's commands and
 //! comments choose shards, transactions stay on one shard, and requests that name no shard are
-//! refused or go to the default shard, never guessed.
+//! asked of every shard (reads), refused, or go to the default shard, never guessed.
 
 mod support;
 
@@ -392,7 +392,12 @@ async fn requests_that_name_no_shard_are_refused_never_guessed() {
             (sqlstate(&e), db_message(&e))
         }
     };
-    let (code, msg) = refused("SELECT * FROM accounts").await;
+    // A read that names no shard is asked of every shard (tests/sharding_gather.rs), unless
+    // its answer cannot be merged; a write that names none is refused.
+    let (code, msg) = refused("SELECT v, count(*) FROM accounts GROUP BY v").await;
+    assert_eq!(code, "0A000");
+    assert!(msg.contains("GROUP BY"), "{msg}");
+    let (code, msg) = refused("DELETE FROM accounts").await;
     assert_eq!(code, "0A000");
     assert!(msg.contains("accounts") && msg.contains("aid"), "{msg}");
     // Keys on several shards, a key changed, an omnisharded table written: refused.

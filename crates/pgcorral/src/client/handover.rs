@@ -14,6 +14,7 @@ use corral_rt::stream::Detached;
 use super::{admit, go_on, LoggedIn, Moved};
 use crate::cancel::CancelSlot;
 use crate::client_conn::ClientConn;
+use crate::link::Link;
 use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::ClientWait;
@@ -192,7 +193,7 @@ fn session_of(
             })
         },
         listed,
-        link: crate::link::Link::Free,
+        link: Link::Free,
         slot,
         pid: h.pid,
         secret: h.secret,

@@ -599,6 +599,12 @@ async fn not_routed(
             link::copy_in::copy_in(client, &attach(session, client.worker), table).await?;
             return Ok(true);
         }
+        Decision::Gather(g) => {
+            let at = attach(session, client.worker);
+            let shards = (g.want, &g.shards[..]);
+            link::gather::gather(client, &at, shards, &g.plan, g.len, g.text_bytewise).await?;
+            return Ok(true);
+        }
         Decision::NeedMore => {
             if request::read_more(client).await?.is_none() {
                 return Err(Error::new(Kind::ClientIo, "client closed the connection"));
@@ -899,7 +905,7 @@ mod tests {
         size_of::<R>()
     }
 
-    /// What an idle client keeps (docs/architecture.md, "Memory per client"): its task's
+    /// What an idle client keeps (docs/architecture/memory.md): its task's
     /// future, with its connection and session inside (the login's state is freed by then, see
     /// [`task`]), its list entry and its cancel slot. The request loop's state is not in the
     /// task (see [`slim`]). glibc hands out blocks in steps of 16 bytes with 8 of its own: the

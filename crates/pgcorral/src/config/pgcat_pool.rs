@@ -43,8 +43,9 @@ pub(super) fn pool(
     let (mut parser, mut split, mut primary_reads) = (false, false, false);
     let mut function = None;
     let mut auto_key = None;
-    // PgCat's default: a query that names no shard goes to shard 0.
-    let mut default_shard = Some(0);
+    // Unset (PgCat's default is shard 0): a read that names no shard is asked of every shard,
+    // so that it gets the whole answer, not shard 0's part (docs/pgcat.md).
+    let mut default_shard = None;
     let (mut users, mut shards) = (Vec::new(), None);
     for (k, v) in p {
         let key = at(k);
@@ -86,7 +87,7 @@ pub(super) fn pool(
                 }
             }
             "default_shard" => match c.string(key, v) {
-                Some("random" | "random_healthy") => c.warn(key, "not honoured: pgcorral sends a query that names no shard to shard 0 (a query naming no table at all goes to any shard)"),
+                Some("random" | "random_healthy") => c.warn(key, "not honoured: pgcorral asks every shard a read that names no shard (one shard's rows would be part of the answer) and refuses other such statements; a query naming no table at all goes to any shard"),
                 Some(s) => match s.strip_prefix("shard_").and_then(|n| n.parse().ok()) {
                     Some(n) => default_shard = Some(n),
                     None => c.error(key, format!("{s:?} is not \"shard_N\", \"random\" or \"random_healthy\"")),

@@ -6,6 +6,7 @@
 pub mod copy_in;
 pub mod dedicated;
 mod fanout;
+pub mod gather;
 pub mod insert;
 
 pub use fanout::Fanout;

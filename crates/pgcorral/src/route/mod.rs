@@ -25,6 +25,7 @@ use crate::error::{Error, Kind, Result};
 use crate::prepared;
 use crate::prepared::sql;
 use crate::rows::Table;
+use crate::shard::gather::{self, Gather};
 use crate::shard::plan::NearPlan;
 use crate::shard::Sharding;
 
@@ -93,6 +94,21 @@ pub enum Decision {
     /// A `COMMIT PREPARED` or `ROLLBACK PREPARED` of a gid pgcorral does not know: the shards
     /// are to be asked which holds it ([`shard::find_gid`]), then decide again.
     FindGid(String),
+    /// A read that no one shard answers: asked of every shard, the answers merged.
+    Gather(Box<Gathered>),
+}
+
+/// A read across shards, as [`decide`] placed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gathered {
+    pub plan: Gather,
+    /// The shards to ask, and the server each needs.
+    pub shards: Vec<usize>,
+    pub want: Want,
+    /// Bytes of the client's Query.
+    pub len: usize,
+    /// Text compares as bytes in the database (see [`crate::shard::Facts`]).
+    pub text_bytewise: bool,
 }
 
 /// Decides where the request at the start of `client.buf` goes. Nothing here waits: what needs
@@ -174,6 +190,31 @@ pub fn decide(
     if let shard::Shard::NeedColumns(t) = placed {
         return Decision::LearnColumns(t);
     }
+    if let shard::Shard::NoKey(len, why) = &placed {
+        if sharding.default_shard.is_none() {
+            // No shard answers it alone: a read is asked of every shard (a simple Query outside
+            // a transaction, for now), anything else is refused.
+            let (len, msg) = match query.filter(|_| route.deferred.is_none()) {
+                Some((len, text)) => {
+                    match gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates) {
+                        Ok(plan) => {
+                            return Decision::Gather(Box::new(Gathered {
+                                plan,
+                                shards: (0..sharding.shards).collect(),
+                                want: target.want,
+                                len,
+                                text_bytewise: sharding.facts.text_bytewise,
+                            }))
+                        }
+                        Err(msg) if msg == gather::NOT_A_READ => (len, why.clone()),
+                        Err(msg) => (len, msg),
+                    }
+                }
+                None => (*len, format!("{why} (a read across shards is answered for a simple query outside a transaction only, for now)")),
+            };
+            return refuse(client, route, len, &msg);
+        }
+    }
     // Two-phase commit: a prepared transaction is finished on the shard that holds it (a
     // shard the client named wins, as for any statement).
     let text = query.map(|q| q.1).or_else(|| first_text(client));
@@ -228,17 +269,21 @@ pub fn decide(
             target.shards = Shards::One(n);
             Decision::Route(target)
         }
-        Err((len, msg)) => {
-            client.buf.advance(len);
-            if let Some(d) = &mut route.deferred {
-                d.failed = true;
-            }
-            let mut out = BytesMut::new();
-            pgwire::encode::error_response(&mut out, "ERROR", "0A000", &msg);
-            pgwire::encode::ready_for_query(&mut out, route.status());
-            Decision::Reply(out)
-        }
+        Err((len, msg)) => refuse(client, route, len, &msg),
     }
+}
+
+/// pgcorral's refusal of the client's request (`len` bytes, consumed): an ERROR, and its
+/// deferred transaction, if any, failed.
+fn refuse(client: &mut ClientConn, route: &mut ClientRoute, len: usize, msg: &str) -> Decision {
+    client.buf.advance(len);
+    if let Some(d) = &mut route.deferred {
+        d.failed = true;
+    }
+    let mut out = BytesMut::new();
+    pgwire::encode::error_response(&mut out, "ERROR", "0A000", msg);
+    pgwire::encode::ready_for_query(&mut out, route.status());
+    Decision::Reply(out)
 }
 
 /// What the client's request needs from a server before [`decide`] can place it: the shards'

@@ -23,7 +23,7 @@ use crate::shard::key::KeyType;
 use crate::shard::number::Typed;
 use crate::shard::plan::{NearPlan, Place, Plan, Spans};
 use crate::shard::read::Param;
-use crate::shard::{Sharding, Table};
+use crate::shard::{Facts, Sharding, Table};
 
 /// The shard of the request at the start of the client's buffer, or why it has none.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,14 +282,54 @@ pub async fn read_catalog(
             Err(e) => return Err(e),
         }
     }
+    let facts = match exec::query(&mut server, FACTS).await {
+        Ok(rows) => facts(rows),
+        Err(e) if e.kind() == Kind::ServerError => {
+            tracing::warn!(error = %Esc(&e), "could not read what reads across shards need from the catalog");
+            Facts::default()
+        }
+        Err(e) => return Err(e),
+    };
     drop(server);
-    let done = Arc::new(sharding.completed(more, refused));
+    let done = Arc::new(sharding.completed(more, refused, facts));
     cluster.set_sharding(done.clone());
     Ok(done)
 }
 
 /// Each hash-partitioned table's key columns: schema, table, column, its type, whether its
 /// partition collation is deterministic; in key order. Expression keys have no column.
+/// What reads across shards need: whether text compares as bytes (the database's collation
+/// is C or POSIX (or C.UTF-8, in code point order) by libc, and no column of a user's table has a collation other than the
+/// default, C or POSIX), and the names of the aggregate and window functions.
+const FACTS: &str = "SELECT (SELECT d.datcollate OPERATOR(pg_catalog.=) ANY (ARRAY['C', 'POSIX', 'C.UTF-8', 'C.utf8']) \
+     AND COALESCE(pg_catalog.to_jsonb(d) OPERATOR(pg_catalog.->>) 'datlocprovider', 'c') OPERATOR(pg_catalog.=) 'c' \
+     FROM pg_catalog.pg_database d WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) \
+     AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute a \
+       JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) a.attrelid \
+       JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+       WHERE a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
+       AND a.attcollation OPERATOR(pg_catalog.<>) ALL (ARRAY[0, 100, 950, 951]::pg_catalog.oid[]) \
+       AND n.nspname OPERATOR(pg_catalog.<>) ALL (ARRAY['pg_catalog', 'information_schema']) \
+       AND NOT pg_catalog.starts_with(n.nspname::pg_catalog.text, 'pg_toast')), \
+     (SELECT pg_catalog.string_agg(DISTINCT p.proname::pg_catalog.text, ' ') FROM pg_catalog.pg_proc p \
+       WHERE p.prokind OPERATOR(pg_catalog.=) ANY (ARRAY['a', 'w']::pg_catalog.\"char\"[]))";
+
+/// [`FACTS`]' one row read.
+fn facts(rows: Vec<Vec<Option<String>>>) -> Facts {
+    let row = rows.into_iter().next().unwrap_or_default();
+    let mut cols = row.into_iter();
+    let text_bytewise = cols.next().flatten().as_deref() == Some("t");
+    let aggregates = cols
+        .next()
+        .flatten()
+        .map(|s| s.split(' ').map(str::to_string).collect())
+        .unwrap_or_default();
+    Facts {
+        aggregates,
+        text_bytewise,
+    }
+}
+
 const HASH_PARTITIONED: &str = "SELECT n.nspname, c.relname, a.attname, \
      pg_catalog.format_type(a.atttypid, NULL), \
      COALESCE((SELECT co.collisdeterministic FROM pg_catalog.pg_collation co WHERE co.oid = k.coll), true), \

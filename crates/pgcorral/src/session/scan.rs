@@ -396,7 +396,7 @@ const NOT_CALLS: &[&str] = &[
 /// Built-in functions that change no session state, callable unqualified or as
 /// `pg_catalog.name` (lower case). Unqualified names are taken to be PostgreSQL's own, which
 /// they are unless a search_path names `pg_catalog` after a schema holding a function of the
-/// same name (docs/architecture.md, *Session state*).
+/// same name (docs/architecture/session-state.md).
 const PURE_CALLS: &[&str] = &[
     "abs",
     "age",
@@ -461,7 +461,7 @@ const PURE_CALLS: &[&str] = &[
     "min",
     "mod",
     // A sequence's next value: its currval and lastval are the server session's, which
-    // pooling cannot hide (docs/architecture.md, *What a pooled client can tell*).
+    // pooling cannot hide (docs/architecture/pooled-clients.md).
     "nextval",
     "now",
     "nth_value",

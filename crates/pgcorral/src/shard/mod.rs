@@ -3,6 +3,7 @@
 //! [`Sharding`] is what routing knows of a sharded database: its shards, function and tables.
 
 pub mod copy;
+pub mod gather;
 pub mod gids;
 pub mod hash;
 pub mod insert;
@@ -10,6 +11,7 @@ pub mod key;
 pub mod number;
 pub mod plan;
 pub mod read;
+pub mod values;
 
 use key::{BadKey, Function, KeyType, Value};
 use plan::Plans;
@@ -83,6 +85,18 @@ pub struct Sharding {
     pub checked: bool,
     /// Where the clients' prepared transactions are.
     pub gids: gids::Gids,
+    /// What reads across shards need from the catalog ([`gather`]).
+    pub facts: Facts,
+}
+
+/// What the shards' catalog says that reads across shards need to merge answers right.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// The names of the database's aggregate and window functions (its own included).
+    pub aggregates: Vec<String>,
+    /// Text compares as bytes: the database's collation is C (or POSIX) and no column has a
+    /// collation of its own other than those.
+    pub text_bytewise: bool,
 }
 
 impl Sharding {
@@ -105,12 +119,19 @@ impl Sharding {
             from_catalog: false,
             checked: false,
             gids: Default::default(),
+            facts: Facts::default(),
         }
     }
 
     /// This sharding completed from the shards' catalogs: `more` tables (those not declared
-    /// already), and reasons to refuse some of the declared ones (by index).
-    pub fn completed(&self, more: Vec<Table>, refused: Vec<(usize, String)>) -> Sharding {
+    /// already), reasons to refuse some of the declared ones (by index), and the `facts` reads
+    /// across shards need.
+    pub fn completed(
+        &self,
+        more: Vec<Table>,
+        refused: Vec<(usize, String)>,
+        facts: Facts,
+    ) -> Sharding {
         let mut tables = self.tables.clone();
         for (i, why) in refused {
             if let Some(t) = tables.get_mut(i) {
@@ -133,6 +154,7 @@ impl Sharding {
             from_catalog: self.from_catalog,
             checked: true,
             gids: self.gids.clone(),
+            facts,
         }
     }
 

@@ -1,0 +1,616 @@
+//! A read across shards: the client's Query sent to a server of each shard at once, their
+//! answers merged as [`crate::shard::gather`] planned (one after another, a k-way merge, or
+//! aggregates combined) into the one answer PostgreSQL would give, in bounded memory.
+
+use std::cmp::Ordering;
+
+use bytes::{Buf, BufMut, BytesMut};
+use pgwire::backend::{self, TxStatus};
+use pgwire::encode;
+
+use super::fanout::{answer_error, read_server, send};
+use super::{restore, Attach};
+use crate::client_conn::ClientConn;
+use crate::cluster::{Shards, Target, Want};
+use crate::error::Result;
+use crate::pool::Checkout;
+use crate::session;
+use crate::shard::gather::{Column, Combine, Gather, Merge};
+use crate::shard::values::{self, Kind};
+
+/// Bytes of rows kept before they are written to the client.
+const FLUSH_AT: usize = 64 << 10;
+
+/// What a shard answered first: its rows' description, or the end of its answer.
+enum Head {
+    Rows(BytesMut),
+    /// An error (the whole ErrorResponse).
+    Failed(BytesMut),
+    /// A CommandComplete without rows, or an empty query.
+    Done,
+}
+
+/// Answers the client's Query (`len` bytes at the front of its buffer) from a server (`want`)
+/// of each of `shards`, merged as `plan` says. `text_bytewise`: text compares as bytes in the
+/// database (collation C, and no column of its own collation).
+pub async fn gather(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    (want, shards): (Want, &[usize]),
+    plan: &Gather,
+    len: usize,
+    text_bytewise: bool,
+) -> Result<()> {
+    client.buf.advance(len);
+    // A simple Query drops the unnamed statement, as PostgreSQL's does.
+    client.statements.drop_unnamed();
+    let mut servers = Vec::with_capacity(shards.len());
+    for &shard in shards {
+        let target = Target {
+            shards: Shards::One(shard),
+            want,
+            writes: false,
+        };
+        let mut s = at.cluster.checkout(target, at.worker, 0, at.wait).await?;
+        if !session::matches(&s.applied, at.settings) {
+            restore(&mut s, at.settings).await?;
+        }
+        servers.push(s);
+    }
+    let mut query = BytesMut::new();
+    encode::query(&mut query, &plan.text);
+    for s in servers.iter_mut() {
+        send(s, &query).await?;
+    }
+    let mut out = BytesMut::new();
+    let mut heads = Vec::with_capacity(servers.len());
+    for (i, s) in servers.iter_mut().enumerate() {
+        heads.push(head(s, (i == 0).then_some(&mut out)).await?);
+    }
+    let failed = heads.iter().find_map(|h| match h {
+        Head::Failed(e) => Some(e.clone()),
+        _ => None,
+    });
+    if let Some(error) = failed {
+        drain(&mut servers).await?;
+        out.extend_from_slice(&error);
+        encode::ready_for_query(&mut out, TxStatus::Idle);
+        return client.reply(&out).await;
+    }
+    let descriptions: Vec<&BytesMut> = heads
+        .iter()
+        .filter_map(|h| match h {
+            Head::Rows(d) => Some(d),
+            _ => None,
+        })
+        .collect();
+    if descriptions.is_empty() {
+        // No rows described: a statement whose answer is its tag alone.
+        drain(&mut servers).await?;
+        encode::command_complete(&mut out, "SELECT 0");
+        encode::ready_for_query(&mut out, TxStatus::Idle);
+        return client.reply(&out).await;
+    }
+    let fields = match agreed(&descriptions) {
+        Ok(f) => f,
+        Err(msg) => {
+            drain(&mut servers).await?;
+            client.reply(&out).await?;
+            return answer_error(client, "0A000", &msg).await;
+        }
+    };
+    let kinds = match prepare(plan, &fields, text_bytewise) {
+        Ok(k) => k,
+        Err(msg) => {
+            drain(&mut servers).await?;
+            client.reply(&out).await?;
+            return answer_error(client, "0A000", &msg).await;
+        }
+    };
+    out.extend_from_slice(descriptions[0]);
+    let mut rows = Rows {
+        out,
+        sent: 0,
+        skip: plan.offset,
+        limit: plan.limit,
+    };
+    let merged = match &plan.merge {
+        Merge::Concat => concat(client, &mut servers, &mut rows).await?,
+        Merge::Sorted(_) => sorted(client, &mut servers, &mut rows, &kinds).await?,
+        Merge::Aggregate(combine) => aggregate(&mut servers, &mut rows, combine, &fields).await?,
+    };
+    let error = match merged {
+        Ok(()) => drain(&mut servers).await?,
+        Err(e) => {
+            drain(&mut servers).await?;
+            Some(e)
+        }
+    };
+    let mut out = rows.out;
+    match error {
+        Some(e) => out.extend_from_slice(&e),
+        None => encode::command_complete(&mut out, &format!("SELECT {}", rows.sent)),
+    }
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    client.reply(&out).await
+}
+
+/// The client's rows as they are merged: what is kept to write, how many were sent, and what
+/// OFFSET and LIMIT still ask.
+struct Rows {
+    out: BytesMut,
+    sent: u64,
+    skip: u64,
+    limit: Option<u64>,
+}
+
+impl Rows {
+    /// Whether the LIMIT is reached: no more rows are wanted.
+    fn full(&self) -> bool {
+        self.limit.is_some_and(|l| self.sent >= l)
+    }
+
+    /// Takes one DataRow body, after OFFSET's rows and up to LIMIT's.
+    fn push(&mut self, body: &[u8]) {
+        if self.skip > 0 {
+            self.skip -= 1;
+            return;
+        }
+        if self.full() {
+            return;
+        }
+        encode::message(&mut self.out, backend::DATA_ROW, |b| {
+            b.extend_from_slice(body)
+        });
+        self.sent += 1;
+    }
+
+    /// Writes what is kept once it is large.
+    async fn flush(&mut self, client: &mut ClientConn) -> Result<()> {
+        if self.out.len() >= FLUSH_AT {
+            client.reply(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+}
+
+/// A shard's first answer: its RowDescription (whole), its error, or its end. Notices and
+/// parameter changes before it go to `out` (the first shard's; the others' are dropped, so the
+/// client sees each once).
+async fn head(s: &mut Checkout, mut out: Option<&mut BytesMut>) -> Result<Head> {
+    loop {
+        let (tag, body) = read_server(s).await?;
+        let whole = || {
+            let mut m = BytesMut::new();
+            encode::message(&mut m, tag, |b| b.extend_from_slice(&body));
+            m
+        };
+        match tag {
+            backend::ROW_DESCRIPTION => return Ok(Head::Rows(whole())),
+            backend::ERROR_RESPONSE => return Ok(Head::Failed(whole())),
+            backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => return Ok(Head::Done),
+            backend::NOTICE_RESPONSE | backend::PARAMETER_STATUS => {
+                if let Some(out) = out.as_deref_mut() {
+                    out.extend_from_slice(&whole());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reads each server's answers up to its ReadyForQuery, dropping rows; the first error any of
+/// them sent on the way, if one did.
+async fn drain(servers: &mut [Checkout]) -> Result<Option<BytesMut>> {
+    let mut error = None;
+    for s in servers.iter_mut() {
+        loop {
+            let (tag, body) = read_server(s).await?;
+            match tag {
+                backend::ERROR_RESPONSE if error.is_none() => {
+                    let mut m = BytesMut::new();
+                    encode::message(&mut m, tag, |b| b.extend_from_slice(&body));
+                    error = Some(m);
+                }
+                backend::READY_FOR_QUERY => {
+                    super::fanout::note_ready(s, &body);
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(error)
+}
+
+/// One field of a RowDescription: its name and type (OID, modifier, format code).
+#[derive(Debug, PartialEq, Eq)]
+struct Field {
+    name: Vec<u8>,
+    oid: u32,
+    typmod: i32,
+    format: i16,
+}
+
+/// The fields of a whole RowDescription message, or `None` when it cannot be read.
+fn fields(message: &[u8]) -> Option<Vec<Field>> {
+    let mut b = message.get(5..)?;
+    if b.len() < 2 {
+        return None;
+    }
+    let n = b.get_i16();
+    let mut out = Vec::new();
+    for _ in 0..n.max(0) {
+        let end = b.iter().position(|&c| c == 0)?;
+        let name = b[..end].to_vec();
+        b = &b[end + 1..];
+        if b.len() < 18 {
+            return None;
+        }
+        b.advance(6); // table OID and column number: each shard's own
+        let oid = b.get_u32();
+        b.advance(2); // type size
+        let typmod = b.get_i32();
+        let format = b.get_i16();
+        out.push(Field {
+            name,
+            oid,
+            typmod,
+            format,
+        });
+    }
+    Some(out)
+}
+
+/// The fields every shard described alike, or why they differ.
+fn agreed(descriptions: &[&BytesMut]) -> std::result::Result<Vec<Field>, String> {
+    let first = fields(descriptions[0]).ok_or("a shard's row description could not be read")?;
+    for d in &descriptions[1..] {
+        if fields(d).as_ref() != Some(&first) {
+            return Err("the shards describe the answer's columns differently (are their tables alike?): pgcorral cannot merge it".into());
+        }
+    }
+    Ok(first)
+}
+
+/// The kinds of the sort keys' columns (with their indexes, directions and NULL placement),
+/// or of the aggregate columns, checked against what pgcorral can compare.
+fn prepare(
+    plan: &Gather,
+    fields: &[Field],
+    text_bytewise: bool,
+) -> std::result::Result<Vec<(usize, Kind, bool, bool)>, String> {
+    let kind = |i: usize, bytewise: bool| -> std::result::Result<Kind, String> {
+        let f = &fields[i];
+        let name = String::from_utf8_lossy(&f.name);
+        if f.format != 0 {
+            return Err(format!(
+                "column {name} is in binary format: pgcorral merges text"
+            ));
+        }
+        match Kind::of_oid(f.oid) {
+            Some(Kind::Text | Kind::Bpchar) if !bytewise => Err(format!(
+                "ORDER BY, min or max of text column {name} across shards needs collation \"C\" (the database's, with no column of another collation, or COLLATE \"C\" in the ORDER BY)"
+            )),
+            Some(k) => Ok(k),
+            None => Err(format!(
+                "column {name} is of a type (OID {}) pgcorral does not compare across shards",
+                f.oid
+            )),
+        }
+    };
+    let refuse = |what: String| {
+        format!("{what}; name the shard (SET SHARD, /* shard_id: n */) or give the sharding key")
+    };
+    match &plan.merge {
+        Merge::Concat => Ok(Vec::new()),
+        Merge::Sorted(keys) => keys
+            .iter()
+            .map(|k| {
+                let i = match &k.column {
+                    Column::At(i) if *i < fields.len() => *i,
+                    Column::At(i) => return Err(refuse(format!("ORDER BY {} is not a column of the answer", i + 1))),
+                    Column::Named(n) => {
+                        let mut found = fields.iter().enumerate().filter(|(_, f)| f.name == n.as_bytes());
+                        match (found.next(), found.next()) {
+                            (Some((i, _)), None) => i,
+                            _ => return Err(refuse(format!(
+                                "ORDER BY {n}: across shards, rows are sorted by the columns the query returns, and {n} is not one of them (or is several)"
+                            ))),
+                        }
+                    }
+                };
+                let k2 = kind(i, text_bytewise || k.collate_c).map_err(refuse)?;
+                Ok((i, k2, k.desc, k.nulls_first))
+            })
+            .collect(),
+        Merge::Aggregate(combine) => {
+            if combine.len() != fields.len() {
+                return Err(refuse("the aggregates' columns do not match the answer".into()));
+            }
+            combine
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let k = kind(i, text_bytewise).map_err(refuse)?;
+                    if matches!(c, Combine::Count | Combine::Sum) && !matches!(k, Kind::Int | Kind::Numeric) {
+                        return Err(refuse(format!(
+                            "a sum of type OID {} across shards (its rounding would differ from one server's)",
+                            fields[i].oid
+                        )));
+                    }
+                    Ok((i, k, false, false))
+                })
+                .collect()
+        }
+    }
+}
+
+/// One shard's rows after another's.
+async fn concat(
+    client: &mut ClientConn,
+    servers: &mut [Checkout],
+    rows: &mut Rows,
+) -> Result<std::result::Result<(), BytesMut>> {
+    for s in servers.iter_mut() {
+        loop {
+            if rows.full() {
+                break;
+            }
+            match next_row(s).await? {
+                Next::Row(body) => {
+                    rows.push(&body);
+                    rows.flush(client).await?;
+                }
+                Next::End => break,
+                Next::Failed(e) => return Ok(Err(e)),
+            }
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// A shard's next row, or the end of its rows (its CommandComplete), or its error.
+enum Next {
+    Row(BytesMut),
+    End,
+    Failed(BytesMut),
+}
+
+async fn next_row(s: &mut Checkout) -> Result<Next> {
+    loop {
+        let (tag, body) = read_server(s).await?;
+        match tag {
+            backend::DATA_ROW => return Ok(Next::Row(body)),
+            backend::COMMAND_COMPLETE => return Ok(Next::End),
+            backend::ERROR_RESPONSE => {
+                let mut m = BytesMut::new();
+                encode::message(&mut m, tag, |b| b.extend_from_slice(&body));
+                return Ok(Next::Failed(m));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Column `i` of a DataRow body: `Some(None)` for NULL, `None` when it cannot be read.
+fn field(body: &[u8], i: usize) -> Option<Option<&[u8]>> {
+    let mut b = body;
+    if b.len() < 2 {
+        return None;
+    }
+    let n = usize::try_from(b.get_i16()).ok()?;
+    if i >= n {
+        return None;
+    }
+    for j in 0..=i {
+        if b.len() < 4 {
+            return None;
+        }
+        let len = b.get_i32();
+        let value = if len < 0 {
+            None
+        } else {
+            let len = usize::try_from(len).ok()?;
+            let v = b.get(..len)?;
+            b = &b[len..];
+            Some(v)
+        };
+        if j == i {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// How row `a` sorts against row `b` by `keys` (column, kind, descending, NULLs first);
+/// `None` when a value cannot be read.
+fn order(a: &[u8], b: &[u8], keys: &[(usize, Kind, bool, bool)]) -> Option<Ordering> {
+    for &(i, kind, desc, nulls_first) in keys {
+        let o = match (field(a, i)?, field(b, i)?) {
+            (None, None) => Ordering::Equal,
+            (None, Some(_)) if nulls_first => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(_), None) if nulls_first => Ordering::Greater,
+            (Some(_), None) => Ordering::Less,
+            (Some(x), Some(y)) => {
+                let o = values::compare(kind, x, y)?;
+                if desc {
+                    o.reverse()
+                } else {
+                    o
+                }
+            }
+        };
+        if o != Ordering::Equal {
+            return Some(o);
+        }
+    }
+    Some(Ordering::Equal)
+}
+
+/// A k-way merge of the shards' sorted rows: one row per shard held at a time.
+async fn sorted(
+    client: &mut ClientConn,
+    servers: &mut [Checkout],
+    rows: &mut Rows,
+    keys: &[(usize, Kind, bool, bool)],
+) -> Result<std::result::Result<(), BytesMut>> {
+    let mut fronts: Vec<Option<BytesMut>> = Vec::with_capacity(servers.len());
+    for s in servers.iter_mut() {
+        match next_row(s).await? {
+            Next::Row(r) => fronts.push(Some(r)),
+            Next::End => fronts.push(None),
+            Next::Failed(e) => return Ok(Err(e)),
+        }
+    }
+    while !rows.full() {
+        let mut least: Option<usize> = None;
+        for (i, f) in fronts.iter().enumerate() {
+            let Some(row) = f else { continue };
+            least = match least {
+                None => Some(i),
+                Some(l) => {
+                    let held = fronts[l].as_deref().expect("a front row");
+                    match order(row, held, keys) {
+                        Some(Ordering::Less) => Some(i),
+                        Some(_) => Some(l),
+                        None => return Ok(Err(unreadable())),
+                    }
+                }
+            };
+        }
+        let Some(l) = least else { break };
+        let row = fronts[l].take().expect("the least row");
+        rows.push(&row);
+        rows.flush(client).await?;
+        match next_row(&mut servers[l]).await? {
+            Next::Row(r) => fronts[l] = Some(r),
+            Next::End => {}
+            Next::Failed(e) => return Ok(Err(e)),
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// pgcorral's error for a value it could not read while merging.
+fn unreadable() -> BytesMut {
+    let mut e = BytesMut::new();
+    encode::error_response(
+        &mut e,
+        "ERROR",
+        "0A000",
+        "a value of the shards' answers could not be read to merge them (is DateStyle ISO?)",
+    );
+    e
+}
+
+/// One row of aggregates combined from each shard's one row.
+async fn aggregate(
+    servers: &mut [Checkout],
+    rows: &mut Rows,
+    combine: &[Combine],
+    fields: &[Field],
+) -> Result<std::result::Result<(), BytesMut>> {
+    let mut acc: Vec<Option<Vec<u8>>> = vec![None; combine.len()];
+    for s in servers.iter_mut() {
+        let row = match next_row(s).await? {
+            Next::Row(r) => r,
+            Next::End => continue,
+            Next::Failed(e) => return Ok(Err(e)),
+        };
+        for (i, c) in combine.iter().enumerate() {
+            let Some(kind) = Kind::of_oid(fields[i].oid) else {
+                return Ok(Err(unreadable()));
+            };
+            let Some(v) = field(&row, i) else {
+                return Ok(Err(unreadable()));
+            };
+            let next = match (acc[i].take(), v) {
+                (a, None) => a,
+                (None, Some(v)) => Some(v.to_vec()),
+                (Some(a), Some(v)) => {
+                    let merged = match c {
+                        Combine::Count | Combine::Sum => values::add(kind, &a, v),
+                        Combine::Min | Combine::Max => values::compare(kind, &a, v).map(|o| {
+                            let keep_a = match c {
+                                Combine::Min => o != Ordering::Greater,
+                                _ => o != Ordering::Less,
+                            };
+                            if keep_a {
+                                a.clone()
+                            } else {
+                                v.to_vec()
+                            }
+                        }),
+                    };
+                    match merged {
+                        Some(m) => Some(m),
+                        None => return Ok(Err(unreadable())),
+                    }
+                }
+            };
+            acc[i] = next;
+        }
+    }
+    let mut body = BytesMut::new();
+    body.put_i16(i16::try_from(combine.len()).unwrap_or(i16::MAX));
+    for v in &acc {
+        match v {
+            None => body.put_i32(-1),
+            Some(v) => {
+                body.put_i32(i32::try_from(v.len()).unwrap_or(i32::MAX));
+                body.extend_from_slice(v);
+            }
+        }
+    }
+    rows.push(&body);
+    Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(values: &[Option<&str>]) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        b.put_i16(values.len() as i16);
+        for v in values {
+            match v {
+                None => b.put_i32(-1),
+                Some(v) => {
+                    b.put_i32(v.len() as i32);
+                    b.extend_from_slice(v.as_bytes());
+                }
+            }
+        }
+        b.to_vec()
+    }
+
+    #[test]
+    fn fields_of_a_data_row_are_read_and_bad_ones_refused() {
+        let r = row(&[Some("1"), None, Some("abc")]);
+        assert_eq!(field(&r, 0), Some(Some(&b"1"[..])));
+        assert_eq!(field(&r, 1), Some(None));
+        assert_eq!(field(&r, 2), Some(Some(&b"abc"[..])));
+        assert_eq!(field(&r, 3), None);
+        assert_eq!(field(&r[..r.len() - 1], 2), None);
+        assert_eq!(field(&[], 0), None);
+    }
+
+    #[test]
+    fn rows_sort_by_keys_with_nulls_where_postgresql_puts_them() {
+        let a = row(&[Some("1"), None]);
+        let b = row(&[Some("2"), Some("x")]);
+        let asc = [(0, Kind::Int, false, false)];
+        assert_eq!(order(&a, &b, &asc), Some(Ordering::Less));
+        let desc = [(0, Kind::Int, true, true)];
+        assert_eq!(order(&a, &b, &desc), Some(Ordering::Greater));
+        // NULLS LAST (ascending's default): the NULL sorts after "x".
+        let nulls = [(1, Kind::Text, false, false)];
+        assert_eq!(order(&a, &b, &nulls), Some(Ordering::Greater));
+        let nulls_first = [(1, Kind::Text, false, true)];
+        assert_eq!(order(&a, &b, &nulls_first), Some(Ordering::Less));
+    }
+}

@@ -1,0 +1,473 @@
+//! A read that no one shard answers, planned with PostgreSQL's own parser for every shard:
+//! what each shard is sent, and how their answers merge into the one PostgreSQL would give,
+//! or the construct that makes pgcorral refuse it (never a partial answer).
+
+use pg_query::protobuf::{a_const, LimitOption, SelectStmt, SortByDir, SortByNulls};
+use pg_query::{Node, NodeEnum, NodeRef};
+
+use super::Sharding;
+
+/// PostgreSQL 15's own aggregate and window function names: known aggregates even when the
+/// catalog could not be read (the catalog adds the database's own).
+const BUILTIN_AGGREGATES: &[&str] = &[
+    "array_agg",
+    "avg",
+    "bit_and",
+    "bit_or",
+    "bit_xor",
+    "bool_and",
+    "bool_or",
+    "corr",
+    "count",
+    "covar_pop",
+    "covar_samp",
+    "cume_dist",
+    "dense_rank",
+    "every",
+    "first_value",
+    "json_agg",
+    "json_object_agg",
+    "jsonb_agg",
+    "jsonb_object_agg",
+    "lag",
+    "last_value",
+    "lead",
+    "max",
+    "min",
+    "mode",
+    "nth_value",
+    "ntile",
+    "percent_rank",
+    "percentile_cont",
+    "percentile_disc",
+    "range_agg",
+    "range_intersect_agg",
+    "rank",
+    "regr_avgx",
+    "regr_avgy",
+    "regr_count",
+    "regr_intercept",
+    "regr_r2",
+    "regr_slope",
+    "regr_sxx",
+    "regr_sxy",
+    "regr_syy",
+    "row_number",
+    "stddev",
+    "stddev_pop",
+    "stddev_samp",
+    "string_agg",
+    "sum",
+    "var_pop",
+    "var_samp",
+    "variance",
+    "xmlagg",
+    "any_value",
+    "json_agg_strict",
+    "json_objectagg",
+    "json_arrayagg",
+];
+
+/// How the shards' answers to a read become the client's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gather {
+    /// What each shard runs: the client's text, or that text with its LIMIT raised by its
+    /// OFFSET and the OFFSET dropped (the offset is counted after the merge).
+    pub text: String,
+    pub merge: Merge,
+    /// Rows the client gets at most (`LIMIT`), after `offset` rows are skipped.
+    pub limit: Option<u64>,
+    pub offset: u64,
+}
+
+/// How the shards' rows merge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merge {
+    /// One shard's rows after another's: the query asks no order.
+    Concat,
+    /// A k-way merge of the shards' sorted rows, by these keys.
+    Sorted(Vec<SortKey>),
+    /// One row of aggregates, each column combined from the shards' rows.
+    Aggregate(Vec<Combine>),
+}
+
+/// One `ORDER BY` item, as the output column it sorts by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SortKey {
+    pub column: Column,
+    pub desc: bool,
+    pub nulls_first: bool,
+    /// Sorted with an explicit `COLLATE "C"` (or `"POSIX"`): text compares as bytes.
+    pub collate_c: bool,
+}
+
+/// An output column named by an `ORDER BY` item: found in the answer's RowDescription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Column {
+    /// By position (`ORDER BY 2`), from 0.
+    At(usize),
+    /// By its output name (`ORDER BY total`, or a column the query returns as it is).
+    Named(String),
+}
+
+/// How one aggregate column's values from the shards combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Combine {
+    /// `count(…)`: added.
+    Count,
+    /// `sum(…)`: added (NULL when every shard's is).
+    Sum,
+    Min,
+    Max,
+}
+
+/// Plans `sql` (the client's one statement, a read placed on no single shard) for every shard;
+/// `Err` names what pgcorral cannot answer right across shards. `escapes`: the client's
+/// standard_conforming_strings is off. `aggregates`: the names of the database's aggregate and
+/// window functions, as its catalog reported them.
+pub fn plan(
+    sharding: &Sharding,
+    sql: &str,
+    escapes: bool,
+    aggregates: &[String],
+) -> Result<Gather, String> {
+    let parsed = pg_query::parse(sql, super::plan::parser_options(escapes))
+        .map_err(|e| format!("it does not parse: {e}"))?;
+    let [stmt] = &parsed.protobuf.stmts[..] else {
+        return Err(refusal("several statements in one query"));
+    };
+    let Some(NodeEnum::SelectStmt(s)) = stmt.stmt.as_ref().and_then(|n| n.node.as_ref()) else {
+        return Err(NOT_A_READ.to_string());
+    };
+    shape(s)?;
+    for (node, _, _, _) in parsed.protobuf.nodes() {
+        refuse_node(node)?;
+    }
+    let sharded_tables = tables(sharding, &s.from_clause);
+    if sharded_tables > 1 {
+        return Err(refusal("a join of sharded tables"));
+    }
+    let (limit, offset) = limits(s)?;
+    let aggregate = |f: &pg_query::protobuf::FuncCall| {
+        f.agg_star
+            || f.agg_distinct
+            || !f.agg_order.is_empty()
+            || f.agg_filter.is_some()
+            || f.agg_within_group
+            || last_name(&f.funcname).is_some_and(|n| {
+                BUILTIN_AGGREGATES.contains(&n.as_str()) || aggregates.contains(&n)
+            })
+    };
+    let has_aggregate = parsed.protobuf.nodes().iter().any(|(n, _, _, _)| match n {
+        NodeRef::FuncCall(f) => aggregate(f),
+        _ => false,
+    });
+    let merge = if has_aggregate {
+        Merge::Aggregate(combines(s, &aggregate)?)
+    } else if s.sort_clause.is_empty() {
+        Merge::Concat
+    } else {
+        Merge::Sorted(sort_keys(s)?)
+    };
+    let text = if offset > 0 {
+        if escapes {
+            // The rewritten text is PostgreSQL's deparser's, written for standard strings.
+            return Err(refusal("OFFSET with standard_conforming_strings off"));
+        }
+        let mut rewritten = parsed.protobuf.clone();
+        let Some(NodeEnum::SelectStmt(s)) = rewritten.stmts[0]
+            .stmt
+            .as_mut()
+            .and_then(|n| n.node.as_mut())
+        else {
+            return Err(refusal("a statement other than SELECT"));
+        };
+        s.limit_offset = None;
+        s.limit_count = limit.map(|l| Box::new(integer(l.saturating_add(offset))));
+        if limit.is_none() {
+            s.limit_option = LimitOption::Default as i32;
+        }
+        pg_query::deparse(&rewritten, Default::default())
+            .map_err(|e| format!("its OFFSET could not be moved after the merge: {e}"))?
+    } else {
+        sql.to_string()
+    };
+    Ok(Gather {
+        text,
+        merge,
+        limit,
+        offset,
+    })
+}
+
+/// What [`plan`] answers for a statement that is not a SELECT: the caller refuses it in its
+/// own words (a write that names no shard).
+pub const NOT_A_READ: &str = "not a SELECT";
+
+/// The refusal of a read across shards for `what`.
+fn refusal(what: &str) -> String {
+    format!("{what} cannot be answered across shards by pgcorral yet: name the shard (SET SHARD, /* shard_id: n */) or give the sharding key")
+}
+
+/// The statement's own clauses that pgcorral does not merge.
+fn shape(s: &SelectStmt) -> Result<(), String> {
+    let refused = [
+        (s.larg.is_some(), "UNION, INTERSECT or EXCEPT"),
+        (s.with_clause.is_some(), "WITH"),
+        (s.into_clause.is_some(), "SELECT INTO"),
+        (!s.values_lists.is_empty(), "VALUES"),
+        (!s.distinct_clause.is_empty(), "DISTINCT"),
+        (!s.group_clause.is_empty(), "GROUP BY"),
+        (s.having_clause.is_some(), "HAVING"),
+        (!s.window_clause.is_empty(), "WINDOW"),
+        (
+            s.limit_option == LimitOption::WithTies as i32,
+            "FETCH FIRST … WITH TIES",
+        ),
+    ];
+    match refused.iter().find(|(yes, _)| *yes) {
+        Some((_, what)) => Err(refusal(what)),
+        None => Ok(()),
+    }
+}
+
+/// A construct anywhere in the statement that runs differently on a part of the data.
+fn refuse_node(node: NodeRef<'_>) -> Result<(), String> {
+    match node {
+        NodeRef::SubLink(_) | NodeRef::RangeSubselect(_) => Err(refusal("a subquery")),
+        NodeRef::FuncCall(f) if f.over.is_some() => Err(refusal("a window function")),
+        NodeRef::GroupingSet(_) => Err(refusal("GROUPING SETS")),
+        NodeRef::ParamRef(_) => Err(refusal("a parameter")),
+        _ => Ok(()),
+    }
+}
+
+/// How many tables in `from` are not omnisharded (sharded, or unknown to pgcorral and so
+/// possibly spread over the shards).
+fn tables(sharding: &Sharding, from: &[Node]) -> usize {
+    let mut n = 0;
+    for item in from {
+        let Some(node) = item.node.as_ref() else {
+            continue;
+        };
+        for (r, _, _, _) in node.nodes() {
+            if let NodeRef::RangeVar(r) = r {
+                let schema = (!r.schemaname.is_empty()).then_some(r.schemaname.as_str());
+                if !sharding.is_omnisharded(schema, &r.relname) {
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
+/// The statement's `LIMIT` (None: none, or ALL) and `OFFSET`, when both are constants.
+fn limits(s: &SelectStmt) -> Result<(Option<u64>, u64), String> {
+    let count = match s.limit_count.as_deref() {
+        None => None,
+        Some(n) => match constant(n) {
+            Some(Some(v)) => Some(v),
+            // LIMIT NULL or ALL.
+            Some(None) => None,
+            None => return Err(refusal("a LIMIT that is not a constant")),
+        },
+    };
+    let offset = match s.limit_offset.as_deref() {
+        None => 0,
+        Some(n) => match constant(n) {
+            Some(v) => v.unwrap_or(0),
+            None => return Err(refusal("an OFFSET that is not a constant")),
+        },
+    };
+    Ok((count, offset))
+}
+
+/// A non-negative integer constant (`Some(None)`: NULL), else `None`. A negative one is left
+/// to the shards, which refuse it as PostgreSQL does.
+fn constant(n: &Node) -> Option<Option<u64>> {
+    match n.node.as_ref()? {
+        NodeEnum::AConst(c) if c.isnull => Some(None),
+        NodeEnum::AConst(c) => match c.val.as_ref()? {
+            a_const::Val::Ival(i) => u64::try_from(i.ival).ok().map(Some),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// An integer constant node.
+fn integer(v: u64) -> Node {
+    let val = match i32::try_from(v) {
+        Ok(i) => a_const::Val::Ival(pg_query::protobuf::Integer { ival: i }),
+        Err(_) => a_const::Val::Fval(pg_query::protobuf::Float {
+            fval: v.to_string(),
+        }),
+    };
+    Node {
+        node: Some(NodeEnum::AConst(pg_query::protobuf::AConst {
+            isnull: false,
+            location: -1,
+            val: Some(val),
+        })),
+    }
+}
+
+/// The last part of a (possibly qualified) name, in lower case as PostgreSQL folds it (a
+/// quoted name keeps its case in the tree already).
+fn last_name(names: &[Node]) -> Option<String> {
+    match names.last()?.node.as_ref()? {
+        NodeEnum::String(s) => Some(s.sval.clone()),
+        _ => None,
+    }
+}
+
+/// Each output column of an aggregate query (one row, no GROUP BY) as an aggregate pgcorral
+/// combines: a bare `count`, `sum`, `min` or `max` call over all the rows.
+fn combines(
+    s: &SelectStmt,
+    aggregate: &dyn Fn(&pg_query::protobuf::FuncCall) -> bool,
+) -> Result<Vec<Combine>, String> {
+    let mut out = Vec::new();
+    for t in &s.target_list {
+        let Some(NodeEnum::ResTarget(r)) = t.node.as_ref() else {
+            return Err(refusal("an aggregate query's column"));
+        };
+        let Some(NodeEnum::FuncCall(f)) = r.val.as_deref().and_then(|v| v.node.as_ref()) else {
+            return Err(refusal(
+                "a column beside aggregates that is not an aggregate itself",
+            ));
+        };
+        if !aggregate(f) {
+            return Err(refusal(
+                "a column beside aggregates that is not an aggregate itself",
+            ));
+        }
+        let qualified_elsewhere = f.funcname.len() > 1
+            && !matches!(f.funcname[0].node.as_ref(), Some(NodeEnum::String(s)) if s.sval == "pg_catalog");
+        let name = last_name(&f.funcname).unwrap_or_default();
+        if f.agg_distinct {
+            return Err(refusal(&format!("{name}(DISTINCT …)")));
+        }
+        if !f.agg_order.is_empty() || f.agg_within_group || qualified_elsewhere {
+            return Err(refusal(&format!("the aggregate {name}")));
+        }
+        out.push(match name.as_str() {
+            "count" => Combine::Count,
+            "sum" => Combine::Sum,
+            "min" => Combine::Min,
+            "max" => Combine::Max,
+            other => return Err(refusal(&format!("the aggregate {other}"))),
+        });
+    }
+    Ok(out)
+}
+
+/// The `ORDER BY` items as output columns.
+fn sort_keys(s: &SelectStmt) -> Result<Vec<SortKey>, String> {
+    let mut keys = Vec::new();
+    for item in &s.sort_clause {
+        let Some(NodeEnum::SortBy(by)) = item.node.as_ref() else {
+            return Err(refusal("an ORDER BY item"));
+        };
+        let desc = match SortByDir::try_from(by.sortby_dir) {
+            Ok(SortByDir::SortbyDesc) => true,
+            Ok(SortByDir::SortbyUsing) => return Err(refusal("ORDER BY … USING")),
+            _ => false,
+        };
+        let nulls_first = match SortByNulls::try_from(by.sortby_nulls) {
+            Ok(SortByNulls::SortbyNullsFirst) => true,
+            Ok(SortByNulls::SortbyNullsLast) => false,
+            // PostgreSQL's default: NULLs sort as if larger than any value.
+            _ => desc,
+        };
+        let mut node = by.node.as_deref().and_then(|n| n.node.as_ref());
+        let mut collate_c = false;
+        if let Some(NodeEnum::CollateClause(c)) = node {
+            let name = last_name(&c.collname).unwrap_or_default();
+            if name != "C" && name != "POSIX" {
+                return Err(refusal(&format!("ORDER BY … COLLATE \"{name}\"")));
+            }
+            collate_c = true;
+            node = c.arg.as_deref().and_then(|n| n.node.as_ref());
+        }
+        let column = match node {
+            Some(NodeEnum::AConst(_)) => match by.node.as_deref().and_then(constant_at) {
+                Some(i) => Column::At(i),
+                None => return Err(refusal("ORDER BY a constant that is not a column number")),
+            },
+            Some(NodeEnum::ColumnRef(c)) => match &c.fields[..] {
+                [one] => match one.node.as_ref() {
+                    Some(NodeEnum::String(s)) => Column::Named(s.sval.clone()),
+                    _ => return Err(refusal("ORDER BY *")),
+                },
+                _ => match same_column_in_targets(s, &c.fields) {
+                    Some(i) => Column::At(i),
+                    None => {
+                        return Err(refusal(
+                            "ORDER BY a qualified column the query does not return as it is",
+                        ))
+                    }
+                },
+            },
+            _ => {
+                return Err(refusal(
+                    "ORDER BY an expression (name its output column, or its position)",
+                ))
+            }
+        };
+        keys.push(SortKey {
+            column,
+            desc,
+            nulls_first,
+            collate_c,
+        });
+    }
+    Ok(keys)
+}
+
+/// `ORDER BY n` (from 1) as a column index, through a COLLATE if any.
+fn constant_at(n: &Node) -> Option<usize> {
+    let n = match n.node.as_ref()? {
+        NodeEnum::CollateClause(c) => c.arg.as_deref()?,
+        _ => n,
+    };
+    match n.node.as_ref()? {
+        NodeEnum::AConst(c) => match c.val.as_ref()? {
+            a_const::Val::Ival(i) => usize::try_from(i.ival).ok()?.checked_sub(1),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The one output column that is exactly the column reference `fields` (no alias needed:
+/// `SELECT t.a … ORDER BY t.a`), when the select list names its columns (no `*`).
+fn same_column_in_targets(s: &SelectStmt, fields: &[Node]) -> Option<usize> {
+    let mut found = None;
+    for (i, t) in s.target_list.iter().enumerate() {
+        let Some(NodeEnum::ResTarget(r)) = t.node.as_ref() else {
+            return None;
+        };
+        match r.val.as_deref().and_then(|v| v.node.as_ref()) {
+            Some(NodeEnum::ColumnRef(c)) if c.fields == fields => {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(i);
+            }
+            Some(NodeEnum::ColumnRef(c))
+                if c.fields
+                    .iter()
+                    .any(|f| matches!(f.node, Some(NodeEnum::AStar(_)))) =>
+            {
+                return None
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests;
