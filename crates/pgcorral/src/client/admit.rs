@@ -10,6 +10,7 @@ use pgwire::backend::TxStatus;
 use pgwire::encode;
 
 use super::access::{self, Access};
+use super::auth::Authenticated;
 use super::startup::{self, Opening};
 use super::{login_auth, params, replication, tenant, ClientConn, LoggedIn};
 use crate::admin;
@@ -26,7 +27,7 @@ use crate::login_places::{self, Lane, Source};
 use crate::logsafe::Esc;
 use crate::net::peer::Peer;
 use crate::pool::registry;
-use crate::pool::{logins, ClientWait, Pool};
+use crate::pool::{logins, Checkout, ClientWait, Pool};
 use crate::route;
 use crate::services::{ClientCount, LoginCount, Services, PRESSURE_LOGIN_TIMEOUT};
 use crate::session::startup as session_startup;
@@ -387,6 +388,34 @@ async fn login(
             .await
             .map(|a| (a, count));
     }
+    pool_login(
+        client,
+        services,
+        scope,
+        taken,
+        (authed, &mut count),
+        out,
+        id,
+    )
+    .await
+    .map(|a| (a, count))
+}
+
+/// A pool client's login once it is authenticated and counted (`count`, named here under its
+/// database and user): its pool, its startup parameters applied (by a server, or as a login
+/// with the same ones came out before), the welcome sent. A replication client, or one whose
+/// server is a pooler's console, is linked to a server of its own instead.
+async fn pool_login(
+    client: &mut ClientConn,
+    services: &Services,
+    scope: tenant::Scope,
+    taken: &params::Params,
+    (authed, count): (Authenticated, &mut ClientCount),
+    out: &mut BytesMut,
+    id: u64,
+) -> Result<Admitted> {
+    let config = scope.config.clone();
+    let (user, database) = (taken.user.text.as_str(), taken.database.text.as_str());
     if services.shutdown.is_stopping() {
         // A stop that waits keeps the Unix socket for the console only (as PgBouncer); others
         // are refused as PostgreSQL refuses logins while it shuts down (57P03).
@@ -396,7 +425,7 @@ async fn login(
     let cluster = scope.pools(services).get(&config, database, user)?;
     let caps = (config.db_client_cap(database), config.user_client_cap(user));
     // A tenant's client is counted under the name it sent (`alias.ID`).
-    name_client(&mut count, database, &scope.login, caps, false)?;
+    name_client(count, database, &scope.login, caps, false)?;
     let pool = cluster.home().clone();
     if services.control.is_disabled(database) {
         return Err(Error::new(
@@ -427,8 +456,7 @@ async fn login(
             out,
             id,
         )
-        .await
-        .map(|a| (a, count));
+        .await;
     }
     let startup_settings =
         session_startup::settings(params, &config.general.ignore_startup_parameters)?;
@@ -449,66 +477,19 @@ async fn login(
         startup = login.startup;
         server_params = Some(login.params);
     } else if session_mode || !startup_settings.is_empty() || server_params.is_none() {
-        // A server applies the startup parameters, so the client is told the values as the
-        // server canonicalises them (and the first login to a pool learns its parameters).
         if services.control.is_paused(database) {
             services.control.wait_resumed(database).await;
         }
-        let asked = clock::now();
-        let mut s = cluster
-            .checkout(session_target(&cluster), client.worker, 0, wait)
-            .await?;
-        if replication::is_console(&s.params) {
-            s.state.broken = true;
-            drop(s);
-            return replication::login(client, services, &pool, None, (user, params), out, id)
-                .await
-                .map(|a| (a, count));
-        }
-        let got = clock::now();
-        s.pool()
-            .stats()
-            .waited(client.worker, got.micros_since(asked));
-        if let Some(l) = &s.listed {
-            l.requested_at(got);
-        }
-        if startup_settings.is_empty() {
-            apply::sync(&mut s, &settings).await?;
-        } else {
-            let login_user = pool.server_user();
-            let captured = apply::login(&mut s, &settings, &startup_settings, &login_user).await?;
-            settings = captured.settings;
-            if session_mode {
-                // The server stays the client's: its statement_timeout, turned off while
-                // pgcorral read the settings back, is the client's again before its first
-                // request.
-                apply::reinstate(&mut s, &captured.on_server, &settings).await?;
+        match first_server(client, &cluster, startup_settings, wait).await? {
+            None => {
+                return replication::login(client, services, &pool, None, (user, params), out, id)
+                    .await
             }
-            startup = Arc::new(
-                settings
-                    .iter()
-                    .filter(|(n, _)| {
-                        startup_settings
-                            .iter()
-                            .any(|(k, _)| k.eq_ignore_ascii_case(n))
-                    })
-                    .cloned()
-                    .collect(),
-            );
-            if !session_mode {
-                pool.logins().put(
-                    startup_settings,
-                    logins::Login {
-                        settings: settings.clone(),
-                        startup: startup.clone(),
-                        params: s.params.clone(),
-                    },
-                );
+            Some(applied) => {
+                (settings, startup, server_params) =
+                    (applied.settings, applied.startup, Some(applied.params));
+                server = applied.server;
             }
-        }
-        server_params = Some(s.params.clone());
-        if session_mode {
-            server = Some(s);
         }
     }
     let pid = match &server {
@@ -564,7 +545,93 @@ async fn login(
         pinned: thin_vec::ThinVec::new(),
         wait,
     }));
-    Ok((session, count))
+    Ok(session)
+}
+
+/// What a pool client's startup parameters came to on a server.
+struct Applied {
+    /// The client's settings, and those of them it sent at startup, as the server canonicalised
+    /// them.
+    settings: Settings,
+    startup: Settings,
+    /// The server's ParameterStatus values, for the client's welcome.
+    params: Arc<Vec<(String, String)>>,
+    /// The server, kept by a session-mode client.
+    server: Option<Checkout>,
+}
+
+/// A server of `cluster` applies the client's `startup_settings`, so the client is told the
+/// values as the server canonicalises them (and the first login to a pool learns its
+/// parameters); what a transaction-mode login learned is kept for the next with the same
+/// parameters. `None`: the server is a pooler's console (the client is linked to one of its
+/// own instead).
+async fn first_server(
+    client: &ClientConn,
+    cluster: &cluster::Cluster,
+    startup_settings: Vec<(String, String)>,
+    wait: ClientWait,
+) -> Result<Option<Applied>> {
+    let pool = cluster.home();
+    let session_mode = pool.settings().mode == PoolMode::Session;
+    let mut settings = Settings::default();
+    let mut startup = Settings::default();
+    // A server applies the startup parameters, so the client is told the values as the
+    // server canonicalises them (and the first login to a pool learns its parameters).
+    let asked = clock::now();
+    let mut s = cluster
+        .checkout(session_target(cluster), client.worker, 0, wait)
+        .await?;
+    if replication::is_console(&s.params) {
+        s.state.broken = true;
+        return Ok(None);
+    }
+    let got = clock::now();
+    s.pool()
+        .stats()
+        .waited(client.worker, got.micros_since(asked));
+    if let Some(l) = &s.listed {
+        l.requested_at(got);
+    }
+    if startup_settings.is_empty() {
+        apply::sync(&mut s, &settings).await?;
+    } else {
+        let login_user = pool.server_user();
+        let captured = apply::login(&mut s, &settings, &startup_settings, &login_user).await?;
+        settings = captured.settings;
+        if session_mode {
+            // The server stays the client's: its statement_timeout, turned off while
+            // pgcorral read the settings back, is the client's again before its first
+            // request.
+            apply::reinstate(&mut s, &captured.on_server, &settings).await?;
+        }
+        startup = Arc::new(
+            settings
+                .iter()
+                .filter(|(n, _)| {
+                    startup_settings
+                        .iter()
+                        .any(|(k, _)| k.eq_ignore_ascii_case(n))
+                })
+                .cloned()
+                .collect(),
+        );
+        if !session_mode {
+            pool.logins().put(
+                startup_settings,
+                logins::Login {
+                    settings: settings.clone(),
+                    startup: startup.clone(),
+                    params: s.params.clone(),
+                },
+            );
+        }
+    }
+    Ok(Some(Applied {
+        settings,
+        startup,
+        params: s.params.clone(),
+        server: session_mode.then_some(s),
+    }))
 }
 
 /// The end of a pool client's welcome: its cancel key (`pid`, and the slot that reaches its

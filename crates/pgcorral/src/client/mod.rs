@@ -702,44 +702,9 @@ fn run<'a>(
                     // `closing because: server shutting down`).
                     return Err(Error::server_shutting_down());
                 }
-                let mut s = if session.cluster.routed() {
-                    match routed_checkout(client, services, session).await? {
-                        Some(s) => s,
-                        None => continue,
-                    }
-                } else if let Some(after) = wait_notify {
-                    // Boxed: the notice's timer and write must not size every client's future.
-                    let checkout = session.pool.checkout(client.worker, session.wait);
-                    cold::cold(notify_while_waiting(client, checkout, after)).await?
-                } else {
-                    session.pool.checkout(client.worker, session.wait).await?
-                };
-                let got = clock::now();
-                // The wait's time and count go with the transaction's (one record of the
-                // counters per transaction); its histogram is recorded now.
-                let waited = got.micros_since(asked);
-                s.pool().stats().wait_hist.record(client.worker, waited);
-                s.meter.waited(waited);
-                session.listed.set_state(ListState::Active);
-                if let Some(l) = &s.listed {
-                    l.requested_at(got);
-                    l.set_link(session.listed.id);
-                    session.listed.set_link(l.id);
+                if !attach_server(client, services, session, wait_notify, asked).await? {
+                    continue;
                 }
-                if !session::matches(&s.applied, &session.settings) {
-                    // Boxed: a round trip to the server, which allocates its query anyway; its
-                    // state must not size every client's future.
-                    cold::cold(link::restore(&mut s, &session.settings)).await?;
-                    if !s.held.is_empty() {
-                        cold::cold(deliver_held(client, &mut s)).await?;
-                    }
-                }
-                if let Some(begin) = session.route.as_mut().and_then(|r| r.pending_begin.take()) {
-                    // A sharded database's deferred BEGIN, now that its shard is known.
-                    cold::cold(exec::in_transaction(&mut s, &begin)).await?;
-                }
-                session.slot.set(Some(s.key.clone()));
-                session.link = Link::Pooled(s);
             } else if between {
                 // A sharded database's transaction: its next batch must stay on its shard.
                 between = false;
@@ -787,111 +752,195 @@ fn run<'a>(
             if routed {
                 relay_mode.stats = home;
             }
-            match outcome {
-                Outcome::Idle if session.route.as_ref().is_some_and(|r| r.owe_ready) => {
-                    // A deferred transaction's Parse and Describe ran outside it: its
-                    // ReadyForQuery is pgcorral's (see `ClientRoute::owe_ready`).
-                    let route = routing(&mut session.route);
-                    route.owe_ready = false;
-                    let mut ready = BytesMut::new();
-                    pgwire::encode::ready_for_query(&mut ready, route.status());
-                    client
-                        .stream
-                        .send(&ready)
-                        .await
-                        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
-                    session.slot.set(None);
-                    session.link.release();
-                    session.listed.set_link(0);
-                }
-                Outcome::Idle => {
-                    if session
-                        .route
-                        .as_ref()
-                        .is_some_and(|r| r.target.is_some_and(|t| t.writes))
-                        && session.cluster.topology().settings().read_your_writes
-                    {
-                        let at = cold::cold(cluster::wal_position(s)).await;
-                        let route = routing(&mut session.route);
-                        route.min_lsn = route.min_lsn.max(at);
-                    }
-                    if s.state.dirty {
-                        // Taken out of the session while it is recaptured (on error, it is dropped
-                        // as the request loop ends).
-                        let mut s = session.link.take_pooled().expect("attached");
-                        let keeps = mode == PoolMode::Session;
-                        cold::cold(recapture(session, &mut s, &mut client.custom, keeps)).await?;
-                        session.link = Link::Pooled(s);
-                    }
-                    let s = session.link.pooled().expect("attached");
-                    if s.read_hooks {
-                        // A failure leaves the map as it was; a broken server is closed at
-                        // its release, as after any of pgcorral's own queries.
-                        let _ = cold::cold(session::apply::read_hooks(s)).await;
-                    }
-                    if !s.held.is_empty() {
-                        cold::cold(deliver_held(client, s)).await?;
-                    }
-                    if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
-                        continue;
-                    }
-                    if mode == PoolMode::Session && !services.shutdown.is_cancelled() {
-                        // The relay stopped at an idle answer because the worker would move a
-                        // client: this one moves, with its server, unless another took the move.
-                        if let Some(target) = services.balance.move_target(client.worker) {
-                            return Ok(Exit::Move(target));
-                        }
-                        continue;
-                    }
-                    session.slot.set(None);
-                    session.link.release();
-                    session.listed.set_link(0);
-                    if mode == PoolMode::Session {
-                        return Ok(Exit::Left("server shutting down"));
-                    }
-                }
-                Outcome::Between => between = true,
-                Outcome::TimedOut(phase) => {
-                    session.slot.set(None);
-                    return Err(timed_out(phase, &relay_mode.timeouts));
-                }
-                Outcome::Refused(why) => {
-                    cold::cold(refuse_statement(client, s.state.tx, why)).await?;
-                    if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
-                        session.slot.set(None);
-                        session.link.release();
-                    }
-                }
-                Outcome::TransactionRefused => {
-                    cold::cold(refuse_transaction(client, s)).await?;
-                    session.slot.set(None);
-                    session.link.release();
-                }
-                Outcome::ClientGone { eof } => {
-                    session.slot.set(None);
-                    return Ok(Exit::Left(match eof {
-                        true => request::UNEXPECTED_EOF,
-                        false => request::CLOSE_REQUEST,
-                    }));
-                }
-                Outcome::ClientProtocol(msg) => {
-                    session.slot.set(None);
-                    return Err(Error::new(Kind::ClientProtocol, msg));
-                }
-                Outcome::ServerGone { notified } => {
-                    session.slot.set(None);
-                    session.link.release();
-                    if notified {
-                        return Ok(Exit::Left("server closed the connection after an error"));
-                    }
-                    return Err(Error::new(
-                        Kind::ServerIo,
-                        "server closed the connection unexpectedly",
-                    ));
-                }
+            match settle(client, services, session, outcome, mode, &relay_mode).await? {
+                Step::Next => {}
+                Step::Between => between = true,
+                Step::Exit(exit) => return exit,
             }
         }
     }
+}
+
+/// Attaches the client to a server for the request it sent at `asked`: checked out (routed,
+/// or from its pool, with the `wait_notify` notice), given the client's settings, held
+/// notices and a sharded transaction's deferred BEGIN. `false` when pgcorral answered the
+/// request itself (no server needed).
+async fn attach_server(
+    client: &mut ClientConn,
+    services: &Services,
+    session: &mut LoggedIn,
+    wait_notify: Option<std::time::Duration>,
+    asked: clock::Tick,
+) -> Result<bool> {
+    let mut s = if session.cluster.routed() {
+        match routed_checkout(client, services, session).await? {
+            Some(s) => s,
+            None => return Ok(false),
+        }
+    } else if let Some(after) = wait_notify {
+        // Boxed: the notice's timer and write must not size every client's future.
+        let checkout = session.pool.checkout(client.worker, session.wait);
+        cold::cold(notify_while_waiting(client, checkout, after)).await?
+    } else {
+        session.pool.checkout(client.worker, session.wait).await?
+    };
+    let got = clock::now();
+    // The wait's time and count go with the transaction's (one record of the
+    // counters per transaction); its histogram is recorded now.
+    let waited = got.micros_since(asked);
+    s.pool().stats().wait_hist.record(client.worker, waited);
+    s.meter.waited(waited);
+    session.listed.set_state(ListState::Active);
+    if let Some(l) = &s.listed {
+        l.requested_at(got);
+        l.set_link(session.listed.id);
+        session.listed.set_link(l.id);
+    }
+    if !session::matches(&s.applied, &session.settings) {
+        // Boxed: a round trip to the server, which allocates its query anyway; its
+        // state must not size every client's future.
+        cold::cold(link::restore(&mut s, &session.settings)).await?;
+        if !s.held.is_empty() {
+            cold::cold(deliver_held(client, &mut s)).await?;
+        }
+    }
+    if let Some(begin) = session.route.as_mut().and_then(|r| r.pending_begin.take()) {
+        // A sharded database's deferred BEGIN, now that its shard is known.
+        cold::cold(exec::in_transaction(&mut s, &begin)).await?;
+    }
+    session.slot.set(Some(s.key.clone()));
+    session.link = Link::Pooled(s);
+    Ok(true)
+}
+
+/// What the request loop does next after a relay.
+enum Step {
+    /// Wait for the next request.
+    Next,
+    /// A sharded database's transaction goes on: check its next batch first.
+    Between,
+    /// The loop ends.
+    Exit(Result<Exit>),
+}
+
+/// After a relay that ended with `outcome`: what the client keeps (its server in session mode
+/// or while pinned, else nothing), its session state read back after a transaction that may
+/// have changed it, pgcorral's answers owed, and whether the loop goes on.
+async fn settle(
+    client: &mut ClientConn,
+    services: &Services,
+    session: &mut LoggedIn,
+    outcome: Outcome,
+    mode: PoolMode,
+    relay_mode: &relay::Mode<'_>,
+) -> Result<Step> {
+    let s = session.link.pooled().expect("attached");
+    match outcome {
+        Outcome::Idle if session.route.as_ref().is_some_and(|r| r.owe_ready) => {
+            // A deferred transaction's Parse and Describe ran outside it: its
+            // ReadyForQuery is pgcorral's (see `ClientRoute::owe_ready`).
+            let route = routing(&mut session.route);
+            route.owe_ready = false;
+            let mut ready = BytesMut::new();
+            pgwire::encode::ready_for_query(&mut ready, route.status());
+            client
+                .stream
+                .send(&ready)
+                .await
+                .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))?;
+            session.slot.set(None);
+            session.link.release();
+            session.listed.set_link(0);
+        }
+        Outcome::Idle => {
+            if session
+                .route
+                .as_ref()
+                .is_some_and(|r| r.target.is_some_and(|t| t.writes))
+                && session.cluster.topology().settings().read_your_writes
+            {
+                let at = cold::cold(cluster::wal_position(s)).await;
+                let route = routing(&mut session.route);
+                route.min_lsn = route.min_lsn.max(at);
+            }
+            if s.state.dirty {
+                // Taken out of the session while it is recaptured (on error, it is dropped
+                // as the request loop ends).
+                let mut s = session.link.take_pooled().expect("attached");
+                let keeps = mode == PoolMode::Session;
+                cold::cold(recapture(session, &mut s, &mut client.custom, keeps)).await?;
+                session.link = Link::Pooled(s);
+            }
+            let s = session.link.pooled().expect("attached");
+            if s.read_hooks {
+                // A failure leaves the map as it was; a broken server is closed at
+                // its release, as after any of pgcorral's own queries.
+                let _ = cold::cold(session::apply::read_hooks(s)).await;
+            }
+            if !s.held.is_empty() {
+                cold::cold(deliver_held(client, s)).await?;
+            }
+            if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
+                return Ok(Step::Next);
+            }
+            if mode == PoolMode::Session && !services.shutdown.is_cancelled() {
+                // The relay stopped at an idle answer because the worker would move a
+                // client: this one moves, with its server, unless another took the move.
+                if let Some(target) = services.balance.move_target(client.worker) {
+                    return Ok(Step::Exit(Ok(Exit::Move(target))));
+                }
+                return Ok(Step::Next);
+            }
+            session.slot.set(None);
+            session.link.release();
+            session.listed.set_link(0);
+            if mode == PoolMode::Session {
+                return Ok(Step::Exit(Ok(Exit::Left("server shutting down"))));
+            }
+        }
+        Outcome::Between => return Ok(Step::Between),
+        Outcome::TimedOut(phase) => {
+            session.slot.set(None);
+            return Ok(Step::Exit(Err(timed_out(phase, &relay_mode.timeouts))));
+        }
+        Outcome::Refused(why) => {
+            cold::cold(refuse_statement(client, s.state.tx, why)).await?;
+            if s.state.is_idle() && session.pinned.is_empty() && !s.state.dirty {
+                session.slot.set(None);
+                session.link.release();
+            }
+        }
+        Outcome::TransactionRefused => {
+            cold::cold(refuse_transaction(client, s)).await?;
+            session.slot.set(None);
+            session.link.release();
+        }
+        Outcome::ClientGone { eof } => {
+            session.slot.set(None);
+            return Ok(Step::Exit(Ok(Exit::Left(match eof {
+                true => request::UNEXPECTED_EOF,
+                false => request::CLOSE_REQUEST,
+            }))));
+        }
+        Outcome::ClientProtocol(msg) => {
+            session.slot.set(None);
+            return Ok(Step::Exit(Err(Error::new(Kind::ClientProtocol, msg))));
+        }
+        Outcome::ServerGone { notified } => {
+            session.slot.set(None);
+            session.link.release();
+            if notified {
+                return Ok(Step::Exit(Ok(Exit::Left(
+                    "server closed the connection after an error",
+                ))));
+            }
+            return Ok(Step::Exit(Err(Error::new(
+                Kind::ServerIo,
+                "server closed the connection unexpectedly",
+            ))));
+        }
+    }
+    Ok(Step::Next)
 }
 
 #[cfg(test)]
