@@ -141,6 +141,9 @@ fn queries() -> Vec<(String, bool)> {
         " WHERE score IS NULL",
         " WHERE price BETWEEN 10 AND 40",
         " WHERE id % 5 = 1",
+        // Keys on several shards: asked of those shards only.
+        " WHERE id IN (3, 5, 8, 13, 21, 34, 55, 89)",
+        " WHERE id IN (1, 2) OR id = 600",
     ];
     let sortable = [
         "grp", "qty", "price", "score", "name", "flag", "day", "at", "u", "label", "code", "id",

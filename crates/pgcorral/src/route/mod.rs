@@ -190,30 +190,36 @@ pub fn decide(
     if let shard::Shard::NeedColumns(t) = placed {
         return Decision::LearnColumns(t);
     }
-    if let shard::Shard::NoKey(len, why) = &placed {
-        if sharding.default_shard.is_none() {
-            // No shard answers it alone: a read is asked of every shard (a simple Query outside
-            // a transaction, for now), anything else is refused.
-            let (len, msg) = match query.filter(|_| route.deferred.is_none()) {
-                Some((len, text)) => {
-                    match gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates) {
-                        Ok(plan) => {
-                            return Decision::Gather(Box::new(Gathered {
-                                plan,
-                                shards: (0..sharding.shards).collect(),
-                                want: target.want,
-                                len,
-                                text_bytewise: sharding.facts.text_bytewise,
-                            }))
-                        }
-                        Err(msg) if msg == gather::NOT_A_READ => (len, why.clone()),
-                        Err(msg) => (len, msg),
-                    }
-                }
-                None => (*len, format!("{why} (a read across shards is answered for a simple query outside a transaction only, for now)")),
-            };
-            return refuse(client, route, len, &msg);
+    let across = match &placed {
+        shard::Shard::NoKey(len, why) if sharding.default_shard.is_none() => {
+            Some(((0..sharding.shards).collect::<Vec<_>>(), *len, why))
         }
+        shard::Shard::Several(len, shards, why) => Some((shards.clone(), *len, why)),
+        _ => None,
+    };
+    if let Some((shards, len, why)) = across {
+        // No shard answers it alone (no key and no default shard, or keys on several shards): a
+        // read is asked of those shards (a simple Query outside a transaction, for now),
+        // anything else is refused.
+        let (len, msg) = match query.filter(|_| route.deferred.is_none()) {
+            Some((len, text)) => {
+                match gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates) {
+                    Ok(plan) => {
+                        return Decision::Gather(Box::new(Gathered {
+                            plan,
+                            shards,
+                            want: target.want,
+                            len,
+                            text_bytewise: sharding.facts.text_bytewise,
+                        }))
+                    }
+                    Err(msg) if msg == gather::NOT_A_READ => (len, why.clone()),
+                    Err(msg) => (len, msg),
+                }
+            }
+            None => (len, format!("{why} (a read across shards is answered for a simple query outside a transaction only, for now)")),
+        };
+        return refuse(client, route, len, &msg);
     }
     // Two-phase commit: a prepared transaction is finished on the shard that holds it (a
     // shard the client named wins, as for any statement).
@@ -242,6 +248,8 @@ pub fn decide(
         shard::Shard::Any => Ok(sharding.plans.any_shard(sharding.shards)),
         shard::Shard::NoKey(len, why) => sharding.default_shard.ok_or((len, why)),
         shard::Shard::Refused(len, why) => Err((len, why)),
+        // Answered above, else refused there.
+        shard::Shard::Several(len, _, why) => Err((len, why)),
         shard::Shard::NeedMore => return Decision::NeedMore,
         shard::Shard::CopyIn(t) if route.deferred.is_none() => return Decision::CopyIn(t),
         shard::Shard::SplitInsert(rows) if route.deferred.is_none() => {

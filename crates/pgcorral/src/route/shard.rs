@@ -34,6 +34,9 @@ pub enum Shard {
     /// It names no shard: the database's default shard takes it, else it is refused (bytes of
     /// the request, up to its Sync or its Query, and the message for the client).
     NoKey(usize, String),
+    /// A read whose keys are on these shards (bytes of the request, the shards, and the
+    /// message for the client if it cannot be asked of them).
+    Several(usize, Vec<usize>, String),
     /// Refused (bytes of the request and the message for the client).
     Refused(usize, String),
     /// The request's values are still to come (a Parse whose Bind is not read yet).
@@ -92,15 +95,18 @@ pub fn shard_of(
             (p @ (Place::NeedColumns(_) | Place::CopyIn(_) | Place::SplitInsert(_)), _)
             | (_, p @ (Place::NeedColumns(_) | Place::CopyIn(_) | Place::SplitInsert(_))) => p,
             (p @ Place::Refuse(_), _) | (_, p @ Place::Refuse(_)) => p,
+            (Place::Several(_, why), _) | (_, Place::Several(_, why)) => Place::Refuse(why),
             (p @ Place::Shard(_), _) | (_, p @ Place::Shard(_)) => p,
             (p @ Place::Default(_), _) | (_, p @ Place::Default(_)) => p,
             (p @ Place::Omni(_), Place::Omni(_)) => p,
         };
     }
+    // Whether it may write matters only for these.
+    let writes = matches!(place, Place::Omni(_) | Place::Several(..)) && writes();
     match place {
         Place::Shard(n) => Shard::One(n),
         Place::Any => Shard::Any,
-        Place::Omni(t) if writes() => Shard::Refused(
+        Place::Omni(t) if writes => Shard::Refused(
             batch.len,
             format!("table {t} is omnisharded (the same on every shard): writing it needs writes across shards, which pgcorral does not do yet; name the shard to write one copy"),
         ),
@@ -118,6 +124,10 @@ pub fn shard_of(
         ),
         Place::Default(why) => Shard::NoKey(batch.len, why),
         Place::Refuse(why) => Shard::Refused(batch.len, why),
+        Place::Several(_, why) if batch.statements.len() != 1 || writes => {
+            Shard::Refused(batch.len, why)
+        }
+        Place::Several(shards, why) => Shard::Several(batch.len, shards, why),
     }
 }
 

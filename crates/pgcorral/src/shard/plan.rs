@@ -98,7 +98,9 @@ pub enum Place {
     SplitInsert(Vec<usize>),
     /// The database's default shard, if it has one; else refused for this reason.
     Default(String),
-    /// Refused: keys on several shards, or a key moved.
+    /// Keys on these shards (sorted), and the refusal of a request that is not a read.
+    Several(Vec<usize>, String),
+    /// Refused: a key moved, or another reason.
     Refuse(String),
 }
 
@@ -224,8 +226,9 @@ impl Plan {
         }
         if shards.len() > 1 {
             shards.sort_unstable();
-            return Place::Refuse(format!(
-                "the request's sharding keys are on shards {shards:?}: a request goes to one shard (split it by key, or name the shard)"
+            let shown = format!("{shards:?}");
+            return Place::Several(shards, format!(
+                "the request's sharding keys are on shards {shown}: a request goes to one shard (split it by key, or name the shard)"
             ));
         }
         if let Some(s) = first {

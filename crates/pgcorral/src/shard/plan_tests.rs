@@ -288,3 +288,23 @@ fn a_plan_of_one_shape_serves_every_constant() {
     }
     assert_eq!(s.plans.map.lock().len(), 1);
 }
+
+#[test]
+fn keys_on_several_shards_name_those_shards() {
+    let s = sharding();
+    let shard = |k: i64| s.shard_of(&[KeyType::Int8], &[Value::Int(k)]);
+    let (a, b) = (1, (2..100).find(|&k| shard(k) != shard(1)).unwrap());
+    let mut want = vec![shard(a), shard(b)];
+    want.sort_unstable();
+    match place(
+        &s,
+        &format!("SELECT * FROM t WHERE k IN ({a}, {b}, {a})"),
+        true,
+    ) {
+        Place::Several(shards, why) => {
+            assert_eq!(shards, want);
+            assert!(why.contains("one shard"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
