@@ -4,6 +4,7 @@
 //! bits) goes to that peer; other unknown keys are ignored, as PostgreSQL does.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -20,23 +21,46 @@ use crate::server::{CancelKey, CancelTls, ServerAddr};
 /// Where a client's cancel goes right now.
 #[derive(Default)]
 pub struct CancelSlot {
-    target: Mutex<Option<Arc<CancelKey>>>,
+    target: Mutex<Target>,
+}
+
+/// The servers a client is using.
+#[derive(Default)]
+enum Target {
+    #[default]
+    None,
+    One(Arc<CancelKey>),
+    /// A read asked of several shards: a server of each.
+    Many(Arc<Vec<Arc<CancelKey>>>),
 }
 
 impl CancelSlot {
     #[inline]
     pub fn set(&self, key: Option<Arc<CancelKey>>) {
-        *self.target.lock() = key;
+        *self.target.lock() = key.map_or(Target::None, Target::One);
     }
 
-    /// The server the client is using, counted as having a cancel on its way until the
-    /// returned guard drops. Counted under the slot's lock, which the client takes to detach
-    /// (`set(None)`) before it releases the server: the release sees the count.
-    fn claim(&self) -> Option<InFlight> {
+    /// Points the slot at several servers at once (`set(None)` detaches them all).
+    pub fn set_many(&self, keys: Vec<Arc<CancelKey>>) {
+        *self.target.lock() = Target::Many(Arc::new(keys));
+    }
+
+    /// The servers the client is using, each counted as having a cancel on its way until the
+    /// returned guards drop. Counted under the slot's lock, which the client takes to detach
+    /// (`set(None)`) before it releases the servers: each release sees its count.
+    fn claim(&self) -> Vec<InFlight> {
         let target = self.target.lock();
-        let key = target.as_ref()?.clone();
-        key.in_flight.start();
-        Some(InFlight(key))
+        let keys: Vec<Arc<CancelKey>> = match &*target {
+            Target::None => Vec::new(),
+            Target::One(k) => vec![k.clone()],
+            Target::Many(ks) => ks.iter().cloned().collect(),
+        };
+        keys.into_iter()
+            .map(|key| {
+                key.in_flight.start();
+                InFlight(key)
+            })
+            .collect()
     }
 }
 
@@ -97,12 +121,12 @@ impl CancelMap {
         wait: Option<std::time::Duration>,
         peer: Option<&PeerEntry>,
     ) {
-        let (known, target) = {
+        let (known, targets) = {
             let map = self.map.lock();
             let slot = map.get(&(pid, secret));
-            (slot.is_some(), slot.and_then(|s| s.claim()))
+            (slot.is_some(), slot.map(|s| s.claim()).unwrap_or_default())
         };
-        let Some(InFlight(ref key)) = target else {
+        if targets.is_empty() {
             match (known, peer) {
                 (false, Some(peer)) => forward_to_peer(peer, pid, secret, wait).await,
                 _ => tracing::debug!(
@@ -111,18 +135,39 @@ impl CancelMap {
                 ),
             }
             return;
-        };
-        let sent = within(wait, send_cancel(key)).await;
-        match sent {
-            Some(Ok(())) => {}
-            Some(Err(e)) => {
-                tracing::info!(server = %key.addr, error = %logsafe::Esc(&e), "could not forward cancel request")
-            }
-            None => tracing::info!(
-                server = %key.addr,
-                "cancel_wait_timeout: the cancel request could not be forwarded in time; dropped"
-            ),
         }
+        // One server almost always; a read across shards has one per shard, each sent its
+        // cancel at once.
+        if let [InFlight(one)] = &targets[..] {
+            return forward(one, wait).await;
+        }
+        let mut sends: Vec<_> = targets
+            .iter()
+            .map(|InFlight(key)| Box::pin(forward(key, wait)))
+            .collect();
+        std::future::poll_fn(|cx| {
+            sends.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+            match sends.is_empty() {
+                true => std::task::Poll::Ready(()),
+                false => std::task::Poll::Pending,
+            }
+        })
+        .await;
+    }
+}
+
+/// Sends a cancel to `key`'s server, giving up after `wait`; a failure is logged.
+async fn forward(key: &CancelKey, wait: Option<std::time::Duration>) {
+    let sent = within(wait, send_cancel(key)).await;
+    match sent {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            tracing::info!(server = %key.addr, error = %logsafe::Esc(&e), "could not forward cancel request")
+        }
+        None => tracing::info!(
+            server = %key.addr,
+            "cancel_wait_timeout: the cancel request could not be forwarded in time; dropped"
+        ),
     }
 }
 

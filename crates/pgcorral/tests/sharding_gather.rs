@@ -316,3 +316,35 @@ async fn what_cannot_be_merged_is_refused_by_name_and_the_connection_goes_on() {
         vec![vec![Some("4".to_string())]]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_reaches_every_shard_of_a_read() {
+    let shards = start(3, DDL);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    c.simple_query("INSERT INTO items (id) VALUES (1), (2), (3), (4), (5), (6), (7), (8), (9)")
+        .await
+        .unwrap();
+    // Each shard holds rows of a 5 s sleep each: uncancelled, a shard takes 10 s or more.
+    let token = c.cancel_token();
+    let started = std::time::Instant::now();
+    let cancel = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        token.cancel_query(tokio_postgres::NoTls).await
+    });
+    let e = c
+        .simple_query("SELECT id, pg_sleep(5) FROM items")
+        .await
+        .unwrap_err();
+    cancel.await.unwrap().unwrap();
+    assert_eq!(sqlstate(&e), "57014", "{}", db_message(&e));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "every shard's query cancelled: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        answer(&c, "SELECT count(*) FROM items").await.unwrap().0,
+        vec![vec![Some("9".to_string())]]
+    );
+}

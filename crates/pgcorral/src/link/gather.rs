@@ -10,6 +10,7 @@ use pgwire::encode;
 
 use super::fanout::{answer_error, read_server, send};
 use super::{restore, Attach};
+use crate::cancel::CancelSlot;
 use crate::client_conn::ClientConn;
 use crate::cluster::{Shards, Target, Want};
 use crate::error::Result;
@@ -57,6 +58,11 @@ pub async fn gather(
         }
         servers.push(s);
     }
+    // A cancel reaches every shard's server; detached (before the servers go back, which
+    // waits for cancels on their way) whichever way this ends.
+    at.slot
+        .set_many(servers.iter().map(|s| s.key.clone()).collect());
+    let _aimed = Aimed(at.slot);
     let mut query = BytesMut::new();
     encode::query(&mut query, &plan.text);
     for s in servers.iter_mut() {
@@ -133,6 +139,16 @@ pub async fn gather(
     }
     encode::ready_for_query(&mut out, TxStatus::Idle);
     client.reply(&out).await
+}
+
+/// Detaches the client's cancel slot from the shards' servers when dropped (declared after
+/// them, so dropped before they go back to their pools).
+struct Aimed<'a>(&'a CancelSlot);
+
+impl Drop for Aimed<'_> {
+    fn drop(&mut self) {
+        self.0.set(None);
+    }
 }
 
 /// The client's rows as they are merged: what is kept to write, how many were sent, and what

@@ -11,6 +11,7 @@ pub mod insert;
 
 pub use fanout::Fanout;
 
+use crate::cancel::CancelSlot;
 use crate::cluster::{Cluster, Shards, Target, Want};
 use crate::error::{Error, Result};
 use crate::pool::{Checkout, ClientWait};
@@ -71,6 +72,8 @@ impl Link {
 #[derive(Clone, Copy)]
 pub struct Attach<'a> {
     pub cluster: &'a Cluster,
+    /// Where the client's cancel requests go.
+    pub slot: &'a CancelSlot,
     pub worker: usize,
     pub wait: ClientWait,
     pub settings: &'a Settings,
