@@ -224,6 +224,19 @@ fn queries() -> Vec<(String, bool)> {
             true,
         ));
     }
+    // Grouped reads: key columns of each type, aggregates beside them, ORDER BY and LIMIT on
+    // the merged groups (ordered by every key, so that the order is total).
+    let keys = ["grp", "flag", "day", "code", "label", "name", "price"];
+    for k in keys {
+        for f in filters {
+            out.push((format!("SELECT {k}, count(*), sum(qty), min(score), max(at) FROM items{f} GROUP BY {k}"), false));
+        }
+        out.push((format!("SELECT {k}, count(*) AS n FROM items GROUP BY {k} ORDER BY n DESC, {k} NULLS FIRST LIMIT 4 OFFSET 1"), true));
+        out.push((
+            format!("SELECT grp, {k}, max(id) FROM items GROUP BY 1, 2 ORDER BY 1, 2 DESC"),
+            true,
+        ));
+    }
     out
 }
 
@@ -281,7 +294,14 @@ async fn what_cannot_be_merged_is_refused_by_name_and_the_connection_goes_on() {
         .await
         .unwrap();
     for (sql, named) in [
-        ("SELECT grp, count(*) FROM items GROUP BY grp", "GROUP BY"),
+        (
+            "SELECT grp, count(*) FROM items GROUP BY grp HAVING count(*) > 1",
+            "HAVING",
+        ),
+        (
+            "SELECT count(*) FROM items GROUP BY grp",
+            "GROUP BY a column",
+        ),
         ("SELECT DISTINCT grp FROM items", "DISTINCT"),
         ("SELECT avg(grp) FROM items", "avg"),
         (

@@ -16,7 +16,7 @@ use crate::cluster::{Shards, Target, Want};
 use crate::error::Result;
 use crate::pool::Checkout;
 use crate::session;
-use crate::shard::gather::{Column, Combine, Gather, Merge};
+use crate::shard::gather::{Column, Combine, Gather, Merge, SortKey};
 use crate::shard::values::{self, Kind};
 
 /// Bytes of rows kept before they are written to the client.
@@ -124,6 +124,9 @@ pub async fn gather(
         Merge::Concat => concat(client, &mut servers, &mut rows).await?,
         Merge::Sorted(_) => sorted(client, &mut servers, &mut rows, &kinds).await?,
         Merge::Aggregate(combine) => aggregate(&mut servers, &mut rows, combine, &fields).await?,
+        Merge::Grouped(columns, _) => {
+            grouped(&mut servers, &mut rows, columns, &fields, &kinds).await?
+        }
     };
     let error = match merged {
         Ok(()) => drain(&mut servers).await?,
@@ -319,10 +322,8 @@ fn prepare(
     let refuse = |what: String| {
         format!("{what}; name the shard (SET SHARD, /* shard_id: n */) or give the sharding key")
     };
-    match &plan.merge {
-        Merge::Concat => Ok(Vec::new()),
-        Merge::Sorted(keys) => keys
-            .iter()
+    let sort = |keys: &[SortKey]| {
+        keys.iter()
             .map(|k| {
                 let i = match &k.column {
                     Column::At(i) if *i < fields.len() => *i,
@@ -340,25 +341,46 @@ fn prepare(
                 let k2 = kind(i, text_bytewise || k.collate_c).map_err(refuse)?;
                 Ok((i, k2, k.desc, k.nulls_first))
             })
-            .collect(),
+            .collect::<std::result::Result<Vec<_>, String>>()
+    };
+    let combined = |i: usize, c: &Combine| -> std::result::Result<(), String> {
+        let k = kind(i, text_bytewise).map_err(refuse)?;
+        if matches!(c, Combine::Count | Combine::Sum) && !matches!(k, Kind::Int | Kind::Numeric) {
+            return Err(refuse(format!(
+                "a sum of type OID {} across shards (its rounding would differ from one server's)",
+                fields[i].oid
+            )));
+        }
+        Ok(())
+    };
+    match &plan.merge {
+        Merge::Concat => Ok(Vec::new()),
+        Merge::Sorted(keys) => sort(keys),
+        Merge::Grouped(columns, order) => {
+            if columns.len() != fields.len() {
+                return Err(refuse("the grouped columns do not match the answer".into()));
+            }
+            for (i, c) in columns.iter().enumerate() {
+                match c {
+                    // Groups are told apart by their keys' values, compared as PostgreSQL does.
+                    None => {
+                        kind(i, text_bytewise).map_err(refuse)?;
+                    }
+                    Some(c) => combined(i, c)?,
+                }
+            }
+            sort(order)
+        }
         Merge::Aggregate(combine) => {
             if combine.len() != fields.len() {
-                return Err(refuse("the aggregates' columns do not match the answer".into()));
+                return Err(refuse(
+                    "the aggregates' columns do not match the answer".into(),
+                ));
             }
-            combine
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    let k = kind(i, text_bytewise).map_err(refuse)?;
-                    if matches!(c, Combine::Count | Combine::Sum) && !matches!(k, Kind::Int | Kind::Numeric) {
-                        return Err(refuse(format!(
-                            "a sum of type OID {} across shards (its rounding would differ from one server's)",
-                            fields[i].oid
-                        )));
-                    }
-                    Ok((i, k, false, false))
-                })
-                .collect()
+            for (i, c) in combine.iter().enumerate() {
+                combined(i, c)?;
+            }
+            Ok(Vec::new())
         }
     }
 }
@@ -537,42 +559,51 @@ async fn aggregate(
             Next::Failed(e) => return Ok(Err(e)),
         };
         for (i, c) in combine.iter().enumerate() {
-            let Some(kind) = Kind::of_oid(fields[i].oid) else {
+            let (Some(kind), Some(v)) = (Kind::of_oid(fields[i].oid), field(&row, i)) else {
                 return Ok(Err(unreadable()));
             };
-            let Some(v) = field(&row, i) else {
-                return Ok(Err(unreadable()));
-            };
-            let next = match (acc[i].take(), v) {
-                (a, None) => a,
-                (None, Some(v)) => Some(v.to_vec()),
-                (Some(a), Some(v)) => {
-                    let merged = match c {
-                        Combine::Count | Combine::Sum => values::add(kind, &a, v),
-                        Combine::Min | Combine::Max => values::compare(kind, &a, v).map(|o| {
-                            let keep_a = match c {
-                                Combine::Min => o != Ordering::Greater,
-                                _ => o != Ordering::Less,
-                            };
-                            if keep_a {
-                                a.clone()
-                            } else {
-                                v.to_vec()
-                            }
-                        }),
-                    };
-                    match merged {
-                        Some(m) => Some(m),
-                        None => return Ok(Err(unreadable())),
-                    }
-                }
-            };
-            acc[i] = next;
+            match fold(*c, kind, acc[i].take(), v) {
+                Some(next) => acc[i] = next,
+                None => return Ok(Err(unreadable())),
+            }
         }
     }
+    rows.push(&data_row(&acc));
+    Ok(Ok(()))
+}
+
+/// Combines a shard's value `v` of an aggregate into what the others gave (`acc`); `None` when
+/// a value cannot be read.
+fn fold(c: Combine, kind: Kind, acc: Option<Vec<u8>>, v: Option<&[u8]>) -> Option<Option<Vec<u8>>> {
+    Some(match (acc, v) {
+        (a, None) => a,
+        (None, Some(v)) => Some(v.to_vec()),
+        (Some(a), Some(v)) => Some(match c {
+            Combine::Count | Combine::Sum => values::add(kind, &a, v)?,
+            Combine::Min | Combine::Max => {
+                let o = values::compare(kind, &a, v)?;
+                let keep_a = match c {
+                    Combine::Min => o != Ordering::Greater,
+                    _ => o != Ordering::Less,
+                };
+                if keep_a {
+                    a
+                } else {
+                    v.to_vec()
+                }
+            }
+        }),
+    })
+}
+
+/// Groups held at most while a grouped read's answers are merged.
+const MAX_GROUPS: usize = 100_000;
+
+/// A DataRow body of `values`.
+fn data_row(values: &[Option<Vec<u8>>]) -> BytesMut {
     let mut body = BytesMut::new();
-    body.put_i16(i16::try_from(combine.len()).unwrap_or(i16::MAX));
-    for v in &acc {
+    body.put_i16(i16::try_from(values.len()).unwrap_or(i16::MAX));
+    for v in values {
         match v {
             None => body.put_i32(-1),
             Some(v) => {
@@ -581,7 +612,136 @@ async fn aggregate(
             }
         }
     }
-    rows.push(&body);
+    body
+}
+
+/// How two groups' keys compare (NULLs together, after the values): `None` when a value
+/// cannot be read.
+fn key_order(
+    a: &[Option<Vec<u8>>],
+    b: &[Option<Vec<u8>>],
+    keys: &[(usize, Kind)],
+) -> Option<Ordering> {
+    for &(i, kind) in keys {
+        let o = match (&a[i], &b[i]) {
+            (None, None) => Ordering::Equal,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(_), None) => Ordering::Less,
+            (Some(x), Some(y)) => values::compare(kind, x, y)?,
+        };
+        if o != Ordering::Equal {
+            return Some(o);
+        }
+    }
+    Some(Ordering::Equal)
+}
+
+/// The error for a grouped read with more groups than pgcorral holds.
+fn too_many_groups() -> BytesMut {
+    let mut e = BytesMut::new();
+    encode::error_response(
+        &mut e,
+        "ERROR",
+        "54000",
+        &format!("a grouped read across shards has more than {MAX_GROUPS} groups, which pgcorral does not hold: name the shard, or narrow the query"),
+    );
+    e
+}
+
+/// `GROUP BY`: every shard's groups merged by their key columns (`None` in `columns`) and
+/// combined in the others, then sorted by `order` (the ORDER BY's columns), else in key
+/// order. All the groups are held, up to [`MAX_GROUPS`].
+async fn grouped(
+    servers: &mut [Checkout],
+    rows: &mut Rows,
+    columns: &[Option<Combine>],
+    fields: &[Field],
+    order_by: &[(usize, Kind, bool, bool)],
+) -> Result<std::result::Result<(), BytesMut>> {
+    let Some(kinds) = fields
+        .iter()
+        .map(|f| Kind::of_oid(f.oid))
+        .collect::<Option<Vec<Kind>>>()
+    else {
+        return Ok(Err(unreadable()));
+    };
+    let keys: Vec<(usize, Kind)> = columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.is_none())
+        .map(|(i, _)| (i, kinds[i]))
+        .collect();
+    // Every shard's groups (each shard has each key once), then sorted by key so that a key's
+    // groups from several shards are next to each other, and folded into one.
+    let mut all: Vec<Vec<Option<Vec<u8>>>> = Vec::new();
+    let cap = MAX_GROUPS.saturating_mul(servers.len());
+    for s in servers.iter_mut() {
+        loop {
+            let row = match next_row(s).await? {
+                Next::Row(r) => r,
+                Next::End => break,
+                Next::Failed(e) => return Ok(Err(e)),
+            };
+            if all.len() >= cap {
+                return Ok(Err(too_many_groups()));
+            }
+            let Some(values) = (0..columns.len())
+                .map(|i| field(&row, i).map(|v| v.map(<[u8]>::to_vec)))
+                .collect::<Option<Vec<_>>>()
+            else {
+                return Ok(Err(unreadable()));
+            };
+            all.push(values);
+        }
+    }
+    let mut unread = false;
+    all.sort_by(|a, b| {
+        key_order(a, b, &keys).unwrap_or_else(|| {
+            unread = true;
+            Ordering::Equal
+        })
+    });
+    if unread {
+        return Ok(Err(unreadable()));
+    }
+    let mut groups: Vec<Vec<Option<Vec<u8>>>> = Vec::new();
+    for values in all {
+        let same = match groups.last() {
+            Some(g) => key_order(g, &values, &keys) == Some(Ordering::Equal),
+            None => false,
+        };
+        if !same {
+            if groups.len() >= MAX_GROUPS {
+                return Ok(Err(too_many_groups()));
+            }
+            groups.push(values);
+            continue;
+        }
+        let g = groups.last_mut().expect("a group");
+        for (i, c) in columns.iter().enumerate() {
+            let Some(c) = c else { continue };
+            match fold(*c, kinds[i], g[i].take(), values[i].as_deref()) {
+                Some(next) => g[i] = next,
+                None => return Ok(Err(unreadable())),
+            }
+        }
+    }
+    let mut out: Vec<BytesMut> = groups.iter().map(|g| data_row(g)).collect();
+    if !order_by.is_empty() {
+        let mut unread = false;
+        out.sort_by(|a, b| {
+            order(a, b, order_by).unwrap_or_else(|| {
+                unread = true;
+                Ordering::Equal
+            })
+        });
+        if unread {
+            return Ok(Err(unreadable()));
+        }
+    }
+    for row in &out {
+        rows.push(row);
+    }
     Ok(Ok(()))
 }
 

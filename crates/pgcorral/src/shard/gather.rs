@@ -89,6 +89,9 @@ pub enum Merge {
     Sorted(Vec<SortKey>),
     /// One row of aggregates, each column combined from the shards' rows.
     Aggregate(Vec<Combine>),
+    /// `GROUP BY`: the shards' groups merged by their key columns (`None`) and combined in
+    /// the others, then sorted by these keys (if any ORDER BY); all the groups are held.
+    Grouped(Vec<Option<Combine>>, Vec<SortKey>),
 }
 
 /// One `ORDER BY` item, as the output column it sorts by.
@@ -162,17 +165,28 @@ pub fn plan(
         NodeRef::FuncCall(f) => aggregate(f),
         _ => false,
     });
-    let merge = if has_aggregate {
+    let grouped = !s.group_clause.is_empty();
+    let merge = if grouped {
+        let order = match s.sort_clause.is_empty() {
+            true => Vec::new(),
+            false => sort_keys(s)?,
+        };
+        Merge::Grouped(group_columns(s, &aggregate)?, order)
+    } else if has_aggregate {
         Merge::Aggregate(combines(s, &aggregate)?)
     } else if s.sort_clause.is_empty() {
         Merge::Concat
     } else {
         Merge::Sorted(sort_keys(s)?)
     };
-    let text = if offset > 0 {
+    // Groups are merged before LIMIT and OFFSET count them: the shards return all of theirs.
+    let unlimited = grouped && (limit.is_some() || offset > 0);
+    let text = if offset > 0 || unlimited {
         if escapes {
             // The rewritten text is PostgreSQL's deparser's, written for standard strings.
-            return Err(refusal("OFFSET with standard_conforming_strings off"));
+            return Err(refusal(
+                "OFFSET, or LIMIT with GROUP BY, with standard_conforming_strings off",
+            ));
         }
         let mut rewritten = parsed.protobuf.clone();
         let Some(NodeEnum::SelectStmt(s)) = rewritten.stmts[0]
@@ -183,8 +197,11 @@ pub fn plan(
             return Err(refusal("a statement other than SELECT"));
         };
         s.limit_offset = None;
-        s.limit_count = limit.map(|l| Box::new(integer(l.saturating_add(offset))));
-        if limit.is_none() {
+        s.limit_count = match unlimited {
+            true => None,
+            false => limit.map(|l| Box::new(integer(l.saturating_add(offset)))),
+        };
+        if s.limit_count.is_none() {
             s.limit_option = LimitOption::Default as i32;
         }
         pg_query::deparse(&rewritten, Default::default())
@@ -217,7 +234,7 @@ fn shape(s: &SelectStmt) -> Result<(), String> {
         (s.into_clause.is_some(), "SELECT INTO"),
         (!s.values_lists.is_empty(), "VALUES"),
         (!s.distinct_clause.is_empty(), "DISTINCT"),
-        (!s.group_clause.is_empty(), "GROUP BY"),
+        (s.group_distinct, "GROUP BY DISTINCT"),
         (s.having_clause.is_some(), "HAVING"),
         (!s.window_clause.is_empty(), "WINDOW"),
         (
@@ -343,6 +360,14 @@ fn combines(
                 "a column beside aggregates that is not an aggregate itself",
             ));
         }
+        out.push(combine(f)?);
+    }
+    Ok(out)
+}
+
+/// How aggregate call `f` combines across shards, if pgcorral combines it.
+fn combine(f: &pg_query::protobuf::FuncCall) -> Result<Combine, String> {
+    {
         let qualified_elsewhere = f.funcname.len() > 1
             && !matches!(f.funcname[0].node.as_ref(), Some(NodeEnum::String(s)) if s.sval == "pg_catalog");
         let name = last_name(&f.funcname).unwrap_or_default();
@@ -352,13 +377,61 @@ fn combines(
         if !f.agg_order.is_empty() || f.agg_within_group || qualified_elsewhere {
             return Err(refusal(&format!("the aggregate {name}")));
         }
-        out.push(match name.as_str() {
+        Ok(match name.as_str() {
             "count" => Combine::Count,
             "sum" => Combine::Sum,
             "min" => Combine::Min,
             "max" => Combine::Max,
             other => return Err(refusal(&format!("the aggregate {other}"))),
-        });
+        })
+    }
+}
+
+/// Each output column of a `GROUP BY` query: a group key (`None`: a column the GROUP BY names,
+/// by position, output name or as the same column) or an aggregate pgcorral combines. Every
+/// GROUP BY item must be an output column, else groups the client cannot tell apart could not
+/// be merged right.
+fn group_columns(
+    s: &SelectStmt,
+    aggregate: &dyn Fn(&pg_query::protobuf::FuncCall) -> bool,
+) -> Result<Vec<Option<Combine>>, String> {
+    let mut out = Vec::new();
+    let mut named = vec![false; s.group_clause.len()];
+    for (i, t) in s.target_list.iter().enumerate() {
+        let Some(NodeEnum::ResTarget(r)) = t.node.as_ref() else {
+            return Err(refusal("a grouped query's column"));
+        };
+        let val = r.val.as_deref().and_then(|v| v.node.as_ref());
+        if let Some(NodeEnum::FuncCall(f)) = val {
+            if aggregate(f) {
+                out.push(Some(combine(f)?));
+                continue;
+            }
+        }
+        let mut found = false;
+        for (g, item) in s.group_clause.iter().enumerate() {
+            let hit = match item.node.as_ref() {
+                Some(NodeEnum::AConst(_)) => constant_at(item) == Some(i),
+                Some(NodeEnum::ColumnRef(c)) => {
+                    matches!(val, Some(NodeEnum::ColumnRef(v)) if v.fields == c.fields)
+                        || matches!(&c.fields[..], [one] if matches!(one.node.as_ref(), Some(NodeEnum::String(n)) if !r.name.is_empty() && n.sval == r.name))
+                }
+                _ => false,
+            };
+            if hit {
+                named[g] = true;
+                found = true;
+            }
+        }
+        if !found {
+            return Err(refusal(
+                "a grouped query's column that is neither a GROUP BY column nor an aggregate",
+            ));
+        }
+        out.push(None);
+    }
+    if named.contains(&false) {
+        return Err(refusal("GROUP BY a column the query does not return"));
     }
     Ok(out)
 }

@@ -114,7 +114,17 @@ fn what_cannot_be_merged_is_refused_by_name() {
         ("SELECT k FROM t UNION SELECT k FROM u", "UNION"),
         ("WITH x AS (SELECT 1) SELECT * FROM t", "WITH"),
         ("SELECT DISTINCT v FROM t", "DISTINCT"),
-        ("SELECT v, count(*) FROM t GROUP BY v", "GROUP BY"),
+        (
+            "SELECT count(*) FROM t GROUP BY v",
+            "GROUP BY a column the query does not return",
+        ),
+        (
+            "SELECT v, w, count(*) FROM t GROUP BY v",
+            "neither a GROUP BY column",
+        ),
+        ("SELECT v, avg(w) FROM t GROUP BY v", "avg"),
+        ("SELECT v FROM t GROUP BY DISTINCT v", "GROUP BY DISTINCT"),
+        ("SELECT v FROM t GROUP BY ROLLUP (v)", "GROUPING SETS"),
         ("SELECT count(*) FROM t HAVING count(*) > 1", "HAVING"),
         ("SELECT * FROM t WHERE k IN (SELECT k FROM u)", "subquery"),
         ("SELECT * FROM (SELECT * FROM t) s", "subquery"),
@@ -140,5 +150,38 @@ fn what_cannot_be_merged_is_refused_by_name() {
             Ok(g) => panic!("{sql}: planned {g:?}"),
             Err(e) => assert!(e.contains(named), "{sql}: {e}"),
         }
+    }
+}
+
+#[test]
+fn groups_are_merged_by_their_output_key_columns() {
+    let g =
+        planned("SELECT v, count(*), max(w) FROM t GROUP BY v ORDER BY 2 DESC, v LIMIT 3 OFFSET 1")
+            .unwrap();
+    assert_eq!(
+        g.merge,
+        Merge::Grouped(
+            vec![None, Some(Combine::Count), Some(Combine::Max)],
+            vec![
+                key(Column::At(1), true, true),
+                key(Column::Named("v".into()), false, false)
+            ]
+        )
+    );
+    assert_eq!((g.limit, g.offset), (Some(3), 1));
+    // The shards return all their groups: LIMIT and OFFSET count merged groups.
+    assert_eq!(
+        g.text,
+        "SELECT v, count(*), max(w) FROM t GROUP BY v ORDER BY 2 DESC, v"
+    );
+    for sql in [
+        "SELECT t.v AS x, sum(w) FROM t GROUP BY t.v",
+        "SELECT v AS x, sum(w) FROM t GROUP BY x",
+        "SELECT v, sum(w) FROM t GROUP BY 1",
+        "SELECT v FROM t GROUP BY v",
+    ] {
+        let g = planned(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert!(matches!(g.merge, Merge::Grouped(..)), "{sql}");
+        assert_eq!(g.text, sql);
     }
 }
