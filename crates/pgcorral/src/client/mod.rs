@@ -703,9 +703,29 @@ fn run<'a>(
                     // `closing because: server shutting down`).
                     return Err(Error::server_shutting_down());
                 }
-                if !attach_server(client, services, session, wait_notify, asked).await? {
-                    continue;
+                let mut s = if session.cluster.routed() {
+                    match routed_checkout(client, services, session).await? {
+                        Some(s) => s,
+                        None => continue,
+                    }
+                } else if let Some(after) = wait_notify {
+                    // Boxed: the notice's timer and write must not size every client's future.
+                    let checkout = session.pool.checkout(client.worker, session.wait);
+                    cold::cold(notify_while_waiting(client, checkout, after)).await?
+                } else {
+                    session.pool.checkout(client.worker, session.wait).await?
+                };
+                note_checkout(session, &mut s, client.worker, asked);
+                if !session::matches(&s.applied, &session.settings)
+                    || session
+                        .route
+                        .as_ref()
+                        .is_some_and(|r| r.pending_begin.is_some())
+                {
+                    cold::cold(bring_along(client, session, &mut s)).await?;
                 }
+                session.slot.set(Some(s.key.clone()));
+                session.link = Link::Pooled(s);
             } else if between {
                 // A sharded database's transaction: its next batch must stay on its shard.
                 between = false;
@@ -766,34 +786,14 @@ fn run<'a>(
     }
 }
 
-/// Attaches the client to a server for the request it sent at `asked`: checked out (routed,
-/// or from its pool, with the `wait_notify` notice), given the client's settings, held
-/// notices and a sharded transaction's deferred BEGIN. `false` when pgcorral answered the
-/// request itself (no server needed).
-async fn attach_server(
-    client: &mut ClientConn,
-    services: &Services,
-    session: &mut LoggedIn,
-    wait_notify: Option<std::time::Duration>,
-    asked: clock::Tick,
-) -> Result<bool> {
-    let mut s = if session.cluster.routed() {
-        match routed_checkout(client, services, session).await? {
-            Some(s) => s,
-            None => return Ok(false),
-        }
-    } else if let Some(after) = wait_notify {
-        // Boxed: the notice's timer and write must not size every client's future.
-        let checkout = session.pool.checkout(client.worker, session.wait);
-        cold::cold(notify_while_waiting(client, checkout, after)).await?
-    } else {
-        session.pool.checkout(client.worker, session.wait).await?
-    };
+/// Notes a server just checked out for the client's request sent at `asked`: the wait in its
+/// pool's statistics, both sides' states and links in SHOW CLIENTS/SERVERS.
+fn note_checkout(session: &LoggedIn, s: &mut Checkout, worker: usize, asked: clock::Tick) {
     let got = clock::now();
-    // The wait's time and count go with the transaction's (one record of the
-    // counters per transaction); its histogram is recorded now.
+    // The wait's time and count go with the transaction's (one record of the counters per
+    // transaction); its histogram is recorded now.
     let waited = got.micros_since(asked);
-    s.pool().stats().wait_hist.record(client.worker, waited);
+    s.pool().stats().wait_hist.record(worker, waited);
     s.meter.waited(waited);
     session.listed.set_state(ListState::Active);
     if let Some(l) = &s.listed {
@@ -801,21 +801,28 @@ async fn attach_server(
         l.set_link(session.listed.id);
         session.listed.set_link(l.id);
     }
+}
+
+/// Brings a server just checked out up to the client's session: its settings (and what the
+/// server said meanwhile), and a sharded transaction's deferred BEGIN. Called only when one
+/// of them is needed: boxed by the caller, a round trip whose state must not size every
+/// client's future.
+async fn bring_along(
+    client: &mut ClientConn,
+    session: &mut LoggedIn,
+    s: &mut Checkout,
+) -> Result<()> {
     if !session::matches(&s.applied, &session.settings) {
-        // Boxed: a round trip to the server, which allocates its query anyway; its
-        // state must not size every client's future.
-        cold::cold(link::restore(&mut s, &session.settings)).await?;
+        link::restore(s, &session.settings).await?;
         if !s.held.is_empty() {
-            cold::cold(deliver_held(client, &mut s)).await?;
+            deliver_held(client, s).await?;
         }
     }
     if let Some(begin) = session.route.as_mut().and_then(|r| r.pending_begin.take()) {
         // A sharded database's deferred BEGIN, now that its shard is known.
-        cold::cold(exec::in_transaction(&mut s, &begin)).await?;
+        exec::in_transaction(s, &begin).await?;
     }
-    session.slot.set(Some(s.key.clone()));
-    session.link = Link::Pooled(s);
-    Ok(true)
+    Ok(())
 }
 
 /// What the request loop does next after a relay.
