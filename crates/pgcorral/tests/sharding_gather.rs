@@ -6,6 +6,7 @@
 
 mod support;
 
+use support::rng::Rng;
 use support::sharding::{config, start};
 use support::{connect, db_message, sqlstate, Pooler, Postgres};
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -19,27 +20,6 @@ const DDL: &str = "CREATE TABLE items (id int8 PRIMARY KEY, grp int4, qty int4, 
 const SHARDED: &str =
     "sharded_tables = [{ name = \"items\", columns = [\"id\"], types = [\"int8\"] }]\n\
      omnisharded_tables = [\"colours\"]";
-
-/// A fixed sequence (splitmix64), so that every run checks the same rows and queries.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[self.below(from.len())]
-    }
-}
 
 /// Row `i`'s values as SQL literals; about one value in eight is NULL, and values repeat
 /// (so that sorts have ties, broken by `id`).

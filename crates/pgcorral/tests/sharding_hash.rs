@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::error::Error;
 
 use pgcorral::shard::key::{shard_of, Function, KeyType, Value};
+use support::rng::Rng;
 use support::{blocking, direct, Postgres};
 use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{Client, SimpleQueryMessage};
@@ -82,28 +83,6 @@ const KEYS: &[Key] = &[
 
 /// One row's key: each column's text as a client writes it (`None`: NULL).
 type Row = Vec<Option<String>>;
-
-/// splitmix64: a fixed sequence, so that every run checks the same keys.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// True one time in `n`.
-    fn one_in(&mut self, n: usize) -> bool {
-        self.below(n) == 0
-    }
-}
 
 /// Single-byte characters of the random strings (quotes and backslashes included).
 const ASCII: &[u8] =

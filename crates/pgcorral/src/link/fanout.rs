@@ -47,6 +47,13 @@ impl Fanout {
     }
 }
 
+/// A whole message of `tag` with `body`, as it came.
+pub(super) fn whole(tag: u8, body: &[u8]) -> BytesMut {
+    let mut m = BytesMut::new();
+    encode::message(&mut m, tag, |b| b.extend_from_slice(body));
+    m
+}
+
 /// Notes a server's transaction status from its ReadyForQuery body.
 pub(super) fn note_ready(s: &mut Checkout, body: &[u8]) {
     s.state.tx = body
@@ -78,9 +85,7 @@ pub(super) async fn until_ready(s: &mut Checkout) -> Result<std::result::Result<
                 count = rows_of(tag);
             }
             backend::ERROR_RESPONSE => {
-                let mut whole = BytesMut::new();
-                encode::message(&mut whole, tag, |b| b.extend_from_slice(&body));
-                error.get_or_insert(whole);
+                error.get_or_insert(whole(tag, &body));
             }
             backend::READY_FOR_QUERY => {
                 note_ready(s, &body);

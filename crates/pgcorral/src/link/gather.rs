@@ -8,7 +8,7 @@ use bytes::{Buf, BufMut, BytesMut};
 use pgwire::backend::{self, TxStatus};
 use pgwire::encode;
 
-use super::fanout::{answer_error, read_server, send};
+use super::fanout::{answer_error, read_server, send, whole};
 use super::{restore, Attach};
 use crate::cancel::CancelSlot;
 use crate::client_conn::ClientConn;
@@ -200,11 +200,7 @@ impl Rows {
 async fn head(s: &mut Checkout, mut out: Option<&mut BytesMut>) -> Result<Head> {
     loop {
         let (tag, body) = read_server(s).await?;
-        let whole = || {
-            let mut m = BytesMut::new();
-            encode::message(&mut m, tag, |b| b.extend_from_slice(&body));
-            m
-        };
+        let whole = || whole(tag, &body);
         match tag {
             backend::ROW_DESCRIPTION => return Ok(Head::Rows(whole())),
             backend::ERROR_RESPONSE => return Ok(Head::Failed(whole())),
@@ -227,11 +223,7 @@ async fn drain(servers: &mut [Checkout]) -> Result<Option<BytesMut>> {
         loop {
             let (tag, body) = read_server(s).await?;
             match tag {
-                backend::ERROR_RESPONSE if error.is_none() => {
-                    let mut m = BytesMut::new();
-                    encode::message(&mut m, tag, |b| b.extend_from_slice(&body));
-                    error = Some(m);
-                }
+                backend::ERROR_RESPONSE if error.is_none() => error = Some(whole(tag, &body)),
                 backend::READY_FOR_QUERY => {
                     super::fanout::note_ready(s, &body);
                     break;
@@ -422,11 +414,7 @@ async fn next_row(s: &mut Checkout) -> Result<Next> {
         match tag {
             backend::DATA_ROW => return Ok(Next::Row(body)),
             backend::COMMAND_COMPLETE => return Ok(Next::End),
-            backend::ERROR_RESPONSE => {
-                let mut m = BytesMut::new();
-                encode::message(&mut m, tag, |b| b.extend_from_slice(&body));
-                return Ok(Next::Failed(m));
-            }
+            backend::ERROR_RESPONSE => return Ok(Next::Failed(whole(tag, &body))),
             _ => {}
         }
     }

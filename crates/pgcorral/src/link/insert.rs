@@ -12,7 +12,7 @@ use pgwire::frontend::{cstr, BindBody};
 use pgwire::header::HEADER_LEN;
 use pgwire::{encode, frontend, Header};
 
-use super::fanout::{answer_error, answer_raw, note_ready, read_server, send};
+use super::fanout::{answer_error, answer_raw, note_ready, read_server, send, whole};
 use super::Attach;
 use crate::client_conn::ClientConn;
 use crate::error::{Error, Kind, Result};
@@ -80,11 +80,7 @@ pub async fn insert(
         send(s, bytes).await?;
         loop {
             let (tag, body) = read_server(s).await?;
-            let whole = || {
-                let mut m = BytesMut::new();
-                encode::message(&mut m, tag, |b| b.extend_from_slice(&body));
-                m
-            };
+            let whole = || whole(tag, &body);
             match tag {
                 backend::PARSE_COMPLETE
                 | backend::BIND_COMPLETE

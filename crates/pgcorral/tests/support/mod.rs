@@ -23,6 +23,7 @@ pub mod pools;
 pub mod protocol;
 pub mod raw;
 pub mod replicas;
+pub mod rng;
 pub mod session;
 pub mod sharding;
 pub mod tenants;

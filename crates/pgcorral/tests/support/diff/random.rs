@@ -10,31 +10,7 @@
 
 use super::script::{Batch, Case, Step};
 
-/// SplitMix64: small, fast, and the same sequence everywhere.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    pub fn pick(&mut self, items: &[&'static str]) -> &'static str {
-        items[self.below(items.len())]
-    }
-}
+pub use crate::support::rng::Rng;
 
 /// Steps one client runs without another client in between.
 #[derive(Clone, Debug)]
