@@ -852,24 +852,31 @@ fn settled(
     if s.state.dirty || s.read_hooks || !s.held.is_empty() {
         return None;
     }
+    Some(idle(services, session, mode, worker))
+}
+
+/// The end of a transaction answered with the client's session brought up to date: the server
+/// kept (a pinned client, or session mode: moved with it when its worker would move a client)
+/// or released, and whether the loop goes on.
+fn idle(services: &Services, session: &mut LoggedIn, mode: PoolMode, worker: usize) -> Step {
     let stopping = services.shutdown.is_cancelled();
     if !session.pinned.is_empty() && !stopping {
-        return Some(Step::Next);
+        return Step::Next;
     }
-    match mode {
-        PoolMode::Session if stopping => None,
-        PoolMode::Session => Some(match services.balance.move_target(worker) {
-            // The relay stopped at an idle answer because the worker would move a client:
-            // this one moves, with its server, unless another took the move.
+    if mode == PoolMode::Session && !stopping {
+        // The relay stopped at an idle answer because the worker would move a client: this
+        // one moves, with its server, unless another took the move.
+        return match services.balance.move_target(worker) {
             Some(target) => Step::Exit(Ok(Exit::Move(target))),
             None => Step::Next,
-        }),
-        _ => {
-            session.slot.set(None);
-            session.link.release();
-            session.listed.set_link(0);
-            Some(Step::Next)
-        }
+        };
+    }
+    session.slot.set(None);
+    session.link.release();
+    session.listed.set_link(0);
+    match mode {
+        PoolMode::Session => Step::Exit(Ok(Exit::Left("server shutting down"))),
+        _ => Step::Next,
     }
 }
 
@@ -930,23 +937,7 @@ async fn settle(
             if !s.held.is_empty() {
                 cold::cold(deliver_held(client, s)).await?;
             }
-            if !session.pinned.is_empty() && !services.shutdown.is_cancelled() {
-                return Ok(Step::Next);
-            }
-            if mode == PoolMode::Session && !services.shutdown.is_cancelled() {
-                // The relay stopped at an idle answer because the worker would move a
-                // client: this one moves, with its server, unless another took the move.
-                if let Some(target) = services.balance.move_target(client.worker) {
-                    return Ok(Step::Exit(Ok(Exit::Move(target))));
-                }
-                return Ok(Step::Next);
-            }
-            session.slot.set(None);
-            session.link.release();
-            session.listed.set_link(0);
-            if mode == PoolMode::Session {
-                return Ok(Step::Exit(Ok(Exit::Left("server shutting down"))));
-            }
+            return Ok(idle(services, session, mode, client.worker));
         }
         Outcome::Between => return Ok(Step::Between),
         Outcome::TimedOut(phase) => {
