@@ -1,6 +1,6 @@
 //! A read across shards: the client's Query sent to a server of each shard at once, their
 //! answers merged as [`crate::shard::gather`] planned (one after another, a k-way merge, or
-//! aggregates combined) into the one answer PostgreSQL would give, in bounded memory.
+//! groups and aggregates combined) into the one answer PostgreSQL would give, in bounded memory.
 
 use std::cmp::Ordering;
 
@@ -9,13 +9,12 @@ use pgwire::backend::{self, TxStatus};
 use pgwire::encode;
 
 use super::fanout::{answer_error, read_server, send, whole};
-use super::{restore, Attach};
+use super::Attach;
 use crate::cancel::CancelSlot;
 use crate::client_conn::ClientConn;
-use crate::cluster::{Shards, Target, Want};
+use crate::cluster::Want;
 use crate::error::Result;
 use crate::pool::Checkout;
-use crate::session;
 use crate::shard::gather::{Column, Combine, Gather, Merge, SortKey};
 use crate::shard::values::{self, Kind};
 
@@ -47,16 +46,7 @@ pub async fn gather(
     client.statements.drop_unnamed();
     let mut servers = Vec::with_capacity(shards.len());
     for &shard in shards {
-        let target = Target {
-            shards: Shards::One(shard),
-            want,
-            writes: false,
-        };
-        let mut s = at.cluster.checkout(target, at.worker, 0, at.wait).await?;
-        if !session::matches(&s.applied, at.settings) {
-            restore(&mut s, at.settings).await?;
-        }
-        servers.push(s);
+        servers.push(at.checkout(shard, want, false).await?);
     }
     // A cancel reaches every shard's server; detached (before the servers go back, which
     // waits for cancels on their way) whichever way this ends.
@@ -97,15 +87,9 @@ pub async fn gather(
         encode::ready_for_query(&mut out, TxStatus::Idle);
         return client.reply(&out).await;
     }
-    let fields = match agreed(&descriptions) {
-        Ok(f) => f,
-        Err(msg) => {
-            drain(&mut servers).await?;
-            client.reply(&out).await?;
-            return answer_error(client, "0A000", &msg).await;
-        }
-    };
-    let kinds = match prepare(plan, &fields, text_bytewise) {
+    let checked = agreed(&descriptions)
+        .and_then(|fields| Ok((prepare(plan, &fields, text_bytewise)?, fields)));
+    let (keys, fields) = match checked {
         Ok(k) => k,
         Err(msg) => {
             drain(&mut servers).await?;
@@ -122,19 +106,14 @@ pub async fn gather(
     };
     let merged = match &plan.merge {
         Merge::Concat => concat(client, &mut servers, &mut rows).await?,
-        Merge::Sorted(_) => sorted(client, &mut servers, &mut rows, &kinds).await?,
-        Merge::Aggregate(combine) => aggregate(&mut servers, &mut rows, combine, &fields).await?,
+        Merge::Sorted(_) => sorted(client, &mut servers, &mut rows, &keys).await?,
         Merge::Grouped(columns, _) => {
-            grouped(&mut servers, &mut rows, columns, &fields, &kinds).await?
+            grouped(&mut servers, &mut rows, columns, &fields, &keys).await?
         }
     };
-    let error = match merged {
-        Ok(()) => drain(&mut servers).await?,
-        Err(e) => {
-            drain(&mut servers).await?;
-            Some(e)
-        }
-    };
+    // Every server is read to its end; the merge's own error comes first.
+    let drained = drain(&mut servers).await?;
+    let error = merged.err().or(drained);
     let mut out = rows.out;
     match error {
         Some(e) => out.extend_from_slice(&e),
@@ -363,17 +342,6 @@ fn prepare(
             }
             sort(order)
         }
-        Merge::Aggregate(combine) => {
-            if combine.len() != fields.len() {
-                return Err(refuse(
-                    "the aggregates' columns do not match the answer".into(),
-                ));
-            }
-            for (i, c) in combine.iter().enumerate() {
-                combined(i, c)?;
-            }
-            Ok(Vec::new())
-        }
     }
 }
 
@@ -530,34 +498,6 @@ fn unreadable() -> BytesMut {
         "a value of the shards' answers could not be read to merge them (is DateStyle ISO?)",
     );
     e
-}
-
-/// One row of aggregates combined from each shard's one row.
-async fn aggregate(
-    servers: &mut [Checkout],
-    rows: &mut Rows,
-    combine: &[Combine],
-    fields: &[Field],
-) -> Result<std::result::Result<(), BytesMut>> {
-    let mut acc: Vec<Option<Vec<u8>>> = vec![None; combine.len()];
-    for s in servers.iter_mut() {
-        let row = match next_row(s).await? {
-            Next::Row(r) => r,
-            Next::End => continue,
-            Next::Failed(e) => return Ok(Err(e)),
-        };
-        for (i, c) in combine.iter().enumerate() {
-            let (Some(kind), Some(v)) = (Kind::of_oid(fields[i].oid), field(&row, i)) else {
-                return Ok(Err(unreadable()));
-            };
-            match fold(*c, kind, acc[i].take(), v) {
-                Some(next) => acc[i] = next,
-                None => return Ok(Err(unreadable())),
-            }
-        }
-    }
-    rows.push(&data_row(&acc));
-    Ok(Ok(()))
 }
 
 /// Combines a shard's value `v` of an aggregate into what the others gave (`acc`); `None` when

@@ -80,22 +80,29 @@ pub struct Attach<'a> {
 }
 
 impl Attach<'_> {
+    /// A server (`want`) of `shard`, with the client's settings; `writes`: the request may
+    /// write.
+    pub async fn checkout(&self, shard: usize, want: Want, writes: bool) -> Result<Checkout> {
+        let target = Target {
+            shards: Shards::One(shard),
+            want,
+            writes,
+        };
+        let mut s = self
+            .cluster
+            .checkout(target, self.worker, 0, self.wait)
+            .await?;
+        if !session::matches(&s.applied, self.settings) {
+            restore(&mut s, self.settings).await?;
+        }
+        Ok(s)
+    }
+
     /// A primary of each of `shards`, with the client's settings, each in a transaction.
     pub async fn shards(&self, shards: impl IntoIterator<Item = usize>) -> Result<Fanout> {
         let mut servers = Vec::new();
         for shard in shards {
-            let target = Target {
-                shards: Shards::One(shard),
-                want: Want::Primary,
-                writes: true,
-            };
-            let mut s = self
-                .cluster
-                .checkout(target, self.worker, 0, self.wait)
-                .await?;
-            if !session::matches(&s.applied, self.settings) {
-                restore(&mut s, self.settings).await?;
-            }
+            let mut s = self.checkout(shard, Want::Primary, true).await?;
             session::exec::in_transaction(&mut s, "BEGIN").await?;
             servers.push(s);
         }

@@ -87,10 +87,10 @@ pub enum Merge {
     Concat,
     /// A k-way merge of the shards' sorted rows, by these keys.
     Sorted(Vec<SortKey>),
-    /// One row of aggregates, each column combined from the shards' rows.
-    Aggregate(Vec<Combine>),
-    /// `GROUP BY`: the shards' groups merged by their key columns (`None`) and combined in
-    /// the others, then sorted by these keys (if any ORDER BY); all the groups are held.
+    /// The shards' groups merged by their key columns (`None`) and combined in the others,
+    /// then sorted by these keys (if any ORDER BY); all the groups are held. A `GROUP BY`; or,
+    /// with no key column and no order, a select list of plain aggregates (one group, one row
+    /// from each shard).
     Grouped(Vec<Option<Combine>>, Vec<SortKey>),
 }
 
@@ -143,7 +143,8 @@ pub fn plan(
         return Err(NOT_A_READ.to_string());
     };
     shape(s)?;
-    for (node, _, _, _) in parsed.protobuf.nodes() {
+    let nodes = parsed.protobuf.nodes();
+    for &(node, _, _, _) in &nodes {
         refuse_node(node)?;
     }
     let sharded_tables = tables(sharding, &s.from_clause);
@@ -161,7 +162,7 @@ pub fn plan(
                 BUILTIN_AGGREGATES.contains(&n.as_str()) || aggregates.contains(&n)
             })
     };
-    let has_aggregate = parsed.protobuf.nodes().iter().any(|(n, _, _, _)| match n {
+    let has_aggregate = nodes.iter().any(|(n, _, _, _)| match n {
         NodeRef::FuncCall(f) => aggregate(f),
         _ => false,
     });
@@ -173,7 +174,8 @@ pub fn plan(
         };
         Merge::Grouped(group_columns(s, &aggregate)?, order)
     } else if has_aggregate {
-        Merge::Aggregate(combines(s, &aggregate)?)
+        let combines = combines(s, &aggregate)?;
+        Merge::Grouped(combines.into_iter().map(Some).collect(), Vec::new())
     } else if s.sort_clause.is_empty() {
         Merge::Concat
     } else {

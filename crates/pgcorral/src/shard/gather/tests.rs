@@ -93,18 +93,21 @@ fn plain_aggregates_are_combined() {
         planned("SELECT count(*), sum(v), min(v), pg_catalog.max(v) FROM t WHERE v > 0").unwrap();
     assert_eq!(
         g.merge,
-        Merge::Aggregate(vec![
-            Combine::Count,
-            Combine::Sum,
-            Combine::Min,
-            Combine::Max
-        ])
+        Merge::Grouped(
+            vec![
+                Some(Combine::Count),
+                Some(Combine::Sum),
+                Some(Combine::Min),
+                Some(Combine::Max)
+            ],
+            Vec::new()
+        )
     );
     assert_eq!(
         planned("SELECT count(v) FILTER (WHERE v > 1) FROM t")
             .unwrap()
             .merge,
-        Merge::Aggregate(vec![Combine::Count])
+        Merge::Grouped(vec![Some(Combine::Count)], Vec::new())
     );
 }
 
