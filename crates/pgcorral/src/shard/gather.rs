@@ -127,7 +127,9 @@ pub enum Combine {
 /// Plans `sql` (the client's one statement, a read placed on no single shard) for every shard;
 /// `Err` names what pgcorral cannot answer right across shards. `escapes`: the client's
 /// standard_conforming_strings is off. `aggregates`: the names of the database's aggregate and
-/// window functions, as its catalog reported them.
+/// window functions, as its catalog reported them; empty when the catalog could not be read,
+/// and then a call of any function not known as PostgreSQL's own aggregate is refused (it may
+/// be the database's own aggregate, whose rows a plain merge would not combine).
 pub fn plan(
     sharding: &Sharding,
     sql: &str,
@@ -162,6 +164,18 @@ pub fn plan(
                 BUILTIN_AGGREGATES.contains(&n.as_str()) || aggregates.contains(&n)
             })
     };
+    let unknown = |f: &pg_query::protobuf::FuncCall| {
+        !last_name(&f.funcname).is_some_and(|n| BUILTIN_AGGREGATES.contains(&n.as_str()))
+    };
+    if aggregates.is_empty()
+        && nodes
+            .iter()
+            .any(|(n, _, _, _)| matches!(n, NodeRef::FuncCall(f) if unknown(f)))
+    {
+        return Err(refusal(
+            "a function call while the database's aggregates are unknown (its catalog could not be read)",
+        ));
+    }
     let has_aggregate = nodes.iter().any(|(n, _, _, _)| match n {
         NodeRef::FuncCall(f) => aggregate(f),
         _ => false,

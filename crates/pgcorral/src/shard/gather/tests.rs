@@ -188,3 +188,15 @@ fn groups_are_merged_by_their_output_key_columns() {
         assert_eq!(g.text, sql);
     }
 }
+
+#[test]
+fn without_the_catalog_a_function_that_may_be_an_aggregate_is_refused() {
+    let s = sharding();
+    let e = plan(&s, "SELECT my_agg(v) AS x FROM t", false, &[]).unwrap_err();
+    assert!(e.contains("aggregates are unknown"), "{e}");
+    let e = plan(&s, "SELECT lower(v) FROM t", false, &[]).unwrap_err();
+    assert!(e.contains("aggregates are unknown"), "{e}");
+    // PostgreSQL's own aggregates, and reads without function calls, are still planned.
+    assert!(plan(&s, "SELECT count(*), max(v) FROM t", false, &[]).is_ok());
+    assert!(plan(&s, "SELECT * FROM t ORDER BY v", false, &[]).is_ok());
+}
