@@ -26,9 +26,10 @@ fn ddl(i: usize) -> String {
     )
 }
 
-/// Three shards with `conf` in their postgresql.conf, each holding its own partitions.
+/// Three shards with `conf` in their postgresql.conf, each holding its own partitions, with
+/// prepared transactions on (a write across shards commits with two-phase commit).
 fn shards(conf: &str) -> Vec<Postgres> {
-    let conf = conf.to_string();
+    let conf = format!("max_prepared_transactions = 10\n{conf}");
     let servers: Vec<Postgres> = support::blocking(|| {
         std::thread::scope(|s| {
             let starting: Vec<_> = (0..3)
@@ -297,7 +298,7 @@ async fn an_empty_key_in_a_comment_is_the_empty_string() {
 #[tokio::test(flavor = "multi_thread")]
 async fn prepared_transactions_are_finished_on_their_shard() {
     // The servers' own default: standard_conforming_strings off, as the client is told.
-    let shards = shards("max_prepared_transactions = 10\nstandard_conforming_strings = off");
+    let shards = shards("standard_conforming_strings = off");
     let p = Pooler::start(&config(&shards, "", DB)).await;
     let c1 = p.connect("postgres", None, "app").await;
     let c2 = p.connect("postgres", None, "app").await;

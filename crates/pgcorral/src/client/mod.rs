@@ -606,6 +606,11 @@ async fn not_routed(
             link::gather::gather(client, &at, shards, &g.plan, g.len, g.text_bytewise).await?;
             return Ok(true);
         }
+        Decision::Scatter(w) => {
+            let at = attach(session, client.worker);
+            link::scatter::scatter(client, &at, &w.shards, w.write, w.len).await?;
+            return Ok(true);
+        }
         Decision::NeedMore => {
             if request::read_more(client).await?.is_none() {
                 return Err(Error::new(Kind::ClientIo, "client closed the connection"));
@@ -613,6 +618,10 @@ async fn not_routed(
             return Ok(false);
         }
         need @ (Decision::ReadCatalog | Decision::LearnColumns(_) | Decision::FindGid(_)) => {
+            if need == Decision::ReadCatalog {
+                // Once per database and user: finish what a commit across shards left prepared.
+                link::twophase::spawn_recovery(session.cluster.clone(), client.worker);
+            }
             match route::learn(
                 client,
                 &session.cluster,

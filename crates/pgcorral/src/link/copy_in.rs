@@ -96,7 +96,9 @@ pub async fn copy_in(client: &mut ClientConn, at: &Attach<'_>, table: usize) -> 
         fanout.abort().await;
         return answer_raw(client, &error, ready).await;
     }
-    fanout.commit().await?;
+    if let Err(error) = fanout.commit().await? {
+        return answer_raw(client, &error, ready).await;
+    }
     encode::command_complete(&mut out, &format!("COPY {total}"));
     if ready {
         encode::ready_for_query(&mut out, TxStatus::Idle);

@@ -1,12 +1,16 @@
 //! One server of each of several shards, each in a transaction of pgcorral's, for a request
-//! split between shards (a COPY, a multi-row INSERT): send, read answers whole, commit or roll
-//! back everywhere, and answer the client.
+//! split between shards (a COPY, a multi-row INSERT, a write to every shard): send, read
+//! answers whole, commit (atomically, [`super::twophase`]) or roll back everywhere, and answer
+//! the client.
 
 use bytes::BytesMut;
 use pgwire::backend::{self, TxStatus};
 use pgwire::encode;
 
+use super::twophase::{self, Outcome};
+use crate::cancel::CancelSlot;
 use crate::client_conn::ClientConn;
+use crate::cluster::Cluster;
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::read_message;
 use crate::pool::Checkout;
@@ -17,11 +21,26 @@ use crate::session::exec;
 /// server goes back through its checkout guard, which rolls its transaction back.
 pub struct Fanout {
     servers: Vec<Checkout>,
+    /// The shard of each server.
+    shards: Vec<usize>,
+    /// Where prepared transactions left by a failed commit are finished from.
+    cluster: Cluster,
+    worker: usize,
 }
 
 impl Fanout {
-    pub(super) fn new(servers: Vec<Checkout>) -> Fanout {
-        Fanout { servers }
+    pub(super) fn new(
+        servers: Vec<Checkout>,
+        shards: Vec<usize>,
+        cluster: Cluster,
+        worker: usize,
+    ) -> Fanout {
+        Fanout {
+            servers,
+            shards,
+            cluster,
+            worker,
+        }
     }
 
     /// Its servers, in the order their shards were asked for.
@@ -29,12 +48,27 @@ impl Fanout {
         &mut self.servers
     }
 
-    /// Commits every shard's transaction, one after the other.
-    pub async fn commit(&mut self) -> Result<()> {
-        for s in self.servers.iter_mut() {
-            exec::in_transaction(s, "COMMIT").await?;
+    /// Commits every shard's transaction, atomically: with two-phase commit when there are
+    /// several ([`twophase::commit`]). `Ok(Err(e))`: rolled back everywhere, `e` the client's
+    /// error.
+    pub async fn commit(&mut self) -> Result<std::result::Result<(), BytesMut>> {
+        if let [one] = &mut self.servers[..] {
+            return match exec::in_transaction(one, "COMMIT").await {
+                Ok(()) => Ok(Ok(())),
+                Err(e) if e.kind() == Kind::ServerError => {
+                    let mut out = BytesMut::new();
+                    e.write_response(&mut out, "ERROR");
+                    Ok(Err(out))
+                }
+                Err(e) => Err(e),
+            };
         }
-        Ok(())
+        let outcome =
+            twophase::commit(&mut self.servers, &self.shards, &self.cluster, self.worker).await?;
+        Ok(match outcome {
+            Outcome::Committed => Ok(()),
+            Outcome::RolledBack(e) => Err(e),
+        })
     }
 
     /// Rolls back every shard's transaction (a server that cannot is closed, not reused).
@@ -44,6 +78,24 @@ impl Fanout {
                 s.state.broken = true;
             }
         }
+    }
+}
+
+/// The client's cancel requests aimed at several servers until dropped (which must be before
+/// the servers go back: their checkout guards wait for cancels on their way).
+pub(super) struct Aimed<'a>(&'a CancelSlot);
+
+impl<'a> Aimed<'a> {
+    /// Aims `slot` at every one of `servers`.
+    pub(super) fn at(slot: &'a CancelSlot, servers: &[Checkout]) -> Aimed<'a> {
+        slot.set_many(servers.iter().map(|s| s.key.clone()).collect());
+        Aimed(slot)
+    }
+}
+
+impl Drop for Aimed<'_> {
+    fn drop(&mut self) {
+        self.0.set(None);
     }
 }
 

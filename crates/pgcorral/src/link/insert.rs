@@ -126,7 +126,10 @@ pub async fn insert(
         shown.extend_from_slice(&error);
         return answer_raw(client, &shown, true).await;
     }
-    fanout.commit().await?;
+    if let Err(error) = fanout.commit().await? {
+        shown.extend_from_slice(&error);
+        return answer_raw(client, &shown, true).await;
+    }
     let mut out = shown;
     out.extend_from_slice(&described.unwrap_or_default());
     out.extend_from_slice(&data);

@@ -8,6 +8,8 @@ pub mod dedicated;
 mod fanout;
 pub mod gather;
 pub mod insert;
+pub mod scatter;
+pub mod twophase;
 
 pub use fanout::Fanout;
 
@@ -101,12 +103,19 @@ impl Attach<'_> {
     /// A primary of each of `shards`, with the client's settings, each in a transaction.
     pub async fn shards(&self, shards: impl IntoIterator<Item = usize>) -> Result<Fanout> {
         let mut servers = Vec::new();
+        let mut list = Vec::new();
         for shard in shards {
             let mut s = self.checkout(shard, Want::Primary, true).await?;
             session::exec::in_transaction(&mut s, "BEGIN").await?;
             servers.push(s);
+            list.push(shard);
         }
-        Ok(Fanout::new(servers))
+        Ok(Fanout::new(
+            servers,
+            list,
+            self.cluster.clone(),
+            self.worker,
+        ))
     }
 }
 

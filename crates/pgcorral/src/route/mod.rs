@@ -27,6 +27,7 @@ use crate::prepared::sql;
 use crate::rows::Table;
 use crate::shard::gather::{self, Gather};
 use crate::shard::plan::NearPlan;
+use crate::shard::scatter;
 use crate::shard::Sharding;
 
 /// A client's routing state: its `SET SERVER ROLE`, `SET SHARD` and read-your-writes position.
@@ -96,6 +97,18 @@ pub enum Decision {
     FindGid(String),
     /// A read that no one shard answers: asked of every shard, the answers merged.
     Gather(Box<Gathered>),
+    /// A write that no one shard takes: run on each shard it touches, committed atomically.
+    Scatter(Box<Scattered>),
+}
+
+/// A write across shards, as [`decide`] placed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scattered {
+    /// The shards it runs on.
+    pub shards: Vec<usize>,
+    pub write: scatter::Write,
+    /// Bytes of the client's Query.
+    pub len: usize,
 }
 
 /// A read across shards, as [`decide`] placed it.
@@ -190,36 +203,10 @@ pub fn decide(
     if let shard::Shard::NeedColumns(t) = placed {
         return Decision::LearnColumns(t);
     }
-    let across = match &placed {
-        shard::Shard::NoKey(len, why) if sharding.default_shard.is_none() => {
-            Some(((0..sharding.shards).collect::<Vec<_>>(), *len, why))
-        }
-        shard::Shard::Several(len, shards, why) => Some((shards.clone(), *len, why)),
-        _ => None,
-    };
-    if let Some((shards, len, why)) = across {
-        // No shard answers it alone (no key and no default shard, or keys on several shards): a
-        // read is asked of those shards (a simple Query outside a transaction, for now),
-        // anything else is refused.
-        let (len, msg) = match query.filter(|_| route.deferred.is_none()) {
-            Some((len, text)) => {
-                match gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates) {
-                    Ok(plan) => {
-                        return Decision::Gather(Box::new(Gathered {
-                            plan,
-                            shards,
-                            want: target.want,
-                            len,
-                            text_bytewise: sharding.facts.text_bytewise,
-                        }))
-                    }
-                    Err(msg) if msg == gather::NOT_A_READ => (len, why.clone()),
-                    Err(msg) => (len, msg),
-                }
-            }
-            None => (len, format!("{why} (a read across shards is answered for a simple query outside a transaction only, for now)")),
-        };
-        return refuse(client, route, len, &msg);
+    match across_shards(route, sharding, &placed, query, target.want, writes) {
+        Ok(None) => {}
+        Ok(Some(d)) => return d,
+        Err((len, msg)) => return refuse(client, route, len, &msg),
     }
     // Two-phase commit: a prepared transaction is finished on the shard that holds it (a
     // shard the client named wins, as for any statement).
@@ -249,7 +236,7 @@ pub fn decide(
         shard::Shard::NoKey(len, why) => sharding.default_shard.ok_or((len, why)),
         shard::Shard::Refused(len, why) => Err((len, why)),
         // Answered above, else refused there.
-        shard::Shard::Several(len, _, why) => Err((len, why)),
+        shard::Shard::Several(len, _, why) | shard::Shard::Omni(len, why) => Err((len, why)),
         shard::Shard::NeedMore => return Decision::NeedMore,
         shard::Shard::CopyIn(t) if route.deferred.is_none() => return Decision::CopyIn(t),
         shard::Shard::SplitInsert(rows) if route.deferred.is_none() => {
@@ -279,6 +266,76 @@ pub fn decide(
         }
         Err((len, msg)) => refuse(client, route, len, &msg),
     }
+}
+
+/// A request no one shard takes, when it can run on several (a simple Query outside a
+/// transaction, for now): a read asked of the shards it may touch, a write run on them in one
+/// atomic transaction; `Err`: refused (bytes of the request, the message). `None`: it goes to
+/// one shard (the default shard).
+fn across_shards(
+    route: &ClientRoute,
+    sharding: &Sharding,
+    placed: &shard::Shard,
+    query: Option<(usize, &str)>,
+    want: Want,
+    writes: impl FnOnce() -> bool,
+) -> std::result::Result<Option<Decision>, (usize, String)> {
+    let all = || (0..sharding.shards).collect::<Vec<_>>();
+    let keyless = |len: usize, why: &String| (all(), len, why.clone());
+    let (mut shards, len, why) = match placed {
+        shard::Shard::NoKey(len, why) => keyless(*len, why),
+        shard::Shard::Omni(len, why) => keyless(*len, why),
+        shard::Shard::Several(len, shards, why) => (shards.clone(), *len, why.clone()),
+        _ => return Ok(None),
+    };
+    let default = matches!(placed, shard::Shard::NoKey(..))
+        .then_some(sharding.default_shard)
+        .flatten();
+    let Some((len, text)) = query.filter(|_| route.deferred.is_none()) else {
+        if default.is_some() {
+            return Ok(None);
+        }
+        let msg = format!("{why} (a request across shards is run for a simple query outside a transaction only, for now)");
+        return Err((len, msg));
+    };
+    // The default shard takes keyless reads without a second parse.
+    if default.is_some() && !writes() {
+        return Ok(None);
+    }
+    // A write: DDL and omnisharded copies go to every shard whatever the default shard.
+    match scatter::plan(sharding, text, route.escapes) {
+        Ok(Some(write)) if default.is_none() || write.every_shard() => {
+            if write.every_shard() {
+                shards = all();
+            }
+            return Ok(Some(Decision::Scatter(Box::new(Scattered {
+                shards,
+                write,
+                len,
+            }))));
+        }
+        Ok(Some(_)) => return Ok(None),
+        Err(_) if default.is_some() => return Ok(None),
+        Err(msg) => return Err((len, msg)),
+        Ok(None) if default.is_some() => return Ok(None),
+        // Reads of omnisharded tables go to any one shard: this one may write.
+        Ok(None) if matches!(placed, shard::Shard::Omni(..)) => return Err((len, why)),
+        Ok(None) => {}
+    }
+    let msg = match gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates) {
+        Ok(plan) => {
+            return Ok(Some(Decision::Gather(Box::new(Gathered {
+                plan,
+                shards,
+                want,
+                len,
+                text_bytewise: sharding.facts.text_bytewise,
+            }))))
+        }
+        Err(msg) if msg == gather::NOT_A_READ => why,
+        Err(msg) => msg,
+    };
+    Err((len, msg))
 }
 
 /// pgcorral's refusal of the client's request (`len` bytes, consumed): an ERROR, and its

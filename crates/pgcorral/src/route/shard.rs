@@ -34,9 +34,12 @@ pub enum Shard {
     /// It names no shard: the database's default shard takes it, else it is refused (bytes of
     /// the request, up to its Sync or its Query, and the message for the client).
     NoKey(usize, String),
-    /// A read whose keys are on these shards (bytes of the request, the shards, and the
-    /// message for the client if it cannot be asked of them).
+    /// A statement whose keys are on these shards (bytes of the request, the shards, and the
+    /// message for the client if it cannot be run on them).
     Several(usize, Vec<usize>, String),
+    /// A write of omnisharded tables only, the request's one statement (bytes of the request,
+    /// and the message for the client if it cannot be run on every shard).
+    Omni(usize, String),
     /// Refused (bytes of the request and the message for the client).
     Refused(usize, String),
     /// The request's values are still to come (a Parse whose Bind is not read yet).
@@ -102,13 +105,17 @@ pub fn shard_of(
         };
     }
     // Whether it may write matters only for these.
-    let writes = matches!(place, Place::Omni(_) | Place::Several(..)) && writes();
+    let writes = matches!(place, Place::Omni(_)) && writes();
     match place {
         Place::Shard(n) => Shard::One(n),
         Place::Any => Shard::Any,
+        Place::Omni(t) if writes && batch.statements.len() == 1 => Shard::Omni(
+            batch.len,
+            format!("table {t} is omnisharded (the same on every shard): a write of it goes to every shard for a simple query outside a transaction only, for now; name the shard to write one copy"),
+        ),
         Place::Omni(t) if writes => Shard::Refused(
             batch.len,
-            format!("table {t} is omnisharded (the same on every shard): writing it needs writes across shards, which pgcorral does not do yet; name the shard to write one copy"),
+            format!("table {t} is omnisharded (the same on every shard): a write of it goes to every shard only when it is the request's one statement; name the shard to write one copy"),
         ),
         Place::Omni(_) => Shard::Any,
         Place::NeedColumns(t) => Shard::NeedColumns(t),
@@ -124,9 +131,7 @@ pub fn shard_of(
         ),
         Place::Default(why) => Shard::NoKey(batch.len, why),
         Place::Refuse(why) => Shard::Refused(batch.len, why),
-        Place::Several(_, why) if batch.statements.len() != 1 || writes => {
-            Shard::Refused(batch.len, why)
-        }
+        Place::Several(_, why) if batch.statements.len() != 1 => Shard::Refused(batch.len, why),
         Place::Several(shards, why) => Shard::Several(batch.len, shards, why),
     }
 }

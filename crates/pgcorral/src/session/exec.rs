@@ -36,6 +36,11 @@ pub async fn query_sets(server: &mut ServerConn, sql: &str) -> Result<Vec<Rows>>
     timed(server, sql, false).await
 }
 
+/// [`query`] inside a transaction of pgcorral's (the server is left in it).
+pub async fn query_in_transaction(server: &mut ServerConn, sql: &str) -> Result<Rows> {
+    Ok(timed(server, sql, true).await?.pop().unwrap_or_default())
+}
+
 /// Runs `sql` for the client inside its transaction (a deferred BEGIN, a statement that fails
 /// the transaction): the server may be left in a transaction.
 pub async fn in_transaction(server: &mut ServerConn, sql: &str) -> Result<()> {

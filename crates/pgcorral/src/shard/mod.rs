@@ -11,6 +11,7 @@ pub mod key;
 pub mod number;
 pub mod plan;
 pub mod read;
+pub mod scatter;
 pub mod values;
 
 use key::{BadKey, Function, KeyType, Value};

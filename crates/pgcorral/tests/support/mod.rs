@@ -723,6 +723,20 @@ impl PoolerProcess {
 
     /// Same, with the open-files limit (`ulimit -n`) set to `nofile` when given.
     pub fn start_limited(toml: &str, rust_log: &str, nofile: Option<u64>) -> PoolerProcess {
+        PoolerProcess::start_in(toml, rust_log, nofile, &[])
+    }
+
+    /// [`PoolerProcess::start`], with environment variables `env` set.
+    pub fn start_env(toml: &str, env: &[(&str, &str)]) -> PoolerProcess {
+        PoolerProcess::start_in(toml, "info", None, env)
+    }
+
+    fn start_in(
+        toml: &str,
+        rust_log: &str,
+        nofile: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> PoolerProcess {
         let port = free_port();
         let toml = toml.replace("listen_port = 0", &format!("listen_port = {port}"));
         let dir = tempfile::tempdir().unwrap().keep();
@@ -737,6 +751,8 @@ impl PoolerProcess {
                 c
             }
         };
+        let mut command = command;
+        command.envs(env.iter().copied());
         launch(command, &path, &dir, rust_log, port)
     }
 

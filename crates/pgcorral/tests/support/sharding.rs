@@ -5,11 +5,15 @@ use pgcorral::shard::key::{shard_of, Function, KeyType, Value};
 
 use super::Postgres;
 
-/// `n` servers, each a shard holding `ddl` in database `postgres`.
+/// `n` servers, each a shard holding `ddl` in database `postgres`, with prepared transactions
+/// on (pgcorral commits a write across shards with two-phase commit).
 pub fn start(n: usize, ddl: &str) -> Vec<Postgres> {
     (0..n)
         .map(|_| {
-            let pg = Postgres::start();
+            let pg = Postgres::start_with(super::PgOptions {
+                conf: "max_prepared_transactions = 10".into(),
+                ..Default::default()
+            });
             pg.sql("postgres", ddl);
             pg
         })

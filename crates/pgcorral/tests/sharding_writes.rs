@@ -1,0 +1,323 @@
+//! Writes across shards, against real PostgreSQL servers as shards: an UPDATE or DELETE that
+//! names no one shard runs on every shard it may touch (row counts summed, RETURNING rows of
+//! all), omnisharded tables and DDL reach every shard, all or nothing; and a commit across
+//! shards is atomic when pgcorral dies between its phases (two-phase commit, finished by the
+//! next pgcorral).
+
+mod support;
+
+use support::sharding::{config, keys_per_shard, shard_of_int, start};
+use support::{db_message, poll_until, simple_rows, sqlstate, value, Pooler, PoolerProcess};
+use tokio_postgres::SimpleQueryMessage;
+
+use pgcorral::shard::key::KeyType;
+
+const TABLES: &str = "CREATE TABLE accounts (aid int PRIMARY KEY, v int CHECK (v < 1000)); \
+                      CREATE TABLE countries (id int PRIMARY KEY, name text); \
+                      INSERT INTO countries VALUES (1, 'one')";
+const SHARDED: &str =
+    "sharded_tables = [{ name = \"accounts\", columns = [\"aid\"], types = [\"int4\"] }]\n\
+                       omnisharded_tables = [\"countries\"]";
+
+/// The row count of a simple query's (last) CommandComplete.
+fn count(msgs: &[SimpleQueryMessage]) -> u64 {
+    msgs.iter()
+        .rev()
+        .find_map(|m| match m {
+            SimpleQueryMessage::CommandComplete(n) => Some(*n),
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// Every shard's answer to `sql`.
+fn on_each(shards: &[support::Postgres], sql: &str) -> Vec<String> {
+    shards.iter().map(|pg| pg.sql("postgres", sql)).collect()
+}
+
+/// Sum of `v` over every shard's accounts.
+fn total(shards: &[support::Postgres]) -> i64 {
+    on_each(shards, "SELECT coalesce(sum(v), 0) FROM accounts")
+        .iter()
+        .map(|s| s.parse::<i64>().unwrap())
+        .sum()
+}
+
+fn prepared(shards: &[support::Postgres]) -> Vec<String> {
+    on_each(shards, "SELECT count(*) FROM pg_prepared_xacts")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_that_name_no_one_shard_run_on_every_shard_they_touch() {
+    let shards = start(3, TABLES);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    let values: Vec<String> = (1..=60).map(|k| format!("({k}, {})", k % 10)).collect();
+    c.simple_query(&format!(
+        "INSERT INTO accounts VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .unwrap();
+    assert!(keys_per_shard(&shards, "accounts", "aid")
+        .iter()
+        .all(|k| k.len() > 5));
+
+    // Keyless: every shard; the count is the sum, RETURNING rows are all shards'.
+    let m = c
+        .simple_query("UPDATE accounts SET v = v + 100 WHERE v % 2 = 0")
+        .await
+        .unwrap();
+    assert_eq!(count(&m), 30);
+    let m = c
+        .simple_query("DELETE FROM accounts WHERE v = 9 RETURNING aid")
+        .await
+        .unwrap();
+    let mut gone: Vec<i64> = simple_rows(&m)
+        .iter()
+        .map(|r| r[0].parse().unwrap())
+        .collect();
+    gone.sort();
+    assert_eq!(gone, vec![9, 19, 29, 39, 49, 59]);
+    assert_eq!(count(&m), 6);
+    // Keys on several shards: those shards.
+    let (a, b) = (
+        1i64,
+        (2..60)
+            .find(|k| shard_of_int(*k, KeyType::Int4, 3) != shard_of_int(1, KeyType::Int4, 3))
+            .unwrap(),
+    );
+    let m = c
+        .simple_query(&format!(
+            "UPDATE accounts SET v = 500 WHERE aid IN ({a}, {b})"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(count(&m), 2);
+    assert_eq!(
+        value(
+            &c,
+            &format!("SELECT count(*) FROM accounts WHERE v = 500 AND aid IN ({a}, {b})")
+        )
+        .await,
+        "2"
+    );
+
+    // All or nothing: a CHECK that fails on one shard's rows leaves every shard as it was.
+    let before = total(&shards);
+    let e = c
+        .simple_query("UPDATE accounts SET v = v + 600 WHERE v >= 100")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23514", "{}", db_message(&e));
+    assert_eq!(total(&shards), before);
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+
+    // Omnisharded tables: every copy, answered once.
+    let m = c
+        .simple_query("INSERT INTO countries VALUES (2, 'two'), (3, 'three')")
+        .await
+        .unwrap();
+    assert_eq!(count(&m), 2);
+    assert_eq!(
+        on_each(&shards, "SELECT count(*) FROM countries"),
+        ["3", "3", "3"]
+    );
+    let m = c
+        .simple_query("UPDATE countries SET name = upper(name) RETURNING id")
+        .await
+        .unwrap();
+    assert_eq!(simple_rows(&m).len(), 3);
+    assert_eq!(count(&m), 3);
+    // Copies that differ are not written.
+    shards[1].sql("postgres", "INSERT INTO countries VALUES (4, 'only here')");
+    let e = c
+        .simple_query("DELETE FROM countries WHERE id > 1")
+        .await
+        .unwrap_err();
+    assert!(db_message(&e).contains("copies"), "{}", db_message(&e));
+    assert_eq!(
+        on_each(&shards, "SELECT count(*) FROM countries"),
+        ["3", "4", "3"]
+    );
+
+    // DDL on a sharded table: every shard, at once.
+    let m = c
+        .simple_query("ALTER TABLE accounts ADD COLUMN note text DEFAULT 'n'")
+        .await
+        .unwrap();
+    assert!(matches!(
+        m.last(),
+        Some(SimpleQueryMessage::CommandComplete(0))
+    ));
+    assert_eq!(
+        on_each(&shards, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'accounts' AND column_name = 'note'"),
+        ["1", "1", "1"]
+    );
+    // One that fails on one shard fails everywhere.
+    shards[2].sql("postgres", "CREATE INDEX accounts_v ON accounts (v)");
+    let e = c
+        .simple_query("CREATE INDEX accounts_v ON accounts (v)")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "42P07");
+    assert_eq!(
+        on_each(
+            &shards,
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'accounts_v'"
+        ),
+        ["0", "0", "1"]
+    );
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+    // Still a working connection.
+    assert_eq!(value(&c, "SELECT 40 + 2").await, "42");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_default_shard_takes_keyless_writes_but_ddl_and_copies_reach_every_shard() {
+    let shards = start(2, TABLES);
+    let p = Pooler::start(&config(
+        &shards,
+        "",
+        &format!("{SHARDED}\ndefault_shard = 1"),
+    ))
+    .await;
+    let c = p.connect("postgres", None, "app").await;
+    for (i, pg) in shards.iter().enumerate() {
+        pg.sql(
+            "postgres",
+            &format!("INSERT INTO accounts VALUES ({}, 1)", 100 + i),
+        );
+    }
+    let m = c.simple_query("UPDATE accounts SET v = 2").await.unwrap();
+    assert_eq!(count(&m), 1);
+    assert_eq!(on_each(&shards, "SELECT v FROM accounts"), ["1", "2"]);
+    c.simple_query("CREATE INDEX accounts_v2 ON accounts (v)")
+        .await
+        .unwrap();
+    c.simple_query("INSERT INTO countries VALUES (9, 'nine')")
+        .await
+        .unwrap();
+    assert_eq!(
+        on_each(
+            &shards,
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'accounts_v2'"
+        ),
+        ["1", "1"]
+    );
+    assert_eq!(
+        on_each(&shards, "SELECT count(*) FROM countries"),
+        ["2", "2"]
+    );
+}
+
+#[test]
+fn without_prepared_transactions_a_write_across_shards_is_refused_and_changes_nothing() {
+    let shards: Vec<support::Postgres> = (0..2)
+        .map(|_| {
+            let pg = support::Postgres::start();
+            pg.sql("postgres", TABLES);
+            pg
+        })
+        .collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+        let c = p.connect("postgres", None, "app").await;
+        for (i, pg) in shards.iter().enumerate() {
+            pg.sql(
+                "postgres",
+                &format!("INSERT INTO accounts VALUES ({}, 1)", 100 + i),
+            );
+        }
+        let e = c
+            .simple_query("UPDATE accounts SET v = 2")
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&e), "55000", "{}", db_message(&e));
+        assert!(db_message(&e).contains("prepared transactions are disabled"));
+        assert_eq!(on_each(&shards, "SELECT v FROM accounts"), ["1", "1"]);
+        assert_eq!(value(&c, "SELECT 40 + 2").await, "42");
+    });
+}
+
+/// pgcorral dies (a test-only stop, debug builds) at `stop` of a commit across 3 shards; a new
+/// pgcorral finishes what it left prepared: the UPDATE is on every shard (`committed`) or on
+/// none, and no shard keeps a prepared transaction.
+fn dies_between_the_phases(stop: &str, committed: bool) {
+    let shards = start(3, TABLES);
+    for pg in &shards {
+        pg.sql(
+            "postgres",
+            "INSERT INTO accounts SELECT g, 1 FROM generate_series(1, 30) g",
+        );
+    }
+    // Each shard holds its own keys only for the count to mean something: keep the keys whose
+    // shard this is.
+    for (i, pg) in shards.iter().enumerate() {
+        let theirs: Vec<String> = (1..=30)
+            .filter(|k| shard_of_int(*k, KeyType::Int4, 3) != i)
+            .map(|k| k.to_string())
+            .collect();
+        pg.sql(
+            "postgres",
+            &format!("DELETE FROM accounts WHERE aid IN ({})", theirs.join(", ")),
+        );
+    }
+    let toml = config(&shards, "", SHARDED);
+    let dying = PoolerProcess::start_env(&toml, &[("PGCORRAL_TEST_STOP_2PC", stop)]);
+    let out = support::psql_cmd(dying.port, "postgres", "app", None)
+        .args(["-Atc", "UPDATE accounts SET v = 7"])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the commit was to be stopped at {stop}"
+    );
+    drop(dying);
+    let left: i64 = prepared(&shards)
+        .iter()
+        .map(|n| n.parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(
+        left, 2,
+        "the two shards other than the coordinator were prepared"
+    );
+    let again = PoolerProcess::start(&toml);
+    // Its first client of the database reads the shards' catalog and finishes what is left.
+    let out = support::psql_cmd(again.port, "postgres", "app", None)
+        .args(["-Atc", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    poll_until("the prepared transactions to be finished", 20, || {
+        prepared(&shards) == ["0", "0", "0"]
+    });
+    let want = if committed { "7" } else { "1" };
+    assert_eq!(
+        on_each(
+            &shards,
+            "SELECT string_agg(DISTINCT v::text, ',') FROM accounts"
+        ),
+        [want, want, want]
+    );
+    assert!(
+        again.log().contains("finished a prepared transaction"),
+        "{}",
+        again.log()
+    );
+}
+
+#[test]
+fn killed_after_prepare_a_commit_across_shards_is_rolled_back_everywhere() {
+    dies_between_the_phases("prepared", false);
+}
+
+#[test]
+fn killed_after_the_decision_a_commit_across_shards_is_finished_everywhere() {
+    dies_between_the_phases("decided", true);
+}
