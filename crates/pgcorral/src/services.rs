@@ -22,7 +22,7 @@ use crate::pool::registry::Registry;
 use crate::pool::stats::Stats;
 use crate::pool::Pool;
 use crate::prepared;
-use crate::route::classify;
+use crate::route;
 use crate::secrets::SecretCache;
 use crate::tenants::Tenants;
 use crate::tls;
@@ -58,8 +58,8 @@ pub struct Inner {
     pub balance: Arc<Balance>,
     /// Prepared statements by text, shared by the clients that prepare the same one.
     pub statements: prepared::Registry,
-    /// Routing decisions by query text (databases with replicas).
-    pub router: classify::Cache,
+    /// Routing decisions by query text (databases with replicas), and unique ids.
+    pub router: route::Router,
     /// Admin console sessions open now.
     pub consoles: AtomicUsize,
     /// The console's own statistics (its logins, and each command as a transaction of one
@@ -104,6 +104,7 @@ impl Services {
         let tls = pools.tls.clone();
         let shutdown = Arc::new(Shutdown::new(pools.lists.clone()));
         pools.open_forced(&config);
+        let node = config.general.peer_id;
         Services(Arc::new(Inner {
             hba: ArcSwap::from_pointee(rules),
             config: ArcSwap::from_pointee(config),
@@ -120,7 +121,7 @@ impl Services {
             tasks: TaskTracker::new(),
             balance: Arc::new(Balance::new(workers)),
             statements: Default::default(),
-            router: Default::default(),
+            router: route::Router::new(node),
             consoles: AtomicUsize::new(0),
             console_stats: Stats::default(),
             control: Default::default(),

@@ -321,3 +321,129 @@ fn killed_after_prepare_a_commit_across_shards_is_rolled_back_everywhere() {
 fn killed_after_the_decision_a_commit_across_shards_is_finished_everywhere() {
     dies_between_the_phases("decided", true);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unique_ids_from_two_pgcorrals_never_collide_and_route_their_rows() {
+    let shards = start(3, "CREATE TABLE events (id int8 PRIMARY KEY, n int)");
+    let sharded =
+        "sharded_tables = [{ name = \"events\", columns = [\"id\"], types = [\"int8\"] }]";
+    let a = Pooler::start(&config(&shards, "peer_id = 1", sharded)).await;
+    let b = Pooler::start(&config(&shards, "peer_id = 2", sharded)).await;
+    let mut tasks = Vec::new();
+    for (i, p) in [&a, &b].into_iter().cycle().take(8).enumerate() {
+        let c = p.connect("postgres", None, "app").await;
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for n in 0..200 {
+                let id: i64 = value(&c, "SELECT pgcorral.unique_id()")
+                    .await
+                    .parse()
+                    .unwrap();
+                if n % 20 == 0 {
+                    c.simple_query(&format!("INSERT INTO events VALUES ({id}, {i})"))
+                        .await
+                        .unwrap();
+                }
+                ids.push(id);
+            }
+            ids
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let n = all.len();
+    assert!(all.iter().all(|id| *id > 0));
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "every id is unique");
+    // The rows inserted by those ids are on the shards their ids hash to.
+    support::sharding::assert_placed(&shards, "events", "id", "int8");
+    let rows: i64 = on_each(&shards, "SELECT count(*) FROM events")
+        .iter()
+        .map(|c| c.parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(rows, 80);
+    // One row, `SELECT 1`, its column named as the function.
+    let c = a.connect("postgres", None, "app").await;
+    let m = c.simple_query("SELECT pgcorral.unique_id()").await.unwrap();
+    assert_eq!(count(&m), 1);
+    match &m[..] {
+        [SimpleQueryMessage::RowDescription(d), SimpleQueryMessage::Row(_), SimpleQueryMessage::CommandComplete(1)] =>
+        {
+            assert_eq!(d[0].name(), "unique_id")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_of_the_key_moves_rows_to_their_new_shards_atomically() {
+    let shards = start(3, TABLES);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    let values: Vec<String> = (1..=30).map(|k| format!("({k}, {k})")).collect();
+    c.simple_query(&format!(
+        "INSERT INTO accounts VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .unwrap();
+    let placed = || support::sharding::assert_placed(&shards, "accounts", "aid", "int4");
+    let keys = || -> Vec<i64> {
+        let mut all: Vec<i64> = keys_per_shard(&shards, "accounts", "aid").concat();
+        all.sort();
+        all
+    };
+
+    // No key in WHERE: every shard's rows, each to the shard of its new key.
+    let m = c
+        .simple_query("UPDATE accounts SET aid = aid + 1000, v = v + 1 WHERE aid <= 10")
+        .await
+        .unwrap();
+    assert_eq!(count(&m), 10);
+    placed();
+    let want: Vec<i64> = (11..=30).chain(1001..=1010).collect();
+    assert_eq!(keys(), want);
+    assert_eq!(
+        value(&c, "SELECT v FROM accounts WHERE aid = 1004").await,
+        "5"
+    );
+    // A key in WHERE: from its shard.
+    let m = c
+        .simple_query("UPDATE accounts SET aid = 4 WHERE aid = 1004")
+        .await
+        .unwrap();
+    assert_eq!(count(&m), 1);
+    placed();
+    assert_eq!(value(&c, "SELECT v FROM accounts WHERE aid = 4").await, "5");
+    // A move that fails where the row lands (its key is taken there) changes nothing.
+    let before = on_each(
+        &shards,
+        "SELECT string_agg(aid || ':' || v, ',' ORDER BY aid) FROM accounts",
+    );
+    let e = c
+        .simple_query("UPDATE accounts SET aid = 20 WHERE aid = 1008")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23505", "{}", db_message(&e));
+    assert_eq!(
+        on_each(
+            &shards,
+            "SELECT string_agg(aid || ':' || v, ',' ORDER BY aid) FROM accounts"
+        ),
+        before
+    );
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+    // RETURNING is not done yet: refused, nothing changed.
+    let e = c
+        .simple_query("UPDATE accounts SET aid = 3 WHERE aid = 1003 RETURNING aid")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    assert_eq!(
+        value(&c, "SELECT count(*) FROM accounts WHERE aid = 1003").await,
+        "1"
+    );
+}

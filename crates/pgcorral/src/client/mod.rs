@@ -608,7 +608,7 @@ async fn not_routed(
         }
         Decision::Scatter(w) => {
             let at = attach(session, client.worker);
-            link::scatter::scatter(client, &at, &w.shards, w.write, w.len).await?;
+            link::scatter::scatter(client, &at, (&w.shards, &w.from), w.write, w.len).await?;
             return Ok(true);
         }
         Decision::NeedMore => {
@@ -749,7 +749,7 @@ fn run<'a>(
                     }
                     Err(e) => return Err(e),
                 }
-                if cold::cold(check_in_transaction(client, session)).await? {
+                if cold::cold(check_in_transaction(client, &services.router, session)).await? {
                     between = true;
                     continue;
                 }

@@ -17,6 +17,7 @@ use crate::session::exec;
 /// PostgreSQL), false when it goes to the server.
 pub(super) async fn check_in_transaction(
     client: &mut ClientConn,
+    router: &route::Router,
     session: &mut LoggedIn,
 ) -> Result<bool> {
     let Some(Shards::One(shard)) = session
@@ -32,7 +33,7 @@ pub(super) async fn check_in_transaction(
         let status = server.state.tx;
         match route::in_transaction(
             client,
-            &session.cluster,
+            (&session.cluster, router),
             super::routing(&mut session.route),
             shard,
             status,

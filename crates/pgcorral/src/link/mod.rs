@@ -8,6 +8,7 @@ pub mod dedicated;
 mod fanout;
 pub mod gather;
 pub mod insert;
+mod moves;
 pub mod scatter;
 pub mod twophase;
 

@@ -6,8 +6,10 @@ use bytes::{Buf, BytesMut};
 use pgwire::backend::{self, TxStatus};
 use pgwire::encode;
 
+use pgwire::frontend::query_text;
+
 use super::fanout::{answer_raw, note_ready, read_server, send, whole, Aimed};
-use super::Attach;
+use super::{moves, Attach};
 use crate::client_conn::ClientConn;
 use crate::error::Result;
 use crate::shard::scatter::Write;
@@ -15,12 +17,13 @@ use crate::shard::scatter::Write;
 /// Bytes of answers kept before they are written to the client.
 const FLUSH_AT: usize = 64 << 10;
 
-/// Runs the client's simple Query (`len` bytes at the front of its buffer) on `shards` as
-/// `write`, and answers it.
+/// Runs the client's simple Query (`len` bytes at the front of its buffer) as `write`, in a
+/// transaction on each of `shards`, sent to those of `from` (the others take moved rows), and
+/// answers it.
 pub async fn scatter(
     client: &mut ClientConn,
     at: &Attach<'_>,
-    shards: &[usize],
+    (shards, from): (&[usize], &[usize]),
     write: Write,
     len: usize,
 ) -> Result<()> {
@@ -30,8 +33,33 @@ pub async fn scatter(
     client.statements.drop_unnamed();
     let mut fanout = at.shards(shards.iter().copied()).await?;
     let _aimed = Aimed::at(at.slot, fanout.servers());
-    for s in fanout.servers() {
-        send(s, &query).await?;
+    if let Write::MovesKey(table) = write {
+        let text = query_text(query.get(5..).unwrap_or_default()).unwrap_or_default();
+        let moved = match at.cluster.sharding() {
+            Some(sharding) => moves::update(fanout.servers(), from, text, &sharding, table).await?,
+            None => Ok(0),
+        };
+        let result = match moved {
+            Ok(n) => fanout.commit().await?.map(|()| n),
+            Err(e) => {
+                fanout.abort().await;
+                Err(e)
+            }
+        };
+        return match result {
+            Ok(n) => {
+                let mut out = BytesMut::new();
+                encode::command_complete(&mut out, &format!("UPDATE {n}"));
+                encode::ready_for_query(&mut out, TxStatus::Idle);
+                client.reply(&out).await
+            }
+            Err(e) => answer_raw(client, &e, true).await,
+        };
+    }
+    for (s, shard) in fanout.servers().iter_mut().zip(shards) {
+        if from.contains(shard) {
+            send(s, &query).await?;
+        }
     }
     query.clear();
     let mut out = BytesMut::new();

@@ -195,6 +195,33 @@ fn name(tokens: &mut Tokens) -> Option<Name> {
     }
 }
 
+/// `SELECT pgcorral.unique_id()` (keywords in any case, spaces anywhere between its tokens, a
+/// `;` after it): a unique id pgcorral answers on a sharded database.
+pub fn unique_id(sql: &str) -> bool {
+    if sql.len() > 96 {
+        return false;
+    }
+    let mut rest = sql;
+    while let Some((_, after)) = leading_comment(rest) {
+        rest = after;
+    }
+    let text = skip_space(rest).trim_ascii_end();
+    let text = text.strip_suffix(';').unwrap_or(text);
+    let Some(call) = text
+        .get(..7)
+        .filter(|w| w[..6].eq_ignore_ascii_case("select") && w.as_bytes()[6].is_ascii_whitespace())
+        .map(|_| &text[7..])
+    else {
+        return false;
+    };
+    let call: String = call
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .flat_map(char::to_lowercase)
+        .collect();
+    call == "pgcorral.unique_id()"
+}
+
 /// `SET SERVER ROLE TO 'primary'` / `SET SERVER ROLE = replica` (quotes optional; values
 /// primary, replica, auto, any, default) and `SHOW SERVER ROLE`, keywords in any case. `Err`
 /// (a message for the client) for a text that starts like one of them but is not well formed,
@@ -467,5 +494,27 @@ mod tests {
             Ok(Some(Command::SetShard(Some(1))))
         );
         assert_eq!(command("sHoW shard"), Ok(Some(Command::ShowShard)));
+    }
+
+    #[test]
+    fn the_unique_id_call_is_recognised_exactly() {
+        for yes in [
+            "SELECT pgcorral.unique_id()",
+            "select  PGCORRAL . unique_id ( ) ;",
+            "/* c */ SELECT\npgcorral.unique_id()",
+        ] {
+            assert!(unique_id(yes), "{yes}");
+        }
+        for no in [
+            "SELECT pgcorral.unique_id(), 1",
+            "SELECT pgcorral.unique_id() FROM t",
+            "SELECTpgcorral.unique_id()",
+            "SELECT unique_id()",
+            "SELECT 'pgcorral.unique_id()'",
+            "SELECT",
+            "",
+        ] {
+            assert!(!unique_id(no), "{no}");
+        }
     }
 }

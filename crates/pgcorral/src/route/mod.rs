@@ -24,8 +24,9 @@ use crate::config::DefaultRole;
 use crate::error::{Error, Kind, Result};
 use crate::prepared;
 use crate::prepared::sql;
-use crate::rows::Table;
+use crate::rows::{Table, Ty};
 use crate::shard::gather::{self, Gather};
+use crate::shard::ids::UniqueIds;
 use crate::shard::plan::NearPlan;
 use crate::shard::scatter;
 use crate::shard::Sharding;
@@ -73,6 +74,25 @@ impl ClientRoute {
     }
 }
 
+/// What routing shares between all clients: classifications by query text, and the unique
+/// ids pgcorral answers.
+pub struct Router {
+    pub classes: classify::Cache,
+    pub ids: UniqueIds,
+    /// The node of the ids: the `peer_id` pgcorral started with.
+    pub node: u16,
+}
+
+impl Router {
+    pub fn new(node: u16) -> Router {
+        Router {
+            classes: Default::default(),
+            ids: Default::default(),
+            node,
+        }
+    }
+}
+
 /// What to do with the client's next request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -106,6 +126,8 @@ pub enum Decision {
 pub struct Scattered {
     /// The shards it runs on.
     pub shards: Vec<usize>,
+    /// Those the client's statement is sent to (the others take moved rows).
+    pub from: Vec<usize>,
     pub write: scatter::Write,
     /// Bytes of the client's Query.
     pub len: usize,
@@ -129,9 +151,10 @@ pub struct Gathered {
 pub fn decide(
     client: &mut ClientConn,
     cluster: &Cluster,
-    cache: &classify::Cache,
+    router: &Router,
     route: &mut ClientRoute,
 ) -> Decision {
+    let cache = &router.classes;
     let settings = cluster.topology().settings();
     let sharding = cluster.sharding_now();
     let sharding = sharding.as_deref().map(|s| &**s);
@@ -139,7 +162,7 @@ pub fn decide(
     // A whole simple Query's length and text, read once.
     let query = whole_query(client);
     if let Some((len, answer)) =
-        query.and_then(|q| own_command(q, route, &settings, sharding, status))
+        query.and_then(|q| own_command(q, route, (&settings, router), sharding, status))
     {
         client.buf.advance(len);
         return Decision::Reply(answer);
@@ -236,7 +259,9 @@ pub fn decide(
         shard::Shard::NoKey(len, why) => sharding.default_shard.ok_or((len, why)),
         shard::Shard::Refused(len, why) => Err((len, why)),
         // Answered above, else refused there.
-        shard::Shard::Several(len, _, why) | shard::Shard::Omni(len, why) => Err((len, why)),
+        shard::Shard::Several(len, _, why)
+        | shard::Shard::Omni(len, why)
+        | shard::Shard::MovesKey(len, _, _, why) => Err((len, why)),
         shard::Shard::NeedMore => return Decision::NeedMore,
         shard::Shard::CopyIn(t) if route.deferred.is_none() => return Decision::CopyIn(t),
         shard::Shard::SplitInsert(rows) if route.deferred.is_none() => {
@@ -268,6 +293,18 @@ pub fn decide(
     }
 }
 
+/// The answer to `SELECT pgcorral.unique_id()`: one int8 column, one row.
+fn unique_id(out: &mut BytesMut, id: i64) {
+    Table::new(&[("unique_id", Ty::Int)]).describe(out);
+    let text = id.to_string();
+    pgwire::encode::message(out, pgwire::backend::DATA_ROW, |b| {
+        b.extend_from_slice(&1i16.to_be_bytes());
+        b.extend_from_slice(&(text.len() as i32).to_be_bytes());
+        b.extend_from_slice(text.as_bytes());
+    });
+    pgwire::encode::command_complete(out, "SELECT 1");
+}
+
 /// A request no one shard takes, when it can run on several (a simple Query outside a
 /// transaction, for now): a read asked of the shards it may touch, a write run on them in one
 /// atomic transaction; `Err`: refused (bytes of the request, the message). `None`: it goes to
@@ -286,6 +323,26 @@ fn across_shards(
         shard::Shard::NoKey(len, why) => keyless(*len, why),
         shard::Shard::Omni(len, why) => keyless(*len, why),
         shard::Shard::Several(len, shards, why) => (shards.clone(), *len, why.clone()),
+        shard::Shard::MovesKey(len, table, from, why) => {
+            // The rows go wherever their new keys say: every shard takes part.
+            let Some((len, text)) = query.filter(|_| route.deferred.is_none() && !route.escapes)
+            else {
+                return Err((*len, why.clone()));
+            };
+            let from = match from.is_empty() {
+                true => all(),
+                false => from.clone(),
+            };
+            return match scatter::moved(text) {
+                Ok(()) => Ok(Some(Decision::Scatter(Box::new(Scattered {
+                    shards: all(),
+                    write: scatter::Write::MovesKey(*table),
+                    len,
+                    from,
+                })))),
+                Err(msg) => Err((len, msg)),
+            };
+        }
         _ => return Ok(None),
     };
     let default = matches!(placed, shard::Shard::NoKey(..))
@@ -309,6 +366,7 @@ fn across_shards(
                 shards = all();
             }
             return Ok(Some(Decision::Scatter(Box::new(Scattered {
+                from: shards.clone(),
                 shards,
                 write,
                 len,
@@ -372,7 +430,16 @@ pub async fn learn(
         }
         Decision::LearnColumns(t) if !*tried => {
             *tried = true;
-            shard::learn_columns(cluster, &sharding, t, client.worker).await?;
+            let mut sharding = sharding;
+            for _ in 0..3 {
+                shard::learn_columns(cluster, &sharding, t, client.worker).await?;
+                // Another client's catalog read may have replaced the sharding meanwhile (its
+                // plans start empty): learn into the one in force.
+                match cluster.sharding() {
+                    Some(now) if !std::sync::Arc::ptr_eq(&now, &sharding) => sharding = now,
+                    _ => break,
+                }
+            }
             Ok(None)
         }
         Decision::FindGid(ref gid) => {
@@ -440,7 +507,7 @@ pub enum InTransaction {
 /// Checks the client's next batch inside a transaction on `shard` of a sharded database.
 pub async fn in_transaction(
     client: &mut ClientConn,
-    cluster: &Cluster,
+    (cluster, router): (&Cluster, &Router),
     route: &mut ClientRoute,
     shard: usize,
     status: TxStatus,
@@ -492,7 +559,7 @@ pub async fn in_transaction(
     }
     let settings = cluster.topology().settings();
     if let Some((len, answer)) =
-        query.and_then(|q| own_command(q, route, &settings, Some(sharding), status))
+        query.and_then(|q| own_command(q, route, (&settings, router), Some(sharding), status))
     {
         client.buf.advance(len);
         send(client, &answer).await?;
@@ -578,11 +645,16 @@ fn parse_text(body: &[u8]) -> Option<&str> {
 fn own_command(
     (len, text): (usize, &str),
     route: &mut ClientRoute,
-    settings: &RouteSettings,
+    (settings, router): (&RouteSettings, &Router),
     sharding: Option<&Sharding>,
     status: TxStatus,
 ) -> Option<(usize, BytesMut)> {
     let mut out = BytesMut::new();
+    if sharding.is_some() && hint::unique_id(text) {
+        unique_id(&mut out, router.ids.next(router.node));
+        pgwire::encode::ready_for_query(&mut out, status);
+        return Some((len, out));
+    }
     let command = hint::command(text);
     let shard_command = matches!(
         command,

@@ -37,6 +37,10 @@ pub enum Shard {
     /// A statement whose keys are on these shards (bytes of the request, the shards, and the
     /// message for the client if it cannot be run on them).
     Several(usize, Vec<usize>, String),
+    /// An UPDATE that assigns sharded table `t`'s key, the request's one statement (bytes of the
+    /// request, the table, the shards that may hold its rows (empty: every shard), and the
+    /// message for the client if its rows cannot be moved).
+    MovesKey(usize, usize, Vec<usize>, String),
     /// A write of omnisharded tables only, the request's one statement (bytes of the request,
     /// and the message for the client if it cannot be run on every shard).
     Omni(usize, String),
@@ -99,6 +103,7 @@ pub fn shard_of(
             | (_, p @ (Place::NeedColumns(_) | Place::CopyIn(_) | Place::SplitInsert(_))) => p,
             (p @ Place::Refuse(_), _) | (_, p @ Place::Refuse(_)) => p,
             (Place::Several(_, why), _) | (_, Place::Several(_, why)) => Place::Refuse(why),
+            (Place::MovesKey(_, _, why), _) | (_, Place::MovesKey(_, _, why)) => Place::Refuse(why),
             (p @ Place::Shard(_), _) | (_, p @ Place::Shard(_)) => p,
             (p @ Place::Default(_), _) | (_, p @ Place::Default(_)) => p,
             (p @ Place::Omni(_), Place::Omni(_)) => p,
@@ -133,6 +138,10 @@ pub fn shard_of(
         Place::Refuse(why) => Shard::Refused(batch.len, why),
         Place::Several(_, why) if batch.statements.len() != 1 => Shard::Refused(batch.len, why),
         Place::Several(shards, why) => Shard::Several(batch.len, shards, why),
+        Place::MovesKey(t, shards, why) if batch.statements.len() == 1 => {
+            Shard::MovesKey(batch.len, t, shards, why)
+        }
+        Place::MovesKey(_, _, why) => Shard::Refused(batch.len, why),
     }
 }
 
@@ -306,6 +315,11 @@ pub async fn read_catalog(
         Err(e) => return Err(e),
     };
     drop(server);
+    // Another client's read may have finished first: its sharding (and what its clients have
+    // learned into it since, such as a table's columns) stays.
+    if let Some(now) = cluster.sharding().filter(|s| s.checked) {
+        return Ok(now);
+    }
     let done = Arc::new(sharding.completed(more, refused, facts));
     cluster.set_sharding(done.clone());
     Ok(done)

@@ -6,6 +6,7 @@ pub mod copy;
 pub mod gather;
 pub mod gids;
 pub mod hash;
+pub mod ids;
 pub mod insert;
 pub mod key;
 pub mod number;

@@ -65,8 +65,9 @@ pub struct Plan {
     omni: Option<String>,
     /// A statement that needs the default shard for another reason.
     elsewhere: Option<&'static str>,
-    /// An UPDATE that assigns a sharding key (the row would move to another shard).
-    moves_key: Option<String>,
+    /// An UPDATE that assigns a sharding key of this table (its index; the row may move to
+    /// another shard), and its name and column for messages.
+    moves_key: Option<(usize, String)>,
     /// Refused for this reason.
     refused: Option<String>,
     /// An INSERT without a column list into this sharded table, whose columns are not known.
@@ -100,6 +101,9 @@ pub enum Place {
     Default(String),
     /// Keys on these shards (sorted), and the refusal of a request that is not a read.
     Several(Vec<usize>, String),
+    /// An UPDATE that assigns sharded table `n`'s key: the shards that may hold the rows it
+    /// changes (empty: every shard), and the refusal where rows cannot be moved.
+    MovesKey(usize, Vec<usize>, String),
     /// Refused: a key moved, or another reason.
     Refuse(String),
 }
@@ -154,11 +158,29 @@ impl Plan {
         if let Some(t) = self.copy_in {
             return Place::CopyIn(t);
         }
-        if let Some(m) = &self.moves_key {
-            return Place::Refuse(format!(
-                "UPDATE assigns the sharding key of {m}: the row would move to another shard; delete it and insert it again"
-            ));
+        if let Some((table, m)) = &self.moves_key {
+            let why = format!(
+                "UPDATE assigns the sharding key of {m}: a row that moves to another shard is moved for a simple query of one statement outside a transaction only, for now; delete it and insert it again"
+            );
+            return match self.keyed(sharding, text, known, param) {
+                Place::Shard(n) => Place::MovesKey(*table, vec![n], why),
+                Place::Several(shards, _) => Place::MovesKey(*table, shards, why),
+                p @ (Place::Refuse(_) | Place::NeedColumns(_)) => p,
+                // No key: every shard may hold rows it changes.
+                _ => Place::MovesKey(*table, Vec::new(), why),
+            };
         }
+        self.keyed(sharding, text, known, param)
+    }
+
+    /// [`Plan::place_in`] by the keys the statements name.
+    fn keyed<'p>(
+        &self,
+        sharding: &Sharding,
+        text: &str,
+        known: Option<&[(usize, usize)]>,
+        param: &dyn Fn(usize) -> Option<Param<'p>>,
+    ) -> Place {
         let mut spans: Option<SmallVec<[(usize, usize); 8]>> = None;
         // The shards named (most requests name one: no allocation then), and each row's for an
         // INSERT.
@@ -555,7 +577,7 @@ impl Reader<'_> {
                             if let Some(NodeEnum::ResTarget(r)) = target.node.as_ref() {
                                 if t.columns.contains(&r.name) {
                                     self.plan.moves_key =
-                                        Some(format!("\"{}\" ({})", t.name, r.name));
+                                        Some((v.table, format!("\"{}\" ({})", t.name, r.name)));
                                 }
                             }
                         }

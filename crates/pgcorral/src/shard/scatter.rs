@@ -19,6 +19,9 @@ pub enum Write {
     /// A utility statement (CREATE, ALTER, DROP, TRUNCATE, CREATE INDEX, ...) naming sharded
     /// or omnisharded tables only: it runs on every shard, answered once.
     Ddl,
+    /// An UPDATE that assigns sharded table `n`'s key: run where the rows are, each changed
+    /// row whose key is now another shard's deleted there and inserted on that shard.
+    MovesKey(usize),
 }
 
 impl Write {
@@ -28,6 +31,70 @@ impl Write {
     pub fn every_shard(self) -> bool {
         !matches!(self, Write::Rows)
     }
+}
+
+/// The column of the row version's place that [`moving`] adds to what an UPDATE returns.
+pub const CTID: &str = "ctid";
+
+/// Whether an UPDATE that assigns a sharding key (`sql`, one statement) can move its rows:
+/// `Err` names why not.
+pub fn moved(sql: &str) -> Result<(), String> {
+    moving(sql).map(drop)
+}
+
+/// The UPDATE `sql` rewritten to return each changed row's place and every column (`RETURNING
+/// ctid, *`), for pgcorral to move the rows whose key is now another shard's.
+pub fn moving(sql: &str) -> Result<String, String> {
+    let refused = |what: &str| {
+        format!("{what} in an UPDATE that moves rows between shards cannot be run by pgcorral yet: delete the rows and insert them again")
+    };
+    let mut parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT)
+        .map_err(|e| format!("it does not parse: {e}"))?
+        .protobuf;
+    let [stmt] = &mut parsed.stmts[..] else {
+        return Err(refused("several statements"));
+    };
+    let Some(NodeEnum::UpdateStmt(u)) = stmt.stmt.as_mut().and_then(|n| n.node.as_mut()) else {
+        return Err(refused("a statement other than UPDATE"));
+    };
+    if u.returning_clause.is_some() {
+        return Err(refused("RETURNING"));
+    }
+    if u.with_clause.is_some() || !u.from_clause.is_empty() {
+        return Err(refused("WITH or FROM"));
+    }
+    let column = |name: Option<&str>| {
+        let fields = match name {
+            Some(n) => vec![pg_query::Node {
+                node: Some(NodeEnum::String(pg_query::protobuf::String {
+                    sval: n.into(),
+                })),
+            }],
+            None => vec![pg_query::Node {
+                node: Some(NodeEnum::AStar(pg_query::protobuf::AStar {})),
+            }],
+        };
+        pg_query::Node {
+            node: Some(NodeEnum::ResTarget(Box::new(
+                pg_query::protobuf::ResTarget {
+                    val: Some(Box::new(pg_query::Node {
+                        node: Some(NodeEnum::ColumnRef(pg_query::protobuf::ColumnRef {
+                            fields,
+                            location: -1,
+                        })),
+                    })),
+                    location: -1,
+                    ..Default::default()
+                },
+            ))),
+        }
+    };
+    u.returning_clause = Some(pg_query::protobuf::ReturningClause {
+        options: Vec::new(),
+        exprs: vec![column(Some(CTID)), column(None)],
+    });
+    pg_query::deparse(&parsed, Default::default())
+        .map_err(|e| format!("it could not be rewritten: {e}"))
 }
 
 /// Plans `sql`, a request whose one statement is not on one shard: `Ok(None)` when it is not
