@@ -38,3 +38,73 @@ pg_initdb() {
   as_pg "$PG_BIN/initdb" -D "$1" -U postgres --auth=trust --no-sync -E UTF8 --locale=C >"$2" 2>&1 ||
     die "initdb failed; see $2"
 }
+
+# ---- added for bench/gather.sh; nothing above uses these ------------------------------------------
+
+# find_pg_bin: PG_BIN, the directory of PostgreSQL's server binaries: $PG_BINDIR when set, else
+# the newest /usr/lib/postgresql/*/bin holding initdb.
+find_pg_bin() {
+  PG_BIN=${PG_BINDIR:-}
+  [ -n "$PG_BIN" ] ||
+    PG_BIN=$(find /usr/lib/postgresql -maxdepth 3 -name initdb -path '*/bin/*' 2>/dev/null | sort -V | tail -n1 | xargs -r dirname)
+  if [ -z "$PG_BIN" ] || [ ! -x "$PG_BIN/initdb" ] || [ ! -x "$PG_BIN/pg_ctl" ] || [ ! -x "$PG_BIN/pgbench" ]; then
+    die "PostgreSQL's binaries (initdb, pg_ctl, pgbench) not found (set PG_BINDIR)"
+  fi
+}
+
+# free_tcp_ports N: N distinct TCP ports of 127.0.0.1 free now, on one line.
+free_tcp_ports() {
+  python3 -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+print(*[s.bind(("127.0.0.1", 0)) or s.getsockname()[1] for s in socks])' "$1"
+}
+
+# wait_listening PORT NAME PID LOG: returns once 127.0.0.1:PORT accepts; dies when PID exits
+# first (pointing at LOG) or after 30 s.
+wait_listening() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    kill -0 "$3" 2>/dev/null || die "$2 exited at start; see $4"
+    sleep 0.1
+  done
+  die "$2 is not listening on port $1 after 30 s"
+}
+
+# require_own_session PID NAME: dies unless PID leads its own session (a pooler started with
+# setsid; why it matters: bench/README.md).
+require_own_session() {
+  [ "$(ps -o sid= -p "$1" | tr -d ' ')" = "$1" ] || die "$2 (pid $1) does not lead its own session"
+}
+
+# proc_cpu_ticks PID: utime + stime of the whole process (all its threads, those gone too), in
+# clock ticks (getconf CLK_TCK).
+proc_cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# proc_cpu_ns PID: the time the process's live threads have spent on a CPU
+# (/proc/PID/task/*/schedstat, nanoseconds); empty when the kernel does not keep it.
+proc_cpu_ns() {
+  { cat /proc/"$1"/task/*/schedstat 2>/dev/null || true; } | awk '{ s += $1; n++ } END { if (n) printf "%.0f\n", s }'
+}
+
+# corral_binary DEST: the pgcorral binary to measure, copied to DEST (so that another build in the
+# tree cannot swap it mid-run): $BENCH_CORRAL_BIN when set, else this checkout's
+# `cargo build --release -p pgcorral` (CARGO_TARGET_DIR honoured). CORRAL_REV names it:
+# $BENCH_CORRAL_REV, else the path, or the checkout's commit (marked when crates/ is modified).
+corral_binary() {
+  local root target
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  if [ -n "${BENCH_CORRAL_BIN:-}" ]; then
+    [ -x "$BENCH_CORRAL_BIN" ] || die "BENCH_CORRAL_BIN: $BENCH_CORRAL_BIN is not an executable"
+    cp "$BENCH_CORRAL_BIN" "$1"
+    CORRAL_REV=${BENCH_CORRAL_REV:-binary $BENCH_CORRAL_BIN}
+  else
+    log "cargo build --release -p pgcorral"
+    (cd "$root" && cargo build --release -p pgcorral) || die "cargo build failed"
+    target=$(cd "$root" && cargo metadata --format-version 1 --no-deps |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+    cp "$target/release/pgcorral" "$1"
+    CORRAL_REV=$(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    [ -z "$(cd "$root" && git status --porcelain -- crates 2>/dev/null)" ] || CORRAL_REV="$CORRAL_REV (sources modified)"
+  fi
+}
