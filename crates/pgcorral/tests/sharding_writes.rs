@@ -313,6 +313,71 @@ fn dies_between_the_phases(stop: &str, committed: bool) {
 }
 
 #[test]
+fn a_client_transaction_across_shards_killed_after_its_decision_is_finished_everywhere() {
+    let shards = start(3, TABLES);
+    let toml = config(&shards, "", SHARDED);
+    let on = |k: i64| shard_of_int(k, KeyType::Int4, 3);
+    let b = (2..30).find(|k| on(*k) != on(1)).unwrap();
+    for pg in &shards {
+        pg.sql(
+            "postgres",
+            &format!("INSERT INTO accounts VALUES (1, 1), ({b}, 1)"),
+        );
+    }
+    let mut dying = PoolerProcess::start_env(&toml, &[("PGCORRAL_TEST_STOP_2PC", "decided")]);
+    let script = format!(
+        "BEGIN;\nUPDATE accounts SET v = 9 WHERE aid = 1;\nUPDATE accounts SET v = 9 WHERE aid = {b};\nCOMMIT;\n"
+    );
+    // psql sends each statement of its input as a Query of its own.
+    let mut psql = support::psql_cmd(dying.port, "postgres", "app", None)
+        .args(["-At", "-v", "ON_ERROR_STOP=1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        psql.stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+    }
+    // The client may or may not see its COMMIT's answer before pgcorral stops: the current
+    // shard committed either way, and the others were prepared.
+    let _ = psql.wait_with_output().unwrap();
+    poll_until("pgcorral to stop after the decision", 10, || {
+        matches!(dying.child.try_wait(), Ok(Some(_)))
+    });
+    drop(dying);
+    let again = PoolerProcess::start(&toml);
+    let out = support::psql_cmd(again.port, "postgres", "app", None)
+        .args(["-Atc", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    poll_until("the prepared transactions to be finished", 20, || {
+        prepared(&shards) == ["0", "0", "0"]
+    });
+    assert_eq!(
+        shards[on(1)].sql("postgres", "SELECT v FROM accounts WHERE aid = 1"),
+        "9"
+    );
+    assert_eq!(
+        shards[on(b)].sql(
+            "postgres",
+            &format!("SELECT v FROM accounts WHERE aid = {b}")
+        ),
+        "9"
+    );
+}
+
+#[test]
 fn killed_after_prepare_a_commit_across_shards_is_rolled_back_everywhere() {
     dies_between_the_phases("prepared", false);
 }
@@ -446,4 +511,112 @@ async fn an_update_of_the_key_moves_rows_to_their_new_shards_atomically() {
         value(&c, "SELECT count(*) FROM accounts WHERE aid = 1003").await,
         "1"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_spreads_to_the_shards_its_statements_need_and_commits_atomically() {
+    let shards = start(3, TABLES);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let mut c = p.connect("postgres", None, "app").await;
+    let values: Vec<String> = (1..=30).map(|k| format!("({k}, 0)")).collect();
+    c.simple_query(&format!(
+        "INSERT INTO accounts VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .unwrap();
+    let on = |k: i64| shard_of_int(k, KeyType::Int4, 3);
+    let a = 1i64;
+    let b = (2..30).find(|k| on(*k) != on(a)).unwrap();
+    let d = (2..30)
+        .find(|k| on(*k) != on(a) && on(*k) != on(b))
+        .unwrap();
+    let v = |k: i64| format!("SELECT v FROM accounts WHERE aid = {k}");
+
+    // Simple queries: three shards, back to the first, committed on all.
+    c.simple_query("BEGIN").await.unwrap();
+    for k in [a, b, d] {
+        c.simple_query(&format!("UPDATE accounts SET v = 1 WHERE aid = {k}"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        value(&c, &v(a)).await,
+        "1",
+        "its own writes, back on the first shard"
+    );
+    let m = c.simple_query("COMMIT").await.unwrap();
+    assert!(matches!(m[..], [SimpleQueryMessage::CommandComplete(0)]));
+    for k in [a, b, d] {
+        assert_eq!(value(&c, &v(k)).await, "1");
+    }
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+
+    // ROLLBACK undoes every shard's part.
+    c.simple_query("BEGIN").await.unwrap();
+    c.simple_query(&format!("UPDATE accounts SET v = 2 WHERE aid = {a}"))
+        .await
+        .unwrap();
+    c.simple_query(&format!("UPDATE accounts SET v = 2 WHERE aid = {b}"))
+        .await
+        .unwrap();
+    c.simple_query("ROLLBACK").await.unwrap();
+    assert_eq!(value(&c, &v(a)).await, "1");
+    assert_eq!(value(&c, &v(b)).await, "1");
+
+    // An error on one shard fails the whole transaction, wherever its next statement goes;
+    // COMMIT rolls back everywhere, as PostgreSQL's does.
+    c.simple_query("BEGIN").await.unwrap();
+    c.simple_query(&format!("UPDATE accounts SET v = 3 WHERE aid = {a}"))
+        .await
+        .unwrap();
+    let e = c
+        .simple_query(&format!("UPDATE accounts SET v = 5000 WHERE aid = {b}"))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23514");
+    let e = c
+        .simple_query(&format!("UPDATE accounts SET v = 3 WHERE aid = {d}"))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02");
+    c.simple_query("COMMIT").await.unwrap();
+    assert_eq!(value(&c, &v(a)).await, "1");
+
+    // No savepoints across shards.
+    c.simple_query("BEGIN").await.unwrap();
+    c.simple_query(&format!("UPDATE accounts SET v = 4 WHERE aid = {a}"))
+        .await
+        .unwrap();
+    c.simple_query("SAVEPOINT s").await.unwrap();
+    let e = c
+        .simple_query(&format!("UPDATE accounts SET v = 4 WHERE aid = {b}"))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    assert!(db_message(&e).contains("savepoint"), "{}", db_message(&e));
+    c.simple_query("ROLLBACK").await.unwrap();
+
+    // A driver's transaction with parameters (tokio-postgres: BEGIN, then Parse/Bind/Execute).
+    let t = c.transaction().await.unwrap();
+    for k in [a, b, d] {
+        t.execute(
+            "UPDATE accounts SET v = $2 WHERE aid = $1",
+            &[&(k as i32), &7i32],
+        )
+        .await
+        .unwrap();
+    }
+    let got: i32 = t
+        .query_one("SELECT v FROM accounts WHERE aid = $1", &[&(b as i32)])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(got, 7);
+    t.commit().await.unwrap();
+    for k in [a, b, d] {
+        assert_eq!(value(&c, &v(k)).await, "7");
+    }
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+    assert_eq!(value(&c, "SELECT 40 + 2").await, "42");
 }

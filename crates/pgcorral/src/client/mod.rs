@@ -919,6 +919,16 @@ async fn settle(
             session.listed.set_link(0);
         }
         Outcome::Idle => {
+            if let Some(r) = session.route.as_mut() {
+                // The transaction ended: the next one may spread only if it is begun alone.
+                r.tx_begin = None;
+                r.savepoints = false;
+            }
+            if matches!(session.link, Link::Spanning(_)) {
+                // A transaction across shards just ended: its other shards' parts end with it.
+                cold::cold(link::spanning::finish(&mut session.link)).await?;
+            }
+            let s = session.link.pooled().expect("attached");
             if session
                 .route
                 .as_ref()

@@ -10,6 +10,7 @@ pub mod gather;
 pub mod insert;
 mod moves;
 pub mod scatter;
+pub mod spanning;
 pub mod twophase;
 
 pub use fanout::Fanout;
@@ -32,14 +33,19 @@ pub enum Link {
     /// One server of each of several shards, each in a transaction of pgcorral's: a request
     /// split between shards. Boxed: rare, and a client's future stays small.
     Shards(Box<Fanout>),
+    /// The client's own transaction, spread to several shards: the server its requests now
+    /// go to, and the others ([`spanning`]). Boxed, as rare.
+    Spanning(Box<spanning::Spanning>),
 }
 
 impl Link {
-    /// The pooled server it holds, if that is what it holds.
+    /// The pooled server it holds (of a transaction across shards: the one its requests now
+    /// go to), if that is what it holds.
     #[inline]
     pub fn pooled(&mut self) -> Option<&mut Checkout> {
         match self {
             Link::Pooled(s) => Some(s),
+            Link::Spanning(s) => Some(&mut s.current),
             _ => None,
         }
     }

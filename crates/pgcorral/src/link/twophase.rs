@@ -50,7 +50,7 @@ pub fn parse_gid(gid: &str) -> Option<(usize, u64)> {
 /// Where a test may stop pgcorral dead between the phases (`PGCORRAL_TEST_STOP_2PC` =
 /// `prepared`: every other shard prepared, the decision not taken; `decided`: the
 /// coordinator committed, no part finished). Debug builds only.
-fn test_stop(at: &str) {
+pub(super) fn test_stop(at: &str) {
     if cfg!(debug_assertions) && std::env::var("PGCORRAL_TEST_STOP_2PC").is_ok_and(|v| v == at) {
         std::process::abort();
     }

@@ -45,6 +45,12 @@ pub struct ClientRoute {
     pub deferred: Option<Box<tx::Deferred>>,
     /// That BEGIN, to run on the server before the request that placed it.
     pub pending_begin: Option<Box<str>>,
+    /// The BEGIN of the client's transaction now running, for each shard it spreads to
+    /// (`None`: not begun by a lone BEGIN, and it cannot spread).
+    pub tx_begin: Option<Box<str>>,
+    /// The transaction now running made a savepoint: it cannot spread to another shard
+    /// (rolling back to it would not undo the other shard's work).
+    pub savepoints: bool,
     /// A ReadyForQuery pgcorral owes the client once the request now routed is answered: a
     /// Parse and Describe inside a deferred transaction run outside it, their Sync sent as a
     /// Flush, so the client's ReadyForQuery (in a transaction) comes from pgcorral.
@@ -285,7 +291,12 @@ pub fn decide(
             }
             if let Some(d) = route.deferred.take_if(|_| places) {
                 route.pending_begin = Some(d.begin.into_boxed_str());
+                route.tx_begin = route.pending_begin.clone();
+            } else {
+                // Not begun by a lone BEGIN: a transaction it opens stays on its shard.
+                route.tx_begin = None;
             }
+            route.savepoints = false;
             target.shards = Shards::One(n);
             Decision::Route(target)
         }
@@ -502,14 +513,21 @@ pub enum InTransaction {
     Fail(String),
     /// Read more of it.
     NeedMore,
+    /// It goes to shard `n`: the transaction spreads there (the request is left to run).
+    Switch(usize),
+    /// The transaction spans shards and this ends it (a lone COMMIT, END, ROLLBACK or
+    /// ABORT in a simple Query, left to run on the current shard): pgcorral ends the other
+    /// shards' parts with it.
+    End(tx::TxCommand),
 }
 
-/// Checks the client's next batch inside a transaction on `shard` of a sharded database.
+/// Checks the client's next batch inside a transaction on `shard` of a sharded database;
+/// `spanning`: the transaction has spread to other shards.
 pub async fn in_transaction(
     client: &mut ClientConn,
     (cluster, router): (&Cluster, &Router),
     route: &mut ClientRoute,
-    shard: usize,
+    (shard, spanning): (usize, bool),
     status: TxStatus,
 ) -> Result<InTransaction> {
     let Some(sharding) = cluster.sharding() else {
@@ -565,6 +583,28 @@ pub async fn in_transaction(
         send(client, &answer).await?;
         return Ok(InTransaction::Answered);
     }
+    // Savepoints and the end of a transaction, in the client's own statements (a function
+    // cannot make or end either): a transaction across shards ends by a lone COMMIT or
+    // ROLLBACK that pgcorral sees, and never spreads past a savepoint.
+    let control = shard::batch_texts(client).map(|texts| tx::control(&texts, route.escapes));
+    if let Some((savepoint, ends)) = control {
+        route.savepoints |= savepoint;
+        if spanning && (savepoint || ends) {
+            let lone = query.and_then(|(_, t)| tx::command(t));
+            let len = shard::request_len(client).unwrap_or(0);
+            return Ok(match lone {
+                Some(cmd @ (tx::TxCommand::Commit | tx::TxCommand::Rollback)) if !savepoint => {
+                    InTransaction::End(cmd)
+                }
+                _ => {
+                    client.buf.advance(len);
+                    InTransaction::Fail(
+                        "a transaction across shards takes no savepoints, and ends by a lone COMMIT or ROLLBACK in a simple query".into(),
+                    )
+                }
+            });
+        }
+    }
     // A shard the client chose keeps the transaction where it is; else its keys must agree.
     let chosen = route.shard.map(|_| shard);
     let escapes = route.escapes;
@@ -582,11 +622,18 @@ pub async fn in_transaction(
         placed = shard::shard_of(client, query, sharding, near, chosen, || false);
     }
     Ok(match placed {
+        shard::Shard::One(n) if n != shard && route.tx_begin.is_some() && !route.savepoints => {
+            InTransaction::Switch(n)
+        }
         shard::Shard::One(n) if n != shard => {
             let len = shard::request_len(client).unwrap_or(0);
             client.buf.advance(len);
+            let why = match route.savepoints {
+                true => "it made a savepoint, and rolling back to it would not undo another shard's work",
+                false => "it was not begun by a BEGIN of its own (sent alone)",
+            };
             InTransaction::Fail(format!(
-                "the transaction is on shard {shard}, and this request's key is on shard {n}: a transaction stays on one shard"
+                "the transaction is on shard {shard}, and this request's key is on shard {n}: the transaction cannot spread to another shard because {why}"
             ))
         }
         shard::Shard::Refused(len, msg) => {

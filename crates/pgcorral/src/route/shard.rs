@@ -185,6 +185,13 @@ pub fn request_len(client: &ClientConn) -> Option<usize> {
     Batch::read(client).map(|b| b.len)
 }
 
+/// The SQL texts of the request at the front of the client's buffer (its Query, or each
+/// statement its Parses and Binds name), once it is whole.
+pub fn batch_texts(client: &ClientConn) -> Option<SmallVec<[&str; 2]>> {
+    let batch = Batch::read(client)?;
+    Some(batch.statements.iter().map(|s| s.0).collect())
+}
+
 /// Reads sharded table `table`'s columns from a shard's catalog (for an INSERT without a
 /// column list): on a server of shard 0, under the server's own search_path.
 pub async fn learn_columns(

@@ -175,6 +175,48 @@ fn skip_comments(mut sql: &str) -> &str {
     }
 }
 
+/// Whether `texts` (the client's statements) make, release or roll back to a savepoint, and
+/// whether they end the transaction (COMMIT, ROLLBACK, PREPARE TRANSACTION, in any form). Only
+/// texts holding one of the words those statements start with are parsed.
+pub fn control(texts: &[&str], escapes: bool) -> (bool, bool) {
+    let (mut savepoint, mut ends) = (false, false);
+    for text in texts {
+        let lower = text.to_ascii_lowercase();
+        let words = [
+            "savepoint",
+            "release",
+            "rollback",
+            "commit",
+            "end",
+            "abort",
+            "prepare",
+        ];
+        if !words.iter().any(|w| lower.contains(w)) {
+            continue;
+        }
+        let Ok(parsed) = pg_query::parse(text, parser_options(escapes)) else {
+            continue;
+        };
+        for raw in &parsed.protobuf.stmts {
+            let Some(NodeEnum::TransactionStmt(t)) =
+                raw.stmt.as_ref().and_then(|n| n.node.as_ref())
+            else {
+                continue;
+            };
+            match t.kind() {
+                TransactionStmtKind::TransStmtSavepoint
+                | TransactionStmtKind::TransStmtRelease
+                | TransactionStmtKind::TransStmtRollbackTo => savepoint = true,
+                TransactionStmtKind::TransStmtCommit
+                | TransactionStmtKind::TransStmtRollback
+                | TransactionStmtKind::TransStmtPrepare => ends = true,
+                _ => {}
+            }
+        }
+    }
+    (savepoint, ends)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,221 @@
+//! A client's transaction that spread to several shards: the server of the shard its current
+//! request runs on, and the others' servers in the same transaction, until its COMMIT (two
+//! phases, the current server's commit the decision) or ROLLBACK.
+
+use std::mem;
+
+use pgwire::backend::TxStatus;
+
+use super::twophase;
+use super::{Attach, Link};
+use crate::cluster::{Cluster, Want};
+use crate::error::{Error, Kind, Result};
+use crate::logsafe::Esc;
+use crate::pool::Checkout;
+use crate::session::{self, exec};
+
+/// The transaction's servers.
+pub struct Spanning {
+    /// The server of the shard the client's requests now go to.
+    pub current: Checkout,
+    /// Its shard.
+    pub shard: usize,
+    /// The other shards' servers, each in the transaction.
+    others: Vec<(usize, Checkout)>,
+    /// Set once the others are prepared for the client's COMMIT.
+    prepared: Option<Prepared>,
+    cluster: Cluster,
+    worker: usize,
+}
+
+/// The others' parts, prepared: their gid, and the current server's transaction id (whose
+/// commit decides them).
+struct Prepared {
+    gid: String,
+    xid: u64,
+    /// Dropped unfinished (the client or a server gone before the decision was read): the
+    /// prepared parts are finished in the background from the current server's outcome.
+    recover: Option<(Cluster, usize)>,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if let Some((cluster, worker)) = self.recover.take() {
+            twophase::spawn_recovery(cluster, worker);
+        }
+    }
+}
+
+/// Moves the client's transaction to shard `to` for its next request: a server of that shard
+/// joins it (its `begin` run there first), unless it has one already. `link` holds the
+/// transaction's server(s), now on shard `shard`.
+pub async fn switch(
+    link: &mut Link,
+    at: &Attach<'_>,
+    (shard, to): (usize, usize),
+    begin: &str,
+    want: Want,
+) -> Result<()> {
+    let mut spanning = match mem::take(link) {
+        Link::Pooled(current) => Box::new(Spanning {
+            current,
+            shard,
+            others: Vec::new(),
+            prepared: None,
+            cluster: at.cluster.clone(),
+            worker: at.worker,
+        }),
+        Link::Spanning(s) => s,
+        Link::Free | Link::Shards(_) => {
+            return Err(Error::new(
+                Kind::ServerIo,
+                "a transaction across shards without its server",
+            ))
+        }
+    };
+    let next = match spanning.others.iter().position(|(n, _)| *n == to) {
+        Some(i) => spanning.others.swap_remove(i).1,
+        None => {
+            let mut s = match at.checkout(to, want, true).await {
+                Ok(s) => s,
+                Err(e) => {
+                    *link = Link::Spanning(spanning);
+                    return Err(e);
+                }
+            };
+            if let Err(e) = exec::in_transaction(&mut s, begin).await {
+                *link = Link::Spanning(spanning);
+                return Err(e);
+            }
+            s
+        }
+    };
+    let previous = mem::replace(&mut spanning.current, next);
+    spanning.others.push((spanning.shard, previous));
+    spanning.shard = to;
+    *link = Link::Spanning(spanning);
+    Ok(())
+}
+
+/// Before the client's COMMIT goes to the current server: every other shard's part prepared
+/// (a gid naming the current shard and its transaction id). `Ok(Err(e))`: a shard refused,
+/// everything is rolled back, and `e` is the client's error. A transaction already failed on
+/// its current server needs nothing (its COMMIT rolls back; the others are rolled back).
+pub async fn before_commit(
+    spanning: &mut Spanning,
+) -> Result<std::result::Result<(), bytes::BytesMut>> {
+    if spanning.current.state.tx != TxStatus::InTransaction {
+        rollback_others(spanning).await;
+        return Ok(Ok(()));
+    }
+    let rows = exec::query_in_transaction(
+        &mut spanning.current,
+        "SELECT pg_catalog.pg_current_xact_id()",
+    )
+    .await?;
+    let xid: u64 = rows
+        .first()
+        .and_then(|r| r.first())
+        .cloned()
+        .flatten()
+        .and_then(|x| x.parse().ok())
+        .ok_or_else(|| {
+            Error::new(
+                Kind::ServerIo,
+                "a shard did not answer pg_current_xact_id()",
+            )
+        })?;
+    let gid = twophase::gid(spanning.shard, xid, rand::random());
+    let mut sql = String::from("PREPARE TRANSACTION ");
+    session::literal(&mut sql, &gid);
+    for i in 0..spanning.others.len() {
+        if let Err(e) = exec::in_transaction(&mut spanning.others[i].1, &sql).await {
+            // Those prepared before are rolled back; the rest, and the current one, too.
+            let mut undo = String::from("ROLLBACK PREPARED ");
+            session::literal(&mut undo, &gid);
+            for (_, s) in spanning.others[..i].iter_mut() {
+                if exec::query(s, &undo).await.is_err() {
+                    twophase::spawn_recovery(spanning.cluster.clone(), spanning.worker);
+                }
+            }
+            for (_, s) in spanning.others[i + 1..].iter_mut() {
+                let _ = exec::in_transaction(s, "ROLLBACK").await;
+            }
+            let _ = exec::in_transaction(&mut spanning.current, "ROLLBACK").await;
+            let mut out = bytes::BytesMut::new();
+            if e.kind() == Kind::ServerError {
+                e.write_response(&mut out, "ERROR");
+            } else {
+                twophase::spawn_recovery(spanning.cluster.clone(), spanning.worker);
+                pgwire::encode::error_response(
+                    &mut out,
+                    "ERROR",
+                    "08006",
+                    &format!("a shard's server failed at PREPARE TRANSACTION of a commit across shards; the transaction was rolled back: {e}"),
+                );
+            }
+            return Ok(Err(out));
+        }
+    }
+    twophase::test_stop("prepared");
+    spanning.prepared = Some(Prepared {
+        gid,
+        xid,
+        recover: Some((spanning.cluster.clone(), spanning.worker)),
+    });
+    Ok(Ok(()))
+}
+
+/// Before the client's ROLLBACK goes to the current server: the other shards' parts rolled back.
+pub async fn rollback_others(spanning: &mut Spanning) {
+    for (_, s) in spanning.others.iter_mut() {
+        if exec::in_transaction(s, "ROLLBACK").await.is_err() {
+            s.state.broken = true;
+        }
+    }
+}
+
+/// After the current server answered the end of the transaction (idle again): the prepared
+/// parts committed or rolled back as its transaction went, and `link` back to the current
+/// server alone (the others go back to their pools).
+pub async fn finish(link: &mut Link) -> Result<()> {
+    let Link::Spanning(mut spanning) = mem::take(link) else {
+        return Ok(());
+    };
+    if let Some(mut prepared) = spanning.prepared.take() {
+        let (gid, xid) = (prepared.gid.clone(), prepared.xid);
+        twophase::test_stop("decided");
+        let sql = format!("SELECT pg_catalog.pg_xact_status('{xid}'::pg_catalog.xid8)");
+        let committed = match exec::query(&mut spanning.current, &sql).await {
+            Ok(rows) => rows.first().and_then(|r| r.first()).cloned().flatten(),
+            Err(e) => {
+                tracing::warn!(error = %Esc(&e), "could not read the outcome of a commit across shards; it is finished in the background");
+                None
+            }
+        };
+        let finish = match committed.as_deref() {
+            Some("committed") => "COMMIT PREPARED ",
+            Some("aborted") => "ROLLBACK PREPARED ",
+            // In doubt: the prepared parts' drop finishes them in the background.
+            _ => "",
+        };
+        if !finish.is_empty() {
+            let mut sql = String::from(finish);
+            session::literal(&mut sql, &gid);
+            let mut failed = false;
+            for (_, s) in spanning.others.iter_mut() {
+                failed |= exec::query(s, &sql).await.is_err();
+            }
+            if !failed {
+                prepared.recover = None;
+            }
+        }
+    }
+    let spanning = *spanning;
+    let Spanning {
+        current, others, ..
+    } = spanning;
+    drop(others);
+    *link = Link::Pooled(current);
+    Ok(())
+}
