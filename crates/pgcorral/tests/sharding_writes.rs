@@ -620,3 +620,46 @@ async fn a_transaction_spreads_to_the_shards_its_statements_need_and_commits_ato
     assert_eq!(prepared(&shards), ["0", "0", "0"]);
     assert_eq!(value(&c, "SELECT 40 + 2").await, "42");
 }
+
+/// psycopg's and asyncpg's executemany of 1,000 rows on 3 shards (tests/drivers/sharded_many.py).
+#[tokio::test(flavor = "multi_thread")]
+async fn executemany_of_psycopg_and_asyncpg_puts_every_row_on_its_shard() {
+    let shards = start(3, "CREATE TABLE accounts (aid int PRIMARY KEY, v text)");
+    let sharded =
+        "sharded_tables = [{ name = \"accounts\", columns = [\"aid\"], types = [\"int4\"] }]";
+    let p = Pooler::start(&config(&shards, "", sharded)).await;
+    let py = std::env::var("PGCORRAL_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let cases = std::env::var("PGCORRAL_MANY_CASES")
+        .unwrap_or_else(|_| "psycopg_autocommit,asyncpg,failing".into());
+    let mut c = std::process::Command::new(&py);
+    c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/drivers"))
+        .arg("sharded_many.py")
+        .args([
+            "--port",
+            &p.port().to_string(),
+            "--rows",
+            "1000",
+            "--cases",
+            &cases,
+        ])
+        .stdin(std::process::Stdio::null());
+    let out = support::run_cmd(c).await;
+    assert!(
+        out.status.success(),
+        "sharded_many.py failed\n{}\n{}",
+        support::stdout(&out),
+        support::stderr(&out)
+    );
+    support::sharding::assert_placed(&shards, "accounts", "aid", "int4");
+    let rows: i64 = on_each(&shards, "SELECT count(*) FROM accounts")
+        .iter()
+        .map(|n| n.parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(
+        rows as usize,
+        1000 * cases.split(',').filter(|c| *c != "failing").count()
+    );
+    assert!(on_each(&shards, "SELECT count(*) FROM accounts")
+        .iter()
+        .all(|n| n != "0"));
+}

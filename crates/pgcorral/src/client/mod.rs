@@ -606,6 +606,11 @@ async fn not_routed(
             link::gather::gather(client, &at, shards, &g.plan, g.len, g.text_bytewise).await?;
             return Ok(true);
         }
+        Decision::SplitPipeline(shards) => {
+            let at = attach(session, client.worker);
+            link::pipeline::pipeline(client, &at, &services.statements, &shards).await?;
+            return Ok(true);
+        }
         Decision::Scatter(w) => {
             let at = attach(session, client.worker);
             link::scatter::scatter(client, &at, (&w.shards, &w.from), w.write, w.len).await?;

@@ -330,7 +330,13 @@ fn extended(
 
 /// The client's Parse took effect (`done`: its ParseComplete came) or not: its statement is
 /// the client's, as PostgreSQL keeps it (a failed Parse of the unnamed statement leaves none).
-fn keep_parse(client: &mut ClientConn, registry: &Registry, name: &[u8], rest: &[u8], done: bool) {
+pub(super) fn keep_parse(
+    client: &mut ClientConn,
+    registry: &Registry,
+    name: &[u8],
+    rest: &[u8],
+    done: bool,
+) {
     if name.is_empty() {
         if done {
             client.statements.set_unnamed(rest);

@@ -9,6 +9,7 @@ mod fanout;
 pub mod gather;
 pub mod insert;
 mod moves;
+pub mod pipeline;
 pub mod scatter;
 pub mod spanning;
 pub mod twophase;

@@ -125,6 +125,9 @@ pub enum Decision {
     Gather(Box<Gathered>),
     /// A write that no one shard takes: run on each shard it touches, committed atomically.
     Scatter(Box<Scattered>),
+    /// An extended-protocol request whose statements are on several shards (each Bind's
+    /// shard, in order): split between them, committed atomically.
+    SplitPipeline(Vec<usize>),
 }
 
 /// A write across shards, as [`decide`] placed it.
@@ -270,6 +273,13 @@ pub fn decide(
         | shard::Shard::MovesKey(len, _, _, why) => Err((len, why)),
         shard::Shard::NeedMore => return Decision::NeedMore,
         shard::Shard::CopyIn(t) if route.deferred.is_none() => return Decision::CopyIn(t),
+        shard::Shard::Pipeline(_, shards) if route.deferred.is_none() => {
+            return Decision::SplitPipeline(shards)
+        }
+        shard::Shard::Pipeline(len, _) => Err((
+            len,
+            "a request whose statements are on several shards is split between them outside a transaction only, for now".to_string(),
+        )),
         shard::Shard::SplitInsert(rows) if route.deferred.is_none() => {
             return Decision::SplitInsert(rows)
         }
@@ -640,11 +650,11 @@ pub async fn in_transaction(
             client.buf.advance(len);
             InTransaction::Fail(msg)
         }
-        shard::Shard::CopyIn(_) | shard::Shard::SplitInsert(_) => {
+        shard::Shard::CopyIn(_) | shard::Shard::SplitInsert(_) | shard::Shard::Pipeline(..) => {
             let len = shard::request_len(client).unwrap_or(0);
             client.buf.advance(len);
             InTransaction::Fail(
-                "a request split between shards (COPY FROM STDIN, an INSERT of rows on several shards) runs outside a transaction only".into(),
+                "a request split between shards (COPY FROM STDIN, an INSERT of rows on several shards, statements of one request on several shards) runs outside a transaction only".into(),
             )
         }
         shard::Shard::NeedMore => InTransaction::NeedMore,

@@ -41,6 +41,9 @@ pub enum Shard {
     /// request, the table, the shards that may hold its rows (empty: every shard), and the
     /// message for the client if its rows cannot be moved).
     MovesKey(usize, usize, Vec<usize>, String),
+    /// An extended-protocol request whose bound statements are on several shards (bytes of the
+    /// request, each Bind's shard in order): split between them.
+    Pipeline(usize, Vec<usize>),
     /// A write of omnisharded tables only, the request's one statement (bytes of the request,
     /// and the message for the client if it cannot be run on every shard).
     Omni(usize, String),
@@ -85,6 +88,10 @@ pub fn shard_of(
     }
     let mut place = Place::Any;
     let mut spans = Spans::new();
+    // Each bound statement's shard (`None`: any), and whether they may be split between
+    // shards: an extended-protocol pipeline whose statements each name one shard or none.
+    let mut per_bind: SmallVec<[Option<usize>; 4]> = SmallVec::new();
+    let (mut split, mut splittable) = (false, !batch.simple);
     for &(text, types, bind, runs) in &batch.statements {
         let plan = sharding
             .plans
@@ -94,8 +101,19 @@ pub fn shard_of(
             Place::CopyIn(_) if !runs => Place::Any,
             p => p,
         };
+        if bind.is_some() {
+            match &here {
+                Place::Shard(n) => per_bind.push(Some(*n)),
+                Place::Any => per_bind.push(None),
+                _ => splittable = false,
+            }
+        }
         place = match (place, here) {
             (Place::Any, p) | (p, Place::Any) => p,
+            (Place::Shard(a), Place::Shard(b)) if a != b && splittable => {
+                split = true;
+                Place::Shard(a)
+            }
             (Place::Shard(a), Place::Shard(b)) if a != b => Place::Refuse(format!(
                 "the request's statements are on shards {a} and {b}: a request goes to one shard"
             )),
@@ -108,6 +126,19 @@ pub fn shard_of(
             (p @ Place::Default(_), _) | (_, p @ Place::Default(_)) => p,
             (p @ Place::Omni(_), Place::Omni(_)) => p,
         };
+    }
+    if split && splittable && matches!(place, Place::Shard(_)) {
+        let first = per_bind.iter().flatten().copied().min().unwrap_or(0);
+        return Shard::Pipeline(
+            batch.len,
+            per_bind.iter().map(|s| s.unwrap_or(first)).collect(),
+        );
+    }
+    if split {
+        return Shard::Refused(
+            batch.len,
+            "the request's statements are on several shards, and some name no one shard: a request is split between shards only when each of its statements names one shard".into(),
+        );
     }
     // Whether it may write matters only for these.
     let writes = matches!(place, Place::Omni(_)) && writes();

@@ -1,0 +1,334 @@
+//! An extended-protocol request (up to its Sync) whose statements are on several shards (a
+//! driver's `executemany`): each Bind and Execute sent to its statement's shard, every shard in
+//! a transaction of pgcorral's, committed atomically, and the answers put back in the client's
+//! order, as one server's implicit transaction would give them (up to the first error).
+
+use std::collections::HashMap;
+
+use bytes::{Bytes, BytesMut};
+use pgwire::backend::{self, TxStatus};
+use pgwire::frontend::{self, cstr, BindBody};
+use pgwire::header::HEADER_LEN;
+use pgwire::{encode, Header};
+
+use super::fanout::{answer_error, answer_raw, note_ready, read_server, send, whole, Aimed};
+use super::insert::keep_parse;
+use super::Attach;
+use crate::client_conn::ClientConn;
+use crate::error::{Error, Kind, Result};
+use crate::prepared::{Registry, Source};
+use crate::route::shard::request_len;
+
+/// Bytes of the shards' answers pgcorral holds at most before the client gets them.
+const MAX_ANSWERS: usize = 64 << 20;
+
+const SHAPE: &str = "a request whose statements are on several shards is split between them when it holds only Parse, Bind, Describe and Execute messages (Describe and Execute of the portal just bound), up to one Sync";
+
+/// What one message sent to a shard is answered with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// ParseComplete, BindComplete, a portal's RowDescription or NoData: one message.
+    One,
+    /// A statement's ParameterDescription, then its RowDescription or NoData.
+    Two,
+    /// DataRows up to a CommandComplete, EmptyQueryResponse or PortalSuspended.
+    Rows,
+}
+
+/// One message sent to a shard: how it is answered, and the client's message it answers
+/// (`None`: pgcorral's own, hidden).
+struct Sent {
+    answer: Answer,
+    client: Option<usize>,
+}
+
+/// What one client message got.
+enum Got {
+    Answer(BytesMut),
+    Error(BytesMut),
+}
+
+/// Runs the client's request (at the front of its buffer), each Bind's statement on `shards`'
+/// shard (in the order of the Binds), and answers it.
+pub async fn pipeline(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    registry: &Registry,
+    shards: &[usize],
+) -> Result<()> {
+    let Some(len) = request_len(client) else {
+        return Err(Error::new(Kind::ClientProtocol, "the request is not whole"));
+    };
+    let request = client.buf.split_to(len);
+    let mut involved: Vec<usize> = shards.to_vec();
+    involved.sort_unstable();
+    involved.dedup();
+    let plan = match plan(client, &request, shards, &involved) {
+        Ok(p) => p,
+        Err(msg) => return answer_error(client, "0A000", &msg).await,
+    };
+    let mut fanout = at.shards(involved.iter().copied()).await?;
+    let _aimed = Aimed::at(at.slot, fanout.servers());
+    for (s, (bytes, _)) in fanout.servers().iter_mut().zip(&plan.sends) {
+        send(s, bytes).await?;
+    }
+    let mut got: HashMap<usize, Got> = HashMap::new();
+    let mut held = 0usize;
+    for (s, (_, sent)) in fanout.servers().iter_mut().zip(&plan.sends) {
+        let mut next = sent.iter();
+        let mut current: Option<(&Sent, BytesMut, u8)> = None;
+        loop {
+            let (tag, body) = read_server(s).await?;
+            held += body.len() + HEADER_LEN;
+            match tag {
+                backend::READY_FOR_QUERY => {
+                    note_ready(s, &body);
+                    break;
+                }
+                backend::NOTICE_RESPONSE | backend::PARAMETER_STATUS => continue,
+                backend::NOTIFICATION_RESPONSE => continue,
+                backend::ERROR_RESPONSE => {
+                    let at = match current.take() {
+                        Some((m, _, _)) => m.client,
+                        None => next.next().and_then(|m| m.client),
+                    };
+                    // Answered to pgcorral's own message, it is the client's next one's.
+                    let at = at.or_else(|| next.find_map(|m| m.client));
+                    if let Some(i) = at {
+                        got.insert(i, Got::Error(whole(tag, &body)));
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            let (m, mut bytes, count) = match current.take() {
+                Some(c) => c,
+                None => match next.next() {
+                    Some(m) => (m, BytesMut::new(), 0),
+                    None => continue,
+                },
+            };
+            if m.client.is_some() && held <= MAX_ANSWERS {
+                bytes.extend_from_slice(&whole(tag, &body));
+            }
+            let done = match m.answer {
+                Answer::One => true,
+                Answer::Two => count == 1,
+                Answer::Rows => tag != backend::DATA_ROW,
+            };
+            if done {
+                if let Some(i) = m.client {
+                    got.insert(i, Got::Answer(bytes));
+                }
+            } else {
+                current = Some((m, bytes, count + 1));
+            }
+        }
+    }
+    // The client's answers in its order, up to the first error.
+    let mut out = BytesMut::new();
+    let mut error = None;
+    for i in 0..plan.messages {
+        match got.remove(&i) {
+            Some(Got::Answer(b)) => out.extend_from_slice(&b),
+            Some(Got::Error(e)) => {
+                error = Some((i, e));
+                break;
+            }
+            None => {}
+        }
+    }
+    if held > MAX_ANSWERS && error.is_none() {
+        let mut e = BytesMut::new();
+        encode::error_response(
+            &mut e,
+            "ERROR",
+            "54000",
+            "the answers to a request split between shards exceed what pgcorral holds (64 MiB)",
+        );
+        error = Some((plan.messages, e));
+    }
+    let answered = error.as_ref().map_or(plan.messages, |e| e.0);
+    for (i, name, rest) in &plan.parses {
+        keep_parse(client, registry, name, rest, *i < answered);
+    }
+    if let Some((_, e)) = error {
+        fanout.abort().await;
+        out.extend_from_slice(&e);
+        return answer_raw(client, &out, true).await;
+    }
+    if let Err(e) = fanout.commit().await? {
+        out.extend_from_slice(&e);
+        return answer_raw(client, &out, true).await;
+    }
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    client.reply(&out).await
+}
+
+/// What each involved shard is sent, and the client's Parses (their message, name and body).
+struct Plan {
+    sends: Vec<(BytesMut, Vec<Sent>)>,
+    parses: Vec<(usize, Vec<u8>, Vec<u8>)>,
+    /// The client's messages before its Sync.
+    messages: usize,
+}
+
+/// Splits `request` between `involved` shards (sorted; the first answers Parses and a
+/// statement's Describe).
+fn plan(
+    client: &ClientConn,
+    request: &[u8],
+    shards: &[usize],
+    involved: &[usize],
+) -> std::result::Result<Plan, String> {
+    let shape = || SHAPE.to_string();
+    let index = |shard: usize| involved.iter().position(|&s| s == shard);
+    let mut sends: Vec<(BytesMut, Vec<Sent>)> = involved
+        .iter()
+        .map(|_| (BytesMut::new(), Vec::new()))
+        .collect();
+    let mut parses = Vec::new();
+    // Statements parsed in this request, by name, and the unnamed one.
+    let mut named: Vec<(Vec<u8>, Bytes)> = Vec::new();
+    let mut unnamed: Option<Bytes> = client.statements.unnamed().map(Bytes::copy_from_slice);
+    let mut portal: Option<(Vec<u8>, usize)> = None;
+    let mut binds = shards.iter();
+    let mut pos = 0;
+    let mut i = 0;
+    let mut synced = false;
+    while pos < request.len() {
+        let h = Header::parse(&request[pos..], u32::MAX)
+            .ok()
+            .flatten()
+            .filter(|h| h.total_len() <= request.len() - pos)
+            .ok_or_else(shape)?;
+        let body = &request[pos + HEADER_LEN..pos + h.total_len()];
+        pos += h.total_len();
+        if synced {
+            return Err(shape());
+        }
+        let text_of = |name: &[u8], named: &[(Vec<u8>, Bytes)], unnamed: &Option<Bytes>| {
+            if name.is_empty() {
+                return unnamed.clone();
+            }
+            if let Some((_, b)) = named.iter().rev().find(|(n, _)| n == name) {
+                return Some(b.clone());
+            }
+            match client.statements.named(name).map(|s| &s.source) {
+                Some(Source::Parse(b)) => Some(b.clone()),
+                _ => None,
+            }
+        };
+        match h.tag {
+            frontend::PARSE => {
+                let (name, rest) = cstr(body).ok_or_else(shape)?;
+                if !name.is_empty()
+                    && (client.statements.named(name).is_some()
+                        || named.iter().any(|(n, _)| n == name))
+                {
+                    return Err(shape());
+                }
+                let rest = Bytes::copy_from_slice(rest);
+                let (out, sent) = &mut sends[0];
+                encode::parse(out, b"", &rest);
+                sent.push(Sent {
+                    answer: Answer::One,
+                    client: Some(i),
+                });
+                parses.push((i, name.to_vec(), rest.to_vec()));
+                if name.is_empty() {
+                    unnamed = Some(rest);
+                } else {
+                    named.push((name.to_vec(), rest));
+                }
+            }
+            frontend::BIND => {
+                let bind = BindBody::parse(body).ok_or_else(shape)?;
+                let shard = *binds.next().ok_or_else(shape)?;
+                let k = index(shard).ok_or_else(shape)?;
+                let rest = text_of(bind.statement, &named, &unnamed).ok_or_else(shape)?;
+                let (out, sent) = &mut sends[k];
+                encode::parse(out, b"", &rest);
+                sent.push(Sent {
+                    answer: Answer::One,
+                    client: None,
+                });
+                encode::message(out, frontend::BIND, |b| {
+                    b.extend_from_slice(&[0, 0]);
+                    b.extend_from_slice(bind.after_names);
+                });
+                sent.push(Sent {
+                    answer: Answer::One,
+                    client: Some(i),
+                });
+                portal = Some((bind.portal.to_vec(), k));
+            }
+            frontend::DESCRIBE => {
+                let (&kind, rest) = body.split_first().ok_or_else(shape)?;
+                let (name, _) = cstr(rest).ok_or_else(shape)?;
+                match kind {
+                    b'S' => {
+                        let text = text_of(name, &named, &unnamed).ok_or_else(shape)?;
+                        let (out, sent) = &mut sends[0];
+                        encode::parse(out, b"", &text);
+                        sent.push(Sent {
+                            answer: Answer::One,
+                            client: None,
+                        });
+                        encode::describe(out, b'S', b"");
+                        sent.push(Sent {
+                            answer: Answer::Two,
+                            client: Some(i),
+                        });
+                    }
+                    b'P' => {
+                        let k = match &portal {
+                            Some((p, k)) if p == name => *k,
+                            _ => return Err(shape()),
+                        };
+                        let (out, sent) = &mut sends[k];
+                        encode::describe(out, b'P', b"");
+                        sent.push(Sent {
+                            answer: Answer::One,
+                            client: Some(i),
+                        });
+                    }
+                    _ => return Err(shape()),
+                }
+            }
+            frontend::EXECUTE => {
+                let (name, rest) = cstr(body).ok_or_else(shape)?;
+                let k = match &portal {
+                    Some((p, k)) if p == name => *k,
+                    _ => return Err(shape()),
+                };
+                let (out, sent) = &mut sends[k];
+                encode::message(out, frontend::EXECUTE, |b| {
+                    b.extend_from_slice(&[0]);
+                    b.extend_from_slice(rest);
+                });
+                sent.push(Sent {
+                    answer: Answer::Rows,
+                    client: Some(i),
+                });
+            }
+            frontend::SYNC => {
+                synced = true;
+                continue;
+            }
+            _ => return Err(shape()),
+        }
+        i += 1;
+    }
+    if binds.next().is_some() || !synced {
+        return Err(shape());
+    }
+    for (out, _) in sends.iter_mut() {
+        encode::sync(out);
+    }
+    Ok(Plan {
+        sends,
+        parses,
+        messages: i,
+    })
+}

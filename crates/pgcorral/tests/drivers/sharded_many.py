@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""psycopg's and asyncpg's `executemany` through a sharded pgcorral database: one request of
+many Bind/Execute pairs whose rows are on several shards.
+
+The database `app` has a sharded table accounts(aid int4 key, v text). Each case writes
+`--rows` rows with its own range of keys: psycopg in autocommit mode, psycopg in a transaction
+(its default), asyncpg outside a transaction, asyncpg inside one; then a psycopg executemany
+whose last row fails (a duplicate key) must leave none of its rows behind. The test that runs
+this counts the rows on the shards (every case's, none of the failing one's) and checks that
+every key is where PostgreSQL's hash partitioning puts it.
+
+    sharded_many.py --port P [--host H] [--rows N] [--cases a,b,...]
+
+Prints `many ok: ...` and exits 0; or prints the errors and exits 1.
+"""
+
+import argparse
+import asyncio
+import sys
+
+try:
+    import asyncpg
+    import psycopg
+except ImportError as e:
+    print(f"{e}: python3 -m pip install asyncpg 'psycopg[binary]'", file=sys.stderr)
+    sys.exit(1)
+
+INSERT_PG = "INSERT INTO accounts (aid, v) VALUES (%s, %s)"
+INSERT_A = "INSERT INTO accounts (aid, v) VALUES ($1, $2)"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--rows", type=int, default=1000)
+    ap.add_argument("--cases", default="psycopg_autocommit,psycopg_transaction,asyncpg,asyncpg_transaction,failing")
+    a = ap.parse_args()
+    dsn = f"host={a.host} port={a.port} user=postgres dbname=app sslmode=disable"
+    cases = a.cases.split(",")
+    errors = []
+    done = []
+
+    def keys(case):
+        base = (cases.index(case) + 1) * 100000
+        return [(base + k, f"v{k}") for k in range(a.rows)]
+
+    for case in cases:
+        try:
+            rows = keys(case)
+            if case == "psycopg_autocommit":
+                with psycopg.connect(dsn, autocommit=True) as c:
+                    c.cursor().executemany(INSERT_PG, rows)
+            elif case == "psycopg_transaction":
+                with psycopg.connect(dsn) as c:
+                    c.cursor().executemany(INSERT_PG, rows)
+                    c.commit()
+            elif case in ("asyncpg", "asyncpg_transaction"):
+
+                async def run():
+                    c = await asyncpg.connect(
+                        host=a.host, port=a.port, user="postgres", database="app", ssl=False
+                    )
+                    try:
+                        if case == "asyncpg_transaction":
+                            async with c.transaction():
+                                await c.executemany(INSERT_A, rows)
+                        else:
+                            await c.executemany(INSERT_A, rows)
+                    finally:
+                        await c.close()
+
+                asyncio.run(run())
+            elif case == "failing":
+                # The last row's key is the first's: nothing of the request is kept.
+                bad = rows[:50] + [rows[0]]
+                try:
+                    with psycopg.connect(dsn, autocommit=True) as c:
+                        c.cursor().executemany(INSERT_PG, bad)
+                    errors.append("failing: the duplicate key was not refused")
+                except psycopg.errors.UniqueViolation:
+                    pass
+            done.append(case)
+        except Exception as e:
+            errors.append(f"{case}: {type(e).__name__}: {e}")
+    if errors:
+        print("\n".join(errors))
+        sys.exit(1)
+    print(f"many ok: {', '.join(done)}, {a.rows} rows each")
+
+
+if __name__ == "__main__":
+    main()
