@@ -606,9 +606,13 @@ async fn not_routed(
             link::gather::gather(client, &at, shards, &g.plan, g.len, g.text_bytewise).await?;
             return Ok(true);
         }
-        Decision::SplitPipeline(shards) => {
+        Decision::SplitPipeline(shards, false) => {
             let at = attach(session, client.worker);
             link::pipeline::pipeline(client, &at, &services.statements, &shards).await?;
+            return Ok(true);
+        }
+        Decision::SplitPipeline(shards, true) => {
+            sharded::begin_pipeline(client, services, session, &shards).await?;
             return Ok(true);
         }
         Decision::Scatter(w) => {
@@ -740,7 +744,12 @@ fn run<'a>(
                 }
                 session.slot.set(Some(s.key.clone()));
                 session.link = Link::Pooled(s);
-            } else if between {
+            } else if between
+                || session
+                    .route
+                    .as_mut()
+                    .is_some_and(|r| std::mem::take(&mut r.check_next))
+            {
                 // A sharded database's transaction: its next batch must stay on its shard.
                 between = false;
                 let wait = relay_mode.timeouts.idle_in_transaction;
@@ -754,7 +763,7 @@ fn run<'a>(
                     }
                     Err(e) => return Err(e),
                 }
-                if cold::cold(check_in_transaction(client, &services.router, session)).await? {
+                if cold::cold(check_in_transaction(client, services, session)).await? {
                     between = true;
                     continue;
                 }

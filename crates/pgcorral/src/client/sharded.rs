@@ -8,10 +8,11 @@ use pgwire::encode;
 
 use super::{request, LoggedIn};
 use crate::client_conn::ClientConn;
-use crate::cluster::{Shards, Target};
+use crate::cluster::{Shards, Target, Want};
 use crate::error::{Error, Kind, Result};
-use crate::link::{spanning, Attach, Link};
+use crate::link::{pipeline, spanning, Attach, Link};
 use crate::route::{self, InTransaction};
+use crate::services::Services;
 use crate::session::exec;
 
 /// A sharded database's batch inside a transaction, checked against the transaction's shard:
@@ -19,9 +20,10 @@ use crate::session::exec;
 /// PostgreSQL), false when it goes to the server.
 pub(super) async fn check_in_transaction(
     client: &mut ClientConn,
-    router: &route::Router,
+    services: &Services,
     session: &mut LoggedIn,
 ) -> Result<bool> {
+    let router = &services.router;
     let Some(target) = session.route.as_ref().and_then(|r| r.target) else {
         return Ok(false);
     };
@@ -48,7 +50,7 @@ pub(super) async fn check_in_transaction(
                     return Err(Error::new(Kind::ClientIo, "client closed the connection"));
                 }
             }
-            InTransaction::Switch(_) if status == TxStatus::Failed => {
+            InTransaction::Switch(_) | InTransaction::Pipeline(_) if status == TxStatus::Failed => {
                 // Failed where it is: every statement until its end is refused, as
                 // PostgreSQL refuses them.
                 let len = route::shard::request_len(client).unwrap_or(0);
@@ -57,6 +59,32 @@ pub(super) async fn check_in_transaction(
                 route::tx::aborted(&mut out);
                 encode::ready_for_query(&mut out, TxStatus::Failed);
                 send(client, &out).await?;
+                return Ok(true);
+            }
+            InTransaction::Pipeline(shards) => {
+                let begin = super::routing(&mut session.route)
+                    .tx_begin
+                    .clone()
+                    .unwrap_or_default();
+                let at = Attach {
+                    cluster: &session.cluster,
+                    slot: &session.slot,
+                    worker: client.worker,
+                    wait: session.wait,
+                    settings: &session.settings,
+                };
+                let now = pipeline::in_transaction(
+                    client,
+                    &at,
+                    &services.statements,
+                    (&shards, shard),
+                    (&mut session.link, &begin),
+                )
+                .await?;
+                super::routing(&mut session.route).target = Some(Target {
+                    shards: Shards::One(now),
+                    ..target
+                });
                 return Ok(true);
             }
             InTransaction::Switch(to) => {
@@ -123,4 +151,44 @@ async fn send(client: &mut ClientConn, out: &[u8]) -> Result<()> {
         .send(out)
         .await
         .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
+}
+
+/// The first request of the client's transaction (begun by a lone BEGIN), with statements on
+/// several shards: the transaction begins on the first of them and spreads to the others.
+pub(super) async fn begin_pipeline(
+    client: &mut ClientConn,
+    services: &Services,
+    session: &mut LoggedIn,
+    shards: &[usize],
+) -> Result<()> {
+    let route = super::routing(&mut session.route);
+    let begin = route.tx_begin.clone().unwrap_or_default();
+    let first = shards.iter().copied().min().unwrap_or(0);
+    let at = Attach {
+        cluster: &session.cluster,
+        slot: &session.slot,
+        worker: client.worker,
+        wait: session.wait,
+        settings: &session.settings,
+    };
+    let mut s = at.checkout(first, Want::Primary, true).await?;
+    exec::in_transaction(&mut s, &begin).await?;
+    session.slot.set(Some(s.key.clone()));
+    session.link = Link::Pooled(s);
+    let now = pipeline::in_transaction(
+        client,
+        &at,
+        &services.statements,
+        (shards, first),
+        (&mut session.link, &begin),
+    )
+    .await?;
+    let route = super::routing(&mut session.route);
+    route.target = Some(Target {
+        shards: Shards::One(now),
+        want: Want::Primary,
+        writes: true,
+    });
+    route.check_next = true;
+    Ok(())
 }

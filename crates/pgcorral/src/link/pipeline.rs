@@ -13,9 +13,10 @@ use pgwire::{encode, Header};
 
 use super::fanout::{answer_error, answer_raw, note_ready, read_server, send, whole, Aimed};
 use super::insert::keep_parse;
-use super::Attach;
+use super::{spanning, Attach, Link};
 use crate::client_conn::ClientConn;
 use crate::error::{Error, Kind, Result};
+use crate::pool::Checkout;
 use crate::prepared::{Registry, Source};
 use crate::route::shard::request_len;
 
@@ -48,33 +49,112 @@ enum Got {
     Error(BytesMut),
 }
 
-/// Runs the client's request (at the front of its buffer), each Bind's statement on `shards`'
-/// shard (in the order of the Binds), and answers it.
+/// Runs the client's request (at the front of its buffer), outside a transaction, each Bind's
+/// statement on `shards`' shard (in the order of the Binds), and answers it.
 pub async fn pipeline(
     client: &mut ClientConn,
     at: &Attach<'_>,
     registry: &Registry,
     shards: &[usize],
 ) -> Result<()> {
-    let Some(len) = request_len(client) else {
-        return Err(Error::new(Kind::ClientProtocol, "the request is not whole"));
-    };
-    let request = client.buf.split_to(len);
-    let mut involved: Vec<usize> = shards.to_vec();
-    involved.sort_unstable();
-    involved.dedup();
+    let (request, involved) = take(client, shards)?;
     let plan = match plan(client, &request, shards, &involved) {
         Ok(p) => p,
         Err(msg) => return answer_error(client, "0A000", &msg).await,
     };
     let mut fanout = at.shards(involved.iter().copied()).await?;
     let _aimed = Aimed::at(at.slot, fanout.servers());
-    for (s, (bytes, _)) in fanout.servers().iter_mut().zip(&plan.sends) {
+    let mut servers: Vec<&mut Checkout> = fanout.servers().iter_mut().collect();
+    let (mut out, error) = exchange(&plan, &mut servers).await?;
+    drop(servers);
+    keep_parses(client, registry, &plan, error.as_ref().map(|e| e.0));
+    if let Some((_, _, e)) = error {
+        fanout.abort().await;
+        out.extend_from_slice(&e);
+        return answer_raw(client, &out, true).await;
+    }
+    if let Err(e) = fanout.commit().await? {
+        out.extend_from_slice(&e);
+        return answer_raw(client, &out, true).await;
+    }
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    client.reply(&out).await
+}
+
+/// [`pipeline`] inside the client's transaction, now on `shard` in `link`: it spreads to each
+/// shard the request needs (`begin` run there first), nothing is committed, and an error fails
+/// the transaction (the failed shard's server becomes the current one, so that the client's
+/// next requests are refused as PostgreSQL refuses them).
+pub async fn in_transaction(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    registry: &Registry,
+    (shards, shard): (&[usize], usize),
+    (link, begin): (&mut Link, &str),
+) -> Result<usize> {
+    let (request, involved) = take(client, shards)?;
+    let plan = match plan(client, &request, shards, &involved) {
+        Ok(p) => p,
+        Err(msg) => {
+            let mut out = BytesMut::new();
+            encode::error_response(&mut out, "ERROR", "0A000", &msg);
+            spanning::fail_current(link).await;
+            encode::ready_for_query(&mut out, TxStatus::Failed);
+            client.reply(&out).await?;
+            return Ok(shard);
+        }
+    };
+    let spanning = spanning::join(link, at, shard, (&involved, begin)).await?;
+    let mut servers = spanning.servers(&involved);
+    let (mut out, error) = exchange(&plan, &mut servers).await?;
+    drop(servers);
+    keep_parses(client, registry, &plan, error.as_ref().map(|e| e.0));
+    let status = match error {
+        Some((_, k, e)) => {
+            out.extend_from_slice(&e);
+            spanning.make_current(involved[k]);
+            TxStatus::Failed
+        }
+        None => TxStatus::InTransaction,
+    };
+    at.slot.set(Some(spanning.current.key.clone()));
+    encode::ready_for_query(&mut out, status);
+    client.reply(&out).await?;
+    Ok(spanning.shard)
+}
+
+/// The request at the front of the client's buffer, taken out, and the shards it involves.
+fn take(client: &mut ClientConn, shards: &[usize]) -> Result<(BytesMut, Vec<usize>)> {
+    let Some(len) = request_len(client) else {
+        return Err(Error::new(Kind::ClientProtocol, "the request is not whole"));
+    };
+    let mut involved: Vec<usize> = shards.to_vec();
+    involved.sort_unstable();
+    involved.dedup();
+    Ok((client.buf.split_to(len), involved))
+}
+
+/// The client's Parses took effect up to its first failed message (`failed`), as on one server.
+fn keep_parses(client: &mut ClientConn, registry: &Registry, plan: &Plan, failed: Option<usize>) {
+    let answered = failed.unwrap_or(plan.messages);
+    for (i, name, rest) in &plan.parses {
+        keep_parse(client, registry, name, rest, *i < answered);
+    }
+}
+
+/// Sends each server its part and reads the answers: the client's, in its order, up to the
+/// first error, and that error (the client's message it answers, the server's index, the
+/// error itself).
+async fn exchange(
+    plan: &Plan,
+    servers: &mut [&mut Checkout],
+) -> Result<(BytesMut, Option<(usize, usize, BytesMut)>)> {
+    for (s, (bytes, _)) in servers.iter_mut().zip(&plan.sends) {
         send(s, bytes).await?;
     }
-    let mut got: HashMap<usize, Got> = HashMap::new();
+    let mut got: HashMap<usize, (usize, Got)> = HashMap::new();
     let mut held = 0usize;
-    for (s, (_, sent)) in fanout.servers().iter_mut().zip(&plan.sends) {
+    for (k, (s, (_, sent))) in servers.iter_mut().zip(&plan.sends).enumerate() {
         let mut next = sent.iter();
         let mut current: Option<(&Sent, BytesMut, u8)> = None;
         loop {
@@ -85,8 +165,9 @@ pub async fn pipeline(
                     note_ready(s, &body);
                     break;
                 }
-                backend::NOTICE_RESPONSE | backend::PARAMETER_STATUS => continue,
-                backend::NOTIFICATION_RESPONSE => continue,
+                backend::NOTICE_RESPONSE
+                | backend::PARAMETER_STATUS
+                | backend::NOTIFICATION_RESPONSE => continue,
                 backend::ERROR_RESPONSE => {
                     let at = match current.take() {
                         Some((m, _, _)) => m.client,
@@ -95,7 +176,7 @@ pub async fn pipeline(
                     // Answered to pgcorral's own message, it is the client's next one's.
                     let at = at.or_else(|| next.find_map(|m| m.client));
                     if let Some(i) = at {
-                        got.insert(i, Got::Error(whole(tag, &body)));
+                        got.insert(i, (k, Got::Error(whole(tag, &body))));
                     }
                     continue;
                 }
@@ -118,7 +199,7 @@ pub async fn pipeline(
             };
             if done {
                 if let Some(i) = m.client {
-                    got.insert(i, Got::Answer(bytes));
+                    got.insert(i, (k, Got::Answer(bytes)));
                 }
             } else {
                 current = Some((m, bytes, count + 1));
@@ -127,18 +208,14 @@ pub async fn pipeline(
     }
     // The client's answers in its order, up to the first error.
     let mut out = BytesMut::new();
-    let mut error = None;
     for i in 0..plan.messages {
         match got.remove(&i) {
-            Some(Got::Answer(b)) => out.extend_from_slice(&b),
-            Some(Got::Error(e)) => {
-                error = Some((i, e));
-                break;
-            }
+            Some((_, Got::Answer(b))) => out.extend_from_slice(&b),
+            Some((k, Got::Error(e))) => return Ok((out, Some((i, k, e)))),
             None => {}
         }
     }
-    if held > MAX_ANSWERS && error.is_none() {
+    if held > MAX_ANSWERS {
         let mut e = BytesMut::new();
         encode::error_response(
             &mut e,
@@ -146,23 +223,9 @@ pub async fn pipeline(
             "54000",
             "the answers to a request split between shards exceed what pgcorral holds (64 MiB)",
         );
-        error = Some((plan.messages, e));
+        return Ok((out, Some((plan.messages, 0, e))));
     }
-    let answered = error.as_ref().map_or(plan.messages, |e| e.0);
-    for (i, name, rest) in &plan.parses {
-        keep_parse(client, registry, name, rest, *i < answered);
-    }
-    if let Some((_, e)) = error {
-        fanout.abort().await;
-        out.extend_from_slice(&e);
-        return answer_raw(client, &out, true).await;
-    }
-    if let Err(e) = fanout.commit().await? {
-        out.extend_from_slice(&e);
-        return answer_raw(client, &out, true).await;
-    }
-    encode::ready_for_query(&mut out, TxStatus::Idle);
-    client.reply(&out).await
+    Ok((out, None))
 }
 
 /// What each involved shard is sent, and the client's Parses (their message, name and body).

@@ -97,6 +97,78 @@ pub async fn switch(
     Ok(())
 }
 
+/// The transaction in `link` (now on `shard`) with a server of each of `shards` (`begin`
+/// run on each that joins), its current server unchanged.
+pub async fn join<'l>(
+    link: &'l mut Link,
+    at: &Attach<'_>,
+    shard: usize,
+    (shards, begin): (&[usize], &str),
+) -> Result<&'l mut Spanning> {
+    if let Link::Pooled(_) = link {
+        let Link::Pooled(current) = mem::take(link) else {
+            unreachable!("matched above")
+        };
+        *link = Link::Spanning(Box::new(Spanning {
+            current,
+            shard,
+            others: Vec::new(),
+            prepared: None,
+            cluster: at.cluster.clone(),
+            worker: at.worker,
+        }));
+    }
+    let Link::Spanning(spanning) = link else {
+        return Err(Error::new(
+            Kind::ServerIo,
+            "a transaction across shards without its server",
+        ));
+    };
+    for &to in shards {
+        if to == spanning.shard || spanning.others.iter().any(|(n, _)| *n == to) {
+            continue;
+        }
+        let mut s = at.checkout(to, Want::Primary, true).await?;
+        exec::in_transaction(&mut s, begin).await?;
+        spanning.others.push((to, s));
+    }
+    Ok(spanning)
+}
+
+impl Spanning {
+    /// The servers of `shards` (each one the transaction has), in that order.
+    pub fn servers(&mut self, shards: &[usize]) -> Vec<&mut Checkout> {
+        let mut all: Vec<(usize, &mut Checkout)> = self
+            .others
+            .iter_mut()
+            .map(|(n, s)| (*n, s))
+            .chain(std::iter::once((self.shard, &mut self.current)))
+            .filter(|(n, _)| shards.contains(n))
+            .collect();
+        all.sort_by_key(|(n, _)| shards.iter().position(|s| s == n));
+        all.into_iter().map(|(_, s)| s).collect()
+    }
+
+    /// Makes `shard`'s server the one the client's requests go to.
+    pub fn make_current(&mut self, shard: usize) {
+        if let Some(i) = self.others.iter().position(|(n, _)| *n == shard) {
+            let (n, s) = self.others.swap_remove(i);
+            let previous = mem::replace(&mut self.current, s);
+            self.others.push((self.shard, previous));
+            self.shard = n;
+        }
+    }
+}
+
+/// Fails the transaction on the current server of `link` (a request pgcorral refused inside
+/// it), so that it ends as the client is told.
+pub async fn fail_current(link: &mut Link) {
+    if let Some(s) = link.pooled() {
+        let fail = "DO $pgcorral$BEGIN RAISE EXCEPTION 'refused by pgcorral'; END$pgcorral$";
+        let _ = exec::in_transaction(s, fail).await;
+    }
+}
+
 /// Before the client's COMMIT goes to the current server: every other shard's part prepared
 /// (a gid naming the current shard and its transaction id). `Ok(Err(e))`: a shard refused,
 /// everything is rolled back, and `e` is the client's error. A transaction already failed on

@@ -51,6 +51,9 @@ pub struct ClientRoute {
     /// The transaction now running made a savepoint: it cannot spread to another shard
     /// (rolling back to it would not undo the other shard's work).
     pub savepoints: bool,
+    /// The client's transaction was begun by pgcorral on several shards with its first
+    /// request: its next request is checked as any inside a transaction.
+    pub check_next: bool,
     /// A ReadyForQuery pgcorral owes the client once the request now routed is answered: a
     /// Parse and Describe inside a deferred transaction run outside it, their Sync sent as a
     /// Flush, so the client's ReadyForQuery (in a transaction) comes from pgcorral.
@@ -126,8 +129,10 @@ pub enum Decision {
     /// A write that no one shard takes: run on each shard it touches, committed atomically.
     Scatter(Box<Scattered>),
     /// An extended-protocol request whose statements are on several shards (each Bind's
-    /// shard, in order): split between them, committed atomically.
-    SplitPipeline(Vec<usize>),
+    /// shard, in order): split between them, committed atomically; or (`true`) the first
+    /// request of the client's transaction (begun alone, [`ClientRoute::tx_begin`]), which
+    /// begins on those shards.
+    SplitPipeline(Vec<usize>, bool),
 }
 
 /// A write across shards, as [`decide`] placed it.
@@ -273,13 +278,14 @@ pub fn decide(
         | shard::Shard::MovesKey(len, _, _, why) => Err((len, why)),
         shard::Shard::NeedMore => return Decision::NeedMore,
         shard::Shard::CopyIn(t) if route.deferred.is_none() => return Decision::CopyIn(t),
-        shard::Shard::Pipeline(_, shards) if route.deferred.is_none() => {
-            return Decision::SplitPipeline(shards)
+        shard::Shard::Pipeline(_, shards) => {
+            // The first request of a transaction begun alone: it begins on those shards.
+            let begins = route.deferred.take().map(|d| {
+                route.tx_begin = Some(d.begin.into_boxed_str());
+                route.savepoints = false;
+            });
+            return Decision::SplitPipeline(shards, begins.is_some());
         }
-        shard::Shard::Pipeline(len, _) => Err((
-            len,
-            "a request whose statements are on several shards is split between them outside a transaction only, for now".to_string(),
-        )),
         shard::Shard::SplitInsert(rows) if route.deferred.is_none() => {
             return Decision::SplitInsert(rows)
         }
@@ -303,8 +309,13 @@ pub fn decide(
                 route.pending_begin = Some(d.begin.into_boxed_str());
                 route.tx_begin = route.pending_begin.clone();
             } else {
-                // Not begun by a lone BEGIN: a transaction it opens stays on its shard.
-                route.tx_begin = None;
+                // A request that begins with a BEGIN statement of its own (a driver's
+                // extended-protocol BEGIN): the transaction may spread with that BEGIN; any
+                // other transaction it opens stays on its shard.
+                route.tx_begin = shard::batch_texts(client)
+                    .and_then(|t| t.first().copied())
+                    .filter(|t| matches!(tx::command(t), Some(tx::TxCommand::Begin(_))))
+                    .map(Box::from);
             }
             route.savepoints = false;
             target.shards = Shards::One(n);
@@ -525,6 +536,9 @@ pub enum InTransaction {
     NeedMore,
     /// It goes to shard `n`: the transaction spreads there (the request is left to run).
     Switch(usize),
+    /// Its statements are on these shards (each Bind's, in order): the transaction spreads
+    /// to them and the request is split between them.
+    Pipeline(Vec<usize>),
     /// The transaction spans shards and this ends it (a lone COMMIT, END, ROLLBACK or
     /// ABORT in a simple Query, left to run on the current shard): pgcorral ends the other
     /// shards' parts with it.
@@ -649,6 +663,9 @@ pub async fn in_transaction(
         shard::Shard::Refused(len, msg) => {
             client.buf.advance(len);
             InTransaction::Fail(msg)
+        }
+        shard::Shard::Pipeline(_, shards) if route.tx_begin.is_some() && !route.savepoints => {
+            InTransaction::Pipeline(shards)
         }
         shard::Shard::CopyIn(_) | shard::Shard::SplitInsert(_) | shard::Shard::Pipeline(..) => {
             let len = shard::request_len(client).unwrap_or(0);

@@ -127,6 +127,17 @@ pub fn shard_of(
             (p @ Place::Omni(_), Place::Omni(_)) => p,
         };
     }
+    // Transaction control has no place in a request split between shards (each part runs in
+    // a transaction of pgcorral's).
+    let controls = |t: &&str| {
+        super::tx::command(t).is_some() || super::tx::control(&[*t], escapes) != (false, false)
+    };
+    if split && batch.statements.iter().map(|s| s.0).any(|t| controls(&t)) {
+        return Shard::Refused(
+            batch.len,
+            "a request whose statements are on several shards cannot hold transaction control (BEGIN, COMMIT, ROLLBACK, savepoints): send it in a request of its own".into(),
+        );
+    }
     if split && splittable && matches!(place, Place::Shard(_)) {
         let first = per_bind.iter().flatten().copied().min().unwrap_or(0);
         return Shard::Pipeline(

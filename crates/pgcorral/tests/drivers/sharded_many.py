@@ -5,7 +5,8 @@ many Bind/Execute pairs whose rows are on several shards.
 The database `app` has a sharded table accounts(aid int4 key, v text). Each case writes
 `--rows` rows with its own range of keys: psycopg in autocommit mode, psycopg in a transaction
 (its default), asyncpg outside a transaction, asyncpg inside one; then a psycopg executemany
-whose last row fails (a duplicate key) must leave none of its rows behind. The test that runs
+whose last row fails (a duplicate key) must leave none of its rows behind, outside a
+transaction and inside one (where the next statement is refused until ROLLBACK). The test that runs
 this counts the rows on the shards (every case's, none of the failing one's) and checks that
 every key is where PostgreSQL's hash partitioning puts it.
 
@@ -34,7 +35,10 @@ def main():
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--rows", type=int, default=1000)
-    ap.add_argument("--cases", default="psycopg_autocommit,psycopg_transaction,asyncpg,asyncpg_transaction,failing")
+    ap.add_argument(
+        "--cases",
+        default="psycopg_autocommit,psycopg_transaction,asyncpg,asyncpg_transaction,failing,failing_transaction",
+    )
     a = ap.parse_args()
     dsn = f"host={a.host} port={a.port} user=postgres dbname=app sslmode=disable"
     cases = a.cases.split(",")
@@ -80,6 +84,21 @@ def main():
                     errors.append("failing: the duplicate key was not refused")
                 except psycopg.errors.UniqueViolation:
                     pass
+            elif case == "failing_transaction":
+                # In a transaction: the error fails it on every shard; nothing is kept.
+                bad = rows[:50] + [rows[0]]
+                with psycopg.connect(dsn) as c:
+                    try:
+                        c.cursor().executemany(INSERT_PG, bad)
+                        errors.append("failing_transaction: the duplicate key was not refused")
+                    except psycopg.errors.UniqueViolation:
+                        pass
+                    try:
+                        c.execute(INSERT_PG, (rows[-1][0], "after"))
+                        errors.append("failing_transaction: a statement after the error ran")
+                    except psycopg.errors.InFailedSqlTransaction:
+                        pass
+                    c.rollback()
             done.append(case)
         except Exception as e:
             errors.append(f"{case}: {type(e).__name__}: {e}")
