@@ -668,3 +668,55 @@ async fn executemany_of_psycopg_and_asyncpg_puts_every_row_on_its_shard() {
         .iter()
         .all(|n| n != "0"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_insert_of_rows_on_several_shards_is_split_inside_a_transaction_too() {
+    let shards = start(3, TABLES);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    let rows = |from: i64| -> String {
+        let v: Vec<String> = (from..from + 30).map(|k| format!("({k}, 1)")).collect();
+        format!("INSERT INTO accounts VALUES {}", v.join(", "))
+    };
+    let total = || -> i64 {
+        on_each(&shards, "SELECT count(*) FROM accounts")
+            .iter()
+            .map(|n| n.parse::<i64>().unwrap())
+            .sum()
+    };
+    // The first statement of a transaction, then another, then COMMIT: all kept.
+    c.simple_query("BEGIN").await.unwrap();
+    let m = c.simple_query(&rows(1)).await.unwrap();
+    assert_eq!(count(&m), 30);
+    let m = c.simple_query(&rows(101)).await.unwrap();
+    assert_eq!(count(&m), 30);
+    assert_eq!(
+        value(&c, "SELECT v FROM accounts WHERE aid = 105").await,
+        "1"
+    );
+    c.simple_query("COMMIT").await.unwrap();
+    assert_eq!(total(), 60);
+    support::sharding::assert_placed(&shards, "accounts", "aid", "int4");
+    // ROLLBACK: none kept.
+    c.simple_query("BEGIN").await.unwrap();
+    c.simple_query("UPDATE accounts SET v = 2 WHERE aid = 1")
+        .await
+        .unwrap();
+    c.simple_query(&rows(201)).await.unwrap();
+    c.simple_query("ROLLBACK").await.unwrap();
+    assert_eq!(total(), 60);
+    assert_eq!(value(&c, "SELECT v FROM accounts WHERE aid = 1").await, "1");
+    // A failing split INSERT fails the transaction everywhere.
+    c.simple_query("BEGIN").await.unwrap();
+    c.simple_query(&rows(301)).await.unwrap();
+    let e = c.simple_query(&rows(1)).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "23505");
+    let e = c
+        .simple_query("UPDATE accounts SET v = 3 WHERE aid = 2")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02");
+    c.simple_query("COMMIT").await.unwrap();
+    assert_eq!(total(), 60);
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+}

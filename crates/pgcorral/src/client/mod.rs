@@ -590,7 +590,11 @@ async fn not_routed(
     let reply = match decision {
         Decision::Route(_) => return Ok(false),
         Decision::Reply(out) => out,
-        Decision::SplitInsert(rows) => {
+        Decision::SplitInsert(rows, true) => {
+            sharded::begin_split(client, services, session, sharded::Split::Insert(rows)).await?;
+            return Ok(true);
+        }
+        Decision::SplitInsert(rows, false) => {
             let escapes = session.route.as_ref().is_some_and(|r| r.escapes);
             let at = attach(session, client.worker);
             link::insert::insert(client, &at, &services.statements, rows, escapes).await?;
@@ -612,7 +616,8 @@ async fn not_routed(
             return Ok(true);
         }
         Decision::SplitPipeline(shards, true) => {
-            sharded::begin_pipeline(client, services, session, &shards).await?;
+            let split = sharded::Split::Pipeline(shards);
+            sharded::begin_split(client, services, session, split).await?;
             return Ok(true);
         }
         Decision::Scatter(w) => {

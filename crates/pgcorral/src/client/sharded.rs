@@ -10,7 +10,7 @@ use super::{request, LoggedIn};
 use crate::client_conn::ClientConn;
 use crate::cluster::{Shards, Target, Want};
 use crate::error::{Error, Kind, Result};
-use crate::link::{pipeline, spanning, Attach, Link};
+use crate::link::{insert, pipeline, spanning, Attach, Link};
 use crate::route::{self, InTransaction};
 use crate::services::Services;
 use crate::session::exec;
@@ -50,7 +50,11 @@ pub(super) async fn check_in_transaction(
                     return Err(Error::new(Kind::ClientIo, "client closed the connection"));
                 }
             }
-            InTransaction::Switch(_) | InTransaction::Pipeline(_) if status == TxStatus::Failed => {
+            InTransaction::Switch(_)
+            | InTransaction::Pipeline(_)
+            | InTransaction::SplitInsert(_)
+                if status == TxStatus::Failed =>
+            {
                 // Failed where it is: every statement until its end is refused, as
                 // PostgreSQL refuses them.
                 let len = route::shard::request_len(client).unwrap_or(0);
@@ -62,29 +66,11 @@ pub(super) async fn check_in_transaction(
                 return Ok(true);
             }
             InTransaction::Pipeline(shards) => {
-                let begin = super::routing(&mut session.route)
-                    .tx_begin
-                    .clone()
-                    .unwrap_or_default();
-                let at = Attach {
-                    cluster: &session.cluster,
-                    slot: &session.slot,
-                    worker: client.worker,
-                    wait: session.wait,
-                    settings: &session.settings,
-                };
-                let now = pipeline::in_transaction(
-                    client,
-                    &at,
-                    &services.statements,
-                    (&shards, shard),
-                    (&mut session.link, &begin),
-                )
-                .await?;
-                super::routing(&mut session.route).target = Some(Target {
-                    shards: Shards::One(now),
-                    ..target
-                });
+                run_split(client, services, session, Split::Pipeline(shards), shard).await?;
+                return Ok(true);
+            }
+            InTransaction::SplitInsert(rows) => {
+                run_split(client, services, session, Split::Insert(rows), shard).await?;
                 return Ok(true);
             }
             InTransaction::Switch(to) => {
@@ -153,17 +139,35 @@ async fn send(client: &mut ClientConn, out: &[u8]) -> Result<()> {
         .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
 }
 
-/// The first request of the client's transaction (begun by a lone BEGIN), with statements on
-/// several shards: the transaction begins on the first of them and spreads to the others.
-pub(super) async fn begin_pipeline(
+/// A request split between shards inside the client's transaction.
+pub(super) enum Split {
+    /// An extended-protocol batch: each Bind's shard, in order.
+    Pipeline(Vec<usize>),
+    /// A multi-row INSERT: each row's shard, in order.
+    Insert(Vec<usize>),
+}
+
+impl Split {
+    fn shards(&self) -> &[usize] {
+        match self {
+            Split::Pipeline(s) | Split::Insert(s) => s,
+        }
+    }
+}
+
+/// The first request of the client's transaction (begun by a lone BEGIN) split between
+/// shards: the transaction begins on the first of them and spreads to the others.
+pub(super) async fn begin_split(
     client: &mut ClientConn,
     services: &Services,
     session: &mut LoggedIn,
-    shards: &[usize],
+    split: Split,
 ) -> Result<()> {
-    let route = super::routing(&mut session.route);
-    let begin = route.tx_begin.clone().unwrap_or_default();
-    let first = shards.iter().copied().min().unwrap_or(0);
+    let begin = super::routing(&mut session.route)
+        .tx_begin
+        .clone()
+        .unwrap_or_default();
+    let first = split.shards().iter().copied().min().unwrap_or(0);
     let at = Attach {
         cluster: &session.cluster,
         slot: &session.slot,
@@ -175,20 +179,48 @@ pub(super) async fn begin_pipeline(
     exec::in_transaction(&mut s, &begin).await?;
     session.slot.set(Some(s.key.clone()));
     session.link = Link::Pooled(s);
-    let now = pipeline::in_transaction(
-        client,
-        &at,
-        &services.statements,
-        (shards, first),
-        (&mut session.link, &begin),
-    )
-    .await?;
-    let route = super::routing(&mut session.route);
-    route.target = Some(Target {
-        shards: Shards::One(now),
+    super::routing(&mut session.route).target = Some(Target {
+        shards: Shards::One(first),
         want: Want::Primary,
         writes: true,
     });
-    route.check_next = true;
+    run_split(client, services, session, split, first).await?;
+    super::routing(&mut session.route).check_next = true;
+    Ok(())
+}
+
+/// Runs `split` inside the client's transaction, now on `shard`; the transaction's target
+/// follows the shard it is on after it.
+async fn run_split(
+    client: &mut ClientConn,
+    services: &Services,
+    session: &mut LoggedIn,
+    split: Split,
+    shard: usize,
+) -> Result<()> {
+    let route = super::routing(&mut session.route);
+    let begin = route.tx_begin.clone().unwrap_or_default();
+    let escapes = route.escapes;
+    let at = Attach {
+        cluster: &session.cluster,
+        slot: &session.slot,
+        worker: client.worker,
+        wait: session.wait,
+        settings: &session.settings,
+    };
+    let registry = &services.statements;
+    let link = (&mut session.link, &*begin);
+    let now = match split {
+        Split::Pipeline(shards) => {
+            pipeline::in_transaction(client, &at, registry, (&shards, shard), link).await?
+        }
+        Split::Insert(rows) => {
+            insert::in_transaction(client, &at, (registry, escapes), (rows, shard), link).await?
+        }
+    };
+    let route = super::routing(&mut session.route);
+    if let Some(t) = &mut route.target {
+        t.shards = Shards::One(now);
+    }
     Ok(())
 }

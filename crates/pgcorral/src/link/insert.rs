@@ -13,9 +13,10 @@ use pgwire::header::HEADER_LEN;
 use pgwire::{encode, frontend, Header};
 
 use super::fanout::{answer_error, answer_raw, note_ready, read_server, send, whole};
-use super::Attach;
+use super::{spanning, Attach, Link};
 use crate::client_conn::ClientConn;
 use crate::error::{Error, Kind, Result};
+use crate::pool::Checkout;
 use crate::prepared::{Registry, Source};
 use crate::route::shard::request_len;
 use crate::shard::insert::{parse_rest, split, subset, Part};
@@ -62,21 +63,130 @@ pub async fn insert(
         Err((code, msg)) => return answer_error(client, code, &msg).await,
     };
     let mut fanout = at.shards(work.shards.iter().copied()).await?;
-    let servers = fanout.servers();
-    // Each shard's answers are kept until every shard has answered: a failure on one leaves
-    // nothing of the others behind, and the client sees none of their rows.
-    let mut shown = BytesMut::new();
-    let mut answered = 0;
-    let mut described: Option<BytesMut> = None;
-    let mut data = BytesMut::new();
-    let mut total = 0u64;
-    let mut tag_prefix = String::from("INSERT 0");
-    let mut failed: Option<BytesMut> = None;
-    for (i, (s, (bytes, mut slots))) in servers
+    let mut servers: Vec<&mut Checkout> = fanout.servers().iter_mut().collect();
+    let done = exchange(&work, &mut servers).await?;
+    drop(servers);
+    if let Some((name, rest, slot)) = &work.parse {
+        keep_parse(client, registry, name, rest, done.answered > *slot);
+    }
+    if let Some((_, error)) = done.failed {
+        fanout.abort().await;
+        let mut shown = done.shown;
+        shown.extend_from_slice(&error);
+        return answer_raw(client, &shown, true).await;
+    }
+    let mut out = done.shown.clone();
+    if let Err(error) = fanout.commit().await? {
+        out.extend_from_slice(&error);
+        return answer_raw(client, &out, true).await;
+    }
+    done.answer(&mut out);
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    client.reply(&out).await
+}
+
+/// [`insert`] inside the client's transaction, now on `shard` in `link`: it spreads to the
+/// rows' shards (`begin` run on each that joins), nothing is committed, and an error fails the
+/// transaction (the failed shard's server becomes the current one). Returns the shard the
+/// transaction is now on.
+pub async fn in_transaction(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    (registry, escapes): (&Registry, bool),
+    (rows, shard): (Vec<usize>, usize),
+    (link, begin): (&mut Link, &str),
+) -> Result<usize> {
+    let Some(len) = request_len(client) else {
+        return Err(Error::new(
+            Kind::ClientProtocol,
+            "the INSERT request is not whole",
+        ));
+    };
+    let request = client.buf.split_to(len);
+    let work = if request.first() == Some(&frontend::QUERY) {
+        client.statements.drop_unnamed();
+        simple(&request, &rows, escapes)
+    } else {
+        extended(client, &request, &rows, escapes)
+    };
+    let work = match work {
+        Ok(w) => w,
+        Err((code, msg)) => {
+            let mut out = BytesMut::new();
+            encode::error_response(&mut out, "ERROR", code, &msg);
+            spanning::fail_current(link).await;
+            encode::ready_for_query(&mut out, TxStatus::Failed);
+            client.reply(&out).await?;
+            return Ok(shard);
+        }
+    };
+    let spanning = spanning::join(link, at, shard, (&work.shards, begin)).await?;
+    let mut servers = spanning.servers(&work.shards);
+    let done = exchange(&work, &mut servers).await?;
+    drop(servers);
+    if let Some((name, rest, slot)) = &work.parse {
+        keep_parse(client, registry, name, rest, done.answered > *slot);
+    }
+    let mut out = done.shown.clone();
+    let status = match &done.failed {
+        Some((k, error)) => {
+            out.extend_from_slice(error);
+            spanning.make_current(work.shards[*k]);
+            TxStatus::Failed
+        }
+        None => {
+            done.answer(&mut out);
+            TxStatus::InTransaction
+        }
+    };
+    at.slot.set(Some(spanning.current.key.clone()));
+    encode::ready_for_query(&mut out, status);
+    client.reply(&out).await?;
+    Ok(spanning.shard)
+}
+
+/// What the shards answered an INSERT split between them.
+struct Exchanged {
+    /// Answers to the client's own messages (from the first shard), in its order.
+    shown: BytesMut,
+    /// How many of the first shard's answers to its first messages came.
+    answered: usize,
+    described: Option<BytesMut>,
+    data: BytesMut,
+    total: u64,
+    tag_prefix: String,
+    /// The first error, and the index of the server that sent it.
+    failed: Option<(usize, BytesMut)>,
+}
+
+impl Exchanged {
+    /// The INSERT's own answer: its RETURNING rows and `INSERT 0 n`.
+    fn answer(&self, out: &mut BytesMut) {
+        out.extend_from_slice(self.described.as_deref().unwrap_or_default());
+        out.extend_from_slice(&self.data);
+        encode::command_complete(out, &format!("{} {}", self.tag_prefix, self.total));
+    }
+}
+
+/// Sends each shard its part, one after the other, and reads its answers; stops at the first
+/// shard that fails. Each shard's answers are kept until every shard has answered: a failure
+/// on one leaves nothing of the others behind, and the client sees none of their rows.
+async fn exchange(work: &Work, servers: &mut [&mut Checkout]) -> Result<Exchanged> {
+    let mut done = Exchanged {
+        shown: BytesMut::new(),
+        answered: 0,
+        described: None,
+        data: BytesMut::new(),
+        total: 0,
+        tag_prefix: String::from("INSERT 0"),
+        failed: None,
+    };
+    for (i, (s, (bytes, slots))) in servers
         .iter_mut()
-        .zip(work.sends.iter().zip(work.slots))
+        .zip(work.sends.iter().zip(&work.slots))
         .enumerate()
     {
+        let mut slots = slots.clone();
         send(s, bytes).await?;
         loop {
             let (tag, body) = read_server(s).await?;
@@ -90,23 +200,27 @@ pub async fn insert(
                     if !slots.is_empty() =>
                 {
                     if slots.pop_front() == Some(true) {
-                        shown.extend_from_slice(&whole());
+                        done.shown.extend_from_slice(&whole());
                     }
                     if i == 0 {
-                        answered += 1;
+                        done.answered += 1;
                     }
                 }
-                backend::ROW_DESCRIPTION if described.is_none() => described = Some(whole()),
-                backend::DATA_ROW => data.extend_from_slice(&whole()),
+                backend::ROW_DESCRIPTION if done.described.is_none() => {
+                    done.described = Some(whole())
+                }
+                backend::DATA_ROW => done.data.extend_from_slice(&whole()),
                 backend::COMMAND_COMPLETE => {
                     let t = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body))
                         .into_owned();
                     if let Some((prefix, n)) = t.rsplit_once(' ') {
-                        total += n.parse::<u64>().unwrap_or(0);
-                        tag_prefix = prefix.to_string();
+                        done.total += n.parse::<u64>().unwrap_or(0);
+                        done.tag_prefix = prefix.to_string();
                     }
                 }
-                backend::ERROR_RESPONSE => failed = failed.or_else(|| Some(whole())),
+                backend::ERROR_RESPONSE => {
+                    done.failed = done.failed.take().or_else(|| Some((i, whole())))
+                }
                 backend::READY_FOR_QUERY => {
                     note_ready(s, &body);
                     break;
@@ -114,28 +228,11 @@ pub async fn insert(
                 _ => {}
             }
         }
-        if failed.is_some() {
+        if done.failed.is_some() {
             break;
         }
     }
-    if let Some((name, rest, slot)) = work.parse {
-        keep_parse(client, registry, &name, &rest, answered > slot);
-    }
-    if let Some(error) = failed {
-        fanout.abort().await;
-        shown.extend_from_slice(&error);
-        return answer_raw(client, &shown, true).await;
-    }
-    if let Err(error) = fanout.commit().await? {
-        shown.extend_from_slice(&error);
-        return answer_raw(client, &shown, true).await;
-    }
-    let mut out = shown;
-    out.extend_from_slice(&described.unwrap_or_default());
-    out.extend_from_slice(&data);
-    encode::command_complete(&mut out, &format!("{tag_prefix} {total}"));
-    encode::ready_for_query(&mut out, TxStatus::Idle);
-    client.reply(&out).await
+    Ok(done)
 }
 
 type Refusal = (&'static str, String);

@@ -119,8 +119,10 @@ pub enum Decision {
     LearnColumns(usize),
     /// `COPY ... FROM STDIN` into sharded table `n` (its index): its rows go to their shards.
     CopyIn(usize),
-    /// An `INSERT ... VALUES` whose rows are on several shards: each row's shard, in order.
-    SplitInsert(Vec<usize>),
+    /// An `INSERT ... VALUES` whose rows are on several shards: each row's shard, in order;
+    /// `true`: the first statement of the client's transaction (begun alone), which begins on
+    /// those shards.
+    SplitInsert(Vec<usize>, bool),
     /// A `COMMIT PREPARED` or `ROLLBACK PREPARED` of a gid pgcorral does not know: the shards
     /// are to be asked which holds it ([`shard::find_gid`]), then decide again.
     FindGid(String),
@@ -286,8 +288,13 @@ pub fn decide(
             });
             return Decision::SplitPipeline(shards, begins.is_some());
         }
-        shard::Shard::SplitInsert(rows) if route.deferred.is_none() => {
-            return Decision::SplitInsert(rows)
+        shard::Shard::SplitInsert(rows) if route.deferred.as_ref().is_none_or(|_| places) => {
+            // The first statement of a transaction begun alone: it begins on the rows' shards.
+            let begins = route.deferred.take().map(|d| {
+                route.tx_begin = Some(d.begin.into_boxed_str());
+                route.savepoints = false;
+            });
+            return Decision::SplitInsert(rows, begins.is_some());
         }
         shard::Shard::SplitInsert(_) => Err((
             shard::request_len(client).unwrap_or(0),
@@ -539,6 +546,9 @@ pub enum InTransaction {
     /// Its statements are on these shards (each Bind's, in order): the transaction spreads
     /// to them and the request is split between them.
     Pipeline(Vec<usize>),
+    /// An INSERT whose rows are on these shards (each row's, in order): the transaction
+    /// spreads to them and the INSERT is split between them.
+    SplitInsert(Vec<usize>),
     /// The transaction spans shards and this ends it (a lone COMMIT, END, ROLLBACK or
     /// ABORT in a simple Query, left to run on the current shard): pgcorral ends the other
     /// shards' parts with it.
@@ -666,6 +676,9 @@ pub async fn in_transaction(
         }
         shard::Shard::Pipeline(_, shards) if route.tx_begin.is_some() && !route.savepoints => {
             InTransaction::Pipeline(shards)
+        }
+        shard::Shard::SplitInsert(rows) if route.tx_begin.is_some() && !route.savepoints => {
+            InTransaction::SplitInsert(rows)
         }
         shard::Shard::CopyIn(_) | shard::Shard::SplitInsert(_) | shard::Shard::Pipeline(..) => {
             let len = shard::request_len(client).unwrap_or(0);
