@@ -720,3 +720,59 @@ async fn an_insert_of_rows_on_several_shards_is_split_inside_a_transaction_too()
     assert_eq!(total(), 60);
     assert_eq!(prepared(&shards), ["0", "0", "0"]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_s_own_prepare_transaction_spans_the_shards_of_its_transaction() {
+    let shards = start(3, TABLES);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    let on = |k: i64| shard_of_int(k, KeyType::Int4, 3);
+    let b = (2..30).find(|k| on(*k) != on(1)).unwrap();
+    c.simple_query(&format!("INSERT INTO accounts VALUES (1, 0), ({b}, 0)"))
+        .await
+        .unwrap();
+    let v = |k: i64| format!("SELECT v FROM accounts WHERE aid = {k}");
+    for (gid, finish, want) in [("g1", "COMMIT", "1"), ("g2", "ROLLBACK", "1")] {
+        c.simple_query("BEGIN").await.unwrap();
+        for k in [1, b] {
+            c.simple_query(&format!("UPDATE accounts SET v = v + 1 WHERE aid = {k}"))
+                .await
+                .unwrap();
+        }
+        c.simple_query(&format!("PREPARE TRANSACTION '{gid}'"))
+            .await
+            .unwrap();
+        let held: Vec<String> = on_each(&shards, "SELECT count(*) FROM pg_prepared_xacts");
+        assert_eq!(held.iter().filter(|n| *n == "1").count(), 2, "{held:?}");
+        // Finished by another client, on both shards at once.
+        let other = p.connect("postgres", None, "app").await;
+        let m = other
+            .simple_query(&format!("{finish} PREPARED '{gid}'"))
+            .await
+            .unwrap();
+        assert!(matches!(m[..], [SimpleQueryMessage::CommandComplete(0)]));
+        assert_eq!(prepared(&shards), ["0", "0", "0"]);
+        assert_eq!(value(&c, &v(1)).await, want);
+        assert_eq!(value(&c, &v(b)).await, want);
+    }
+    // Prepared through one pgcorral, finished through another that never saw it: it finds
+    // the gid on both shards.
+    c.simple_query("BEGIN").await.unwrap();
+    for k in [1, b] {
+        c.simple_query(&format!("UPDATE accounts SET v = 5 WHERE aid = {k}"))
+            .await
+            .unwrap();
+    }
+    c.simple_query("PREPARE TRANSACTION 'g3'").await.unwrap();
+    let q = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let other = q.connect("postgres", None, "app").await;
+    other.simple_query("COMMIT PREPARED 'g3'").await.unwrap();
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+    assert_eq!(value(&c, &v(b)).await, "5");
+    // A gid no shard holds: PostgreSQL's own error.
+    let e = other
+        .simple_query("COMMIT PREPARED 'nowhere'")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "42704");
+}

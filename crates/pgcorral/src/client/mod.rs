@@ -620,6 +620,11 @@ async fn not_routed(
             sharded::begin_split(client, services, session, split).await?;
             return Ok(true);
         }
+        Decision::FinishPrepared(shards, len) => {
+            let at = attach(session, client.worker);
+            link::twophase::finish_client(client, &at, &shards, len).await?;
+            return Ok(true);
+        }
         Decision::Scatter(w) => {
             let at = attach(session, client.worker);
             link::scatter::scatter(client, &at, (&w.shards, &w.from), w.write, w.len).await?;

@@ -92,6 +92,31 @@ pub(super) async fn check_in_transaction(
                 });
                 return Ok(false);
             }
+            InTransaction::Prepare(gid) => {
+                if let Link::Spanning(s) = &mut session.link {
+                    match spanning::before_prepare(s, &gid).await? {
+                        Ok(shards) => {
+                            if let (Some(sharding), false) =
+                                (session.cluster.sharding(), shards.is_empty())
+                            {
+                                sharding.gids.note_together(&gid, shards);
+                            }
+                        }
+                        Err(error) => {
+                            // Rolled back everywhere: the client's PREPARE is answered here.
+                            let len = route::shard::request_len(client).unwrap_or(0);
+                            client.buf.advance(len);
+                            let mut out = error;
+                            encode::ready_for_query(&mut out, TxStatus::Idle);
+                            send(client, &out).await?;
+                            session.slot.set(None);
+                            session.link.release();
+                            return Ok(true);
+                        }
+                    }
+                }
+                return Ok(false);
+            }
             InTransaction::End(cmd) => {
                 if let Link::Spanning(s) = &mut session.link {
                     let ended = match cmd {

@@ -24,6 +24,8 @@ pub struct Spanning {
     others: Vec<(usize, Checkout)>,
     /// Set once the others are prepared for the client's COMMIT.
     prepared: Option<Prepared>,
+    /// The gid of the client's own PREPARE TRANSACTION, once the others are prepared with it.
+    client_gid: Option<String>,
     cluster: Cluster,
     worker: usize,
 }
@@ -62,6 +64,7 @@ pub async fn switch(
             shard,
             others: Vec::new(),
             prepared: None,
+            client_gid: None,
             cluster: at.cluster.clone(),
             worker: at.worker,
         }),
@@ -114,6 +117,7 @@ pub async fn join<'l>(
             shard,
             others: Vec::new(),
             prepared: None,
+            client_gid: None,
             cluster: at.cluster.clone(),
             worker: at.worker,
         }));
@@ -238,6 +242,43 @@ pub async fn before_commit(
     Ok(Ok(()))
 }
 
+/// Before the client's `PREPARE TRANSACTION 'gid'` goes to the current server: every other
+/// shard's part prepared with the same gid. `Ok(Ok(shards))`: every shard the transaction is
+/// on (the gid's, once the current one prepares too); `Ok(Err(e))`: a shard refused,
+/// everything is rolled back, and `e` is the client's error.
+pub async fn before_prepare(
+    spanning: &mut Spanning,
+    gid: &str,
+) -> Result<std::result::Result<Vec<usize>, bytes::BytesMut>> {
+    if spanning.current.state.tx != TxStatus::InTransaction {
+        rollback_others(spanning).await;
+        return Ok(Ok(Vec::new()));
+    }
+    let mut sql = String::from("PREPARE TRANSACTION ");
+    session::literal(&mut sql, gid);
+    for i in 0..spanning.others.len() {
+        if let Err(e) = exec::in_transaction(&mut spanning.others[i].1, &sql).await {
+            let mut undo = String::from("ROLLBACK PREPARED ");
+            session::literal(&mut undo, gid);
+            for (_, s) in spanning.others[..i].iter_mut() {
+                let _ = exec::query(s, &undo).await;
+            }
+            for (_, s) in spanning.others[i + 1..].iter_mut() {
+                let _ = exec::in_transaction(s, "ROLLBACK").await;
+            }
+            let _ = exec::in_transaction(&mut spanning.current, "ROLLBACK").await;
+            let mut out = bytes::BytesMut::new();
+            e.write_response(&mut out, "ERROR");
+            return Ok(Err(out));
+        }
+    }
+    spanning.client_gid = Some(gid.to_string());
+    let mut shards: Vec<usize> = spanning.others.iter().map(|(n, _)| *n).collect();
+    shards.push(spanning.shard);
+    shards.sort_unstable();
+    Ok(Ok(shards))
+}
+
 /// Before the client's ROLLBACK goes to the current server: the other shards' parts rolled back.
 pub async fn rollback_others(spanning: &mut Spanning) {
     for (_, s) in spanning.others.iter_mut() {
@@ -280,6 +321,22 @@ pub async fn finish(link: &mut Link) -> Result<()> {
             }
             if !failed {
                 prepared.recover = None;
+            }
+        }
+    }
+    if let Some(gid) = spanning.client_gid.take() {
+        // The client's PREPARE TRANSACTION failed on the current server (its gid taken
+        // there, say): the others' parts are rolled back, as the transaction was.
+        let mut sql = String::from("SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE gid = ");
+        session::literal(&mut sql, &gid);
+        if exec::query(&mut spanning.current, &sql)
+            .await
+            .is_ok_and(|r| r.is_empty())
+        {
+            let mut undo = String::from("ROLLBACK PREPARED ");
+            session::literal(&mut undo, &gid);
+            for (_, s) in spanning.others.iter_mut() {
+                let _ = exec::query(s, &undo).await;
             }
         }
     }

@@ -12,6 +12,8 @@ use bytes::BytesMut;
 use corral_rt::{exec::spawn_here, timer};
 use pgwire::backend::TxStatus;
 
+use super::Attach;
+use crate::client_conn::ClientConn;
 use crate::cluster::{Cluster, Shards, Target, Want};
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
@@ -302,6 +304,48 @@ pub fn spawn_recovery(cluster: Cluster, worker: usize) {
         tracing::warn!("prepared transactions of commits across shards are still in doubt after ten minutes; see pg_prepared_xacts on the shards");
     };
     let _ = spawn_here(task);
+}
+
+/// The client's `COMMIT PREPARED` or `ROLLBACK PREPARED` (its simple Query, `len` bytes at
+/// the front of its buffer) of a transaction prepared on `shards` together: run on each
+/// shard's primary, answered as one server does (the first error, if any; a shard that
+/// failed is asked again by the next one).
+pub async fn finish_client(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    shards: &[usize],
+    len: usize,
+) -> Result<()> {
+    let request = client.buf.split_to(len);
+    client.statements.drop_unnamed();
+    let text = request
+        .get(pgwire::header::HEADER_LEN..)
+        .and_then(pgwire::frontend::query_text)
+        .unwrap_or_default();
+    let tag = match text.trim_start().get(..6) {
+        Some(w) if w.eq_ignore_ascii_case("commit") => "COMMIT PREPARED",
+        _ => "ROLLBACK PREPARED",
+    };
+    let mut out = BytesMut::new();
+    let mut failed = false;
+    for &shard in shards {
+        let mut s = at.checkout(shard, Want::Primary, true).await?;
+        match exec::query(&mut s, text).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == Kind::ServerError => {
+                if !failed {
+                    e.write_response(&mut out, "ERROR");
+                }
+                failed = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if !failed {
+        pgwire::encode::command_complete(&mut out, tag);
+    }
+    pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
+    client.reply(&out).await
 }
 
 #[cfg(test)]

@@ -128,6 +128,9 @@ pub enum Decision {
     FindGid(String),
     /// A read that no one shard answers: asked of every shard, the answers merged.
     Gather(Box<Gathered>),
+    /// A `COMMIT PREPARED` or `ROLLBACK PREPARED` (a simple Query of `len` bytes) of a
+    /// transaction prepared on these shards together: run on each.
+    FinishPrepared(Vec<usize>, usize),
     /// A write that no one shard takes: run on each shard it touches, committed atomically.
     Scatter(Box<Scattered>),
     /// An extended-protocol request whose statements are on several shards (each Bind's
@@ -252,10 +255,15 @@ pub fn decide(
     let text = query.map(|q| q.1).or_else(|| first_text(client));
     let two_phase = text.and_then(|t| tx::two_phase(t, route.escapes));
     let placed = match (placed, &two_phase) {
-        (shard::Shard::Any, Some(tx::TwoPhase::Finish(gid))) => match sharding.gids.take(gid) {
-            Some(n) => shard::Shard::One(n),
-            None => return Decision::FindGid(gid.clone()),
-        },
+        (shard::Shard::Any, Some(tx::TwoPhase::Finish(gid))) => {
+            if let (Some(shards), Some((len, _))) = (sharding.gids.take_together(gid), query) {
+                return Decision::FinishPrepared(shards, len);
+            }
+            match sharding.gids.take(gid) {
+                Some(n) => shard::Shard::One(n),
+                None => return Decision::FindGid(gid.clone()),
+            }
+        }
         (p, _) => p,
     };
     // A deferred transaction is placed by a request that runs a statement: a Parse and
@@ -546,6 +554,9 @@ pub enum InTransaction {
     /// Its statements are on these shards (each Bind's, in order): the transaction spreads
     /// to them and the request is split between them.
     Pipeline(Vec<usize>),
+    /// The transaction spans shards and this is its lone `PREPARE TRANSACTION` (left to run
+    /// on the current shard): pgcorral prepares the other shards' parts with the same gid.
+    Prepare(String),
     /// An INSERT whose rows are on these shards (each row's, in order): the transaction
     /// spreads to them and the INSERT is split between them.
     SplitInsert(Vec<usize>),
@@ -625,15 +636,19 @@ pub async fn in_transaction(
         route.savepoints |= savepoint;
         if spanning && (savepoint || ends) {
             let lone = query.and_then(|(_, t)| tx::command(t));
+            let prepare = query.and_then(|(_, t)| tx::two_phase(t, route.escapes));
             let len = shard::request_len(client).unwrap_or(0);
-            return Ok(match lone {
-                Some(cmd @ (tx::TxCommand::Commit | tx::TxCommand::Rollback)) if !savepoint => {
+            return Ok(match (lone, prepare) {
+                (Some(cmd @ (tx::TxCommand::Commit | tx::TxCommand::Rollback)), _)
+                    if !savepoint =>
+                {
                     InTransaction::End(cmd)
                 }
+                (_, Some(tx::TwoPhase::Prepare(gid))) if !savepoint => InTransaction::Prepare(gid),
                 _ => {
                     client.buf.advance(len);
                     InTransaction::Fail(
-                        "a transaction across shards takes no savepoints, and ends by a lone COMMIT or ROLLBACK in a simple query".into(),
+                        "a transaction across shards takes no savepoints, and ends by a lone COMMIT, ROLLBACK or PREPARE TRANSACTION in a simple query".into(),
                     )
                 }
             });

@@ -281,6 +281,7 @@ pub async fn find_gid(
 ) -> Result<()> {
     let mut sql = String::from("SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE gid = ");
     session::literal(&mut sql, gid);
+    let mut holding = Vec::new();
     for shard in 0..sharding.shards {
         let mut target = Target::first_shard(Want::Primary, false);
         target.shards = Shards::One(shard);
@@ -288,11 +289,16 @@ pub async fn find_gid(
             .checkout(target, worker, 0, ClientWait::default())
             .await?;
         if !exec::query(&mut server, &sql).await?.is_empty() {
-            sharding.gids.note(gid, shard);
-            return Ok(());
+            holding.push(shard);
         }
     }
-    sharding.gids.note(gid, 0);
+    // Held by several shards: a transaction that spread to them (or the client's own
+    // prepares of one gid on each), finished on all of them at once.
+    match holding[..] {
+        [] => sharding.gids.note(gid, 0),
+        [one] => sharding.gids.note(gid, one),
+        _ => sharding.gids.note_together(gid, holding),
+    }
     Ok(())
 }
 

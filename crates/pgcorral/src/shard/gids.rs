@@ -14,7 +14,10 @@ const CAP: usize = 10_000;
 /// gids are unique per server, so one gid may be prepared on several shards), oldest first.
 /// Shared by the database's sharding as the catalog completes it.
 #[derive(Clone, Default)]
-pub struct Gids(Arc<Mutex<HashMap<String, Vec<usize>>>>);
+pub struct Gids(
+    Arc<Mutex<HashMap<String, Vec<usize>>>>,
+    Arc<Mutex<HashMap<String, Vec<usize>>>>,
+);
 
 impl Gids {
     /// `gid` was prepared (or asked to be) on `shard`.
@@ -24,6 +27,22 @@ impl Gids {
             m.clear();
         }
         m.entry(gid.to_string()).or_default().push(shard);
+    }
+
+    /// `gid` was prepared on all of `shards` as one transaction (one that spread to them):
+    /// its COMMIT or ROLLBACK PREPARED goes to all of them.
+    pub fn note_together(&self, gid: &str, shards: Vec<usize>) {
+        let mut m = self.1.lock();
+        if m.len() >= CAP && !m.contains_key(gid) {
+            m.clear();
+        }
+        m.insert(gid.to_string(), shards);
+    }
+
+    /// The shards `gid` was prepared on together, forgotten as its COMMIT or ROLLBACK
+    /// PREPARED goes there.
+    pub fn take_together(&self, gid: &str) -> Option<Vec<usize>> {
+        self.1.lock().remove(gid)
     }
 
     /// The shard `gid` was prepared on, forgotten as its COMMIT or ROLLBACK PREPARED goes
