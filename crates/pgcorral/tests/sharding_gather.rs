@@ -1,8 +1,9 @@
 //! Reads across shards, differentially: the same rows on one unsharded PostgreSQL and split
 //! over three shards behind pgcorral, the same generated queries to both (filters, ORDER BY on
-//! each type with NULLs, LIMIT/OFFSET, plain aggregates), every answer compared (ordered ones
-//! in order, the others as multisets, the row count of the tag too); what pgcorral cannot
-//! merge is refused by name, never answered in part.
+//! each type with NULLs, LIMIT/OFFSET, plain and grouped aggregates among them avg, bool_and,
+//! bool_or, every, the variances and standard deviations, HAVING, DISTINCT), every answer
+//! compared (ordered ones in order, the others as multisets, the row count of the tag too);
+//! what pgcorral cannot merge is refused by name, never answered in part.
 
 mod support;
 
@@ -13,7 +14,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 
 const DDL: &str = "CREATE TABLE items (id int8 PRIMARY KEY, grp int4, qty int4, \
     price numeric(10,2), score float8, name text, flag bool, day date, at timestamptz, u uuid, \
-    label varchar(20), code char(4)); \
+    label varchar(20), code char(4), small int2, amount numeric, odd numeric); \
     CREATE TABLE colours (id int4 PRIMARY KEY, name text); \
     INSERT INTO colours VALUES (1, 'red'), (2, 'green')";
 
@@ -85,6 +86,22 @@ fn row(rng: &mut Rng, id: i64) -> String {
         )),
         v(format!("'l{}'", n % 13)),
         v(format!("'c{}'", n % 5)),
+        v(format!("{}", (id * 7) % 200 - 100)),
+        // Scales 0 to 3, and magnitudes from 10^-4 to 10^13.
+        v(match n % 5 {
+            0 => format!("{}.5", n % 40),
+            1 => format!("-{}.125", n % 13),
+            2 => format!("{}", n * 1001),
+            3 => format!("0.000{}", n % 9),
+            _ => format!("12345678901234.{:03}", n % 1000),
+        }),
+        // NaN and the infinities now and then.
+        v(match (n % 60, n % 97) {
+            (11, _) => "'Infinity'".to_string(),
+            (13, _) => "'-Infinity'".to_string(),
+            (_, 5) => "'NaN'".to_string(),
+            _ => format!("{}.{}", n % 17, n % 3),
+        }),
     ];
     format!("({})", values.join(", "))
 }
@@ -217,7 +234,142 @@ fn queries() -> Vec<(String, bool)> {
             true,
         ));
     }
+    finished_aggregates(&mut out, &filters, &keys);
+    having(&mut out, &filters, &keys);
+    distinct(&mut out, &filters);
     out
+}
+
+/// avg, bool_and, bool_or, every and the variances and standard deviations over integers of
+/// each width and numeric of many scales (NaN and the infinities among them), alone and grouped.
+fn finished_aggregates(out: &mut Vec<(String, bool)>, filters: &[&str], keys: &[&str]) {
+    let aggregates = [
+        "avg(qty)",
+        "avg(price)",
+        "avg(id)",
+        "avg(small)",
+        "avg(amount)",
+        "avg(odd)",
+        "bool_and(flag)",
+        "bool_or(flag)",
+        "every(flag)",
+        "stddev(qty)",
+        "stddev_pop(price)",
+        "variance(amount)",
+        "var_pop(small)",
+        "var_samp(id)",
+        "stddev_samp(amount)",
+        "stddev(odd)",
+        "avg(qty) FILTER (WHERE flag)",
+        "var_pop(amount) FILTER (WHERE grp < 3)",
+    ];
+    for f in filters {
+        for a in aggregates {
+            out.push((format!("SELECT {a} FROM items{f}"), true));
+        }
+        out.push((
+            format!("SELECT count(*), avg(price), stddev_pop(amount), bool_or(flag), avg(amount) FROM items{f}"),
+            true,
+        ));
+    }
+    for k in keys {
+        for f in filters {
+            out.push((
+                format!("SELECT {k}, avg(qty), bool_and(flag), stddev(price), var_pop(amount), avg(amount), count(*) FROM items{f} GROUP BY {k}"),
+                false,
+            ));
+        }
+        out.push((
+            format!("SELECT {k}, avg(odd), variance(odd), every(flag), stddev_pop(small), avg(id) AS a FROM items GROUP BY {k} ORDER BY a DESC NULLS LAST, {k} LIMIT 5"),
+            true,
+        ));
+    }
+}
+
+/// HAVING over merged groups: comparisons of each aggregate with constants of each type, with
+/// other aggregates and with the group's key, combined with AND, OR, NOT and IS [NOT] NULL.
+fn having(out: &mut Vec<(String, bool)>, filters: &[&str], keys: &[&str]) {
+    let conditions = [
+        "count(*) > 20",
+        "avg(qty) > 0",
+        "sum(price) >= 1000.5 OR min(name) = 'apple'",
+        "NOT bool_or(flag)",
+        "bool_and(flag) IS NULL",
+        "stddev(qty) < 30 AND count(*) <> 0",
+        "count(day) > 20 AND min(day) < '2000-01-01'",
+        "min(at) < '2024-01-15 00:00:00+00'",
+        "avg(amount) IS NOT NULL AND var_pop(amount) > 1e20",
+        "count(score) >= 5 AND max(score) IS NOT NULL",
+        "max(code) <> 'c4' AND min(label) > 'l1'",
+        "max(label) >= 'l5'",
+        "avg(odd) > 3.5 OR avg(odd) IS NULL",
+        "count(*) > 5 IS TRUE",
+        "min(qty) < max(qty) OR min(code) = 'c1'",
+        "sum(qty) > avg(qty) AND NOT (max(small) >= 90)",
+        "every(flag) IS NOT FALSE",
+    ];
+    for (i, c) in conditions.iter().enumerate() {
+        let k = keys[i % keys.len()];
+        let f = filters[i % filters.len()];
+        out.push((
+            format!("SELECT {k}, count(*), avg(qty) FROM items{f} GROUP BY {k} HAVING {c}"),
+            false,
+        ));
+        out.push((
+            format!("SELECT grp, flag, max(id) FROM items GROUP BY grp, flag HAVING {c} ORDER BY 1 NULLS FIRST, 2 DESC LIMIT 6 OFFSET 1"),
+            true,
+        ));
+        out.push((
+            format!("SELECT count(*), avg(price) FROM items{f} HAVING {c}"),
+            true,
+        ));
+    }
+    for k in keys {
+        out.push((
+            format!("SELECT {k}, sum(qty) FROM items GROUP BY {k} HAVING {k} IS NOT NULL AND (count(*) > 12 OR {k} IS NULL)"),
+            false,
+        ));
+    }
+    out.push((
+        "SELECT grp, count(*) FROM items GROUP BY grp HAVING grp <> 3 AND grp >= 1".into(),
+        false,
+    ));
+    out.push((
+        "SELECT code AS c, min(name) FROM items GROUP BY c HAVING code <= 'c2'".into(),
+        false,
+    ));
+}
+
+/// SELECT DISTINCT on columns of each type (those whose equal values always print alike), with
+/// ORDER BY, LIMIT and OFFSET after the merge.
+fn distinct(out: &mut Vec<(String, bool)>, filters: &[&str]) {
+    let columns = [
+        "grp", "flag", "day", "code", "label", "name", "price", "at", "u", "small", "qty",
+    ];
+    for (i, c) in columns.iter().enumerate() {
+        for f in [filters[0], filters[1 + i % (filters.len() - 1)]] {
+            out.push((format!("SELECT DISTINCT {c} FROM items{f}"), false));
+        }
+        let other = if *c == "grp" { "flag" } else { "grp" };
+        out.push((
+            format!("SELECT DISTINCT {c}, {other} FROM items ORDER BY {c} DESC NULLS LAST, {other} NULLS FIRST LIMIT 9 OFFSET 2"),
+            true,
+        ));
+    }
+    for f in filters {
+        out.push((
+            format!("SELECT DISTINCT grp, flag FROM items{f} ORDER BY 1, 2 NULLS FIRST LIMIT 5 OFFSET 1"),
+            true,
+        ));
+        out.push((
+            format!("SELECT DISTINCT code, label FROM items{f} ORDER BY label DESC, code"),
+            true,
+        ));
+    }
+    out.push((
+        "SELECT DISTINCT grp, count(*) FROM items GROUP BY grp".into(),
+        false,
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -261,6 +413,7 @@ async fn reads_across_shards_answer_as_one_server_would() {
         }
         checked += 1;
     }
+    assert!(checked >= 300, "{checked} queries");
     assert!(answered >= 300, "{answered} of {checked} queries answered");
     eprintln!("{checked} queries alike, {answered} of them answered with rows");
 }
@@ -275,15 +428,49 @@ async fn what_cannot_be_merged_is_refused_by_name_and_the_connection_goes_on() {
         .unwrap();
     for (sql, named) in [
         (
-            "SELECT grp, count(*) FROM items GROUP BY grp HAVING count(*) > 1",
-            "HAVING",
+            "SELECT grp, count(*) FROM items GROUP BY grp HAVING count(*) + 1 > 2",
+            "HAVING other than comparisons",
+        ),
+        (
+            "SELECT grp, count(*) FROM items GROUP BY grp HAVING max(score) > 1",
+            "float",
+        ),
+        (
+            "SELECT grp, count(*) FROM items GROUP BY grp HAVING min(day) > 'Jan 5 2024'",
+            "HAVING constant",
+        ),
+        (
+            "SELECT grp, count(*) FROM items GROUP BY grp HAVING min(qty) < max(qty) - 0",
+            "HAVING other than comparisons",
         ),
         (
             "SELECT count(*) FROM items GROUP BY grp",
             "GROUP BY a column",
         ),
-        ("SELECT DISTINCT grp FROM items", "DISTINCT"),
-        ("SELECT avg(grp) FROM items", "avg"),
+        ("SELECT avg(score) FROM items", "avg of float4 or float8"),
+        (
+            "SELECT grp, stddev(score) FROM items GROUP BY grp",
+            "stddev or variance of float4 or float8",
+        ),
+        (
+            "SELECT variance(score::float4) FROM items",
+            "stddev or variance of float4 or float8",
+        ),
+        (
+            "SELECT DISTINCT score FROM items",
+            "DISTINCT on float column score",
+        ),
+        (
+            "SELECT DISTINCT amount FROM items",
+            "DISTINCT on numeric column amount",
+        ),
+        (
+            "SELECT DISTINCT ON (grp) grp, id FROM items ORDER BY grp, id",
+            "DISTINCT ON",
+        ),
+        ("SELECT count(DISTINCT grp) FROM items", "count(DISTINCT"),
+        ("SELECT string_agg(name, ',') FROM items", "string_agg"),
+        ("SELECT avg(DISTINCT qty) FROM items", "avg(DISTINCT"),
         (
             "SELECT * FROM items WHERE grp IN (SELECT grp FROM items WHERE id = 1)",
             "subquery",
@@ -314,6 +501,31 @@ async fn what_cannot_be_merged_is_refused_by_name_and_the_connection_goes_on() {
     assert_eq!(
         answer(&c, "SELECT max(id) FROM items").await.unwrap().0,
         vec![vec![Some("4".to_string())]]
+    );
+    // More groups than the database's max_gather_groups: refused whole (54000), not in part.
+    drop(c);
+    let p = Pooler::start(&config(
+        &shards,
+        "",
+        &format!("{SHARDED}\nmax_gather_groups = 3"),
+    ))
+    .await;
+    let c = p.connect("postgres", None, "app").await;
+    let e = c
+        .simple_query("SELECT id, count(*) FROM items GROUP BY id")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "54000", "{}", db_message(&e));
+    assert_eq!(
+        answer(
+            &c,
+            "SELECT grp, count(*) FROM items GROUP BY grp ORDER BY grp"
+        )
+        .await
+        .unwrap()
+        .0
+        .len(),
+        2
     );
 }
 

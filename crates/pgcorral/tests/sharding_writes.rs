@@ -776,3 +776,76 @@ async fn a_client_s_own_prepare_transaction_spans_the_shards_of_its_transaction(
         .unwrap_err();
     assert_eq!(sqlstate(&e), "42704");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_across_shards_inside_a_transaction_spread_it_and_commit_with_it() {
+    let shards = start(3, TABLES);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    let values: Vec<String> = (1..=30).map(|k| format!("({k}, 0)")).collect();
+    c.simple_query(&format!(
+        "INSERT INTO accounts VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .unwrap();
+    let sum = || total(&shards);
+    // Keyless, keys on several shards, an omnisharded table, a key moved: all in one
+    // transaction, committed together.
+    c.simple_query("BEGIN").await.unwrap();
+    let m = c
+        .simple_query("UPDATE accounts SET v = v + 1")
+        .await
+        .unwrap();
+    assert_eq!(count(&m), 30);
+    assert_eq!(value(&c, "SELECT v FROM accounts WHERE aid = 7").await, "1");
+    let m = c
+        .simple_query("UPDATE accounts SET v = v + 1 WHERE aid IN (1, 2, 3)")
+        .await
+        .unwrap();
+    assert_eq!(count(&m), 3);
+    c.simple_query("INSERT INTO countries VALUES (2, 'two')")
+        .await
+        .unwrap();
+    let m = c
+        .simple_query("UPDATE accounts SET aid = aid + 1000 WHERE aid = 5")
+        .await
+        .unwrap();
+    assert_eq!(count(&m), 1);
+    assert_eq!(sum(), 0, "nothing is visible outside before COMMIT");
+    c.simple_query("COMMIT").await.unwrap();
+    assert_eq!(sum(), 33);
+    assert_eq!(
+        on_each(&shards, "SELECT count(*) FROM countries"),
+        ["2", "2", "2"]
+    );
+    support::sharding::assert_placed(&shards, "accounts", "aid", "int4");
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+
+    // ROLLBACK undoes them; a write as a transaction's first statement begins it everywhere.
+    c.simple_query("BEGIN").await.unwrap();
+    c.simple_query("DELETE FROM accounts WHERE v >= 0")
+        .await
+        .unwrap();
+    c.simple_query("ROLLBACK").await.unwrap();
+    assert_eq!(sum(), 33);
+
+    // A read across shards inside a transaction is refused, and fails it.
+    c.simple_query("BEGIN").await.unwrap();
+    c.simple_query("UPDATE accounts SET v = 0 WHERE aid = 1")
+        .await
+        .unwrap();
+    let e = c
+        .simple_query("SELECT count(*) FROM accounts")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000");
+    let e = c
+        .simple_query("UPDATE accounts SET v = 0 WHERE aid = 2")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02");
+    c.simple_query("ROLLBACK").await.unwrap();
+    assert_eq!(sum(), 33);
+    assert_eq!(value(&c, "SELECT count(*) FROM accounts").await, "30");
+}

@@ -625,6 +625,10 @@ async fn not_routed(
             link::twophase::finish_client(client, &at, &shards, len).await?;
             return Ok(true);
         }
+        Decision::Scatter(w) if w.begins => {
+            sharded::begin_split(client, services, session, sharded::Split::Scatter(w)).await?;
+            return Ok(true);
+        }
         Decision::Scatter(w) => {
             let at = attach(session, client.worker);
             link::scatter::scatter(client, &at, (&w.shards, &w.from), w.write, w.len).await?;

@@ -10,7 +10,7 @@ use super::{request, LoggedIn};
 use crate::client_conn::ClientConn;
 use crate::cluster::{Shards, Target, Want};
 use crate::error::{Error, Kind, Result};
-use crate::link::{insert, pipeline, spanning, Attach, Link};
+use crate::link::{insert, pipeline, scatter, spanning, Attach, Link};
 use crate::route::{self, InTransaction};
 use crate::services::Services;
 use crate::session::exec;
@@ -53,6 +53,7 @@ pub(super) async fn check_in_transaction(
             InTransaction::Switch(_)
             | InTransaction::Pipeline(_)
             | InTransaction::SplitInsert(_)
+            | InTransaction::Scatter(_)
                 if status == TxStatus::Failed =>
             {
                 // Failed where it is: every statement until its end is refused, as
@@ -71,6 +72,10 @@ pub(super) async fn check_in_transaction(
             }
             InTransaction::SplitInsert(rows) => {
                 run_split(client, services, session, Split::Insert(rows), shard).await?;
+                return Ok(true);
+            }
+            InTransaction::Scatter(w) => {
+                run_split(client, services, session, Split::Scatter(w), shard).await?;
                 return Ok(true);
             }
             InTransaction::Switch(to) => {
@@ -170,12 +175,15 @@ pub(super) enum Split {
     Pipeline(Vec<usize>),
     /// A multi-row INSERT: each row's shard, in order.
     Insert(Vec<usize>),
+    /// A write run on several shards.
+    Scatter(Box<route::Scattered>),
 }
 
 impl Split {
     fn shards(&self) -> &[usize] {
         match self {
             Split::Pipeline(s) | Split::Insert(s) => s,
+            Split::Scatter(s) => &s.shards,
         }
     }
 }
@@ -241,6 +249,10 @@ async fn run_split(
         }
         Split::Insert(rows) => {
             insert::in_transaction(client, &at, (registry, escapes), (rows, shard), link).await?
+        }
+        Split::Scatter(w) => {
+            let on = (&w.shards[..], &w.from[..], shard);
+            scatter::in_transaction(client, &at, on, (w.write, w.len), link).await?
         }
     };
     let route = super::routing(&mut session.route);

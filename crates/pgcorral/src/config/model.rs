@@ -700,6 +700,9 @@ pub struct Database {
     /// The shards' hash-partitioned tables (`PARTITION BY HASH`, read from shard 0's catalog
     /// at first use) are sharded tables too, by their partition key.
     pub sharded_tables_from_catalog: Option<bool>,
+    /// The most groups (or distinct rows) a read across shards merges in memory (default
+    /// 100,000); more fail with SQLSTATE 54000.
+    pub max_gather_groups: Option<usize>,
 }
 
 impl Default for Database {
@@ -742,6 +745,7 @@ impl Default for Database {
             sharding_function: None,
             sharding_key_type: None,
             sharded_tables_from_catalog: None,
+            max_gather_groups: None,
         }
     }
 }

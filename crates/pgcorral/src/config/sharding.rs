@@ -102,6 +102,7 @@ pub(super) fn check(name: &str, db: &Database, errs: &mut Vec<String>) {
         ("default_shard", db.default_shard.is_some()),
         ("sharding_function", db.sharding_function.is_some()),
         ("sharding_key_type", db.sharding_key_type.is_some()),
+        ("max_gather_groups", db.max_gather_groups.is_some()),
         (
             "sharded_tables_from_catalog",
             db.sharded_tables_from_catalog.is_some(),

@@ -1,10 +1,14 @@
 //! A read across shards: the client's Query sent to a server of each shard at once, their
 //! answers merged as [`crate::shard::gather`] planned (one after another, a k-way merge, or
-//! groups and aggregates combined) into the one answer PostgreSQL would give, in bounded memory.
+//! groups and aggregates combined and filtered by HAVING, or distinct rows deduplicated) into
+//! the one answer PostgreSQL would give, hidden columns left out, in bounded memory.
+
+mod describe;
+mod grouped;
 
 use std::cmp::Ordering;
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{Buf, BytesMut};
 use pgwire::backend::{self, TxStatus};
 use pgwire::encode;
 
@@ -15,8 +19,9 @@ use crate::client_conn::ClientConn;
 use crate::cluster::Want;
 use crate::error::Result;
 use crate::pool::Checkout;
-use crate::shard::gather::{Column, Combine, Gather, Merge, SortKey};
-use crate::shard::values::{self, Kind};
+use crate::shard::gather::{Gather, Merge};
+use crate::shard::values;
+use describe::{agreed, first_fields, prepare, SortAt};
 
 /// Bytes of rows kept before they are written to the client.
 const FLUSH_AT: usize = 64 << 10;
@@ -87,9 +92,19 @@ pub async fn gather(
         encode::ready_for_query(&mut out, TxStatus::Idle);
         return client.reply(&out).await;
     }
-    let checked = agreed(&descriptions)
-        .and_then(|fields| Ok((prepare(plan, &fields, text_bytewise)?, fields)));
-    let (keys, fields) = match checked {
+    let checked = agreed(&descriptions).and_then(|fields| {
+        let prepared = prepare(plan, &fields, text_bytewise)?;
+        // The client's columns only: hidden ones are the merge's.
+        let described = match &plan.merge {
+            Merge::Grouped(g) if g.visible < fields.len() => {
+                first_fields(descriptions[0], g.visible)
+                    .ok_or("a shard's row description could not be read")?
+            }
+            _ => descriptions[0].clone(),
+        };
+        Ok((prepared, described))
+    });
+    let (prepared, described) = match checked {
         Ok(k) => k,
         Err(msg) => {
             drain(&mut servers).await?;
@@ -97,18 +112,39 @@ pub async fn gather(
             return answer_error(client, "0A000", &msg).await;
         }
     };
-    out.extend_from_slice(descriptions[0]);
+    out.extend_from_slice(&described);
     let mut rows = Rows {
         out,
         sent: 0,
         skip: plan.offset,
         limit: plan.limit,
     };
+    let keys = &prepared.order;
     let merged = match &plan.merge {
         Merge::Concat => concat(client, &mut servers, &mut rows).await?,
-        Merge::Sorted(_) => sorted(client, &mut servers, &mut rows, &keys).await?,
-        Merge::Grouped(columns, _) => {
-            grouped(&mut servers, &mut rows, columns, &fields, &keys).await?
+        Merge::Sorted(_) => sorted(client, &mut servers, &mut rows, keys).await?,
+        Merge::Grouped(g) => {
+            let p = grouped::Plan {
+                columns: &g.columns,
+                visible: g.visible,
+                having: g.having.as_ref(),
+                kinds: &prepared.kinds,
+                order: keys,
+                cap: plan.max_groups,
+            };
+            grouped::merge(client, &mut servers, &mut rows, &p).await?
+        }
+        Merge::Distinct(_) => {
+            let columns = vec![None; prepared.kinds.len()];
+            let p = grouped::Plan {
+                columns: &columns,
+                visible: columns.len(),
+                having: None,
+                kinds: &prepared.kinds,
+                order: keys,
+                cap: plan.max_groups,
+            };
+            grouped::merge(client, &mut servers, &mut rows, &p).await?
         }
     };
     // Every server is read to its end; the merge's own error comes first.
@@ -214,137 +250,6 @@ async fn drain(servers: &mut [Checkout]) -> Result<Option<BytesMut>> {
     Ok(error)
 }
 
-/// One field of a RowDescription: its name and type (OID, modifier, format code).
-#[derive(Debug, PartialEq, Eq)]
-struct Field {
-    name: Vec<u8>,
-    oid: u32,
-    typmod: i32,
-    format: i16,
-}
-
-/// The fields of a whole RowDescription message, or `None` when it cannot be read.
-fn fields(message: &[u8]) -> Option<Vec<Field>> {
-    let mut b = message.get(5..)?;
-    if b.len() < 2 {
-        return None;
-    }
-    let n = b.get_i16();
-    let mut out = Vec::new();
-    for _ in 0..n.max(0) {
-        let end = b.iter().position(|&c| c == 0)?;
-        let name = b[..end].to_vec();
-        b = &b[end + 1..];
-        if b.len() < 18 {
-            return None;
-        }
-        b.advance(6); // table OID and column number: each shard's own
-        let oid = b.get_u32();
-        b.advance(2); // type size
-        let typmod = b.get_i32();
-        let format = b.get_i16();
-        out.push(Field {
-            name,
-            oid,
-            typmod,
-            format,
-        });
-    }
-    Some(out)
-}
-
-/// The fields every shard described alike, or why they differ.
-fn agreed(descriptions: &[&BytesMut]) -> std::result::Result<Vec<Field>, String> {
-    let first = fields(descriptions[0]).ok_or("a shard's row description could not be read")?;
-    for d in &descriptions[1..] {
-        if fields(d).as_ref() != Some(&first) {
-            return Err("the shards describe the answer's columns differently (are their tables alike?): pgcorral cannot merge it".into());
-        }
-    }
-    Ok(first)
-}
-
-/// The kinds of the sort keys' columns (with their indexes, directions and NULL placement),
-/// or of the aggregate columns, checked against what pgcorral can compare.
-fn prepare(
-    plan: &Gather,
-    fields: &[Field],
-    text_bytewise: bool,
-) -> std::result::Result<Vec<(usize, Kind, bool, bool)>, String> {
-    let kind = |i: usize, bytewise: bool| -> std::result::Result<Kind, String> {
-        let f = &fields[i];
-        let name = String::from_utf8_lossy(&f.name);
-        if f.format != 0 {
-            return Err(format!(
-                "column {name} is in binary format: pgcorral merges text"
-            ));
-        }
-        match Kind::of_oid(f.oid) {
-            Some(Kind::Text | Kind::Bpchar) if !bytewise => Err(format!(
-                "ORDER BY, min or max of text column {name} across shards needs collation \"C\" (the database's, with no column of another collation, or COLLATE \"C\" in the ORDER BY)"
-            )),
-            Some(k) => Ok(k),
-            None => Err(format!(
-                "column {name} is of a type (OID {}) pgcorral does not compare across shards",
-                f.oid
-            )),
-        }
-    };
-    let refuse = |what: String| {
-        format!("{what}; name the shard (SET SHARD, /* shard_id: n */) or give the sharding key")
-    };
-    let sort = |keys: &[SortKey]| {
-        keys.iter()
-            .map(|k| {
-                let i = match &k.column {
-                    Column::At(i) if *i < fields.len() => *i,
-                    Column::At(i) => return Err(refuse(format!("ORDER BY {} is not a column of the answer", i + 1))),
-                    Column::Named(n) => {
-                        let mut found = fields.iter().enumerate().filter(|(_, f)| f.name == n.as_bytes());
-                        match (found.next(), found.next()) {
-                            (Some((i, _)), None) => i,
-                            _ => return Err(refuse(format!(
-                                "ORDER BY {n}: across shards, rows are sorted by the columns the query returns, and {n} is not one of them (or is several)"
-                            ))),
-                        }
-                    }
-                };
-                let k2 = kind(i, text_bytewise || k.collate_c).map_err(refuse)?;
-                Ok((i, k2, k.desc, k.nulls_first))
-            })
-            .collect::<std::result::Result<Vec<_>, String>>()
-    };
-    let combined = |i: usize, c: &Combine| -> std::result::Result<(), String> {
-        let k = kind(i, text_bytewise).map_err(refuse)?;
-        if matches!(c, Combine::Count | Combine::Sum) && !matches!(k, Kind::Int | Kind::Numeric) {
-            return Err(refuse(format!(
-                "a sum of type OID {} across shards (its rounding would differ from one server's)",
-                fields[i].oid
-            )));
-        }
-        Ok(())
-    };
-    match &plan.merge {
-        Merge::Concat => Ok(Vec::new()),
-        Merge::Sorted(keys) => sort(keys),
-        Merge::Grouped(columns, order) => {
-            if columns.len() != fields.len() {
-                return Err(refuse("the grouped columns do not match the answer".into()));
-            }
-            for (i, c) in columns.iter().enumerate() {
-                match c {
-                    // Groups are told apart by their keys' values, compared as PostgreSQL does.
-                    None => {
-                        kind(i, text_bytewise).map_err(refuse)?;
-                    }
-                    Some(c) => combined(i, c)?,
-                }
-            }
-            sort(order)
-        }
-    }
-}
-
 /// One shard's rows after another's.
 async fn concat(
     client: &mut ClientConn,
@@ -420,7 +325,7 @@ fn field(body: &[u8], i: usize) -> Option<Option<&[u8]>> {
 
 /// How row `a` sorts against row `b` by `keys` (column, kind, descending, NULLs first);
 /// `None` when a value cannot be read.
-fn order(a: &[u8], b: &[u8], keys: &[(usize, Kind, bool, bool)]) -> Option<Ordering> {
+fn order(a: &[u8], b: &[u8], keys: &[SortAt]) -> Option<Ordering> {
     for &(i, kind, desc, nulls_first) in keys {
         let o = match (field(a, i)?, field(b, i)?) {
             (None, None) => Ordering::Equal,
@@ -449,7 +354,7 @@ async fn sorted(
     client: &mut ClientConn,
     servers: &mut [Checkout],
     rows: &mut Rows,
-    keys: &[(usize, Kind, bool, bool)],
+    keys: &[SortAt],
 ) -> Result<std::result::Result<(), BytesMut>> {
     let mut fronts: Vec<Option<BytesMut>> = Vec::with_capacity(servers.len());
     for s in servers.iter_mut() {
@@ -500,182 +405,11 @@ fn unreadable() -> BytesMut {
     e
 }
 
-/// Combines a shard's value `v` of an aggregate into what the others gave (`acc`); `None` when
-/// a value cannot be read.
-fn fold(c: Combine, kind: Kind, acc: Option<Vec<u8>>, v: Option<&[u8]>) -> Option<Option<Vec<u8>>> {
-    Some(match (acc, v) {
-        (a, None) => a,
-        (None, Some(v)) => Some(v.to_vec()),
-        (Some(a), Some(v)) => Some(match c {
-            Combine::Count | Combine::Sum => values::add(kind, &a, v)?,
-            Combine::Min | Combine::Max => {
-                let o = values::compare(kind, &a, v)?;
-                let keep_a = match c {
-                    Combine::Min => o != Ordering::Greater,
-                    _ => o != Ordering::Less,
-                };
-                if keep_a {
-                    a
-                } else {
-                    v.to_vec()
-                }
-            }
-        }),
-    })
-}
-
-/// Groups held at most while a grouped read's answers are merged.
-const MAX_GROUPS: usize = 100_000;
-
-/// A DataRow body of `values`.
-fn data_row(values: &[Option<Vec<u8>>]) -> BytesMut {
-    let mut body = BytesMut::new();
-    body.put_i16(i16::try_from(values.len()).unwrap_or(i16::MAX));
-    for v in values {
-        match v {
-            None => body.put_i32(-1),
-            Some(v) => {
-                body.put_i32(i32::try_from(v.len()).unwrap_or(i32::MAX));
-                body.extend_from_slice(v);
-            }
-        }
-    }
-    body
-}
-
-/// How two groups' keys compare (NULLs together, after the values): `None` when a value
-/// cannot be read.
-fn key_order(
-    a: &[Option<Vec<u8>>],
-    b: &[Option<Vec<u8>>],
-    keys: &[(usize, Kind)],
-) -> Option<Ordering> {
-    for &(i, kind) in keys {
-        let o = match (&a[i], &b[i]) {
-            (None, None) => Ordering::Equal,
-            (None, Some(_)) => Ordering::Greater,
-            (Some(_), None) => Ordering::Less,
-            (Some(x), Some(y)) => values::compare(kind, x, y)?,
-        };
-        if o != Ordering::Equal {
-            return Some(o);
-        }
-    }
-    Some(Ordering::Equal)
-}
-
-/// The error for a grouped read with more groups than pgcorral holds.
-fn too_many_groups() -> BytesMut {
-    let mut e = BytesMut::new();
-    encode::error_response(
-        &mut e,
-        "ERROR",
-        "54000",
-        &format!("a grouped read across shards has more than {MAX_GROUPS} groups, which pgcorral does not hold: name the shard, or narrow the query"),
-    );
-    e
-}
-
-/// `GROUP BY`: every shard's groups merged by their key columns (`None` in `columns`) and
-/// combined in the others, then sorted by `order` (the ORDER BY's columns), else in key
-/// order. All the groups are held, up to [`MAX_GROUPS`].
-async fn grouped(
-    servers: &mut [Checkout],
-    rows: &mut Rows,
-    columns: &[Option<Combine>],
-    fields: &[Field],
-    order_by: &[(usize, Kind, bool, bool)],
-) -> Result<std::result::Result<(), BytesMut>> {
-    let Some(kinds) = fields
-        .iter()
-        .map(|f| Kind::of_oid(f.oid))
-        .collect::<Option<Vec<Kind>>>()
-    else {
-        return Ok(Err(unreadable()));
-    };
-    let keys: Vec<(usize, Kind)> = columns
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.is_none())
-        .map(|(i, _)| (i, kinds[i]))
-        .collect();
-    // Every shard's groups (each shard has each key once), then sorted by key so that a key's
-    // groups from several shards are next to each other, and folded into one.
-    let mut all: Vec<Vec<Option<Vec<u8>>>> = Vec::new();
-    let cap = MAX_GROUPS.saturating_mul(servers.len());
-    for s in servers.iter_mut() {
-        loop {
-            let row = match next_row(s).await? {
-                Next::Row(r) => r,
-                Next::End => break,
-                Next::Failed(e) => return Ok(Err(e)),
-            };
-            if all.len() >= cap {
-                return Ok(Err(too_many_groups()));
-            }
-            let Some(values) = (0..columns.len())
-                .map(|i| field(&row, i).map(|v| v.map(<[u8]>::to_vec)))
-                .collect::<Option<Vec<_>>>()
-            else {
-                return Ok(Err(unreadable()));
-            };
-            all.push(values);
-        }
-    }
-    let mut unread = false;
-    all.sort_by(|a, b| {
-        key_order(a, b, &keys).unwrap_or_else(|| {
-            unread = true;
-            Ordering::Equal
-        })
-    });
-    if unread {
-        return Ok(Err(unreadable()));
-    }
-    let mut groups: Vec<Vec<Option<Vec<u8>>>> = Vec::new();
-    for values in all {
-        let same = match groups.last() {
-            Some(g) => key_order(g, &values, &keys) == Some(Ordering::Equal),
-            None => false,
-        };
-        if !same {
-            if groups.len() >= MAX_GROUPS {
-                return Ok(Err(too_many_groups()));
-            }
-            groups.push(values);
-            continue;
-        }
-        let g = groups.last_mut().expect("a group");
-        for (i, c) in columns.iter().enumerate() {
-            let Some(c) = c else { continue };
-            match fold(*c, kinds[i], g[i].take(), values[i].as_deref()) {
-                Some(next) => g[i] = next,
-                None => return Ok(Err(unreadable())),
-            }
-        }
-    }
-    let mut out: Vec<BytesMut> = groups.iter().map(|g| data_row(g)).collect();
-    if !order_by.is_empty() {
-        let mut unread = false;
-        out.sort_by(|a, b| {
-            order(a, b, order_by).unwrap_or_else(|| {
-                unread = true;
-                Ordering::Equal
-            })
-        });
-        if unread {
-            return Ok(Err(unreadable()));
-        }
-    }
-    for row in &out {
-        rows.push(row);
-    }
-    Ok(Ok(()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shard::values::Kind;
+    use bytes::BufMut;
 
     fn row(values: &[Option<&str>]) -> Vec<u8> {
         let mut b = BytesMut::new();

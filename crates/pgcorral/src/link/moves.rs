@@ -25,7 +25,7 @@ struct Changed {
 /// are shards `0..n` in order) and moves the rows whose key now names another shard. `Ok(Ok(n))`:
 /// rows updated; `Ok(Err(e))`: the client's error (the caller rolls back).
 pub async fn update(
-    servers: &mut [Checkout],
+    servers: &mut [&mut Checkout],
     from: &[usize],
     sql: &str,
     sharding: &Sharding,
@@ -39,7 +39,7 @@ pub async fn update(
     let Some(&first) = from.first() else {
         return Ok(Ok(0));
     };
-    let columns = match columns(&mut servers[first], t).await {
+    let columns = match columns(servers[first], t).await {
         Ok(c) => c,
         Err(e) if e.kind() == Kind::ServerError => return Ok(Err(raw(&e))),
         Err(e) => return Err(e),
@@ -58,7 +58,7 @@ pub async fn update(
     let mut query = BytesMut::new();
     pgwire::encode::query(&mut query, &rewritten);
     for &s in from {
-        send(&mut servers[s], &query).await?;
+        send(servers[s], &query).await?;
     }
     let mut total = 0u64;
     let mut held = 0usize;
@@ -133,7 +133,7 @@ pub async fn update(
             session::literal(&mut sql, c);
         }
         sql.push_str("]::pg_catalog.tid[])");
-        if let Err(e) = run(&mut servers[s], &sql).await? {
+        if let Err(e) = run(servers[s], &sql).await? {
             return Ok(Err(e));
         }
     }

@@ -9,9 +9,10 @@ use pgwire::encode;
 use pgwire::frontend::query_text;
 
 use super::fanout::{answer_raw, note_ready, read_server, send, whole, Aimed};
-use super::{moves, Attach};
+use super::{moves, spanning, Attach, Link};
 use crate::client_conn::ClientConn;
 use crate::error::Result;
+use crate::pool::Checkout;
 use crate::shard::scatter::Write;
 
 /// Bytes of answers kept before they are written to the client.
@@ -27,48 +28,123 @@ pub async fn scatter(
     write: Write,
     len: usize,
 ) -> Result<()> {
-    let mut query = BytesMut::from(&client.buf[..len]);
+    let query = BytesMut::from(&client.buf[..len]);
     client.buf.advance(len);
     // A simple Query drops the unnamed statement, as PostgreSQL's does.
     client.statements.drop_unnamed();
     let mut fanout = at.shards(shards.iter().copied()).await?;
     let _aimed = Aimed::at(at.slot, fanout.servers());
+    let mut servers: Vec<&mut Checkout> = fanout.servers().iter_mut().collect();
+    let ran = run_on(client, at, &mut servers, (shards, from), write, &query).await?;
+    drop(servers);
+    let mut out = ran.out;
+    if let Some(error) = ran.failed {
+        fanout.abort().await;
+        out.extend_from_slice(&error);
+        return answer_raw(client, &out, true).await;
+    }
+    if let Err(error) = fanout.commit().await? {
+        out.extend_from_slice(&error);
+        return answer_raw(client, &out, true).await;
+    }
+    encode::command_complete(&mut out, &ran.tag);
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    client.reply(&out).await
+}
+
+/// [`scatter`] inside the client's transaction, now on `shard` in `link`: it spreads to
+/// `shards` (`begin` run on each that joins), nothing is committed, and an error fails the
+/// transaction. Returns the shard the transaction is now on.
+pub async fn in_transaction(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    (shards, from, shard): (&[usize], &[usize], usize),
+    (write, len): (Write, usize),
+    (link, begin): (&mut Link, &str),
+) -> Result<usize> {
+    let query = BytesMut::from(&client.buf[..len]);
+    client.buf.advance(len);
+    client.statements.drop_unnamed();
+    let spanning = spanning::join(link, at, shard, (shards, begin)).await?;
+    let mut servers = spanning.servers(shards);
+    let ran = run_on(client, at, &mut servers, (shards, from), write, &query).await?;
+    drop(servers);
+    let mut out = ran.out;
+    let status = match ran.failed {
+        Some(error) => {
+            out.extend_from_slice(&error);
+            // The failed shard's server, or the current one made to fail: the client's next
+            // requests are refused as PostgreSQL refuses them.
+            match spanning.failed_shard() {
+                Some(n) => spanning.make_current(n),
+                None => spanning::fail(&mut spanning.current).await,
+            }
+            TxStatus::Failed
+        }
+        None => {
+            encode::command_complete(&mut out, &ran.tag);
+            TxStatus::InTransaction
+        }
+    };
+    at.slot.set(Some(spanning.current.key.clone()));
+    encode::ready_for_query(&mut out, status);
+    client.reply(&out).await?;
+    Ok(spanning.shard)
+}
+
+/// What the shards answered a write run on several: the client's answer so far (rows not yet
+/// written to it), its command tag, or the first error.
+struct Ran {
+    out: BytesMut,
+    tag: String,
+    failed: Option<BytesMut>,
+}
+
+/// Runs `query` (a simple Query) as `write` on `servers` (of `shards`, in order), sent to
+/// those of `from`; rows are streamed to the client as they come.
+async fn run_on(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    servers: &mut [&mut Checkout],
+    (shards, from): (&[usize], &[usize]),
+    write: Write,
+    query: &BytesMut,
+) -> Result<Ran> {
     if let Write::MovesKey(table) = write {
         let text = query_text(query.get(5..).unwrap_or_default()).unwrap_or_default();
         let moved = match at.cluster.sharding() {
-            Some(sharding) => moves::update(fanout.servers(), from, text, &sharding, table).await?,
+            Some(sharding) => moves::update(servers, from, text, &sharding, table).await?,
             None => Ok(0),
         };
-        let result = match moved {
-            Ok(n) => fanout.commit().await?.map(|()| n),
-            Err(e) => {
-                fanout.abort().await;
-                Err(e)
-            }
-        };
-        return match result {
-            Ok(n) => {
-                let mut out = BytesMut::new();
-                encode::command_complete(&mut out, &format!("UPDATE {n}"));
-                encode::ready_for_query(&mut out, TxStatus::Idle);
-                client.reply(&out).await
-            }
-            Err(e) => answer_raw(client, &e, true).await,
-        };
+        return Ok(match moved {
+            Ok(n) => Ran {
+                out: BytesMut::new(),
+                tag: format!("UPDATE {n}"),
+                failed: None,
+            },
+            Err(e) => Ran {
+                out: BytesMut::new(),
+                tag: String::new(),
+                failed: Some(e),
+            },
+        });
     }
-    for (s, shard) in fanout.servers().iter_mut().zip(shards) {
+    for (s, shard) in servers.iter_mut().zip(shards) {
         if from.contains(shard) {
-            send(s, &query).await?;
+            send(s, query).await?;
         }
     }
-    query.clear();
     let mut out = BytesMut::new();
     let mut failed: Option<BytesMut> = None;
     // The first shard's command tag, and the rows all changed.
     let mut first_tag: Option<String> = None;
     let mut differ: Option<(String, String)> = None;
     let mut total = 0u64;
-    for (i, s) in fanout.servers().iter_mut().enumerate() {
+    let sent = servers
+        .iter_mut()
+        .zip(shards)
+        .filter(|(_, shard)| from.contains(shard));
+    for (i, (s, _)) in sent.enumerate() {
         let shown = i == 0 || write == Write::Rows;
         loop {
             let (tag, body) = read_server(s).await?;
@@ -120,21 +196,10 @@ pub async fn scatter(
             failed = Some(e);
         }
     }
-    if let Some(error) = failed {
-        fanout.abort().await;
-        out.extend_from_slice(&error);
-        return answer_raw(client, &out, true).await;
-    }
-    if let Err(error) = fanout.commit().await? {
-        out.extend_from_slice(&error);
-        return answer_raw(client, &out, true).await;
-    }
     let tag = first_tag.unwrap_or_default();
     let tag = match (write, tag.rsplit_once(' ')) {
         (Write::Rows, Some((prefix, n))) if n.parse::<u64>().is_ok() => format!("{prefix} {total}"),
         _ => tag,
     };
-    encode::command_complete(&mut out, &tag);
-    encode::ready_for_query(&mut out, TxStatus::Idle);
-    client.reply(&out).await
+    Ok(Ran { out, tag, failed })
 }

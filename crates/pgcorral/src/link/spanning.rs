@@ -153,6 +153,17 @@ impl Spanning {
         all.into_iter().map(|(_, s)| s).collect()
     }
 
+    /// The shard of a server whose transaction failed, if one did.
+    pub fn failed_shard(&self) -> Option<usize> {
+        if self.current.state.tx == TxStatus::Failed {
+            return Some(self.shard);
+        }
+        self.others
+            .iter()
+            .find(|(_, s)| s.state.tx == TxStatus::Failed)
+            .map(|(n, _)| *n)
+    }
+
     /// Makes `shard`'s server the one the client's requests go to.
     pub fn make_current(&mut self, shard: usize) {
         if let Some(i) = self.others.iter().position(|(n, _)| *n == shard) {
@@ -168,9 +179,14 @@ impl Spanning {
 /// it), so that it ends as the client is told.
 pub async fn fail_current(link: &mut Link) {
     if let Some(s) = link.pooled() {
-        let fail = "DO $pgcorral$BEGIN RAISE EXCEPTION 'refused by pgcorral'; END$pgcorral$";
-        let _ = exec::in_transaction(s, fail).await;
+        fail(s).await;
     }
+}
+
+/// Fails `server`'s transaction (a `DO` that raises).
+pub async fn fail(server: &mut Checkout) {
+    let fail = "DO $pgcorral$BEGIN RAISE EXCEPTION 'refused by pgcorral'; END$pgcorral$";
+    let _ = exec::in_transaction(server, fail).await;
 }
 
 /// Before the client's COMMIT goes to the current server: every other shard's part prepared

@@ -444,6 +444,9 @@ pub(crate) fn sharding_of(db: &Database) -> Sharding {
         db.key_types(),
     );
     sharding.from_catalog = db.sharded_tables_from_catalog.unwrap_or(false);
+    if let Some(n) = db.max_gather_groups {
+        sharding.max_gather_groups = n.max(1);
+    }
     sharding
 }
 

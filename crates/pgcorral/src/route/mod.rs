@@ -147,6 +147,8 @@ pub struct Scattered {
     pub shards: Vec<usize>,
     /// Those the client's statement is sent to (the others take moved rows).
     pub from: Vec<usize>,
+    /// The first statement of the client's transaction (begun alone): it begins on the shards.
+    pub begins: bool,
     pub write: scatter::Write,
     /// Bytes of the client's Query.
     pub len: usize,
@@ -247,7 +249,15 @@ pub fn decide(
     }
     match across_shards(route, sharding, &placed, query, target.want, writes) {
         Ok(None) => {}
-        Ok(Some(d)) => return d,
+        Ok(Some(d)) => {
+            if let Decision::Scatter(s) = &d {
+                if let Some(d) = route.deferred.take().filter(|_| s.begins) {
+                    route.tx_begin = Some(d.begin.into_boxed_str());
+                    route.savepoints = false;
+                }
+            }
+            return d;
+        }
         Err((len, msg)) => return refuse(client, route, len, &msg),
     }
     // Two-phase commit: a prepared transaction is finished on the shard that holds it (a
@@ -366,28 +376,20 @@ fn across_shards(
 ) -> std::result::Result<Option<Decision>, (usize, String)> {
     let all = || (0..sharding.shards).collect::<Vec<_>>();
     let keyless = |len: usize, why: &String| (all(), len, why.clone());
+    // The first statement of a transaction begun alone: a write begins it on its shards.
+    let begins = route.deferred.is_some();
     let (mut shards, len, why) = match placed {
         shard::Shard::NoKey(len, why) => keyless(*len, why),
         shard::Shard::Omni(len, why) => keyless(*len, why),
         shard::Shard::Several(len, shards, why) => (shards.clone(), *len, why.clone()),
-        shard::Shard::MovesKey(len, table, from, why) => {
+        shard::Shard::MovesKey(..) => {
             // The rows go wherever their new keys say: every shard takes part.
-            let Some((len, text)) = query.filter(|_| route.deferred.is_none() && !route.escapes)
-            else {
-                return Err((*len, why.clone()));
-            };
-            let from = match from.is_empty() {
-                true => all(),
-                false => from.clone(),
-            };
-            return match scatter::moved(text) {
-                Ok(()) => Ok(Some(Decision::Scatter(Box::new(Scattered {
-                    shards: all(),
-                    write: scatter::Write::MovesKey(*table),
-                    len,
-                    from,
-                })))),
-                Err(msg) => Err((len, msg)),
+            return match moving(placed, sharding, query, route.escapes) {
+                Ok(mut s) => {
+                    s.begins = begins;
+                    Ok(Some(Decision::Scatter(Box::new(s))))
+                }
+                Err(e) => Err(e),
             };
         }
         _ => return Ok(None),
@@ -395,11 +397,12 @@ fn across_shards(
     let default = matches!(placed, shard::Shard::NoKey(..))
         .then_some(sharding.default_shard)
         .flatten();
-    let Some((len, text)) = query.filter(|_| route.deferred.is_none()) else {
+    let Some((len, text)) = query else {
         if default.is_some() {
             return Ok(None);
         }
-        let msg = format!("{why} (a request across shards is run for a simple query outside a transaction only, for now)");
+        let msg =
+            format!("{why} (a request across shards is run for a simple query only, for now)");
         return Err((len, msg));
     };
     // The default shard takes keyless reads without a second parse.
@@ -417,6 +420,7 @@ fn across_shards(
                 shards,
                 write,
                 len,
+                begins,
             }))));
         }
         Ok(Some(_)) => return Ok(None),
@@ -425,22 +429,112 @@ fn across_shards(
         Ok(None) if default.is_some() => return Ok(None),
         // Reads of omnisharded tables go to any one shard: this one may write.
         Ok(None) if matches!(placed, shard::Shard::Omni(..)) => return Err((len, why)),
+        Ok(None) if begins => {
+            let msg = format!(
+                "{why} (a read across shards is answered outside a transaction only, for now)"
+            );
+            return Err((len, msg));
+        }
         Ok(None) => {}
     }
     let msg = match gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates) {
-        Ok(plan) => {
+        Ok(mut plan) => {
+            plan.max_groups = sharding.max_gather_groups;
             return Ok(Some(Decision::Gather(Box::new(Gathered {
                 plan,
                 shards,
                 want,
                 len,
                 text_bytewise: sharding.facts.text_bytewise,
-            }))))
+            }))));
         }
         Err(msg) if msg == gather::NOT_A_READ => why,
         Err(msg) => msg,
     };
     Err((len, msg))
+}
+
+/// An UPDATE that assigns a sharding key (`placed`), as a write across shards: every shard
+/// takes part (moved rows go wherever their new keys say); `Err`: refused.
+fn moving(
+    placed: &shard::Shard,
+    sharding: &Sharding,
+    query: Option<(usize, &str)>,
+    escapes: bool,
+) -> std::result::Result<Scattered, (usize, String)> {
+    let shard::Shard::MovesKey(len, table, from, why) = placed else {
+        return Err((0, "not an UPDATE of a sharding key".into()));
+    };
+    let Some((len, text)) = query.filter(|_| !escapes) else {
+        return Err((*len, why.clone()));
+    };
+    let all: Vec<usize> = (0..sharding.shards).collect();
+    scatter::moved(text).map_err(|msg| (len, msg))?;
+    Ok(Scattered {
+        from: if from.is_empty() {
+            all.clone()
+        } else {
+            from.clone()
+        },
+        shards: all,
+        write: scatter::Write::MovesKey(*table),
+        len,
+        begins: false,
+    })
+}
+
+/// A request inside a transaction that no one shard takes (no key and no default shard, keys
+/// on several shards, an omnisharded write, a key moved): a write run on the shards it
+/// touches as the transaction spreads to them, else refused (a read across shards inside a
+/// transaction is not answered yet).
+fn across_in_transaction(
+    route: &ClientRoute,
+    sharding: &Sharding,
+    placed: &shard::Shard,
+    query: Option<(usize, &str)>,
+) -> Option<std::result::Result<Scattered, (usize, String)>> {
+    let (len, why, several) = match placed {
+        shard::Shard::NoKey(len, why) if sharding.default_shard.is_none() => (*len, why, None),
+        shard::Shard::Omni(len, why) => (*len, why, None),
+        shard::Shard::Several(len, shards, why) => (*len, why, Some(shards)),
+        shard::Shard::MovesKey(len, _, _, why) => (*len, why, None),
+        _ => return None,
+    };
+    if route.tx_begin.is_none() || route.savepoints {
+        return Some(Err((
+            len,
+            format!("{why} (the transaction cannot spread to other shards: it made a savepoint, or was not begun by a BEGIN of its own)"),
+        )));
+    }
+    if matches!(placed, shard::Shard::MovesKey(..)) {
+        return Some(moving(placed, sharding, query, route.escapes));
+    }
+    let Some((len, text)) = query else {
+        return Some(Err((
+            len,
+            format!("{why} (a request across shards is run for a simple query only, for now)"),
+        )));
+    };
+    Some(match scatter::plan(sharding, text, route.escapes) {
+        Ok(Some(write)) => {
+            let shards = match (several, write.every_shard()) {
+                (Some(s), false) => s.clone(),
+                _ => (0..sharding.shards).collect(),
+            };
+            Ok(Scattered {
+                from: shards.clone(),
+                shards,
+                write,
+                len,
+                begins: false,
+            })
+        }
+        Ok(None) => Err((
+            len,
+            format!("{why} (a read across shards is answered outside a transaction only, for now)"),
+        )),
+        Err(msg) => Err((len, msg)),
+    })
 }
 
 /// pgcorral's refusal of the client's request (`len` bytes, consumed): an ERROR, and its
@@ -557,6 +651,8 @@ pub enum InTransaction {
     /// The transaction spans shards and this is its lone `PREPARE TRANSACTION` (left to run
     /// on the current shard): pgcorral prepares the other shards' parts with the same gid.
     Prepare(String),
+    /// A write no one shard takes: run on the shards it touches as the transaction spreads.
+    Scatter(Box<Scattered>),
     /// An INSERT whose rows are on these shards (each row's, in order): the transaction
     /// spreads to them and the INSERT is split between them.
     SplitInsert(Vec<usize>),
@@ -657,18 +753,27 @@ pub async fn in_transaction(
     // A shard the client chose keeps the transaction where it is; else its keys must agree.
     let chosen = route.shard.map(|_| shard);
     let escapes = route.escapes;
+    let writes = || classify_batch(client, &router.classes, &settings) == Class::Write;
     let mut placed = shard::shard_of(
         client,
         query,
         sharding,
         (&mut route.near, escapes),
         chosen,
-        || false,
+        writes,
     );
     if let shard::Shard::NeedColumns(t) = placed {
         shard::learn_columns(cluster, sharding, t, client.worker).await?;
         let near = (&mut route.near, escapes);
-        placed = shard::shard_of(client, query, sharding, near, chosen, || false);
+        placed = shard::shard_of(client, query, sharding, near, chosen, writes);
+    }
+    match across_in_transaction(route, sharding, &placed, query) {
+        None => {}
+        Some(Ok(s)) => return Ok(InTransaction::Scatter(Box::new(s))),
+        Some(Err((len, msg))) => {
+            client.buf.advance(len);
+            return Ok(InTransaction::Fail(msg));
+        }
     }
     Ok(match placed {
         shard::Shard::One(n) if n != shard && route.tx_begin.is_some() && !route.savepoints => {

@@ -2,82 +2,38 @@
 //! what each shard is sent, and how their answers merge into the one PostgreSQL would give,
 //! or the construct that makes pgcorral refuse it (never a partial answer).
 
-use pg_query::protobuf::{a_const, LimitOption, SelectStmt, SortByDir, SortByNulls};
+mod aggregates;
+pub mod having;
+mod nat;
+pub mod numeric;
+
+use pg_query::protobuf::{a_const, FuncCall, LimitOption, SelectStmt, SortByDir, SortByNulls};
 use pg_query::{Node, NodeEnum, NodeRef};
 
 use super::Sharding;
+use aggregates::{Columns, BUILTIN_AGGREGATES};
+pub use aggregates::{Combine, Spread};
+use having::Cond;
 
-/// PostgreSQL 15's own aggregate and window function names: known aggregates even when the
-/// catalog could not be read (the catalog adds the database's own).
-const BUILTIN_AGGREGATES: &[&str] = &[
-    "array_agg",
-    "avg",
-    "bit_and",
-    "bit_or",
-    "bit_xor",
-    "bool_and",
-    "bool_or",
-    "corr",
-    "count",
-    "covar_pop",
-    "covar_samp",
-    "cume_dist",
-    "dense_rank",
-    "every",
-    "first_value",
-    "json_agg",
-    "json_object_agg",
-    "jsonb_agg",
-    "jsonb_object_agg",
-    "lag",
-    "last_value",
-    "lead",
-    "max",
-    "min",
-    "mode",
-    "nth_value",
-    "ntile",
-    "percent_rank",
-    "percentile_cont",
-    "percentile_disc",
-    "range_agg",
-    "range_intersect_agg",
-    "rank",
-    "regr_avgx",
-    "regr_avgy",
-    "regr_count",
-    "regr_intercept",
-    "regr_r2",
-    "regr_slope",
-    "regr_sxx",
-    "regr_sxy",
-    "regr_syy",
-    "row_number",
-    "stddev",
-    "stddev_pop",
-    "stddev_samp",
-    "string_agg",
-    "sum",
-    "var_pop",
-    "var_samp",
-    "variance",
-    "xmlagg",
-    "any_value",
-    "json_agg_strict",
-    "json_objectagg",
-    "json_arrayagg",
-];
+/// Groups (or distinct rows) a read across shards holds at most by default: beyond them it
+/// fails with SQLSTATE 54000 rather than answer in part.
+pub const MAX_GROUPS: usize = 100_000;
 
 /// How the shards' answers to a read become the client's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gather {
-    /// What each shard runs: the client's text, or that text with its LIMIT raised by its
-    /// OFFSET and the OFFSET dropped (the offset is counted after the merge).
+    /// What each shard runs: the client's text, or PostgreSQL's deparse of it rewritten for the
+    /// merge (its LIMIT raised by its OFFSET and the OFFSET dropped, or both dropped for groups
+    /// and distinct rows; HAVING dropped; hidden columns added after the client's).
     pub text: String,
+    /// How the shards' answers merge.
     pub merge: Merge,
     /// Rows the client gets at most (`LIMIT`), after `offset` rows are skipped.
     pub limit: Option<u64>,
+    /// Rows skipped after the merge (`OFFSET`).
     pub offset: u64,
+    /// Groups or distinct rows held at most ([`MAX_GROUPS`] unless the caller sets it).
+    pub max_groups: usize,
 }
 
 /// How the shards' rows merge.
@@ -87,18 +43,38 @@ pub enum Merge {
     Concat,
     /// A k-way merge of the shards' sorted rows, by these keys.
     Sorted(Vec<SortKey>),
-    /// The shards' groups merged by their key columns (`None`) and combined in the others,
-    /// then sorted by these keys (if any ORDER BY); all the groups are held. A `GROUP BY`; or,
-    /// with no key column and no order, a select list of plain aggregates (one group, one row
-    /// from each shard).
-    Grouped(Vec<Option<Combine>>, Vec<SortKey>),
+    /// The shards' groups merged and combined: a `GROUP BY`, or a select list of aggregates (one
+    /// group, one row from each shard).
+    Grouped(Box<Grouping>),
+    /// `SELECT DISTINCT` without aggregates: the shards' distinct rows deduplicated across
+    /// shards, then sorted by these keys (if any ORDER BY); all of them are held.
+    Distinct(Vec<SortKey>),
+}
+
+/// A grouped read's merge: the shards' groups merged by their key columns and combined in the
+/// others, filtered by HAVING, sorted by ORDER BY; all the groups are held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grouping {
+    /// Every column of the shards' answer: a group key (`None`) or how its values combine. The
+    /// client's columns come first; the rest are hidden (what avg, variance, standard deviation
+    /// and HAVING need), never sent to the client.
+    pub columns: Vec<Option<Combine>>,
+    /// How many of `columns` the client gets.
+    pub visible: usize,
+    /// HAVING, evaluated on the merged groups (the shards are sent no HAVING).
+    pub having: Option<Cond>,
+    /// ORDER BY, over the client's columns.
+    pub order: Vec<SortKey>,
 }
 
 /// One `ORDER BY` item, as the output column it sorts by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SortKey {
+    /// The output column.
     pub column: Column,
+    /// `DESC`.
     pub desc: bool,
+    /// NULLs before the values (`NULLS FIRST`, or PostgreSQL's default for DESC).
     pub nulls_first: bool,
     /// Sorted with an explicit `COLLATE "C"` (or `"POSIX"`): text compares as bytes.
     pub collate_c: bool,
@@ -111,17 +87,6 @@ pub enum Column {
     At(usize),
     /// By its output name (`ORDER BY total`, or a column the query returns as it is).
     Named(String),
-}
-
-/// How one aggregate column's values from the shards combine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Combine {
-    /// `count(…)`: added.
-    Count,
-    /// `sum(…)`: added (NULL when every shard's is).
-    Sum,
-    Min,
-    Max,
 }
 
 /// Plans `sql` (the client's one statement, a read placed on no single shard) for every shard;
@@ -154,7 +119,7 @@ pub fn plan(
         return Err(refusal("a join of sharded tables"));
     }
     let (limit, offset) = limits(s)?;
-    let aggregate = |f: &pg_query::protobuf::FuncCall| {
+    let aggregate = |f: &FuncCall| {
         f.agg_star
             || f.agg_distinct
             || !f.agg_order.is_empty()
@@ -164,7 +129,7 @@ pub fn plan(
                 BUILTIN_AGGREGATES.contains(&n.as_str()) || aggregates.contains(&n)
             })
     };
-    let unknown = |f: &pg_query::protobuf::FuncCall| {
+    let unknown = |f: &FuncCall| {
         !last_name(&f.funcname).is_some_and(|n| BUILTIN_AGGREGATES.contains(&n.as_str()))
     };
     if aggregates.is_empty()
@@ -181,27 +146,60 @@ pub fn plan(
         _ => false,
     });
     let grouped = !s.group_clause.is_empty();
-    let merge = if grouped {
-        let order = match s.sort_clause.is_empty() {
-            true => Vec::new(),
-            false => sort_keys(s)?,
+    // DISTINCT on a grouped read changes nothing: its rows differ in their GROUP BY columns,
+    // all of which it returns.
+    let distinct = !s.distinct_clause.is_empty() && !grouped && !has_aggregate;
+    let order = || match s.sort_clause.is_empty() {
+        true => Ok(Vec::new()),
+        false => sort_keys(s),
+    };
+    let mut columns = Columns::new(sql, s.target_list.len());
+    let mut having = false;
+    let merge = if grouped || has_aggregate {
+        let order = order()?;
+        match grouped {
+            true => group_columns(s, &aggregate, &mut columns)?,
+            false => combines(s, &aggregate, &mut columns)?,
+        }
+        let cond = match s.having_clause.as_deref() {
+            Some(h) => {
+                having = true;
+                let mut cx = HavingContext {
+                    sql,
+                    s,
+                    columns: &mut columns,
+                    aggregate: &aggregate,
+                };
+                Some(having::plan(h, &mut cx)?)
+            }
+            None => None,
         };
-        Merge::Grouped(group_columns(s, &aggregate)?, order)
-    } else if has_aggregate {
-        let combines = combines(s, &aggregate)?;
-        Merge::Grouped(combines.into_iter().map(Some).collect(), Vec::new())
+        Merge::Grouped(Box::new(Grouping {
+            visible: s.target_list.len(),
+            columns: columns.combines,
+            having: cond,
+            order,
+        }))
+    } else if s.having_clause.is_some() {
+        return Err(refusal(
+            "HAVING without GROUP BY or an aggregate in the select list",
+        ));
+    } else if distinct {
+        Merge::Distinct(order()?)
     } else if s.sort_clause.is_empty() {
         Merge::Concat
     } else {
         Merge::Sorted(sort_keys(s)?)
     };
-    // Groups are merged before LIMIT and OFFSET count them: the shards return all of theirs.
-    let unlimited = grouped && (limit.is_some() || offset > 0);
-    let text = if offset > 0 || unlimited {
+    // Groups and distinct rows are merged before LIMIT and OFFSET count them: the shards
+    // return all of theirs.
+    let unlimited = (grouped || distinct) && (limit.is_some() || offset > 0);
+    let hidden = columns.hidden;
+    let text = if offset > 0 || unlimited || having || !hidden.is_empty() {
         if escapes {
             // The rewritten text is PostgreSQL's deparser's, written for standard strings.
             return Err(refusal(
-                "OFFSET, or LIMIT with GROUP BY, with standard_conforming_strings off",
+                "a read pgcorral rewrites for the shards (OFFSET; LIMIT with GROUP BY or DISTINCT; HAVING; avg, variance or stddev) with standard_conforming_strings off",
             ));
         }
         let mut rewritten = parsed.protobuf.clone();
@@ -220,8 +218,10 @@ pub fn plan(
         if s.limit_count.is_none() {
             s.limit_option = LimitOption::Default as i32;
         }
+        s.having_clause = None;
+        s.target_list.extend(hidden);
         pg_query::deparse(&rewritten, Default::default())
-            .map_err(|e| format!("its OFFSET could not be moved after the merge: {e}"))?
+            .map_err(|e| format!("it could not be rewritten for the shards: {e}"))?
     } else {
         sql.to_string()
     };
@@ -230,7 +230,43 @@ pub fn plan(
         merge,
         limit,
         offset,
+        max_groups: MAX_GROUPS,
     })
+}
+
+/// What HAVING's planning asks of the query: its aggregates become hidden columns, its column
+/// references the GROUP BY columns the select list returns.
+struct HavingContext<'a> {
+    sql: &'a str,
+    s: &'a SelectStmt,
+    columns: &'a mut Columns,
+    aggregate: &'a dyn Fn(&FuncCall) -> bool,
+}
+
+impl having::Context for HavingContext<'_> {
+    fn aggregate(&mut self, f: &FuncCall) -> Result<Option<usize>, String> {
+        match (self.aggregate)(f) {
+            true => self.columns.hide_aggregate(f).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    fn text(&self) -> &str {
+        self.sql
+    }
+
+    fn column(&self, fields: &[Node]) -> Option<usize> {
+        self.s.target_list.iter().enumerate().find_map(|(i, t)| {
+            let Some(NodeEnum::ResTarget(r)) = t.node.as_ref() else {
+                return None;
+            };
+            let key = self.columns.combines.get(i) == Some(&None);
+            match r.val.as_deref().and_then(|v| v.node.as_ref()) {
+                Some(NodeEnum::ColumnRef(c)) if key && c.fields == fields => Some(i),
+                _ => None,
+            }
+        })
+    }
 }
 
 /// What [`plan`] answers for a statement that is not a SELECT: the caller refuses it in its
@@ -249,9 +285,12 @@ fn shape(s: &SelectStmt) -> Result<(), String> {
         (s.with_clause.is_some(), "WITH"),
         (s.into_clause.is_some(), "SELECT INTO"),
         (!s.values_lists.is_empty(), "VALUES"),
-        (!s.distinct_clause.is_empty(), "DISTINCT"),
+        // DISTINCT ON keeps one row of each set the shards would each pick from.
+        (
+            s.distinct_clause.iter().any(|n| n.node.is_some()),
+            "DISTINCT ON",
+        ),
         (s.group_distinct, "GROUP BY DISTINCT"),
-        (s.having_clause.is_some(), "HAVING"),
         (!s.window_clause.is_empty(), "WINDOW"),
         (
             s.limit_option == LimitOption::WithTies as i32,
@@ -356,13 +395,13 @@ fn last_name(names: &[Node]) -> Option<String> {
 }
 
 /// Each output column of an aggregate query (one row, no GROUP BY) as an aggregate pgcorral
-/// combines: a bare `count`, `sum`, `min` or `max` call over all the rows.
+/// combines: a bare call of one of the aggregates [`Columns::combine`] knows, over all the rows.
 fn combines(
     s: &SelectStmt,
-    aggregate: &dyn Fn(&pg_query::protobuf::FuncCall) -> bool,
-) -> Result<Vec<Combine>, String> {
-    let mut out = Vec::new();
-    for t in &s.target_list {
+    aggregate: &dyn Fn(&FuncCall) -> bool,
+    columns: &mut Columns,
+) -> Result<(), String> {
+    for (i, t) in s.target_list.iter().enumerate() {
         let Some(NodeEnum::ResTarget(r)) = t.node.as_ref() else {
             return Err(refusal("an aggregate query's column"));
         };
@@ -376,42 +415,20 @@ fn combines(
                 "a column beside aggregates that is not an aggregate itself",
             ));
         }
-        out.push(combine(f)?);
+        columns.combines[i] = Some(columns.combine(f)?);
     }
-    Ok(out)
+    Ok(())
 }
 
-/// How aggregate call `f` combines across shards, if pgcorral combines it.
-fn combine(f: &pg_query::protobuf::FuncCall) -> Result<Combine, String> {
-    {
-        let qualified_elsewhere = f.funcname.len() > 1
-            && !matches!(f.funcname[0].node.as_ref(), Some(NodeEnum::String(s)) if s.sval == "pg_catalog");
-        let name = last_name(&f.funcname).unwrap_or_default();
-        if f.agg_distinct {
-            return Err(refusal(&format!("{name}(DISTINCT …)")));
-        }
-        if !f.agg_order.is_empty() || f.agg_within_group || qualified_elsewhere {
-            return Err(refusal(&format!("the aggregate {name}")));
-        }
-        Ok(match name.as_str() {
-            "count" => Combine::Count,
-            "sum" => Combine::Sum,
-            "min" => Combine::Min,
-            "max" => Combine::Max,
-            other => return Err(refusal(&format!("the aggregate {other}"))),
-        })
-    }
-}
-
-/// Each output column of a `GROUP BY` query: a group key (`None`: a column the GROUP BY names,
-/// by position, output name or as the same column) or an aggregate pgcorral combines. Every
-/// GROUP BY item must be an output column, else groups the client cannot tell apart could not
-/// be merged right.
+/// Each output column of a `GROUP BY` query: a group key (left `None`: a column the GROUP BY
+/// names, by position, output name or as the same column) or an aggregate pgcorral combines.
+/// Every GROUP BY item must be an output column, else groups the client cannot tell apart could
+/// not be merged right.
 fn group_columns(
     s: &SelectStmt,
-    aggregate: &dyn Fn(&pg_query::protobuf::FuncCall) -> bool,
-) -> Result<Vec<Option<Combine>>, String> {
-    let mut out = Vec::new();
+    aggregate: &dyn Fn(&FuncCall) -> bool,
+    columns: &mut Columns,
+) -> Result<(), String> {
     let mut named = vec![false; s.group_clause.len()];
     for (i, t) in s.target_list.iter().enumerate() {
         let Some(NodeEnum::ResTarget(r)) = t.node.as_ref() else {
@@ -420,7 +437,7 @@ fn group_columns(
         let val = r.val.as_deref().and_then(|v| v.node.as_ref());
         if let Some(NodeEnum::FuncCall(f)) = val {
             if aggregate(f) {
-                out.push(Some(combine(f)?));
+                columns.combines[i] = Some(columns.combine(f)?);
                 continue;
             }
         }
@@ -444,12 +461,11 @@ fn group_columns(
                 "a grouped query's column that is neither a GROUP BY column nor an aggregate",
             ));
         }
-        out.push(None);
     }
     if named.contains(&false) {
         return Err(refusal("GROUP BY a column the query does not return"));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The `ORDER BY` items as output columns.

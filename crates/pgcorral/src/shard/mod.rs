@@ -89,6 +89,8 @@ pub struct Sharding {
     pub gids: gids::Gids,
     /// What reads across shards need from the catalog ([`gather`]).
     pub facts: Facts,
+    /// The most groups (or distinct rows) a read across shards merges in memory.
+    pub max_gather_groups: usize,
 }
 
 /// What the shards' catalog says that reads across shards need to merge answers right.
@@ -122,6 +124,7 @@ impl Sharding {
             checked: false,
             gids: Default::default(),
             facts: Facts::default(),
+            max_gather_groups: gather::MAX_GROUPS,
         }
     }
 
@@ -157,6 +160,7 @@ impl Sharding {
             checked: true,
             gids: self.gids.clone(),
             facts,
+            max_gather_groups: self.max_gather_groups,
         }
     }
 

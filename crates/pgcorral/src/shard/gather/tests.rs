@@ -23,6 +23,23 @@ fn planned(sql: &str) -> Result<Gather, String> {
     plan(&sharding(), sql, false, &["my_agg".to_string()])
 }
 
+/// A grouped merge of these visible columns and no hidden ones, sorted by `order`.
+fn grouped(columns: Vec<Option<Combine>>, order: Vec<SortKey>) -> Merge {
+    Merge::Grouped(Box::new(Grouping {
+        visible: columns.len(),
+        columns,
+        having: None,
+        order,
+    }))
+}
+
+fn grouping(g: &Gather) -> &Grouping {
+    match &g.merge {
+        Merge::Grouped(g) => g,
+        other => panic!("not grouped: {other:?}"),
+    }
+}
+
 fn key(column: Column, desc: bool, nulls_first: bool) -> SortKey {
     SortKey {
         column,
@@ -93,7 +110,7 @@ fn plain_aggregates_are_combined() {
         planned("SELECT count(*), sum(v), min(v), pg_catalog.max(v) FROM t WHERE v > 0").unwrap();
     assert_eq!(
         g.merge,
-        Merge::Grouped(
+        grouped(
             vec![
                 Some(Combine::Count),
                 Some(Combine::Sum),
@@ -107,7 +124,7 @@ fn plain_aggregates_are_combined() {
         planned("SELECT count(v) FILTER (WHERE v > 1) FROM t")
             .unwrap()
             .merge,
-        Merge::Grouped(vec![Some(Combine::Count)], Vec::new())
+        grouped(vec![Some(Combine::Count)], Vec::new())
     );
 }
 
@@ -116,7 +133,7 @@ fn what_cannot_be_merged_is_refused_by_name() {
     for (sql, named) in [
         ("SELECT k FROM t UNION SELECT k FROM u", "UNION"),
         ("WITH x AS (SELECT 1) SELECT * FROM t", "WITH"),
-        ("SELECT DISTINCT v FROM t", "DISTINCT"),
+        ("SELECT DISTINCT ON (v) v, w FROM t", "DISTINCT ON"),
         (
             "SELECT count(*) FROM t GROUP BY v",
             "GROUP BY a column the query does not return",
@@ -125,16 +142,53 @@ fn what_cannot_be_merged_is_refused_by_name() {
             "SELECT v, w, count(*) FROM t GROUP BY v",
             "neither a GROUP BY column",
         ),
-        ("SELECT v, avg(w) FROM t GROUP BY v", "avg"),
+        (
+            "SELECT v, avg(DISTINCT w) FROM t GROUP BY v",
+            "avg(DISTINCT",
+        ),
         ("SELECT v FROM t GROUP BY DISTINCT v", "GROUP BY DISTINCT"),
         ("SELECT v FROM t GROUP BY ROLLUP (v)", "GROUPING SETS"),
-        ("SELECT count(*) FROM t HAVING count(*) > 1", "HAVING"),
+        ("SELECT v FROM t HAVING v > 1", "HAVING without GROUP BY"),
+        (
+            "SELECT v, count(*) FROM t GROUP BY v HAVING count(*) + 1 > 2",
+            "HAVING other than comparisons",
+        ),
+        (
+            "SELECT v, count(*) FROM t GROUP BY v HAVING lower(v) = 'a'",
+            "not an aggregate",
+        ),
+        (
+            "SELECT v, count(*) FROM t GROUP BY v HAVING w > 1",
+            "not a GROUP BY column",
+        ),
+        (
+            "SELECT v, count(*) FROM t GROUP BY v HAVING 1 = 1",
+            "two constants",
+        ),
+        (
+            "SELECT v, count(*) FROM t GROUP BY v HAVING count(*) IN (1, 2)",
+            "HAVING other than comparisons",
+        ),
+        (
+            "SELECT v, count(*) FROM t GROUP BY v HAVING count(*) > 1_000",
+            "1_000",
+        ),
+        (
+            "SELECT v, count(*) FROM t GROUP BY v HAVING count(*) > (SELECT 1)",
+            "subquery",
+        ),
+        (
+            "SELECT stddev(v, w) FROM t",
+            "stddev of other than one argument",
+        ),
+        ("SELECT corr(v, w) FROM t", "corr"),
+        ("SELECT string_agg(v, ',') FROM t", "string_agg"),
         ("SELECT * FROM t WHERE k IN (SELECT k FROM u)", "subquery"),
         ("SELECT * FROM (SELECT * FROM t) s", "subquery"),
         ("SELECT rank() OVER (ORDER BY k) FROM t", "window"),
         ("SELECT * FROM t JOIN u USING (k)", "join of sharded tables"),
         ("SELECT * FROM t, u", "join of sharded tables"),
-        ("SELECT avg(v) FROM t", "avg"),
+        ("SELECT avg(v ORDER BY v) FROM t", "avg"),
         ("SELECT count(DISTINCT v) FROM t", "count(DISTINCT"),
         ("SELECT count(*) + 1 FROM t", "not an aggregate itself"),
         ("SELECT k, count(*) FROM t", "not an aggregate itself"),
@@ -163,7 +217,7 @@ fn groups_are_merged_by_their_output_key_columns() {
             .unwrap();
     assert_eq!(
         g.merge,
-        Merge::Grouped(
+        grouped(
             vec![None, Some(Combine::Count), Some(Combine::Max)],
             vec![
                 key(Column::At(1), true, true),
@@ -199,4 +253,163 @@ fn without_the_catalog_a_function_that_may_be_an_aggregate_is_refused() {
     // PostgreSQL's own aggregates, and reads without function calls, are still planned.
     assert!(plan(&s, "SELECT count(*), max(v) FROM t", false, &[]).is_ok());
     assert!(plan(&s, "SELECT * FROM t ORDER BY v", false, &[]).is_ok());
+}
+
+#[test]
+fn avg_and_spreads_ask_the_shards_for_hidden_sums_and_counts() {
+    let g = planned("SELECT v, avg(w) FROM t GROUP BY v").unwrap();
+    assert_eq!(
+        *grouping(&g),
+        Grouping {
+            columns: vec![
+                None,
+                Some(Combine::Avg { sum: 2, count: 3 }),
+                Some(Combine::Sum),
+                Some(Combine::Count),
+            ],
+            visible: 2,
+            having: None,
+            order: Vec::new(),
+        }
+    );
+    assert_eq!(
+        g.text,
+        "SELECT v, avg(w), pg_catalog.sum(w) AS _pgcorral0_2, pg_catalog.count(w) AS _pgcorral0_3 FROM t GROUP BY v"
+    );
+    let g = planned("SELECT stddev_pop(w) FILTER (WHERE w > 0), variance(w) FROM t").unwrap();
+    let stat = |stat, count, sum, squares| {
+        Some(Combine::Spread {
+            stat,
+            count,
+            sum,
+            squares,
+        })
+    };
+    assert_eq!(
+        grouping(&g).columns,
+        vec![
+            stat(Spread::StddevPop, 3, 2, 4),
+            stat(Spread::VarSamp, 6, 5, 7),
+            Some(Combine::Sum),
+            Some(Combine::Count),
+            Some(Combine::Sum),
+            Some(Combine::Sum),
+            Some(Combine::Count),
+            Some(Combine::Sum),
+        ]
+    );
+    assert!(
+        g.text.contains("pg_catalog.sum(w::numeric OPERATOR(pg_catalog.*) w::numeric) FILTER (WHERE w > 0) AS _pgcorral0_4"),
+        "{}",
+        g.text
+    );
+    // The rewritten text plans again, and its hidden names are not taken twice.
+    let again = planned(&g.text).unwrap();
+    assert_eq!(grouping(&again).visible, 8);
+    assert!(again.text.contains("_pgcorral1_"), "{}", again.text);
+    for (sql, combine) in [
+        ("SELECT bool_and(b) FROM t", Combine::BoolAnd),
+        ("SELECT every(b) FROM t", Combine::BoolAnd),
+        ("SELECT bool_or(b) FROM t", Combine::BoolOr),
+    ] {
+        let g = planned(sql).unwrap();
+        assert_eq!(g.merge, grouped(vec![Some(combine)], Vec::new()), "{sql}");
+        assert_eq!(g.text, sql);
+    }
+}
+
+#[test]
+fn having_is_evaluated_on_the_merged_groups() {
+    use having::{Op, Operand};
+    let g = planned(
+        "SELECT v, count(*) FROM t GROUP BY v HAVING count(*) > 2 AND (avg(w) <= 1.5e1 OR v IS NULL) ORDER BY v LIMIT 3",
+    )
+    .unwrap();
+    let merged = grouping(&g);
+    assert_eq!(
+        merged.columns,
+        vec![
+            None,
+            Some(Combine::Count),
+            Some(Combine::Count),
+            Some(Combine::Avg { sum: 4, count: 5 }),
+            Some(Combine::Sum),
+            Some(Combine::Count),
+        ]
+    );
+    assert_eq!(
+        merged.having,
+        Some(Cond::And(vec![
+            Cond::Compare(Operand::Column(2), Op::Gt, Operand::Number("2".into())),
+            Cond::Or(vec![
+                Cond::Compare(Operand::Column(3), Op::Le, Operand::Number("15".into())),
+                Cond::IsNull(Operand::Column(0), false),
+            ]),
+        ]))
+    );
+    // No HAVING and no LIMIT for the shards: their groups are partial.
+    assert_eq!(
+        g.text,
+        "SELECT v, count(*), count(*) AS _pgcorral0_2, avg(w) AS _pgcorral0_3, pg_catalog.sum(w) AS _pgcorral0_4, pg_catalog.count(w) AS _pgcorral0_5 FROM t GROUP BY v ORDER BY v"
+    );
+    assert_eq!((g.limit, g.offset), (Some(3), 0));
+    let g = planned("SELECT count(*) FROM t HAVING NOT bool_or(b) IS TRUE").unwrap();
+    assert!(matches!(&grouping(&g).having, Some(Cond::Not(_))));
+    let g = planned("SELECT v AS x, min(w) FROM t GROUP BY x HAVING 'a' < v AND max(w) <> min(w)")
+        .unwrap();
+    assert_eq!(
+        grouping(&g).having,
+        Some(Cond::And(vec![
+            Cond::Compare(Operand::Text("a".into()), Op::Lt, Operand::Column(0)),
+            Cond::Compare(Operand::Column(2), Op::Ne, Operand::Column(3)),
+        ]))
+    );
+    // Rewritten texts are PostgreSQL's deparser's, written for standard strings.
+    let e = plan(
+        &sharding(),
+        "SELECT v, count(*) FROM t GROUP BY v HAVING count(*) > 1",
+        true,
+        &[],
+    )
+    .unwrap_err();
+    assert!(e.contains("standard_conforming_strings"), "{e}");
+}
+
+#[test]
+fn distinct_rows_are_deduplicated_after_the_merge() {
+    let g = planned("SELECT DISTINCT v, w FROM t ORDER BY 2 DESC, v LIMIT 5 OFFSET 2").unwrap();
+    assert_eq!(
+        g.merge,
+        Merge::Distinct(vec![
+            key(Column::At(1), true, true),
+            key(Column::Named("v".into()), false, false)
+        ])
+    );
+    assert_eq!(g.text, "SELECT DISTINCT v, w FROM t ORDER BY 2 DESC, v");
+    assert_eq!((g.limit, g.offset), (Some(5), 2));
+    let g = planned("SELECT DISTINCT * FROM t").unwrap();
+    assert_eq!(
+        (g.merge, g.text.as_str()),
+        (Merge::Distinct(Vec::new()), "SELECT DISTINCT * FROM t")
+    );
+    // DISTINCT over groups changes nothing: they differ in their keys.
+    let g = planned("SELECT DISTINCT v, count(*) FROM t GROUP BY v").unwrap();
+    assert_eq!(grouping(&g).columns, vec![None, Some(Combine::Count)]);
+}
+
+#[test]
+fn hidden_columns_take_names_the_query_does_not_use() {
+    let g = planned("SELECT v AS _pgcorral0_, avg(w) FROM t GROUP BY v").unwrap();
+    assert!(g.text.contains("AS _pgcorral1_2"), "{}", g.text);
+}
+
+#[test]
+fn squares_of_expressions_are_cast_whole() {
+    let g = planned("SELECT stddev(v + 1) FROM t").unwrap();
+    assert!(
+        g.text
+            .contains("pg_catalog.sum((v + 1)::numeric OPERATOR(pg_catalog.*) (v + 1)::numeric)"),
+        "{}",
+        g.text
+    );
 }
