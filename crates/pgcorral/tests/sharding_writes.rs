@@ -47,6 +47,24 @@ fn prepared(shards: &[support::Postgres]) -> Vec<String> {
     on_each(shards, "SELECT count(*) FROM pg_prepared_xacts")
 }
 
+/// Three shards, a pgcorral over them and a client of it, with accounts 1 to 30 (`v` of each
+/// key) inserted through it.
+async fn thirty_accounts(
+    v: fn(i64) -> i64,
+) -> (Vec<support::Postgres>, Pooler, tokio_postgres::Client) {
+    let shards = start(3, TABLES);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let c = p.connect("postgres", None, "app").await;
+    let values: Vec<String> = (1..=30).map(|k| format!("({k}, {})", v(k))).collect();
+    c.simple_query(&format!(
+        "INSERT INTO accounts VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .unwrap();
+    (shards, p, c)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_that_name_no_one_shard_run_on_every_shard_they_touch() {
     let shards = start(3, TABLES);
@@ -241,6 +259,25 @@ fn without_prepared_transactions_a_write_across_shards_is_refused_and_changes_no
     });
 }
 
+/// A new pgcorral on `toml`, once its first client of the database (which has it read the
+/// shards' catalog) has had it finish every prepared transaction a dead one left.
+fn restarted(toml: &str, shards: &[support::Postgres]) -> PoolerProcess {
+    let again = PoolerProcess::start(toml);
+    let out = support::psql_cmd(again.port, "postgres", "app", None)
+        .args(["-Atc", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    poll_until("the prepared transactions to be finished", 20, || {
+        prepared(shards) == ["0", "0", "0"]
+    });
+    again
+}
+
 /// pgcorral dies (a test-only stop, debug builds) at `stop` of a commit across 3 shards; a new
 /// pgcorral finishes what it left prepared: the UPDATE is on every shard (`committed`) or on
 /// none, and no shard keeps a prepared transaction.
@@ -283,20 +320,7 @@ fn dies_between_the_phases(stop: &str, committed: bool) {
         left, 2,
         "the two shards other than the coordinator were prepared"
     );
-    let again = PoolerProcess::start(&toml);
-    // Its first client of the database reads the shards' catalog and finishes what is left.
-    let out = support::psql_cmd(again.port, "postgres", "app", None)
-        .args(["-Atc", "SELECT 1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    poll_until("the prepared transactions to be finished", 20, || {
-        prepared(&shards) == ["0", "0", "0"]
-    });
+    let again = restarted(&toml, &shards);
     let want = if committed { "7" } else { "1" };
     assert_eq!(
         on_each(
@@ -351,19 +375,7 @@ fn a_client_transaction_across_shards_killed_after_its_decision_is_finished_ever
         matches!(dying.child.try_wait(), Ok(Some(_)))
     });
     drop(dying);
-    let again = PoolerProcess::start(&toml);
-    let out = support::psql_cmd(again.port, "postgres", "app", None)
-        .args(["-Atc", "SELECT 1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    poll_until("the prepared transactions to be finished", 20, || {
-        prepared(&shards) == ["0", "0", "0"]
-    });
+    let _again = restarted(&toml, &shards);
     assert_eq!(
         shards[on(1)].sql("postgres", "SELECT v FROM accounts WHERE aid = 1"),
         "9"
@@ -445,16 +457,7 @@ async fn unique_ids_from_two_pgcorrals_never_collide_and_route_their_rows() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_update_of_the_key_moves_rows_to_their_new_shards_atomically() {
-    let shards = start(3, TABLES);
-    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
-    let c = p.connect("postgres", None, "app").await;
-    let values: Vec<String> = (1..=30).map(|k| format!("({k}, {k})")).collect();
-    c.simple_query(&format!(
-        "INSERT INTO accounts VALUES {}",
-        values.join(", ")
-    ))
-    .await
-    .unwrap();
+    let (shards, _p, c) = thirty_accounts(|k| k).await;
     let placed = || support::sharding::assert_placed(&shards, "accounts", "aid", "int4");
     let keys = || -> Vec<i64> {
         let mut all: Vec<i64> = keys_per_shard(&shards, "accounts", "aid").concat();
@@ -515,16 +518,7 @@ async fn an_update_of_the_key_moves_rows_to_their_new_shards_atomically() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_transaction_spreads_to_the_shards_its_statements_need_and_commits_atomically() {
-    let shards = start(3, TABLES);
-    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
-    let mut c = p.connect("postgres", None, "app").await;
-    let values: Vec<String> = (1..=30).map(|k| format!("({k}, 0)")).collect();
-    c.simple_query(&format!(
-        "INSERT INTO accounts VALUES {}",
-        values.join(", ")
-    ))
-    .await
-    .unwrap();
+    let (shards, _p, mut c) = thirty_accounts(|_| 0).await;
     let on = |k: i64| shard_of_int(k, KeyType::Int4, 3);
     let a = 1i64;
     let b = (2..30).find(|k| on(*k) != on(a)).unwrap();
@@ -779,16 +773,7 @@ async fn a_client_s_own_prepare_transaction_spans_the_shards_of_its_transaction(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_across_shards_inside_a_transaction_spread_it_and_commit_with_it() {
-    let shards = start(3, TABLES);
-    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
-    let c = p.connect("postgres", None, "app").await;
-    let values: Vec<String> = (1..=30).map(|k| format!("({k}, 0)")).collect();
-    c.simple_query(&format!(
-        "INSERT INTO accounts VALUES {}",
-        values.join(", ")
-    ))
-    .await
-    .unwrap();
+    let (shards, _p, c) = thirty_accounts(|_| 0).await;
     let sum = || total(&shards);
     // Keyless, keys on several shards, an omnisharded table, a key moved: all in one
     // transaction, committed together.

@@ -63,7 +63,7 @@ pub(super) async fn check_in_transaction(
                 let mut out = BytesMut::new();
                 route::tx::aborted(&mut out);
                 encode::ready_for_query(&mut out, TxStatus::Failed);
-                send(client, &out).await?;
+                client.reply(&out).await?;
                 return Ok(true);
             }
             InTransaction::Pipeline(shards) => {
@@ -81,14 +81,8 @@ pub(super) async fn check_in_transaction(
             InTransaction::Switch(to) => {
                 let route = super::routing(&mut session.route);
                 let begin = route.tx_begin.clone().unwrap_or_default();
-                let at = Attach {
-                    cluster: &session.cluster,
-                    slot: &session.slot,
-                    worker: client.worker,
-                    wait: session.wait,
-                    settings: &session.settings,
-                };
-                spanning::switch(&mut session.link, &at, (shard, to), &begin, target.want).await?;
+                let (at, link) = attach_and_link(session, client.worker);
+                spanning::switch(link, &at, (shard, to), &begin, target.want).await?;
                 let current = session.link.pooled().expect("switched");
                 session.slot.set(Some(current.key.clone()));
                 super::routing(&mut session.route).target = Some(Target {
@@ -109,14 +103,7 @@ pub(super) async fn check_in_transaction(
                         }
                         Err(error) => {
                             // Rolled back everywhere: the client's PREPARE is answered here.
-                            let len = route::shard::request_len(client).unwrap_or(0);
-                            client.buf.advance(len);
-                            let mut out = error;
-                            encode::ready_for_query(&mut out, TxStatus::Idle);
-                            send(client, &out).await?;
-                            session.slot.set(None);
-                            session.link.release();
-                            return Ok(true);
+                            return rolled_back(client, session, error).await;
                         }
                     }
                 }
@@ -133,14 +120,7 @@ pub(super) async fn check_in_transaction(
                     };
                     if let Err(error) = ended {
                         // Rolled back everywhere: the client's COMMIT is answered here.
-                        let len = route::shard::request_len(client).unwrap_or(0);
-                        client.buf.advance(len);
-                        let mut out = error;
-                        encode::ready_for_query(&mut out, TxStatus::Idle);
-                        send(client, &out).await?;
-                        session.slot.set(None);
-                        session.link.release();
-                        return Ok(true);
+                        return rolled_back(client, session, error).await;
                     }
                 }
                 return Ok(false);
@@ -154,19 +134,40 @@ pub(super) async fn check_in_transaction(
                 let mut out = BytesMut::new();
                 encode::error_response(&mut out, "ERROR", "0A000", &msg);
                 encode::ready_for_query(&mut out, TxStatus::Failed);
-                send(client, &out).await?;
+                client.reply(&out).await?;
                 return Ok(true);
             }
         }
     }
 }
 
-async fn send(client: &mut ClientConn, out: &[u8]) -> Result<()> {
-    client
-        .stream
-        .send(out)
-        .await
-        .map_err(|e| Error::with_source(Kind::ClientIo, "write", e))
+/// The end of a transaction across shards that pgcorral rolled back everywhere (a shard
+/// refused to prepare): the client's request is answered with `error`, and its servers go.
+async fn rolled_back(
+    client: &mut ClientConn,
+    session: &mut LoggedIn,
+    error: BytesMut,
+) -> Result<bool> {
+    let len = route::shard::request_len(client).unwrap_or(0);
+    client.buf.advance(len);
+    let mut out = error;
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    client.reply(&out).await?;
+    session.slot.set(None);
+    session.link.release();
+    Ok(true)
+}
+
+/// The client's cancel slot, cluster and settings to acquire servers with, beside its link.
+fn attach_and_link(session: &mut LoggedIn, worker: usize) -> (Attach<'_>, &mut Link) {
+    let at = Attach {
+        cluster: &session.cluster,
+        slot: &session.slot,
+        worker,
+        wait: session.wait,
+        settings: &session.settings,
+    };
+    (at, &mut session.link)
 }
 
 /// A request split between shards inside the client's transaction.
@@ -201,17 +202,11 @@ pub(super) async fn begin_split(
         .clone()
         .unwrap_or_default();
     let first = split.shards().iter().copied().min().unwrap_or(0);
-    let at = Attach {
-        cluster: &session.cluster,
-        slot: &session.slot,
-        worker: client.worker,
-        wait: session.wait,
-        settings: &session.settings,
-    };
+    let (at, link) = attach_and_link(session, client.worker);
     let mut s = at.checkout(first, Want::Primary, true).await?;
     exec::in_transaction(&mut s, &begin).await?;
-    session.slot.set(Some(s.key.clone()));
-    session.link = Link::Pooled(s);
+    at.slot.set(Some(s.key.clone()));
+    *link = Link::Pooled(s);
     super::routing(&mut session.route).target = Some(Target {
         shards: Shards::One(first),
         want: Want::Primary,
@@ -234,15 +229,9 @@ async fn run_split(
     let route = super::routing(&mut session.route);
     let begin = route.tx_begin.clone().unwrap_or_default();
     let escapes = route.escapes;
-    let at = Attach {
-        cluster: &session.cluster,
-        slot: &session.slot,
-        worker: client.worker,
-        wait: session.wait,
-        settings: &session.settings,
-    };
+    let (at, link) = attach_and_link(session, client.worker);
     let registry = &services.statements;
-    let link = (&mut session.link, &*begin);
+    let link = (link, &*begin);
     let now = match split {
         Split::Pipeline(shards) => {
             pipeline::in_transaction(client, &at, registry, (&shards, shard), link).await?

@@ -44,21 +44,7 @@ pub async fn insert(
     rows: Vec<usize>,
     escapes: bool,
 ) -> Result<()> {
-    let Some(len) = request_len(client) else {
-        return Err(Error::new(
-            Kind::ClientProtocol,
-            "the INSERT request is not whole",
-        ));
-    };
-    let request = client.buf.split_to(len);
-    let work = if request.first() == Some(&frontend::QUERY) {
-        // A simple Query drops the unnamed statement, as PostgreSQL's does.
-        client.statements.drop_unnamed();
-        simple(&request, &rows, escapes)
-    } else {
-        extended(client, &request, &rows, escapes)
-    };
-    let work = match work {
+    let work = match take_work(client, &rows, escapes)? {
         Ok(w) => w,
         Err((code, msg)) => return answer_error(client, code, &msg).await,
     };
@@ -96,20 +82,7 @@ pub async fn in_transaction(
     (rows, shard): (Vec<usize>, usize),
     (link, begin): (&mut Link, &str),
 ) -> Result<usize> {
-    let Some(len) = request_len(client) else {
-        return Err(Error::new(
-            Kind::ClientProtocol,
-            "the INSERT request is not whole",
-        ));
-    };
-    let request = client.buf.split_to(len);
-    let work = if request.first() == Some(&frontend::QUERY) {
-        client.statements.drop_unnamed();
-        simple(&request, &rows, escapes)
-    } else {
-        extended(client, &request, &rows, escapes)
-    };
-    let work = match work {
+    let work = match take_work(client, &rows, escapes)? {
         Ok(w) => w,
         Err((code, msg)) => {
             let mut out = BytesMut::new();
@@ -143,6 +116,29 @@ pub async fn in_transaction(
     encode::ready_for_query(&mut out, status);
     client.reply(&out).await?;
     Ok(spanning.shard)
+}
+
+/// The client's INSERT request (at the front of its buffer), taken out and split into each
+/// shard's part (`Ok(Err(_))`: refused, with its SQLSTATE and message).
+fn take_work(
+    client: &mut ClientConn,
+    rows: &[usize],
+    escapes: bool,
+) -> Result<std::result::Result<Work, Refusal>> {
+    let Some(len) = request_len(client) else {
+        return Err(Error::new(
+            Kind::ClientProtocol,
+            "the INSERT request is not whole",
+        ));
+    };
+    let request = client.buf.split_to(len);
+    Ok(if request.first() == Some(&frontend::QUERY) {
+        // A simple Query drops the unnamed statement, as PostgreSQL's does.
+        client.statements.drop_unnamed();
+        simple(&request, rows, escapes)
+    } else {
+        extended(client, &request, rows, escapes)
+    })
 }
 
 /// What the shards answered an INSERT split between them.

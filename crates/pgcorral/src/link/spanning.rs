@@ -48,66 +48,9 @@ impl Drop for Prepared {
     }
 }
 
-/// Moves the client's transaction to shard `to` for its next request: a server of that shard
-/// joins it (its `begin` run there first), unless it has one already. `link` holds the
-/// transaction's server(s), now on shard `shard`.
-pub async fn switch(
-    link: &mut Link,
-    at: &Attach<'_>,
-    (shard, to): (usize, usize),
-    begin: &str,
-    want: Want,
-) -> Result<()> {
-    let mut spanning = match mem::take(link) {
-        Link::Pooled(current) => Box::new(Spanning {
-            current,
-            shard,
-            others: Vec::new(),
-            prepared: None,
-            client_gid: None,
-            cluster: at.cluster.clone(),
-            worker: at.worker,
-        }),
-        Link::Spanning(s) => s,
-        Link::Free | Link::Shards(_) => {
-            return Err(Error::new(
-                Kind::ServerIo,
-                "a transaction across shards without its server",
-            ))
-        }
-    };
-    let next = match spanning.others.iter().position(|(n, _)| *n == to) {
-        Some(i) => spanning.others.swap_remove(i).1,
-        None => {
-            let mut s = match at.checkout(to, want, true).await {
-                Ok(s) => s,
-                Err(e) => {
-                    *link = Link::Spanning(spanning);
-                    return Err(e);
-                }
-            };
-            if let Err(e) = exec::in_transaction(&mut s, begin).await {
-                *link = Link::Spanning(spanning);
-                return Err(e);
-            }
-            s
-        }
-    };
-    let previous = mem::replace(&mut spanning.current, next);
-    spanning.others.push((spanning.shard, previous));
-    spanning.shard = to;
-    *link = Link::Spanning(spanning);
-    Ok(())
-}
-
-/// The transaction in `link` (now on `shard`) with a server of each of `shards` (`begin`
-/// run on each that joins), its current server unchanged.
-pub async fn join<'l>(
-    link: &'l mut Link,
-    at: &Attach<'_>,
-    shard: usize,
-    (shards, begin): (&[usize], &str),
-) -> Result<&'l mut Spanning> {
+/// The transaction in `link` (now on `shard`) as one that spans shards: its one pooled server
+/// becomes the current one.
+fn spanning_of<'l>(link: &'l mut Link, at: &Attach<'_>, shard: usize) -> Result<&'l mut Spanning> {
     if let Link::Pooled(_) = link {
         let Link::Pooled(current) = mem::take(link) else {
             unreachable!("matched above")
@@ -122,12 +65,49 @@ pub async fn join<'l>(
             worker: at.worker,
         }));
     }
-    let Link::Spanning(spanning) = link else {
-        return Err(Error::new(
+    match link {
+        Link::Spanning(spanning) => Ok(spanning),
+        _ => Err(Error::new(
             Kind::ServerIo,
             "a transaction across shards without its server",
-        ));
+        )),
+    }
+}
+
+/// Moves the client's transaction to shard `to` for its next request: a server of that shard
+/// joins it (its `begin` run there first), unless it has one already. `link` holds the
+/// transaction's server(s), now on shard `shard`.
+pub async fn switch(
+    link: &mut Link,
+    at: &Attach<'_>,
+    (shard, to): (usize, usize),
+    begin: &str,
+    want: Want,
+) -> Result<()> {
+    let spanning = spanning_of(link, at, shard)?;
+    let next = match spanning.others.iter().position(|(n, _)| *n == to) {
+        Some(i) => spanning.others.swap_remove(i).1,
+        None => {
+            let mut s = at.checkout(to, want, true).await?;
+            exec::in_transaction(&mut s, begin).await?;
+            s
+        }
     };
+    let previous = mem::replace(&mut spanning.current, next);
+    spanning.others.push((spanning.shard, previous));
+    spanning.shard = to;
+    Ok(())
+}
+
+/// The transaction in `link` (now on `shard`) with a server of each of `shards` (`begin`
+/// run on each that joins), its current server unchanged.
+pub async fn join<'l>(
+    link: &'l mut Link,
+    at: &Attach<'_>,
+    shard: usize,
+    (shards, begin): (&[usize], &str),
+) -> Result<&'l mut Spanning> {
+    let spanning = spanning_of(link, at, shard)?;
     for &to in shards {
         if to == spanning.shard || spanning.others.iter().any(|(n, _)| *n == to) {
             continue;
