@@ -834,3 +834,70 @@ async fn writes_across_shards_inside_a_transaction_spread_it_and_commit_with_it(
     assert_eq!(sum(), 33);
     assert_eq!(value(&c, "SELECT count(*) FROM accounts").await, "30");
 }
+
+/// `COPY ... FROM STDIN` of `rows` through `c` (a client or its transaction).
+async fn copy_rows(
+    c: &impl tokio_postgres::GenericClient,
+    rows: std::ops::RangeInclusive<i64>,
+) -> Result<u64, tokio_postgres::Error> {
+    use futures_util::SinkExt;
+    let data: Vec<u8> = rows
+        .flat_map(|k| format!("{k}\t1\n").into_bytes())
+        .collect();
+    let sink = c
+        .client()
+        .copy_in::<_, bytes::Bytes>("COPY accounts FROM STDIN")
+        .await?;
+    futures_util::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(data)).await?;
+    sink.finish().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_into_a_sharded_table_is_split_inside_a_transaction_too() {
+    let shards = start(3, TABLES);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let mut c = p.connect("postgres", None, "app").await;
+    let rows = || -> i64 {
+        on_each(&shards, "SELECT count(*) FROM accounts")
+            .iter()
+            .map(|n| n.parse::<i64>().unwrap())
+            .sum()
+    };
+    // The first statement of a transaction, then an UPDATE of one of its rows, then COMMIT.
+    let t = c.transaction().await.unwrap();
+    assert_eq!(copy_rows(&t, 1..=300).await.unwrap(), 300);
+    t.execute("UPDATE accounts SET v = 2 WHERE aid = 7", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows(), 0, "nothing visible before COMMIT");
+    t.commit().await.unwrap();
+    assert_eq!(rows(), 300);
+    support::sharding::assert_placed(&shards, "accounts", "aid", "int4");
+    assert_eq!(value(&c, "SELECT v FROM accounts WHERE aid = 7").await, "2");
+    // After another statement, then ROLLBACK: none kept.
+    let t = c.transaction().await.unwrap();
+    t.execute("UPDATE accounts SET v = 3 WHERE aid = 8", &[])
+        .await
+        .unwrap();
+    assert_eq!(copy_rows(&t, 301..=400).await.unwrap(), 100);
+    t.rollback().await.unwrap();
+    assert_eq!(rows(), 300);
+    // A COPY that fails (a duplicate key) fails the transaction everywhere.
+    let t = c.transaction().await.unwrap();
+    assert_eq!(copy_rows(&t, 401..=450).await.unwrap(), 50);
+    let e = copy_rows(&t, 1..=10).await.unwrap_err();
+    assert_eq!(sqlstate(&e), "23505", "{}", db_message(&e));
+    let e = t
+        .execute("UPDATE accounts SET v = 4 WHERE aid = 9", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02");
+    drop(t);
+    assert_eq!(
+        value(&c, "SELECT count(*) FROM accounts WHERE aid > 400").await,
+        "0"
+    );
+    assert_eq!(rows(), 300);
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+}

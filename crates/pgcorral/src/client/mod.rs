@@ -600,7 +600,11 @@ async fn not_routed(
             link::insert::insert(client, &at, &services.statements, rows, escapes).await?;
             return Ok(true);
         }
-        Decision::CopyIn(table) => {
+        Decision::CopyIn(table, true) => {
+            sharded::begin_split(client, services, session, sharded::Split::Copy(table)).await?;
+            return Ok(true);
+        }
+        Decision::CopyIn(table, false) => {
             link::copy_in::copy_in(client, &attach(session, client.worker), table).await?;
             return Ok(true);
         }

@@ -10,7 +10,7 @@ use super::{request, LoggedIn};
 use crate::client_conn::ClientConn;
 use crate::cluster::{Shards, Target, Want};
 use crate::error::{Error, Kind, Result};
-use crate::link::{insert, pipeline, scatter, spanning, Attach, Link};
+use crate::link::{copy_in, insert, pipeline, scatter, spanning, Attach, Link};
 use crate::route::{self, InTransaction};
 use crate::services::Services;
 use crate::session::exec;
@@ -54,6 +54,7 @@ pub(super) async fn check_in_transaction(
             | InTransaction::Pipeline(_)
             | InTransaction::SplitInsert(_)
             | InTransaction::Scatter(_)
+            | InTransaction::CopyIn(_)
                 if status == TxStatus::Failed =>
             {
                 // Failed where it is: every statement until its end is refused, as
@@ -76,6 +77,10 @@ pub(super) async fn check_in_transaction(
             }
             InTransaction::Scatter(w) => {
                 run_split(client, services, session, Split::Scatter(w), shard).await?;
+                return Ok(true);
+            }
+            InTransaction::CopyIn(table) => {
+                run_split(client, services, session, Split::Copy(table), shard).await?;
                 return Ok(true);
             }
             InTransaction::Switch(to) => {
@@ -178,6 +183,8 @@ pub(super) enum Split {
     Insert(Vec<usize>),
     /// A write run on several shards.
     Scatter(Box<route::Scattered>),
+    /// A `COPY ... FROM STDIN` into sharded table `n`, split between every shard.
+    Copy(usize),
 }
 
 impl Split {
@@ -185,6 +192,7 @@ impl Split {
         match self {
             Split::Pipeline(s) | Split::Insert(s) => s,
             Split::Scatter(s) => &s.shards,
+            Split::Copy(_) => &[0],
         }
     }
 }
@@ -239,6 +247,7 @@ async fn run_split(
         Split::Insert(rows) => {
             insert::in_transaction(client, &at, (registry, escapes), (rows, shard), link).await?
         }
+        Split::Copy(table) => copy_in::in_transaction(client, &at, (table, shard), link).await?,
         Split::Scatter(w) => {
             let on = (&w.shards[..], &w.from[..], shard);
             scatter::in_transaction(client, &at, on, (w.write, w.len), link).await?

@@ -9,7 +9,7 @@ use pgwire::backend::{self, TxStatus};
 use pgwire::{encode, frontend};
 
 use super::fanout::{answer_error, answer_raw, note_ready, read_server, send, until_ready};
-use super::Attach;
+use super::{spanning, Attach, Link};
 use crate::client_conn::ClientConn;
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::read_message;
@@ -41,26 +41,115 @@ pub async fn copy_in(client: &mut ClientConn, at: &Attach<'_>, table: usize) -> 
     };
     // One server per shard, with the client's settings, in a transaction running the COPY.
     let mut fanout = at.shards(0..sharding.shards).await?;
-    let servers = fanout.servers();
+    let mut servers: Vec<&mut Checkout> = fanout.servers().iter_mut().collect();
+    let copied = run(client, &mut servers, (&text, early), splitter, extended).await?;
+    drop(servers);
+    let mut out = BytesMut::new();
+    match copied {
+        Copied::Failed { error, ready } => {
+            fanout.abort().await;
+            answer_raw(client, &error, ready).await
+        }
+        Copied::Done(total) => {
+            if let Err(error) = fanout.commit().await? {
+                return answer_raw(client, &error, !extended).await;
+            }
+            encode::command_complete(&mut out, &format!("COPY {total}"));
+            if !extended {
+                encode::ready_for_query(&mut out, TxStatus::Idle);
+            }
+            client.reply(&out).await
+        }
+    }
+}
+
+/// [`copy_in`] inside the client's transaction, now on `shard` in `link`: it spreads to every
+/// shard (`begin` run on each that joins), nothing is committed, and an error fails the
+/// transaction. Returns the shard the transaction is now on.
+pub async fn in_transaction(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    (table, shard): (usize, usize),
+    (link, begin): (&mut Link, &str),
+) -> Result<usize> {
+    let sharding = at.cluster.sharding().expect("a sharded database");
+    let extended = client.buf.first() != Some(&frontend::QUERY);
+    let Some((len, text, early)) = copy_request(client) else {
+        return Err(Error::new(
+            Kind::ClientProtocol,
+            "the COPY request is not whole",
+        ));
+    };
+    let _ = client.buf.split_to(len);
+    let splitter = match splitter(client, at, &sharding, table, &text).await? {
+        Ok(s) => s,
+        Err(msg) => {
+            let mut out = BytesMut::new();
+            encode::error_response(&mut out, "ERROR", "0A000", &msg);
+            spanning::fail_current(link).await;
+            encode::ready_for_query(&mut out, TxStatus::Failed);
+            client.reply(&out).await?;
+            return Ok(shard);
+        }
+    };
+    let all: Vec<usize> = (0..sharding.shards).collect();
+    let spanning = spanning::join(link, at, shard, (&all, begin)).await?;
+    let mut servers = spanning.servers(&all);
+    let copied = run(client, &mut servers, (&text, early), splitter, extended).await?;
+    drop(servers);
+    let mut out = BytesMut::new();
+    let (ready, status) = match copied {
+        Copied::Failed { error, ready } => {
+            out.extend_from_slice(&error);
+            match spanning.failed_shard() {
+                Some(n) => spanning.make_current(n),
+                None => spanning::fail(&mut spanning.current).await,
+            }
+            (ready, TxStatus::Failed)
+        }
+        Copied::Done(total) => {
+            encode::command_complete(&mut out, &format!("COPY {total}"));
+            (!extended, TxStatus::InTransaction)
+        }
+    };
+    at.slot.set(Some(spanning.current.key.clone()));
+    if ready {
+        encode::ready_for_query(&mut out, status);
+    }
+    client.reply(&out).await?;
+    Ok(spanning.shard)
+}
+
+/// How a COPY split between shards ended.
+enum Copied {
+    /// Every shard took its rows: the total.
+    Done(u64),
+    /// The client's error, and whether its ReadyForQuery is due now (a simple Query's, or one
+    /// before the COPY started; once started, an extended-protocol client's own Sync gets it).
+    Failed { error: BytesMut, ready: bool },
+}
+
+/// Runs the COPY `text` on `servers` (one per shard, each in a transaction), answers the
+/// client's request up to its CopyInResponse (`early`: pgcorral's answers to its Parse, Bind
+/// and Describe), streams its rows through `splitter`, and reads every shard's outcome.
+async fn run(
+    client: &mut ClientConn,
+    servers: &mut [&mut Checkout],
+    (text, early): (&str, BytesMut),
+    splitter: Splitter,
+    extended: bool,
+) -> Result<Copied> {
     let mut response: Option<BytesMut> = None;
-    let mut failed: Option<BytesMut> = None;
     for s in servers.iter_mut() {
         let mut q = BytesMut::new();
-        encode::query(&mut q, &text);
+        encode::query(&mut q, text);
         send(s, &q).await?;
         match until_copy_in(s).await? {
             Ok(r) => {
                 response.get_or_insert(r);
             }
-            Err(e) => {
-                failed.get_or_insert(e);
-                break;
-            }
+            Err(error) => return Ok(Copied::Failed { error, ready: true }),
         }
-    }
-    if let Some(error) = failed {
-        fanout.abort().await;
-        return answer_raw(client, &error, true).await;
     }
     // Once the COPY has started, an extended-protocol client ends it with a Sync of its own
     // (the one after its Execute is ignored during a COPY, as PostgreSQL ignores it): that
@@ -69,22 +158,13 @@ pub async fn copy_in(client: &mut ClientConn, at: &Attach<'_>, table: usize) -> 
     let mut out = early;
     out.extend_from_slice(&response.expect("every shard answered"));
     client.reply(&out).await?;
-    out.clear();
-    match stream_rows(client, fanout.servers(), splitter).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => {
-            fanout.abort().await;
-            return answer_raw(client, &error, ready).await;
-        }
-        Err(e) => {
-            fanout.abort().await;
-            return Err(e);
-        }
+    if let Err(error) = stream_rows(client, servers, splitter).await? {
+        return Ok(Copied::Failed { error, ready });
     }
     // Every shard's answer: its row count, or its error (the first one goes to the client).
     let mut total: u64 = 0;
     let mut error: Option<BytesMut> = None;
-    for s in fanout.servers() {
+    for s in servers.iter_mut() {
         match until_ready(s).await? {
             Ok(n) => total += n,
             Err(e) => {
@@ -92,18 +172,10 @@ pub async fn copy_in(client: &mut ClientConn, at: &Attach<'_>, table: usize) -> 
             }
         }
     }
-    if let Some(error) = error {
-        fanout.abort().await;
-        return answer_raw(client, &error, ready).await;
-    }
-    if let Err(error) = fanout.commit().await? {
-        return answer_raw(client, &error, ready).await;
-    }
-    encode::command_complete(&mut out, &format!("COPY {total}"));
-    if ready {
-        encode::ready_for_query(&mut out, TxStatus::Idle);
-    }
-    client.reply(&out).await
+    Ok(match error {
+        Some(error) => Copied::Failed { error, ready },
+        None => Copied::Done(total),
+    })
 }
 
 /// The splitter for the COPY in `text`: its options, and where the key's columns are in its
@@ -194,7 +266,7 @@ async fn splitter(
 /// a CopyFail).
 async fn stream_rows(
     client: &mut ClientConn,
-    servers: &mut [Checkout],
+    servers: &mut [&mut Checkout],
     mut splitter: Splitter,
 ) -> Result<std::result::Result<(), BytesMut>> {
     let mut pending: Vec<BytesMut> = servers.iter().map(|_| BytesMut::new()).collect();

@@ -117,8 +117,10 @@ pub enum Decision {
     /// Sharded table `n`'s columns are to be read first ([`shard::learn_columns`]), then decide
     /// again.
     LearnColumns(usize),
-    /// `COPY ... FROM STDIN` into sharded table `n` (its index): its rows go to their shards.
-    CopyIn(usize),
+    /// `COPY ... FROM STDIN` into sharded table `n` (its index): its rows go to their shards;
+    /// `true`: the first statement of the client's transaction (begun alone), which begins on
+    /// every shard.
+    CopyIn(usize, bool),
     /// An `INSERT ... VALUES` whose rows are on several shards: each row's shard, in order;
     /// `true`: the first statement of the client's transaction (begun alone), which begins on
     /// those shards.
@@ -297,7 +299,14 @@ pub fn decide(
         | shard::Shard::Omni(len, why)
         | shard::Shard::MovesKey(len, _, _, why) => Err((len, why)),
         shard::Shard::NeedMore => return Decision::NeedMore,
-        shard::Shard::CopyIn(t) if route.deferred.is_none() => return Decision::CopyIn(t),
+        shard::Shard::CopyIn(t) if route.deferred.as_ref().is_none_or(|_| places) => {
+            // The first statement of a transaction begun alone: it begins on every shard.
+            let begins = route.deferred.take().map(|d| {
+                route.tx_begin = Some(d.begin.into_boxed_str());
+                route.savepoints = false;
+            });
+            return Decision::CopyIn(t, begins.is_some());
+        }
         shard::Shard::Pipeline(_, shards) => {
             // The first request of a transaction begun alone: it begins on those shards.
             let begins = route.deferred.take().map(|d| {
@@ -656,6 +665,9 @@ pub enum InTransaction {
     /// An INSERT whose rows are on these shards (each row's, in order): the transaction
     /// spreads to them and the INSERT is split between them.
     SplitInsert(Vec<usize>),
+    /// A `COPY ... FROM STDIN` into sharded table `n`: the transaction spreads to every
+    /// shard and the rows are split between them.
+    CopyIn(usize),
     /// The transaction spans shards and this ends it (a lone COMMIT, END, ROLLBACK or
     /// ABORT in a simple Query, left to run on the current shard): pgcorral ends the other
     /// shards' parts with it.
@@ -799,6 +811,9 @@ pub async fn in_transaction(
         }
         shard::Shard::SplitInsert(rows) if route.tx_begin.is_some() && !route.savepoints => {
             InTransaction::SplitInsert(rows)
+        }
+        shard::Shard::CopyIn(t) if route.tx_begin.is_some() && !route.savepoints => {
+            InTransaction::CopyIn(t)
         }
         shard::Shard::CopyIn(_) | shard::Shard::SplitInsert(_) | shard::Shard::Pipeline(..) => {
             let len = shard::request_len(client).unwrap_or(0);
