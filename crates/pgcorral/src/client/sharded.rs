@@ -131,15 +131,7 @@ pub(super) async fn check_in_transaction(
                 return Ok(false);
             }
             InTransaction::Fail(msg) => {
-                let server = session.link.pooled().expect("held in a transaction");
-                // The server's transaction fails too, so that it ends as the client sees it.
-                let fail =
-                    "DO $pgcorral$BEGIN RAISE EXCEPTION 'refused by pgcorral'; END$pgcorral$";
-                let _ = exec::in_transaction(server, fail).await;
-                let mut out = BytesMut::new();
-                encode::error_response(&mut out, "ERROR", "0A000", &msg);
-                encode::ready_for_query(&mut out, TxStatus::Failed);
-                client.reply(&out).await?;
+                spanning::refuse(client, &mut session.link, "0A000", &msg).await?;
                 return Ok(true);
             }
         }

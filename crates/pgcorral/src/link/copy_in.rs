@@ -24,23 +24,18 @@ const FLUSH_AT: usize = 64 << 10;
 /// Runs the client's `COPY ... FROM STDIN` (a simple Query at the front of its buffer) into
 /// sharded table `table`, answering the client as PostgreSQL would.
 pub async fn copy_in(client: &mut ClientConn, at: &Attach<'_>, table: usize) -> Result<()> {
-    let sharding = at.cluster.sharding().expect("a sharded database");
-    // The request is whole at the front of the buffer (routing read it). Its Sync, if any,
-    // is answered with the COPY's ReadyForQuery (PostgreSQL ignores Syncs during a COPY).
-    let extended = client.buf.first() != Some(&frontend::QUERY);
-    let Some((len, text, early)) = copy_request(client) else {
-        return Err(Error::new(
-            Kind::ClientProtocol,
-            "the COPY request is not whole",
-        ));
-    };
-    let _ = client.buf.split_to(len);
-    let splitter = match splitter(client, at, &sharding, table, &text).await? {
-        Ok(s) => s,
+    let (copy, splitter) = match take_request(client, at, table).await? {
+        Ok(c) => c,
         Err(msg) => return answer_error(client, "0A000", &msg).await,
     };
+    let Request {
+        text,
+        early,
+        extended,
+        shards,
+    } = copy;
     // One server per shard, with the client's settings, in a transaction running the COPY.
-    let mut fanout = at.shards(0..sharding.shards).await?;
+    let mut fanout = at.shards(0..shards).await?;
     let mut servers: Vec<&mut Checkout> = fanout.servers().iter_mut().collect();
     let copied = run(client, &mut servers, (&text, early), splitter, extended).await?;
     drop(servers);
@@ -72,7 +67,59 @@ pub async fn in_transaction(
     (table, shard): (usize, usize),
     (link, begin): (&mut Link, &str),
 ) -> Result<usize> {
+    let (copy, splitter) = match take_request(client, at, table).await? {
+        Ok(c) => c,
+        Err(msg) => {
+            spanning::refuse(client, link, "0A000", &msg).await?;
+            return Ok(shard);
+        }
+    };
+    let Request {
+        text,
+        early,
+        extended,
+        shards,
+    } = copy;
+    let all: Vec<usize> = (0..shards).collect();
+    let spanning = spanning::join(link, at, shard, (&all, begin)).await?;
+    let mut servers = spanning.servers(&all);
+    let copied = run(client, &mut servers, (&text, early), splitter, extended).await?;
+    drop(servers);
+    let mut out = BytesMut::new();
+    let (failed, ready) = match copied {
+        Copied::Failed { error, ready } => {
+            out.extend_from_slice(&error);
+            (true, ready)
+        }
+        Copied::Done(total) => {
+            encode::command_complete(&mut out, &format!("COPY {total}"));
+            (false, !extended)
+        }
+    };
+    spanning.answer(client, at.slot, out, (failed, ready)).await
+}
+
+/// The client's COPY request, taken from the front of its buffer.
+struct Request {
+    text: String,
+    /// pgcorral's answers to its Parse, Bind and Describe.
+    early: BytesMut,
+    /// Sent through the extended protocol.
+    extended: bool,
+    /// How many shards the database has.
+    shards: usize,
+}
+
+/// Takes the client's COPY request (whole at the front of its buffer: routing read it) and
+/// makes its splitter; `Ok(Err(message))`: refused.
+async fn take_request(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    table: usize,
+) -> Result<std::result::Result<(Request, Splitter), String>> {
     let sharding = at.cluster.sharding().expect("a sharded database");
+    // Its Sync, if any, is answered with the COPY's ReadyForQuery (PostgreSQL ignores Syncs
+    // during a COPY).
     let extended = client.buf.first() != Some(&frontend::QUERY);
     let Some((len, text, early)) = copy_request(client) else {
         return Err(Error::new(
@@ -81,43 +128,20 @@ pub async fn in_transaction(
         ));
     };
     let _ = client.buf.split_to(len);
-    let splitter = match splitter(client, at, &sharding, table, &text).await? {
-        Ok(s) => s,
-        Err(msg) => {
-            let mut out = BytesMut::new();
-            encode::error_response(&mut out, "ERROR", "0A000", &msg);
-            spanning::fail_current(link).await;
-            encode::ready_for_query(&mut out, TxStatus::Failed);
-            client.reply(&out).await?;
-            return Ok(shard);
-        }
-    };
-    let all: Vec<usize> = (0..sharding.shards).collect();
-    let spanning = spanning::join(link, at, shard, (&all, begin)).await?;
-    let mut servers = spanning.servers(&all);
-    let copied = run(client, &mut servers, (&text, early), splitter, extended).await?;
-    drop(servers);
-    let mut out = BytesMut::new();
-    let (ready, status) = match copied {
-        Copied::Failed { error, ready } => {
-            out.extend_from_slice(&error);
-            match spanning.failed_shard() {
-                Some(n) => spanning.make_current(n),
-                None => spanning::fail(&mut spanning.current).await,
-            }
-            (ready, TxStatus::Failed)
-        }
-        Copied::Done(total) => {
-            encode::command_complete(&mut out, &format!("COPY {total}"));
-            (!extended, TxStatus::InTransaction)
-        }
-    };
-    at.slot.set(Some(spanning.current.key.clone()));
-    if ready {
-        encode::ready_for_query(&mut out, status);
-    }
-    client.reply(&out).await?;
-    Ok(spanning.shard)
+    Ok(splitter(client, at, &sharding, table, &text)
+        .await?
+        .map(|splitter| {
+            let shards = sharding.shards;
+            (
+                Request {
+                    text,
+                    early,
+                    extended,
+                    shards,
+                },
+                splitter,
+            )
+        }))
 }
 
 /// How a COPY split between shards ended.

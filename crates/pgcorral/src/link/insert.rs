@@ -85,11 +85,7 @@ pub async fn in_transaction(
     let work = match take_work(client, &rows, escapes)? {
         Ok(w) => w,
         Err((code, msg)) => {
-            let mut out = BytesMut::new();
-            encode::error_response(&mut out, "ERROR", code, &msg);
-            spanning::fail_current(link).await;
-            encode::ready_for_query(&mut out, TxStatus::Failed);
-            client.reply(&out).await?;
+            spanning::refuse(client, link, code, &msg).await?;
             return Ok(shard);
         }
     };
@@ -101,21 +97,12 @@ pub async fn in_transaction(
         keep_parse(client, registry, name, rest, done.answered > *slot);
     }
     let mut out = done.shown.clone();
-    let status = match &done.failed {
-        Some((k, error)) => {
-            out.extend_from_slice(error);
-            spanning.make_current(work.shards[*k]);
-            TxStatus::Failed
-        }
-        None => {
-            done.answer(&mut out);
-            TxStatus::InTransaction
-        }
-    };
-    at.slot.set(Some(spanning.current.key.clone()));
-    encode::ready_for_query(&mut out, status);
-    client.reply(&out).await?;
-    Ok(spanning.shard)
+    match &done.failed {
+        Some((_, error)) => out.extend_from_slice(error),
+        None => done.answer(&mut out),
+    }
+    let failed = done.failed.is_some();
+    spanning.answer(client, at.slot, out, (failed, true)).await
 }
 
 /// The client's INSERT request (at the front of its buffer), taken out and split into each

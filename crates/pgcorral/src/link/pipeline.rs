@@ -96,11 +96,7 @@ pub async fn in_transaction(
     let plan = match plan(client, &request, shards, &involved) {
         Ok(p) => p,
         Err(msg) => {
-            let mut out = BytesMut::new();
-            encode::error_response(&mut out, "ERROR", "0A000", &msg);
-            spanning::fail_current(link).await;
-            encode::ready_for_query(&mut out, TxStatus::Failed);
-            client.reply(&out).await?;
+            spanning::refuse(client, link, "0A000", &msg).await?;
             return Ok(shard);
         }
     };
@@ -109,18 +105,11 @@ pub async fn in_transaction(
     let (mut out, error) = exchange(&plan, &mut servers).await?;
     drop(servers);
     keep_parses(client, registry, &plan, error.as_ref().map(|e| e.0));
-    let status = match error {
-        Some((_, k, e)) => {
-            out.extend_from_slice(&e);
-            spanning.make_current(involved[k]);
-            TxStatus::Failed
-        }
-        None => TxStatus::InTransaction,
-    };
-    at.slot.set(Some(spanning.current.key.clone()));
-    encode::ready_for_query(&mut out, status);
-    client.reply(&out).await?;
-    Ok(spanning.shard)
+    if let Some((_, _, e)) = &error {
+        out.extend_from_slice(e);
+    }
+    let failed = error.is_some();
+    spanning.answer(client, at.slot, out, (failed, true)).await
 }
 
 /// The request at the front of the client's buffer, taken out, and the shards it involves.

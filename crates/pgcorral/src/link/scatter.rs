@@ -70,26 +70,12 @@ pub async fn in_transaction(
     let ran = run_on(client, at, &mut servers, (shards, from), write, &query).await?;
     drop(servers);
     let mut out = ran.out;
-    let status = match ran.failed {
-        Some(error) => {
-            out.extend_from_slice(&error);
-            // The failed shard's server, or the current one made to fail: the client's next
-            // requests are refused as PostgreSQL refuses them.
-            match spanning.failed_shard() {
-                Some(n) => spanning.make_current(n),
-                None => spanning::fail(&mut spanning.current).await,
-            }
-            TxStatus::Failed
-        }
-        None => {
-            encode::command_complete(&mut out, &ran.tag);
-            TxStatus::InTransaction
-        }
-    };
-    at.slot.set(Some(spanning.current.key.clone()));
-    encode::ready_for_query(&mut out, status);
-    client.reply(&out).await?;
-    Ok(spanning.shard)
+    match &ran.failed {
+        Some(error) => out.extend_from_slice(error),
+        None => encode::command_complete(&mut out, &ran.tag),
+    }
+    let failed = ran.failed.is_some();
+    spanning.answer(client, at.slot, out, (failed, true)).await
 }
 
 /// What the shards answered a write run on several: the client's answer so far (rows not yet

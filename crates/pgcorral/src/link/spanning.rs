@@ -4,10 +4,13 @@
 
 use std::mem;
 
+use bytes::BytesMut;
 use pgwire::backend::TxStatus;
 
 use super::twophase;
 use super::{Attach, Link};
+use crate::cancel::CancelSlot;
+use crate::client_conn::ClientConn;
 use crate::cluster::{Cluster, Want};
 use crate::error::{Error, Kind, Result};
 use crate::logsafe::Esc;
@@ -144,6 +147,34 @@ impl Spanning {
             .map(|(n, _)| *n)
     }
 
+    /// Answers a request split between the transaction's shards: `out`, then (when `ready`)
+    /// its ReadyForQuery. After an error (`failed`) a failed server becomes the current one
+    /// (or the current one is made to fail), so that the client's next requests are refused
+    /// as PostgreSQL refuses them. Returns the shard the transaction is now on.
+    pub async fn answer(
+        &mut self,
+        client: &mut ClientConn,
+        slot: &CancelSlot,
+        mut out: BytesMut,
+        (failed, ready): (bool, bool),
+    ) -> Result<usize> {
+        let status = if failed {
+            match self.failed_shard() {
+                Some(n) => self.make_current(n),
+                None => fail(&mut self.current).await,
+            }
+            TxStatus::Failed
+        } else {
+            TxStatus::InTransaction
+        };
+        slot.set(Some(self.current.key.clone()));
+        if ready {
+            pgwire::encode::ready_for_query(&mut out, status);
+        }
+        client.reply(&out).await?;
+        Ok(self.shard)
+    }
+
     /// Makes `shard`'s server the one the client's requests go to.
     pub fn make_current(&mut self, shard: usize) {
         if let Some(i) = self.others.iter().position(|(n, _)| *n == shard) {
@@ -155,12 +186,16 @@ impl Spanning {
     }
 }
 
-/// Fails the transaction on the current server of `link` (a request pgcorral refused inside
-/// it), so that it ends as the client is told.
-pub async fn fail_current(link: &mut Link) {
+/// Refuses the client's request inside its transaction (`link`) with `code` and `msg`: the
+/// current server's transaction fails too, so that it ends as the client is told.
+pub async fn refuse(client: &mut ClientConn, link: &mut Link, code: &str, msg: &str) -> Result<()> {
     if let Some(s) = link.pooled() {
         fail(s).await;
     }
+    let mut out = BytesMut::new();
+    pgwire::encode::error_response(&mut out, "ERROR", code, msg);
+    pgwire::encode::ready_for_query(&mut out, TxStatus::Failed);
+    client.reply(&out).await
 }
 
 /// Fails `server`'s transaction (a `DO` that raises).
@@ -173,61 +208,15 @@ pub async fn fail(server: &mut Checkout) {
 /// (a gid naming the current shard and its transaction id). `Ok(Err(e))`: a shard refused,
 /// everything is rolled back, and `e` is the client's error. A transaction already failed on
 /// its current server needs nothing (its COMMIT rolls back; the others are rolled back).
-pub async fn before_commit(
-    spanning: &mut Spanning,
-) -> Result<std::result::Result<(), bytes::BytesMut>> {
+pub async fn before_commit(spanning: &mut Spanning) -> Result<std::result::Result<(), BytesMut>> {
     if spanning.current.state.tx != TxStatus::InTransaction {
         rollback_others(spanning).await;
         return Ok(Ok(()));
     }
-    let rows = exec::query_in_transaction(
-        &mut spanning.current,
-        "SELECT pg_catalog.pg_current_xact_id()",
-    )
-    .await?;
-    let xid: u64 = rows
-        .first()
-        .and_then(|r| r.first())
-        .cloned()
-        .flatten()
-        .and_then(|x| x.parse().ok())
-        .ok_or_else(|| {
-            Error::new(
-                Kind::ServerIo,
-                "a shard did not answer pg_current_xact_id()",
-            )
-        })?;
+    let xid = twophase::xact_id(&mut spanning.current).await?;
     let gid = twophase::gid(spanning.shard, xid, rand::random());
-    let mut sql = String::from("PREPARE TRANSACTION ");
-    session::literal(&mut sql, &gid);
-    for i in 0..spanning.others.len() {
-        if let Err(e) = exec::in_transaction(&mut spanning.others[i].1, &sql).await {
-            // Those prepared before are rolled back; the rest, and the current one, too.
-            let mut undo = String::from("ROLLBACK PREPARED ");
-            session::literal(&mut undo, &gid);
-            for (_, s) in spanning.others[..i].iter_mut() {
-                if exec::query(s, &undo).await.is_err() {
-                    twophase::spawn_recovery(spanning.cluster.clone(), spanning.worker);
-                }
-            }
-            for (_, s) in spanning.others[i + 1..].iter_mut() {
-                let _ = exec::in_transaction(s, "ROLLBACK").await;
-            }
-            let _ = exec::in_transaction(&mut spanning.current, "ROLLBACK").await;
-            let mut out = bytes::BytesMut::new();
-            if e.kind() == Kind::ServerError {
-                e.write_response(&mut out, "ERROR");
-            } else {
-                twophase::spawn_recovery(spanning.cluster.clone(), spanning.worker);
-                pgwire::encode::error_response(
-                    &mut out,
-                    "ERROR",
-                    "08006",
-                    &format!("a shard's server failed at PREPARE TRANSACTION of a commit across shards; the transaction was rolled back: {e}"),
-                );
-            }
-            return Ok(Err(out));
-        }
+    if let Err(e) = prepare_others(spanning, &gid).await? {
+        return Ok(Err(e));
     }
     twophase::test_stop("prepared");
     spanning.prepared = Some(Prepared {
@@ -245,34 +234,29 @@ pub async fn before_commit(
 pub async fn before_prepare(
     spanning: &mut Spanning,
     gid: &str,
-) -> Result<std::result::Result<Vec<usize>, bytes::BytesMut>> {
+) -> Result<std::result::Result<Vec<usize>, BytesMut>> {
     if spanning.current.state.tx != TxStatus::InTransaction {
         rollback_others(spanning).await;
         return Ok(Ok(Vec::new()));
     }
-    let mut sql = String::from("PREPARE TRANSACTION ");
-    session::literal(&mut sql, gid);
-    for i in 0..spanning.others.len() {
-        if let Err(e) = exec::in_transaction(&mut spanning.others[i].1, &sql).await {
-            let mut undo = String::from("ROLLBACK PREPARED ");
-            session::literal(&mut undo, gid);
-            for (_, s) in spanning.others[..i].iter_mut() {
-                let _ = exec::query(s, &undo).await;
-            }
-            for (_, s) in spanning.others[i + 1..].iter_mut() {
-                let _ = exec::in_transaction(s, "ROLLBACK").await;
-            }
-            let _ = exec::in_transaction(&mut spanning.current, "ROLLBACK").await;
-            let mut out = bytes::BytesMut::new();
-            e.write_response(&mut out, "ERROR");
-            return Ok(Err(out));
-        }
+    if let Err(e) = prepare_others(spanning, gid).await? {
+        return Ok(Err(e));
     }
     spanning.client_gid = Some(gid.to_string());
     let mut shards: Vec<usize> = spanning.others.iter().map(|(n, _)| *n).collect();
     shards.push(spanning.shard);
     shards.sort_unstable();
     Ok(Ok(shards))
+}
+
+/// Phase one for the other shards' parts, with `gid` ([`twophase::prepare_all`]).
+async fn prepare_others(
+    spanning: &mut Spanning,
+    gid: &str,
+) -> Result<std::result::Result<(), BytesMut>> {
+    let mut others: Vec<&mut Checkout> = spanning.others.iter_mut().map(|(_, s)| s).collect();
+    let at = (&spanning.cluster, spanning.worker);
+    twophase::prepare_all(&mut spanning.current, &mut others, gid, at).await
 }
 
 /// Before the client's ROLLBACK goes to the current server: the other shards' parts rolled back.

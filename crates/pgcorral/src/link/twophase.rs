@@ -76,41 +76,11 @@ pub async fn commit(
             ))
         }
     };
-    let rows =
-        exec::query_in_transaction(coordinator, "SELECT pg_catalog.pg_current_xact_id()").await?;
-    let xid: u64 = match rows.first().and_then(|r| r.first()).cloned().flatten() {
-        Some(x) => x.parse().map_err(|_| bad_answer())?,
-        None => return Err(bad_answer()),
-    };
+    let xid = xact_id(coordinator).await?;
     let gid = gid(shards[0], xid, rand::random());
-    let mut prepare = String::from("PREPARE TRANSACTION ");
-    session::literal(&mut prepare, &gid);
-    // Phase one: every other shard prepares; the first refusal rolls everything back.
-    let mut prepared = 0;
-    let mut refused = None;
-    for s in others.iter_mut() {
-        match exec::in_transaction(s, &prepare).await {
-            Ok(()) => prepared += 1,
-            Err(e) => {
-                refused = Some(e);
-                break;
-            }
-        }
-    }
-    if let Some(e) = refused {
-        // The coordinator never commits: the decision is to roll back.
-        let _ = exec::in_transaction(coordinator, "ROLLBACK").await;
-        finish(&mut others[..prepared], &gid, false, cluster, worker).await;
-        for s in others[prepared..].iter_mut() {
-            if exec::in_transaction(s, "ROLLBACK").await.is_err() {
-                s.state.broken = true;
-            }
-        }
-        if e.kind() != Kind::ServerError {
-            // The failed shard may have prepared: the coordinator's rollback decides it.
-            spawn_recovery(cluster.clone(), worker);
-        }
-        return Ok(Outcome::RolledBack(client_error(&e, "PREPARE TRANSACTION")));
+    let mut others: Vec<&mut Checkout> = others.iter_mut().collect();
+    if let Err(e) = prepare_all(coordinator, &mut others, &gid, (cluster, worker)).await? {
+        return Ok(Outcome::RolledBack(e));
     }
     test_stop("prepared");
     // The decision: the coordinator's own commit.
@@ -124,18 +94,18 @@ pub async fn commit(
                 &[],
             ));
         }
-        finish(others, &gid, false, cluster, worker).await;
+        finish(&mut others, &gid, false, cluster, worker).await;
         return Ok(Outcome::RolledBack(client_error(&e, "COMMIT")));
     }
     test_stop("decided");
-    finish(others, &gid, true, cluster, worker).await;
+    finish(&mut others, &gid, true, cluster, worker).await;
     Ok(Outcome::Committed)
 }
 
 /// COMMIT PREPARED (or ROLLBACK PREPARED) of `gid` on each server; one that fails is left to
 /// [`recover`], started at once.
 async fn finish(
-    servers: &mut [Checkout],
+    servers: &mut [&mut Checkout],
     gid: &str,
     commit: bool,
     cluster: &Cluster,
@@ -157,6 +127,48 @@ async fn finish(
     if failed {
         spawn_recovery(cluster.clone(), worker);
     }
+}
+
+/// The transaction id of `server`'s transaction (one is assigned if it had none yet).
+pub(super) async fn xact_id(server: &mut Checkout) -> Result<u64> {
+    let rows = exec::query_in_transaction(server, "SELECT pg_catalog.pg_current_xact_id()").await?;
+    rows.first()
+        .and_then(|r| r.first())
+        .cloned()
+        .flatten()
+        .and_then(|x| x.parse().ok())
+        .ok_or_else(bad_answer)
+}
+
+/// Phase one: `PREPARE TRANSACTION 'gid'` on each of `others`. On the first refusal the
+/// transaction is rolled back everywhere — `coordinator` first (its rollback is the decision),
+/// then the parts already prepared and the rest — and `Ok(Err(e))` is the client's error.
+pub(super) async fn prepare_all(
+    coordinator: &mut Checkout,
+    others: &mut [&mut Checkout],
+    gid: &str,
+    (cluster, worker): (&Cluster, usize),
+) -> Result<std::result::Result<(), BytesMut>> {
+    let mut prepare = String::from("PREPARE TRANSACTION ");
+    session::literal(&mut prepare, gid);
+    for i in 0..others.len() {
+        let Err(e) = exec::in_transaction(others[i], &prepare).await else {
+            continue;
+        };
+        let _ = exec::in_transaction(coordinator, "ROLLBACK").await;
+        finish(&mut others[..i], gid, false, cluster, worker).await;
+        for s in others[i..].iter_mut() {
+            if exec::in_transaction(s, "ROLLBACK").await.is_err() {
+                s.state.broken = true;
+            }
+        }
+        if e.kind() != Kind::ServerError {
+            // The failed shard may have prepared: the coordinator's rollback decides it.
+            spawn_recovery(cluster.clone(), worker);
+        }
+        return Ok(Err(client_error(&e, "PREPARE TRANSACTION")));
+    }
+    Ok(Ok(()))
 }
 
 fn bad_answer() -> Error {
