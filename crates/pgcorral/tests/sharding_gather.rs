@@ -9,6 +9,7 @@ mod support;
 
 use support::rng::Rng;
 use support::sharding::{config, start};
+use support::wire::{self, tags, Msg, Param, Wire};
 use support::{connect, db_message, sqlstate, Pooler, Postgres};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -372,8 +373,9 @@ fn distinct(out: &mut Vec<(String, bool)>, filters: &[&str]) {
     ));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn reads_across_shards_answer_as_one_server_would() {
+/// Three shards and one whole server, both holding the same 600 generated rows (loaded
+/// through pgcorral into the shards), and pgcorral over the shards.
+async fn loaded() -> (Vec<Postgres>, Postgres, Pooler, Client, Client) {
     let shards = start(3, DDL);
     let whole = Postgres::start();
     whole.sql("postgres", DDL);
@@ -394,6 +396,12 @@ async fn reads_across_shards_answer_as_one_server_would() {
         .map(|pg| pg.sql("postgres", "SELECT count(*) FROM items"))
         .collect();
     assert!(held.iter().all(|n| n != "0" && n != "600"), "{held:?}");
+    (shards, whole, p, c, direct)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_across_shards_answer_as_one_server_would() {
+    let (_shards, _whole, _p, c, direct) = loaded().await;
     let (mut checked, mut answered) = (0, 0);
     for (sql, ordered) in queries() {
         let want = answer(&direct, &sql).await;
@@ -416,6 +424,195 @@ async fn reads_across_shards_answer_as_one_server_would() {
     assert!(checked >= 300, "{checked} queries");
     assert!(answered >= 300, "{answered} of {checked} queries answered");
     eprintln!("{checked} queries alike, {answered} of them answered with rows");
+}
+
+/// The messages of one extended-protocol request (Parse, Bind with `params`, Describe of the
+/// portal, Execute, Sync) up to its ReadyForQuery.
+async fn extended(w: &mut Wire, sql: &str, params: &[Param<'_>], binary: bool) -> Vec<Msg> {
+    w.send_all(&[
+        wire::parse("", sql, &[]),
+        wire::bind("", "", params, binary),
+        wire::describe(b'P', ""),
+        wire::execute("", 0),
+        wire::sync(),
+    ])
+    .await;
+    w.until_ready().await
+}
+
+/// A RowDescription's fields without the table OID and column number (each server's own).
+fn columns(m: &Msg) -> Vec<(String, Vec<u8>)> {
+    let mut b = &m.body[2..];
+    let mut out = Vec::new();
+    while let Some(end) = b.iter().position(|&c| c == 0) {
+        out.push((
+            String::from_utf8_lossy(&b[..end]).into_owned(),
+            b[end + 7..end + 19].to_vec(),
+        ));
+        b = &b[end + 19..];
+    }
+    out
+}
+
+/// Compares one request's messages direct (`want`) and through pgcorral (`got`): the same
+/// messages, rows in order when `ordered` (else as a multiset). `Err`: pgcorral refused what
+/// the server answered (its message).
+fn alike(sql: &str, want: &[Msg], got: &[Msg], ordered: bool) -> Result<(), String> {
+    let tags = |m: &[Msg]| {
+        m.iter()
+            .map(|m| m.tag)
+            .filter(|&t| t != b'D')
+            .collect::<Vec<_>>()
+    };
+    if let (Some(e), None) = (
+        got.iter().find(|m| m.tag == b'E'),
+        want.iter().find(|m| m.tag == b'E'),
+    ) {
+        return Err(format!(
+            "{}: {}",
+            e.code(),
+            e.field(b'M').unwrap_or_default()
+        ));
+    }
+    assert_eq!(tags(got), tags(want), "{sql}: {got:?} / {want:?}");
+    let rows = |m: &[Msg]| {
+        let mut r: Vec<Vec<u8>> = m
+            .iter()
+            .filter(|m| m.tag == b'D')
+            .map(|m| m.body.clone())
+            .collect();
+        if !ordered {
+            r.sort();
+        }
+        r
+    };
+    assert_eq!(rows(got), rows(want), "{sql}: rows");
+    for (g, w) in got.iter().zip(want).filter(|(g, _)| g.tag != b'D') {
+        match g.tag {
+            b'T' => assert_eq!(columns(g), columns(w), "{sql}: columns"),
+            b'E' => assert_eq!(
+                (g.code(), g.field(b'M')),
+                (w.code(), w.field(b'M')),
+                "{sql}"
+            ),
+            _ => {}
+        }
+    }
+    let (g, w) = (
+        got.iter().filter(|m| m.tag != b'D'),
+        want.iter().filter(|m| m.tag != b'D'),
+    );
+    for (g, w) in g.zip(w).filter(|(g, _)| g.tag == b'C') {
+        assert_eq!(g.text(), w.text(), "{sql}: tag");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_across_shards_through_the_extended_protocol_answer_as_one_server_would() {
+    let (shards, whole, p, _c, _direct) = loaded().await;
+    let mut via = Wire::connect(p.addr.port(), "postgres", "app").await;
+    let mut direct = Wire::connect(whole.port, "postgres", "postgres").await;
+    let (mut checked, mut text, mut binary, mut refused) = (0, 0, 0, 0);
+    // Every query in text, and in binary (every column the client asks binary).
+    for (i, (sql, ordered)) in queries().into_iter().enumerate() {
+        let in_binary = i % 2 == 1;
+        let want = extended(&mut direct, &sql, &[], in_binary).await;
+        let got = extended(&mut via, &sql, &[], in_binary).await;
+        match alike(&sql, &want, &got, ordered) {
+            Ok(_) if in_binary => binary += 1,
+            Ok(_) => text += 1,
+            // In binary, columns of types pgcorral reads in text only are refused by name.
+            Err(e) if in_binary && e.starts_with("0A000") && e.contains("binary") => refused += 1,
+            Err(e) => panic!("{sql}: refused through pgcorral: {e}"),
+        }
+        checked += 1;
+    }
+    // Parameters, in text and binary, with the key among them (placed by ANY of an array).
+    let with_params: [(&str, Vec<Param>, bool); 6] = [
+        ("SELECT id, qty FROM items WHERE grp = $1 ORDER BY id", vec![Param::Text("3")], true),
+        ("SELECT count(*), sum(qty), avg(price) FROM items WHERE qty > $1", vec![Param::Binary(10i32.to_be_bytes().to_vec())], true),
+        ("SELECT id, name FROM items WHERE id = ANY($1::int8[]) ORDER BY id DESC", vec![Param::Text("{1,2,3,50,77,599}")], true),
+        ("SELECT grp, count(*), min(day), max(at) FROM items WHERE flag = $1 GROUP BY grp ORDER BY grp", vec![Param::Text("true")], true),
+        ("SELECT DISTINCT code FROM items WHERE small < $1 ORDER BY code", vec![Param::Text("0")], true),
+        ("SELECT id, u FROM items WHERE label = $1 ORDER BY u NULLS FIRST, id LIMIT 5", vec![Param::Text("l3")], true),
+    ];
+    for (sql, params, ordered) in &with_params {
+        for in_binary in [false, true] {
+            let want = extended(&mut direct, sql, params, in_binary).await;
+            let got = extended(&mut via, sql, params, in_binary).await;
+            match alike(sql, &want, &got, *ordered) {
+                Ok(_) => checked += 1,
+                Err(e) => panic!("{sql}: refused through pgcorral: {e}"),
+            }
+        }
+    }
+    assert!(
+        text >= 300 && binary >= 250,
+        "{text} in text, {binary} in binary, {refused} refused"
+    );
+    eprintln!(
+        "{checked} requests alike: {text} in text, {binary} in binary; {refused} refused in binary"
+    );
+    // A prepared statement (parsed and described in a request of its own, as drivers do),
+    // bound and executed twice, binary results: tokio-postgres.
+    let c = p.connect("postgres", None, "app").await;
+    let d = connect(whole.port, "postgres", None, "postgres")
+        .await
+        .unwrap();
+    let sql = "SELECT grp, count(*) AS n, sum(qty) AS q, max(name) AS m FROM items WHERE id > $1 GROUP BY grp ORDER BY grp NULLS FIRST";
+    let (sc, sd) = (c.prepare(sql).await.unwrap(), d.prepare(sql).await.unwrap());
+    for from in [0i64, 300] {
+        let read = |rows: Vec<tokio_postgres::Row>| {
+            rows.iter()
+                .map(|r| {
+                    (
+                        r.get::<_, Option<i32>>(0),
+                        r.get::<_, i64>(1),
+                        r.get::<_, Option<i64>>(2),
+                        r.get::<_, Option<String>>(3),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let got = read(c.query(&sc, &[&from]).await.unwrap());
+        assert_eq!(got, read(d.query(&sd, &[&from]).await.unwrap()));
+        assert_eq!(got.len(), 8);
+    }
+    // An Execute with a row count: its rows, then PortalSuspended, as PostgreSQL gives them.
+    for w in [&mut via, &mut direct] {
+        w.send_all(&[
+            wire::parse("", "SELECT id FROM items ORDER BY id", &[]),
+            wire::bind("", "", &[], false),
+            wire::execute("", 3),
+            wire::sync(),
+        ])
+        .await;
+    }
+    let (g, w) = (via.until_ready().await, direct.until_ready().await);
+    assert_eq!(g, w);
+    assert_eq!(tags(&g), "12DDDsZ");
+    // An error from the shards at Bind: the client's Parse answered, then the error.
+    let bad = [Param::Text("x")];
+    let (w, g) = (
+        extended(
+            &mut direct,
+            "SELECT id FROM items WHERE qty > $1::int4",
+            &bad,
+            false,
+        )
+        .await,
+        extended(
+            &mut via,
+            "SELECT id FROM items WHERE qty > $1::int4",
+            &bad,
+            false,
+        )
+        .await,
+    );
+    assert_eq!(tags(&g), tags(&w));
+    assert_eq!(g.last().unwrap().body, w.last().unwrap().body);
+    drop(shards);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -489,9 +686,15 @@ async fn what_cannot_be_merged_is_refused_by_name_and_the_connection_goes_on() {
         let n = answer(&c, "SELECT count(*) FROM items").await.unwrap().0;
         assert_eq!(n, vec![vec![Some("4".to_string())]], "after {sql}");
     }
-    // The extended protocol is not gathered yet: refused, not answered from one shard.
-    let e = c.query("SELECT * FROM items", &[]).await.unwrap_err();
+    // Through the extended protocol too (tokio-postgres asks every column in binary).
+    assert_eq!(c.query("SELECT * FROM items", &[]).await.unwrap().len(), 4);
+    // A LIMIT given as a parameter: refused by name (the merge needs its count).
+    let e = c
+        .query("SELECT id FROM items ORDER BY id LIMIT $1", &[&2i64])
+        .await
+        .unwrap_err();
     assert_eq!(sqlstate(&e), "0A000", "{}", db_message(&e));
+    assert!(db_message(&e).contains("LIMIT"), "{}", db_message(&e));
     // An error on one shard reaches the client once, and the connection goes on.
     let e = c
         .simple_query("SELECT id, id / (id - 3) FROM items ORDER BY id")

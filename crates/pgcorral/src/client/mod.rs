@@ -611,7 +611,12 @@ async fn not_routed(
         Decision::Gather(g) => {
             let at = attach(session, client.worker);
             let shards = (g.want, &g.shards[..]);
-            link::gather::gather(client, &at, shards, &g.plan, g.len, g.text_bytewise).await?;
+            if g.extended {
+                let read = (&g.plan, g.len, g.text_bytewise);
+                link::gather::extended(client, &at, shards, read, &services.statements).await?;
+            } else {
+                link::gather::gather(client, &at, shards, &g.plan, g.len, g.text_bytewise).await?;
+            }
             return Ok(true);
         }
         Decision::SplitPipeline(shards, false) => {

@@ -4,8 +4,10 @@
 //! the one answer PostgreSQL would give, hidden columns left out, in bounded memory.
 
 mod describe;
+mod extended;
 mod grouped;
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 
 use bytes::{Buf, BytesMut};
@@ -19,6 +21,7 @@ use crate::client_conn::ClientConn;
 use crate::cluster::Want;
 use crate::error::Result;
 use crate::pool::Checkout;
+use crate::prepared::Registry;
 use crate::shard::gather::{Gather, Merge};
 use crate::shard::values;
 use describe::{agreed, first_fields, prepare, SortAt};
@@ -49,14 +52,7 @@ pub async fn gather(
     client.buf.advance(len);
     // A simple Query drops the unnamed statement, as PostgreSQL's does.
     client.statements.drop_unnamed();
-    let mut servers = Vec::with_capacity(shards.len());
-    for &shard in shards {
-        servers.push(at.checkout(shard, want, false).await?);
-    }
-    // A cancel reaches every shard's server; detached (before the servers go back, which
-    // waits for cancels on their way) whichever way this ends.
-    at.slot
-        .set_many(servers.iter().map(|s| s.key.clone()).collect());
+    let mut servers = checkout(at, want, shards).await?;
     let _aimed = Aimed(at.slot);
     let mut query = BytesMut::new();
     encode::query(&mut query, &plan.text);
@@ -68,12 +64,114 @@ pub async fn gather(
     for (i, s) in servers.iter_mut().enumerate() {
         heads.push(head(s, (i == 0).then_some(&mut out)).await?);
     }
+    let opening = |out: &mut BytesMut, described: Option<&[u8]>| {
+        out.extend_from_slice(described.unwrap_or_default())
+    };
+    let mut answer = Answer {
+        out,
+        opening: &opening,
+        max_rows: 0,
+    };
+    merge(
+        client,
+        &mut servers,
+        heads,
+        &mut answer,
+        (plan, text_bytewise),
+    )
+    .await
+}
+
+/// Answers the client's extended-protocol request (`len` bytes at the front of its buffer: a
+/// statement parsed, bound, described and executed up to its Sync) as [`gather`] does: every
+/// shard parses `plan`'s text as its unnamed statement and runs it with the client's values.
+pub async fn extended(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    (want, shards): (Want, &[usize]),
+    (plan, len, text_bytewise): (&Gather, usize, bool),
+    registry: &Registry,
+) -> Result<()> {
+    let bytes = client.buf.split_to(len);
+    let request = match extended::Request::read(client, &bytes, plan) {
+        Ok(r) => r,
+        Err(msg) => return answer_error(client, "0A000", &msg).await,
+    };
+    let mut servers = checkout(at, want, shards).await?;
+    let _aimed = Aimed(at.slot);
+    for (i, s) in servers.iter_mut().enumerate() {
+        send(s, request.sent(i == 0)).await?;
+    }
+    let mut out = BytesMut::new();
+    let mut heads = Vec::with_capacity(servers.len());
+    let mut opened = Vec::with_capacity(servers.len());
+    for (i, s) in servers.iter_mut().enumerate() {
+        let describes = i == 0 && request.describes();
+        let (h, o) = extended::open(s, describes, (i == 0).then_some(&mut out)).await?;
+        heads.push(h);
+        opened.push(o);
+    }
+    // The answers to the client's Parse, Bind and Describes, from the shard that failed first
+    // (else the first): each shard ran them alike.
+    let failed = heads.iter().position(|h| matches!(h, Head::Failed(_)));
+    let reached = &opened[failed.unwrap_or(0)];
+    request.keep_parses(client, registry, reached);
+    let opening = |out: &mut BytesMut, described: Option<&[u8]>| {
+        request.opening(out, reached, &opened[0], described)
+    };
+    let mut answer = Answer {
+        out,
+        opening: &opening,
+        max_rows: request.max_rows,
+    };
+    merge(
+        client,
+        &mut servers,
+        heads,
+        &mut answer,
+        (plan, text_bytewise),
+    )
+    .await
+}
+
+/// A server (`want`) of each of `shards`, the client's cancel requests aimed at them all.
+async fn checkout(at: &Attach<'_>, want: Want, shards: &[usize]) -> Result<Vec<Checkout>> {
+    let mut servers = Vec::with_capacity(shards.len());
+    for &shard in shards {
+        servers.push(at.checkout(shard, want, false).await?);
+    }
+    // A cancel reaches every shard's server; detached (before the servers go back, which
+    // waits for cancels on their way) whichever way this ends.
+    at.slot
+        .set_many(servers.iter().map(|s| s.key.clone()).collect());
+    Ok(servers)
+}
+
+/// How the client's answer begins and ends: what is written before the rows (from the
+/// shards' row description cut to the client's columns, `None` when a shard failed first),
+/// and the rows its Execute asked at most (0: all).
+struct Answer<'a> {
+    out: BytesMut,
+    opening: &'a (dyn Fn(&mut BytesMut, Option<&[u8]>) + Sync),
+    max_rows: u32,
+}
+
+/// The shards' answers (their first messages read: `heads`) merged into the client's.
+async fn merge(
+    client: &mut ClientConn,
+    servers: &mut [Checkout],
+    heads: Vec<Head>,
+    answer: &mut Answer<'_>,
+    (plan, text_bytewise): (&Gather, bool),
+) -> Result<()> {
+    let mut out = std::mem::take(&mut answer.out);
     let failed = heads.iter().find_map(|h| match h {
         Head::Failed(e) => Some(e.clone()),
         _ => None,
     });
     if let Some(error) = failed {
-        drain(&mut servers).await?;
+        drain(servers).await?;
+        (answer.opening)(&mut out, None);
         out.extend_from_slice(&error);
         encode::ready_for_query(&mut out, TxStatus::Idle);
         return client.reply(&out).await;
@@ -87,7 +185,8 @@ pub async fn gather(
         .collect();
     if descriptions.is_empty() {
         // No rows described: a statement whose answer is its tag alone.
-        drain(&mut servers).await?;
+        drain(servers).await?;
+        (answer.opening)(&mut out, None);
         encode::command_complete(&mut out, "SELECT 0");
         encode::ready_for_query(&mut out, TxStatus::Idle);
         return client.reply(&out).await;
@@ -107,32 +206,39 @@ pub async fn gather(
     let (prepared, described) = match checked {
         Ok(k) => k,
         Err(msg) => {
-            drain(&mut servers).await?;
+            drain(servers).await?;
+            (answer.opening)(&mut out, None);
             client.reply(&out).await?;
             return answer_error(client, "0A000", &msg).await;
         }
     };
-    out.extend_from_slice(&described);
+    (answer.opening)(&mut out, Some(&described));
+    let limit = match (plan.limit, answer.max_rows) {
+        (l, 0) => l,
+        (None, m) => Some(u64::from(m)),
+        (Some(l), m) => Some(l.min(u64::from(m))),
+    };
     let mut rows = Rows {
         out,
         sent: 0,
         skip: plan.offset,
-        limit: plan.limit,
+        limit,
     };
     let keys = &prepared.order;
     let merged = match &plan.merge {
-        Merge::Concat => concat(client, &mut servers, &mut rows).await?,
-        Merge::Sorted(_) => sorted(client, &mut servers, &mut rows, keys).await?,
+        Merge::Concat => concat(client, servers, &mut rows).await?,
+        Merge::Sorted(_) => sorted(client, servers, &mut rows, keys).await?,
         Merge::Grouped(g) => {
             let p = grouped::Plan {
                 columns: &g.columns,
                 visible: g.visible,
                 having: g.having.as_ref(),
                 kinds: &prepared.kinds,
+                binary: &prepared.binary,
                 order: keys,
                 cap: plan.max_groups,
             };
-            grouped::merge(client, &mut servers, &mut rows, &p).await?
+            grouped::merge(client, servers, &mut rows, &p).await?
         }
         Merge::Distinct(_) => {
             let columns = vec![None; prepared.kinds.len()];
@@ -141,18 +247,23 @@ pub async fn gather(
                 visible: columns.len(),
                 having: None,
                 kinds: &prepared.kinds,
+                binary: &prepared.binary,
                 order: keys,
                 cap: plan.max_groups,
             };
-            grouped::merge(client, &mut servers, &mut rows, &p).await?
+            grouped::merge(client, servers, &mut rows, &p).await?
         }
     };
     // Every server is read to its end; the merge's own error comes first.
-    let drained = drain(&mut servers).await?;
+    let drained = drain(servers).await?;
     let error = merged.err().or(drained);
     let mut out = rows.out;
     match error {
         Some(e) => out.extend_from_slice(&e),
+        // An Execute's rows run out at its count: PostgreSQL then suspends the portal.
+        None if answer.max_rows > 0 && rows.sent == u64::from(answer.max_rows) => {
+            encode::message(&mut out, backend::PORTAL_SUSPENDED, |_| {})
+        }
         None => encode::command_complete(&mut out, &format!("SELECT {}", rows.sent)),
     }
     encode::ready_for_query(&mut out, TxStatus::Idle);
@@ -325,9 +436,20 @@ fn field(body: &[u8], i: usize) -> Option<Option<&[u8]>> {
 
 /// How row `a` sorts against row `b` by `keys` (column, kind, descending, NULLs first);
 /// `None` when a value cannot be read.
-fn order(a: &[u8], b: &[u8], keys: &[SortAt]) -> Option<Ordering> {
-    for &(i, kind, desc, nulls_first) in keys {
-        let o = match (field(a, i)?, field(b, i)?) {
+fn order<'a>(a: &'a [u8], b: &'a [u8], keys: &[SortAt]) -> Option<Ordering> {
+    for &(i, kind, desc, nulls_first, binary) in keys {
+        // Values in binary format are read as text for the comparison.
+        let read = |row: &'a [u8]| -> Option<Option<Cow<'a, [u8]>>> {
+            match (field(row, i)?, binary) {
+                (None, _) => Some(None),
+                (Some(v), None) => Some(Some(Cow::Borrowed(v))),
+                (Some(v), Some(oid)) => {
+                    values::binary::to_text(oid, v).map(|t| Some(Cow::Owned(t)))
+                }
+            }
+        };
+        let (a, b) = (read(a)?, read(b)?);
+        let o = match (a.as_deref(), b.as_deref()) {
             (None, None) => Ordering::Equal,
             (None, Some(_)) if nulls_first => Ordering::Less,
             (None, Some(_)) => Ordering::Greater,
@@ -441,14 +563,14 @@ mod tests {
     fn rows_sort_by_keys_with_nulls_where_postgresql_puts_them() {
         let a = row(&[Some("1"), None]);
         let b = row(&[Some("2"), Some("x")]);
-        let asc = [(0, Kind::Int, false, false)];
+        let asc = [(0, Kind::Int, false, false, None)];
         assert_eq!(order(&a, &b, &asc), Some(Ordering::Less));
-        let desc = [(0, Kind::Int, true, true)];
+        let desc = [(0, Kind::Int, true, true, None)];
         assert_eq!(order(&a, &b, &desc), Some(Ordering::Greater));
         // NULLS LAST (ascending's default): the NULL sorts after "x".
-        let nulls = [(1, Kind::Text, false, false)];
+        let nulls = [(1, Kind::Text, false, false, None)];
         assert_eq!(order(&a, &b, &nulls), Some(Ordering::Greater));
-        let nulls_first = [(1, Kind::Text, false, true)];
+        let nulls_first = [(1, Kind::Text, false, true, None)];
         assert_eq!(order(&a, &b, &nulls_first), Some(Ordering::Less));
     }
 }

@@ -163,8 +163,10 @@ pub struct Gathered {
     /// The shards to ask, and the server each needs.
     pub shards: Vec<usize>,
     pub want: Want,
-    /// Bytes of the client's Query.
+    /// Bytes of the client's request.
     pub len: usize,
+    /// The request is an extended-protocol one (else a simple Query).
+    pub extended: bool,
     /// Text compares as bytes in the database (see [`crate::shard::Facts`]).
     pub text_bytewise: bool,
 }
@@ -249,7 +251,15 @@ pub fn decide(
     if let shard::Shard::NeedColumns(t) = placed {
         return Decision::LearnColumns(t);
     }
-    match across_shards(route, sharding, &placed, query, target.want, writes) {
+    let bound = || shard::bound_text(client);
+    match across_shards(
+        route,
+        sharding,
+        &placed,
+        (query, bound),
+        target.want,
+        writes,
+    ) {
         Ok(None) => {}
         Ok(Some(d)) => {
             if let Decision::Scatter(s) = &d {
@@ -371,15 +381,16 @@ fn unique_id(out: &mut BytesMut, id: i64) {
     pgwire::encode::command_complete(out, "SELECT 1");
 }
 
-/// A request no one shard takes, when it can run on several (a simple Query outside a
-/// transaction, for now): a read asked of the shards it may touch, a write run on them in one
-/// atomic transaction; `Err`: refused (bytes of the request, the message). `None`: it goes to
-/// one shard (the default shard).
-fn across_shards(
+/// A request no one shard takes, when it can run on several (outside a transaction, for now):
+/// a read asked of the shards it may touch (a simple Query, or an extended-protocol request of
+/// one statement: `bound` gives its text), a write (a simple Query) run on them in one atomic
+/// transaction; `Err`: refused (bytes of the request, the message). `None`: it goes to one
+/// shard (the default shard).
+fn across_shards<'a>(
     route: &ClientRoute,
     sharding: &Sharding,
     placed: &shard::Shard,
-    query: Option<(usize, &str)>,
+    (query, bound): (Option<(usize, &str)>, impl FnOnce() -> Option<&'a str>),
     want: Want,
     writes: impl FnOnce() -> bool,
 ) -> std::result::Result<Option<Decision>, (usize, String)> {
@@ -410,9 +421,22 @@ fn across_shards(
         if default.is_some() {
             return Ok(None);
         }
-        let msg =
-            format!("{why} (a request across shards is run for a simple query only, for now)");
-        return Err((len, msg));
+        let msg = format!("{why} (a write across shards is run for a simple query only, for now)");
+        let plan = match bound() {
+            Some(_) if begins => {
+                let msg = format!(
+                    "{why} (a read across shards is answered outside a transaction only, for now)"
+                );
+                return Err((len, msg));
+            }
+            Some(text) => gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates),
+            None => return Err((len, msg)),
+        };
+        return match plan {
+            Ok(plan) => Ok(Some(gathered(sharding, plan, (shards, want), (len, true)))),
+            Err(m) if m == gather::NOT_A_READ => Err((len, msg)),
+            Err(m) => Err((len, m)),
+        };
     };
     // The default shard takes keyless reads without a second parse.
     if default.is_some() && !writes() {
@@ -447,20 +471,33 @@ fn across_shards(
         Ok(None) => {}
     }
     let msg = match gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates) {
-        Ok(mut plan) => {
-            plan.max_groups = sharding.max_gather_groups;
-            return Ok(Some(Decision::Gather(Box::new(Gathered {
-                plan,
-                shards,
-                want,
-                len,
-                text_bytewise: sharding.facts.text_bytewise,
-            }))));
+        Ok(plan) => {
+            let g = gathered(sharding, plan, (shards, want), (len, false));
+            return Ok(Some(g));
         }
         Err(msg) if msg == gather::NOT_A_READ => why,
         Err(msg) => msg,
     };
     Err((len, msg))
+}
+
+/// A read across shards as `plan` says, on `shards` (a server `want` of each): the client's
+/// request is `len` bytes, a simple Query or (`extended`) an extended-protocol request.
+fn gathered(
+    sharding: &Sharding,
+    mut plan: Gather,
+    (shards, want): (Vec<usize>, Want),
+    (len, extended): (usize, bool),
+) -> Decision {
+    plan.max_groups = sharding.max_gather_groups;
+    Decision::Gather(Box::new(Gathered {
+        plan,
+        shards,
+        want,
+        len,
+        extended,
+        text_bytewise: sharding.facts.text_bytewise,
+    }))
 }
 
 /// An UPDATE that assigns a sharding key (`placed`), as a write across shards: every shard

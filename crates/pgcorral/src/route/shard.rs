@@ -97,8 +97,17 @@ pub fn shard_of(
             .plans
             .near(near, sharding, text, escapes, &mut spans);
         let here = match plan_place(&plan, sharding, text, &spans, types, bind) {
-            // Parsed and described, not run: any shard describes it alike.
-            Place::CopyIn(_) if !runs => Place::Any,
+            // Parsed and described, not run: any shard describes it alike (a read or write
+            // across shards is placed when it is bound).
+            Place::CopyIn(_)
+            | Place::SplitInsert(_)
+            | Place::Default(_)
+            | Place::Several(..)
+            | Place::MovesKey(..)
+                if !runs =>
+            {
+                Place::Any
+            }
             p => p,
         };
         if bind.is_some() {
@@ -232,6 +241,16 @@ pub fn request_len(client: &ClientConn) -> Option<usize> {
 pub fn batch_texts(client: &ClientConn) -> Option<SmallVec<[&str; 2]>> {
     let batch = Batch::read(client)?;
     Some(batch.statements.iter().map(|s| s.0).collect())
+}
+
+/// The text of the request's one statement when it is an extended-protocol request that binds
+/// it (and holds no other), once it is whole.
+pub fn bound_text(client: &ClientConn) -> Option<&str> {
+    let batch = Batch::read(client)?;
+    match &batch.statements[..] {
+        [(text, _, Some(_), true)] if !batch.simple => Some(text),
+        _ => None,
+    }
 }
 
 /// Reads sharded table `table`'s columns from a shard's catalog (for an INSERT without a

@@ -309,7 +309,6 @@ fn refuse_node(node: NodeRef<'_>) -> Result<(), String> {
         NodeRef::SubLink(_) | NodeRef::RangeSubselect(_) => Err(refusal("a subquery")),
         NodeRef::FuncCall(f) if f.over.is_some() => Err(refusal("a window function")),
         NodeRef::GroupingSet(_) => Err(refusal("GROUPING SETS")),
-        NodeRef::ParamRef(_) => Err(refusal("a parameter")),
         _ => Ok(()),
     }
 }

@@ -1,5 +1,7 @@
 //! Result values in text format compared and added as PostgreSQL does, to merge shards' answers.
 
+pub mod binary;
+
 use std::cmp::Ordering;
 
 /// How a result column's values are compared (from its type OID in RowDescription).

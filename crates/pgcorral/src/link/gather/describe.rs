@@ -6,10 +6,11 @@ use pgwire::backend;
 use pgwire::encode;
 
 use crate::shard::gather::{having, Column, Combine, Gather, Merge, SortKey};
-use crate::shard::values::Kind;
+use crate::shard::values::{binary, Kind};
 
-/// An ORDER BY key as a column of the answer: its index, kind, DESC, NULLS FIRST.
-pub(super) type SortAt = (usize, Kind, bool, bool);
+/// An ORDER BY key as a column of the answer: its index, kind, DESC, NULLS FIRST, and its type
+/// OID when its values come in binary format.
+pub(super) type SortAt = (usize, Kind, bool, bool, Option<u32>);
 
 /// One field of a RowDescription: its name and type (OID, modifier, format code).
 #[derive(Debug, PartialEq, Eq)]
@@ -85,6 +86,8 @@ pub(super) struct Prepared {
     pub order: Vec<SortAt>,
     /// Every column's kind (`None`: not one pgcorral compares).
     pub kinds: Vec<Option<Kind>>,
+    /// Every column's type OID when its values come in binary format.
+    pub binary: Vec<Option<u32>>,
 }
 
 /// The refusal of a read across shards for `what`, with what to do instead.
@@ -100,12 +103,16 @@ pub(super) fn prepare(
     fields: &[Field],
     text_bytewise: bool,
 ) -> Result<Prepared, String> {
+    let binary: Vec<Option<u32>> = (fields.iter())
+        .map(|f| (f.format != 0).then_some(f.oid))
+        .collect();
     let kind = |i: usize, bytewise: bool| -> Result<Kind, String> {
         let f = &fields[i];
         let name = String::from_utf8_lossy(&f.name);
-        if f.format != 0 {
+        if f.format != 0 && !binary::supported(f.oid) {
             return Err(format!(
-                "column {name} is in binary format: pgcorral merges text"
+                "column {name} is asked in binary format, and pgcorral reads values of its type (OID {}) in text only: ask for it in text",
+                f.oid
             ));
         }
         match Kind::of_oid(f.oid) {
@@ -136,7 +143,7 @@ pub(super) fn prepare(
                     }
                 };
                 let k2 = kind(i, text_bytewise || k.collate_c).map_err(refuse)?;
-                Ok((i, k2, k.desc, k.nulls_first))
+                Ok((i, k2, k.desc, k.nulls_first, binary[i]))
             })
             .collect::<Result<Vec<_>, String>>()
     };
@@ -205,7 +212,11 @@ pub(super) fn prepare(
             sort(keys, fields.len())?
         }
     };
-    Ok(Prepared { order, kinds })
+    Ok(Prepared {
+        order,
+        kinds,
+        binary,
+    })
 }
 
 /// Whether values of column `f` that PostgreSQL's DISTINCT takes as one always print alike:

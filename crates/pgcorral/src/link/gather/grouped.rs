@@ -15,7 +15,7 @@ use crate::pool::Checkout;
 use crate::shard::gather::having::{self, Cond};
 use crate::shard::gather::numeric::{self, Unfinished};
 use crate::shard::gather::Combine;
-use crate::shard::values::{self, Kind};
+use crate::shard::values::{self, binary, Kind};
 
 /// One group: its values, in the shards' columns.
 type Group = Vec<Option<Vec<u8>>>;
@@ -30,6 +30,9 @@ pub(super) struct Plan<'a> {
     pub having: Option<&'a Cond>,
     /// Every column's kind.
     pub kinds: &'a [Option<Kind>],
+    /// Every column's type OID when its values come in binary format (read as text for the
+    /// merge, written back in binary for the client).
+    pub binary: &'a [Option<u32>],
     /// ORDER BY, over the client's columns.
     pub order: &'a [SortAt],
     /// Groups held at most.
@@ -64,7 +67,13 @@ pub(super) async fn merge(
                 Next::Failed(e) => return Ok(Err(e)),
             };
             let values = (0..plan.columns.len())
-                .map(|i| field(&row, i).map(|v| v.map(<[u8]>::to_vec)))
+                .map(
+                    |i| match (field(&row, i)?, plan.binary.get(i).copied().flatten()) {
+                        (None, _) => Some(None),
+                        (Some(v), None) => Some(Some(v.to_vec())),
+                        (Some(v), Some(oid)) => binary::to_text(oid, v).map(Some),
+                    },
+                )
                 .collect::<Option<Vec<_>>>();
             // Keys are read before they are sorted: a sort never meets a value it cannot read.
             let Some(values) = values.filter(|v| readable(v, &keys)) else {
@@ -105,6 +114,12 @@ pub(super) async fn merge(
     }
     if !plan.order.is_empty() {
         let sort_keys: Vec<(usize, Kind)> = plan.order.iter().map(|k| (k.0, k.1)).collect();
+        // The groups are in text still: sorted as text.
+        let text_order: Vec<SortAt> = plan
+            .order
+            .iter()
+            .map(|k| (k.0, k.1, k.2, k.3, None))
+            .collect();
         let all_read = out.iter().all(|r| {
             sort_keys.iter().all(|&(i, kind)| match field(r, i) {
                 Some(Some(v)) => values::compare(kind, v, v).is_some(),
@@ -115,10 +130,18 @@ pub(super) async fn merge(
         if !all_read {
             return Ok(Err(unreadable()));
         }
-        out.sort_by(|a, b| order(a, b, plan.order).unwrap_or(Ordering::Equal));
+        out.sort_by(|a, b| order(a, b, &text_order).unwrap_or(Ordering::Equal));
     }
+    let written = &plan.binary[..plan.visible.min(plan.binary.len())];
     for row in &out {
-        rows.push(row);
+        if written.iter().any(Option::is_some) {
+            let Some(row) = in_binary(row, written) else {
+                return Ok(Err(unreadable()));
+            };
+            rows.push(&row);
+        } else {
+            rows.push(row);
+        }
         rows.flush(client).await?;
     }
     Ok(Ok(()))
@@ -272,6 +295,19 @@ fn finish(g: &mut Group, columns: &[Option<Combine>]) -> std::result::Result<(),
     Ok(())
 }
 
+/// DataRow body `row` (in text) with the columns of `binary` that have a type OID written in
+/// binary format; `None` when a value cannot be.
+fn in_binary(row: &[u8], binary: &[Option<u32>]) -> Option<BytesMut> {
+    let values = (0..binary.len())
+        .map(|i| match (field(row, i)?, binary[i]) {
+            (None, _) => Some(None),
+            (Some(v), None) => Some(Some(v.to_vec())),
+            (Some(v), Some(oid)) => binary::to_binary(oid, v).map(Some),
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(data_row(&values))
+}
+
 /// A DataRow body of `values`.
 fn data_row(values: &[Option<Vec<u8>>]) -> BytesMut {
     let mut body = BytesMut::new();
@@ -330,6 +366,7 @@ mod tests {
             visible: 4,
             having: None,
             kinds: &kinds,
+            binary: &[],
             order: &[],
             cap: 10,
         };

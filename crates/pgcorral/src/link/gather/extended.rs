@@ -1,0 +1,387 @@
+//! A read across shards through the extended protocol: the client's Parse, Bind, Describes and
+//! Execute (up to its Sync) become each shard's unnamed statement of the planned text, bound
+//! with the client's values, and the shards' answers to them become the client's.
+
+use bytes::BytesMut;
+use pgwire::backend;
+use pgwire::frontend::{self, cstr, BindBody};
+use pgwire::header::HEADER_LEN;
+use pgwire::{encode, Header};
+
+use super::super::fanout::{read_server, whole};
+use super::super::insert::keep_parse;
+use super::describe::first_fields;
+use super::Head;
+use crate::client_conn::ClientConn;
+use crate::error::Result;
+use crate::pool::Checkout;
+use crate::prepared::{Registry, Source};
+use crate::shard::gather::{Gather, Merge};
+
+const SHAPE: &str = "a read across shards through the extended protocol is answered when its request holds one Bind of the statement, its Execute, and at most a Parse and Describes of them, up to a Sync";
+
+/// One of the client's messages, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Message {
+    Parse,
+    /// Describe of the statement.
+    Statement,
+    Bind,
+    /// Describe of the portal.
+    Portal,
+    Execute,
+}
+
+/// The client's request, read, and what each shard is sent for it.
+pub(super) struct Request {
+    messages: Vec<Message>,
+    /// The client's Parses: each statement's name and body after it.
+    parses: Vec<(Vec<u8>, Vec<u8>)>,
+    /// What the first shard is sent (it also describes the statement when the client asked).
+    first: BytesMut,
+    /// What the other shards are sent.
+    others: BytesMut,
+    /// Rows the client's Execute asked at most (0: all).
+    pub max_rows: u32,
+    /// Columns of the planned text the client does not get.
+    hidden: usize,
+}
+
+/// How far a shard's answer went before its rows: its statement parsed (and described: the
+/// ParameterDescription and the RowDescription or NoData) and bound.
+#[derive(Default)]
+pub(super) struct Opened {
+    parsed: bool,
+    statement: Option<(BytesMut, BytesMut)>,
+    bound: bool,
+}
+
+impl Request {
+    /// Reads the client's request (`bytes`, up to its Sync) for `plan`; `Err`: the message of
+    /// pgcorral's refusal.
+    pub fn read(
+        client: &ClientConn,
+        bytes: &[u8],
+        plan: &Gather,
+    ) -> std::result::Result<Request, String> {
+        let shape = || SHAPE.to_string();
+        let mut messages = Vec::new();
+        let mut parses: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        // The bound statement's name and the Parse body it was made of; the portal.
+        let mut bound: Option<(Vec<u8>, Vec<u8>, Vec<u8>)> = None;
+        let mut described: Option<Vec<u8>> = None;
+        let mut bind_rest: Option<Vec<u8>> = None;
+        let mut max_rows = None;
+        let mut pos = 0;
+        let mut synced = false;
+        while pos < bytes.len() {
+            let h = Header::parse(&bytes[pos..], u32::MAX)
+                .ok()
+                .flatten()
+                .filter(|h| h.total_len() <= bytes.len() - pos)
+                .ok_or_else(shape)?;
+            let body = &bytes[pos + HEADER_LEN..pos + h.total_len()];
+            pos += h.total_len();
+            if synced {
+                return Err(shape());
+            }
+            let portal_is = |name: &[u8]| matches!(&bound, Some((_, _, p)) if p == name);
+            let message = match h.tag {
+                frontend::PARSE if bound.is_none() => {
+                    let (name, rest) = cstr(body).ok_or_else(shape)?;
+                    parses.retain(|(n, _)| n != name);
+                    parses.push((name.to_vec(), rest.to_vec()));
+                    Message::Parse
+                }
+                frontend::BIND if bound.is_none() => {
+                    let bind = BindBody::parse(body).ok_or_else(shape)?;
+                    let parsed = parses.iter().find(|(n, _)| n == bind.statement);
+                    let source = match parsed {
+                        Some((_, rest)) => rest.clone(),
+                        None => statement(client, bind.statement).ok_or_else(shape)?,
+                    };
+                    let results = bind.values_and_results().ok_or_else(shape)?.1;
+                    let before = &bind.after_names[..bind.after_names.len() - results.len()];
+                    let mut rest = before.to_vec();
+                    rest.extend_from_slice(&result_formats(results, plan).ok_or_else(shape)?);
+                    bind_rest = Some(rest);
+                    bound = Some((bind.statement.to_vec(), source, bind.portal.to_vec()));
+                    Message::Bind
+                }
+                frontend::DESCRIBE => {
+                    let (&kind, rest) = body.split_first().ok_or_else(shape)?;
+                    let (name, _) = cstr(rest).ok_or_else(shape)?;
+                    match kind {
+                        b'S' if described.is_none() => {
+                            described = Some(name.to_vec());
+                            Message::Statement
+                        }
+                        b'P' if portal_is(name) => Message::Portal,
+                        _ => return Err(shape()),
+                    }
+                }
+                frontend::EXECUTE if max_rows.is_none() => {
+                    let (name, rest) = cstr(body).ok_or_else(shape)?;
+                    let n = rest.get(..4).ok_or_else(shape)?;
+                    if !portal_is(name) {
+                        return Err(shape());
+                    }
+                    let n = i32::from_be_bytes([n[0], n[1], n[2], n[3]]);
+                    max_rows = Some(u32::try_from(n).unwrap_or(0));
+                    Message::Execute
+                }
+                frontend::SYNC => {
+                    synced = true;
+                    continue;
+                }
+                _ => return Err(shape()),
+            };
+            messages.push(message);
+        }
+        let (Some((statement, source, _)), Some(max_rows), Some(bind_rest), true) =
+            (bound, max_rows, bind_rest, synced)
+        else {
+            return Err(shape());
+        };
+        if described.is_some_and(|d| d != statement) {
+            return Err(shape());
+        }
+        // The planned text with the client's parameter types.
+        let (_, types) = cstr(&source).ok_or_else(shape)?;
+        let mut parse = plan.text.as_bytes().to_vec();
+        parse.push(0);
+        parse.extend_from_slice(types);
+        let mut first = BytesMut::new();
+        let mut others = BytesMut::new();
+        for (out, describes) in [
+            (&mut first, messages.contains(&Message::Statement)),
+            (&mut others, false),
+        ] {
+            encode::parse(out, b"", &parse);
+            if describes {
+                encode::describe(out, b'S', b"");
+            }
+            encode::message(out, frontend::BIND, |b| {
+                b.extend_from_slice(&[0, 0]);
+                b.extend_from_slice(&bind_rest);
+            });
+            encode::describe(out, b'P', b"");
+            encode::message(out, frontend::EXECUTE, |b| {
+                b.extend_from_slice(&[0, 0, 0, 0, 0])
+            });
+            encode::sync(out);
+        }
+        Ok(Request {
+            messages,
+            parses,
+            first,
+            others,
+            max_rows,
+            hidden: hidden(plan),
+        })
+    }
+
+    /// Whether the first shard is asked to describe the statement.
+    pub fn describes(&self) -> bool {
+        self.messages.contains(&Message::Statement)
+    }
+
+    /// What a shard is sent (`first`: the first shard's).
+    pub fn sent(&self, first: bool) -> &[u8] {
+        if first {
+            &self.first
+        } else {
+            &self.others
+        }
+    }
+
+    /// Keeps the client's Parses as PostgreSQL would have: those before the point its request
+    /// failed at (`reached`).
+    pub fn keep_parses(&self, client: &mut ClientConn, registry: &Registry, reached: &Opened) {
+        for (name, rest) in &self.parses {
+            keep_parse(client, registry, name, rest, reached.parsed);
+        }
+    }
+
+    /// The answers to the client's messages before its rows, as far as the shards' went
+    /// (`reached`); the statement's description is the first shard's (`first`), the portal's
+    /// `described` (the shards' row description cut to the client's columns), `None` when the
+    /// request failed before it.
+    pub fn opening(
+        &self,
+        out: &mut BytesMut,
+        reached: &Opened,
+        first: &Opened,
+        described: Option<&[u8]>,
+    ) {
+        for m in &self.messages {
+            match m {
+                Message::Parse if reached.parsed => {
+                    encode::message(out, backend::PARSE_COMPLETE, |_| {})
+                }
+                Message::Statement => match &first.statement {
+                    Some((parameters, rows)) if reached.parsed => {
+                        out.extend_from_slice(parameters);
+                        out.extend_from_slice(&self.client_columns(rows));
+                    }
+                    _ => return,
+                },
+                Message::Bind if reached.bound => {
+                    encode::message(out, backend::BIND_COMPLETE, |_| {})
+                }
+                Message::Portal => match described {
+                    Some(d) => out.extend_from_slice(d),
+                    None => return,
+                },
+                Message::Execute => {}
+                _ => return,
+            }
+        }
+    }
+
+    /// A statement's RowDescription cut to the client's columns (or its NoData).
+    fn client_columns(&self, rows: &BytesMut) -> BytesMut {
+        let columns = (rows.len() >= 7 && rows[0] == backend::ROW_DESCRIPTION)
+            .then(|| i16::from_be_bytes([rows[5], rows[6]]))
+            .and_then(|n| usize::try_from(n).ok());
+        match columns {
+            Some(n) if self.hidden > 0 && n > self.hidden => {
+                first_fields(rows, n - self.hidden).unwrap_or_else(|| rows.clone())
+            }
+            _ => rows.clone(),
+        }
+    }
+}
+
+/// Columns of `plan`'s text that the client does not get.
+fn hidden(plan: &Gather) -> usize {
+    match &plan.merge {
+        Merge::Grouped(g) => g.columns.len().saturating_sub(g.visible),
+        _ => 0,
+    }
+}
+
+/// The Parse body (after the name) of the client's prepared statement `name` (`b""`: its
+/// unnamed one).
+fn statement(client: &ClientConn, name: &[u8]) -> Option<Vec<u8>> {
+    if name.is_empty() {
+        return client.statements.unnamed().map(<[u8]>::to_vec);
+    }
+    match &client.statements.named(name)?.source {
+        Source::Parse(b) => Some(b.to_vec()),
+        Source::Sql(_) => None,
+    }
+}
+
+/// The result format codes (count and codes) the shards are sent for the client's `results`:
+/// the client's for its columns, text for the hidden ones; `None` when they cannot be read.
+fn result_formats(results: &[u8], plan: &Gather) -> Option<Vec<u8>> {
+    let hidden = hidden(plan);
+    let count = usize::from(u16::from_be_bytes([*results.first()?, *results.get(1)?]));
+    let codes: Vec<u16> = (0..count)
+        .map(|i| {
+            Some(u16::from_be_bytes([
+                *results.get(2 + 2 * i)?,
+                *results.get(3 + 2 * i)?,
+            ]))
+        })
+        .collect::<Option<_>>()?;
+    let codes = match (&codes[..], &plan.merge) {
+        // All text, or no hidden columns: as the client sent them.
+        ([], _) | ([0], _) => codes,
+        _ if hidden == 0 => codes,
+        ([code], Merge::Grouped(g)) => {
+            let mut all = vec![*code; g.visible];
+            all.resize(g.visible + hidden, 0);
+            all
+        }
+        (many, _) => {
+            let mut all = many.to_vec();
+            all.resize(many.len() + hidden, 0);
+            all
+        }
+    };
+    let mut out = Vec::with_capacity(2 + 2 * codes.len());
+    out.extend_from_slice(&u16::try_from(codes.len()).ok()?.to_be_bytes());
+    for c in codes {
+        out.extend_from_slice(&c.to_be_bytes());
+    }
+    Some(out)
+}
+
+/// A shard's answer up to its portal's RowDescription (its head), and how far it went; notices
+/// and parameter changes before it go to `out` (the first shard's; the others' are dropped).
+/// `describes`: it was asked to describe the statement first.
+pub(super) async fn open(
+    s: &mut Checkout,
+    describes: bool,
+    mut out: Option<&mut BytesMut>,
+) -> Result<(Head, Opened)> {
+    let mut opened = Opened::default();
+    let mut parameters = None;
+    loop {
+        let (tag, body) = read_server(s).await?;
+        let whole = || whole(tag, &body);
+        match tag {
+            backend::PARSE_COMPLETE => opened.parsed = true,
+            backend::PARAMETER_DESCRIPTION => parameters = Some(whole()),
+            backend::ROW_DESCRIPTION | backend::NO_DATA
+                if describes && opened.statement.is_none() =>
+            {
+                opened.statement = Some((parameters.take().unwrap_or_default(), whole()));
+            }
+            backend::BIND_COMPLETE => opened.bound = true,
+            backend::ROW_DESCRIPTION => return Ok((Head::Rows(whole()), opened)),
+            backend::ERROR_RESPONSE => return Ok((Head::Failed(whole()), opened)),
+            backend::NO_DATA | backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
+                return Ok((Head::Done, opened))
+            }
+            backend::NOTICE_RESPONSE | backend::PARAMETER_STATUS => {
+                if let Some(out) = out.as_deref_mut() {
+                    out.extend_from_slice(&whole());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::gather::{Grouping, MAX_GROUPS};
+
+    fn plan(visible: usize, hidden: usize) -> Gather {
+        Gather {
+            text: "SELECT".into(),
+            merge: Merge::Grouped(Box::new(Grouping {
+                columns: vec![None; visible + hidden],
+                visible,
+                having: None,
+                order: Vec::new(),
+            })),
+            limit: None,
+            offset: 0,
+            max_groups: MAX_GROUPS,
+        }
+    }
+
+    fn codes(c: &[u16]) -> Vec<u8> {
+        let mut out = (c.len() as u16).to_be_bytes().to_vec();
+        for c in c {
+            out.extend_from_slice(&c.to_be_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn hidden_columns_are_asked_in_text_and_the_clients_in_its_formats() {
+        let p = plan(2, 1);
+        assert_eq!(result_formats(&codes(&[]), &p), Some(codes(&[])));
+        assert_eq!(result_formats(&codes(&[0]), &p), Some(codes(&[0])));
+        assert_eq!(result_formats(&codes(&[1]), &p), Some(codes(&[1, 1, 0])));
+        assert_eq!(result_formats(&codes(&[1, 0]), &p), Some(codes(&[1, 0, 0])));
+        assert_eq!(result_formats(&codes(&[1]), &plan(2, 0)), Some(codes(&[1])));
+        assert_eq!(result_formats(&[0, 2, 0], &p), None);
+    }
+}
