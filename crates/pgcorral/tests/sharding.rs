@@ -657,11 +657,14 @@ async fn a_transaction_stays_on_one_shard_unless_it_can_spread() {
     );
     c.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(value(&c, "SHOW SHARD").await, "auto");
-    // A transaction whose first statement names no shard fails, and ends cleanly.
+    // A transaction whose first statement pgcorral refuses fails, and ends cleanly.
     c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .await
         .unwrap();
-    let e = c.simple_query("SELECT * FROM accounts").await.unwrap_err();
+    let e = c
+        .simple_query("SELECT * FROM accounts a JOIN accounts b ON a.v = b.v")
+        .await
+        .unwrap_err();
     assert_eq!(sqlstate(&e), "0A000");
     let e = c.simple_query("SELECT 1").await.unwrap_err();
     assert_eq!(sqlstate(&e), "25P02");

@@ -763,3 +763,107 @@ async fn a_cancel_reaches_every_shard_of_a_read() {
         vec![vec![Some("9".to_string())]]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_across_shards_inside_a_transaction_see_it_and_fail_it() {
+    let shards = start(3, DDL);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let mut c = p.connect("postgres", None, "app").await;
+    let other = p.connect("postgres", None, "app").await;
+    c.simple_query("INSERT INTO items (id, grp) VALUES (1, 1), (2, 2), (3, 1), (4, 2)")
+        .await
+        .unwrap();
+    let n = |rows: (Vec<Vec<Option<String>>>, Option<u64>)| rows.0[0][0].clone().unwrap();
+    // The transaction's own writes are seen by its reads across shards, through either
+    // protocol, and go with its ROLLBACK.
+    c.simple_query("BEGIN").await.unwrap();
+    c.simple_query("INSERT INTO items (id, grp) VALUES (10, 3), (11, 3), (12, 3)")
+        .await
+        .unwrap();
+    let seen = answer(&c, "SELECT count(*) FROM items").await.unwrap();
+    assert_eq!(n(seen), "7");
+    let ids: Vec<i64> = c
+        .query("SELECT id FROM items WHERE grp = $1 ORDER BY id", &[&3i32])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, [10, 11, 12]);
+    assert_eq!(
+        n(answer(&other, "SELECT count(*) FROM items").await.unwrap()),
+        "4"
+    );
+    c.simple_query("ROLLBACK").await.unwrap();
+    assert_eq!(
+        n(answer(&c, "SELECT count(*) FROM items").await.unwrap()),
+        "4"
+    );
+    // A read as the transaction's first statement begins it on every shard; REPEATABLE READ
+    // keeps each shard's snapshot for the transaction's later reads.
+    c.simple_query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    assert_eq!(
+        n(answer(&c, "SELECT count(*) FROM items").await.unwrap()),
+        "4"
+    );
+    other
+        .simple_query("INSERT INTO items (id) VALUES (20), (21), (22), (23)")
+        .await
+        .unwrap();
+    assert_eq!(
+        n(answer(&c, "SELECT count(*) FROM items").await.unwrap()),
+        "4"
+    );
+    c.simple_query("COMMIT").await.unwrap();
+    assert_eq!(
+        n(answer(&c, "SELECT count(*) FROM items").await.unwrap()),
+        "8"
+    );
+    // A driver's transaction (tokio-postgres: extended BEGIN, binary results).
+    let t = c.transaction().await.unwrap();
+    t.execute("INSERT INTO items (id, grp) VALUES (30, 5)", &[])
+        .await
+        .unwrap();
+    let total: i64 = t
+        .query_one("SELECT count(*) FROM items", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(total, 9);
+    t.commit().await.unwrap();
+    // An error on a shard fails the transaction everywhere, as on one server.
+    c.simple_query("BEGIN").await.unwrap();
+    c.simple_query("INSERT INTO items (id) VALUES (40)")
+        .await
+        .unwrap();
+    let e = c
+        .simple_query("SELECT id, 1 / (id - 3) FROM items ORDER BY id")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "22012", "{}", db_message(&e));
+    let e = c.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02", "{}", db_message(&e));
+    c.simple_query("ROLLBACK").await.unwrap();
+    // What cannot be merged is refused, and that fails the transaction too.
+    c.simple_query("BEGIN").await.unwrap();
+    let e = c
+        .simple_query("SELECT string_agg(name, ',') FROM items")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "0A000", "{}", db_message(&e));
+    let e = c.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(sqlstate(&e), "25P02", "{}", db_message(&e));
+    c.simple_query("ROLLBACK").await.unwrap();
+    assert_eq!(
+        n(answer(&c, "SELECT count(*) FROM items").await.unwrap()),
+        "9"
+    );
+    for pg in &shards {
+        assert_eq!(
+            pg.sql("postgres", "SELECT count(*) FROM pg_prepared_xacts"),
+            "0"
+        );
+    }
+}

@@ -608,15 +608,13 @@ async fn not_routed(
             link::copy_in::copy_in(client, &attach(session, client.worker), table).await?;
             return Ok(true);
         }
+        Decision::Gather(g) if g.begins => {
+            sharded::begin_split(client, services, session, sharded::Split::Gather(g)).await?;
+            return Ok(true);
+        }
         Decision::Gather(g) => {
             let at = attach(session, client.worker);
-            let shards = (g.want, &g.shards[..]);
-            if g.extended {
-                let read = (&g.plan, g.len, g.text_bytewise);
-                link::gather::extended(client, &at, shards, read, &services.statements).await?;
-            } else {
-                link::gather::gather(client, &at, shards, &g.plan, g.len, g.text_bytewise).await?;
-            }
+            link::gather::gather(client, &at, &g, &services.statements).await?;
             return Ok(true);
         }
         Decision::SplitPipeline(shards, false) => {

@@ -10,7 +10,7 @@ use super::{request, LoggedIn};
 use crate::client_conn::ClientConn;
 use crate::cluster::{Shards, Target, Want};
 use crate::error::{Error, Kind, Result};
-use crate::link::{copy_in, insert, pipeline, scatter, spanning, Attach, Link};
+use crate::link::{copy_in, gather, insert, pipeline, scatter, spanning, Attach, Link};
 use crate::route::{self, InTransaction};
 use crate::services::Services;
 use crate::session::exec;
@@ -54,6 +54,7 @@ pub(super) async fn check_in_transaction(
             | InTransaction::Pipeline(_)
             | InTransaction::SplitInsert(_)
             | InTransaction::Scatter(_)
+            | InTransaction::Gather(_)
             | InTransaction::CopyIn(_)
                 if status == TxStatus::Failed =>
             {
@@ -77,6 +78,10 @@ pub(super) async fn check_in_transaction(
             }
             InTransaction::Scatter(w) => {
                 run_split(client, services, session, Split::Scatter(w), shard).await?;
+                return Ok(true);
+            }
+            InTransaction::Gather(g) => {
+                run_split(client, services, session, Split::Gather(g), shard).await?;
                 return Ok(true);
             }
             InTransaction::CopyIn(table) => {
@@ -175,6 +180,8 @@ pub(super) enum Split {
     Insert(Vec<usize>),
     /// A write run on several shards.
     Scatter(Box<route::Scattered>),
+    /// A read asked of several shards.
+    Gather(Box<route::Gathered>),
     /// A `COPY ... FROM STDIN` into sharded table `n`, split between every shard.
     Copy(usize),
 }
@@ -184,6 +191,7 @@ impl Split {
         match self {
             Split::Pipeline(s) | Split::Insert(s) => s,
             Split::Scatter(s) => &s.shards,
+            Split::Gather(g) => &g.shards,
             Split::Copy(_) => &[0],
         }
     }
@@ -243,6 +251,9 @@ async fn run_split(
         Split::Scatter(w) => {
             let on = (&w.shards[..], &w.from[..], shard);
             scatter::in_transaction(client, &at, on, (w.write, w.len), link).await?
+        }
+        Split::Gather(g) => {
+            gather::in_transaction(client, &at, (&g, registry), shard, link).await?
         }
     };
     let route = super::routing(&mut session.route);

@@ -3,6 +3,8 @@
 //! answers whole, commit (atomically, [`super::twophase`]) or roll back everywhere, and answer
 //! the client.
 
+use std::borrow::Borrow;
+
 use bytes::BytesMut;
 use pgwire::backend::{self, TxStatus};
 use pgwire::encode;
@@ -87,8 +89,8 @@ pub(super) struct Aimed<'a>(&'a CancelSlot);
 
 impl<'a> Aimed<'a> {
     /// Aims `slot` at every one of `servers`.
-    pub(super) fn at(slot: &'a CancelSlot, servers: &[Checkout]) -> Aimed<'a> {
-        slot.set_many(servers.iter().map(|s| s.key.clone()).collect());
+    pub(super) fn at<S: Borrow<Checkout>>(slot: &'a CancelSlot, servers: &[S]) -> Aimed<'a> {
+        slot.set_many(servers.iter().map(|s| s.borrow().key.clone()).collect());
         Aimed(slot)
     }
 }

@@ -1,4 +1,4 @@
-//! A read across shards: the client's Query sent to a server of each shard at once, their
+//! A read across shards: the client's request sent to a server of each shard at once, their
 //! answers merged as [`crate::shard::gather`] planned (one after another, a k-way merge, or
 //! groups and aggregates combined and filtered by HAVING, or distinct rows deduplicated) into
 //! the one answer PostgreSQL would give, hidden columns left out, in bounded memory.
@@ -14,14 +14,13 @@ use bytes::{Buf, BytesMut};
 use pgwire::backend::{self, TxStatus};
 use pgwire::encode;
 
-use super::fanout::{answer_error, read_server, send, whole};
-use super::Attach;
-use crate::cancel::CancelSlot;
+use super::fanout::{answer_error, read_server, send, whole, Aimed};
+use super::{spanning, Attach, Link};
 use crate::client_conn::ClientConn;
-use crate::cluster::Want;
 use crate::error::Result;
 use crate::pool::Checkout;
 use crate::prepared::Registry;
+use crate::route::Gathered;
 use crate::shard::gather::{Gather, Merge};
 use crate::shard::values;
 use describe::{agreed, first_fields, prepare, SortAt};
@@ -38,113 +37,139 @@ enum Head {
     Done,
 }
 
-/// Answers the client's Query (`len` bytes at the front of its buffer) from a server (`want`)
-/// of each of `shards`, merged as `plan` says. `text_bytewise`: text compares as bytes in the
-/// database (collation C, and no column of its own collation).
+/// Answers the client's request (a Query, or an extended-protocol request binding one
+/// statement: [`extended`]) from a server (`g.want`) of each of `g.shards`, merged as `g.plan`
+/// says, outside a transaction.
 pub async fn gather(
     client: &mut ClientConn,
     at: &Attach<'_>,
-    (want, shards): (Want, &[usize]),
-    plan: &Gather,
-    len: usize,
-    text_bytewise: bool,
-) -> Result<()> {
-    client.buf.advance(len);
-    // A simple Query drops the unnamed statement, as PostgreSQL's does.
-    client.statements.drop_unnamed();
-    let mut servers = checkout(at, want, shards).await?;
-    let _aimed = Aimed(at.slot);
-    let mut query = BytesMut::new();
-    encode::query(&mut query, &plan.text);
-    for s in servers.iter_mut() {
-        send(s, &query).await?;
-    }
-    let mut out = BytesMut::new();
-    let mut heads = Vec::with_capacity(servers.len());
-    for (i, s) in servers.iter_mut().enumerate() {
-        heads.push(head(s, (i == 0).then_some(&mut out)).await?);
-    }
-    let opening = |out: &mut BytesMut, described: Option<&[u8]>| {
-        out.extend_from_slice(described.unwrap_or_default())
-    };
-    let mut answer = Answer {
-        out,
-        opening: &opening,
-        max_rows: 0,
-    };
-    merge(
-        client,
-        &mut servers,
-        heads,
-        &mut answer,
-        (plan, text_bytewise),
-    )
-    .await
-}
-
-/// Answers the client's extended-protocol request (`len` bytes at the front of its buffer: a
-/// statement parsed, bound, described and executed up to its Sync) as [`gather`] does: every
-/// shard parses `plan`'s text as its unnamed statement and runs it with the client's values.
-pub async fn extended(
-    client: &mut ClientConn,
-    at: &Attach<'_>,
-    (want, shards): (Want, &[usize]),
-    (plan, len, text_bytewise): (&Gather, usize, bool),
+    g: &Gathered,
     registry: &Registry,
 ) -> Result<()> {
-    let bytes = client.buf.split_to(len);
-    let request = match extended::Request::read(client, &bytes, plan) {
-        Ok(r) => r,
+    let asked = match Asked::take(client, g) {
+        Ok(a) => a,
         Err(msg) => return answer_error(client, "0A000", &msg).await,
     };
-    let mut servers = checkout(at, want, shards).await?;
-    let _aimed = Aimed(at.slot);
-    for (i, s) in servers.iter_mut().enumerate() {
-        send(s, request.sent(i == 0)).await?;
+    let mut owned = Vec::with_capacity(g.shards.len());
+    for &shard in &g.shards {
+        owned.push(at.checkout(shard, g.want, false).await?);
     }
-    let mut out = BytesMut::new();
-    let mut heads = Vec::with_capacity(servers.len());
-    let mut opened = Vec::with_capacity(servers.len());
-    for (i, s) in servers.iter_mut().enumerate() {
-        let describes = i == 0 && request.describes();
-        let (h, o) = extended::open(s, describes, (i == 0).then_some(&mut out)).await?;
-        heads.push(h);
-        opened.push(o);
-    }
-    // The answers to the client's Parse, Bind and Describes, from the shard that failed first
-    // (else the first): each shard ran them alike.
-    let failed = heads.iter().position(|h| matches!(h, Head::Failed(_)));
-    let reached = &opened[failed.unwrap_or(0)];
-    request.keep_parses(client, registry, reached);
-    let opening = |out: &mut BytesMut, described: Option<&[u8]>| {
-        request.opening(out, reached, &opened[0], described)
-    };
-    let mut answer = Answer {
-        out,
-        opening: &opening,
-        max_rows: request.max_rows,
-    };
-    merge(
-        client,
-        &mut servers,
-        heads,
-        &mut answer,
-        (plan, text_bytewise),
-    )
-    .await
+    let mut servers: Vec<&mut Checkout> = owned.iter_mut().collect();
+    let aimed = Aimed::at(at.slot, &servers);
+    let (mut out, _) = ask(client, &mut servers, &asked, g, registry).await?;
+    drop(aimed);
+    encode::ready_for_query(&mut out, TxStatus::Idle);
+    client.reply(&out).await
 }
 
-/// A server (`want`) of each of `shards`, the client's cancel requests aimed at them all.
-async fn checkout(at: &Attach<'_>, want: Want, shards: &[usize]) -> Result<Vec<Checkout>> {
-    let mut servers = Vec::with_capacity(shards.len());
-    for &shard in shards {
-        servers.push(at.checkout(shard, want, false).await?);
+/// [`gather`] inside the client's transaction, now on `shard` in `link`: it spreads to each
+/// shard the read asks (`begin` run there first), and an error fails the transaction.
+/// Returns the shard the transaction is on after it.
+pub async fn in_transaction(
+    client: &mut ClientConn,
+    at: &Attach<'_>,
+    (g, registry): (&Gathered, &Registry),
+    shard: usize,
+    (link, begin): (&mut Link, &str),
+) -> Result<usize> {
+    let asked = match Asked::take(client, g) {
+        Ok(a) => a,
+        Err(msg) => {
+            spanning::refuse(client, link, "0A000", &msg).await?;
+            return Ok(shard);
+        }
+    };
+    let spanning = spanning::join(link, at, shard, (&g.shards, begin)).await?;
+    let mut servers = spanning.servers(&g.shards);
+    let aimed = Aimed::at(at.slot, &servers);
+    let (out, failed) = ask(client, &mut servers, &asked, g, registry).await?;
+    drop(aimed);
+    drop(servers);
+    spanning.answer(client, at.slot, out, (failed, true)).await
+}
+
+/// What the shards are asked: the planned text as a Query, or the client's extended-protocol
+/// request rewritten for them.
+enum Asked {
+    Query(BytesMut),
+    Extended(extended::Request),
+}
+
+impl Asked {
+    /// Takes the client's request (`g.len` bytes at the front of its buffer) out; `Err`: why
+    /// pgcorral refuses it.
+    fn take(client: &mut ClientConn, g: &Gathered) -> std::result::Result<Asked, String> {
+        if g.extended {
+            let bytes = client.buf.split_to(g.len);
+            return extended::Request::read(client, &bytes, &g.plan).map(Asked::Extended);
+        }
+        client.buf.advance(g.len);
+        // A simple Query drops the unnamed statement, as PostgreSQL's does.
+        client.statements.drop_unnamed();
+        let mut query = BytesMut::new();
+        encode::query(&mut query, &g.plan.text);
+        Ok(Asked::Query(query))
     }
-    // A cancel reaches every shard's server; detached (before the servers go back, which
-    // waits for cancels on their way) whichever way this ends.
-    at.slot
-        .set_many(servers.iter().map(|s| s.key.clone()).collect());
-    Ok(servers)
+}
+
+/// Sends each server what it is asked, reads the shards' answers and merges them: the
+/// client's answer not yet written (without its ReadyForQuery), and whether it ended in an
+/// error.
+async fn ask(
+    client: &mut ClientConn,
+    servers: &mut [&mut Checkout],
+    asked: &Asked,
+    g: &Gathered,
+    registry: &Registry,
+) -> Result<(BytesMut, bool)> {
+    let plan = (&g.plan, g.text_bytewise);
+    let mut out = BytesMut::new();
+    let mut heads = Vec::with_capacity(servers.len());
+    match asked {
+        Asked::Query(query) => {
+            for s in servers.iter_mut() {
+                send(s, query).await?;
+            }
+            for (i, s) in servers.iter_mut().enumerate() {
+                heads.push(head(s, (i == 0).then_some(&mut out)).await?);
+            }
+            let opening = |out: &mut BytesMut, described: Option<&[u8]>| {
+                out.extend_from_slice(described.unwrap_or_default())
+            };
+            let mut answer = Answer {
+                out,
+                opening: &opening,
+                max_rows: 0,
+            };
+            merge(client, servers, heads, &mut answer, plan).await
+        }
+        Asked::Extended(request) => {
+            for (i, s) in servers.iter_mut().enumerate() {
+                send(s, request.sent(i == 0)).await?;
+            }
+            let mut opened = Vec::with_capacity(servers.len());
+            for (i, s) in servers.iter_mut().enumerate() {
+                let describes = i == 0 && request.describes();
+                let (h, o) = extended::open(s, describes, (i == 0).then_some(&mut out)).await?;
+                heads.push(h);
+                opened.push(o);
+            }
+            // The answers to the client's Parse, Bind and Describes, from the shard that
+            // failed first (else the first): each shard ran them alike.
+            let failed = heads.iter().position(|h| matches!(h, Head::Failed(_)));
+            let reached = &opened[failed.unwrap_or(0)];
+            request.keep_parses(client, registry, reached);
+            let opening = |out: &mut BytesMut, described: Option<&[u8]>| {
+                request.opening(out, reached, &opened[0], described)
+            };
+            let mut answer = Answer {
+                out,
+                opening: &opening,
+                max_rows: request.max_rows,
+            };
+            merge(client, servers, heads, &mut answer, plan).await
+        }
+    }
 }
 
 /// How the client's answer begins and ends: what is written before the rows (from the
@@ -156,14 +181,15 @@ struct Answer<'a> {
     max_rows: u32,
 }
 
-/// The shards' answers (their first messages read: `heads`) merged into the client's.
+/// The shards' answers (their first messages read: `heads`) merged into the client's: what is
+/// left to write (without its ReadyForQuery), and whether it ends in an error.
 async fn merge(
     client: &mut ClientConn,
-    servers: &mut [Checkout],
+    servers: &mut [&mut Checkout],
     heads: Vec<Head>,
     answer: &mut Answer<'_>,
     (plan, text_bytewise): (&Gather, bool),
-) -> Result<()> {
+) -> Result<(BytesMut, bool)> {
     let mut out = std::mem::take(&mut answer.out);
     let failed = heads.iter().find_map(|h| match h {
         Head::Failed(e) => Some(e.clone()),
@@ -173,8 +199,7 @@ async fn merge(
         drain(servers).await?;
         (answer.opening)(&mut out, None);
         out.extend_from_slice(&error);
-        encode::ready_for_query(&mut out, TxStatus::Idle);
-        return client.reply(&out).await;
+        return Ok((out, true));
     }
     let descriptions: Vec<&BytesMut> = heads
         .iter()
@@ -188,8 +213,7 @@ async fn merge(
         drain(servers).await?;
         (answer.opening)(&mut out, None);
         encode::command_complete(&mut out, "SELECT 0");
-        encode::ready_for_query(&mut out, TxStatus::Idle);
-        return client.reply(&out).await;
+        return Ok((out, false));
     }
     let checked = agreed(&descriptions).and_then(|fields| {
         let prepared = prepare(plan, &fields, text_bytewise)?;
@@ -208,8 +232,8 @@ async fn merge(
         Err(msg) => {
             drain(servers).await?;
             (answer.opening)(&mut out, None);
-            client.reply(&out).await?;
-            return answer_error(client, "0A000", &msg).await;
+            encode::error_response(&mut out, "ERROR", "0A000", &msg);
+            return Ok((out, true));
         }
     };
     (answer.opening)(&mut out, Some(&described));
@@ -258,6 +282,7 @@ async fn merge(
     let drained = drain(servers).await?;
     let error = merged.err().or(drained);
     let mut out = rows.out;
+    let failed = error.is_some();
     match error {
         Some(e) => out.extend_from_slice(&e),
         // An Execute's rows run out at its count: PostgreSQL then suspends the portal.
@@ -266,18 +291,7 @@ async fn merge(
         }
         None => encode::command_complete(&mut out, &format!("SELECT {}", rows.sent)),
     }
-    encode::ready_for_query(&mut out, TxStatus::Idle);
-    client.reply(&out).await
-}
-
-/// Detaches the client's cancel slot from the shards' servers when dropped (declared after
-/// them, so dropped before they go back to their pools).
-struct Aimed<'a>(&'a CancelSlot);
-
-impl Drop for Aimed<'_> {
-    fn drop(&mut self) {
-        self.0.set(None);
-    }
+    Ok((out, failed))
 }
 
 /// The client's rows as they are merged: what is kept to write, how many were sent, and what
@@ -343,7 +357,7 @@ async fn head(s: &mut Checkout, mut out: Option<&mut BytesMut>) -> Result<Head> 
 
 /// Reads each server's answers up to its ReadyForQuery, dropping rows; the first error any of
 /// them sent on the way, if one did.
-async fn drain(servers: &mut [Checkout]) -> Result<Option<BytesMut>> {
+async fn drain(servers: &mut [&mut Checkout]) -> Result<Option<BytesMut>> {
     let mut error = None;
     for s in servers.iter_mut() {
         loop {
@@ -364,7 +378,7 @@ async fn drain(servers: &mut [Checkout]) -> Result<Option<BytesMut>> {
 /// One shard's rows after another's.
 async fn concat(
     client: &mut ClientConn,
-    servers: &mut [Checkout],
+    servers: &mut [&mut Checkout],
     rows: &mut Rows,
 ) -> Result<std::result::Result<(), BytesMut>> {
     for s in servers.iter_mut() {
@@ -474,7 +488,7 @@ fn order<'a>(a: &'a [u8], b: &'a [u8], keys: &[SortAt]) -> Option<Ordering> {
 /// A k-way merge of the shards' sorted rows: one row per shard held at a time.
 async fn sorted(
     client: &mut ClientConn,
-    servers: &mut [Checkout],
+    servers: &mut [&mut Checkout],
     rows: &mut Rows,
     keys: &[SortAt],
 ) -> Result<std::result::Result<(), BytesMut>> {
@@ -506,7 +520,7 @@ async fn sorted(
         let row = fronts[l].take().expect("the least row");
         rows.push(&row);
         rows.flush(client).await?;
-        match next_row(&mut servers[l]).await? {
+        match next_row(servers[l]).await? {
             Next::Row(r) => fronts[l] = Some(r),
             Next::End => {}
             Next::Failed(e) => return Ok(Err(e)),

@@ -167,6 +167,9 @@ pub struct Gathered {
     pub len: usize,
     /// The request is an extended-protocol one (else a simple Query).
     pub extended: bool,
+    /// The first statement of the client's transaction (begun alone): it begins on the
+    /// shards.
+    pub begins: bool,
     /// Text compares as bytes in the database (see [`crate::shard::Facts`]).
     pub text_bytewise: bool,
 }
@@ -262,8 +265,13 @@ pub fn decide(
     ) {
         Ok(None) => {}
         Ok(Some(d)) => {
-            if let Decision::Scatter(s) = &d {
-                if let Some(d) = route.deferred.take().filter(|_| s.begins) {
+            let begins = match &d {
+                Decision::Scatter(s) => s.begins,
+                Decision::Gather(g) => g.begins,
+                _ => false,
+            };
+            {
+                if let Some(d) = route.deferred.take().filter(|_| begins) {
                     route.tx_begin = Some(d.begin.into_boxed_str());
                     route.savepoints = false;
                 }
@@ -423,17 +431,14 @@ fn across_shards<'a>(
         }
         let msg = format!("{why} (a write across shards is run for a simple query only, for now)");
         let plan = match bound() {
-            Some(_) if begins => {
-                let msg = format!(
-                    "{why} (a read across shards is answered outside a transaction only, for now)"
-                );
-                return Err((len, msg));
-            }
             Some(text) => gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates),
             None => return Err((len, msg)),
         };
         return match plan {
-            Ok(plan) => Ok(Some(gathered(sharding, plan, (shards, want), (len, true)))),
+            Ok(plan) => {
+                let g = gathered(sharding, plan, (shards, want), (len, true), begins);
+                Ok(Some(Decision::Gather(Box::new(g))))
+            }
             Err(m) if m == gather::NOT_A_READ => Err((len, msg)),
             Err(m) => Err((len, m)),
         };
@@ -462,18 +467,12 @@ fn across_shards<'a>(
         Ok(None) if default.is_some() => return Ok(None),
         // Reads of omnisharded tables go to any one shard: this one may write.
         Ok(None) if matches!(placed, shard::Shard::Omni(..)) => return Err((len, why)),
-        Ok(None) if begins => {
-            let msg = format!(
-                "{why} (a read across shards is answered outside a transaction only, for now)"
-            );
-            return Err((len, msg));
-        }
         Ok(None) => {}
     }
     let msg = match gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates) {
         Ok(plan) => {
-            let g = gathered(sharding, plan, (shards, want), (len, false));
-            return Ok(Some(g));
+            let g = gathered(sharding, plan, (shards, want), (len, false), begins);
+            return Ok(Some(Decision::Gather(Box::new(g))));
         }
         Err(msg) if msg == gather::NOT_A_READ => why,
         Err(msg) => msg,
@@ -482,22 +481,25 @@ fn across_shards<'a>(
 }
 
 /// A read across shards as `plan` says, on `shards` (a server `want` of each): the client's
-/// request is `len` bytes, a simple Query or (`extended`) an extended-protocol request.
+/// request is `len` bytes, a simple Query or (`extended`) an extended-protocol request;
+/// `begins`: the first statement of the client's transaction (begun alone).
 fn gathered(
     sharding: &Sharding,
     mut plan: Gather,
     (shards, want): (Vec<usize>, Want),
     (len, extended): (usize, bool),
-) -> Decision {
+    begins: bool,
+) -> Gathered {
     plan.max_groups = sharding.max_gather_groups;
-    Decision::Gather(Box::new(Gathered {
+    Gathered {
         plan,
         shards,
         want,
         len,
         extended,
+        begins,
         text_bytewise: sharding.facts.text_bytewise,
-    }))
+    }
 }
 
 /// An UPDATE that assigns a sharding key (`placed`), as a write across shards: every shard
@@ -531,14 +533,14 @@ fn moving(
 
 /// A request inside a transaction that no one shard takes (no key and no default shard, keys
 /// on several shards, an omnisharded write, a key moved): a write run on the shards it
-/// touches as the transaction spreads to them, else refused (a read across shards inside a
-/// transaction is not answered yet).
-fn across_in_transaction(
+/// touches, or a read asked of them (a simple Query, or an extended-protocol request of one
+/// statement: `bound` gives its text), as the transaction spreads to them; else refused.
+fn across_in_transaction<'a>(
     route: &ClientRoute,
     sharding: &Sharding,
     placed: &shard::Shard,
-    query: Option<(usize, &str)>,
-) -> Option<std::result::Result<Scattered, (usize, String)>> {
+    (query, bound): (Option<(usize, &str)>, impl FnOnce() -> Option<&'a str>),
+) -> Option<std::result::Result<InTransaction, (usize, String)>> {
     let (len, why, several) = match placed {
         shard::Shard::NoKey(len, why) if sharding.default_shard.is_none() => (*len, why, None),
         shard::Shard::Omni(len, why) => (*len, why, None),
@@ -552,14 +554,34 @@ fn across_in_transaction(
             format!("{why} (the transaction cannot spread to other shards: it made a savepoint, or was not begun by a BEGIN of its own)"),
         )));
     }
+    let scattered = |s: Scattered| InTransaction::Scatter(Box::new(s));
     if matches!(placed, shard::Shard::MovesKey(..)) {
-        return Some(moving(placed, sharding, query, route.escapes));
+        return Some(moving(placed, sharding, query, route.escapes).map(scattered));
     }
+    let shards = || match several {
+        Some(s) => s.clone(),
+        None => (0..sharding.shards).collect(),
+    };
+    let read = |text: &str, extended: bool| {
+        let plan = gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates);
+        match plan {
+            Ok(plan) => {
+                let on = (shards(), Want::Primary);
+                let g = gathered(sharding, plan, on, (len, extended), false);
+                Ok(InTransaction::Gather(Box::new(g)))
+            }
+            Err(msg) if msg == gather::NOT_A_READ => Err((len, why.clone())),
+            Err(msg) => Err((len, msg)),
+        }
+    };
     let Some((len, text)) = query else {
-        return Some(Err((
-            len,
-            format!("{why} (a request across shards is run for a simple query only, for now)"),
-        )));
+        return Some(match bound() {
+            Some(text) if !matches!(placed, shard::Shard::Omni(..)) => read(text, true),
+            _ => Err((
+                len,
+                format!("{why} (a write across shards is run for a simple query only, for now)"),
+            )),
+        });
     };
     Some(match scatter::plan(sharding, text, route.escapes) {
         Ok(Some(write)) => {
@@ -567,18 +589,17 @@ fn across_in_transaction(
                 (Some(s), false) => s.clone(),
                 _ => (0..sharding.shards).collect(),
             };
-            Ok(Scattered {
+            Ok(scattered(Scattered {
                 from: shards.clone(),
                 shards,
                 write,
                 len,
                 begins: false,
-            })
+            }))
         }
-        Ok(None) => Err((
-            len,
-            format!("{why} (a read across shards is answered outside a transaction only, for now)"),
-        )),
+        // A write of omnisharded tables that pgcorral does not see as one (a function).
+        Ok(None) if matches!(placed, shard::Shard::Omni(..)) => Err((len, why.clone())),
+        Ok(None) => read(text, false),
         Err(msg) => Err((len, msg)),
     })
 }
@@ -699,6 +720,9 @@ pub enum InTransaction {
     Prepare(String),
     /// A write no one shard takes: run on the shards it touches as the transaction spreads.
     Scatter(Box<Scattered>),
+    /// A read no one shard answers: asked of the shards it may touch as the transaction
+    /// spreads to them.
+    Gather(Box<Gathered>),
     /// An INSERT whose rows are on these shards (each row's, in order): the transaction
     /// spreads to them and the INSERT is split between them.
     SplitInsert(Vec<usize>),
@@ -816,9 +840,10 @@ pub async fn in_transaction(
         let near = (&mut route.near, escapes);
         placed = shard::shard_of(client, query, sharding, near, chosen, writes);
     }
-    match across_in_transaction(route, sharding, &placed, query) {
+    let bound = || shard::bound_text(client);
+    match across_in_transaction(route, sharding, &placed, (query, bound)) {
         None => {}
-        Some(Ok(s)) => return Ok(InTransaction::Scatter(Box::new(s))),
+        Some(Ok(t)) => return Ok(t),
         Some(Err((len, msg))) => {
             client.buf.advance(len);
             return Ok(InTransaction::Fail(msg));

@@ -6,7 +6,10 @@ The database `app` has a sharded table accounts(aid int4 key, v text). Each case
 `--rows` rows with its own range of keys: psycopg in autocommit mode, psycopg in a transaction
 (its default), asyncpg outside a transaction, asyncpg inside one; then a psycopg executemany
 whose last row fails (a duplicate key) must leave none of its rows behind, outside a
-transaction and inside one (where the next statement is refused until ROLLBACK). The test that runs
+transaction and inside one (where the next statement is refused until ROLLBACK). The case
+`reads` (last) reads the rows back across shards through both drivers' extended protocol
+(asyncpg in binary, plain and prepared, in and out of a transaction; psycopg with parameters)
+and checks the counts, sums and order a single server would give. The test that runs
 this counts the rows on the shards (every case's, none of the failing one's) and checks that
 every key is where PostgreSQL's hash partitioning puts it.
 
@@ -37,7 +40,7 @@ def main():
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument(
         "--cases",
-        default="psycopg_autocommit,psycopg_transaction,asyncpg,asyncpg_transaction,failing,failing_transaction",
+        default="psycopg_autocommit,psycopg_transaction,asyncpg,asyncpg_transaction,failing,failing_transaction,reads",
     )
     a = ap.parse_args()
     dsn = f"host={a.host} port={a.port} user=postgres dbname=app sslmode=disable"
@@ -99,6 +102,14 @@ def main():
                     except psycopg.errors.InFailedSqlTransaction:
                         pass
                     c.rollback()
+            elif case == "reads":
+                written = sorted(
+                    k
+                    for c in cases
+                    if c != "reads" and not c.startswith("failing")
+                    for k, _ in keys(c)
+                )
+                errors.extend(f"reads: {e}" for e in reads(a, dsn, written))
             done.append(case)
         except Exception as e:
             errors.append(f"{case}: {type(e).__name__}: {e}")
@@ -106,6 +117,51 @@ def main():
         print("\n".join(errors))
         sys.exit(1)
     print(f"many ok: {', '.join(done)}, {a.rows} rows each")
+
+
+def reads(a, dsn, written):
+    """Reads across shards through both drivers; the differences from `written` (the keys the
+    writing cases left, sorted)."""
+    errors = []
+    n, first, total = len(written), written[:10], sum(written)
+
+    def check(what, got, want):
+        if got != want:
+            errors.append(f"{what}: {got!r}, want {want!r}")
+
+    async def run():
+        c = await asyncpg.connect(host=a.host, port=a.port, user="postgres", database="app", ssl=False)
+        try:
+            check("asyncpg count", await c.fetchval("SELECT count(*) FROM accounts"), n)
+            rows = await c.fetch("SELECT aid FROM accounts ORDER BY aid LIMIT 10")
+            check("asyncpg order by", [r["aid"] for r in rows], first)
+            stmt = await c.prepare("SELECT count(*), sum(aid) FROM accounts WHERE aid >= $1")
+            for low in (0, written[n // 2]):
+                want = [k for k in written if k >= low]
+                check(f"asyncpg prepared >= {low}", tuple(await stmt.fetchrow(low)), (len(want), sum(want)))
+            async with c.transaction():
+                await c.execute("INSERT INTO accounts (aid, v) VALUES ($1, 'tx')", 7)
+                check("asyncpg count in a transaction", await c.fetchval("SELECT count(*) FROM accounts"), n + 1)
+                raise Rollback()
+        except Rollback:
+            pass
+        finally:
+            await c.close()
+
+    asyncio.run(run())
+    with psycopg.connect(dsn) as c:
+        got = c.execute(
+            "SELECT count(*), sum(aid), min(aid), max(aid) FROM accounts WHERE aid > %s", (0,)
+        ).fetchone()
+        check("psycopg aggregates", got, (n, total, written[0], written[-1]))
+        got = [r[0] for r in c.execute("SELECT aid FROM accounts ORDER BY aid DESC LIMIT 3")]
+        check("psycopg order by", got, written[::-1][:3])
+        c.rollback()
+    return errors
+
+
+class Rollback(Exception):
+    """Leaves an asyncpg transaction by rolling it back."""
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ pub(super) struct Plan<'a> {
 /// waiting to be folded in.
 pub(super) async fn merge(
     client: &mut ClientConn,
-    servers: &mut [Checkout],
+    servers: &mut [&mut Checkout],
     rows: &mut Rows,
     plan: &Plan<'_>,
 ) -> Result<std::result::Result<(), BytesMut>> {
