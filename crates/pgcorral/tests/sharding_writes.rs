@@ -912,3 +912,86 @@ async fn a_copy_into_a_sharded_table_is_split_inside_a_transaction_too() {
     assert_eq!(rows(), 300);
     assert_eq!(prepared(&shards), ["0", "0", "0"]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_across_shards_through_the_extended_protocol_answer_as_one_server_would() {
+    let shards = start(3, TABLES);
+    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
+    let mut c = p.connect("postgres", None, "app").await;
+    let values: Vec<String> = (1..=60).map(|k| format!("({k}, {})", k % 10)).collect();
+    c.simple_query(&format!(
+        "INSERT INTO accounts VALUES {}",
+        values.join(", ")
+    ))
+    .await
+    .unwrap();
+    // tokio-postgres: Parse and Describe first, then Bind/Execute with the values (binary).
+    let n = c
+        .execute(
+            "UPDATE accounts SET v = v + $1 WHERE v % 2 = $2",
+            &[&100i32, &0i32],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 30);
+    let mut gone: Vec<i32> = c
+        .query("DELETE FROM accounts WHERE v = $1 RETURNING aid", &[&9i32])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    gone.sort();
+    assert_eq!(gone, [9, 19, 29, 39, 49, 59]);
+    // Keys on several shards (an array of keys).
+    let n = c
+        .execute(
+            "UPDATE accounts SET v = 500 WHERE aid = ANY($1)",
+            &[&vec![1i32, 2, 3, 4]],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 4);
+    // All or nothing: a CHECK failing on one shard's rows leaves every shard as it was.
+    let before = total(&shards);
+    let e = c
+        .execute("UPDATE accounts SET v = v + $1 WHERE v >= 100", &[&600i32])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23514", "{}", db_message(&e));
+    assert_eq!(total(&shards), before);
+    // An omnisharded table: every copy, answered once.
+    let n = c
+        .execute("INSERT INTO countries VALUES ($1, $2)", &[&7i32, &"seven"])
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(
+        on_each(&shards, "SELECT count(*) FROM countries WHERE id = 7"),
+        ["1", "1", "1"]
+    );
+    // Inside a driver's transaction: it spreads, and its ROLLBACK undoes every shard.
+    let t = c.transaction().await.unwrap();
+    let n = t
+        .execute("UPDATE accounts SET v = $1 WHERE v < $2", &[&0i32, &100i32])
+        .await
+        .unwrap();
+    assert!(n > 0);
+    let left: i64 = t
+        .query_one("SELECT count(*) FROM accounts WHERE v = $1", &[&0i32])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, i64::try_from(n).unwrap());
+    t.rollback().await.unwrap();
+    assert_eq!(total(&shards), before);
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+    // An error while it runs: the shards' error, nothing changed.
+    let e = c
+        .execute("UPDATE accounts SET v = v / $1 WHERE v >= 0", &[&0i32])
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "22012", "{}", db_message(&e));
+    assert_eq!(total(&shards), before);
+    assert_eq!(value(&c, "SELECT count(*) FROM accounts").await, "54");
+}

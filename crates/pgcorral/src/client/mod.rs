@@ -638,7 +638,7 @@ async fn not_routed(
         }
         Decision::Scatter(w) => {
             let at = attach(session, client.worker);
-            link::scatter::scatter(client, &at, (&w.shards, &w.from), w.write, w.len).await?;
+            link::scatter::scatter(client, &at, &w, &services.statements).await?;
             return Ok(true);
         }
         Decision::NeedMore => {

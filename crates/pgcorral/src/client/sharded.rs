@@ -249,8 +249,7 @@ async fn run_split(
         }
         Split::Copy(table) => copy_in::in_transaction(client, &at, (table, shard), link).await?,
         Split::Scatter(w) => {
-            let on = (&w.shards[..], &w.from[..], shard);
-            scatter::in_transaction(client, &at, on, (w.write, w.len), link).await?
+            scatter::in_transaction(client, &at, (&w, registry), shard, link).await?
         }
         Split::Gather(g) => {
             gather::in_transaction(client, &at, (&g, registry), shard, link).await?

@@ -4,7 +4,7 @@
 //! the one answer PostgreSQL would give, hidden columns left out, in bounded memory.
 
 mod describe;
-mod extended;
+pub(super) mod extended;
 mod grouped;
 
 use std::borrow::Cow;
@@ -29,7 +29,7 @@ use describe::{agreed, first_fields, prepare, SortAt};
 const FLUSH_AT: usize = 64 << 10;
 
 /// What a shard answered first: its rows' description, or the end of its answer.
-enum Head {
+pub(in crate::link) enum Head {
     Rows(BytesMut),
     /// An error (the whole ErrorResponse).
     Failed(BytesMut),
@@ -101,7 +101,8 @@ impl Asked {
     fn take(client: &mut ClientConn, g: &Gathered) -> std::result::Result<Asked, String> {
         if g.extended {
             let bytes = client.buf.split_to(g.len);
-            return extended::Request::read(client, &bytes, &g.plan).map(Asked::Extended);
+            let planned = extended::Rewritten::of(&g.plan);
+            return extended::Request::read(client, &bytes, &planned).map(Asked::Extended);
         }
         client.buf.advance(g.len);
         // A simple Query drops the unnamed statement, as PostgreSQL's does.

@@ -2,40 +2,44 @@
 //! one transaction of pgcorral's, committed atomically, and answered as one server would: the
 //! rows changed summed (or, for omnisharded copies and DDL, the one answer all shards agree on).
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use pgwire::backend::{self, TxStatus};
 use pgwire::encode;
 
 use pgwire::frontend::query_text;
 
-use super::fanout::{answer_raw, note_ready, read_server, send, whole, Aimed};
+use super::fanout::{answer_error, answer_raw, note_ready, read_server, send, whole, Aimed};
+use super::gather::extended::{self, Request, Rewritten};
+use super::gather::Head;
 use super::{moves, spanning, Attach, Link};
 use crate::client_conn::ClientConn;
 use crate::error::Result;
 use crate::pool::Checkout;
+use crate::prepared::Registry;
+use crate::route::Scattered;
 use crate::shard::scatter::Write;
 
 /// Bytes of answers kept before they are written to the client.
 const FLUSH_AT: usize = 64 << 10;
 
-/// Runs the client's simple Query (`len` bytes at the front of its buffer) as `write`, in a
-/// transaction on each of `shards`, sent to those of `from` (the others take moved rows), and
-/// answers it.
+/// Runs the client's request (`w.len` bytes at the front of its buffer: a simple Query, or an
+/// extended-protocol request binding one statement) as `w.write`, in a transaction on each of
+/// `w.shards`, sent to those of `w.from` (the others take moved rows), and answers it.
 pub async fn scatter(
     client: &mut ClientConn,
     at: &Attach<'_>,
-    (shards, from): (&[usize], &[usize]),
-    write: Write,
-    len: usize,
+    w: &Scattered,
+    registry: &Registry,
 ) -> Result<()> {
-    let query = BytesMut::from(&client.buf[..len]);
-    client.buf.advance(len);
-    // A simple Query drops the unnamed statement, as PostgreSQL's does.
-    client.statements.drop_unnamed();
-    let mut fanout = at.shards(shards.iter().copied()).await?;
+    let sent = match Sent::take(client, w) {
+        Ok(s) => s,
+        Err(msg) => return answer_error(client, "0A000", &msg).await,
+    };
+    let mut fanout = at.shards(w.shards.iter().copied()).await?;
     let _aimed = Aimed::at(at.slot, fanout.servers());
     let mut servers: Vec<&mut Checkout> = fanout.servers().iter_mut().collect();
-    let ran = run_on(client, at, &mut servers, (shards, from), write, &query).await?;
+    let on = (&w.shards[..], &w.from[..]);
+    let ran = run_on(client, (at, registry), &mut servers, on, (w.write, &sent)).await?;
     drop(servers);
     let mut out = ran.out;
     if let Some(error) = ran.failed {
@@ -53,21 +57,26 @@ pub async fn scatter(
 }
 
 /// [`scatter`] inside the client's transaction, now on `shard` in `link`: it spreads to
-/// `shards` (`begin` run on each that joins), nothing is committed, and an error fails the
+/// `w.shards` (`begin` run on each that joins), nothing is committed, and an error fails the
 /// transaction. Returns the shard the transaction is now on.
 pub async fn in_transaction(
     client: &mut ClientConn,
     at: &Attach<'_>,
-    (shards, from, shard): (&[usize], &[usize], usize),
-    (write, len): (Write, usize),
+    (w, registry): (&Scattered, &Registry),
+    shard: usize,
     (link, begin): (&mut Link, &str),
 ) -> Result<usize> {
-    let query = BytesMut::from(&client.buf[..len]);
-    client.buf.advance(len);
-    client.statements.drop_unnamed();
-    let spanning = spanning::join(link, at, shard, (shards, begin)).await?;
-    let mut servers = spanning.servers(shards);
-    let ran = run_on(client, at, &mut servers, (shards, from), write, &query).await?;
+    let sent = match Sent::take(client, w) {
+        Ok(s) => s,
+        Err(msg) => {
+            spanning::refuse(client, link, "0A000", &msg).await?;
+            return Ok(shard);
+        }
+    };
+    let spanning = spanning::join(link, at, shard, (&w.shards, begin)).await?;
+    let mut servers = spanning.servers(&w.shards);
+    let on = (&w.shards[..], &w.from[..]);
+    let ran = run_on(client, (at, registry), &mut servers, on, (w.write, &sent)).await?;
     drop(servers);
     let mut out = ran.out;
     match &ran.failed {
@@ -78,6 +87,27 @@ pub async fn in_transaction(
     spanning.answer(client, at.slot, out, (failed, true)).await
 }
 
+/// What the shards are sent: the client's Query, or its extended-protocol request rewritten
+/// for them (its statement parsed as each shard's unnamed one).
+enum Sent {
+    Query(BytesMut),
+    Extended(Request),
+}
+
+impl Sent {
+    /// Takes the client's request (`w.len` bytes at the front of its buffer) out; `Err`: why
+    /// pgcorral refuses it.
+    fn take(client: &mut ClientConn, w: &Scattered) -> std::result::Result<Sent, String> {
+        let bytes = client.buf.split_to(w.len);
+        let Some(text) = w.extended.as_deref() else {
+            // A simple Query drops the unnamed statement, as PostgreSQL's does.
+            client.statements.drop_unnamed();
+            return Ok(Sent::Query(bytes));
+        };
+        Request::read(client, &bytes, &Rewritten::as_is(text)).map(Sent::Extended)
+    }
+}
+
 /// What the shards answered a write run on several: the client's answer so far (rows not yet
 /// written to it), its command tag, or the first error.
 struct Ran {
@@ -86,90 +116,70 @@ struct Ran {
     failed: Option<BytesMut>,
 }
 
-/// Runs `query` (a simple Query) as `write` on `servers` (of `shards`, in order), sent to
-/// those of `from`; rows are streamed to the client as they come.
+/// Runs the client's request (`sent`) as `write` on `servers` (of `shards`, in order), sent
+/// to those of `from`; rows are streamed to the client as they come.
 async fn run_on(
     client: &mut ClientConn,
-    at: &Attach<'_>,
+    (at, registry): (&Attach<'_>, &Registry),
     servers: &mut [&mut Checkout],
     (shards, from): (&[usize], &[usize]),
-    write: Write,
-    query: &BytesMut,
+    (write, sent): (Write, &Sent),
 ) -> Result<Ran> {
-    if let Write::MovesKey(table) = write {
-        let text = query_text(query.get(5..).unwrap_or_default()).unwrap_or_default();
-        let moved = match at.cluster.sharding() {
-            Some(sharding) => moves::update(servers, from, text, &sharding, table).await?,
-            None => Ok(0),
-        };
-        return Ok(match moved {
-            Ok(n) => Ran {
-                out: BytesMut::new(),
-                tag: format!("UPDATE {n}"),
-                failed: None,
-            },
-            Err(e) => Ran {
-                out: BytesMut::new(),
-                tag: String::new(),
-                failed: Some(e),
-            },
-        });
-    }
-    for (s, shard) in servers.iter_mut().zip(shards) {
-        if from.contains(shard) {
-            send(s, query).await?;
+    if let (Write::MovesKey(table), Sent::Query(query)) = (write, sent) {
+        {
+            let text = query_text(query.get(5..).unwrap_or_default()).unwrap_or_default();
+            let moved = match at.cluster.sharding() {
+                Some(sharding) => moves::update(servers, from, text, &sharding, table).await?,
+                None => Ok(0),
+            };
+            return Ok(match moved {
+                Ok(n) => Ran {
+                    out: BytesMut::new(),
+                    tag: format!("UPDATE {n}"),
+                    failed: None,
+                },
+                Err(e) => Ran {
+                    out: BytesMut::new(),
+                    tag: String::new(),
+                    failed: Some(e),
+                },
+            });
         }
     }
-    let mut out = BytesMut::new();
-    let mut failed: Option<BytesMut> = None;
-    // The first shard's command tag, and the rows all changed.
-    let mut first_tag: Option<String> = None;
-    let mut differ: Option<(String, String)> = None;
-    let mut total = 0u64;
-    let sent = servers
+    let mut sent_to: Vec<&mut Checkout> = servers
         .iter_mut()
         .zip(shards)
-        .filter(|(_, shard)| from.contains(shard));
-    for (i, (s, _)) in sent.enumerate() {
-        let shown = i == 0 || write == Write::Rows;
-        loop {
-            let (tag, body) = read_server(s).await?;
-            match tag {
-                backend::ROW_DESCRIPTION | backend::NOTICE_RESPONSE if i == 0 => {
-                    out.extend_from_slice(&whole(tag, &body))
-                }
-                backend::DATA_ROW if shown && failed.is_none() => {
-                    out.extend_from_slice(&whole(tag, &body));
-                    if out.len() >= FLUSH_AT {
-                        client.reply(&out).await?;
-                        out.clear();
-                    }
-                }
-                backend::COMMAND_COMPLETE => {
-                    let t = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body))
-                        .into_owned();
-                    match &first_tag {
-                        None => first_tag = Some(t.clone()),
-                        Some(f) if write != Write::Rows && *f != t && differ.is_none() => {
-                            differ = Some((f.clone(), t.clone()))
-                        }
-                        Some(_) => {}
-                    }
-                    if let Some((_, n)) = t.rsplit_once(' ') {
-                        total += n.parse::<u64>().unwrap_or(0);
-                    }
-                }
-                backend::ERROR_RESPONSE => {
-                    failed.get_or_insert_with(|| whole(tag, &body));
-                }
-                backend::READY_FOR_QUERY => {
-                    note_ready(s, &body);
-                    break;
-                }
-                _ => {}
-            }
-        }
+        .filter(|(_, shard)| from.contains(shard))
+        .map(|(s, _)| &mut **s)
+        .collect();
+    for (i, s) in sent_to.iter_mut().enumerate() {
+        let bytes: &[u8] = match sent {
+            Sent::Query(query) => query,
+            Sent::Extended(request) => request.sent(i == 0),
+        };
+        send(s, bytes).await?;
     }
+    let mut got = Got {
+        out: BytesMut::new(),
+        failed: None,
+        first_tag: None,
+        differ: None,
+        total: 0,
+    };
+    if let Sent::Extended(request) = sent {
+        open(client, registry, &mut sent_to, request, &mut got).await?;
+    }
+    for (i, s) in sent_to.iter_mut().enumerate() {
+        got.rest(client, s, (i == 0, i == 0 || write == Write::Rows), write)
+            .await?;
+    }
+    let Got {
+        out,
+        mut failed,
+        first_tag,
+        differ,
+        total,
+    } = got;
     if failed.is_none() {
         if let Some((a, b)) = differ {
             let mut e = BytesMut::new();
@@ -188,4 +198,105 @@ async fn run_on(
         _ => tag,
     };
     Ok(Ran { out, tag, failed })
+}
+
+/// The shards' answers to a write as they are read: the client's answer so far, the first
+/// error, the first shard's command tag, two tags that differ, and the rows all changed.
+struct Got {
+    out: BytesMut,
+    failed: Option<BytesMut>,
+    first_tag: Option<String>,
+    differ: Option<(String, String)>,
+    total: u64,
+}
+
+impl Got {
+    /// Reads a shard's answer (after what [`open`] read of it) up to its ReadyForQuery: its
+    /// description and notices (the `first` shard's), its rows (kept when `shown`), its tag,
+    /// its error. `write`: how the tags combine.
+    async fn rest(
+        &mut self,
+        client: &mut ClientConn,
+        s: &mut Checkout,
+        (first, shown): (bool, bool),
+        write: Write,
+    ) -> Result<()> {
+        loop {
+            let (tag, body) = read_server(s).await?;
+            match tag {
+                backend::ROW_DESCRIPTION | backend::NOTICE_RESPONSE if first => {
+                    self.out.extend_from_slice(&whole(tag, &body))
+                }
+                backend::DATA_ROW if shown && self.failed.is_none() => {
+                    self.out.extend_from_slice(&whole(tag, &body));
+                    if self.out.len() >= FLUSH_AT {
+                        client.reply(&self.out).await?;
+                        self.out.clear();
+                    }
+                }
+                backend::COMMAND_COMPLETE => {
+                    let t = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body))
+                        .into_owned();
+                    match &self.first_tag {
+                        None => self.first_tag = Some(t.clone()),
+                        Some(f) if write != Write::Rows && *f != t && self.differ.is_none() => {
+                            self.differ = Some((f.clone(), t.clone()))
+                        }
+                        Some(_) => {}
+                    }
+                    if let Some((_, n)) = t.rsplit_once(' ') {
+                        self.total += n.parse::<u64>().unwrap_or(0);
+                    }
+                }
+                backend::ERROR_RESPONSE => {
+                    self.failed.get_or_insert_with(|| whole(tag, &body));
+                }
+                backend::READY_FOR_QUERY => {
+                    note_ready(s, &body);
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Reads each shard's answer to the client's extended-protocol request up to its portal's
+/// description, keeps the client's Parses, and writes the client's ParseComplete, BindComplete
+/// and descriptions (as far as the shards went) to `got.out`.
+async fn open(
+    client: &mut ClientConn,
+    registry: &Registry,
+    servers: &mut [&mut Checkout],
+    request: &Request,
+    got: &mut Got,
+) -> Result<()> {
+    let mut heads = Vec::with_capacity(servers.len());
+    let mut opened = Vec::with_capacity(servers.len());
+    for (i, s) in servers.iter_mut().enumerate() {
+        let describes = i == 0 && request.describes();
+        let (h, o) = extended::open(s, describes, (i == 0).then_some(&mut got.out)).await?;
+        heads.push(h);
+        opened.push(o);
+    }
+    let failed = heads.iter().position(|h| matches!(h, Head::Failed(_)));
+    let reached = &opened[failed.unwrap_or(0)];
+    request.keep_parses(client, registry, reached);
+    match (failed, heads.first()) {
+        (Some(k), _) => {
+            request.opening(&mut got.out, reached, &opened[0], None);
+            if let Head::Failed(e) = &heads[k] {
+                got.failed = Some(e.clone());
+            }
+        }
+        (None, Some(Head::Rows(description))) => {
+            request.opening(&mut got.out, reached, &opened[0], Some(description))
+        }
+        (None, _) => {
+            let mut none = BytesMut::new();
+            encode::message(&mut none, backend::NO_DATA, |_| {});
+            request.opening(&mut got.out, reached, &opened[0], Some(&none));
+        }
+    }
+    Ok(())
 }

@@ -152,8 +152,10 @@ pub struct Scattered {
     /// The first statement of the client's transaction (begun alone): it begins on the shards.
     pub begins: bool,
     pub write: scatter::Write,
-    /// Bytes of the client's Query.
+    /// Bytes of the client's request.
     pub len: usize,
+    /// The request is an extended-protocol one binding this statement (else a simple Query).
+    pub extended: Option<Box<str>>,
 }
 
 /// A read across shards, as [`decide`] placed it.
@@ -425,23 +427,17 @@ fn across_shards<'a>(
     let default = matches!(placed, shard::Shard::NoKey(..))
         .then_some(sharding.default_shard)
         .flatten();
-    let Some((len, text)) = query else {
-        if default.is_some() {
-            return Ok(None);
+    // A simple Query, or an extended-protocol request binding one statement.
+    let (len, text, extended) = match (query, bound()) {
+        (Some((len, text)), _) => (len, text, false),
+        (None, Some(text)) => (len, text, true),
+        (None, None) if default.is_some() => return Ok(None),
+        (None, None) => {
+            let msg = format!(
+                "{why} (a request across shards is answered when it binds one statement, for now)"
+            );
+            return Err((len, msg));
         }
-        let msg = format!("{why} (a write across shards is run for a simple query only, for now)");
-        let plan = match bound() {
-            Some(text) => gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates),
-            None => return Err((len, msg)),
-        };
-        return match plan {
-            Ok(plan) => {
-                let g = gathered(sharding, plan, (shards, want), (len, true), begins);
-                Ok(Some(Decision::Gather(Box::new(g))))
-            }
-            Err(m) if m == gather::NOT_A_READ => Err((len, msg)),
-            Err(m) => Err((len, m)),
-        };
     };
     // The default shard takes keyless reads without a second parse.
     if default.is_some() && !writes() {
@@ -459,6 +455,7 @@ fn across_shards<'a>(
                 write,
                 len,
                 begins,
+                extended: extended.then(|| text.into()),
             }))));
         }
         Ok(Some(_)) => return Ok(None),
@@ -471,7 +468,7 @@ fn across_shards<'a>(
     }
     let msg = match gather::plan(sharding, text, route.escapes, &sharding.facts.aggregates) {
         Ok(plan) => {
-            let g = gathered(sharding, plan, (shards, want), (len, false), begins);
+            let g = gathered(sharding, plan, (shards, want), (len, extended), begins);
             return Ok(Some(Decision::Gather(Box::new(g))));
         }
         Err(msg) if msg == gather::NOT_A_READ => why,
@@ -528,6 +525,7 @@ fn moving(
         write: scatter::Write::MovesKey(*table),
         len,
         begins: false,
+        extended: None,
     })
 }
 
@@ -574,14 +572,16 @@ fn across_in_transaction<'a>(
             Err(msg) => Err((len, msg)),
         }
     };
-    let Some((len, text)) = query else {
-        return Some(match bound() {
-            Some(text) if !matches!(placed, shard::Shard::Omni(..)) => read(text, true),
-            _ => Err((
-                len,
-                format!("{why} (a write across shards is run for a simple query only, for now)"),
-            )),
-        });
+    // A simple Query, or an extended-protocol request binding one statement.
+    let (len, text, extended) = match (query, bound()) {
+        (Some((len, text)), _) => (len, text, false),
+        (None, Some(text)) => (len, text, true),
+        (None, None) => {
+            let msg = format!(
+                "{why} (a request across shards is answered when it binds one statement, for now)"
+            );
+            return Some(Err((len, msg)));
+        }
     };
     Some(match scatter::plan(sharding, text, route.escapes) {
         Ok(Some(write)) => {
@@ -595,11 +595,12 @@ fn across_in_transaction<'a>(
                 write,
                 len,
                 begins: false,
+                extended: extended.then(|| text.into()),
             }))
         }
         // A write of omnisharded tables that pgcorral does not see as one (a function).
         Ok(None) if matches!(placed, shard::Shard::Omni(..)) => Err((len, why.clone())),
-        Ok(None) => read(text, false),
+        Ok(None) => read(text, extended),
         Err(msg) => Err((len, msg)),
     })
 }

@@ -104,6 +104,7 @@ pub fn shard_of(
             | Place::Default(_)
             | Place::Several(..)
             | Place::MovesKey(..)
+            | Place::Omni(_)
                 if !runs =>
             {
                 Place::Any
@@ -167,7 +168,7 @@ pub fn shard_of(
         Place::Any => Shard::Any,
         Place::Omni(t) if writes && batch.statements.len() == 1 => Shard::Omni(
             batch.len,
-            format!("table {t} is omnisharded (the same on every shard): a write of it goes to every shard for a simple query outside a transaction only, for now; name the shard to write one copy"),
+            format!("table {t} is omnisharded (the same on every shard): a write of it goes to every shard; name the shard to write one copy"),
         ),
         Place::Omni(t) if writes => Shard::Refused(
             batch.len,

@@ -33,7 +33,7 @@ enum Message {
 }
 
 /// The client's request, read, and what each shard is sent for it.
-pub(super) struct Request {
+pub(in crate::link) struct Request {
     messages: Vec<Message>,
     /// The client's Parses: each statement's name and body after it.
     parses: Vec<(Vec<u8>, Vec<u8>)>,
@@ -50,19 +50,19 @@ pub(super) struct Request {
 /// How far a shard's answer went before its rows: its statement parsed (and described: the
 /// ParameterDescription and the RowDescription or NoData) and bound.
 #[derive(Default)]
-pub(super) struct Opened {
+pub(in crate::link) struct Opened {
     parsed: bool,
     statement: Option<(BytesMut, BytesMut)>,
     bound: bool,
 }
 
 impl Request {
-    /// Reads the client's request (`bytes`, up to its Sync) for `plan`; `Err`: the message of
-    /// pgcorral's refusal.
+    /// Reads the client's request (`bytes`, up to its Sync) for the shards to run as `plan`
+    /// says; `Err`: the message of pgcorral's refusal.
     pub fn read(
         client: &ClientConn,
         bytes: &[u8],
-        plan: &Gather,
+        plan: &Rewritten<'_>,
     ) -> std::result::Result<Request, String> {
         let shape = || SHAPE.to_string();
         let mut messages = Vec::new();
@@ -177,7 +177,7 @@ impl Request {
             first,
             others,
             max_rows,
-            hidden: hidden(plan),
+            hidden: plan.hidden,
         })
     }
 
@@ -253,11 +253,36 @@ impl Request {
     }
 }
 
-/// Columns of `plan`'s text that the client does not get.
-fn hidden(plan: &Gather) -> usize {
-    match &plan.merge {
-        Merge::Grouped(g) => g.columns.len().saturating_sub(g.visible),
-        _ => 0,
+/// The statement the shards run for the client's: its text, and the columns it returns after
+/// the client's.
+pub(in crate::link) struct Rewritten<'a> {
+    pub text: &'a str,
+    /// The client's columns, when the text adds some after them.
+    visible: Option<usize>,
+    /// Columns after the client's.
+    hidden: usize,
+}
+
+impl<'a> Rewritten<'a> {
+    /// The text a read across shards is planned to run as.
+    pub fn of(plan: &'a Gather) -> Rewritten<'a> {
+        match &plan.merge {
+            Merge::Grouped(g) if g.columns.len() > g.visible => Rewritten {
+                text: &plan.text,
+                visible: Some(g.visible),
+                hidden: g.columns.len() - g.visible,
+            },
+            _ => Rewritten::as_is(&plan.text),
+        }
+    }
+
+    /// The client's own statement `text`, as it is.
+    pub fn as_is(text: &'a str) -> Rewritten<'a> {
+        Rewritten {
+            text,
+            visible: None,
+            hidden: 0,
+        }
     }
 }
 
@@ -275,8 +300,8 @@ fn statement(client: &ClientConn, name: &[u8]) -> Option<Vec<u8>> {
 
 /// The result format codes (count and codes) the shards are sent for the client's `results`:
 /// the client's for its columns, text for the hidden ones; `None` when they cannot be read.
-fn result_formats(results: &[u8], plan: &Gather) -> Option<Vec<u8>> {
-    let hidden = hidden(plan);
+fn result_formats(results: &[u8], plan: &Rewritten<'_>) -> Option<Vec<u8>> {
+    let hidden = plan.hidden;
     let count = usize::from(u16::from_be_bytes([*results.first()?, *results.get(1)?]));
     let codes: Vec<u16> = (0..count)
         .map(|i| {
@@ -286,13 +311,13 @@ fn result_formats(results: &[u8], plan: &Gather) -> Option<Vec<u8>> {
             ]))
         })
         .collect::<Option<_>>()?;
-    let codes = match (&codes[..], &plan.merge) {
+    let codes = match (&codes[..], plan.visible) {
         // All text, or no hidden columns: as the client sent them.
         ([], _) | ([0], _) => codes,
         _ if hidden == 0 => codes,
-        ([code], Merge::Grouped(g)) => {
-            let mut all = vec![*code; g.visible];
-            all.resize(g.visible + hidden, 0);
+        ([code], Some(visible)) => {
+            let mut all = vec![*code; visible];
+            all.resize(visible + hidden, 0);
             all
         }
         (many, _) => {
@@ -312,7 +337,7 @@ fn result_formats(results: &[u8], plan: &Gather) -> Option<Vec<u8>> {
 /// A shard's answer up to its portal's RowDescription (its head), and how far it went; notices
 /// and parameter changes before it go to `out` (the first shard's; the others' are dropped).
 /// `describes`: it was asked to describe the statement first.
-pub(super) async fn open(
+pub(in crate::link) async fn open(
     s: &mut Checkout,
     describes: bool,
     mut out: Option<&mut BytesMut>,
@@ -377,11 +402,16 @@ mod tests {
     #[test]
     fn hidden_columns_are_asked_in_text_and_the_clients_in_its_formats() {
         let p = plan(2, 1);
+        let p = Rewritten::of(&p);
         assert_eq!(result_formats(&codes(&[]), &p), Some(codes(&[])));
         assert_eq!(result_formats(&codes(&[0]), &p), Some(codes(&[0])));
         assert_eq!(result_formats(&codes(&[1]), &p), Some(codes(&[1, 1, 0])));
         assert_eq!(result_formats(&codes(&[1, 0]), &p), Some(codes(&[1, 0, 0])));
-        assert_eq!(result_formats(&codes(&[1]), &plan(2, 0)), Some(codes(&[1])));
+        let none = plan(2, 0);
+        assert_eq!(
+            result_formats(&codes(&[1]), &Rewritten::of(&none)),
+            Some(codes(&[1]))
+        );
         assert_eq!(result_formats(&[0, 2, 0], &p), None);
     }
 }
