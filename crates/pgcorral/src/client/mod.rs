@@ -772,21 +772,16 @@ fn run<'a>(
                     .is_some_and(|r| std::mem::take(&mut r.check_next))
             {
                 // A sharded database's transaction: its next batch must stay on its shard.
-                between = false;
-                let wait = relay_mode.timeouts.idle_in_transaction;
-                // In a transaction: never moved (`movable` false).
-                // Not slimmed here (`None`): a transaction's state stays.
-                match next_request(client, services, wait, &mut idle_timer, false, None).await {
-                    Ok(Next::Request | Next::HandOver | Next::Slim(_)) => {}
-                    Ok(Next::Gone(why)) => return Ok(Exit::Left(why)),
-                    Err(e) if e.kind() == Kind::ClientIdle => {
-                        return Err(timed_out(Phase::IdleInTransaction, &relay_mode.timeouts))
+                let timeouts = &relay_mode.timeouts;
+                let next =
+                    next_in_transaction(client, services, session, timeouts, &mut idle_timer);
+                match cold::cold(next).await? {
+                    Between::Relay => between = false,
+                    Between::Answered => {
+                        between = true;
+                        continue;
                     }
-                    Err(e) => return Err(e),
-                }
-                if cold::cold(check_in_transaction(client, services, session)).await? {
-                    between = true;
-                    continue;
+                    Between::Left(why) => return Ok(Exit::Left(why)),
                 }
             }
             let s = session.link.pooled().expect("attached");
@@ -828,6 +823,44 @@ fn run<'a>(
             }
         }
     }
+}
+
+/// What became of a sharded transaction's next request between its relays.
+enum Between {
+    /// It goes to the transaction's server.
+    Relay,
+    /// It was answered (or split between shards): wait for the next one.
+    Answered,
+    /// The client left (why).
+    Left(&'static str),
+}
+
+/// Waits for a sharded transaction's next request (within its idle-in-transaction timeout)
+/// and checks that it stays on its shard, or runs it across shards ([`check_in_transaction`]).
+async fn next_in_transaction(
+    client: &mut ClientConn,
+    services: &Services,
+    session: &mut LoggedIn,
+    timeouts: &Timeouts,
+    idle_timer: &mut IdleTimer,
+) -> Result<Between> {
+    let wait = timeouts.idle_in_transaction;
+    // In a transaction: never moved (`movable` false).
+    // Not slimmed here (`None`): a transaction's state stays.
+    match next_request(client, services, wait, idle_timer, false, None).await {
+        Ok(Next::Request | Next::HandOver | Next::Slim(_)) => {}
+        Ok(Next::Gone(why)) => return Ok(Between::Left(why)),
+        Err(e) if e.kind() == Kind::ClientIdle => {
+            return Err(timed_out(Phase::IdleInTransaction, timeouts))
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(
+        match check_in_transaction(client, services, session).await? {
+            true => Between::Answered,
+            false => Between::Relay,
+        },
+    )
 }
 
 /// Notes a server just checked out for the client's request sent at `asked`: the wait in its

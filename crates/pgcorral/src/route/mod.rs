@@ -225,9 +225,25 @@ pub fn decide(
             DefaultRole::Any => fixed(Want::Any),
         },
     };
-    let (Some(sharding), Decision::Route(mut target)) = (sharding, &decision) else {
+    let (Some(sharding), Decision::Route(target)) = (sharding, &decision) else {
         return decision;
     };
+    on_shards(client, (router, &settings), route, sharding, *target)
+}
+
+/// [`decide`] for a sharded database, once the role is chosen (`target`): the catalog read
+/// first, pgcorral's own transaction commands, the shard or shards of the request, a request
+/// across shards, a prepared transaction found.
+fn on_shards(
+    client: &mut ClientConn,
+    (router, settings): (&Router, &RouteSettings),
+    route: &mut ClientRoute,
+    sharding: &Sharding,
+    mut target: Target,
+) -> Decision {
+    let cache = &router.classes;
+    // The whole simple Query's length and text, read again.
+    let query = whole_query(client);
     if !sharding.checked {
         return Decision::ReadCatalog;
     }
@@ -245,7 +261,7 @@ pub fn decide(
         pgwire::encode::ready_for_query(&mut out, TxStatus::Failed);
         return Decision::Reply(out);
     }
-    let writes = || classify_batch(client, cache, &settings) == Class::Write;
+    let writes = || classify_batch(client, cache, settings) == Class::Write;
     let chosen = route
         .deferred
         .as_ref()
@@ -309,50 +325,9 @@ pub fn decide(
             }
         }
     }
-    let refused = match placed {
-        shard::Shard::One(n) => Ok(n),
-        shard::Shard::Any => Ok(sharding.plans.any_shard(sharding.shards)),
-        shard::Shard::NoKey(len, why) => sharding.default_shard.ok_or((len, why)),
-        shard::Shard::Refused(len, why) => Err((len, why)),
-        // Answered above, else refused there.
-        shard::Shard::Several(len, _, why)
-        | shard::Shard::Omni(len, why)
-        | shard::Shard::MovesKey(len, _, _, why) => Err((len, why)),
-        shard::Shard::NeedMore => return Decision::NeedMore,
-        shard::Shard::CopyIn(t) if route.deferred.as_ref().is_none_or(|_| places) => {
-            // The first statement of a transaction begun alone: it begins on every shard.
-            let begins = route.deferred.take().map(|d| {
-                route.tx_begin = Some(d.begin.into_boxed_str());
-                route.savepoints = false;
-            });
-            return Decision::CopyIn(t, begins.is_some());
-        }
-        shard::Shard::Pipeline(_, shards) => {
-            // The first request of a transaction begun alone: it begins on those shards.
-            let begins = route.deferred.take().map(|d| {
-                route.tx_begin = Some(d.begin.into_boxed_str());
-                route.savepoints = false;
-            });
-            return Decision::SplitPipeline(shards, begins.is_some());
-        }
-        shard::Shard::SplitInsert(rows) if route.deferred.as_ref().is_none_or(|_| places) => {
-            // The first statement of a transaction begun alone: it begins on the rows' shards.
-            let begins = route.deferred.take().map(|d| {
-                route.tx_begin = Some(d.begin.into_boxed_str());
-                route.savepoints = false;
-            });
-            return Decision::SplitInsert(rows, begins.is_some());
-        }
-        shard::Shard::SplitInsert(_) => Err((
-            shard::request_len(client).unwrap_or(0),
-            "an INSERT whose rows are on several shards is split to the shards outside a transaction only".to_string(),
-        )),
-        shard::Shard::CopyIn(_) => Err((
-            shard::request_len(client).unwrap_or(0),
-            "COPY FROM STDIN into a sharded table is split to the shards outside a transaction only".to_string(),
-        )),
-        // Returned above, before the request's Sync could be changed.
-        shard::Shard::NeedColumns(t) => return Decision::LearnColumns(t),
+    let refused = match placement(client, route, (sharding, placed), places) {
+        Ok(r) => r,
+        Err(d) => return d,
     };
     match refused {
         Ok(n) => {
@@ -377,6 +352,63 @@ pub fn decide(
         }
         Err((len, msg)) => refuse(client, route, len, &msg),
     }
+}
+
+/// Where a request placed as `placed` goes when no request across shards took it: `Ok` its
+/// shard, or why it is refused (bytes of the request, the message); `Err` a decision of its
+/// own (a split request, more to read, columns to learn). `places`: it runs a statement (a
+/// deferred transaction begins with it).
+fn placement(
+    client: &ClientConn,
+    route: &mut ClientRoute,
+    (sharding, placed): (&Sharding, shard::Shard),
+    places: bool,
+) -> std::result::Result<std::result::Result<usize, (usize, String)>, Decision> {
+    Ok(match placed {
+        shard::Shard::One(n) => Ok(n),
+        shard::Shard::Any => Ok(sharding.plans.any_shard(sharding.shards)),
+        shard::Shard::NoKey(len, why) => sharding.default_shard.ok_or((len, why)),
+        shard::Shard::Refused(len, why) => Err((len, why)),
+        // Answered above, else refused there.
+        shard::Shard::Several(len, _, why)
+        | shard::Shard::Omni(len, why)
+        | shard::Shard::MovesKey(len, _, _, why) => Err((len, why)),
+        shard::Shard::NeedMore => return Err(Decision::NeedMore),
+        shard::Shard::CopyIn(t) if route.deferred.as_ref().is_none_or(|_| places) => {
+            // The first statement of a transaction begun alone: it begins on every shard.
+            let begins = route.deferred.take().map(|d| {
+                route.tx_begin = Some(d.begin.into_boxed_str());
+                route.savepoints = false;
+            });
+            return Err(Decision::CopyIn(t, begins.is_some()));
+        }
+        shard::Shard::Pipeline(_, shards) => {
+            // The first request of a transaction begun alone: it begins on those shards.
+            let begins = route.deferred.take().map(|d| {
+                route.tx_begin = Some(d.begin.into_boxed_str());
+                route.savepoints = false;
+            });
+            return Err(Decision::SplitPipeline(shards, begins.is_some()));
+        }
+        shard::Shard::SplitInsert(rows) if route.deferred.as_ref().is_none_or(|_| places) => {
+            // The first statement of a transaction begun alone: it begins on the rows' shards.
+            let begins = route.deferred.take().map(|d| {
+                route.tx_begin = Some(d.begin.into_boxed_str());
+                route.savepoints = false;
+            });
+            return Err(Decision::SplitInsert(rows, begins.is_some()));
+        }
+        shard::Shard::SplitInsert(_) => Err((
+            shard::request_len(client).unwrap_or(0),
+            "an INSERT whose rows are on several shards is split to the shards outside a transaction only".to_string(),
+        )),
+        shard::Shard::CopyIn(_) => Err((
+            shard::request_len(client).unwrap_or(0),
+            "COPY FROM STDIN into a sharded table is split to the shards outside a transaction only".to_string(),
+        )),
+        // Returned above, before the request's Sync could be changed.
+        shard::Shard::NeedColumns(t) => return Err(Decision::LearnColumns(t)),
+    })
 }
 
 /// The answer to `SELECT pgcorral.unique_id()`: one int8 column, one row.
@@ -749,55 +781,14 @@ pub async fn in_transaction(
         return Ok(InTransaction::Go);
     };
     let sharding = &*sharding;
+    if let Some(done) =
+        answered_here(client, (cluster, router), route, sharding, (shard, status)).await?
+    {
+        return Ok(done);
+    }
     // A whole simple Query's length and text, read once.
     let query = whole_query(client);
-    if let Some((len, text)) = query {
-        let command = hint::command(text);
-        if command == Ok(Some(Command::ShowShard)) {
-            client.buf.advance(len);
-            let mut out = BytesMut::new();
-            let mut t = Table::text(&["shard"]);
-            t.row(vec![shard.to_string().into()]);
-            t.describe(&mut out);
-            t.rows(&mut out);
-            pgwire::encode::ready_for_query(&mut out, status);
-            send(client, &out).await?;
-            return Ok(InTransaction::Answered);
-        }
-        let named = match command {
-            Ok(Some(Command::SetShard(Some(n)))) => {
-                Some(shard::choose(sharding, &ShardChoice::Shard(n)))
-            }
-            Ok(Some(Command::SetShardingKey(k))) => {
-                Some(shard::choose(sharding, &ShardChoice::Key(k)))
-            }
-            _ => None,
-        };
-        if let Some(named) = named {
-            client.buf.advance(len);
-            return Ok(match named {
-                Ok(n) if n == shard => {
-                    let mut out = BytesMut::new();
-                    pgwire::encode::command_complete(&mut out, "SET");
-                    pgwire::encode::ready_for_query(&mut out, status);
-                    send(client, &out).await?;
-                    InTransaction::Answered
-                }
-                Ok(n) => InTransaction::Fail(format!(
-                    "the transaction is on shard {shard}: it cannot move to shard {n} (a transaction stays on one shard)"
-                )),
-                Err(msg) => InTransaction::Fail(msg),
-            });
-        }
-    }
     let settings = cluster.topology().settings();
-    if let Some((len, answer)) =
-        query.and_then(|q| own_command(q, route, (&settings, router), Some(sharding), status))
-    {
-        client.buf.advance(len);
-        send(client, &answer).await?;
-        return Ok(InTransaction::Answered);
-    }
     // Savepoints and the end of a transaction, in the client's own statements (a function
     // cannot make or end either): a transaction across shards ends by a lone COMMIT or
     // ROLLBACK that pgcorral sees, and never spreads past a savepoint.
@@ -897,6 +888,67 @@ pub async fn in_transaction(
             InTransaction::Go
         }
     })
+}
+
+/// What pgcorral answers itself inside a transaction on `shard` (its status `status`): `SHOW
+/// SHARD`, a `SET SHARD` or `SET SHARDING KEY` naming the transaction's shard (another fails
+/// it), and its own commands; `None`: none of these.
+async fn answered_here(
+    client: &mut ClientConn,
+    (cluster, router): (&Cluster, &Router),
+    route: &mut ClientRoute,
+    sharding: &Sharding,
+    (shard, status): (usize, TxStatus),
+) -> Result<Option<InTransaction>> {
+    let query = whole_query(client);
+    if let Some((len, text)) = query {
+        let command = hint::command(text);
+        if command == Ok(Some(Command::ShowShard)) {
+            client.buf.advance(len);
+            let mut out = BytesMut::new();
+            let mut t = Table::text(&["shard"]);
+            t.row(vec![shard.to_string().into()]);
+            t.describe(&mut out);
+            t.rows(&mut out);
+            pgwire::encode::ready_for_query(&mut out, status);
+            send(client, &out).await?;
+            return Ok(Some(InTransaction::Answered));
+        }
+        let named = match command {
+            Ok(Some(Command::SetShard(Some(n)))) => {
+                Some(shard::choose(sharding, &ShardChoice::Shard(n)))
+            }
+            Ok(Some(Command::SetShardingKey(k))) => {
+                Some(shard::choose(sharding, &ShardChoice::Key(k)))
+            }
+            _ => None,
+        };
+        if let Some(named) = named {
+            client.buf.advance(len);
+            return Ok(Some(match named {
+                Ok(n) if n == shard => {
+                    let mut out = BytesMut::new();
+                    pgwire::encode::command_complete(&mut out, "SET");
+                    pgwire::encode::ready_for_query(&mut out, status);
+                    send(client, &out).await?;
+                    InTransaction::Answered
+                }
+                Ok(n) => InTransaction::Fail(format!(
+                    "the transaction is on shard {shard}: it cannot move to shard {n} (a transaction stays on one shard)"
+                )),
+                Err(msg) => InTransaction::Fail(msg),
+            }));
+        }
+    }
+    let settings = cluster.topology().settings();
+    if let Some((len, answer)) =
+        query.and_then(|q| own_command(q, route, (&settings, router), Some(sharding), status))
+    {
+        client.buf.advance(len);
+        send(client, &answer).await?;
+        return Ok(Some(InTransaction::Answered));
+    }
+    Ok(None)
 }
 
 async fn send(client: &mut ClientConn, out: &[u8]) -> Result<()> {
