@@ -529,13 +529,15 @@ async fn reads_across_shards_through_the_extended_protocol_answer_as_one_server_
         checked += 1;
     }
     // Parameters, in text and binary, with the key among them (placed by ANY of an array).
-    let with_params: [(&str, Vec<Param>, bool); 6] = [
+    let with_params: [(&str, Vec<Param>, bool); 8] = [
         ("SELECT id, qty FROM items WHERE grp = $1 ORDER BY id", vec![Param::Text("3")], true),
         ("SELECT count(*), sum(qty), avg(price) FROM items WHERE qty > $1", vec![Param::Binary(10i32.to_be_bytes().to_vec())], true),
         ("SELECT id, name FROM items WHERE id = ANY($1::int8[]) ORDER BY id DESC", vec![Param::Text("{1,2,3,50,77,599}")], true),
         ("SELECT grp, count(*), min(day), max(at) FROM items WHERE flag = $1 GROUP BY grp ORDER BY grp", vec![Param::Text("true")], true),
         ("SELECT DISTINCT code FROM items WHERE small < $1 ORDER BY code", vec![Param::Text("0")], true),
         ("SELECT id, u FROM items WHERE label = $1 ORDER BY u NULLS FIRST, id LIMIT 5", vec![Param::Text("l3")], true),
+        ("SELECT id, name FROM items WHERE grp = $1 ORDER BY name COLLATE \"C\", id LIMIT $2", vec![Param::Text("2"), Param::Text("7")], true),
+        ("SELECT id FROM items LIMIT $1", vec![Param::Binary(600i64.to_be_bytes().to_vec())], false),
     ];
     for (sql, params, ordered) in &with_params {
         for in_binary in [false, true] {
@@ -688,13 +690,29 @@ async fn what_cannot_be_merged_is_refused_by_name_and_the_connection_goes_on() {
     }
     // Through the extended protocol too (tokio-postgres asks every column in binary).
     assert_eq!(c.query("SELECT * FROM items", &[]).await.unwrap().len(), 4);
-    // A LIMIT given as a parameter: refused by name (the merge needs its count).
-    let e = c
+    // A LIMIT given as a parameter: the merge takes its value from the Bind.
+    let ids: Vec<i64> = c
         .query("SELECT id FROM items ORDER BY id LIMIT $1", &[&2i64])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, [1, 2]);
+    // With GROUP BY it would need the groups first: refused by name.
+    let e = c
+        .query(
+            "SELECT grp, count(*) FROM items GROUP BY grp LIMIT $1",
+            &[&1i64],
+        )
         .await
         .unwrap_err();
     assert_eq!(sqlstate(&e), "0A000", "{}", db_message(&e));
-    assert!(db_message(&e).contains("LIMIT"), "{}", db_message(&e));
+    assert!(
+        db_message(&e).contains("LIMIT given as a parameter"),
+        "{}",
+        db_message(&e)
+    );
     // An error on one shard reaches the client once, and the connection goes on.
     let e = c
         .simple_query("SELECT id, id / (id - 3) FROM items ORDER BY id")

@@ -141,6 +141,7 @@ async fn ask(
                 out,
                 opening: &opening,
                 max_rows: 0,
+                limit: None,
             };
             merge(client, servers, heads, &mut answer, plan).await
         }
@@ -167,6 +168,7 @@ async fn ask(
                 out,
                 opening: &opening,
                 max_rows: request.max_rows,
+                limit: request.limit,
             };
             merge(client, servers, heads, &mut answer, plan).await
         }
@@ -180,6 +182,8 @@ struct Answer<'a> {
     out: BytesMut,
     opening: &'a (dyn Fn(&mut BytesMut, Option<&[u8]>) + Sync),
     max_rows: u32,
+    /// The LIMIT the client's values gave (`LIMIT $n`).
+    limit: Option<u64>,
 }
 
 /// The shards' answers (their first messages read: `heads`) merged into the client's: what is
@@ -238,7 +242,7 @@ async fn merge(
         }
     };
     (answer.opening)(&mut out, Some(&described));
-    let limit = match (plan.limit, answer.max_rows) {
+    let limit = match (plan.limit.or(answer.limit), answer.max_rows) {
         (l, 0) => l,
         (None, m) => Some(u64::from(m)),
         (Some(l), m) => Some(l.min(u64::from(m))),

@@ -32,6 +32,9 @@ pub struct Gather {
     pub limit: Option<u64>,
     /// Rows skipped after the merge (`OFFSET`).
     pub offset: u64,
+    /// `LIMIT $n` (without OFFSET, GROUP BY or DISTINCT): the parameter (from 0) whose value
+    /// is the limit, known when the client binds it; the shards get the same `LIMIT $n`.
+    pub limit_param: Option<usize>,
     /// Groups or distinct rows held at most ([`MAX_GROUPS`] unless the caller sets it).
     pub max_groups: usize,
 }
@@ -118,7 +121,11 @@ pub fn plan(
     if sharded_tables > 1 {
         return Err(refusal("a join of sharded tables"));
     }
-    let (limit, offset) = limits(s)?;
+    let limit_param = limit_param(s);
+    let (limit, offset) = match limit_param {
+        Some(_) => (None, 0),
+        None => limits(s)?,
+    };
     let aggregate = |f: &FuncCall| {
         f.agg_star
             || f.agg_distinct
@@ -193,6 +200,11 @@ pub fn plan(
     };
     // Groups and distinct rows are merged before LIMIT and OFFSET count them: the shards
     // return all of theirs.
+    if limit_param.is_some() && (grouped || distinct || has_aggregate) {
+        return Err(refusal(
+            "a LIMIT given as a parameter with GROUP BY, DISTINCT or aggregates",
+        ));
+    }
     let unlimited = (grouped || distinct) && (limit.is_some() || offset > 0);
     let hidden = columns.hidden;
     let text = if offset > 0 || unlimited || having || !hidden.is_empty() {
@@ -230,6 +242,7 @@ pub fn plan(
         merge,
         limit,
         offset,
+        limit_param,
         max_groups: MAX_GROUPS,
     })
 }
@@ -352,6 +365,17 @@ fn limits(s: &SelectStmt) -> Result<(Option<u64>, u64), String> {
         },
     };
     Ok((count, offset))
+}
+
+/// The parameter (from 0) of `LIMIT $n` when the statement has no OFFSET.
+fn limit_param(s: &SelectStmt) -> Option<usize> {
+    if s.limit_offset.is_some() {
+        return None;
+    }
+    match s.limit_count.as_deref()?.node.as_ref()? {
+        NodeEnum::ParamRef(p) => usize::try_from(p.number).ok()?.checked_sub(1),
+        _ => None,
+    }
 }
 
 /// A non-negative integer constant (`Some(None)`: NULL), else `None`. A negative one is left

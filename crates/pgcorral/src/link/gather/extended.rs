@@ -43,6 +43,8 @@ pub(in crate::link) struct Request {
     others: BytesMut,
     /// Rows the client's Execute asked at most (0: all).
     pub max_rows: u32,
+    /// The LIMIT the client's values gave (`LIMIT $n`), if any.
+    pub limit: Option<u64>,
     /// Columns of the planned text the client does not get.
     hidden: usize,
 }
@@ -72,6 +74,7 @@ impl Request {
         let mut described: Option<Vec<u8>> = None;
         let mut bind_rest: Option<Vec<u8>> = None;
         let mut max_rows = None;
+        let mut limit = None;
         let mut pos = 0;
         let mut synced = false;
         while pos < bytes.len() {
@@ -105,6 +108,7 @@ impl Request {
                     let mut rest = before.to_vec();
                     rest.extend_from_slice(&result_formats(results, plan).ok_or_else(shape)?);
                     bind_rest = Some(rest);
+                    limit = plan.limit_param.and_then(|i| limit_value(&bind, i));
                     bound = Some((bind.statement.to_vec(), source, bind.portal.to_vec()));
                     Message::Bind
                 }
@@ -177,6 +181,7 @@ impl Request {
             first,
             others,
             max_rows,
+            limit,
             hidden: plan.hidden,
         })
     }
@@ -261,6 +266,8 @@ pub(in crate::link) struct Rewritten<'a> {
     visible: Option<usize>,
     /// Columns after the client's.
     hidden: usize,
+    /// The parameter whose value is the LIMIT (`LIMIT $n`).
+    limit_param: Option<usize>,
 }
 
 impl<'a> Rewritten<'a> {
@@ -271,8 +278,12 @@ impl<'a> Rewritten<'a> {
                 text: &plan.text,
                 visible: Some(g.visible),
                 hidden: g.columns.len() - g.visible,
+                limit_param: plan.limit_param,
             },
-            _ => Rewritten::as_is(&plan.text),
+            _ => Rewritten {
+                limit_param: plan.limit_param,
+                ..Rewritten::as_is(&plan.text)
+            },
         }
     }
 
@@ -282,8 +293,26 @@ impl<'a> Rewritten<'a> {
             text,
             visible: None,
             hidden: 0,
+            limit_param: None,
         }
     }
+}
+
+/// The non-negative integer value of the Bind's parameter `i` (text, or a binary int2, int4 or
+/// int8); `None` for NULL, a negative value (the shards refuse it as PostgreSQL does) or one
+/// that cannot be read.
+fn limit_value(bind: &BindBody<'_>, i: usize) -> Option<u64> {
+    let v = bind.param(i)??;
+    let n: i64 = match bind.format(i)? {
+        0 => std::str::from_utf8(v).ok()?.trim().parse().ok()?,
+        _ => match v.len() {
+            2 => i16::from_be_bytes(v.try_into().ok()?).into(),
+            4 => i32::from_be_bytes(v.try_into().ok()?).into(),
+            8 => i64::from_be_bytes(v.try_into().ok()?),
+            _ => return None,
+        },
+    };
+    u64::try_from(n).ok()
 }
 
 /// The Parse body (after the name) of the client's prepared statement `name` (`b""`: its
@@ -387,6 +416,7 @@ mod tests {
             })),
             limit: None,
             offset: 0,
+            limit_param: None,
             max_groups: MAX_GROUPS,
         }
     }
