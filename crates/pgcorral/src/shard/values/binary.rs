@@ -21,7 +21,7 @@ pub fn supported(oid: u32) -> bool {
 
 /// The text form of binary value `v` of type `oid`, one that `super::compare`/`super::add` read and
 /// that `to_binary` turns back into exactly `v`; `None` when it cannot be read (wrong length, bad data).
-/// (A float NaN comes back with PostgreSQL's payload, keeping its sign.)
+/// (A float NaN with a payload other than PostgreSQL's, or its sign flipped, is unreadable.)
 pub fn to_text(oid: u32, v: &[u8]) -> Option<Vec<u8>> {
     let text = match oid {
         16 => match v {
@@ -56,6 +56,11 @@ pub fn to_text(oid: u32, v: &[u8]) -> Option<Vec<u8>> {
         }
         _ => return None,
     };
+    // A NaN with a payload of its own would come back as PostgreSQL's: unreadable instead, so
+    // that a merge refuses rather than answer with other bytes than the server's.
+    if matches!(oid, 700 | 701) && to_binary(oid, text.as_bytes()).as_deref() != Some(v) {
+        return None;
+    }
     Some(text.into_bytes())
 }
 
@@ -417,6 +422,8 @@ mod tests {
                 .wrapping_add(1);
             state >> 24
         };
+        // A NaN with a payload of its own (a fuzzer's find) is unreadable, not made PostgreSQL's.
+        assert_eq!(to_text(700, &[0xff, 0xff, 0x01, 0x23]), None);
         let numeric = hex(KNOWN[13].2);
         for n in 0..200_000 {
             let len = [0, 1, 2, 4, 8, 16, 10, 12, numeric.len()][n % 9];
@@ -428,9 +435,8 @@ mod tests {
             }
             for &oid in &oids {
                 if let Some(t) = to_text(oid, &v) {
-                    let nan = matches!(oid, 700 | 701) && t.ends_with(b"NaN");
                     let back = to_binary(oid, &t);
-                    assert!(nan || back.as_ref() == Some(&v), "{oid} {v:x?}");
+                    assert!(back.as_ref() == Some(&v), "{oid} {v:x?}");
                 }
                 let _ = to_binary(oid, &v);
             }
