@@ -65,8 +65,8 @@ async fn thirty_accounts(
     (shards, p, c)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn writes_that_name_no_one_shard_run_on_every_shard_they_touch() {
+/// Three shards and pgcorral over them, with accounts 1 to 60 (`v` = aid % 10) written.
+async fn sixty_accounts() -> (Vec<support::Postgres>, Pooler, tokio_postgres::Client) {
     let shards = start(3, TABLES);
     let p = Pooler::start(&config(&shards, "", SHARDED)).await;
     let c = p.connect("postgres", None, "app").await;
@@ -77,6 +77,12 @@ async fn writes_that_name_no_one_shard_run_on_every_shard_they_touch() {
     ))
     .await
     .unwrap();
+    (shards, p, c)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_that_name_no_one_shard_run_on_every_shard_they_touch() {
+    let (shards, _p, c) = sixty_accounts().await;
     assert!(keys_per_shard(&shards, "accounts", "aid")
         .iter()
         .all(|k| k.len() > 5));
@@ -915,16 +921,7 @@ async fn a_copy_into_a_sharded_table_is_split_inside_a_transaction_too() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_across_shards_through_the_extended_protocol_answer_as_one_server_would() {
-    let shards = start(3, TABLES);
-    let p = Pooler::start(&config(&shards, "", SHARDED)).await;
-    let mut c = p.connect("postgres", None, "app").await;
-    let values: Vec<String> = (1..=60).map(|k| format!("({k}, {})", k % 10)).collect();
-    c.simple_query(&format!(
-        "INSERT INTO accounts VALUES {}",
-        values.join(", ")
-    ))
-    .await
-    .unwrap();
+    let (shards, _p, mut c) = sixty_accounts().await;
     // tokio-postgres: Parse and Describe first, then Bind/Execute with the values (binary).
     let n = c
         .execute(
