@@ -96,8 +96,7 @@ async fn session(
 ) -> Result<(), ReadError> {
     let mut out = BytesMut::new();
     // Extended protocol: statement and portal texts by name; skipping after an error.
-    let mut statements: HashMap<Vec<u8>, String> = HashMap::new();
-    let mut portals: HashMap<Vec<u8>, String> = HashMap::new();
+    let mut named = Named::default();
     let mut skipping = false;
     loop {
         if !out.is_empty() && client.buf.is_empty() {
@@ -131,61 +130,14 @@ async fn session(
             fe::PARSE => {
                 let name = cstr(&mut body);
                 let text = String::from_utf8_lossy(&cstr(&mut body)).into_owned();
-                statements.insert(name, text);
+                named.statements.insert(name, text);
                 pgwire::encode::empty(&mut out, be::PARSE_COMPLETE);
             }
-            fe::BIND => {
-                let portal = cstr(&mut body);
-                let stmt = cstr(&mut body);
-                match statements.get(&stmt) {
-                    Some(text) => {
-                        portals.insert(portal, text.clone());
-                        pgwire::encode::empty(&mut out, be::BIND_COMPLETE);
-                    }
-                    None => {
-                        skipping = true;
-                        error_code(&mut out, "26000", "prepared statement does not exist");
-                    }
-                }
-            }
-            fe::DESCRIBE => {
-                let kind = if body.has_remaining() {
-                    body.get_u8()
-                } else {
-                    0
-                };
-                let name = cstr(&mut body);
-                let text = if kind == b'S' {
-                    statements.get(&name)
-                } else {
-                    portals.get(&name)
-                };
-                match text {
-                    None => {
-                        skipping = true;
-                        error_code(
-                            &mut out,
-                            "26000",
-                            "prepared statement or portal does not exist",
-                        );
-                    }
-                    Some(text) => {
-                        if kind == b'S' {
-                            // No parameters.
-                            pgwire::encode::message(&mut out, be::PARAMETER_DESCRIPTION, |b| {
-                                bytes::BufMut::put_i16(b, 0)
-                            });
-                        }
-                        match describe(services, text) {
-                            Some(t) => t.describe(&mut out),
-                            None => pgwire::encode::empty(&mut out, be::NO_DATA),
-                        }
-                    }
-                }
-            }
+            fe::BIND => skipping = !named.bind(&mut body, &mut out),
+            fe::DESCRIBE => skipping = !named.describe(services, &mut body, &mut out),
             fe::EXECUTE => {
                 let portal = cstr(&mut body);
-                match portals.get(&portal) {
+                match named.portals.get(&portal) {
                     None => {
                         skipping = true;
                         error_code(&mut out, "34000", "portal does not exist");
@@ -202,23 +154,10 @@ async fn session(
                     }
                 }
             }
-            fe::CLOSE => {
-                let kind = if body.has_remaining() {
-                    body.get_u8()
-                } else {
-                    0
-                };
-                let name = cstr(&mut body);
-                if kind == b'S' {
-                    statements.remove(&name);
-                } else {
-                    portals.remove(&name);
-                }
-                pgwire::encode::empty(&mut out, be::CLOSE_COMPLETE);
-            }
+            fe::CLOSE => named.close(&mut body, &mut out),
             fe::SYNC => {
                 skipping = false;
-                portals.remove(&Vec::new());
+                named.portals.remove(&Vec::new());
                 pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
             }
             fe::FLUSH => {
@@ -238,6 +177,79 @@ async fn session(
                 pgwire::encode::ready_for_query(&mut out, TxStatus::Idle);
             }
         }
+    }
+}
+
+/// A console session's extended-protocol statements and portals: their texts by name.
+#[derive(Default)]
+struct Named {
+    statements: HashMap<Vec<u8>, String>,
+    portals: HashMap<Vec<u8>, String>,
+}
+
+impl Named {
+    /// Bind: the portal takes its statement's text. False after an error (skip to Sync).
+    fn bind(&mut self, body: &mut BytesMut, out: &mut BytesMut) -> bool {
+        let portal = cstr(body);
+        let stmt = cstr(body);
+        match self.statements.get(&stmt) {
+            Some(text) => {
+                self.portals.insert(portal, text.clone());
+                pgwire::encode::empty(out, be::BIND_COMPLETE);
+                true
+            }
+            None => {
+                error_code(out, "26000", "prepared statement does not exist");
+                false
+            }
+        }
+    }
+
+    /// Describe of a statement (no parameters, then its rows) or a portal (its rows). False
+    /// after an error.
+    fn describe(&self, services: &Services, body: &mut BytesMut, out: &mut BytesMut) -> bool {
+        let kind = if body.has_remaining() {
+            body.get_u8()
+        } else {
+            0
+        };
+        let name = cstr(body);
+        let text = if kind == b'S' {
+            self.statements.get(&name)
+        } else {
+            self.portals.get(&name)
+        };
+        let Some(text) = text else {
+            error_code(out, "26000", "prepared statement or portal does not exist");
+            return false;
+        };
+        if kind == b'S' {
+            // No parameters.
+            pgwire::encode::message(out, be::PARAMETER_DESCRIPTION, |b| {
+                bytes::BufMut::put_i16(b, 0)
+            });
+        }
+        match describe(services, text) {
+            Some(t) => t.describe(out),
+            None => pgwire::encode::empty(out, be::NO_DATA),
+        }
+        true
+    }
+
+    /// Close of a statement or a portal (closing one that does not exist is no error).
+    fn close(&mut self, body: &mut BytesMut, out: &mut BytesMut) {
+        let kind = if body.has_remaining() {
+            body.get_u8()
+        } else {
+            0
+        };
+        let name = cstr(body);
+        if kind == b'S' {
+            self.statements.remove(&name);
+        } else {
+            self.portals.remove(&name);
+        }
+        pgwire::encode::empty(out, be::CLOSE_COMPLETE);
     }
 }
 

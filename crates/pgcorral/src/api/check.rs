@@ -91,25 +91,79 @@ pub fn put(external_id: &str, body: &Value, old: Option<&Tenant>) -> Result<Tena
         auth_query,
         old.and_then(|t| t.auth_query.clone()),
     );
+    let limits = limits(&mut c, o, old);
+    let (sni_hostname, upstream_verify) = tls(&mut c, o, old);
+    let allow_list = allow_list(&mut c, o.get("allow_list"), old);
+    let replicas = match c.list("replicas", o.get("replicas")) {
+        Some(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, r)| replica(&mut c, i, r))
+            .collect(),
+        None => old.map(|t| t.replicas.clone()).unwrap_or_default(),
+    };
+    let users = users(&mut c, o, old);
+    check_users(
+        &mut c,
+        &users,
+        require_user,
+        o.contains_key("users") || old.is_none(),
+    );
+    let tenant = Tenant {
+        external_id: external_id.to_owned(),
+        db_host,
+        db_port: u16::try_from(db_port).unwrap_or_default(),
+        db_database,
+        replicas,
+        ip_version,
+        require_user,
+        enforce_ssl,
+        auth_query,
+        default_pool_size: limits.default_pool_size,
+        default_max_clients: limits.default_max_clients,
+        max_db_connections: limits.max_db_connections,
+        client_idle_timeout: limits.client_idle_timeout,
+        sni_hostname,
+        allow_list,
+        upstream_ssl: false,
+        upstream_verify,
+        banned_at: old.and_then(|t| t.banned_at.clone()),
+        ban_reason: old.and_then(|t| t.ban_reason.clone()),
+        users,
+        inserted_at: old.and_then(|t| t.inserted_at.clone()),
+        updated_at: old.and_then(|t| t.updated_at.clone()),
+    };
+    c.done(tenant)
+}
+
+/// A tenant's pool limits, each from the body, else `old`'s, else Supavisor's default.
+struct Limits {
+    default_pool_size: u32,
+    default_max_clients: u32,
+    max_db_connections: u32,
+    client_idle_timeout: u64,
+}
+
+fn limits(c: &mut Check, o: &Map<String, Value>, old: Option<&Tenant>) -> Limits {
     let num = |c: &mut Check, key: &str, lo: u32, old: Option<u32>, default: u32| {
         c.need(key, small(o.get(key), lo), Some(old.unwrap_or(default)))
     };
     let default_pool_size = num(
-        &mut c,
+        c,
         "default_pool_size",
         1,
         old.map(|t| t.default_pool_size),
         15,
     );
     let default_max_clients = num(
-        &mut c,
+        c,
         "default_max_clients",
         1,
         old.map(|t| t.default_max_clients),
         1000,
     );
     let max_db_connections = num(
-        &mut c,
+        c,
         "max_db_connections",
         0,
         old.map(|t| t.max_db_connections),
@@ -121,6 +175,21 @@ pub fn put(external_id: &str, body: &Value, old: Option<&Tenant>) -> Result<Tena
         client_idle_timeout,
         Some(old.map_or(0, |t| t.client_idle_timeout)),
     );
+    Limits {
+        default_pool_size,
+        default_max_clients,
+        max_db_connections,
+        client_idle_timeout,
+    }
+}
+
+/// The TLS and access fields: the SNI host name kept, and upstream TLS and JIT refused unless
+/// off (fail closed). Returns `(sni_hostname, upstream_verify)`.
+fn tls(
+    c: &mut Check,
+    o: &Map<String, Value>,
+    old: Option<&Tenant>,
+) -> (Option<String>, Option<String>) {
     let sni = text(o.get("sni_hostname"));
     let sni_hostname = c.maybe(
         "sni_hostname",
@@ -149,20 +218,17 @@ pub fn put(external_id: &str, body: &Value, old: Option<&Tenant>) -> Result<Tena
             "pgcorral does not take JIT access: only false is accepted",
         );
     }
-    let allow_list = allow_list(&mut c, o.get("allow_list"), old);
-    let replicas = match c.list("replicas", o.get("replicas")) {
+    (sni_hostname, upstream_verify)
+}
+
+/// The users: the body's list replaces every user; none given keeps `old`'s (a new tenant
+/// must give some).
+fn users(c: &mut Check, o: &Map<String, Value>, old: Option<&Tenant>) -> Vec<TenantUser> {
+    match c.list("users", o.get("users")) {
         Some(items) => items
             .iter()
             .enumerate()
-            .map(|(i, r)| replica(&mut c, i, r))
-            .collect(),
-        None => old.map(|t| t.replicas.clone()).unwrap_or_default(),
-    };
-    let users = match c.list("users", o.get("users")) {
-        Some(items) => items
-            .iter()
-            .enumerate()
-            .map(|(i, u)| user(&mut c, i, u))
+            .map(|(i, u)| user(c, i, u))
             .collect(),
         None if o.get("users").is_some() => Vec::new(),
         None => match old {
@@ -172,38 +238,7 @@ pub fn put(external_id: &str, body: &Value, old: Option<&Tenant>) -> Result<Tena
                 Vec::new()
             }
         },
-    };
-    check_users(
-        &mut c,
-        &users,
-        require_user,
-        o.contains_key("users") || old.is_none(),
-    );
-    let tenant = Tenant {
-        external_id: external_id.to_owned(),
-        db_host,
-        db_port: u16::try_from(db_port).unwrap_or_default(),
-        db_database,
-        replicas,
-        ip_version,
-        require_user,
-        enforce_ssl,
-        auth_query,
-        default_pool_size,
-        default_max_clients,
-        max_db_connections,
-        client_idle_timeout,
-        sni_hostname,
-        allow_list,
-        upstream_ssl: false,
-        upstream_verify,
-        banned_at: old.and_then(|t| t.banned_at.clone()),
-        ban_reason: old.and_then(|t| t.ban_reason.clone()),
-        users,
-        inserted_at: old.and_then(|t| t.inserted_at.clone()),
-        updated_at: old.and_then(|t| t.updated_at.clone()),
-    };
-    c.done(tenant)
+    }
 }
 
 fn allow_list(c: &mut Check, v: Option<&Value>, old: Option<&Tenant>) -> Vec<String> {

@@ -263,61 +263,7 @@ fn extended(
     escapes: bool,
 ) -> std::result::Result<Work, Refusal> {
     let shape = || ("0A000", SHAPE.to_string());
-    let mut parse: Option<(&[u8], &[u8])> = None;
-    let mut bind: Option<BindBody> = None;
-    let mut steps = Vec::new();
-    let mut executed = false;
-    let mut pos = 0;
-    while pos < request.len() {
-        let h = Header::parse(&request[pos..], u32::MAX)
-            .ok()
-            .flatten()
-            .filter(|h| h.total_len() <= request.len() - pos)
-            .ok_or_else(shape)?;
-        let body = &request[pos + HEADER_LEN..pos + h.total_len()];
-        pos += h.total_len();
-        if executed && h.tag != frontend::SYNC {
-            return Err(shape());
-        }
-        match h.tag {
-            frontend::PARSE if parse.is_none() && bind.is_none() => {
-                parse = Some(cstr(body).ok_or_else(shape)?);
-                steps.push(Step::Parse);
-            }
-            frontend::BIND if bind.is_none() => {
-                bind = Some(BindBody::parse(body).ok_or_else(shape)?);
-                steps.push(Step::Bind);
-            }
-            frontend::DESCRIBE => {
-                let (&kind, rest) = body.split_first().ok_or_else(shape)?;
-                let (name, _) = cstr(rest).ok_or_else(shape)?;
-                // A portal is described after the Bind that makes it, a statement as it is
-                // parsed or bound here.
-                let ok = match kind {
-                    b'P' => bind.is_some_and(|b| b.portal == name),
-                    b'S' => bind.map_or(parse.map(|p| p.0), |b| Some(b.statement)) == Some(name),
-                    _ => false,
-                };
-                if !ok {
-                    return Err(shape());
-                }
-                steps.push(Step::Describe(kind));
-            }
-            frontend::EXECUTE => {
-                let (portal, rest) = cstr(body).ok_or_else(shape)?;
-                let whole = rest == [0, 0, 0, 0];
-                if bind.is_none_or(|b| b.portal != portal) || !whole {
-                    return Err(shape());
-                }
-                executed = true;
-            }
-            frontend::SYNC => {}
-            _ => return Err(shape()),
-        }
-    }
-    let (Some(bind), true) = (bind, executed) else {
-        return Err(shape());
-    };
+    let (parse, bind, steps) = shape_of(request).ok_or_else(shape)?;
     let stmt = bind.statement;
     // The statement bound: this request's Parse of it, or one the client parsed before.
     let original: Vec<u8> = match parse {
@@ -343,36 +289,8 @@ fn extended(
     let text = frontend::query_text(&original).unwrap_or_default();
     let parts = split(text, rows, escapes).map_err(|m| ("0A000", m))?;
     // The first shard answers the client's own messages.
-    let mut first = BytesMut::new();
-    let mut first_slots = VecDeque::new();
-    let mut parse_slot = None;
-    if parse.is_none() {
-        encode::parse(&mut first, b"", &original);
-        first_slots.push_back(false);
-    }
-    for step in &steps {
-        match step {
-            Step::Parse => {
-                encode::parse(&mut first, b"", &original);
-                parse_slot = Some(first_slots.len());
-                first_slots.push_back(true);
-            }
-            Step::Bind => {
-                encode::message(&mut first, frontend::BIND, |b| {
-                    b.extend_from_slice(&[0, 0]);
-                    b.extend_from_slice(bind.after_names);
-                });
-                first_slots.push_back(true);
-            }
-            Step::Describe(kind) => {
-                encode::describe(&mut first, *kind, b"");
-                first_slots.push_back(true);
-                if *kind == b'S' {
-                    first_slots.push_back(true);
-                }
-            }
-        }
-    }
+    let (mut first, mut first_slots, parse_slot) =
+        first_shard(&original, parse.is_none(), &steps, &bind);
     let mut work = Work {
         shards: Vec::new(),
         sends: Vec::new(),
@@ -406,6 +324,109 @@ fn extended(
         work.slots.push(slots);
     }
     Ok(work)
+}
+
+/// The parts of an extended-protocol INSERT request: its Parse (name and the rest), its Bind,
+/// and the client's messages the first shard answers. `None` when the request is not of the
+/// shape [`SHAPE`] names.
+fn shape_of(request: &[u8]) -> Option<(Option<(&[u8], &[u8])>, BindBody<'_>, Vec<Step>)> {
+    let mut parse: Option<(&[u8], &[u8])> = None;
+    let mut bind: Option<BindBody> = None;
+    let mut steps = Vec::new();
+    let mut executed = false;
+    let mut pos = 0;
+    while pos < request.len() {
+        let h = Header::parse(&request[pos..], u32::MAX)
+            .ok()
+            .flatten()
+            .filter(|h| h.total_len() <= request.len() - pos)?;
+        let body = &request[pos + HEADER_LEN..pos + h.total_len()];
+        pos += h.total_len();
+        if executed && h.tag != frontend::SYNC {
+            return None;
+        }
+        match h.tag {
+            frontend::PARSE if parse.is_none() && bind.is_none() => {
+                parse = Some(cstr(body)?);
+                steps.push(Step::Parse);
+            }
+            frontend::BIND if bind.is_none() => {
+                bind = Some(BindBody::parse(body)?);
+                steps.push(Step::Bind);
+            }
+            frontend::DESCRIBE => {
+                let (&kind, rest) = body.split_first()?;
+                let (name, _) = cstr(rest)?;
+                // A portal is described after the Bind that makes it, a statement as it is
+                // parsed or bound here.
+                let ok = match kind {
+                    b'P' => bind.is_some_and(|b| b.portal == name),
+                    b'S' => bind.map_or(parse.map(|p| p.0), |b| Some(b.statement)) == Some(name),
+                    _ => false,
+                };
+                if !ok {
+                    return None;
+                }
+                steps.push(Step::Describe(kind));
+            }
+            frontend::EXECUTE => {
+                let (portal, rest) = cstr(body)?;
+                let whole = rest == [0, 0, 0, 0];
+                if bind.is_none_or(|b| b.portal != portal) || !whole {
+                    return None;
+                }
+                executed = true;
+            }
+            frontend::SYNC => {}
+            _ => return None,
+        }
+    }
+    match (bind, executed) {
+        (Some(bind), true) => Some((parse, bind, steps)),
+        _ => None,
+    }
+}
+
+/// What the first shard is sent for the client's own messages (a hidden Parse of the
+/// statement first when the request has none), which of its answers are the client's, and
+/// where the client's ParseComplete is among them.
+fn first_shard(
+    original: &[u8],
+    hidden_parse: bool,
+    steps: &[Step],
+    bind: &BindBody<'_>,
+) -> (BytesMut, VecDeque<bool>, Option<usize>) {
+    let mut first = BytesMut::new();
+    let mut first_slots = VecDeque::new();
+    let mut parse_slot = None;
+    if hidden_parse {
+        encode::parse(&mut first, b"", original);
+        first_slots.push_back(false);
+    }
+    for step in steps {
+        match step {
+            Step::Parse => {
+                encode::parse(&mut first, b"", original);
+                parse_slot = Some(first_slots.len());
+                first_slots.push_back(true);
+            }
+            Step::Bind => {
+                encode::message(&mut first, frontend::BIND, |b| {
+                    b.extend_from_slice(&[0, 0]);
+                    b.extend_from_slice(bind.after_names);
+                });
+                first_slots.push_back(true);
+            }
+            Step::Describe(kind) => {
+                encode::describe(&mut first, *kind, b"");
+                first_slots.push_back(true);
+                if *kind == b'S' {
+                    first_slots.push_back(true);
+                }
+            }
+        }
+    }
+    (first, first_slots, parse_slot)
 }
 
 /// The client's Parse took effect (`done`: its ParseComplete came) or not: its statement is

@@ -234,19 +234,21 @@ fn plan(
     involved: &[usize],
 ) -> std::result::Result<Plan, String> {
     let shape = || SHAPE.to_string();
-    let index = |shard: usize| involved.iter().position(|&s| s == shard);
-    let mut sends: Vec<(BytesMut, Vec<Sent>)> = involved
-        .iter()
-        .map(|_| (BytesMut::new(), Vec::new()))
-        .collect();
-    let mut parses = Vec::new();
-    // Statements parsed in this request, by name, and the unnamed one.
-    let mut named: Vec<(Vec<u8>, Bytes)> = Vec::new();
-    let mut unnamed: Option<Bytes> = client.statements.unnamed().map(Bytes::copy_from_slice);
-    let mut portal: Option<(Vec<u8>, usize)> = None;
+    let mut p = Planner {
+        client,
+        involved,
+        sends: involved
+            .iter()
+            .map(|_| (BytesMut::new(), Vec::new()))
+            .collect(),
+        parses: Vec::new(),
+        named: Vec::new(),
+        unnamed: client.statements.unnamed().map(Bytes::copy_from_slice),
+        portal: None,
+        i: 0,
+    };
     let mut binds = shards.iter();
     let mut pos = 0;
-    let mut i = 0;
     let mut synced = false;
     while pos < request.len() {
         let h = Header::parse(&request[pos..], u32::MAX)
@@ -259,128 +261,147 @@ fn plan(
         if synced {
             return Err(shape());
         }
-        let text_of = |name: &[u8], named: &[(Vec<u8>, Bytes)], unnamed: &Option<Bytes>| {
-            if name.is_empty() {
-                return unnamed.clone();
-            }
-            if let Some((_, b)) = named.iter().rev().find(|(n, _)| n == name) {
-                return Some(b.clone());
-            }
-            match client.statements.named(name).map(|s| &s.source) {
-                Some(Source::Parse(b)) => Some(b.clone()),
-                _ => None,
-            }
-        };
         match h.tag {
-            frontend::PARSE => {
-                let (name, rest) = cstr(body).ok_or_else(shape)?;
-                if !name.is_empty()
-                    && (client.statements.named(name).is_some()
-                        || named.iter().any(|(n, _)| n == name))
-                {
-                    return Err(shape());
-                }
-                let rest = Bytes::copy_from_slice(rest);
-                let (out, sent) = &mut sends[0];
-                encode::parse(out, b"", &rest);
-                sent.push(Sent {
-                    answer: Answer::One,
-                    client: Some(i),
-                });
-                parses.push((i, name.to_vec(), rest.to_vec()));
-                if name.is_empty() {
-                    unnamed = Some(rest);
-                } else {
-                    named.push((name.to_vec(), rest));
-                }
-            }
-            frontend::BIND => {
-                let bind = BindBody::parse(body).ok_or_else(shape)?;
-                let shard = *binds.next().ok_or_else(shape)?;
-                let k = index(shard).ok_or_else(shape)?;
-                let rest = text_of(bind.statement, &named, &unnamed).ok_or_else(shape)?;
-                let (out, sent) = &mut sends[k];
-                encode::parse(out, b"", &rest);
-                sent.push(Sent {
-                    answer: Answer::One,
-                    client: None,
-                });
-                encode::message(out, frontend::BIND, |b| {
-                    b.extend_from_slice(&[0, 0]);
-                    b.extend_from_slice(bind.after_names);
-                });
-                sent.push(Sent {
-                    answer: Answer::One,
-                    client: Some(i),
-                });
-                portal = Some((bind.portal.to_vec(), k));
-            }
-            frontend::DESCRIBE => {
-                let (&kind, rest) = body.split_first().ok_or_else(shape)?;
-                let (name, _) = cstr(rest).ok_or_else(shape)?;
-                match kind {
-                    b'S' => {
-                        let text = text_of(name, &named, &unnamed).ok_or_else(shape)?;
-                        let (out, sent) = &mut sends[0];
-                        encode::parse(out, b"", &text);
-                        sent.push(Sent {
-                            answer: Answer::One,
-                            client: None,
-                        });
-                        encode::describe(out, b'S', b"");
-                        sent.push(Sent {
-                            answer: Answer::Two,
-                            client: Some(i),
-                        });
-                    }
-                    b'P' => {
-                        let k = match &portal {
-                            Some((p, k)) if p == name => *k,
-                            _ => return Err(shape()),
-                        };
-                        let (out, sent) = &mut sends[k];
-                        encode::describe(out, b'P', b"");
-                        sent.push(Sent {
-                            answer: Answer::One,
-                            client: Some(i),
-                        });
-                    }
-                    _ => return Err(shape()),
-                }
-            }
-            frontend::EXECUTE => {
-                let (name, rest) = cstr(body).ok_or_else(shape)?;
-                let k = match &portal {
-                    Some((p, k)) if p == name => *k,
-                    _ => return Err(shape()),
-                };
-                let (out, sent) = &mut sends[k];
-                encode::message(out, frontend::EXECUTE, |b| {
-                    b.extend_from_slice(&[0]);
-                    b.extend_from_slice(rest);
-                });
-                sent.push(Sent {
-                    answer: Answer::Rows,
-                    client: Some(i),
-                });
-            }
+            frontend::PARSE => p.parse(body),
+            frontend::BIND => p.bind(body, *binds.next().ok_or_else(shape)?),
+            frontend::DESCRIBE => p.describe(body),
+            frontend::EXECUTE => p.execute(body),
             frontend::SYNC => {
                 synced = true;
                 continue;
             }
-            _ => return Err(shape()),
+            _ => None,
         }
-        i += 1;
+        .ok_or_else(shape)?;
+        p.i += 1;
     }
     if binds.next().is_some() || !synced {
         return Err(shape());
     }
-    for (out, _) in sends.iter_mut() {
+    for (out, _) in p.sends.iter_mut() {
         encode::sync(out);
     }
     Ok(Plan {
-        sends,
-        parses,
-        messages: i,
+        sends: p.sends,
+        parses: p.parses,
+        messages: p.i,
     })
+}
+
+/// [`plan`]'s state as it reads the client's messages; each step is `None` when the request
+/// is not of the shape that can be split ([`SHAPE`]).
+struct Planner<'a> {
+    client: &'a ClientConn,
+    involved: &'a [usize],
+    sends: Vec<(BytesMut, Vec<Sent>)>,
+    parses: Vec<(usize, Vec<u8>, Vec<u8>)>,
+    /// Statements parsed in this request, by name, and the unnamed one.
+    named: Vec<(Vec<u8>, Bytes)>,
+    unnamed: Option<Bytes>,
+    /// The portal last bound, and the index of its shard in `involved`.
+    portal: Option<(Vec<u8>, usize)>,
+    /// The client's message being planned.
+    i: usize,
+}
+
+impl Planner<'_> {
+    /// A statement's text: parsed in this request, else kept for the client.
+    fn text_of(&self, name: &[u8]) -> Option<Bytes> {
+        if name.is_empty() {
+            return self.unnamed.clone();
+        }
+        if let Some((_, b)) = self.named.iter().rev().find(|(n, _)| n == name) {
+            return Some(b.clone());
+        }
+        match self.client.statements.named(name).map(|s| &s.source) {
+            Some(Source::Parse(b)) => Some(b.clone()),
+            _ => None,
+        }
+    }
+
+    /// Records a message sent to the shard at `k`.
+    fn push(&mut self, k: usize, answer: Answer, client: Option<usize>) {
+        self.sends[k].1.push(Sent { answer, client });
+    }
+
+    /// A Parse goes (unnamed) to the first shard, which answers it; it is kept for the Binds.
+    fn parse(&mut self, body: &[u8]) -> Option<()> {
+        let (name, rest) = cstr(body)?;
+        if !name.is_empty()
+            && (self.client.statements.named(name).is_some()
+                || self.named.iter().any(|(n, _)| n == name))
+        {
+            return None;
+        }
+        let rest = Bytes::copy_from_slice(rest);
+        encode::parse(&mut self.sends[0].0, b"", &rest);
+        self.push(0, Answer::One, Some(self.i));
+        self.parses.push((self.i, name.to_vec(), rest.to_vec()));
+        if name.is_empty() {
+            self.unnamed = Some(rest);
+        } else {
+            self.named.push((name.to_vec(), rest));
+        }
+        Some(())
+    }
+
+    /// A Bind goes to its shard, after a hidden Parse of its statement there.
+    fn bind(&mut self, body: &[u8], shard: usize) -> Option<()> {
+        let bind = BindBody::parse(body)?;
+        let k = self.involved.iter().position(|&s| s == shard)?;
+        let rest = self.text_of(bind.statement)?;
+        let out = &mut self.sends[k].0;
+        encode::parse(out, b"", &rest);
+        encode::message(out, frontend::BIND, |b| {
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(bind.after_names);
+        });
+        self.push(k, Answer::One, None);
+        self.push(k, Answer::One, Some(self.i));
+        self.portal = Some((bind.portal.to_vec(), k));
+        Some(())
+    }
+
+    /// A statement's Describe goes to the first shard (after a hidden Parse); a portal's to
+    /// the portal's shard.
+    fn describe(&mut self, body: &[u8]) -> Option<()> {
+        let (&kind, rest) = body.split_first()?;
+        let (name, _) = cstr(rest)?;
+        match kind {
+            b'S' => {
+                let text = self.text_of(name)?;
+                let out = &mut self.sends[0].0;
+                encode::parse(out, b"", &text);
+                encode::describe(out, b'S', b"");
+                self.push(0, Answer::One, None);
+                self.push(0, Answer::Two, Some(self.i));
+            }
+            b'P' => {
+                let k = self.portal_shard(name)?;
+                encode::describe(&mut self.sends[k].0, b'P', b"");
+                self.push(k, Answer::One, Some(self.i));
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// An Execute of the portal just bound goes to its shard.
+    fn execute(&mut self, body: &[u8]) -> Option<()> {
+        let (name, rest) = cstr(body)?;
+        let k = self.portal_shard(name)?;
+        encode::message(&mut self.sends[k].0, frontend::EXECUTE, |b| {
+            b.extend_from_slice(&[0]);
+            b.extend_from_slice(rest);
+        });
+        self.push(k, Answer::Rows, Some(self.i));
+        Some(())
+    }
+
+    fn portal_shard(&self, name: &[u8]) -> Option<usize> {
+        match &self.portal {
+            Some((p, k)) if p == name => Some(*k),
+            _ => None,
+        }
+    }
 }
