@@ -142,6 +142,7 @@ async fn ask(
                 opening: &opening,
                 max_rows: 0,
                 limit: None,
+                offset: None,
             };
             merge(client, servers, heads, &mut answer, plan).await
         }
@@ -169,6 +170,7 @@ async fn ask(
                 opening: &opening,
                 max_rows: request.max_rows,
                 limit: request.limit,
+                offset: request.offset,
             };
             merge(client, servers, heads, &mut answer, plan).await
         }
@@ -184,6 +186,8 @@ struct Answer<'a> {
     max_rows: u32,
     /// The LIMIT the client's values gave (`LIMIT $n`).
     limit: Option<u64>,
+    /// The OFFSET the client's values gave (`OFFSET $n`).
+    offset: Option<u64>,
 }
 
 /// The shards' answers (their first messages read: `heads`) merged into the client's: what is
@@ -250,7 +254,7 @@ async fn merge(
     let mut rows = Rows {
         out,
         sent: 0,
-        skip: plan.offset,
+        skip: answer.offset.unwrap_or(plan.offset),
         limit,
     };
     let keys = &prepared.order;

@@ -326,10 +326,13 @@ fn extended(
     Ok(work)
 }
 
+/// An INSERT request's Parse (its name and the rest), Bind and the first shard's steps.
+type Shape<'a> = (Option<(&'a [u8], &'a [u8])>, BindBody<'a>, Vec<Step>);
+
 /// The parts of an extended-protocol INSERT request: its Parse (name and the rest), its Bind,
 /// and the client's messages the first shard answers. `None` when the request is not of the
 /// shape [`SHAPE`] names.
-fn shape_of(request: &[u8]) -> Option<(Option<(&[u8], &[u8])>, BindBody<'_>, Vec<Step>)> {
+fn shape_of(request: &[u8]) -> Option<Shape<'_>> {
     let mut parse: Option<(&[u8], &[u8])> = None;
     let mut bind: Option<BindBody> = None;
     let mut steps = Vec::new();

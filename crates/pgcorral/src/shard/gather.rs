@@ -32,9 +32,12 @@ pub struct Gather {
     pub limit: Option<u64>,
     /// Rows skipped after the merge (`OFFSET`).
     pub offset: u64,
-    /// `LIMIT $n` (without OFFSET, GROUP BY or DISTINCT): the parameter (from 0) whose value
-    /// is the limit, known when the client binds it; the shards get the same `LIMIT $n`.
+    /// `LIMIT $n`: the parameter (from 0) whose value is the limit, known when the client
+    /// binds it. Without OFFSET, GROUP BY or DISTINCT the shards get the same `LIMIT $n`;
+    /// otherwise an expression of it (see [`shard_bounds`]).
     pub limit_param: Option<usize>,
+    /// `OFFSET $n`: the parameter (from 0) whose value is the offset, as `limit_param`.
+    pub offset_param: Option<usize>,
     /// Groups or distinct rows held at most ([`MAX_GROUPS`] unless the caller sets it).
     pub max_groups: usize,
 }
@@ -121,11 +124,10 @@ pub fn plan(
     if sharded_tables > 1 {
         return Err(refusal("a join of sharded tables"));
     }
-    let limit_param = limit_param(s);
-    let (limit, offset) = match limit_param {
-        Some(_) => (None, 0),
-        None => limits(s)?,
-    };
+    let (limit, offset) = limits(s)?;
+    let limit_param = limit.param();
+    let offset_param = offset.param();
+    let (limit, offset) = (limit.value(), offset.value().unwrap_or(0));
     let aggregate = |f: &FuncCall| {
         f.agg_star
             || f.agg_distinct
@@ -200,14 +202,11 @@ pub fn plan(
     };
     // Groups and distinct rows are merged before LIMIT and OFFSET count them: the shards
     // return all of theirs.
-    if limit_param.is_some() && (grouped || distinct || has_aggregate) {
-        return Err(refusal(
-            "a LIMIT given as a parameter with GROUP BY, DISTINCT or aggregates",
-        ));
-    }
-    let unlimited = (grouped || distinct) && (limit.is_some() || offset > 0);
+    let bounded = limit.is_some() || offset > 0 || limit_param.is_some() || offset_param.is_some();
+    let unlimited = (grouped || distinct) && bounded;
     let hidden = columns.hidden;
-    let text = if offset > 0 || unlimited || having || !hidden.is_empty() {
+    let offsets = offset > 0 || offset_param.is_some();
+    let text = if offsets || unlimited || having || !hidden.is_empty() {
         if escapes {
             // The rewritten text is PostgreSQL's deparser's, written for standard strings.
             return Err(refusal(
@@ -222,14 +221,22 @@ pub fn plan(
         else {
             return Err(refusal("a statement other than SELECT"));
         };
-        s.limit_offset = None;
-        s.limit_count = match unlimited {
-            true => None,
-            false => limit.map(|l| Box::new(integer(l.saturating_add(offset)))),
-        };
-        if s.limit_count.is_none() {
-            s.limit_option = LimitOption::Default as i32;
+        if limit_param.is_some() || offset_param.is_some() {
+            let (count, skip) =
+                shard_bounds(unlimited, (limit, offset), (limit_param, offset_param))?;
+            s.limit_count = count;
+            s.limit_offset = skip;
+        } else {
+            s.limit_offset = None;
+            s.limit_count = match unlimited {
+                true => None,
+                false => limit.map(|l| Box::new(integer(l.saturating_add(offset)))),
+            };
         }
+        s.limit_option = match s.limit_count {
+            Some(_) => LimitOption::Count as i32,
+            None => LimitOption::Default as i32,
+        };
         s.having_clause = None;
         s.target_list.extend(hidden);
         pg_query::deparse(&rewritten, Default::default())
@@ -243,6 +250,7 @@ pub fn plan(
         limit,
         offset,
         limit_param,
+        offset_param,
         max_groups: MAX_GROUPS,
     })
 }
@@ -346,36 +354,113 @@ fn tables(sharding: &Sharding, from: &[Node]) -> usize {
     n
 }
 
-/// The statement's `LIMIT` (None: none, or ALL) and `OFFSET`, when both are constants.
-fn limits(s: &SelectStmt) -> Result<(Option<u64>, u64), String> {
-    let count = match s.limit_count.as_deref() {
-        None => None,
-        Some(n) => match constant(n) {
-            Some(Some(v)) => Some(v),
-            // LIMIT NULL or ALL.
-            Some(None) => None,
-            None => return Err(refusal("a LIMIT that is not a constant")),
-        },
-    };
-    let offset = match s.limit_offset.as_deref() {
-        None => 0,
-        Some(n) => match constant(n) {
-            Some(v) => v.unwrap_or(0),
-            None => return Err(refusal("an OFFSET that is not a constant")),
-        },
-    };
-    Ok((count, offset))
+/// A `LIMIT` or `OFFSET`: a constant (`None`: none, NULL or ALL) or the client's parameter.
+#[derive(Clone, Copy)]
+enum Bound {
+    Const(Option<u64>),
+    Param(usize),
 }
 
-/// The parameter (from 0) of `LIMIT $n` when the statement has no OFFSET.
-fn limit_param(s: &SelectStmt) -> Option<usize> {
-    if s.limit_offset.is_some() {
-        return None;
+impl Bound {
+    fn param(self) -> Option<usize> {
+        match self {
+            Bound::Param(i) => Some(i),
+            Bound::Const(_) => None,
+        }
     }
-    match s.limit_count.as_deref()?.node.as_ref()? {
-        NodeEnum::ParamRef(p) => usize::try_from(p.number).ok()?.checked_sub(1),
-        _ => None,
+
+    fn value(self) -> Option<u64> {
+        match self {
+            Bound::Const(v) => v,
+            Bound::Param(_) => None,
+        }
     }
+}
+
+/// The statement's `LIMIT` and `OFFSET`, each a constant or a parameter.
+fn limits(s: &SelectStmt) -> Result<(Bound, Bound), String> {
+    let bound = |n: Option<&Node>, what: &str| -> Result<Bound, String> {
+        let Some(n) = n else {
+            return Ok(Bound::Const(None));
+        };
+        if let Some(NodeEnum::ParamRef(p)) = n.node.as_ref() {
+            if let Some(i) = usize::try_from(p.number)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+            {
+                return Ok(Bound::Param(i));
+            }
+        }
+        match constant(n) {
+            Some(v) => Ok(Bound::Const(v)),
+            None => Err(refusal(&format!(
+                "{what} that is not a constant or a parameter"
+            ))),
+        }
+    };
+    Ok((
+        bound(s.limit_count.as_deref(), "a LIMIT")?,
+        bound(s.limit_offset.as_deref(), "an OFFSET")?,
+    ))
+}
+
+/// The shards' LIMIT and OFFSET expressions (`None`: none).
+type ShardBounds = (Option<Box<Node>>, Option<Box<Node>>);
+
+/// The shards' `LIMIT` and `OFFSET` when the client's are parameters (`params`, from 0) and
+/// the text is rewritten. Each shard returns the rows the merge may need (LIMIT raised by the
+/// OFFSET, none for groups or distinct rows, `unlimited`) and skips none, yet refuses a
+/// negative LIMIT or OFFSET as PostgreSQL does, OFFSET first: its OFFSET is `least($o, 0)`,
+/// and its LIMIT is the client's when negative. Every parameter stays in the text, cast to
+/// bigint as PostgreSQL types a LIMIT's or OFFSET's.
+fn shard_bounds(
+    unlimited: bool,
+    (limit, offset): (Option<u64>, u64),
+    (limit_param, offset_param): (Option<usize>, Option<usize>),
+) -> Result<ShardBounds, String> {
+    // Named in pg_catalog: no type or operator of the user's can stand in.
+    let int8 = |p: usize| format!("${}::pg_catalog.int8", p + 1);
+    let skip = offset_param.map(|o| format!("least({}, 0)", int8(o)));
+    // What the OFFSET adds to the LIMIT.
+    let added = match offset_param {
+        Some(o) => format!("greatest({}, 0)", int8(o)),
+        None => offset.to_string(),
+    };
+    let negative = |l: usize| {
+        format!(
+            "CASE WHEN {} OPERATOR(pg_catalog.<) 0 THEN ${}",
+            int8(l),
+            l + 1
+        )
+    };
+    let count = match (unlimited, limit_param, limit) {
+        (true, Some(l), _) => Some(format!("{} END", negative(l))),
+        (true, None, _) | (false, None, None) => None,
+        (false, Some(l), _) => Some(format!(
+            "{} ELSE ${} OPERATOR(pg_catalog.+) {added} END",
+            negative(l),
+            l + 1
+        )),
+        (false, None, Some(l)) => Some(format!("{l} OPERATOR(pg_catalog.+) {added}")),
+    };
+    let sql = format!(
+        "SELECT 1 LIMIT {} OFFSET {}",
+        count.as_deref().unwrap_or("ALL"),
+        skip.as_deref().unwrap_or("0")
+    );
+    let parsed = pg_query::parse(&sql, super::plan::parser_options(false))
+        .map_err(|e| format!("its LIMIT could not be rewritten for the shards: {e}"))?;
+    let Some(NodeEnum::SelectStmt(s)) = parsed.protobuf.stmts[0]
+        .stmt
+        .as_ref()
+        .and_then(|n| n.node.as_ref())
+    else {
+        return Err(refusal("a LIMIT pgcorral cannot rewrite"));
+    };
+    Ok((
+        count.and(s.limit_count.clone()),
+        skip.and(s.limit_offset.clone()),
+    ))
 }
 
 /// A non-negative integer constant (`Some(None)`: NULL), else `None`. A negative one is left

@@ -45,6 +45,8 @@ pub(in crate::link) struct Request {
     pub max_rows: u32,
     /// The LIMIT the client's values gave (`LIMIT $n`), if any.
     pub limit: Option<u64>,
+    /// The OFFSET the client's values gave (`OFFSET $n`), if any.
+    pub offset: Option<u64>,
     /// Columns of the planned text the client does not get.
     hidden: usize,
 }
@@ -75,6 +77,7 @@ impl Request {
         let mut bind_rest: Option<Vec<u8>> = None;
         let mut max_rows = None;
         let mut limit = None;
+        let mut offset = None;
         let mut pos = 0;
         let mut synced = false;
         while pos < bytes.len() {
@@ -108,7 +111,11 @@ impl Request {
                     let mut rest = before.to_vec();
                     rest.extend_from_slice(&result_formats(results, plan).ok_or_else(shape)?);
                     bind_rest = Some(rest);
-                    limit = plan.limit_param.and_then(|i| limit_value(&bind, i));
+                    limit = plan.limit_param.and_then(|i| bound_value(&bind, i));
+                    // OFFSET NULL skips none.
+                    offset = plan
+                        .offset_param
+                        .map(|i| bound_value(&bind, i).unwrap_or(0));
                     bound = Some((bind.statement.to_vec(), source, bind.portal.to_vec()));
                     Message::Bind
                 }
@@ -182,6 +189,7 @@ impl Request {
             others,
             max_rows,
             limit,
+            offset,
             hidden: plan.hidden,
         })
     }
@@ -268,6 +276,8 @@ pub(in crate::link) struct Rewritten<'a> {
     hidden: usize,
     /// The parameter whose value is the LIMIT (`LIMIT $n`).
     limit_param: Option<usize>,
+    /// The parameter whose value is the OFFSET (`OFFSET $n`).
+    offset_param: Option<usize>,
 }
 
 impl<'a> Rewritten<'a> {
@@ -279,9 +289,11 @@ impl<'a> Rewritten<'a> {
                 visible: Some(g.visible),
                 hidden: g.columns.len() - g.visible,
                 limit_param: plan.limit_param,
+                offset_param: plan.offset_param,
             },
             _ => Rewritten {
                 limit_param: plan.limit_param,
+                offset_param: plan.offset_param,
                 ..Rewritten::as_is(&plan.text)
             },
         }
@@ -294,6 +306,7 @@ impl<'a> Rewritten<'a> {
             visible: None,
             hidden: 0,
             limit_param: None,
+            offset_param: None,
         }
     }
 }
@@ -301,7 +314,7 @@ impl<'a> Rewritten<'a> {
 /// The non-negative integer value of the Bind's parameter `i` (text, or a binary int2, int4 or
 /// int8); `None` for NULL, a negative value (the shards refuse it as PostgreSQL does) or one
 /// that cannot be read.
-fn limit_value(bind: &BindBody<'_>, i: usize) -> Option<u64> {
+fn bound_value(bind: &BindBody<'_>, i: usize) -> Option<u64> {
     let v = bind.param(i)??;
     let n: i64 = match bind.format(i)? {
         0 => std::str::from_utf8(v).ok()?.trim().parse().ok()?,
@@ -417,6 +430,7 @@ mod tests {
             limit: None,
             offset: 0,
             limit_param: None,
+            offset_param: None,
             max_groups: MAX_GROUPS,
         }
     }

@@ -105,6 +105,39 @@ fn an_offset_is_counted_after_the_merge() {
 }
 
 #[test]
+fn parameters_of_limit_and_offset_stay_in_the_shards_text() {
+    // LIMIT $n alone: the shards run the client's text.
+    let g = planned("SELECT k FROM t ORDER BY k LIMIT $1").unwrap();
+    assert_eq!((g.limit_param, g.offset_param), (Some(0), None));
+    assert_eq!(g.text, "SELECT k FROM t ORDER BY k LIMIT $1");
+    // With an OFFSET the shards return LIMIT + OFFSET rows and skip none, but a negative value
+    // still fails there as PostgreSQL fails it.
+    let g = planned("SELECT k FROM t ORDER BY k LIMIT $2 OFFSET $1").unwrap();
+    assert_eq!((g.limit_param, g.offset_param), (Some(1), Some(0)));
+    assert_eq!(
+        g.text,
+        "SELECT k FROM t ORDER BY k LIMIT CASE WHEN $2::bigint OPERATOR(pg_catalog.<) 0 THEN $2 \
+         ELSE $2 OPERATOR(pg_catalog.+) GREATEST($1::bigint, 0) END OFFSET LEAST($1::bigint, 0)"
+    );
+    let g = planned("SELECT k FROM t ORDER BY k LIMIT 10 OFFSET $1").unwrap();
+    assert_eq!((g.limit, g.offset_param), (Some(10), Some(0)));
+    assert!(
+        g.text.ends_with(
+            "LIMIT 10 OPERATOR(pg_catalog.+) GREATEST($1::bigint, 0) OFFSET LEAST($1::bigint, 0)"
+        ),
+        "{}",
+        g.text
+    );
+    // Groups: the shards return them all; only a negative LIMIT is left for them to refuse.
+    let g = planned("SELECT v, count(*) FROM t GROUP BY v LIMIT $1").unwrap();
+    assert_eq!(
+        g.text,
+        "SELECT v, count(*) FROM t GROUP BY v \
+         LIMIT CASE WHEN $1::bigint OPERATOR(pg_catalog.<) 0 THEN $1 END"
+    );
+}
+
+#[test]
 fn plain_aggregates_are_combined() {
     let g =
         planned("SELECT count(*), sum(v), min(v), pg_catalog.max(v) FROM t WHERE v > 0").unwrap();
