@@ -7,6 +7,7 @@
 mod support;
 
 use support::sharding::{config, keys_per_shard, shard_of_int, start};
+use support::wire::{self, tags, Param, Wire};
 use support::{db_message, poll_until, simple_rows, sqlstate, value, Pooler, PoolerProcess};
 use tokio_postgres::SimpleQueryMessage;
 
@@ -518,6 +519,82 @@ async fn an_update_of_the_key_moves_rows_to_their_new_shards_atomically() {
     assert_eq!(sqlstate(&e), "0A000");
     assert_eq!(
         value(&c, "SELECT count(*) FROM accounts WHERE aid = 1003").await,
+        "1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_of_the_key_through_the_extended_protocol_moves_rows_too() {
+    let (shards, p, mut c) = thirty_accounts(|k| k).await;
+    let placed = || support::sharding::assert_placed(&shards, "accounts", "aid", "int4");
+    // tokio-postgres: Parse and Describe, then Bind (binary values) and Execute.
+    let n = c
+        .execute(
+            "UPDATE accounts SET aid = aid + $1 WHERE aid <= $2",
+            &[&1000i32, &10i32],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 10);
+    placed();
+    let n = c
+        .execute(
+            "UPDATE accounts SET aid = $1, v = v + 1 WHERE aid = $2",
+            &[&4i32, &1004i32],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    placed();
+    assert_eq!(value(&c, "SELECT v FROM accounts WHERE aid = 4").await, "5");
+    // A clash where the row lands: PostgreSQL's error, nothing changed.
+    let before = total(&shards);
+    let e = c
+        .execute(
+            "UPDATE accounts SET aid = $1 WHERE aid = $2",
+            &[&20i32, &1008i32],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&e), "23505", "{}", db_message(&e));
+    assert_eq!(total(&shards), before);
+    assert_eq!(
+        value(&c, "SELECT count(*) FROM accounts WHERE aid = 1008").await,
+        "1"
+    );
+    // Inside a driver's transaction, undone by its ROLLBACK.
+    let t = c.transaction().await.unwrap();
+    let n = t
+        .execute(
+            "UPDATE accounts SET aid = aid + $1 WHERE aid > $2",
+            &[&500i32, &1000i32],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 9);
+    t.rollback().await.unwrap();
+    assert_eq!(
+        value(&c, "SELECT count(*) FROM accounts WHERE aid > 1000").await,
+        "9"
+    );
+    assert_eq!(prepared(&shards), ["0", "0", "0"]);
+    // What the client sees is one server's answer to an UPDATE: no rows, no row description.
+    let mut w = Wire::connect(p.addr.port(), "postgres", "app").await;
+    w.send_all(&[
+        wire::parse("", "UPDATE accounts SET aid = $1 WHERE aid = $2", &[]),
+        wire::describe(b'S', ""),
+        wire::bind("", "", &[Param::Text("9"), Param::Text("1009")], false),
+        wire::describe(b'P', ""),
+        wire::execute("", 0),
+        wire::sync(),
+    ])
+    .await;
+    let m = w.until_ready().await;
+    assert_eq!(tags(&m), "1tn2nCZ", "{m:?}");
+    assert_eq!(m[5].text(), "UPDATE 1");
+    placed();
+    assert_eq!(
+        value(&c, "SELECT count(*) FROM accounts WHERE aid = 9").await,
         "1"
     );
 }

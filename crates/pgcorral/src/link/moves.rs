@@ -21,9 +21,176 @@ struct Changed {
     values: Vec<Option<String>>,
 }
 
-/// Runs UPDATE `sql` of sharded table `table` on servers `from` (indexes of `servers`, which
-/// are shards `0..n` in order) and moves the rows whose key now names another shard. `Ok(Ok(n))`:
-/// rows updated; `Ok(Err(e))`: the client's error (the caller rolls back).
+/// An UPDATE of table `table`'s key about to run on servers `from` (indexes of the servers,
+/// which are shards `0..n` in order): the table's columns, as `RETURNING ctid, *` returns
+/// them, and where its key columns are among them.
+pub struct Moving {
+    table: usize,
+    columns: Vec<String>,
+    keys: Vec<usize>,
+}
+
+impl Moving {
+    /// Reads the table's columns on the first of `from`. `Ok(Err(e))`: the client's error (the
+    /// caller rolls back).
+    pub async fn start(
+        servers: &mut [&mut Checkout],
+        from: &[usize],
+        sharding: &Sharding,
+        table: usize,
+    ) -> Result<std::result::Result<Moving, BytesMut>> {
+        let t = &sharding.tables[table];
+        let Some(&first) = from.first() else {
+            return Ok(Err(error("0A000", "an UPDATE on no shard")));
+        };
+        let columns = match columns(servers[first], t).await {
+            Ok(c) => c,
+            Err(e) if e.kind() == Kind::ServerError => return Ok(Err(raw(&e))),
+            Err(e) => return Err(e),
+        };
+        let keys: Option<Vec<usize>> = t
+            .columns
+            .iter()
+            .map(|k| columns.iter().position(|c| c == k))
+            .collect();
+        let Some(keys) = keys else {
+            return Ok(Err(error(
+                "0A000",
+                "the sharded table's key columns are not all among its columns",
+            )));
+        };
+        Ok(Ok(Moving {
+            table,
+            columns,
+            keys,
+        }))
+    }
+
+    /// Reads the rows the UPDATE (sent to `from`, its answers read up to its rows) changed,
+    /// then moves those whose key now names another shard. `Ok(Ok(n))`: rows updated;
+    /// `Ok(Err(e))`: the client's error (the caller rolls back).
+    pub async fn finish(
+        &self,
+        servers: &mut [&mut Checkout],
+        from: &[usize],
+        sharding: &Sharding,
+    ) -> Result<std::result::Result<u64, BytesMut>> {
+        let t = &sharding.tables[self.table];
+        let (columns, keys) = (&self.columns, &self.keys);
+        let mut total = 0u64;
+        let mut held = 0usize;
+        let mut failed = None;
+        let mut moving: Vec<(usize, usize, Changed)> = Vec::new();
+        for &s in from {
+            let server = &mut servers[s];
+            loop {
+                let (tag, body) = read_server(server).await?;
+                match tag {
+                    backend::DATA_ROW if failed.is_none() => {
+                        held += body.len();
+                        if held > MAX_BYTES {
+                            failed = Some(error(
+                                "54000",
+                                "the UPDATE changes more rows than pgcorral holds while it moves rows between shards (64 MiB)",
+                            ));
+                            continue;
+                        }
+                        let Some(row) = changed(&body, columns.len()) else {
+                            failed = Some(error(
+                                "22021",
+                                "a row to move between shards has a value pgcorral cannot read back (not UTF-8)",
+                            ));
+                            continue;
+                        };
+                        match shard_of(sharding, t, &keys, &row) {
+                            Ok(to) if to != s => moving.push((s, to, row)),
+                            Ok(_) => {}
+                            Err(msg) => failed = Some(error("22P02", &msg)),
+                        }
+                    }
+                    backend::COMMAND_COMPLETE => {
+                        let t = String::from_utf8_lossy(&body);
+                        total += t
+                            .trim_end_matches('\0')
+                            .rsplit(' ')
+                            .next()
+                            .and_then(|n| n.parse::<u64>().ok())
+                            .unwrap_or(0);
+                    }
+                    backend::ERROR_RESPONSE => {
+                        failed.get_or_insert_with(|| whole(tag, &body));
+                    }
+                    backend::READY_FOR_QUERY => {
+                        note_ready(server, &body);
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Ok(Err(e));
+        }
+        let name = qualified(t);
+        // Each source shard's moved rows deleted, each destination's inserted.
+        for &s in from {
+            let ctids: Vec<&str> = moving
+                .iter()
+                .filter(|m| m.0 == s)
+                .map(|m| m.2.ctid.as_str())
+                .collect();
+            if ctids.is_empty() {
+                continue;
+            }
+            let mut sql = format!("DELETE FROM ONLY {name} WHERE ctid = ANY (ARRAY[");
+            for (i, c) in ctids.iter().enumerate() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                session::literal(&mut sql, c);
+            }
+            sql.push_str("]::pg_catalog.tid[])");
+            if let Err(e) = run(servers[s], &sql).await? {
+                return Ok(Err(e));
+            }
+        }
+        for (to, server) in servers.iter_mut().enumerate() {
+            let rows: Vec<&Changed> = moving.iter().filter(|m| m.1 == to).map(|m| &m.2).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let mut sql = format!("INSERT INTO {name} (");
+            for (i, c) in columns.iter().enumerate() {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                session::ident(&mut sql, c);
+            }
+            sql.push_str(") OVERRIDING SYSTEM VALUE VALUES ");
+            for (i, row) in rows.iter().enumerate() {
+                sql.push_str(if i > 0 { ", (" } else { "(" });
+                for (j, v) in row.values.iter().enumerate() {
+                    if j > 0 {
+                        sql.push_str(", ");
+                    }
+                    match v {
+                        Some(v) => session::literal(&mut sql, v),
+                        None => sql.push_str("NULL"),
+                    }
+                }
+                sql.push(')');
+            }
+            if let Err(e) = run(server, &sql).await? {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(total))
+    }
+}
+
+/// Runs UPDATE `sql` (a simple Query's) of sharded table `table` on servers `from` (indexes of
+/// `servers`, which are shards `0..n` in order) and moves the rows whose key now names another
+/// shard, as [`Moving::finish`].
 pub async fn update(
     servers: &mut [&mut Checkout],
     from: &[usize],
@@ -31,143 +198,23 @@ pub async fn update(
     sharding: &Sharding,
     table: usize,
 ) -> Result<std::result::Result<u64, BytesMut>> {
-    let t = &sharding.tables[table];
     let rewritten = match scatter::moving(sql) {
         Ok(r) => r,
         Err(msg) => return Ok(Err(error("0A000", &msg))),
     };
-    let Some(&first) = from.first() else {
+    if from.is_empty() {
         return Ok(Ok(0));
-    };
-    let columns = match columns(servers[first], t).await {
-        Ok(c) => c,
-        Err(e) if e.kind() == Kind::ServerError => return Ok(Err(raw(&e))),
-        Err(e) => return Err(e),
-    };
-    let keys: Option<Vec<usize>> = t
-        .columns
-        .iter()
-        .map(|k| columns.iter().position(|c| c == k))
-        .collect();
-    let Some(keys) = keys else {
-        return Ok(Err(error(
-            "0A000",
-            "the sharded table's key columns are not all among its columns",
-        )));
+    }
+    let moving = match Moving::start(servers, from, sharding, table).await? {
+        Ok(m) => m,
+        Err(e) => return Ok(Err(e)),
     };
     let mut query = BytesMut::new();
     pgwire::encode::query(&mut query, &rewritten);
     for &s in from {
         send(servers[s], &query).await?;
     }
-    let mut total = 0u64;
-    let mut held = 0usize;
-    let mut failed = None;
-    let mut moving: Vec<(usize, usize, Changed)> = Vec::new();
-    for &s in from {
-        let server = &mut servers[s];
-        loop {
-            let (tag, body) = read_server(server).await?;
-            match tag {
-                backend::DATA_ROW if failed.is_none() => {
-                    held += body.len();
-                    if held > MAX_BYTES {
-                        failed = Some(error(
-                            "54000",
-                            "the UPDATE changes more rows than pgcorral holds while it moves rows between shards (64 MiB)",
-                        ));
-                        continue;
-                    }
-                    let Some(row) = changed(&body, columns.len()) else {
-                        failed = Some(error(
-                            "22021",
-                            "a row to move between shards has a value pgcorral cannot read back (not UTF-8)",
-                        ));
-                        continue;
-                    };
-                    match shard_of(sharding, t, &keys, &row) {
-                        Ok(to) if to != s => moving.push((s, to, row)),
-                        Ok(_) => {}
-                        Err(msg) => failed = Some(error("22P02", &msg)),
-                    }
-                }
-                backend::COMMAND_COMPLETE => {
-                    let t = String::from_utf8_lossy(&body);
-                    total += t
-                        .trim_end_matches('\0')
-                        .rsplit(' ')
-                        .next()
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .unwrap_or(0);
-                }
-                backend::ERROR_RESPONSE => {
-                    failed.get_or_insert_with(|| whole(tag, &body));
-                }
-                backend::READY_FOR_QUERY => {
-                    note_ready(server, &body);
-                    break;
-                }
-                _ => {}
-            }
-        }
-    }
-    if let Some(e) = failed {
-        return Ok(Err(e));
-    }
-    let name = qualified(t);
-    // Each source shard's moved rows deleted, each destination's inserted.
-    for &s in from {
-        let ctids: Vec<&str> = moving
-            .iter()
-            .filter(|m| m.0 == s)
-            .map(|m| m.2.ctid.as_str())
-            .collect();
-        if ctids.is_empty() {
-            continue;
-        }
-        let mut sql = format!("DELETE FROM ONLY {name} WHERE ctid = ANY (ARRAY[");
-        for (i, c) in ctids.iter().enumerate() {
-            if i > 0 {
-                sql.push(',');
-            }
-            session::literal(&mut sql, c);
-        }
-        sql.push_str("]::pg_catalog.tid[])");
-        if let Err(e) = run(servers[s], &sql).await? {
-            return Ok(Err(e));
-        }
-    }
-    for (to, server) in servers.iter_mut().enumerate() {
-        let rows: Vec<&Changed> = moving.iter().filter(|m| m.1 == to).map(|m| &m.2).collect();
-        if rows.is_empty() {
-            continue;
-        }
-        let mut sql = format!("INSERT INTO {name} (");
-        for (i, c) in columns.iter().enumerate() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            session::ident(&mut sql, c);
-        }
-        sql.push_str(") OVERRIDING SYSTEM VALUE VALUES ");
-        for (i, row) in rows.iter().enumerate() {
-            sql.push_str(if i > 0 { ", (" } else { "(" });
-            for (j, v) in row.values.iter().enumerate() {
-                if j > 0 {
-                    sql.push_str(", ");
-                }
-                match v {
-                    Some(v) => session::literal(&mut sql, v),
-                    None => sql.push_str("NULL"),
-                }
-            }
-            sql.push(')');
-        }
-        if let Err(e) = run(server, &sql).await? {
-            return Ok(Err(e));
-        }
-    }
-    Ok(Ok(total))
+    moving.finish(servers, from, sharding).await
 }
 
 /// The table's columns, in order (what `RETURNING *` returns), as the server's search path

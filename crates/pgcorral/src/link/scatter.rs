@@ -104,7 +104,11 @@ impl Sent {
             client.statements.drop_unnamed();
             return Ok(Sent::Query(bytes));
         };
-        Request::read(client, &bytes, &Rewritten::as_is(text)).map(Sent::Extended)
+        let rewritten = match w.write {
+            Write::MovesKey(_) => Rewritten::moving(text),
+            _ => Rewritten::as_is(text),
+        };
+        Request::read(client, &bytes, &rewritten).map(Sent::Extended)
     }
 }
 
@@ -125,26 +129,8 @@ async fn run_on(
     (shards, from): (&[usize], &[usize]),
     (write, sent): (Write, &Sent),
 ) -> Result<Ran> {
-    if let (Write::MovesKey(table), Sent::Query(query)) = (write, sent) {
-        {
-            let text = query_text(query.get(5..).unwrap_or_default()).unwrap_or_default();
-            let moved = match at.cluster.sharding() {
-                Some(sharding) => moves::update(servers, from, text, &sharding, table).await?,
-                None => Ok(0),
-            };
-            return Ok(match moved {
-                Ok(n) => Ran {
-                    out: BytesMut::new(),
-                    tag: format!("UPDATE {n}"),
-                    failed: None,
-                },
-                Err(e) => Ran {
-                    out: BytesMut::new(),
-                    tag: String::new(),
-                    failed: Some(e),
-                },
-            });
-        }
+    if let Write::MovesKey(table) = write {
+        return moved(client, (at, registry), servers, from, (table, sent)).await;
     }
     let mut sent_to: Vec<&mut Checkout> = servers
         .iter_mut()
@@ -198,6 +184,66 @@ async fn run_on(
         _ => tag,
     };
     Ok(Ran { out, tag, failed })
+}
+
+/// [`run_on`] for an UPDATE that moves rows between shards: sent to the servers of `from`
+/// (every shard is among `servers`, in order), its rows read and moved ([`moves`]).
+async fn moved(
+    client: &mut ClientConn,
+    (at, registry): (&Attach<'_>, &Registry),
+    servers: &mut [&mut Checkout],
+    from: &[usize],
+    (table, sent): (usize, &Sent),
+) -> Result<Ran> {
+    let ran = |out: BytesMut, moved: std::result::Result<u64, BytesMut>| match moved {
+        Ok(n) => Ran {
+            out,
+            tag: format!("UPDATE {n}"),
+            failed: None,
+        },
+        Err(e) => Ran {
+            out,
+            tag: String::new(),
+            failed: Some(e),
+        },
+    };
+    let Some(sharding) = at.cluster.sharding() else {
+        return Ok(ran(BytesMut::new(), Ok(0)));
+    };
+    let request = match sent {
+        Sent::Query(query) => {
+            let text = query_text(query.get(5..).unwrap_or_default()).unwrap_or_default();
+            let moved = moves::update(servers, from, text, &sharding, table).await?;
+            return Ok(ran(BytesMut::new(), moved));
+        }
+        Sent::Extended(request) => request,
+    };
+    let moving = match moves::Moving::start(servers, from, &sharding, table).await? {
+        Ok(m) => m,
+        Err(e) => return Ok(ran(BytesMut::new(), Err(e))),
+    };
+    // The first of them (in shard order) answers the client's own messages.
+    let mut sent_to: Vec<&mut Checkout> = servers
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| from.contains(i))
+        .map(|(_, s)| &mut **s)
+        .collect();
+    for (i, s) in sent_to.iter_mut().enumerate() {
+        send(s, request.sent(i == 0)).await?;
+    }
+    let mut got = Got {
+        out: BytesMut::new(),
+        failed: None,
+        first_tag: None,
+        differ: None,
+        total: 0,
+    };
+    open(client, registry, &mut sent_to, request, &mut got).await?;
+    drop(sent_to);
+    // The answers' rest (rows, tags, errors) is read as a simple Query's would be.
+    let moved = moving.finish(servers, from, &sharding).await?;
+    Ok(ran(got.out, got.failed.map_or(moved, Err)))
 }
 
 /// The shards' answers to a write as they are read: the client's answer so far, the first

@@ -446,7 +446,7 @@ fn across_shards<'a>(
         shard::Shard::Several(len, shards, why) => (shards.clone(), *len, why.clone()),
         shard::Shard::MovesKey(..) => {
             // The rows go wherever their new keys say: every shard takes part.
-            return match moving(placed, sharding, query, route.escapes) {
+            return match moving(placed, sharding, (query, bound), route.escapes) {
                 Ok(mut s) => {
                     s.begins = begins;
                     Ok(Some(Decision::Scatter(Box::new(s))))
@@ -532,21 +532,33 @@ fn gathered(
 }
 
 /// An UPDATE that assigns a sharding key (`placed`), as a write across shards: every shard
-/// takes part (moved rows go wherever their new keys say); `Err`: refused.
-fn moving(
+/// takes part (moved rows go wherever their new keys say); a simple Query, or an
+/// extended-protocol request binding the one statement (`bound` gives its text, which the
+/// shards run rewritten). `Err`: refused.
+fn moving<'a>(
     placed: &shard::Shard,
     sharding: &Sharding,
-    query: Option<(usize, &str)>,
+    (query, bound): (Option<(usize, &str)>, impl FnOnce() -> Option<&'a str>),
     escapes: bool,
 ) -> std::result::Result<Scattered, (usize, String)> {
     let shard::Shard::MovesKey(len, table, from, why) = placed else {
         return Err((0, "not an UPDATE of a sharding key".into()));
     };
-    let Some((len, text)) = query.filter(|_| !escapes) else {
+    if escapes {
         return Err((*len, why.clone()));
+    }
+    let (len, extended) = match (query, bound()) {
+        (Some((len, text)), _) => {
+            scatter::moved(text).map_err(|msg| (len, msg))?;
+            (len, None)
+        }
+        (None, Some(text)) => {
+            let rewritten = scatter::moving(text).map_err(|msg| (*len, msg))?;
+            (*len, Some(rewritten.into()))
+        }
+        (None, None) => return Err((*len, why.clone())),
     };
     let all: Vec<usize> = (0..sharding.shards).collect();
-    scatter::moved(text).map_err(|msg| (len, msg))?;
     Ok(Scattered {
         from: if from.is_empty() {
             all.clone()
@@ -557,7 +569,7 @@ fn moving(
         write: scatter::Write::MovesKey(*table),
         len,
         begins: false,
-        extended: None,
+        extended,
     })
 }
 
@@ -586,7 +598,7 @@ fn across_in_transaction<'a>(
     }
     let scattered = |s: Scattered| InTransaction::Scatter(Box::new(s));
     if matches!(placed, shard::Shard::MovesKey(..)) {
-        return Some(moving(placed, sharding, query, route.escapes).map(scattered));
+        return Some(moving(placed, sharding, (query, bound), route.escapes).map(scattered));
     }
     let shards = || match several {
         Some(s) => s.clone(),

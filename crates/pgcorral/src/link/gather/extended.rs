@@ -49,6 +49,8 @@ pub(in crate::link) struct Request {
     pub offset: Option<u64>,
     /// Columns of the planned text the client does not get.
     hidden: usize,
+    /// The statement's rows are pgcorral's alone ([`Rewritten::moving`]).
+    rows_hidden: bool,
 }
 
 /// How far a shard's answer went before its rows: its statement parsed (and described: the
@@ -191,6 +193,7 @@ impl Request {
             limit,
             offset,
             hidden: plan.hidden,
+            rows_hidden: plan.rows_hidden,
         })
     }
 
@@ -243,6 +246,7 @@ impl Request {
                     encode::message(out, backend::BIND_COMPLETE, |_| {})
                 }
                 Message::Portal => match described {
+                    Some(_) if self.rows_hidden => encode::message(out, backend::NO_DATA, |_| {}),
                     Some(d) => out.extend_from_slice(d),
                     None => return,
                 },
@@ -254,6 +258,11 @@ impl Request {
 
     /// A statement's RowDescription cut to the client's columns (or its NoData).
     fn client_columns(&self, rows: &BytesMut) -> BytesMut {
+        if self.rows_hidden {
+            let mut none = BytesMut::new();
+            encode::message(&mut none, backend::NO_DATA, |_| {});
+            return none;
+        }
         let columns = (rows.len() >= 7 && rows[0] == backend::ROW_DESCRIPTION)
             .then(|| i16::from_be_bytes([rows[5], rows[6]]))
             .and_then(|n| usize::try_from(n).ok());
@@ -278,6 +287,9 @@ pub(in crate::link) struct Rewritten<'a> {
     limit_param: Option<usize>,
     /// The parameter whose value is the OFFSET (`OFFSET $n`).
     offset_param: Option<usize>,
+    /// Every row the text returns is pgcorral's: asked in text, and the client's statement
+    /// has none (it is described as NoData).
+    rows_hidden: bool,
 }
 
 impl<'a> Rewritten<'a> {
@@ -290,6 +302,7 @@ impl<'a> Rewritten<'a> {
                 hidden: g.columns.len() - g.visible,
                 limit_param: plan.limit_param,
                 offset_param: plan.offset_param,
+                rows_hidden: false,
             },
             _ => Rewritten {
                 limit_param: plan.limit_param,
@@ -307,6 +320,16 @@ impl<'a> Rewritten<'a> {
             hidden: 0,
             limit_param: None,
             offset_param: None,
+            rows_hidden: false,
+        }
+    }
+
+    /// An UPDATE that moves rows between shards, rewritten to return them (`text`) for
+    /// pgcorral alone.
+    pub fn moving(text: &'a str) -> Rewritten<'a> {
+        Rewritten {
+            rows_hidden: true,
+            ..Rewritten::as_is(text)
         }
     }
 }
@@ -343,6 +366,10 @@ fn statement(client: &ClientConn, name: &[u8]) -> Option<Vec<u8>> {
 /// The result format codes (count and codes) the shards are sent for the client's `results`:
 /// the client's for its columns, text for the hidden ones; `None` when they cannot be read.
 fn result_formats(results: &[u8], plan: &Rewritten<'_>) -> Option<Vec<u8>> {
+    if plan.rows_hidden {
+        // Every column in text.
+        return Some(vec![0, 0]);
+    }
     let hidden = plan.hidden;
     let count = usize::from(u16::from_be_bytes([*results.first()?, *results.get(1)?]));
     let codes: Vec<u16> = (0..count)
