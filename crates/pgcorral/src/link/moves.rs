@@ -102,7 +102,7 @@ impl Moving {
                             ));
                             continue;
                         };
-                        match shard_of(sharding, t, &keys, &row) {
+                        match shard_of(sharding, t, keys, &row) {
                             Ok(to) if to != s => moving.push((s, to, row)),
                             Ok(_) => {}
                             Err(msg) => failed = Some(error("22P02", &msg)),

@@ -30,7 +30,7 @@ struct Waiter {
 /// What a pool waiting under a cap is given.
 pub(super) enum CapGrant {
     /// Room to open a server.
-    Permit(Permit),
+    Permit(Room),
     /// A server of its own pool, checked in while it waited (it keeps its place under the cap).
     Server(Checkout),
     /// WAIT_FOR_SERVERS began: the client is closed.
@@ -89,13 +89,14 @@ impl State {
 #[derive(Default)]
 pub struct Limits(Mutex<State>);
 
-/// Room for one server under its caps; given back on drop.
-pub struct Permit {
+/// Room for one server under its caps; given back on drop. Kept by the server it is for as
+/// its [`crate::server::Permit`].
+pub struct Room {
     limits: Arc<Limits>,
     key: Option<CapKey>,
 }
 
-impl Drop for Permit {
+impl Drop for Room {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
             self.limits.release(&key);
@@ -119,7 +120,7 @@ impl Limits {
             let queued = st.waiters.iter().any(|w| shares(&w.key, key));
             if !queued && st.fits(key) {
                 st.take(key);
-                return CapGrant::Permit(Permit {
+                return CapGrant::Permit(Room {
                     limits: self.clone(),
                     key: Some(key.clone()),
                 });
@@ -207,7 +208,7 @@ impl Limits {
             }
             let w = st.waiters.remove(i).expect("index checked");
             st.take(&w.key);
-            let permit = Permit {
+            let permit = Room {
                 limits: self.clone(),
                 key: Some(w.key),
             };

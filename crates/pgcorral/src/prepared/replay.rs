@@ -16,7 +16,7 @@ use pgwire::backend::TxStatus;
 use pgwire::frontend as fe;
 use pgwire::Header;
 
-use crate::server::LinkState;
+use crate::link_state::LinkState;
 
 /// Batches larger than this are not kept (no retry for them).
 const MAX_KEPT: usize = 16 * 1024;

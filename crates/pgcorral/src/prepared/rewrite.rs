@@ -18,9 +18,9 @@ use pgwire::Header;
 use super::expect::{Expected, Fake, Msg, Reword, Undo};
 use super::sql::{self, Command};
 use super::{ClientStatements, Registry, ServerStatements, Source, Statement};
+use crate::link_state::LinkState;
 use crate::logsafe::Esc;
-use crate::pool::stats::Totals;
-use crate::server::LinkState;
+use crate::meter::Totals;
 
 /// Everything the rewriting of one client message touches.
 pub struct Link<'a> {
@@ -412,78 +412,14 @@ impl Link<'_> {
 
     /// Rewrites the message at the start of `buf` (after [`Plan::Rewrite`]).
     pub fn apply(&mut self, h: Header, buf: &[u8], st: &mut LinkState) -> Applied {
-        let whole = || Applied {
-            consume: h.total_len(),
-            pass: 0,
-        };
+        let whole = || whole(h);
         if self.expect.dropping {
             return whole(); // after pgcorral's own error, until Sync
         }
         let body = &buf[HEADER_LEN..buf.len().min(h.total_len())];
         match h.tag {
-            fe::PARSE => {
-                st.unsynced = true;
-                let (name, rest) = cstr(body).expect("planned");
-                let runs = self.runs(rest).cloned();
-                if name.is_empty() {
-                    // The unnamed statement runs one of the client's: its text gets the name
-                    // that one has on this server.
-                    let runs = runs.expect("planned");
-                    let here = self.make_present(&runs, st);
-                    let text = cstr(rest).map_or(&[][..], |(t, _)| t);
-                    let mut renamed = super::execute_text(text, &here.name).unwrap_or_default();
-                    renamed.push(0);
-                    renamed.extend_from_slice(cstr(rest).map_or(&[][..], |(_, types)| types));
-                    pgwire::encode::parse(self.out, b"", &renamed);
-                    self.expect.push(Msg::Parse);
-                    self.client.set_unnamed_runs(rest, runs);
-                    *self.unnamed_here = true;
-                    return whole();
-                }
-                let stmt = self
-                    .registry
-                    .fresh(Source::Parse(Bytes::copy_from_slice(rest)), runs);
-                if !self.client.add_named(name, stmt.clone()) {
-                    self.duplicate_parse(name, rest, st);
-                    return whole();
-                }
-                self.tally.client_parses += 1;
-                // Always a Parse on the server, never an answer of pgcorral's: what it resolves
-                // now is the client's statement. Other clients' statements of the same text
-                // are shared only once this one resolved as they did (see `expect::resolve`).
-                self.prepare_on_server(&stmt, st, true, Some(name));
-                whole()
-            }
-            fe::BIND => {
-                let (portal, rest) = cstr(body).expect("planned");
-                let (name, _) = cstr(rest).expect("planned");
-                let prefix = HEADER_LEN + portal.len() + 1 + name.len() + 1;
-                let stmt = match self.ensure(name, st, Some(buf)) {
-                    Use::Ready(stmt) => stmt,
-                    Use::Wait => return WAIT,
-                    Use::Changed => return self.changed(h, st),
-                };
-                let new_name = stmt.as_ref().map_or("", |(_, s)| s.name.as_str());
-                st.unsynced = true;
-                let new_len = h.total_len() - 1 - name.len() + new_name.len();
-                self.out.put_u8(fe::BIND);
-                self.out.put_i32(new_len as i32);
-                self.out.put_slice(portal);
-                self.out.put_u8(0);
-                self.out.put_slice(new_name.as_bytes());
-                self.out.put_u8(0);
-                match stmt {
-                    Some((id, _)) => {
-                        self.tally.binds += 1;
-                        self.expect.push_about(Msg::Bind, id)
-                    }
-                    None => self.expect.push(Msg::Bind),
-                }
-                Applied {
-                    consume: prefix,
-                    pass: h.total_len() - prefix,
-                }
-            }
+            fe::PARSE => self.parse(h, body, st),
+            fe::BIND => self.bind(h, buf, body, st),
             fe::DESCRIBE => {
                 let (name, _) = cstr(&body[1..]).expect("planned");
                 let stmt = match self.ensure(name, st, None) {
@@ -509,69 +445,142 @@ impl Link<'_> {
                 self.expect.push_fake(Fake::CloseComplete);
                 whole()
             }
-            fe::QUERY => {
-                // Each way it goes, the server's unnamed statement is dropped, as PostgreSQL
-                // drops it for the client's Query.
-                self.simple_query();
-                let text = fe::query_text(body).unwrap_or_default();
-                // The client's characters before `rest`, its part that pgcorral's text keeps.
-                let before = |rest: &str| {
-                    let at = (rest.as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
-                    text.get(..at).map_or(0, |t| t.chars().count()) as i64
-                };
-                match query_command(body) {
-                    Some(Command::Prepare { name, rest }) => {
-                        let shift = before(rest);
-                        self.sql_prepare(name, rest, shift, st)
-                    }
-                    Some(Command::Execute { name, rest }) => {
-                        let stmt = self.lookup(&name).cloned().expect("planned");
-                        let here = match self.ensure_sql(stmt.clone(), st) {
-                            Use::Ready(Some((_, here))) => here,
-                            Use::Ready(None) => unreachable!("a named statement"),
-                            Use::Wait => return WAIT,
-                            Use::Changed => return self.changed(h, st),
-                        };
-                        let q = format!(
-                            "EXECUTE {}{}{}",
-                            here.name,
-                            if rest.is_empty() { "" } else { " " },
-                            rest
-                        );
-                        let shift = ("EXECUTE ".len() + here.name.len() + 1) as i64 - before(rest);
-                        pgwire::encode::query(self.out, &q);
-                        st.on_request();
-                        self.expect.push_reworded(
-                            Msg::Query,
-                            Some(stmt.id),
-                            Reword {
-                                shift,
-                                ..Reword::default()
-                            },
-                        );
-                    }
-                    Some(Command::Deallocate { name }) => {
-                        // Forgotten when the server's ReadyForQuery shows the transaction
-                        // was not aborted (PostgreSQL refuses DEALLOCATE there).
-                        pgwire::encode::close(self.out, b'S', b"");
-                        self.expect.push_entry(Msg::Close, false, None);
-                        pgwire::encode::sync(self.out);
-                        st.on_sync();
-                        self.expect.push_reworded(
-                            Msg::Sync,
-                            None,
-                            Reword {
-                                deallocate: Some(name),
-                                ..Reword::default()
-                            },
-                        );
-                    }
-                    Some(Command::DiscardAll) | None => unreachable!("planned as raw"),
-                }
-                whole()
-            }
+            fe::QUERY => self.query(h, body, st),
             _ => unreachable!("planned as raw"),
         }
+    }
+
+    /// A Parse: the client's named statement prepared under pgcorral's name, or the unnamed
+    /// statement that runs one of the client's (renamed in its text).
+    fn parse(&mut self, h: Header, body: &[u8], st: &mut LinkState) -> Applied {
+        let whole = || whole(h);
+        st.unsynced = true;
+        let (name, rest) = cstr(body).expect("planned");
+        let runs = self.runs(rest).cloned();
+        if name.is_empty() {
+            // The unnamed statement runs one of the client's: its text gets the name
+            // that one has on this server.
+            let runs = runs.expect("planned");
+            let here = self.make_present(&runs, st);
+            let text = cstr(rest).map_or(&[][..], |(t, _)| t);
+            let mut renamed = super::execute_text(text, &here.name).unwrap_or_default();
+            renamed.push(0);
+            renamed.extend_from_slice(cstr(rest).map_or(&[][..], |(_, types)| types));
+            pgwire::encode::parse(self.out, b"", &renamed);
+            self.expect.push(Msg::Parse);
+            self.client.set_unnamed_runs(rest, runs);
+            *self.unnamed_here = true;
+            return whole();
+        }
+        let stmt = self
+            .registry
+            .fresh(Source::Parse(Bytes::copy_from_slice(rest)), runs);
+        if !self.client.add_named(name, stmt.clone()) {
+            self.duplicate_parse(name, rest, st);
+            return whole();
+        }
+        self.tally.client_parses += 1;
+        // Always a Parse on the server, never an answer of pgcorral's: what it resolves
+        // now is the client's statement. Other clients' statements of the same text
+        // are shared only once this one resolved as they did (see `expect::resolve`).
+        self.prepare_on_server(&stmt, st, true, Some(name));
+        whole()
+    }
+
+    /// A Bind: the statement made present on this server first, then bound under its name
+    /// there (the rest of the message passes unchanged).
+    fn bind(&mut self, h: Header, buf: &[u8], body: &[u8], st: &mut LinkState) -> Applied {
+        let (portal, rest) = cstr(body).expect("planned");
+        let (name, _) = cstr(rest).expect("planned");
+        let prefix = HEADER_LEN + portal.len() + 1 + name.len() + 1;
+        let stmt = match self.ensure(name, st, Some(buf)) {
+            Use::Ready(stmt) => stmt,
+            Use::Wait => return WAIT,
+            Use::Changed => return self.changed(h, st),
+        };
+        let new_name = stmt.as_ref().map_or("", |(_, s)| s.name.as_str());
+        st.unsynced = true;
+        let new_len = h.total_len() - 1 - name.len() + new_name.len();
+        self.out.put_u8(fe::BIND);
+        self.out.put_i32(new_len as i32);
+        self.out.put_slice(portal);
+        self.out.put_u8(0);
+        self.out.put_slice(new_name.as_bytes());
+        self.out.put_u8(0);
+        match stmt {
+            Some((id, _)) => {
+                self.tally.binds += 1;
+                self.expect.push_about(Msg::Bind, id)
+            }
+            None => self.expect.push(Msg::Bind),
+        }
+        Applied {
+            consume: prefix,
+            pass: h.total_len() - prefix,
+        }
+    }
+
+    /// A simple Query that is SQL `PREPARE`, `EXECUTE` or `DEALLOCATE` of a client's statement.
+    fn query(&mut self, h: Header, body: &[u8], st: &mut LinkState) -> Applied {
+        // Each way it goes, the server's unnamed statement is dropped, as PostgreSQL
+        // drops it for the client's Query.
+        self.simple_query();
+        let text = fe::query_text(body).unwrap_or_default();
+        // The client's characters before `rest`, its part that pgcorral's text keeps.
+        let before = |rest: &str| {
+            let at = (rest.as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
+            text.get(..at).map_or(0, |t| t.chars().count()) as i64
+        };
+        match query_command(body) {
+            Some(Command::Prepare { name, rest }) => {
+                let shift = before(rest);
+                self.sql_prepare(name, rest, shift, st)
+            }
+            Some(Command::Execute { name, rest }) => {
+                let stmt = self.lookup(&name).cloned().expect("planned");
+                let here = match self.ensure_sql(stmt.clone(), st) {
+                    Use::Ready(Some((_, here))) => here,
+                    Use::Ready(None) => unreachable!("a named statement"),
+                    Use::Wait => return WAIT,
+                    Use::Changed => return self.changed(h, st),
+                };
+                let q = format!(
+                    "EXECUTE {}{}{}",
+                    here.name,
+                    if rest.is_empty() { "" } else { " " },
+                    rest
+                );
+                let shift = ("EXECUTE ".len() + here.name.len() + 1) as i64 - before(rest);
+                pgwire::encode::query(self.out, &q);
+                st.on_request();
+                self.expect.push_reworded(
+                    Msg::Query,
+                    Some(stmt.id),
+                    Reword {
+                        shift,
+                        ..Reword::default()
+                    },
+                );
+            }
+            Some(Command::Deallocate { name }) => {
+                // Forgotten when the server's ReadyForQuery shows the transaction
+                // was not aborted (PostgreSQL refuses DEALLOCATE there).
+                pgwire::encode::close(self.out, b'S', b"");
+                self.expect.push_entry(Msg::Close, false, None);
+                pgwire::encode::sync(self.out);
+                st.on_sync();
+                self.expect.push_reworded(
+                    Msg::Sync,
+                    None,
+                    Reword {
+                        deallocate: Some(name),
+                        ..Reword::default()
+                    },
+                );
+            }
+            Some(Command::DiscardAll) | None => unreachable!("planned as raw"),
+        }
+        whole(h)
     }
 
     /// `PREPARE name ...`: sent under pgcorral's name, always, and described (hidden, in a
@@ -969,6 +978,14 @@ fn undo(stmt: &Statement, client_name: Option<&[u8]>) -> Box<Undo> {
 fn query_command(body: &[u8]) -> Option<Command<'_>> {
     let text = fe::query_text(body)?;
     sql::parse(text)
+}
+
+/// A message consumed whole (rewritten or answered by pgcorral).
+fn whole(h: Header) -> Applied {
+    Applied {
+        consume: h.total_len(),
+        pass: 0,
+    }
 }
 
 #[cfg(test)]

@@ -80,7 +80,10 @@ pub async fn read_hooks(server: &mut ServerConn) -> Result<()> {
     let generation = watch.generation();
     match own_query(server, super::hooks::READ_SQL).await {
         Ok(mut sets) => {
-            watch.offer(generation, &sets.pop().unwrap_or_default());
+            watch.offer(
+                generation,
+                super::hooks::read_rows(&sets.pop().unwrap_or_default()),
+            );
             Ok(())
         }
         Err(e) if e.kind() == Kind::ServerError && !server.state.broken => {

@@ -2,217 +2,11 @@
 //! can reach code its text does not show (relations with triggers, rules, policies, defaults or
 //! checks; types whose input, output or checks are user code; every user function and
 //! operator), so that the session scan calls a query clean only when it names none of them.
+//! The map itself, shared by a database's pools, is [`crate::server::hooks`]'s.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use parking_lot::Mutex;
-
-use crate::clock::{self, Tick};
-
-/// How long a map read from the catalog is trusted before it is read again (by the next
-/// transaction that needs it, which is captured and reset meanwhile). Catalog changes made
-/// through this pgcorral are seen at once (see [`Watch::stale`]); this bounds how long one made
-/// by another connection (a migration run directly against PostgreSQL) goes unseen.
-pub const LIFETIME: Duration = Duration::from_secs(1);
-
-type Names = HashSet<Box<[u8]>, foldhash::fast::RandomState>;
-
-/// The hooks of one database as one catalog read found them.
-#[derive(Debug)]
-pub struct HookMap {
-    /// Not read yet, or given up: every name may reach user code.
-    unknown: bool,
-    /// Something reaches user code without any name (a user-defined cast or default encoding
-    /// conversion): every statement that names anything may.
-    everything: bool,
-    /// Relations, types and functions whose use may run user code, as the catalog spells them.
-    names: Names,
-    /// User-defined operators' names (searched as text: the lexer does not split operators).
-    operators: Vec<Box<[u8]>>,
-    /// The [`Watch`] generation it was read in.
-    pub generation: u64,
-    /// When it is read again, before it expires, by a transaction that ends after then.
-    due: Tick,
-    /// When it stops being trusted.
-    expires: Tick,
-}
-
-impl HookMap {
-    /// A map that trusts nothing: every name may reach user code.
-    pub fn unknown(generation: u64) -> HookMap {
-        HookMap {
-            unknown: true,
-            everything: true,
-            names: Names::default(),
-            operators: Vec::new(),
-            generation,
-            due: Tick::EARLIEST,
-            expires: Tick::EARLIEST,
-        }
-    }
-
-    /// A database with no user code at all, for ever: session mode (which keeps its server, so
-    /// judges statements by their text only), and tests and benchmarks of the scan.
-    pub fn quiet() -> HookMap {
-        HookMap {
-            unknown: false,
-            everything: false,
-            names: Names::default(),
-            operators: Vec::new(),
-            generation: 0,
-            due: Tick::LATEST,
-            expires: Tick::LATEST,
-        }
-    }
-
-    /// True while the map may be used: read, and not expired.
-    #[inline]
-    pub fn trusted(&self) -> bool {
-        !self.unknown && clock::now() < self.expires
-    }
-
-    /// True when the text of a query alone can show it clean: the map is trusted and names
-    /// nothing, so that no name in any text reaches user code.
-    #[inline]
-    pub fn silent(&self) -> bool {
-        !self.everything && self.names.is_empty() && self.operators.is_empty() && self.trusted()
-    }
-
-    /// True when the map should be read again (it is due, expired or unknown).
-    #[inline]
-    pub fn due(&self) -> bool {
-        self.unknown || clock::now() >= self.due
-    }
-
-    /// True when `name` (as the catalog spells it) may reach user code, trusted or not (the scan
-    /// asks [`Self::trusted`] once per text, then [`Self::names`]).
-    #[cfg(test)]
-    pub fn loud(&self, name: &[u8]) -> bool {
-        !self.trusted() || self.names(name)
-    }
-
-    /// [`Self::loud`] for a map known to be trusted.
-    #[inline]
-    pub fn names(&self, name: &[u8]) -> bool {
-        self.everything || self.names.contains(name)
-    }
-
-    /// True when `sql` may hold a user-defined operator.
-    pub fn operator_in(&self, sql: &[u8]) -> bool {
-        self.operators
-            .iter()
-            .any(|op| memchr::memmem::find(sql, op).is_some())
-    }
-
-    /// A trusted map naming `names` and `operators` (tests of the scan).
-    #[cfg(test)]
-    pub fn naming(names: &[&str], operators: &[&str]) -> HookMap {
-        let mut map = HookMap::quiet();
-        map.names = names.iter().map(|n| n.as_bytes().into()).collect();
-        map.operators = operators.iter().map(|n| n.as_bytes().into()).collect();
-        map
-    }
-}
-
-/// One database's map as its pools share it: replaced whole when read again, and marked
-/// unknown ([`Watch::stale`]) before any statement that may change the catalog reaches the
-/// server, so that no transaction is judged by a map older than a catalog change it could see.
-#[derive(Debug)]
-pub struct Watch {
-    map: ArcSwap<HookMap>,
-    /// Bumped by each [`Watch::stale`]; a read started in an older generation is not kept.
-    generation: AtomicU64,
-    /// Bumped by each map stored, so that a server can keep the map it was last judged by
-    /// until another is stored (see [`Watch::version`]).
-    version: AtomicU64,
-    /// A read is under way: one at a time.
-    reading: AtomicBool,
-    /// Orders `stale` against `offer`.
-    lock: Mutex<()>,
-}
-
-impl Default for Watch {
-    fn default() -> Self {
-        Watch {
-            map: ArcSwap::from_pointee(HookMap::unknown(0)),
-            generation: AtomicU64::new(0),
-            version: AtomicU64::new(0),
-            reading: AtomicBool::new(false),
-            lock: Mutex::new(()),
-        }
-    }
-}
-
-impl Watch {
-    /// The map now (one atomic load; the caller keeps it for one transaction).
-    #[inline]
-    pub fn current(&self) -> Arc<HookMap> {
-        self.map.load_full()
-    }
-
-    /// Which map is stored: a server holding the map of this version needs no new copy (one
-    /// load of a counter that changes about once a second, rather than a reference count that
-    /// every worker would update per transaction).
-    #[inline]
-    pub fn version(&self) -> u64 {
-        self.version.load(Ordering::Acquire)
-    }
-
-    /// The generation now: a transaction judged by a map of an older one may have seen a
-    /// catalog change the map does not know.
-    #[inline]
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// A statement that may change the catalog is about to run: nothing is trusted until the
-    /// catalog is read again after it.
-    #[cold]
-    pub fn stale(&self) {
-        let _g = self.lock.lock();
-        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
-        self.map.store(Arc::new(HookMap::unknown(generation)));
-        self.version.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Whether the map needs reading (unknown, expired or due) and no read is under way; if
-    /// so, the caller reads it, and others do not until the claim is dropped.
-    pub fn claim_read(&self) -> Option<ReadClaim<'_>> {
-        let map = self.map.load();
-        if map.trusted() && clock::now() < map.due {
-            return None;
-        }
-        (!self.reading.swap(true, Ordering::AcqRel)).then_some(ReadClaim(self))
-    }
-
-    /// Keeps a map read from the catalog, unless a statement that may change it started after
-    /// the read began (`generation` is the one seen before the read was sent).
-    pub fn offer(&self, generation: u64, rows: &[Vec<Option<String>>]) {
-        let mut map = read_rows(rows);
-        map.generation = generation;
-        let now = clock::now();
-        map.due = now.after(LIFETIME / 2);
-        map.expires = now.after(LIFETIME);
-        let _g = self.lock.lock();
-        if self.generation.load(Ordering::Acquire) == generation {
-            self.map.store(Arc::new(map));
-            self.version.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-}
-
-/// The right to read a database's catalog, held by one server at a time.
-pub struct ReadClaim<'a>(&'a Watch);
-
-impl Drop for ReadClaim<'_> {
-    fn drop(&mut self) {
-        self.0.reading.store(false, Ordering::Release);
-    }
-}
+pub use crate::server::hooks::{HookMap, ReadClaim, Watch, LIFETIME};
 
 /// The catalog read, run with `search_path` set to `pg_catalog, pg_temp` for its own
 /// transaction, so that no object a user made is resolved in it (and without the session's
@@ -271,7 +65,7 @@ fn col(row: &[Option<String>], i: usize) -> &str {
 }
 
 /// Builds the map from [`READ_SQL`]'s rows (generation and expiry left for the caller).
-fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
+pub fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
     // Trusted while its own expressions are judged by it; the caller sets the expiry.
     let mut map = HookMap::quiet();
     let oid = |s: &str| s.parse::<u32>().unwrap_or(0);
@@ -285,9 +79,9 @@ fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
     for row in rows {
         match col(row, 0) {
             "f" => {
-                map.names.insert(col(row, 1).as_bytes().into());
+                map.add_name(col(row, 1).as_bytes());
             }
-            "o" => map.operators.push(col(row, 1).as_bytes().into()),
+            "o" => map.add_operator(col(row, 1).as_bytes()),
             "t" => types.push((
                 oid(col(row, 1)),
                 col(row, 2).to_string(),
@@ -302,7 +96,7 @@ fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
             "x" => exprs.push((oid(col(row, 1)), col(row, 2).to_string())),
             "c" => columns.push((oid(col(row, 1)), oid(col(row, 2)))),
             "e" => edges.push((oid(col(row, 1)), oid(col(row, 2)))),
-            "!" => map.everything = true,
+            "!" => map.reach_everything(),
             _ => {}
         }
     }
@@ -332,11 +126,7 @@ fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
         .map(|(t, _, how)| (*t, how.get(1..).map(oid).unwrap_or(0)))
         .collect();
     spread(&mut loud_types, &over, false);
-    name(
-        &mut map.names,
-        &loud_types,
-        types.iter().map(|(t, n, _)| (*t, n)),
-    );
+    name(&mut map, &loud_types, types.iter().map(|(t, n, _)| (*t, n)));
     // Relations: loud by themselves, by an expression or a column's type, then by their links.
     let mut loud_rels: HashSet<u32> = rels.iter().filter(|r| r.2).map(|r| r.0).collect();
     for (r, expr) in &exprs {
@@ -350,11 +140,7 @@ fn read_rows(rows: &[Vec<Option<String>>]) -> HookMap {
         }
     }
     spread(&mut loud_rels, &edges, true);
-    name(
-        &mut map.names,
-        &loud_rels,
-        rels.iter().map(|(r, n, _)| (*r, n)),
-    );
+    name(&mut map, &loud_rels, rels.iter().map(|(r, n, _)| (*r, n)));
     map
 }
 
@@ -377,15 +163,15 @@ fn spread(loud: &mut HashSet<u32>, links: &[(u32, u32)], both_ways: bool) {
     }
 }
 
-/// Adds to `names` the name of each loud object of `objects` (oid, name).
+/// Adds to `map` the name of each loud object of `objects` (oid, name).
 fn name<'a>(
-    names: &mut Names,
+    map: &mut HookMap,
     loud: &HashSet<u32>,
     objects: impl Iterator<Item = (u32, &'a String)>,
 ) {
     for (o, n) in objects {
         if loud.contains(&o) {
-            names.insert(n.as_bytes().into());
+            map.add_name(n.as_bytes());
         }
     }
 }
@@ -422,8 +208,8 @@ mod tests {
             row(&["r", "30006", "moody", "f"]),
             row(&["c", "30006", "20003"]),
         ];
-        let mut map = read_rows(&rows);
-        map.expires = Tick::LATEST;
+        // Trusted as read (the caller that keeps it sets when it expires).
+        let map = read_rows(&rows);
         for loud in [
             "lower", "evil", "_evil", "trig", "locking", "typed", "child",
         ] {
@@ -434,30 +220,7 @@ mod tests {
         }
         assert!(map.operator_in(b"select 1 === 2"));
         assert!(!map.silent());
-        let mut empty = read_rows(&[row(&["r", "1", "t", "f"])]);
-        empty.expires = Tick::LATEST;
+        let empty = read_rows(&[row(&["r", "1", "t", "f"])]);
         assert!(empty.silent());
-    }
-
-    #[test]
-    fn nothing_is_trusted_unread_expired_or_after_a_stale() {
-        assert!(HookMap::unknown(0).loud(b"anything"));
-        let w = Watch::default();
-        let claim = w.claim_read();
-        assert!(claim.is_some());
-        assert!(w.claim_read().is_none(), "one read at a time");
-        drop(claim);
-        let g = w.generation();
-        w.offer(g, &[]);
-        assert!(w.claim_read().is_none(), "read, not due");
-        assert!(w.current().silent());
-        // A read that began before a catalog change is not kept.
-        let g = w.generation();
-        w.stale();
-        assert!(w.current().loud(b"x"));
-        w.offer(g, &[]);
-        assert!(w.current().loud(b"x"));
-        w.offer(w.generation(), &[]);
-        assert!(!w.current().loud(b"x"));
     }
 }

@@ -17,9 +17,7 @@ pub mod startup;
 use std::fmt::Write;
 use std::sync::Arc;
 
-/// Session-level settings, sorted by name, with canonical values as the server shows them;
-/// `role` and `session_authorization` included when changed. Empty = the server's defaults.
-pub type Settings = Arc<Vec<(String, String)>>;
+pub use crate::server::Settings;
 
 /// True when a server with `applied` already matches `desired`.
 #[inline]

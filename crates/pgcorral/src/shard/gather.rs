@@ -221,22 +221,7 @@ pub fn plan(
         else {
             return Err(refusal("a statement other than SELECT"));
         };
-        if limit_param.is_some() || offset_param.is_some() {
-            let (count, skip) =
-                shard_bounds(unlimited, (limit, offset), (limit_param, offset_param))?;
-            s.limit_count = count;
-            s.limit_offset = skip;
-        } else {
-            s.limit_offset = None;
-            s.limit_count = match unlimited {
-                true => None,
-                false => limit.map(|l| Box::new(integer(l.saturating_add(offset)))),
-            };
-        }
-        s.limit_option = match s.limit_count {
-            Some(_) => LimitOption::Count as i32,
-            None => LimitOption::Default as i32,
-        };
+        set_bounds(s, unlimited, (limit, offset), (limit_param, offset_param))?;
         s.having_clause = None;
         s.target_list.extend(hidden);
         pg_query::deparse(&rewritten, Default::default())
@@ -402,6 +387,33 @@ fn limits(s: &SelectStmt) -> Result<(Bound, Bound), String> {
         bound(s.limit_count.as_deref(), "a LIMIT")?,
         bound(s.limit_offset.as_deref(), "an OFFSET")?,
     ))
+}
+
+/// Sets the shards' LIMIT and OFFSET in the rewritten statement `s`: the rows the merge may
+/// need (LIMIT raised by OFFSET, or none for groups and distinct rows: `unlimited`), none
+/// skipped.
+fn set_bounds(
+    s: &mut SelectStmt,
+    unlimited: bool,
+    (limit, offset): (Option<u64>, u64),
+    (limit_param, offset_param): (Option<usize>, Option<usize>),
+) -> Result<(), String> {
+    if limit_param.is_some() || offset_param.is_some() {
+        let (count, skip) = shard_bounds(unlimited, (limit, offset), (limit_param, offset_param))?;
+        s.limit_count = count;
+        s.limit_offset = skip;
+    } else {
+        s.limit_offset = None;
+        s.limit_count = match unlimited {
+            true => None,
+            false => limit.map(|l| Box::new(integer(l.saturating_add(offset)))),
+        };
+    }
+    s.limit_option = match s.limit_count {
+        Some(_) => LimitOption::Count as i32,
+        None => LimitOption::Default as i32,
+    };
+    Ok(())
 }
 
 /// The shards' LIMIT and OFFSET expressions (`None`: none).
