@@ -708,7 +708,7 @@ async fn executemany_of_psycopg_and_asyncpg_puts_every_row_on_its_shard() {
     let p = Pooler::start(&config(&shards, "", sharded)).await;
     let py = std::env::var("PGCORRAL_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let cases = std::env::var("PGCORRAL_MANY_CASES").unwrap_or_else(|_| {
-        "psycopg_autocommit,psycopg_transaction,asyncpg,asyncpg_transaction,failing,failing_transaction,reads"
+        "psycopg_autocommit,psycopg_transaction,asyncpg,asyncpg_transaction,keyless,failing,failing_transaction,reads"
             .into()
     });
     let mut c = std::process::Command::new(&py);
@@ -739,7 +739,7 @@ async fn executemany_of_psycopg_and_asyncpg_puts_every_row_on_its_shard() {
         rows as usize,
         1000 * cases
             .split(',')
-            .filter(|c| !c.starts_with("failing") && *c != "reads")
+            .filter(|c| !c.starts_with("failing") && *c != "reads" && *c != "keyless")
             .count()
     );
     assert!(on_each(&shards, "SELECT count(*) FROM accounts")

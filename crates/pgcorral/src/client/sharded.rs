@@ -174,8 +174,8 @@ fn attach_and_link(session: &mut LoggedIn, worker: usize) -> (Attach<'_>, &mut L
 
 /// A request split between shards inside the client's transaction.
 pub(super) enum Split {
-    /// An extended-protocol batch: each Bind's shard, in order.
-    Pipeline(Vec<usize>),
+    /// An extended-protocol batch: each Bind's shards, in order.
+    Pipeline(Vec<Vec<usize>>),
     /// A multi-row INSERT: each row's shard, in order.
     Insert(Vec<usize>),
     /// A write run on several shards.
@@ -187,13 +187,18 @@ pub(super) enum Split {
 }
 
 impl Split {
-    fn shards(&self) -> &[usize] {
-        match self {
-            Split::Pipeline(s) | Split::Insert(s) => s,
+    /// The first shard it runs on.
+    fn first(&self) -> usize {
+        let shards: &[usize] = match self {
+            Split::Pipeline(binds) => {
+                return binds.iter().flatten().copied().min().unwrap_or(0);
+            }
+            Split::Insert(s) => s,
             Split::Scatter(s) => &s.shards,
             Split::Gather(g) => &g.shards,
             Split::Copy(_) => &[0],
-        }
+        };
+        shards.iter().copied().min().unwrap_or(0)
     }
 }
 
@@ -209,7 +214,7 @@ pub(super) async fn begin_split(
         .tx_begin
         .clone()
         .unwrap_or_default();
-    let first = split.shards().iter().copied().min().unwrap_or(0);
+    let first = split.first();
     let (at, link) = attach_and_link(session, client.worker);
     let mut s = at.checkout(first, Want::Primary, true).await?;
     exec::in_transaction(&mut s, &begin).await?;

@@ -50,12 +50,13 @@ enum Got {
 }
 
 /// Runs the client's request (at the front of its buffer), outside a transaction, each Bind's
-/// statement on `shards`' shard (in the order of the Binds), and answers it.
+/// statement on its shards in `shards` (in the order of the Binds: one, or every shard for an
+/// UPDATE or DELETE whose row counts are summed), and answers it.
 pub async fn pipeline(
     client: &mut ClientConn,
     at: &Attach<'_>,
     registry: &Registry,
-    shards: &[usize],
+    shards: &[Vec<usize>],
 ) -> Result<()> {
     let (request, involved) = take(client, shards)?;
     let plan = match plan(client, &request, shards, &involved) {
@@ -89,7 +90,7 @@ pub async fn in_transaction(
     client: &mut ClientConn,
     at: &Attach<'_>,
     registry: &Registry,
-    (shards, shard): (&[usize], usize),
+    (shards, shard): (&[Vec<usize>], usize),
     (link, begin): (&mut Link, &str),
 ) -> Result<usize> {
     let (request, involved) = take(client, shards)?;
@@ -113,11 +114,11 @@ pub async fn in_transaction(
 }
 
 /// The request at the front of the client's buffer, taken out, and the shards it involves.
-fn take(client: &mut ClientConn, shards: &[usize]) -> Result<(BytesMut, Vec<usize>)> {
+fn take(client: &mut ClientConn, shards: &[Vec<usize>]) -> Result<(BytesMut, Vec<usize>)> {
     let Some(len) = request_len(client) else {
         return Err(Error::new(Kind::ClientProtocol, "the request is not whole"));
     };
-    let mut involved: Vec<usize> = shards.to_vec();
+    let mut involved: Vec<usize> = shards.iter().flatten().copied().collect();
     involved.sort_unstable();
     involved.dedup();
     Ok((client.buf.split_to(len), involved))
@@ -165,7 +166,11 @@ async fn exchange(
                     // Answered to pgcorral's own message, it is the client's next one's.
                     let at = at.or_else(|| next.find_map(|m| m.client));
                     if let Some(i) = at {
-                        got.insert(i, (k, Got::Error(whole(tag, &body))));
+                        // An error on any shard is the message's answer.
+                        let first = got.get(&i).is_some_and(|(_, g)| matches!(g, Got::Error(_)));
+                        if !first {
+                            got.insert(i, (k, Got::Error(whole(tag, &body))));
+                        }
                     }
                     continue;
                 }
@@ -188,7 +193,22 @@ async fn exchange(
             };
             if done {
                 if let Some(i) = m.client {
-                    got.insert(i, (k, Got::Answer(bytes)));
+                    match got.remove(&i) {
+                        None => {
+                            got.insert(i, (k, Got::Answer(bytes)));
+                        }
+                        // Another shard answered it too (a Bind and Execute run on several).
+                        Some((j, Got::Answer(before))) => {
+                            let both = match m.answer {
+                                Answer::Rows => summed(before, &bytes),
+                                _ => before,
+                            };
+                            got.insert(i, (j, Got::Answer(both)));
+                        }
+                        Some(error) => {
+                            got.insert(i, error);
+                        }
+                    }
                 }
             } else {
                 current = Some((m, bytes, count + 1));
@@ -230,7 +250,7 @@ struct Plan {
 fn plan(
     client: &ClientConn,
     request: &[u8],
-    shards: &[usize],
+    shards: &[Vec<usize>],
     involved: &[usize],
 ) -> std::result::Result<Plan, String> {
     let shape = || SHAPE.to_string();
@@ -263,7 +283,7 @@ fn plan(
         }
         match h.tag {
             frontend::PARSE => p.parse(body),
-            frontend::BIND => p.bind(body, *binds.next().ok_or_else(shape)?),
+            frontend::BIND => p.bind(body, binds.next().ok_or_else(shape)?),
             frontend::DESCRIBE => p.describe(body),
             frontend::EXECUTE => p.execute(body),
             frontend::SYNC => {
@@ -298,8 +318,8 @@ struct Planner<'a> {
     /// Statements parsed in this request, by name, and the unnamed one.
     named: Vec<(Vec<u8>, Bytes)>,
     unnamed: Option<Bytes>,
-    /// The portal last bound, and the index of its shard in `involved`.
-    portal: Option<(Vec<u8>, usize)>,
+    /// The portal last bound, and the indexes of its shards in `involved`.
+    portal: Option<(Vec<u8>, Vec<usize>)>,
     /// The client's message being planned.
     i: usize,
 }
@@ -345,20 +365,25 @@ impl Planner<'_> {
         Some(())
     }
 
-    /// A Bind goes to its shard, after a hidden Parse of its statement there.
-    fn bind(&mut self, body: &[u8], shard: usize) -> Option<()> {
+    /// A Bind goes to its shards, after a hidden Parse of its statement there; the client gets
+    /// one BindComplete.
+    fn bind(&mut self, body: &[u8], shards: &[usize]) -> Option<()> {
         let bind = BindBody::parse(body)?;
-        let k = self.involved.iter().position(|&s| s == shard)?;
         let rest = self.text_of(bind.statement)?;
-        let out = &mut self.sends[k].0;
-        encode::parse(out, b"", &rest);
-        encode::message(out, frontend::BIND, |b| {
-            b.extend_from_slice(&[0, 0]);
-            b.extend_from_slice(bind.after_names);
-        });
-        self.push(k, Answer::One, None);
-        self.push(k, Answer::One, Some(self.i));
-        self.portal = Some((bind.portal.to_vec(), k));
+        let mut ks = Vec::with_capacity(shards.len());
+        for shard in shards {
+            let k = self.involved.iter().position(|s| s == shard)?;
+            let out = &mut self.sends[k].0;
+            encode::parse(out, b"", &rest);
+            encode::message(out, frontend::BIND, |b| {
+                b.extend_from_slice(&[0, 0]);
+                b.extend_from_slice(bind.after_names);
+            });
+            self.push(k, Answer::One, None);
+            self.push(k, Answer::One, Some(self.i));
+            ks.push(k);
+        }
+        self.portal = Some((bind.portal.to_vec(), ks));
         Some(())
     }
 
@@ -377,7 +402,8 @@ impl Planner<'_> {
                 self.push(0, Answer::Two, Some(self.i));
             }
             b'P' => {
-                let k = self.portal_shard(name)?;
+                // Its first shard describes it (each would alike).
+                let k = *self.portal_shards(name)?.first()?;
                 encode::describe(&mut self.sends[k].0, b'P', b"");
                 self.push(k, Answer::One, Some(self.i));
             }
@@ -386,22 +412,67 @@ impl Planner<'_> {
         Some(())
     }
 
-    /// An Execute of the portal just bound goes to its shard.
+    /// An Execute of the portal just bound goes to its shards (asking all its rows when it
+    /// has several, whose answers are summed).
     fn execute(&mut self, body: &[u8]) -> Option<()> {
         let (name, rest) = cstr(body)?;
-        let k = self.portal_shard(name)?;
-        encode::message(&mut self.sends[k].0, frontend::EXECUTE, |b| {
-            b.extend_from_slice(&[0]);
-            b.extend_from_slice(rest);
-        });
-        self.push(k, Answer::Rows, Some(self.i));
+        let ks = self.portal_shards(name)?.to_vec();
+        if ks.len() > 1 && rest.get(..4)? != [0, 0, 0, 0] {
+            return None;
+        }
+        for k in ks {
+            encode::message(&mut self.sends[k].0, frontend::EXECUTE, |b| {
+                b.extend_from_slice(&[0]);
+                b.extend_from_slice(rest);
+            });
+            self.push(k, Answer::Rows, Some(self.i));
+        }
         Some(())
     }
 
-    fn portal_shard(&self, name: &[u8]) -> Option<usize> {
+    fn portal_shards(&self, name: &[u8]) -> Option<&[usize]> {
         match &self.portal {
-            Some((p, k)) if p == name => Some(*k),
+            Some((p, ks)) if p == name => Some(ks),
             _ => None,
         }
     }
+}
+
+/// One Execute's answers from two shards as one: the rows of both, and the first's command tag
+/// with the row counts summed (`UPDATE 3` and `UPDATE 4`: `UPDATE 7`).
+fn summed(first: BytesMut, second: &[u8]) -> BytesMut {
+    let (rows_a, end_a) = split_end(&first);
+    let (rows_b, end_b) = split_end(second);
+    let mut out = BytesMut::with_capacity(first.len() + second.len());
+    out.extend_from_slice(rows_a);
+    out.extend_from_slice(rows_b);
+    let count = |end: &[u8]| -> Option<(String, u64)> {
+        if end.first() != Some(&backend::COMMAND_COMPLETE) {
+            return None;
+        }
+        let tag = std::str::from_utf8(end.get(HEADER_LEN..)?).ok()?;
+        let (prefix, n) = tag.trim_end_matches('\0').rsplit_once(' ')?;
+        Some((prefix.to_string(), n.parse().ok()?))
+    };
+    match (count(end_a), count(end_b)) {
+        (Some((prefix, a)), Some((_, b))) => {
+            encode::command_complete(&mut out, &format!("{prefix} {}", a + b))
+        }
+        _ => out.extend_from_slice(end_a),
+    }
+    out
+}
+
+/// An Execute's answer split before its last message (the one that ends it).
+fn split_end(answer: &[u8]) -> (&[u8], &[u8]) {
+    let mut pos = 0;
+    let mut last = 0;
+    while let Some(h) = Header::parse(&answer[pos..], u32::MAX).ok().flatten() {
+        if h.total_len() > answer.len() - pos {
+            break;
+        }
+        last = pos;
+        pos += h.total_len();
+    }
+    answer.split_at(last)
 }

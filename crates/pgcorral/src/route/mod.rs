@@ -139,7 +139,7 @@ pub enum Decision {
     /// shard, in order): split between them, committed atomically; or (`true`) the first
     /// request of the client's transaction (begun alone, [`ClientRoute::tx_begin`]), which
     /// begins on those shards.
-    SplitPipeline(Vec<usize>, bool),
+    SplitPipeline(Vec<Vec<usize>>, bool),
 }
 
 /// A write across shards, as [`decide`] placed it.
@@ -759,7 +759,7 @@ pub enum InTransaction {
     Switch(usize),
     /// Its statements are on these shards (each Bind's, in order): the transaction spreads
     /// to them and the request is split between them.
-    Pipeline(Vec<usize>),
+    Pipeline(Vec<Vec<usize>>),
     /// The transaction spans shards and this is its lone `PREPARE TRANSACTION` (left to run
     /// on the current shard): pgcorral prepares the other shards' parts with the same gid.
     Prepare(String),

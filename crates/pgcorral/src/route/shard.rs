@@ -23,6 +23,7 @@ use crate::shard::key::KeyType;
 use crate::shard::number::Typed;
 use crate::shard::plan::{NearPlan, Place, Plan, Spans};
 use crate::shard::read::Param;
+use crate::shard::scatter::{self, Write};
 use crate::shard::{Facts, Sharding, Table};
 
 /// The shard of the request at the start of the client's buffer, or why it has none.
@@ -42,8 +43,9 @@ pub enum Shard {
     /// message for the client if its rows cannot be moved).
     MovesKey(usize, usize, Vec<usize>, String),
     /// An extended-protocol request whose bound statements are on several shards (bytes of the
-    /// request, each Bind's shard in order): split between them.
-    Pipeline(usize, Vec<usize>),
+    /// request, each Bind's shards in order: one, or every shard for an UPDATE or DELETE that
+    /// names no key): split between them.
+    Pipeline(usize, Vec<Vec<usize>>),
     /// A write of omnisharded tables only, the request's one statement (bytes of the request,
     /// and the message for the client if it cannot be run on every shard).
     Omni(usize, String),
@@ -89,9 +91,12 @@ pub fn shard_of(
     let mut place = Place::Any;
     let mut spans = Spans::new();
     // Each bound statement's shard (`None`: any), and whether they may be split between
-    // shards: an extended-protocol pipeline whose statements each name one shard or none.
+    // shards: an extended-protocol pipeline whose statements each name one shard or none, or
+    // are UPDATEs or DELETEs that name no key (every shard: `everywhere`).
     let mut per_bind: SmallVec<[Option<usize>; 4]> = SmallVec::new();
+    let mut everywhere: SmallVec<[usize; 2]> = SmallVec::new();
     let (mut split, mut splittable) = (false, !batch.simple);
+    let binds = batch.statements.iter().filter(|s| s.2.is_some()).count();
     for &(text, types, bind, runs) in &batch.statements {
         let plan = sharding
             .plans
@@ -107,6 +112,25 @@ pub fn shard_of(
             | Place::Omni(_)
                 if !runs =>
             {
+                Place::Any
+            }
+            p => p,
+        };
+        // A keyless UPDATE or DELETE among several Binds (no default shard): every shard runs
+        // it, its row counts summed.
+        let here = match here {
+            Place::Default(_)
+                if bind.is_some()
+                    && binds > 1
+                    && splittable
+                    && sharding.default_shard.is_none()
+                    && matches!(
+                        scatter::plan(sharding, text, escapes),
+                        Ok(Some(Write::Rows))
+                    ) =>
+            {
+                everywhere.push(per_bind.len());
+                split = true;
                 Place::Any
             }
             p => p,
@@ -148,12 +172,14 @@ pub fn shard_of(
             "a request whose statements are on several shards cannot hold transaction control (BEGIN, COMMIT, ROLLBACK, savepoints): send it in a request of its own".into(),
         );
     }
-    if split && splittable && matches!(place, Place::Shard(_)) {
+    if split && splittable && matches!(place, Place::Shard(_) | Place::Any) {
         let first = per_bind.iter().flatten().copied().min().unwrap_or(0);
-        return Shard::Pipeline(
-            batch.len,
-            per_bind.iter().map(|s| s.unwrap_or(first)).collect(),
-        );
+        let on = |(i, s): (usize, &Option<usize>)| match s {
+            _ if everywhere.contains(&i) => (0..sharding.shards).collect(),
+            Some(n) => vec![*n],
+            None => vec![first],
+        };
+        return Shard::Pipeline(batch.len, per_bind.iter().enumerate().map(on).collect());
     }
     if split {
         return Shard::Refused(

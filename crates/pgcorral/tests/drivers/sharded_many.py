@@ -7,6 +7,9 @@ The database `app` has a sharded table accounts(aid int4 key, v text). Each case
 (its default), asyncpg outside a transaction, asyncpg inside one; then a psycopg executemany
 whose last row fails (a duplicate key) must leave none of its rows behind, outside a
 transaction and inside one (where the next statement is refused until ROLLBACK). The case
+`keyless` runs executemany of UPDATEs that name no key (each on every shard, row counts
+summed) through psycopg, and through asyncpg in a transaction; the rows it changes are counted
+back. The case
 `reads` (last) reads the rows back across shards through both drivers' extended protocol
 (asyncpg in binary, plain and prepared, in and out of a transaction; psycopg with parameters)
 and checks the counts, sums and order a single server would give. The test that runs
@@ -40,7 +43,7 @@ def main():
     ap.add_argument("--rows", type=int, default=1000)
     ap.add_argument(
         "--cases",
-        default="psycopg_autocommit,psycopg_transaction,asyncpg,asyncpg_transaction,failing,failing_transaction,reads",
+        default="psycopg_autocommit,psycopg_transaction,asyncpg,asyncpg_transaction,keyless,failing,failing_transaction,reads",
     )
     a = ap.parse_args()
     dsn = f"host={a.host} port={a.port} user=postgres dbname=app sslmode=disable"
@@ -78,6 +81,36 @@ def main():
                         await c.close()
 
                 asyncio.run(run())
+            elif case == "keyless":
+                # Every writing case wrote v0, v1, ... once: each UPDATE changes one row per
+                # writing case, on whichever shards they are.
+                writers = sum(1 for c in cases if writes(c))
+                with psycopg.connect(dsn, autocommit=True) as c:
+                    cur = c.cursor()
+                    cur.executemany(
+                        "UPDATE accounts SET v = %s WHERE v = %s",
+                        [(f"k{k}", f"v{k}") for k in range(20)],
+                    )
+                    if cur.rowcount != 20 * writers:
+                        errors.append(f"keyless: psycopg rowcount {cur.rowcount}, want {20 * writers}")
+
+                async def keyless():
+                    c = await asyncpg.connect(
+                        host=a.host, port=a.port, user="postgres", database="app", ssl=False
+                    )
+                    try:
+                        async with c.transaction():
+                            await c.executemany(
+                                "UPDATE accounts SET v = $1 WHERE v = $2",
+                                [(f"k{k}", f"v{k}") for k in range(20, 40)],
+                            )
+                        return await c.fetchval("SELECT count(*) FROM accounts WHERE v LIKE 'k%'")
+                    finally:
+                        await c.close()
+
+                got = asyncio.run(keyless())
+                if got != 40 * writers:
+                    errors.append(f"keyless: {got} rows changed, want {40 * writers}")
             elif case == "failing":
                 # The last row's key is the first's: nothing of the request is kept.
                 bad = rows[:50] + [rows[0]]
@@ -103,12 +136,7 @@ def main():
                         pass
                     c.rollback()
             elif case == "reads":
-                written = sorted(
-                    k
-                    for c in cases
-                    if c != "reads" and not c.startswith("failing")
-                    for k, _ in keys(c)
-                )
+                written = sorted(k for c in cases if writes(c) for k, _ in keys(c))
                 errors.extend(f"reads: {e}" for e in reads(a, dsn, written))
             done.append(case)
         except Exception as e:
@@ -117,6 +145,11 @@ def main():
         print("\n".join(errors))
         sys.exit(1)
     print(f"many ok: {', '.join(done)}, {a.rows} rows each")
+
+
+def writes(case):
+    """Whether a case leaves rows of its own keys."""
+    return case not in ("reads", "keyless") and not case.startswith("failing")
 
 
 def reads(a, dsn, written):
