@@ -17,10 +17,12 @@ const DDL: &str = "CREATE TABLE items (id int8 PRIMARY KEY, grp int4, qty int4, 
     price numeric(10,2), score float8, name text, flag bool, day date, at timestamptz, u uuid, \
     label varchar(20), code char(4), small int2, amount numeric, odd numeric); \
     CREATE TABLE colours (id int4 PRIMARY KEY, name text); \
-    INSERT INTO colours VALUES (1, 'red'), (2, 'green')";
+    INSERT INTO colours VALUES (1, 'red'), (2, 'green'); \
+    CREATE TABLE notes (item_id int8, n int4, body text)";
 
 const SHARDED: &str =
-    "sharded_tables = [{ name = \"items\", columns = [\"id\"], types = [\"int8\"] }]\n\
+    "sharded_tables = [{ name = \"items\", columns = [\"id\"], types = [\"int8\"] }, \
+     { name = \"notes\", columns = [\"item_id\"], types = [\"int8\"] }]\n\
      omnisharded_tables = [\"colours\"]";
 
 /// Row `i`'s values as SQL literals; about one value in eight is NULL, and values repeat
@@ -156,6 +158,22 @@ fn queries() -> Vec<(String, bool)> {
         "SELECT i.id, c.name FROM items i JOIN colours c ON c.id = i.grp".into(),
         false,
     ));
+    // Joins each shard answers alone: two sharded tables on their keys, any join type; an
+    // omnisharded table on the side an outer join may drop.
+    for (sql, ordered) in [
+        ("SELECT i.id, n.n, n.body FROM items i JOIN notes n ON n.item_id = i.id", false),
+        ("SELECT i.id, n.body FROM items i LEFT JOIN notes n ON n.item_id = i.id WHERE i.id < 90", false),
+        ("SELECT n.item_id, i.name FROM notes n LEFT JOIN items i ON i.id = n.item_id AND i.flag", false),
+        ("SELECT i.grp, n.n FROM items i FULL JOIN notes n ON i.id = n.item_id", false),
+        ("SELECT a.id, b.name FROM items a JOIN items b ON a.id = b.id WHERE a.qty > 10", false),
+        ("SELECT i.name, c.name FROM items i LEFT JOIN colours c ON c.id = i.grp", false),
+        ("SELECT i.id, n.n FROM items i JOIN notes n ON n.item_id = i.id ORDER BY 1 DESC, 2 LIMIT 25", true),
+        ("SELECT i.grp, count(*), count(n.n), sum(n.n) FROM items i LEFT JOIN notes n ON i.id = n.item_id GROUP BY i.grp ORDER BY 1 NULLS FIRST", true),
+        ("SELECT count(*), count(i.id), count(n.item_id) FROM items i FULL JOIN notes n ON n.item_id = i.id", true),
+        ("SELECT DISTINCT n.body FROM notes n JOIN items i ON i.id = n.item_id ORDER BY 1", true),
+    ] {
+        out.push((sql.into(), ordered));
+    }
     // Sorted reads, each type, directions and NULL placements, ties broken by id.
     for _ in 0..150 {
         let col = rng.pick(&sortable);
@@ -388,6 +406,18 @@ async fn loaded() -> (Vec<Postgres>, Postgres, Pooler, Client, Client) {
     for batch in 0..12 {
         let rows: Vec<String> = (1..=50).map(|i| row(&mut rng, batch * 50 + i)).collect();
         let insert = format!("INSERT INTO items VALUES {}", rows.join(", "));
+        c.simple_query(&insert).await.unwrap();
+        direct.simple_query(&insert).await.unwrap();
+    }
+    // Notes of most items (none, one or several), and of items that do not exist.
+    for item in (1..=650).filter(|i| i % 3 != 0) {
+        let notes: Vec<String> = (0..item % 4)
+            .map(|n| format!("({item}, {n}, 'note {}')", (item * 7 + n) % 13))
+            .collect();
+        if notes.is_empty() {
+            continue;
+        }
+        let insert = format!("INSERT INTO notes VALUES {}", notes.join(", "));
         c.simple_query(&insert).await.unwrap();
         direct.simple_query(&insert).await.unwrap();
     }
@@ -707,6 +737,11 @@ async fn what_cannot_be_merged_is_refused_by_name_and_the_connection_goes_on() {
             "subquery",
         ),
         ("SELECT rank() OVER (ORDER BY id) FROM items", "window"),
+        ("SELECT * FROM items i JOIN notes n ON n.n = i.grp", "join"),
+        (
+            "SELECT c.name, i.id FROM colours c LEFT JOIN items i ON i.grp = c.id",
+            "outer join",
+        ),
         (
             "SELECT * FROM items a JOIN items b ON a.grp = b.grp",
             "join",

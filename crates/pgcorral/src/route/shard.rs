@@ -189,37 +189,43 @@ pub fn shard_of(
     }
     // Whether it may write matters only for these.
     let writes = matches!(place, Place::Omni(_)) && writes();
+    placed(place, (batch.len, batch.statements.len()), writes)
+}
+
+/// The request's shard from its statements' `place` (`len` bytes, `statements` of them;
+/// `writes`: an omnisharded table's statement may write).
+fn placed(place: Place, (len, statements): (usize, usize), writes: bool) -> Shard {
     match place {
         Place::Shard(n) => Shard::One(n),
         Place::Any => Shard::Any,
-        Place::Omni(t) if writes && batch.statements.len() == 1 => Shard::Omni(
-            batch.len,
+        Place::Omni(t) if writes && statements == 1 => Shard::Omni(
+            len,
             format!("table {t} is omnisharded (the same on every shard): a write of it goes to every shard; name the shard to write one copy"),
         ),
         Place::Omni(t) if writes => Shard::Refused(
-            batch.len,
+            len,
             format!("table {t} is omnisharded (the same on every shard): a write of it goes to every shard only when it is the request's one statement; name the shard to write one copy"),
         ),
         Place::Omni(_) => Shard::Any,
         Place::NeedColumns(t) => Shard::NeedColumns(t),
-        Place::CopyIn(t) if batch.statements.len() == 1 => Shard::CopyIn(t),
-        Place::SplitInsert(rows) if batch.statements.len() == 1 => Shard::SplitInsert(rows),
+        Place::CopyIn(t) if statements == 1 => Shard::CopyIn(t),
+        Place::SplitInsert(rows) if statements == 1 => Shard::SplitInsert(rows),
         Place::SplitInsert(_) => Shard::Refused(
-            batch.len,
+            len,
             "an INSERT whose rows are on several shards is split only when it is the request's one statement".into(),
         ),
         Place::CopyIn(_) => Shard::Refused(
-            batch.len,
+            len,
             "COPY FROM STDIN into a sharded table is split to the shards only when it is the request's one statement".into(),
         ),
-        Place::Default(why) => Shard::NoKey(batch.len, why),
-        Place::Refuse(why) => Shard::Refused(batch.len, why),
-        Place::Several(_, why) if batch.statements.len() != 1 => Shard::Refused(batch.len, why),
-        Place::Several(shards, why) => Shard::Several(batch.len, shards, why),
-        Place::MovesKey(t, shards, why) if batch.statements.len() == 1 => {
-            Shard::MovesKey(batch.len, t, shards, why)
+        Place::Default(why) => Shard::NoKey(len, why),
+        Place::Refuse(why) => Shard::Refused(len, why),
+        Place::Several(_, why) if statements != 1 => Shard::Refused(len, why),
+        Place::Several(shards, why) => Shard::Several(len, shards, why),
+        Place::MovesKey(t, shards, why) if statements == 1 => {
+            Shard::MovesKey(len, t, shards, why)
         }
-        Place::MovesKey(_, _, why) => Shard::Refused(batch.len, why),
+        Place::MovesKey(_, _, why) => Shard::Refused(len, why),
     }
 }
 

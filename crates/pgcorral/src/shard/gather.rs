@@ -4,6 +4,7 @@
 
 mod aggregates;
 pub mod having;
+mod joins;
 mod nat;
 pub mod numeric;
 
@@ -120,10 +121,7 @@ pub fn plan(
     for &(node, _, _, _) in &nodes {
         refuse_node(node)?;
     }
-    let sharded_tables = tables(sharding, &s.from_clause);
-    if sharded_tables > 1 {
-        return Err(refusal("a join of sharded tables"));
-    }
+    joins::check(sharding, &s.from_clause)?;
     let (limit, offset) = limits(s)?;
     let limit_param = limit.param();
     let offset_param = offset.param();
@@ -317,26 +315,6 @@ fn refuse_node(node: NodeRef<'_>) -> Result<(), String> {
         NodeRef::GroupingSet(_) => Err(refusal("GROUPING SETS")),
         _ => Ok(()),
     }
-}
-
-/// How many tables in `from` are not omnisharded (sharded, or unknown to pgcorral and so
-/// possibly spread over the shards).
-fn tables(sharding: &Sharding, from: &[Node]) -> usize {
-    let mut n = 0;
-    for item in from {
-        let Some(node) = item.node.as_ref() else {
-            continue;
-        };
-        for (r, _, _, _) in node.nodes() {
-            if let NodeRef::RangeVar(r) = r {
-                let schema = (!r.schemaname.is_empty()).then_some(r.schemaname.as_str());
-                if !sharding.is_omnisharded(schema, &r.relname) {
-                    n += 1;
-                }
-            }
-        }
-    }
-    n
 }
 
 /// A `LIMIT` or `OFFSET`: a constant (`None`: none, NULL or ALL) or the client's parameter.

@@ -105,6 +105,22 @@ fn an_offset_is_counted_after_the_merge() {
 }
 
 #[test]
+fn joins_each_shard_answers_alone_are_planned() {
+    for sql in [
+        "SELECT * FROM t JOIN u USING (k)",
+        "SELECT * FROM t NATURAL JOIN u",
+        "SELECT t.v, u.w FROM t JOIN u ON u.k = t.k AND t.v > 1 ORDER BY t.v",
+        "SELECT count(*) FROM t a LEFT JOIN u b ON a.k = b.k",
+        "SELECT count(*) FROM t a FULL JOIN t b ON b.k = a.k",
+        "SELECT * FROM t LEFT JOIN o ON o.id = t.v",
+        "SELECT * FROM o JOIN t ON t.k = o.id",
+        "SELECT * FROM o RIGHT JOIN t ON t.k = o.id",
+    ] {
+        assert!(planned(sql).is_ok(), "{sql}: {:?}", planned(sql));
+    }
+}
+
+#[test]
 fn parameters_of_limit_and_offset_stay_in_the_shards_text() {
     // LIMIT $n alone: the shards run the client's text.
     let g = planned("SELECT k FROM t ORDER BY k LIMIT $1").unwrap();
@@ -219,8 +235,30 @@ fn what_cannot_be_merged_is_refused_by_name() {
         ("SELECT * FROM t WHERE k IN (SELECT k FROM u)", "subquery"),
         ("SELECT * FROM (SELECT * FROM t) s", "subquery"),
         ("SELECT rank() OVER (ORDER BY k) FROM t", "window"),
-        ("SELECT * FROM t JOIN u USING (k)", "join of sharded tables"),
+        (
+            "SELECT * FROM t JOIN u ON t.v = u.v",
+            "join of sharded tables",
+        ),
+        (
+            "SELECT * FROM t JOIN u ON t.k = u.k OR t.v = u.v",
+            "join of sharded tables",
+        ),
+        (
+            "SELECT * FROM t JOIN u ON t.k = u.k + 0",
+            "join of sharded tables",
+        ),
         ("SELECT * FROM t, u", "join of sharded tables"),
+        (
+            "SELECT * FROM t, u WHERE t.k = u.k",
+            "join of sharded tables",
+        ),
+        (
+            "SELECT * FROM t JOIN u ON t.k = u.k JOIN t x ON x.k = u.k",
+            "join of sharded tables",
+        ),
+        ("SELECT * FROM o LEFT JOIN t ON t.k = o.id", "outer join"),
+        ("SELECT * FROM t RIGHT JOIN o ON t.k = o.id", "outer join"),
+        ("SELECT * FROM t FULL JOIN o ON t.k = o.id", "outer join"),
         ("SELECT avg(v ORDER BY v) FROM t", "avg"),
         ("SELECT count(DISTINCT v) FROM t", "count(DISTINCT"),
         ("SELECT count(*) + 1 FROM t", "not an aggregate itself"),
