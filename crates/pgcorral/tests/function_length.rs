@@ -3,7 +3,11 @@
 //! must be one of the few listed in [`KEPT`], each with the reason it stays whole (issue 49: at
 //! most five). A new long function fails here; split it, or say why it may not be split.
 
-use std::path::{Path, PathBuf};
+mod source;
+
+use std::path::Path;
+
+use source::rust_files;
 
 use syn::visit::Visit;
 
@@ -41,17 +45,6 @@ const KEPT: &[(&str, &str, &str)] = &[
         "pgbouncer.ini's [pgbouncer] keys mapped one per line onto the config; a table",
     ),
 ];
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// Collects functions over the limit, skipping `#[cfg(test)]` items.
 struct Long {

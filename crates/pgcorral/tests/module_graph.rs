@@ -5,8 +5,12 @@
 //! [`MAX_KNOT`]. `UPDATE_MODULE_GRAPH=1 cargo test -p pgcorral --test module_graph` rewrites the
 //! list in the docs after a change of structure (then say why in the prose beside it).
 
+mod source;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use source::rust_files;
 
 /// The largest set of modules allowed to depend on each other (issue 35: from 15 to 7 or fewer;
 /// issue 49: a ladder, with only the pool and its cluster, or config and TLS, in a pair).
@@ -16,17 +20,6 @@ const BEGIN: &str = "<!-- module-graph:begin -->\n";
 const END: &str = "<!-- module-graph:end -->";
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// A file's code without its comments and without its unit tests (a trailing
 /// `#[cfg(test)] mod ...` and files that are tests themselves).

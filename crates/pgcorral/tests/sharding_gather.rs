@@ -459,30 +459,35 @@ async fn reads_across_shards_answer_as_one_server_would() {
 /// The messages of one extended-protocol request (Parse, Bind with `params`, Describe of the
 /// portal, Execute, Sync) up to its ReadyForQuery.
 async fn extended(w: &mut Wire, sql: &str, params: &[Param<'_>], binary: bool) -> Vec<Msg> {
-    w.send_all(&[
-        wire::parse("", sql, &[]),
+    request(w, sql, (params, binary), false).await
+}
+
+/// One Parse, Bind, Describe of the portal, Execute, Sync (with a Describe of the statement
+/// after the Parse when `statement`), and the answers up to ReadyForQuery.
+async fn request(
+    w: &mut Wire,
+    sql: &str,
+    (params, binary): (&[Param<'_>], bool),
+    statement: bool,
+) -> Vec<Msg> {
+    let mut messages = vec![wire::parse("", sql, &[])];
+    if statement {
+        messages.push(wire::describe(b'S', ""));
+    }
+    messages.extend([
         wire::bind("", "", params, binary),
         wire::describe(b'P', ""),
         wire::execute("", 0),
         wire::sync(),
-    ])
-    .await;
+    ]);
+    w.send_all(&messages).await;
     w.until_ready().await
 }
 
 /// [`extended`] with a Describe of the statement after its Parse: the parameters' types are
 /// compared too.
 async fn described(w: &mut Wire, sql: &str, params: &[Param<'_>], binary: bool) -> Vec<Msg> {
-    w.send_all(&[
-        wire::parse("", sql, &[]),
-        wire::describe(b'S', ""),
-        wire::bind("", "", params, binary),
-        wire::describe(b'P', ""),
-        wire::execute("", 0),
-        wire::sync(),
-    ])
-    .await;
-    w.until_ready().await
+    request(w, sql, (params, binary), true).await
 }
 
 /// A RowDescription's fields without the table OID and column number (each server's own).

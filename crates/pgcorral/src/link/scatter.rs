@@ -145,13 +145,7 @@ async fn run_on(
         };
         send(s, bytes).await?;
     }
-    let mut got = Got {
-        out: BytesMut::new(),
-        failed: None,
-        first_tag: None,
-        differ: None,
-        total: 0,
-    };
+    let mut got = Got::default();
     if let Sent::Extended(request) = sent {
         open(client, registry, &mut sent_to, request, &mut got).await?;
     }
@@ -232,13 +226,7 @@ async fn moved(
     for (i, s) in sent_to.iter_mut().enumerate() {
         send(s, request.sent(i == 0)).await?;
     }
-    let mut got = Got {
-        out: BytesMut::new(),
-        failed: None,
-        first_tag: None,
-        differ: None,
-        total: 0,
-    };
+    let mut got = Got::default();
     open(client, registry, &mut sent_to, request, &mut got).await?;
     drop(sent_to);
     // The answers' rest (rows, tags, errors) is read as a simple Query's would be.
@@ -248,6 +236,7 @@ async fn moved(
 
 /// The shards' answers to a write as they are read: the client's answer so far, the first
 /// error, the first shard's command tag, two tags that differ, and the rows all changed.
+#[derive(Default)]
 struct Got {
     out: BytesMut,
     failed: Option<BytesMut>,

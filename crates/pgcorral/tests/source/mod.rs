@@ -1,0 +1,16 @@
+//! The pooler's own source files, for the tests that read its structure (module_graph,
+//! function_length).
+
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`, depth first.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
