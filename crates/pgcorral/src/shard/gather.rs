@@ -401,26 +401,26 @@ type ShardBounds = (Option<Box<Node>>, Option<Box<Node>>);
 /// the text is rewritten. Each shard returns the rows the merge may need (LIMIT raised by the
 /// OFFSET, none for groups or distinct rows, `unlimited`) and skips none, yet refuses a
 /// negative LIMIT or OFFSET as PostgreSQL does, OFFSET first: its OFFSET is `least($o, 0)`,
-/// and its LIMIT is the client's when negative. Every parameter stays in the text, cast to
-/// bigint as PostgreSQL types a LIMIT's or OFFSET's.
+/// and its LIMIT is the client's when negative. Every parameter stays in the text, beside
+/// bigint constants, so that PostgreSQL types it as a LIMIT's or OFFSET's (bigint), and one the
+/// client declared of a type a LIMIT refuses fails there too.
 fn shard_bounds(
     unlimited: bool,
     (limit, offset): (Option<u64>, u64),
     (limit_param, offset_param): (Option<usize>, Option<usize>),
 ) -> Result<ShardBounds, String> {
     // Named in pg_catalog: no type or operator of the user's can stand in.
-    let int8 = |p: usize| format!("${}::pg_catalog.int8", p + 1);
-    let skip = offset_param.map(|o| format!("least({}, 0)", int8(o)));
+    const ZERO: &str = "0::pg_catalog.int8";
+    let skip = offset_param.map(|o| format!("least(${}, {ZERO})", o + 1));
     // What the OFFSET adds to the LIMIT.
     let added = match offset_param {
-        Some(o) => format!("greatest({}, 0)", int8(o)),
+        Some(o) => format!("greatest(${}, {ZERO})", o + 1),
         None => offset.to_string(),
     };
     let negative = |l: usize| {
         format!(
-            "CASE WHEN {} OPERATOR(pg_catalog.<) 0 THEN ${}",
-            int8(l),
-            l + 1
+            "CASE WHEN ${n} OPERATOR(pg_catalog.<) {ZERO} THEN ${n}",
+            n = l + 1
         )
     };
     let count = match (unlimited, limit_param, limit) {

@@ -132,14 +132,14 @@ fn parameters_of_limit_and_offset_stay_in_the_shards_text() {
     assert_eq!((g.limit_param, g.offset_param), (Some(1), Some(0)));
     assert_eq!(
         g.text,
-        "SELECT k FROM t ORDER BY k LIMIT CASE WHEN $2::bigint OPERATOR(pg_catalog.<) 0 THEN $2 \
-         ELSE $2 OPERATOR(pg_catalog.+) GREATEST($1::bigint, 0) END OFFSET LEAST($1::bigint, 0)"
+        "SELECT k FROM t ORDER BY k LIMIT CASE WHEN $2 OPERATOR(pg_catalog.<) 0::bigint THEN $2 \
+         ELSE $2 OPERATOR(pg_catalog.+) GREATEST($1, 0::bigint) END OFFSET LEAST($1, 0::bigint)"
     );
     let g = planned("SELECT k FROM t ORDER BY k LIMIT 10 OFFSET $1").unwrap();
     assert_eq!((g.limit, g.offset_param), (Some(10), Some(0)));
     assert!(
         g.text.ends_with(
-            "LIMIT 10 OPERATOR(pg_catalog.+) GREATEST($1::bigint, 0) OFFSET LEAST($1::bigint, 0)"
+            "LIMIT 10 OPERATOR(pg_catalog.+) GREATEST($1, 0::bigint) OFFSET LEAST($1, 0::bigint)"
         ),
         "{}",
         g.text
@@ -149,7 +149,7 @@ fn parameters_of_limit_and_offset_stay_in_the_shards_text() {
     assert_eq!(
         g.text,
         "SELECT v, count(*) FROM t GROUP BY v \
-         LIMIT CASE WHEN $1::bigint OPERATOR(pg_catalog.<) 0 THEN $1 END"
+         LIMIT CASE WHEN $1 OPERATOR(pg_catalog.<) 0::bigint THEN $1 END"
     );
 }
 
