@@ -511,14 +511,28 @@ async fn an_update_of_the_key_moves_rows_to_their_new_shards_atomically() {
         before
     );
     assert_eq!(prepared(&shards), ["0", "0", "0"]);
-    // RETURNING is not done yet: refused, nothing changed.
+    // RETURNING: the client's columns of each changed row, moved or not, as one server
+    // returns them.
+    let m = c
+        .simple_query("UPDATE accounts SET aid = aid - 1000 WHERE aid IN (1003, 1005) RETURNING v, aid * 10 AS ten")
+        .await
+        .unwrap();
+    let mut rows = simple_rows(&m);
+    rows.sort();
+    assert_eq!(rows, [["4", "30"], ["6", "50"]]);
+    assert_eq!(count(&m), 2);
+    placed();
+    // Through the extended protocol it is refused, and nothing changed.
     let e = c
-        .simple_query("UPDATE accounts SET aid = 3 WHERE aid = 1003 RETURNING aid")
+        .query(
+            "UPDATE accounts SET aid = $1 WHERE aid = $2 RETURNING aid",
+            &[&6i32, &1006i32],
+        )
         .await
         .unwrap_err();
     assert_eq!(sqlstate(&e), "0A000");
     assert_eq!(
-        value(&c, "SELECT count(*) FROM accounts WHERE aid = 1003").await,
+        value(&c, "SELECT count(*) FROM accounts WHERE aid = 1006").await,
         "1"
     );
 }

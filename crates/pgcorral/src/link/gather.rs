@@ -3,7 +3,7 @@
 //! groups and aggregates combined and filtered by HAVING, or distinct rows deduplicated) into
 //! the one answer PostgreSQL would give, hidden columns left out, in bounded memory.
 
-mod describe;
+pub(super) mod describe;
 pub(super) mod extended;
 mod grouped;
 

@@ -3,9 +3,10 @@
 //! another shard deleted where it was and inserted there, so that the commit moves it.
 
 use bytes::BytesMut;
-use pgwire::backend;
+use pgwire::{backend, encode};
 
 use super::fanout::{note_ready, read_server, send, whole};
+use super::gather::describe::first_fields;
 use crate::error::{Error, Kind, Result};
 use crate::pool::Checkout;
 use crate::session::{self, exec};
@@ -67,20 +68,22 @@ impl Moving {
     }
 
     /// Reads the rows the UPDATE (sent to `from`, its answers read up to its rows) changed,
-    /// then moves those whose key now names another shard. `Ok(Ok(n))`: rows updated;
+    /// then moves those whose key now names another shard. `Ok(Ok((n, rows)))`: rows updated,
+    /// and the client's `RETURNING` answer (its RowDescription and rows; empty without one);
     /// `Ok(Err(e))`: the client's error (the caller rolls back).
     pub async fn finish(
         &self,
         servers: &mut [&mut Checkout],
         from: &[usize],
         sharding: &Sharding,
-    ) -> Result<std::result::Result<u64, BytesMut>> {
+    ) -> Result<std::result::Result<(u64, BytesMut), BytesMut>> {
         let t = &sharding.tables[self.table];
         let (columns, keys) = (&self.columns, &self.keys);
         let mut total = 0u64;
         let mut held = 0usize;
         let mut failed = None;
         let mut moving: Vec<(usize, usize, Changed)> = Vec::new();
+        let mut returned = Returned::default();
         for &s in from {
             let server = &mut servers[s];
             loop {
@@ -95,13 +98,14 @@ impl Moving {
                             ));
                             continue;
                         }
-                        let Some(row) = changed(&body, columns.len()) else {
+                        let Some((row, theirs)) = changed(&body, columns.len()) else {
                             failed = Some(error(
                                 "22021",
                                 "a row to move between shards has a value pgcorral cannot read back (not UTF-8)",
                             ));
                             continue;
                         };
+                        returned.row(theirs);
                         match shard_of(sharding, t, keys, &row) {
                             Ok(to) if to != s => moving.push((s, to, row)),
                             Ok(_) => {}
@@ -123,6 +127,9 @@ impl Moving {
                     backend::READY_FOR_QUERY => {
                         note_ready(server, &body);
                         break;
+                    }
+                    backend::ROW_DESCRIPTION => {
+                        returned.describe(&whole(tag, &body), columns.len())
                     }
                     _ => {}
                 }
@@ -184,7 +191,7 @@ impl Moving {
                 return Ok(Err(e));
             }
         }
-        Ok(Ok(total))
+        Ok(Ok((total, returned.out)))
     }
 }
 
@@ -197,13 +204,13 @@ pub async fn update(
     sql: &str,
     sharding: &Sharding,
     table: usize,
-) -> Result<std::result::Result<u64, BytesMut>> {
-    let rewritten = match scatter::moving(sql) {
+) -> Result<std::result::Result<(u64, BytesMut), BytesMut>> {
+    let rewritten = match scatter::moving(sql, true) {
         Ok(r) => r,
         Err(msg) => return Ok(Err(error("0A000", &msg))),
     };
     if from.is_empty() {
-        return Ok(Ok(0));
+        return Ok(Ok((0, BytesMut::new())));
     }
     let moving = match Moving::start(servers, from, sharding, table).await? {
         Ok(m) => m,
@@ -244,16 +251,58 @@ fn qualified(t: &Table) -> String {
     name
 }
 
-/// A DataRow of `RETURNING ctid, *` (`n` columns after the ctid); `None` when a value is not
-/// UTF-8 or the row is malformed.
-fn changed(body: &[u8], n: usize) -> Option<Changed> {
-    let count = u16::from_be_bytes(body.get(..2)?.try_into().ok()?) as usize;
-    if count != n + 1 {
-        return None;
+/// The client's `RETURNING` answer as the shards give it: the first RowDescription cut to the
+/// client's columns, then every changed row's values of them (in the format they came in).
+#[derive(Default)]
+struct Returned {
+    /// The client's columns (before the ctid and the table's), once described.
+    visible: Option<usize>,
+    out: BytesMut,
+}
+
+impl Returned {
+    /// A shard's RowDescription of `RETURNING <client's>, ctid, *` (`n` columns in the table).
+    fn describe(&mut self, message: &[u8], n: usize) {
+        if self.visible.is_some() {
+            return;
+        }
+        let fields = message
+            .get(5..7)
+            .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
+        let visible = usize::from(fields).saturating_sub(n + 1);
+        self.visible = Some(visible);
+        if visible > 0 {
+            if let Some(d) = first_fields(message, visible) {
+                self.out.extend_from_slice(&d);
+            }
+        }
     }
+
+    /// One changed row's client columns: their count and values as a DataRow's body has them.
+    fn row(&mut self, (count, values): (usize, &[u8])) {
+        if count > 0 {
+            encode::message(&mut self.out, backend::DATA_ROW, |b| {
+                b.extend_from_slice(&u16::try_from(count).unwrap_or(0).to_be_bytes());
+                b.extend_from_slice(values);
+            });
+        }
+    }
+}
+
+/// A DataRow of `RETURNING <client's>, ctid, *` (`n` columns after the ctid), and the client's
+/// columns before them (their count and bytes); `None` when a value of the table's is not
+/// UTF-8 or the row is malformed.
+fn changed(body: &[u8], n: usize) -> Option<(Changed, (usize, &[u8]))> {
+    let count = u16::from_be_bytes(body.get(..2)?.try_into().ok()?) as usize;
+    let theirs = count.checked_sub(n + 1)?;
     let mut pos = 2;
-    let mut values = Vec::with_capacity(count);
-    for _ in 0..count {
+    for _ in 0..theirs {
+        let len = i32::from_be_bytes(body.get(pos..pos + 4)?.try_into().ok()?);
+        pos += 4 + usize::try_from(len).unwrap_or(0);
+    }
+    let client = (theirs, body.get(2..pos)?);
+    let mut values = Vec::with_capacity(n + 1);
+    for _ in 0..=n {
         let len = i32::from_be_bytes(body.get(pos..pos + 4)?.try_into().ok()?);
         pos += 4;
         if len < 0 {
@@ -265,7 +314,7 @@ fn changed(body: &[u8], n: usize) -> Option<Changed> {
         values.push(Some(std::str::from_utf8(v).ok()?.to_string()));
     }
     let ctid = values.remove(0)?;
-    Some(Changed { ctid, values })
+    Some((Changed { ctid, values }, client))
 }
 
 /// The shard a changed row's key now names.

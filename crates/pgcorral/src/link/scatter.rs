@@ -189,9 +189,13 @@ async fn moved(
     from: &[usize],
     (table, sent): (usize, &Sent),
 ) -> Result<Ran> {
-    let ran = |out: BytesMut, moved: std::result::Result<u64, BytesMut>| match moved {
-        Ok(n) => Ran {
-            out,
+    let ran = |out: BytesMut, moved: std::result::Result<(u64, BytesMut), BytesMut>| match moved {
+        Ok((n, rows)) => Ran {
+            out: {
+                let mut out = out;
+                out.extend_from_slice(&rows);
+                out
+            },
             tag: format!("UPDATE {n}"),
             failed: None,
         },
@@ -202,7 +206,7 @@ async fn moved(
         },
     };
     let Some(sharding) = at.cluster.sharding() else {
-        return Ok(ran(BytesMut::new(), Ok(0)));
+        return Ok(ran(BytesMut::new(), Ok((0, BytesMut::new()))));
     };
     let request = match sent {
         Sent::Query(query) => {

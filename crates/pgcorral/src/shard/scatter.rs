@@ -39,12 +39,13 @@ pub const CTID: &str = "ctid";
 /// Whether an UPDATE that assigns a sharding key (`sql`, one statement) can move its rows:
 /// `Err` names why not.
 pub fn moved(sql: &str) -> Result<(), String> {
-    moving(sql).map(drop)
+    moving(sql, true).map(drop)
 }
 
 /// The UPDATE `sql` rewritten to return each changed row's place and every column (`RETURNING
-/// ctid, *`), for pgcorral to move the rows whose key is now another shard's.
-pub fn moving(sql: &str) -> Result<String, String> {
+/// ctid, *`, after the client's own `RETURNING` columns when `returning` allows them), for
+/// pgcorral to move the rows whose key is now another shard's.
+pub fn moving(sql: &str, returning: bool) -> Result<String, String> {
     let refused = |what: &str| {
         format!("{what} in an UPDATE that moves rows between shards cannot be run by pgcorral yet: delete the rows and insert them again")
     };
@@ -57,8 +58,8 @@ pub fn moving(sql: &str) -> Result<String, String> {
     let Some(NodeEnum::UpdateStmt(u)) = stmt.stmt.as_mut().and_then(|n| n.node.as_mut()) else {
         return Err(refused("a statement other than UPDATE"));
     };
-    if u.returning_clause.is_some() {
-        return Err(refused("RETURNING"));
+    if u.returning_clause.is_some() && !returning {
+        return Err(refused("RETURNING through the extended protocol"));
     }
     if u.with_clause.is_some() || !u.from_clause.is_empty() {
         return Err(refused("WITH or FROM"));
@@ -89,10 +90,12 @@ pub fn moving(sql: &str) -> Result<String, String> {
             ))),
         }
     };
-    u.returning_clause = Some(pg_query::protobuf::ReturningClause {
-        options: Vec::new(),
-        exprs: vec![column(Some(CTID)), column(None)],
-    });
+    let mut clause = u.returning_clause.take().unwrap_or_default();
+    if !clause.options.is_empty() {
+        return Err(refused("RETURNING OLD or NEW"));
+    }
+    clause.exprs.extend([column(Some(CTID)), column(None)]);
+    u.returning_clause = Some(clause);
     pg_query::deparse(&parsed, Default::default())
         .map_err(|e| format!("it could not be rewritten: {e}"))
 }

@@ -64,7 +64,7 @@ pub(super) fn agreed(descriptions: &[&BytesMut]) -> Result<Vec<Field>, String> {
 
 /// A whole RowDescription `message` cut to its first `n` fields (the client's, without the
 /// hidden ones), or `None` when it cannot be read.
-pub(super) fn first_fields(message: &[u8], n: usize) -> Option<BytesMut> {
+pub(in crate::link) fn first_fields(message: &[u8], n: usize) -> Option<BytesMut> {
     let body = message.get(7..)?;
     let mut at = 0;
     for _ in 0..n {
