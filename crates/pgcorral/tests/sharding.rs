@@ -403,9 +403,12 @@ async fn requests_that_name_no_shard_are_refused_never_guessed() {
         refused("DELETE FROM accounts WHERE aid IN (SELECT aid FROM accounts WHERE v = 'x')").await;
     assert_eq!(code, "0A000");
     assert!(msg.contains("reads a sharded table"), "{msg}");
-    // A key changed with RETURNING (tests/sharding_writes.rs moves rows without it), an
+    // A key changed with FROM (tests/sharding_writes.rs moves rows without it), an
     // omnisharded table written beside other statements: refused.
-    let (_, msg) = refused("UPDATE accounts SET aid = 5 WHERE aid = 7 RETURNING aid").await;
+    let (_, msg) = refused(
+        "UPDATE accounts SET aid = 5 FROM countries WHERE accounts.aid = 7 AND countries.id = 1",
+    )
+    .await;
     assert!(msg.contains("moves rows between shards"), "{msg}");
     let (_, msg) = refused("INSERT INTO countries VALUES (2, 'two'); SELECT 1").await;
     assert!(msg.contains("omnisharded"), "{msg}");
