@@ -117,13 +117,12 @@ pub(super) fn note_ready(s: &mut Checkout, body: &[u8]) {
         .unwrap_or(TxStatus::Failed);
 }
 
-/// The row count of a CommandComplete tag (`COPY 5`, `INSERT 0 5`).
-fn rows_of(tag: &[u8]) -> u64 {
-    std::str::from_utf8(tag)
-        .ok()
-        .and_then(|t| t.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+/// A CommandComplete body (its NUL or not) split before its row count: `UPDATE 5` is
+/// `("UPDATE", 5)`, `INSERT 0 5` is `("INSERT 0", 5)`; `None` for a tag without a count.
+pub(super) fn counted(body: &[u8]) -> Option<(&str, u64)> {
+    let tag = std::str::from_utf8(body.strip_suffix(&[0]).unwrap_or(body)).ok()?;
+    let (prefix, n) = tag.rsplit_once(' ')?;
+    Some((prefix, n.parse().ok()?))
 }
 
 /// Reads a server's answers up to its ReadyForQuery: the last command's row count (`COPY n`,
@@ -135,8 +134,7 @@ pub(super) async fn until_ready(s: &mut Checkout) -> Result<std::result::Result<
         let (tag, body) = read_server(s).await?;
         match tag {
             backend::COMMAND_COMPLETE => {
-                let tag = body.strip_suffix(&[0]).unwrap_or(&body);
-                count = rows_of(tag);
+                count = counted(&body).map_or(0, |(_, n)| n);
             }
             backend::ERROR_RESPONSE => {
                 error.get_or_insert(whole(tag, &body));

@@ -5,7 +5,7 @@
 use bytes::BytesMut;
 use pgwire::{backend, encode};
 
-use super::fanout::{note_ready, read_server, send, whole};
+use super::fanout::{counted, note_ready, read_server, send, whole};
 use super::gather::describe::first_fields;
 use crate::error::{Error, Kind, Result};
 use crate::pool::Checkout;
@@ -113,13 +113,7 @@ impl Moving {
                         }
                     }
                     backend::COMMAND_COMPLETE => {
-                        let t = String::from_utf8_lossy(&body);
-                        total += t
-                            .trim_end_matches('\0')
-                            .rsplit(' ')
-                            .next()
-                            .and_then(|n| n.parse::<u64>().ok())
-                            .unwrap_or(0);
+                        total += counted(&body).map_or(0, |(_, n)| n);
                     }
                     backend::ERROR_RESPONSE => {
                         failed.get_or_insert_with(|| whole(tag, &body));

@@ -11,7 +11,9 @@ use pgwire::frontend::{self, cstr, BindBody};
 use pgwire::header::HEADER_LEN;
 use pgwire::{encode, Header};
 
-use super::fanout::{answer_error, answer_raw, note_ready, read_server, send, whole, Aimed};
+use super::fanout::{
+    answer_error, answer_raw, counted, note_ready, read_server, send, whole, Aimed,
+};
 use super::insert::keep_parse;
 use super::{spanning, Attach, Link};
 use crate::client_conn::ClientConn;
@@ -446,21 +448,21 @@ fn summed(first: BytesMut, second: &[u8]) -> BytesMut {
     let mut out = BytesMut::with_capacity(first.len() + second.len());
     out.extend_from_slice(rows_a);
     out.extend_from_slice(rows_b);
-    let count = |end: &[u8]| -> Option<(String, u64)> {
-        if end.first() != Some(&backend::COMMAND_COMPLETE) {
-            return None;
-        }
-        let tag = std::str::from_utf8(end.get(HEADER_LEN..)?).ok()?;
-        let (prefix, n) = tag.trim_end_matches('\0').rsplit_once(' ')?;
-        Some((prefix.to_string(), n.parse().ok()?))
-    };
-    match (count(end_a), count(end_b)) {
+    match (tag_count(end_a), tag_count(end_b)) {
         (Some((prefix, a)), Some((_, b))) => {
             encode::command_complete(&mut out, &format!("{prefix} {}", a + b))
         }
         _ => out.extend_from_slice(end_a),
     }
     out
+}
+
+/// A whole CommandComplete message's tag split before its row count ([`counted`]).
+fn tag_count(end: &[u8]) -> Option<(&str, u64)> {
+    match end.first() {
+        Some(&backend::COMMAND_COMPLETE) => counted(end.get(HEADER_LEN..)?),
+        _ => None,
+    }
 }
 
 /// An Execute's answer split before its last message (the one that ends it).

@@ -8,7 +8,9 @@ use pgwire::encode;
 
 use pgwire::frontend::query_text;
 
-use super::fanout::{answer_error, answer_raw, note_ready, read_server, send, whole, Aimed};
+use super::fanout::{
+    answer_error, answer_raw, counted, note_ready, read_server, send, whole, Aimed,
+};
 use super::gather::extended::{self, Request, Rewritten};
 use super::gather::Head;
 use super::{moves, spanning, Attach, Link};
@@ -283,9 +285,7 @@ impl Got {
                         }
                         Some(_) => {}
                     }
-                    if let Some((_, n)) = t.rsplit_once(' ') {
-                        self.total += n.parse::<u64>().unwrap_or(0);
-                    }
+                    self.total += counted(&body).map_or(0, |(_, n)| n);
                 }
                 backend::ERROR_RESPONSE => {
                     self.failed.get_or_insert_with(|| whole(tag, &body));

@@ -90,13 +90,15 @@ pub fn shard_of(
     }
     let mut place = Place::Any;
     let mut spans = Spans::new();
-    // Each bound statement's shard (`None`: any), and whether they may be split between
-    // shards: an extended-protocol pipeline whose statements each name one shard or none, or
-    // are UPDATEs or DELETEs that name no key (every shard: `everywhere`).
-    let mut per_bind: SmallVec<[Option<usize>; 4]> = SmallVec::new();
-    let mut everywhere: SmallVec<[usize; 2]> = SmallVec::new();
+    // Each bound statement's shards, and whether they may be split between shards: an
+    // extended-protocol pipeline whose statements each name one shard or none, or are UPDATEs
+    // or DELETEs that name no key (every shard).
+    let mut per_bind: SmallVec<[On; 4]> = SmallVec::new();
     let (mut split, mut splittable) = (false, !batch.simple);
     let binds = batch.statements.iter().filter(|s| s.2.is_some()).count();
+    // The last text judged a keyless UPDATE or DELETE, and the verdict (a driver's batch binds
+    // one statement many times).
+    let mut judged: Option<(&str, bool)> = None;
     for &(text, types, bind, runs) in &batch.statements {
         let plan = sharding
             .plans
@@ -118,27 +120,32 @@ pub fn shard_of(
         };
         // A keyless UPDATE or DELETE among several Binds (no default shard): every shard runs
         // it, its row counts summed.
-        let here = match here {
-            Place::Default(_)
-                if bind.is_some()
-                    && binds > 1
-                    && splittable
-                    && sharding.default_shard.is_none()
-                    && matches!(
-                        scatter::plan(sharding, text, escapes),
-                        Ok(Some(Write::Rows))
-                    ) =>
-            {
-                everywhere.push(per_bind.len());
-                split = true;
-                Place::Any
+        let mut rows_write = || match judged {
+            Some((t, verdict)) if t == text => verdict,
+            _ => {
+                let verdict = matches!(
+                    scatter::plan(sharding, text, escapes),
+                    Ok(Some(Write::Rows))
+                );
+                judged = Some((text, verdict));
+                verdict
             }
-            p => p,
         };
+        let every = matches!(here, Place::Default(_))
+            && bind.is_some()
+            && binds > 1
+            && splittable
+            && sharding.default_shard.is_none()
+            && rows_write();
+        if every {
+            split = true;
+        }
+        let here = if every { Place::Any } else { here };
         if bind.is_some() {
             match &here {
-                Place::Shard(n) => per_bind.push(Some(*n)),
-                Place::Any => per_bind.push(None),
+                _ if every => per_bind.push(On::Every),
+                Place::Shard(n) => per_bind.push(On::One(*n)),
+                Place::Any => per_bind.push(On::Any),
                 _ => splittable = false,
             }
         }
@@ -173,13 +180,20 @@ pub fn shard_of(
         );
     }
     if split && splittable && matches!(place, Place::Shard(_) | Place::Any) {
-        let first = per_bind.iter().flatten().copied().min().unwrap_or(0);
-        let on = |(i, s): (usize, &Option<usize>)| match s {
-            _ if everywhere.contains(&i) => (0..sharding.shards).collect(),
-            Some(n) => vec![*n],
-            None => vec![first],
+        let first = per_bind
+            .iter()
+            .filter_map(|s| match s {
+                On::One(n) => Some(*n),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(0);
+        let on = |s: &On| match s {
+            On::One(n) => vec![*n],
+            On::Any => vec![first],
+            On::Every => (0..sharding.shards).collect(),
         };
-        return Shard::Pipeline(batch.len, per_bind.iter().enumerate().map(on).collect());
+        return Shard::Pipeline(batch.len, per_bind.iter().map(on).collect());
     }
     if split {
         return Shard::Refused(
@@ -227,6 +241,16 @@ fn placed(place: Place, (len, statements): (usize, usize), writes: bool) -> Shar
         }
         Place::MovesKey(_, _, why) => Shard::Refused(len, why),
     }
+}
+
+/// Where one bound statement of a request split between shards runs.
+#[derive(Clone, Copy)]
+enum On {
+    One(usize),
+    /// Any shard (the first the request names).
+    Any,
+    /// Every shard: an UPDATE or DELETE that names no key.
+    Every,
 }
 
 /// The request at the front of the client's buffer that runs a `COPY ... FROM STDIN` (a Query,
