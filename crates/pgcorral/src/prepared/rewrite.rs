@@ -412,9 +412,8 @@ impl Link<'_> {
 
     /// Rewrites the message at the start of `buf` (after [`Plan::Rewrite`]).
     pub fn apply(&mut self, h: Header, buf: &[u8], st: &mut LinkState) -> Applied {
-        let whole = || whole(h);
         if self.expect.dropping {
-            return whole(); // after pgcorral's own error, until Sync
+            return consumed(h); // after pgcorral's own error, until Sync
         }
         let body = &buf[HEADER_LEN..buf.len().min(h.total_len())];
         match h.tag {
@@ -434,7 +433,7 @@ impl Link<'_> {
                     Some((id, _)) => self.expect.push_about(Msg::DescribeStatement, id),
                     None => self.expect.push(Msg::DescribeStatement),
                 }
-                whole()
+                consumed(h)
             }
             fe::CLOSE => {
                 // Only the client's name goes; the server keeps the statement for others.
@@ -443,7 +442,7 @@ impl Link<'_> {
                     self.client.remove_named(name);
                 }
                 self.expect.push_fake(Fake::CloseComplete);
-                whole()
+                consumed(h)
             }
             fe::QUERY => self.query(h, body, st),
             _ => unreachable!("planned as raw"),
@@ -453,7 +452,6 @@ impl Link<'_> {
     /// A Parse: the client's named statement prepared under pgcorral's name, or the unnamed
     /// statement that runs one of the client's (renamed in its text).
     fn parse(&mut self, h: Header, body: &[u8], st: &mut LinkState) -> Applied {
-        let whole = || whole(h);
         st.unsynced = true;
         let (name, rest) = cstr(body).expect("planned");
         let runs = self.runs(rest).cloned();
@@ -470,21 +468,21 @@ impl Link<'_> {
             self.expect.push(Msg::Parse);
             self.client.set_unnamed_runs(rest, runs);
             *self.unnamed_here = true;
-            return whole();
+            return consumed(h);
         }
         let stmt = self
             .registry
             .fresh(Source::Parse(Bytes::copy_from_slice(rest)), runs);
         if !self.client.add_named(name, stmt.clone()) {
             self.duplicate_parse(name, rest, st);
-            return whole();
+            return consumed(h);
         }
         self.tally.client_parses += 1;
         // Always a Parse on the server, never an answer of pgcorral's: what it resolves
         // now is the client's statement. Other clients' statements of the same text
         // are shared only once this one resolved as they did (see `expect::resolve`).
         self.prepare_on_server(&stmt, st, true, Some(name));
-        whole()
+        consumed(h)
     }
 
     /// A Bind: the statement made present on this server first, then bound under its name
@@ -580,7 +578,7 @@ impl Link<'_> {
             }
             Some(Command::DiscardAll) | None => unreachable!("planned as raw"),
         }
-        whole(h)
+        consumed(h)
     }
 
     /// `PREPARE name ...`: sent under pgcorral's name, always, and described (hidden, in a
@@ -981,7 +979,7 @@ fn query_command(body: &[u8]) -> Option<Command<'_>> {
 }
 
 /// A message consumed whole (rewritten or answered by pgcorral).
-fn whole(h: Header) -> Applied {
+fn consumed(h: Header) -> Applied {
     Applied {
         consume: h.total_len(),
         pass: 0,

@@ -643,7 +643,7 @@ impl Reader<'_> {
     }
 
     fn sharded(&self, r: &RangeVar) -> Option<Visible> {
-        let schema = (!r.schemaname.is_empty()).then_some(r.schemaname.as_str());
+        let schema = super::scatter::schema(r);
         let table = self
             .sharding
             .tables

@@ -157,7 +157,8 @@ pub fn plan(sharding: &Sharding, sql: &str, escapes: bool) -> Result<Option<Writ
     }
 }
 
-fn schema(r: &RangeVar) -> Option<&str> {
+/// The schema a table reference names, if any.
+pub(in crate::shard) fn schema(r: &RangeVar) -> Option<&str> {
     (!r.schemaname.is_empty()).then_some(r.schemaname.as_str())
 }
 

@@ -8,6 +8,7 @@ use pg_query::protobuf::{AExprKind, BoolExprType, JoinExpr, JoinType, RangeVar};
 use pg_query::{Node, NodeEnum, NodeRef};
 
 use super::refusal;
+use crate::shard::scatter::schema;
 use crate::shard::{Sharding, Table};
 
 /// `Err`: the construct of `from` that pgcorral cannot answer across shards.
@@ -44,25 +45,25 @@ fn under(from: &[Node]) -> Vec<NodeRef<'_>> {
 }
 
 fn omni(sharding: &Sharding, r: &RangeVar) -> bool {
-    let schema = (!r.schemaname.is_empty()).then_some(r.schemaname.as_str());
-    sharding.is_omnisharded(schema, &r.relname)
+    sharding.is_omnisharded(schema(r), &r.relname)
 }
 
 /// Whether a join side holds a table that is not omnisharded (whose rows each live on one
 /// shard).
-fn spread_in(sharding: &Sharding, side: Option<&Node>) -> Option<bool> {
-    under(std::slice::from_ref(side?))
-        .iter()
-        .any(|n| matches!(n, NodeRef::RangeVar(r) if !omni(sharding, r)))
-        .into()
+fn spread_in(sharding: &Sharding, side: Option<&Node>) -> bool {
+    side.is_some_and(|n| {
+        under(std::slice::from_ref(n))
+            .iter()
+            .any(|n| matches!(n, NodeRef::RangeVar(r) if !omni(sharding, r)))
+    })
 }
 
 /// An outer join must keep rows of a side that holds a sharded table: a side of omnisharded
 /// tables alone is whole on every shard, and each would keep its unmatched rows.
 fn outer(sharding: &Sharding, j: &JoinExpr) -> Result<(), String> {
     let (left, right) = (
-        spread_in(sharding, j.larg.as_deref()).unwrap_or(false),
-        spread_in(sharding, j.rarg.as_deref()).unwrap_or(false),
+        spread_in(sharding, j.larg.as_deref()),
+        spread_in(sharding, j.rarg.as_deref()),
     );
     let kept_whole = match JoinType::try_from(j.jointype) {
         Ok(JoinType::JoinLeft) => !left && right,
@@ -81,10 +82,7 @@ fn outer(sharding: &Sharding, j: &JoinExpr) -> Result<(), String> {
 /// Whether tables `a` and `b` are sharded alike and a join in `from` joins them directly on
 /// their whole sharding keys.
 fn colocated(sharding: &Sharding, nodes: &[NodeRef<'_>], (a, b): (&RangeVar, &RangeVar)) -> bool {
-    let table = |r: &RangeVar| {
-        let schema = (!r.schemaname.is_empty()).then_some(r.schemaname.as_str());
-        sharding.table(schema, &r.relname)
-    };
+    let table = |r: &RangeVar| sharding.table(schema(r), &r.relname);
     let (Some(ta), Some(tb)) = (table(a), table(b)) else {
         return false;
     };
