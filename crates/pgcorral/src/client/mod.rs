@@ -462,13 +462,14 @@ struct LoggedIn {
 }
 
 /// What the client's servers are acquired with, on `worker`.
-fn attach(session: &LoggedIn, worker: usize) -> Attach<'_> {
+fn attach<'a>(services: &Services, session: &'a LoggedIn, worker: usize) -> Attach<'a> {
     Attach {
         cluster: &session.cluster,
         slot: &session.slot,
         worker,
         wait: session.wait,
         settings: &session.settings,
+        max_prepared: services.config.load().general.max_prepared_statements,
     }
 }
 
@@ -596,7 +597,7 @@ async fn not_routed(
         }
         Decision::SplitInsert(rows, false) => {
             let escapes = session.route.as_ref().is_some_and(|r| r.escapes);
-            let at = attach(session, client.worker);
+            let at = attach(services, session, client.worker);
             link::insert::insert(client, &at, &services.statements, rows, escapes).await?;
             return Ok(true);
         }
@@ -605,7 +606,8 @@ async fn not_routed(
             return Ok(true);
         }
         Decision::CopyIn(table, false) => {
-            link::copy_in::copy_in(client, &attach(session, client.worker), table).await?;
+            link::copy_in::copy_in(client, &attach(services, session, client.worker), table)
+                .await?;
             return Ok(true);
         }
         Decision::Gather(g) if g.begins => {
@@ -613,12 +615,12 @@ async fn not_routed(
             return Ok(true);
         }
         Decision::Gather(g) => {
-            let at = attach(session, client.worker);
+            let at = attach(services, session, client.worker);
             link::gather::gather(client, &at, &g, &services.statements).await?;
             return Ok(true);
         }
         Decision::SplitPipeline(shards, false) => {
-            let at = attach(session, client.worker);
+            let at = attach(services, session, client.worker);
             link::pipeline::pipeline(client, &at, &services.statements, &shards).await?;
             return Ok(true);
         }
@@ -628,7 +630,7 @@ async fn not_routed(
             return Ok(true);
         }
         Decision::FinishPrepared(shards, len) => {
-            let at = attach(session, client.worker);
+            let at = attach(services, session, client.worker);
             link::twophase::finish_client(client, &at, &shards, len).await?;
             return Ok(true);
         }
@@ -637,7 +639,7 @@ async fn not_routed(
             return Ok(true);
         }
         Decision::Scatter(w) => {
-            let at = attach(session, client.worker);
+            let at = attach(services, session, client.worker);
             link::scatter::scatter(client, &at, &w, &services.statements).await?;
             return Ok(true);
         }

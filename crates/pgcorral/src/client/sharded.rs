@@ -91,7 +91,7 @@ pub(super) async fn check_in_transaction(
             InTransaction::Switch(to) => {
                 let route = super::routing(&mut session.route);
                 let begin = route.tx_begin.clone().unwrap_or_default();
-                let (at, link) = attach_and_link(session, client.worker);
+                let (at, link) = attach_and_link(services, session, client.worker);
                 spanning::switch(link, &at, (shard, to), &begin, target.want).await?;
                 let current = session.link.pooled().expect("switched");
                 session.slot.set(Some(current.key.clone()));
@@ -161,8 +161,13 @@ async fn rolled_back(
 }
 
 /// The client's cancel slot, cluster and settings to acquire servers with, beside its link.
-fn attach_and_link(session: &mut LoggedIn, worker: usize) -> (Attach<'_>, &mut Link) {
+fn attach_and_link<'a>(
+    services: &Services,
+    session: &'a mut LoggedIn,
+    worker: usize,
+) -> (Attach<'a>, &'a mut Link) {
     let at = Attach {
+        max_prepared: services.config.load().general.max_prepared_statements,
         cluster: &session.cluster,
         slot: &session.slot,
         worker,
@@ -215,7 +220,7 @@ pub(super) async fn begin_split(
         .clone()
         .unwrap_or_default();
     let first = split.first();
-    let (at, link) = attach_and_link(session, client.worker);
+    let (at, link) = attach_and_link(services, session, client.worker);
     let mut s = at.checkout(first, Want::Primary, true).await?;
     exec::in_transaction(&mut s, &begin).await?;
     at.slot.set(Some(s.key.clone()));
@@ -242,7 +247,7 @@ async fn run_split(
     let route = super::routing(&mut session.route);
     let begin = route.tx_begin.clone().unwrap_or_default();
     let escapes = route.escapes;
-    let (at, link) = attach_and_link(session, client.worker);
+    let (at, link) = attach_and_link(services, session, client.worker);
     let registry = &services.statements;
     let link = (link, &*begin);
     let now = match split {

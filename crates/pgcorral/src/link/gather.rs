@@ -46,7 +46,7 @@ pub async fn gather(
     g: &Gathered,
     registry: &Registry,
 ) -> Result<()> {
-    let asked = match Asked::take(client, g) {
+    let asked = match Asked::take(client, g, registry) {
         Ok(a) => a,
         Err(msg) => return answer_error(client, "0A000", &msg).await,
     };
@@ -56,7 +56,7 @@ pub async fn gather(
     }
     let mut servers: Vec<&mut Checkout> = owned.iter_mut().collect();
     let aimed = Aimed::at(at.slot, &servers);
-    let (mut out, _) = ask(client, &mut servers, &asked, g, registry).await?;
+    let (mut out, _) = ask(client, (&mut servers, at), &asked, g, registry).await?;
     drop(aimed);
     encode::ready_for_query(&mut out, TxStatus::Idle);
     client.reply(&out).await
@@ -72,7 +72,7 @@ pub async fn in_transaction(
     shard: usize,
     (link, begin): (&mut Link, &str),
 ) -> Result<usize> {
-    let asked = match Asked::take(client, g) {
+    let asked = match Asked::take(client, g, registry) {
         Ok(a) => a,
         Err(msg) => {
             spanning::refuse(client, link, "0A000", &msg).await?;
@@ -82,7 +82,7 @@ pub async fn in_transaction(
     let spanning = spanning::join(link, at, shard, (&g.shards, begin)).await?;
     let mut servers = spanning.servers(&g.shards);
     let aimed = Aimed::at(at.slot, &servers);
-    let (out, failed) = ask(client, &mut servers, &asked, g, registry).await?;
+    let (out, failed) = ask(client, (&mut servers, at), &asked, g, registry).await?;
     drop(aimed);
     drop(servers);
     spanning.answer(client, at.slot, out, (failed, true)).await
@@ -98,11 +98,16 @@ enum Asked {
 impl Asked {
     /// Takes the client's request (`g.len` bytes at the front of its buffer) out; `Err`: why
     /// pgcorral refuses it.
-    fn take(client: &mut ClientConn, g: &Gathered) -> std::result::Result<Asked, String> {
+    fn take(
+        client: &mut ClientConn,
+        g: &Gathered,
+        registry: &Registry,
+    ) -> std::result::Result<Asked, String> {
         if g.extended {
             let bytes = client.buf.split_to(g.len);
             let planned = extended::Rewritten::of(&g.plan);
-            return extended::Request::read(client, &bytes, &planned).map(Asked::Extended);
+            return extended::Request::read(client, (&bytes, registry), &planned)
+                .map(Asked::Extended);
         }
         client.buf.advance(g.len);
         // A simple Query drops the unnamed statement, as PostgreSQL's does.
@@ -118,7 +123,7 @@ impl Asked {
 /// error.
 async fn ask(
     client: &mut ClientConn,
-    servers: &mut [&mut Checkout],
+    (servers, at): (&mut [&mut Checkout], &Attach<'_>),
     asked: &Asked,
     g: &Gathered,
     registry: &Registry,
@@ -148,12 +153,11 @@ async fn ask(
         }
         Asked::Extended(request) => {
             for (i, s) in servers.iter_mut().enumerate() {
-                send(s, request.sent(i == 0)).await?;
+                request.send_to(s, i == 0, at.max_prepared).await?;
             }
             let mut opened = Vec::with_capacity(servers.len());
             for (i, s) in servers.iter_mut().enumerate() {
-                let describes = i == 0 && request.describes();
-                let (h, o) = extended::open(s, describes, (i == 0).then_some(&mut out)).await?;
+                let (h, o) = extended::open(s, request, (i == 0).then_some(&mut out)).await?;
                 heads.push(h);
                 opened.push(o);
             }

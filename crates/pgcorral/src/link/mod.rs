@@ -12,6 +12,7 @@ mod moves;
 pub mod pipeline;
 pub mod scatter;
 pub mod spanning;
+mod statements;
 pub mod twophase;
 
 pub use fanout::Fanout;
@@ -87,6 +88,10 @@ pub struct Attach<'a> {
     pub worker: usize,
     pub wait: ClientWait,
     pub settings: &'a Settings,
+    /// How many prepared statements each server keeps at most (max_prepared_statements; 0:
+    /// no limit): a statement bound across shards is prepared once on each shard's server
+    /// ([`statements`]).
+    pub max_prepared: usize,
 }
 
 impl Attach<'_> {

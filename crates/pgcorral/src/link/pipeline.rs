@@ -4,6 +4,7 @@
 //! order, as one server's implicit transaction would give them (up to the first error).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use pgwire::backend::{self, TxStatus};
@@ -15,11 +16,11 @@ use super::fanout::{
     answer_error, answer_raw, counted, note_ready, read_server, send, whole, Aimed,
 };
 use super::insert::keep_parse;
-use super::{spanning, Attach, Link};
+use super::{spanning, statements, Attach, Link};
 use crate::client_conn::ClientConn;
 use crate::error::{Error, Kind, Result};
 use crate::pool::Checkout;
-use crate::prepared::{Registry, Source};
+use crate::prepared::{Registry, Source, Statement};
 use crate::route::shard::request_len;
 
 /// Bytes of the shards' answers pgcorral holds at most before the client gets them.
@@ -61,14 +62,19 @@ pub async fn pipeline(
     shards: &[Vec<usize>],
 ) -> Result<()> {
     let (request, involved) = take(client, shards)?;
-    let plan = match plan(client, &request, shards, &involved) {
+    let plan = match plan(
+        (client, registry, at.max_prepared),
+        &request,
+        shards,
+        &involved,
+    ) {
         Ok(p) => p,
         Err(msg) => return answer_error(client, "0A000", &msg).await,
     };
     let mut fanout = at.shards(involved.iter().copied()).await?;
     let _aimed = Aimed::at(at.slot, fanout.servers());
     let mut servers: Vec<&mut Checkout> = fanout.servers().iter_mut().collect();
-    let (mut out, error) = exchange(&plan, &mut servers).await?;
+    let (mut out, error) = exchange(&plan, &mut servers, at.max_prepared).await?;
     drop(servers);
     keep_parses(client, registry, &plan, error.as_ref().map(|e| e.0));
     if let Some((_, _, e)) = error {
@@ -96,7 +102,12 @@ pub async fn in_transaction(
     (link, begin): (&mut Link, &str),
 ) -> Result<usize> {
     let (request, involved) = take(client, shards)?;
-    let plan = match plan(client, &request, shards, &involved) {
+    let plan = match plan(
+        (client, registry, at.max_prepared),
+        &request,
+        shards,
+        &involved,
+    ) {
         Ok(p) => p,
         Err(msg) => {
             spanning::refuse(client, link, "0A000", &msg).await?;
@@ -105,7 +116,7 @@ pub async fn in_transaction(
     };
     let spanning = spanning::join(link, at, shard, (&involved, begin)).await?;
     let mut servers = spanning.servers(&involved);
-    let (mut out, error) = exchange(&plan, &mut servers).await?;
+    let (mut out, error) = exchange(&plan, &mut servers, at.max_prepared).await?;
     drop(servers);
     keep_parses(client, registry, &plan, error.as_ref().map(|e| e.0));
     if let Some((_, _, e)) = &error {
@@ -140,14 +151,27 @@ fn keep_parses(client: &mut ClientConn, registry: &Registry, plan: &Plan, failed
 async fn exchange(
     plan: &Plan,
     servers: &mut [&mut Checkout],
+    max: usize,
 ) -> Result<(BytesMut, Option<(usize, usize, BytesMut)>)> {
-    for (s, (bytes, _)) in servers.iter_mut().zip(&plan.sends) {
-        send(s, bytes).await?;
+    // Each server's answers to what makes its statements ready, pgcorral's own.
+    let mut readied = Vec::with_capacity(servers.len());
+    for ((s, (bytes, _)), needs) in servers.iter_mut().zip(&plan.sends).zip(&plan.needs) {
+        let mut out = BytesMut::new();
+        let answers = statements::ready(&mut s.statements, needs, max, &mut out).unwrap_or(0);
+        out.extend_from_slice(bytes);
+        send(s, &out).await?;
+        readied.push(answers);
     }
     let mut got: HashMap<usize, (usize, Got)> = HashMap::new();
     let mut held = 0usize;
     for (k, (s, (_, sent))) in servers.iter_mut().zip(&plan.sends).enumerate() {
-        let mut next = sent.iter();
+        let own: Vec<Sent> = (0..readied[k])
+            .map(|_| Sent {
+                answer: Answer::One,
+                client: None,
+            })
+            .collect();
+        let mut next = own.iter().chain(sent);
         let mut current: Option<(&Sent, BytesMut, u8)> = None;
         loop {
             let (tag, body) = read_server(s).await?;
@@ -161,6 +185,7 @@ async fn exchange(
                 | backend::PARAMETER_STATUS
                 | backend::NOTIFICATION_RESPONSE => continue,
                 backend::ERROR_RESPONSE => {
+                    statements::forget(&mut s.statements, &plan.needs[k]);
                     let at = match current.take() {
                         Some((m, _, _)) => m.client,
                         None => next.next().and_then(|m| m.client),
@@ -239,9 +264,11 @@ async fn exchange(
     Ok((out, None))
 }
 
-/// What each involved shard is sent, and the client's Parses (their message, name and body).
+/// What each involved shard is sent, the statements it binds by name (prepared once on its
+/// server: [`statements::ready`]), and the client's Parses (their message, name and body).
 struct Plan {
     sends: Vec<(BytesMut, Vec<Sent>)>,
+    needs: Vec<Vec<Arc<Statement>>>,
     parses: Vec<(usize, Vec<u8>, Vec<u8>)>,
     /// The client's messages before its Sync.
     messages: usize,
@@ -250,7 +277,7 @@ struct Plan {
 /// Splits `request` between `involved` shards (sorted; the first answers Parses and a
 /// statement's Describe).
 fn plan(
-    client: &ClientConn,
+    (client, registry, max): (&ClientConn, &Registry, usize),
     request: &[u8],
     shards: &[Vec<usize>],
     involved: &[usize],
@@ -258,14 +285,21 @@ fn plan(
     let shape = || SHAPE.to_string();
     let mut p = Planner {
         client,
+        registry,
+        max,
         involved,
         sends: involved
             .iter()
             .map(|_| (BytesMut::new(), Vec::new()))
             .collect(),
+        needs: involved.iter().map(|_| Vec::new()).collect(),
+        unnamed_on: involved.iter().map(|_| None).collect(),
         parses: Vec::new(),
         named: Vec::new(),
-        unnamed: client.statements.unnamed().map(Bytes::copy_from_slice),
+        unnamed: client
+            .statements
+            .unnamed()
+            .map(|b| (Bytes::copy_from_slice(b), None)),
         portal: None,
         i: 0,
     };
@@ -305,6 +339,7 @@ fn plan(
     }
     Ok(Plan {
         sends: p.sends,
+        needs: p.needs,
         parses: p.parses,
         messages: p.i,
     })
@@ -314,30 +349,67 @@ fn plan(
 /// is not of the shape that can be split ([`SHAPE`]).
 struct Planner<'a> {
     client: &'a ClientConn,
+    registry: &'a Registry,
+    /// max_prepared_statements: a shard binds at most this many statements by name in one
+    /// request (the others are parsed as its unnamed one).
+    max: usize,
     involved: &'a [usize],
     sends: Vec<(BytesMut, Vec<Sent>)>,
+    /// The statements each shard binds by name.
+    needs: Vec<Vec<Arc<Statement>>>,
+    /// The client's statement each shard's unnamed statement was last parsed from in this
+    /// request ([`Version`]); `None`: not known.
+    unnamed_on: Vec<Option<Version>>,
     parses: Vec<(usize, Vec<u8>, Vec<u8>)>,
-    /// Statements parsed in this request, by name, and the unnamed one.
-    named: Vec<(Vec<u8>, Bytes)>,
-    unnamed: Option<Bytes>,
+    /// Statements parsed in this request, by name, with the message that parsed them, and the
+    /// unnamed one (with its message, `None`: parsed before this request).
+    named: Vec<(Vec<u8>, Bytes, usize)>,
+    unnamed: Option<(Bytes, Option<usize>)>,
     /// The portal last bound, and the indexes of its shards in `involved`.
     portal: Option<(Vec<u8>, Vec<usize>)>,
     /// The client's message being planned.
     i: usize,
 }
 
+/// Which of the client's statements, as parsed where: its name and the message of this
+/// request that parsed it (`None`: before it). A shard whose unnamed statement was parsed from
+/// it binds it again without parsing it again, as one server binds the client's statement.
+type Version = (Vec<u8>, Option<usize>);
+
+/// A statement a Bind or Describe names: its Parse body (after the name), the message of this
+/// request that parsed it, and the client's statement when it was kept before this request.
+struct Named {
+    body: Bytes,
+    parsed_at: Option<usize>,
+    kept: Option<Arc<Statement>>,
+}
+
 impl Planner<'_> {
     /// A statement's text: parsed in this request, else kept for the client.
-    fn text_of(&self, name: &[u8]) -> Option<Bytes> {
+    fn text_of(&self, name: &[u8]) -> Option<Named> {
         if name.is_empty() {
-            return self.unnamed.clone();
+            let (body, parsed_at) = self.unnamed.clone()?;
+            return Some(Named {
+                body,
+                parsed_at,
+                kept: None,
+            });
         }
-        if let Some((_, b)) = self.named.iter().rev().find(|(n, _)| n == name) {
-            return Some(b.clone());
+        if let Some((_, b, at)) = self.named.iter().rev().find(|(n, _, _)| n == name) {
+            return Some(Named {
+                body: b.clone(),
+                parsed_at: Some(*at),
+                kept: None,
+            });
         }
-        match self.client.statements.named(name).map(|s| &s.source) {
-            Some(Source::Parse(b)) => Some(b.clone()),
-            _ => None,
+        let stmt = self.client.statements.named(name)?;
+        match &stmt.source {
+            Source::Parse(b) => Some(Named {
+                body: b.clone(),
+                parsed_at: None,
+                kept: Some(stmt.clone()),
+            }),
+            Source::Sql(_) => None,
         }
     }
 
@@ -346,42 +418,73 @@ impl Planner<'_> {
         self.sends[k].1.push(Sent { answer, client });
     }
 
+    /// The name shard `k` binds the statement `name` (`named`) under: the planned form of a
+    /// statement kept before this request, prepared once on the shard's server, while the
+    /// shard binds fewer than `max` by name; else its unnamed statement, parsed there (hidden)
+    /// unless it already holds this version of it.
+    fn bound_as(&mut self, k: usize, name: &[u8], named: &Named) -> Vec<u8> {
+        if let Some(kept) = named.kept.as_ref().filter(|s| s.runs.is_none()) {
+            let needs = &self.needs[k];
+            let here = needs.iter().find(|f| f.text() == &named.body[..]).cloned();
+            let form = match here {
+                Some(f) => Some(f),
+                None if self.max == 0 || needs.len() < self.max => {
+                    let f = self.registry.form(kept, &named.body);
+                    self.needs[k].push(f.clone());
+                    Some(f)
+                }
+                None => None,
+            };
+            if let Some(f) = form {
+                return f.name.clone().into_bytes();
+            }
+        }
+        let version = (name.to_vec(), named.parsed_at);
+        if self.unnamed_on[k].as_ref() != Some(&version) {
+            encode::parse(&mut self.sends[k].0, b"", &named.body);
+            self.push(k, Answer::One, None);
+            self.unnamed_on[k] = Some(version);
+        }
+        Vec::new()
+    }
+
     /// A Parse goes (unnamed) to the first shard, which answers it; it is kept for the Binds.
     fn parse(&mut self, body: &[u8]) -> Option<()> {
         let (name, rest) = cstr(body)?;
         if !name.is_empty()
             && (self.client.statements.named(name).is_some()
-                || self.named.iter().any(|(n, _)| n == name))
+                || self.named.iter().any(|(n, _, _)| n == name))
         {
             return None;
         }
         let rest = Bytes::copy_from_slice(rest);
         encode::parse(&mut self.sends[0].0, b"", &rest);
         self.push(0, Answer::One, Some(self.i));
+        self.unnamed_on[0] = Some((name.to_vec(), Some(self.i)));
         self.parses.push((self.i, name.to_vec(), rest.to_vec()));
         if name.is_empty() {
-            self.unnamed = Some(rest);
+            self.unnamed = Some((rest, Some(self.i)));
         } else {
-            self.named.push((name.to_vec(), rest));
+            self.named.push((name.to_vec(), rest, self.i));
         }
         Some(())
     }
 
-    /// A Bind goes to its shards, after a hidden Parse of its statement there; the client gets
-    /// one BindComplete.
+    /// A Bind goes to its shards, bound there by name or after a hidden Parse of its
+    /// statement ([`Planner::bound_as`]); the client gets one BindComplete.
     fn bind(&mut self, body: &[u8], shards: &[usize]) -> Option<()> {
         let bind = BindBody::parse(body)?;
-        let rest = self.text_of(bind.statement)?;
+        let named = self.text_of(bind.statement)?;
         let mut ks = Vec::with_capacity(shards.len());
         for shard in shards {
             let k = self.involved.iter().position(|s| s == shard)?;
-            let out = &mut self.sends[k].0;
-            encode::parse(out, b"", &rest);
-            encode::message(out, frontend::BIND, |b| {
-                b.extend_from_slice(&[0, 0]);
+            let name = self.bound_as(k, bind.statement, &named);
+            encode::message(&mut self.sends[k].0, frontend::BIND, |b| {
+                b.extend_from_slice(&[0]);
+                b.extend_from_slice(&name);
+                b.extend_from_slice(&[0]);
                 b.extend_from_slice(bind.after_names);
             });
-            self.push(k, Answer::One, None);
             self.push(k, Answer::One, Some(self.i));
             ks.push(k);
         }
@@ -389,18 +492,16 @@ impl Planner<'_> {
         Some(())
     }
 
-    /// A statement's Describe goes to the first shard (after a hidden Parse); a portal's to
-    /// the portal's shard.
+    /// A statement's Describe goes to the first shard (as it binds it); a portal's to the
+    /// portal's shard.
     fn describe(&mut self, body: &[u8]) -> Option<()> {
         let (&kind, rest) = body.split_first()?;
         let (name, _) = cstr(rest)?;
         match kind {
             b'S' => {
-                let text = self.text_of(name)?;
-                let out = &mut self.sends[0].0;
-                encode::parse(out, b"", &text);
-                encode::describe(out, b'S', b"");
-                self.push(0, Answer::One, None);
+                let named = self.text_of(name)?;
+                let as_named = self.bound_as(0, name, &named);
+                encode::describe(&mut self.sends[0].0, b'S', &as_named);
                 self.push(0, Answer::Two, Some(self.i));
             }
             b'P' => {

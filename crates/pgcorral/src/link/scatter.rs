@@ -33,7 +33,7 @@ pub async fn scatter(
     w: &Scattered,
     registry: &Registry,
 ) -> Result<()> {
-    let sent = match Sent::take(client, w) {
+    let sent = match Sent::take(client, w, registry) {
         Ok(s) => s,
         Err(msg) => return answer_error(client, "0A000", &msg).await,
     };
@@ -68,7 +68,7 @@ pub async fn in_transaction(
     shard: usize,
     (link, begin): (&mut Link, &str),
 ) -> Result<usize> {
-    let sent = match Sent::take(client, w) {
+    let sent = match Sent::take(client, w, registry) {
         Ok(s) => s,
         Err(msg) => {
             spanning::refuse(client, link, "0A000", &msg).await?;
@@ -99,7 +99,11 @@ enum Sent {
 impl Sent {
     /// Takes the client's request (`w.len` bytes at the front of its buffer) out; `Err`: why
     /// pgcorral refuses it.
-    fn take(client: &mut ClientConn, w: &Scattered) -> std::result::Result<Sent, String> {
+    fn take(
+        client: &mut ClientConn,
+        w: &Scattered,
+        registry: &Registry,
+    ) -> std::result::Result<Sent, String> {
         let bytes = client.buf.split_to(w.len);
         let Some(text) = w.extended.as_deref() else {
             // A simple Query drops the unnamed statement, as PostgreSQL's does.
@@ -110,7 +114,7 @@ impl Sent {
             Write::MovesKey(_) => Rewritten::moving(text),
             _ => Rewritten::as_is(text),
         };
-        Request::read(client, &bytes, &rewritten).map(Sent::Extended)
+        Request::read(client, (&bytes, registry), &rewritten).map(Sent::Extended)
     }
 }
 
@@ -141,11 +145,10 @@ async fn run_on(
         .map(|(s, _)| &mut **s)
         .collect();
     for (i, s) in sent_to.iter_mut().enumerate() {
-        let bytes: &[u8] = match sent {
-            Sent::Query(query) => query,
-            Sent::Extended(request) => request.sent(i == 0),
-        };
-        send(s, bytes).await?;
+        match sent {
+            Sent::Query(query) => send(s, query).await?,
+            Sent::Extended(request) => request.send_to(s, i == 0, at.max_prepared).await?,
+        }
     }
     let mut got = Got::default();
     if let Sent::Extended(request) = sent {
@@ -230,7 +233,7 @@ async fn moved(
         .map(|(_, s)| &mut **s)
         .collect();
     for (i, s) in sent_to.iter_mut().enumerate() {
-        send(s, request.sent(i == 0)).await?;
+        request.send_to(s, i == 0, at.max_prepared).await?;
     }
     let mut got = Got::default();
     open(client, registry, &mut sent_to, request, &mut got).await?;
@@ -313,8 +316,7 @@ async fn open(
     let mut heads = Vec::with_capacity(servers.len());
     let mut opened = Vec::with_capacity(servers.len());
     for (i, s) in servers.iter_mut().enumerate() {
-        let describes = i == 0 && request.describes();
-        let (h, o) = extended::open(s, describes, (i == 0).then_some(&mut got.out)).await?;
+        let (h, o) = extended::open(s, request, (i == 0).then_some(&mut got.out)).await?;
         heads.push(h);
         opened.push(o);
     }

@@ -59,6 +59,9 @@ pub struct Statement {
     /// Its result type changed on a server (a schema change): no Parse is settled onto it any
     /// more, and it is not prepared anywhere again for a client (but in a retried batch).
     retired: AtomicBool,
+    /// The statements the shards run for it when it is bound across shards (the text
+    /// pgcorral planned for them: [`Registry::form`]), most recent last.
+    forms: parking_lot::Mutex<Vec<Arc<Statement>>>,
 }
 
 impl Statement {
@@ -204,6 +207,9 @@ pub fn param_types(body: &[u8]) -> Option<Box<[u32]>> {
     )
 }
 
+/// Planned texts kept per client statement ([`Registry::form`]).
+const FORMS_KEPT: usize = 4;
+
 /// Every statement any client holds, by what its Parse resolved: clients whose Parses of a
 /// text resolved the same parameter types and row description share one statement.
 #[derive(Default)]
@@ -236,7 +242,27 @@ impl Registry {
             params: OnceLock::new(),
             shape: OnceLock::new(),
             retired: AtomicBool::new(false),
+            forms: Default::default(),
         })
+    }
+
+    /// The statement shards run for `of` when it is bound across shards as `body` (a Parse
+    /// body after the name: the text pgcorral planned, NUL, parameter types): one of
+    /// pgcorral's, kept with `of` (a few per statement, as the planned text can depend on the
+    /// values bound), so that each shard's server prepares it once and binds it after, as
+    /// PostgreSQL keeps the client's statement. Never settled onto another (see
+    /// [`Registry::settle`]): its name is its own on every server.
+    pub fn form(&self, of: &Statement, body: &[u8]) -> Arc<Statement> {
+        let mut forms = of.forms.lock();
+        if let Some(f) = forms.iter().find(|f| f.text() == body) {
+            return f.clone();
+        }
+        if forms.len() >= FORMS_KEPT {
+            forms.remove(0);
+        }
+        let f = self.fresh(Source::Parse(Bytes::copy_from_slice(body)), None);
+        forms.push(f.clone());
+        f
     }
 
     /// `stmt`'s Parse was resolved (its parameter types and row description are known): the
@@ -515,6 +541,15 @@ impl ServerStatements {
 
     pub fn remove(&mut self, id: u64) {
         self.map.remove(&id);
+    }
+
+    /// Statement `id` may or may not be prepared here (its Parse was sent, and the server
+    /// answered an error somewhere after): it is no longer counted as here, and its name is
+    /// closed before the next prepare (closing a name the server lacks is no error).
+    pub fn forget(&mut self, id: u64) {
+        if let Some(e) = self.map.remove(&id) {
+            self.stale.push(e.named.name.clone());
+        }
     }
 
     /// Everything was deallocated on the server (DISCARD ALL, DEALLOCATE ALL).

@@ -2,20 +2,23 @@
 //! Execute (up to its Sync) become each shard's unnamed statement of the planned text, bound
 //! with the client's values, and the shards' answers to them become the client's.
 
+use std::sync::Arc;
+
 use bytes::BytesMut;
 use pgwire::backend;
 use pgwire::frontend::{self, cstr, BindBody};
 use pgwire::header::HEADER_LEN;
 use pgwire::{encode, Header};
 
-use super::super::fanout::{read_server, whole};
+use super::super::fanout::{read_server, send, whole};
 use super::super::insert::keep_parse;
+use super::super::statements;
 use super::describe::first_fields;
 use super::Head;
 use crate::client_conn::ClientConn;
 use crate::error::Result;
 use crate::pool::Checkout;
-use crate::prepared::{Registry, Source};
+use crate::prepared::{Registry, Source, Statement};
 use crate::shard::gather::{Gather, Merge};
 
 const SHAPE: &str = "a read across shards through the extended protocol is answered when its request holds one Bind of the statement, its Execute, and at most a Parse and Describes of them, up to a Sync";
@@ -51,6 +54,10 @@ pub(in crate::link) struct Request {
     hidden: usize,
     /// The statement's rows are pgcorral's alone ([`Rewritten::moving`]).
     rows_hidden: bool,
+    /// The statement the shards bind by name: the planned form of a statement the client
+    /// prepared before this request ([`Registry::form`]), prepared once on each shard's
+    /// server; `None`: the planned text is parsed as each shard's unnamed statement.
+    form: Option<Arc<Statement>>,
 }
 
 /// How far a shard's answer went before its rows: its statement parsed (and described: the
@@ -67,7 +74,7 @@ impl Request {
     /// says; `Err`: the message of pgcorral's refusal.
     pub fn read(
         client: &ClientConn,
-        bytes: &[u8],
+        (bytes, registry): (&[u8], &Registry),
         plan: &Rewritten<'_>,
     ) -> std::result::Result<Request, String> {
         let shape = || SHAPE.to_string();
@@ -77,6 +84,8 @@ impl Request {
         let mut bound: Option<(Vec<u8>, Vec<u8>, Vec<u8>)> = None;
         let mut described: Option<Vec<u8>> = None;
         let mut bind_rest: Option<Vec<u8>> = None;
+        // The client's statement the Bind names, prepared before this request.
+        let mut kept: Option<Arc<Statement>> = None;
         let mut max_rows = None;
         let mut limit = None;
         let mut offset = None;
@@ -106,7 +115,10 @@ impl Request {
                     let parsed = parses.iter().find(|(n, _)| n == bind.statement);
                     let source = match parsed {
                         Some((_, rest)) => rest.clone(),
-                        None => statement(client, bind.statement).ok_or_else(shape)?,
+                        None => {
+                            kept = client.statements.named(bind.statement).cloned();
+                            statement(client, bind.statement).ok_or_else(shape)?
+                        }
                     };
                     let results = bind.values_and_results().ok_or_else(shape)?.1;
                     let before = &bind.after_names[..bind.after_names.len() - results.len()];
@@ -164,18 +176,26 @@ impl Request {
         let mut parse = plan.text.as_bytes().to_vec();
         parse.push(0);
         parse.extend_from_slice(types);
+        let form = kept
+            .filter(|k| k.runs.is_none() && matches!(k.source, Source::Parse(_)))
+            .map(|k| registry.form(&k, &parse));
+        let name = form.as_ref().map_or(&b""[..], |f| f.name.as_bytes());
         let mut first = BytesMut::new();
         let mut others = BytesMut::new();
         for (out, describes) in [
             (&mut first, messages.contains(&Message::Statement)),
             (&mut others, false),
         ] {
-            encode::parse(out, b"", &parse);
+            if form.is_none() {
+                encode::parse(out, b"", &parse);
+            }
             if describes {
-                encode::describe(out, b'S', b"");
+                encode::describe(out, b'S', name);
             }
             encode::message(out, frontend::BIND, |b| {
-                b.extend_from_slice(&[0, 0]);
+                b.extend_from_slice(&[0]);
+                b.extend_from_slice(name);
+                b.extend_from_slice(&[0]);
                 b.extend_from_slice(&bind_rest);
             });
             encode::describe(out, b'P', b"");
@@ -194,7 +214,30 @@ impl Request {
             offset,
             hidden: plan.hidden,
             rows_hidden: plan.rows_hidden,
+            form,
         })
+    }
+
+    /// Sends a shard's server (`first`: the first shard's) its part, after the Parse of the
+    /// statement it binds by name when the server lacks it ([`statements::ready`]).
+    pub async fn send_to(&self, s: &mut Checkout, first: bool, max: usize) -> Result<()> {
+        let Some(form) = &self.form else {
+            return send(s, self.sent(first)).await;
+        };
+        let mut out = BytesMut::new();
+        statements::ready(&mut s.statements, std::slice::from_ref(form), max, &mut out);
+        out.extend_from_slice(self.sent(first));
+        send(s, &out).await
+    }
+
+    /// What a shard's answer has reached before it is read: with a statement bound by name,
+    /// nothing of the client's request is parsed on the shards, so its Parses (of other
+    /// statements) are answered unless the Bind fails.
+    fn opened(&self) -> Opened {
+        Opened {
+            parsed: self.form.is_some(),
+            ..Opened::default()
+        }
     }
 
     /// Whether the first shard is asked to describe the statement.
@@ -202,8 +245,9 @@ impl Request {
         self.messages.contains(&Message::Statement)
     }
 
-    /// What a shard is sent (`first`: the first shard's).
-    pub fn sent(&self, first: bool) -> &[u8] {
+    /// What a shard is sent (`first`: the first shard's), after what [`Request::send_to`]
+    /// sends first.
+    fn sent(&self, first: bool) -> &[u8] {
         if first {
             &self.first
         } else {
@@ -403,15 +447,16 @@ fn result_formats(results: &[u8], plan: &Rewritten<'_>) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// A shard's answer up to its portal's RowDescription (its head), and how far it went; notices
-/// and parameter changes before it go to `out` (the first shard's; the others' are dropped).
-/// `describes`: it was asked to describe the statement first.
+/// A shard's answer to `request` up to its portal's RowDescription (its head), and how far it
+/// went; notices and parameter changes before it go to `out` (the first shard's, which
+/// describes the statement when the client asked; the others' are dropped).
 pub(in crate::link) async fn open(
     s: &mut Checkout,
-    describes: bool,
+    request: &Request,
     mut out: Option<&mut BytesMut>,
 ) -> Result<(Head, Opened)> {
-    let mut opened = Opened::default();
+    let describes = out.is_some() && request.describes();
+    let mut opened = request.opened();
     let mut parameters = None;
     loop {
         let (tag, body) = read_server(s).await?;
@@ -426,7 +471,12 @@ pub(in crate::link) async fn open(
             }
             backend::BIND_COMPLETE => opened.bound = true,
             backend::ROW_DESCRIPTION => return Ok((Head::Rows(whole()), opened)),
-            backend::ERROR_RESPONSE => return Ok((Head::Failed(whole()), opened)),
+            backend::ERROR_RESPONSE => {
+                if let Some(form) = &request.form {
+                    statements::forget(&mut s.statements, std::slice::from_ref(form));
+                }
+                return Ok((Head::Failed(whole()), opened));
+            }
             backend::NO_DATA | backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
                 return Ok((Head::Done, opened))
             }
