@@ -42,11 +42,12 @@
 # through `sharded` is reported with its error and not measured there; a wrong answer fails the
 # script. Then for each query and client count, REPS repetitions of
 #
-#   pgbench -n -M simple -c $CLIENTS -j $JOBS -T $T -f <query>
+#   pgbench -n -M $PROTOCOL -c $CLIENTS -j $JOBS -T $T -f <query>
 #
 # against `direct` (`one`), `pgbouncer`, `corral-plain` and `corral-sharded`, one after the other,
-# the order rotating each repetition. The queries (the simple protocol: reads across shards are
-# answered for it only):
+# the order rotating each repetition (PROTOCOL: simple, the default, or extended or prepared:
+# pgbench's -M; prepared parses each query once per connection and binds it after, which
+# pgcorral prepares once on each shard's server). The queries:
 #
 #   count  select count(*) from t
 #   top    select id, v from t order by v desc limit 10     (each server: 10 rows off the index)
@@ -65,6 +66,8 @@ CLIENTS=${CLIENTS:-1 16}
 REPS=${REPS:-3}
 T=${T:-10}
 QUERIES=${QUERIES:-count top group}
+PROTOCOL=${PROTOCOL:-simple}
+[[ $PROTOCOL =~ ^(simple|extended|prepared)$ ]] || { echo "PROTOCOL must be simple, extended or prepared" >&2; exit 2; }
 ROWS=${ROWS:-100000}
 SHARDS=${SHARDS:-3}
 POOL_SIZE=${POOL_SIZE:-20}
@@ -363,7 +366,7 @@ run_pgbench() { # query clients target rep (rep 0: the warm-up, T=WARMUP, not re
     ticks0=$(proc_cpu_ticks "$pid") || die "$t died; see $WORK"
     ns0=$(proc_cpu_ns "$pid")
   fi
-  timeout --kill-after=10 $((secs * 3 + 120)) "$PGBENCH" -n -M simple -c "$c" -j "$j" -T "$secs" \
+  timeout --kill-after=10 $((secs * 3 + 120)) "$PGBENCH" -n -M "$PROTOCOL" -c "$c" -j "$j" -T "$secs" \
     -f "$WORK/$q.sql" -h 127.0.0.1 -p "$(port_of "$t")" -U postgres "$(db_of "$t")" >"$out" 2>&1 &
   PGBENCH_PID=$!
   wait "$PGBENCH_PID" || rc=$?
@@ -412,12 +415,12 @@ kill -0 "$CORRAL_PID" 2>/dev/null || die "pgcorral is gone; see $WORK/pgcorral.l
 
 # ---- report ---------------------------------------------------------------------------------------
 mkdir -p "$RESULTS"
-REPORT=$RESULTS/$RUN_DATE-gather.md
+REPORT=$RESULTS/$RUN_DATE-gather$([ "$PROTOCOL" = simple ] || echo "-$PROTOCOL").md
 CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 MACHINE="$(nproc) cores (${CPU_MODEL:-unknown CPU}), $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(uname -sr)"
 PG_VERSION=$("$PG_BIN/postgres" --version)
 export RUNS REFUSED QUERY_TEXTS CLK_TCK CLIENTS REPS T ROWS SHARDS SHARD_ROWS POOL_SIZE JOBS WORKERS BOUNCER BOUNCER_VERSION
-export CORRAL_REV PG_VERSION MACHINE RUN_DATE LOAD_START LOAD_END QUERIES
+export CORRAL_REV PG_VERSION MACHINE RUN_DATE LOAD_START LOAD_END QUERIES PROTOCOL
 export ELAPSED="$((elapsed / 60))m$((elapsed % 60))s" BENCH_NOTE=${BENCH_NOTE:-} CORRAL_LOG=$WORK/pgcorral.log
 python3 - >"$REPORT" <<'EOF'
 import os, statistics as st
@@ -459,7 +462,7 @@ print(f"`bench/gather.sh`: keyless reads of a table of {int(E['ROWS']):,} rows t
       + (", and through PgBouncer (a reference line: PgBouncer cannot read across shards, so it "
          "is in front of `one`)" if E["BOUNCER"] == "1" else "") + ".\n")
 print(f"git {E['CORRAL_REV']}; {E['MACHINE']}; {E['PG_VERSION']}; "
-      f"{E['REPS']} × {E['T']} s per cell, targets interleaved, order rotating; pgbench -n -M simple, "
+      f"{E['REPS']} × {E['T']} s per cell, targets interleaved, order rotating; pgbench -n -M {E['PROTOCOL']}, "
       f"-j {E['JOBS']} (capped at the clients); transaction mode, pool size {E['POOL_SIZE']} "
       "(each shard's too); pgcorral workers: "
       f"{E['WORKERS'] if E['WORKERS'] != '0' else 'one per core (the default)'}; every server "
