@@ -3,6 +3,7 @@
 //! or the construct that makes pgcorral refuse it (never a partial answer).
 
 mod aggregates;
+pub mod count;
 pub mod having;
 mod joins;
 mod nat;

@@ -19,6 +19,7 @@ use crate::client_conn::ClientConn;
 use crate::error::Result;
 use crate::pool::Checkout;
 use crate::prepared::{Registry, Source, Statement};
+use crate::shard::gather::count::count_value;
 use crate::shard::gather::{Gather, Merge};
 
 const SHAPE: &str = "a read across shards through the extended protocol is answered when its request holds one Bind of the statement, its Execute, and at most a Parse and Describes of them, up to a Sync";
@@ -125,11 +126,15 @@ impl Request {
                     let mut rest = before.to_vec();
                     rest.extend_from_slice(&result_formats(results, plan).ok_or_else(shape)?);
                     bind_rest = Some(rest);
-                    limit = plan.limit_param.and_then(|i| bound_value(&bind, i));
+                    limit = match plan.limit_param {
+                        Some(i) => bound_value(&bind, i, &source)?,
+                        None => None,
+                    };
                     // OFFSET NULL skips none.
-                    offset = plan
-                        .offset_param
-                        .map(|i| bound_value(&bind, i).unwrap_or(0));
+                    offset = match plan.offset_param {
+                        Some(i) => Some(bound_value(&bind, i, &source)?.unwrap_or(0)),
+                        None => None,
+                    };
                     bound = Some((bind.statement.to_vec(), source, bind.portal.to_vec()));
                     Message::Bind
                 }
@@ -378,21 +383,27 @@ impl<'a> Rewritten<'a> {
     }
 }
 
-/// The non-negative integer value of the Bind's parameter `i` (text, or a binary int2, int4 or
-/// int8); `None` for NULL, a negative value (the shards refuse it as PostgreSQL does) or one
-/// that cannot be read.
-fn bound_value(bind: &BindBody<'_>, i: usize) -> Option<u64> {
-    let v = bind.param(i)??;
-    let n: i64 = match bind.format(i)? {
-        0 => std::str::from_utf8(v).ok()?.trim().parse().ok()?,
-        _ => match v.len() {
-            2 => i16::from_be_bytes(v.try_into().ok()?).into(),
-            4 => i32::from_be_bytes(v.try_into().ok()?).into(),
-            8 => i64::from_be_bytes(v.try_into().ok()?),
-            _ => return None,
-        },
-    };
-    u64::try_from(n).ok()
+/// The LIMIT or OFFSET the Bind's parameter `i` gives, as PostgreSQL reads it from the type
+/// the statement's Parse body (`source`) declares for it ([`count_value`]): `None` for NULL
+/// or a negative value (the shards refuse it as PostgreSQL does); `Err`: pgcorral's refusal.
+fn bound_value(
+    bind: &BindBody<'_>,
+    i: usize,
+    source: &[u8],
+) -> std::result::Result<Option<u64>, String> {
+    let unread = || SHAPE.to_string();
+    let declared = cstr(source)
+        .and_then(|(_, types)| {
+            let count = usize::from(u16::from_be_bytes(types.get(..2)?.try_into().ok()?));
+            match types.get(2 + 4 * i..6 + 4 * i) {
+                Some(oid) if i < count => Some(u32::from_be_bytes(oid.try_into().ok()?)),
+                _ => Some(0),
+            }
+        })
+        .unwrap_or(0);
+    let value = bind.param(i).ok_or_else(unread)?;
+    let format = bind.format(i).ok_or_else(unread)?;
+    Ok(count_value(declared, format, value)?.and_then(|n| u64::try_from(n).ok()))
 }
 
 /// The Parse body (after the name) of the client's prepared statement `name` (`b""`: its
