@@ -171,6 +171,11 @@ fn queries() -> Vec<(String, bool)> {
         ("SELECT i.grp, count(*), count(n.n), sum(n.n) FROM items i LEFT JOIN notes n ON i.id = n.item_id GROUP BY i.grp ORDER BY 1 NULLS FIRST", true),
         ("SELECT count(*), count(i.id), count(n.item_id) FROM items i FULL JOIN notes n ON n.item_id = i.id", true),
         ("SELECT DISTINCT n.body FROM notes n JOIN items i ON i.id = n.item_id ORDER BY 1", true),
+        // LIMIT and OFFSET constants with a fraction or beyond int4: rounded as PostgreSQL does.
+        ("SELECT id FROM items ORDER BY id LIMIT 2.5", true),
+        ("SELECT id FROM items ORDER BY id DESC LIMIT 3.5 OFFSET 1.5", true),
+        ("SELECT id FROM items ORDER BY id LIMIT 10000000000 OFFSET 595", true),
+        ("SELECT grp, count(*) FROM items GROUP BY grp ORDER BY grp NULLS FIRST LIMIT 2.4", true),
     ] {
         out.push((sql.into(), ordered));
     }

@@ -461,6 +461,8 @@ fn constant(n: &Node) -> Option<Option<u64>> {
         NodeEnum::AConst(c) if c.isnull => Some(None),
         NodeEnum::AConst(c) => match c.val.as_ref()? {
             a_const::Val::Ival(i) => u64::try_from(i.ival).ok().map(Some),
+            // Beyond int4, or with a fraction: rounded as PostgreSQL's numeric to bigint.
+            a_const::Val::Fval(f) => u64::try_from(count::decimal(&f.fval)?).ok().map(Some),
             _ => None,
         },
         _ => None,

@@ -71,7 +71,7 @@ fn float(text: &str) -> Option<i64> {
 /// PostgreSQL version takes them; hexadecimal, octal and binary integers too) rounded half
 /// away from zero (PostgreSQL's numeric to bigint); `None` when it is not a number or out of
 /// bigint's range.
-fn decimal(text: &str) -> Option<i64> {
+pub(super) fn decimal(text: &str) -> Option<i64> {
     let t = text.trim();
     let (negative, t) = match t.as_bytes().first()? {
         b'-' => (true, &t[1..]),
