@@ -59,6 +59,10 @@ pub(in crate::link) struct Request {
     /// prepared before this request ([`Registry::form`]), prepared once on each shard's
     /// server; `None`: the planned text is parsed as each shard's unnamed statement.
     form: Option<Arc<Statement>>,
+    /// The client's result formats do not fit its columns: the shards' error says so with
+    /// their column count (hidden columns too), the client's with its own (the shards' message,
+    /// the client's).
+    misfit: Option<(String, String)>,
 }
 
 /// How far a shard's answer went before its rows: its statement parsed (and described: the
@@ -85,6 +89,7 @@ impl Request {
         let mut bound: Option<(Vec<u8>, Vec<u8>, Vec<u8>)> = None;
         let mut described: Option<Vec<u8>> = None;
         let mut bind_rest: Option<Vec<u8>> = None;
+        let mut misfit = None;
         // The client's statement the Bind names, prepared before this request.
         let mut kept: Option<Arc<Statement>> = None;
         let mut max_rows = None;
@@ -122,6 +127,7 @@ impl Request {
                         }
                     };
                     let results = bind.values_and_results().ok_or_else(shape)?.1;
+                    misfit = format_misfit(results, plan);
                     let before = &bind.after_names[..bind.after_names.len() - results.len()];
                     let mut rest = before.to_vec();
                     rest.extend_from_slice(&result_formats(results, plan).ok_or_else(shape)?);
@@ -220,6 +226,7 @@ impl Request {
             hidden: plan.hidden,
             rows_hidden: plan.rows_hidden,
             form,
+            misfit,
         })
     }
 
@@ -458,6 +465,53 @@ fn result_formats(results: &[u8], plan: &Rewritten<'_>) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// PostgreSQL's message for a Bind whose result formats are neither none, one, nor one per
+/// column, as the shards give it (counting the hidden columns) and as the client's statement
+/// would have it; `None` when the formats fit or nothing is hidden.
+fn format_misfit(results: &[u8], plan: &Rewritten<'_>) -> Option<(String, String)> {
+    let visible = plan.visible?;
+    let count = usize::from(u16::from_be_bytes([*results.first()?, *results.get(1)?]));
+    if plan.hidden == 0 || count <= 1 || count == visible {
+        return None;
+    }
+    let says = |formats: usize, columns: usize| {
+        format!("bind message has {formats} result formats but query has {columns} columns")
+    };
+    Some((
+        says(count + plan.hidden, visible + plan.hidden),
+        says(count, visible),
+    ))
+}
+
+/// The whole ErrorResponse `e` with its message `from` said as `to` (every other field as
+/// it is); `None` when its message is another (a server speaking another language).
+fn with_message(e: &[u8], from: &str, to: &str) -> Option<BytesMut> {
+    let mut fields = e.get(HEADER_LEN..)?;
+    let mut body = BytesMut::with_capacity(e.len());
+    let mut found = false;
+    while let Some((&kind, rest)) = fields.split_first() {
+        if kind == 0 {
+            break;
+        }
+        let (value, after) = cstr(rest)?;
+        body.extend_from_slice(&[kind]);
+        if kind == b'M' && value == from.as_bytes() {
+            body.extend_from_slice(to.as_bytes());
+            found = true;
+        } else {
+            body.extend_from_slice(value);
+        }
+        body.extend_from_slice(&[0]);
+        fields = after;
+    }
+    body.extend_from_slice(&[0]);
+    let mut out = BytesMut::new();
+    encode::message(&mut out, backend::ERROR_RESPONSE, |b| {
+        b.extend_from_slice(&body)
+    });
+    found.then_some(out)
+}
+
 /// A shard's answer to `request` up to its portal's RowDescription (its head), and how far it
 /// went; notices and parameter changes before it go to `out` (the first shard's, which
 /// describes the statement when the client asked; the others' are dropped).
@@ -486,7 +540,12 @@ pub(in crate::link) async fn open(
                 if let Some(form) = &request.form {
                     statements::forget(&mut s.statements, std::slice::from_ref(form));
                 }
-                return Ok((Head::Failed(whole()), opened));
+                let e = whole();
+                let e = match &request.misfit {
+                    Some((shards, client)) => with_message(&e, shards, client).unwrap_or(e),
+                    None => e,
+                };
+                return Ok((Head::Failed(e), opened));
             }
             backend::NO_DATA | backend::COMMAND_COMPLETE | backend::EMPTY_QUERY_RESPONSE => {
                 return Ok((Head::Done, opened))
@@ -545,5 +604,29 @@ mod tests {
             Some(codes(&[1]))
         );
         assert_eq!(result_formats(&[0, 2, 0], &p), None);
+    }
+
+    #[test]
+    fn a_misfit_of_result_formats_is_told_with_the_clients_columns() {
+        let p = plan(2, 1);
+        let p = Rewritten::of(&p);
+        assert_eq!(format_misfit(&codes(&[1, 1]), &p), None);
+        assert_eq!(format_misfit(&codes(&[1]), &p), None);
+        let (shards, client) = format_misfit(&codes(&[1, 0, 1]), &p).unwrap();
+        assert_eq!(
+            shards,
+            "bind message has 4 result formats but query has 3 columns"
+        );
+        assert_eq!(
+            client,
+            "bind message has 3 result formats but query has 2 columns"
+        );
+        let mut e = BytesMut::new();
+        encode::error_response(&mut e, "ERROR", "08P01", &shards);
+        let told = with_message(&e, &shards, &client).unwrap();
+        let mut want = BytesMut::new();
+        encode::error_response(&mut want, "ERROR", "08P01", &client);
+        assert_eq!(told, want);
+        assert_eq!(with_message(&e, "another", &client), None);
     }
 }
