@@ -522,18 +522,24 @@ async fn an_update_of_the_key_moves_rows_to_their_new_shards_atomically() {
     assert_eq!(rows, [["4", "30"], ["6", "50"]]);
     assert_eq!(count(&m), 2);
     placed();
-    // Through the extended protocol it is refused, and nothing changed.
-    let e = c
+    // Through the extended protocol too: the client's columns in its formats (tokio-postgres
+    // asks every column in binary), `*` among them.
+    let rows = c
         .query(
-            "UPDATE accounts SET aid = $1 WHERE aid = $2 RETURNING aid",
+            "UPDATE accounts SET aid = $1 WHERE aid = $2 RETURNING aid, *, v + 1 AS next",
             &[&6i32, &1006i32],
         )
         .await
-        .unwrap_err();
-    assert_eq!(sqlstate(&e), "0A000");
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let names: Vec<&str> = rows[0].columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["aid", "aid", "v", "next"]);
+    let got: Vec<i32> = (0..4).map(|i| rows[0].get(i)).collect();
+    assert_eq!(got, [6, 6, 7, 8]);
+    placed();
     assert_eq!(
         value(&c, "SELECT count(*) FROM accounts WHERE aid = 1006").await,
-        "1"
+        "0"
     );
 }
 
@@ -610,6 +616,36 @@ async fn an_update_of_the_key_through_the_extended_protocol_moves_rows_too() {
     assert_eq!(
         value(&c, "SELECT count(*) FROM accounts WHERE aid = 9").await,
         "1"
+    );
+    // With RETURNING: the statement's and the portal's description are the client's columns,
+    // its rows those columns of each changed row, as one server answers.
+    w.send_all(&[
+        wire::parse(
+            "",
+            "UPDATE accounts SET aid = $1, v = v + 1 WHERE aid = $2 RETURNING v, aid * 10 AS ten",
+            &[],
+        ),
+        wire::describe(b'S', ""),
+        wire::bind("", "", &[Param::Text("1009"), Param::Text("9")], false),
+        wire::describe(b'P', ""),
+        wire::execute("", 0),
+        wire::sync(),
+    ])
+    .await;
+    let m = w.until_ready().await;
+    assert_eq!(tags(&m), "1tT2TDCZ", "{m:?}");
+    for d in [&m[2], &m[4]] {
+        assert_eq!(&d.body[..2], &[0, 2], "two columns: {d:?}");
+    }
+    assert_eq!(
+        m[5].row(),
+        [Some("10".to_string()), Some("10090".to_string())]
+    );
+    assert_eq!(m[6].text(), "UPDATE 1");
+    placed();
+    assert_eq!(
+        value(&c, "SELECT v FROM accounts WHERE aid = 1009").await,
+        "10"
     );
 }
 

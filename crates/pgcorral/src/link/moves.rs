@@ -67,6 +67,11 @@ impl Moving {
         }))
     }
 
+    /// The table's columns (what `RETURNING *` gives).
+    pub fn width(&self) -> usize {
+        self.columns.len()
+    }
+
     /// Reads the rows the UPDATE (sent to `from`, its answers read up to its rows) changed,
     /// then moves those whose key now names another shard. `Ok(Ok((n, rows)))`: rows updated,
     /// and the client's `RETURNING` answer (its RowDescription and rows; empty without one);
@@ -199,7 +204,7 @@ pub async fn update(
     sharding: &Sharding,
     table: usize,
 ) -> Result<std::result::Result<(u64, BytesMut), BytesMut>> {
-    let rewritten = match scatter::moving(sql, true) {
+    let rewritten = match scatter::moving(sql) {
         Ok(r) => r,
         Err(msg) => return Ok(Err(error("0A000", &msg))),
     };

@@ -19,7 +19,7 @@ use crate::error::Result;
 use crate::pool::Checkout;
 use crate::prepared::Registry;
 use crate::route::Scattered;
-use crate::shard::scatter::Write;
+use crate::shard::scatter::{self, Write};
 
 /// Bytes of answers kept before they are written to the client.
 const FLUSH_AT: usize = 64 << 10;
@@ -225,6 +225,23 @@ async fn moved(
         Ok(m) => m,
         Err(e) => return Ok(ran(BytesMut::new(), Err(e))),
     };
+    // The client's RETURNING columns come first, in its formats; the rows' place and values
+    // after them, in text.
+    let with_returning;
+    let request = match scatter::returned_columns(request.text(), moving.width()) {
+        Ok(None) => request,
+        Ok(Some(visible)) => match request.returning(visible, moving.width() + 1) {
+            Some(r) => {
+                with_returning = r;
+                &with_returning
+            }
+            None => {
+                let e = refusal("08P01", "the Bind's result formats cannot be read");
+                return Ok(ran(BytesMut::new(), Err(e)));
+            }
+        },
+        Err(msg) => return Ok(ran(BytesMut::new(), Err(refusal("0A000", &msg)))),
+    };
     // The first of them (in shard order) answers the client's own messages.
     let mut sent_to: Vec<&mut Checkout> = servers
         .iter_mut()
@@ -331,7 +348,8 @@ async fn open(
             }
         }
         (None, Some(Head::Rows(description))) => {
-            request.opening(&mut got.out, reached, &opened[0], Some(description))
+            let theirs = request.client_columns(description);
+            request.opening(&mut got.out, reached, &opened[0], Some(&theirs))
         }
         (None, _) => {
             let mut none = BytesMut::new();
@@ -340,4 +358,11 @@ async fn open(
         }
     }
     Ok(())
+}
+
+/// An ErrorResponse of pgcorral's own.
+fn refusal(code: &str, msg: &str) -> BytesMut {
+    let mut out = BytesMut::new();
+    encode::error_response(&mut out, "ERROR", code, msg);
+    out
 }

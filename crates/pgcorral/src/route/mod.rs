@@ -553,7 +553,7 @@ fn moving<'a>(
             (len, None)
         }
         (None, Some(text)) => {
-            let rewritten = scatter::moving(text, false).map_err(|msg| (*len, msg))?;
+            let rewritten = scatter::moving(text).map_err(|msg| (*len, msg))?;
             (*len, Some(rewritten.into()))
         }
         (None, None) => return Err((*len, why.clone())),

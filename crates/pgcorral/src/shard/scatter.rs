@@ -39,13 +39,13 @@ pub const CTID: &str = "ctid";
 /// Whether an UPDATE that assigns a sharding key (`sql`, one statement) can move its rows:
 /// `Err` names why not.
 pub fn moved(sql: &str) -> Result<(), String> {
-    moving(sql, true).map(drop)
+    moving(sql).map(drop)
 }
 
 /// The UPDATE `sql` rewritten to return each changed row's place and every column (`RETURNING
-/// ctid, *`, after the client's own `RETURNING` columns when `returning` allows them), for
-/// pgcorral to move the rows whose key is now another shard's.
-pub fn moving(sql: &str, returning: bool) -> Result<String, String> {
+/// ctid, *`, after the client's own `RETURNING` columns), for pgcorral to move the rows whose
+/// key is now another shard's.
+pub fn moving(sql: &str) -> Result<String, String> {
     let refused = |what: &str| {
         format!("{what} in an UPDATE that moves rows between shards cannot be run by pgcorral yet: delete the rows and insert them again")
     };
@@ -58,9 +58,6 @@ pub fn moving(sql: &str, returning: bool) -> Result<String, String> {
     let Some(NodeEnum::UpdateStmt(u)) = stmt.stmt.as_mut().and_then(|n| n.node.as_mut()) else {
         return Err(refused("a statement other than UPDATE"));
     };
-    if u.returning_clause.is_some() && !returning {
-        return Err(refused("RETURNING through the extended protocol"));
-    }
     if u.with_clause.is_some() || !u.from_clause.is_empty() {
         return Err(refused("WITH or FROM"));
     }
@@ -98,6 +95,54 @@ pub fn moving(sql: &str, returning: bool) -> Result<String, String> {
     u.returning_clause = Some(clause);
     pg_query::deparse(&parsed, Default::default())
         .map_err(|e| format!("it could not be rewritten: {e}"))
+}
+
+/// How many columns the client's own `RETURNING` gives in `sql`, an UPDATE that [`moving`]
+/// rewrote (its last two columns, `ctid, *`, are pgcorral's), in a table of `width` columns
+/// (`*` and `t.*` are that many): `Ok(None)` when the client asked none; `Err` names what
+/// pgcorral cannot count (a composite's fields, `(x).*`).
+pub fn returned_columns(sql: &str, width: usize) -> Result<Option<usize>, String> {
+    let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT)
+        .map_err(|e| format!("it does not parse: {e}"))?
+        .protobuf;
+    let clause = parsed
+        .stmts
+        .first()
+        .and_then(|s| s.stmt.as_ref())
+        .and_then(|n| match n.node.as_ref() {
+            Some(NodeEnum::UpdateStmt(u)) => u.returning_clause.as_ref(),
+            _ => None,
+        })
+        .ok_or("not an UPDATE returning its rows")?;
+    let theirs = clause.exprs.len().saturating_sub(2);
+    if theirs == 0 {
+        return Ok(None);
+    }
+    let mut n = 0;
+    for e in &clause.exprs[..theirs] {
+        let Some(NodeEnum::ResTarget(r)) = e.node.as_ref() else {
+            return Err("a RETURNING item pgcorral cannot read".into());
+        };
+        n += match r.val.as_deref().and_then(|v| v.node.as_ref()) {
+            Some(NodeEnum::ColumnRef(c))
+                if matches!(
+                    c.fields.last().and_then(|f| f.node.as_ref()),
+                    Some(NodeEnum::AStar(_))
+                ) =>
+            {
+                width
+            }
+            Some(NodeEnum::AIndirection(i))
+                if i.indirection
+                    .iter()
+                    .any(|x| matches!(x.node, Some(NodeEnum::AStar(_)))) =>
+            {
+                return Err("RETURNING a composite's fields ((x).*) in an UPDATE that moves rows between shards through the extended protocol cannot be run by pgcorral yet: name the fields".into());
+            }
+            _ => 1,
+        };
+    }
+    Ok(Some(n))
 }
 
 /// Plans `sql`, a request whose one statement is not on one shard: `Ok(None)` when it is not
@@ -280,5 +325,18 @@ mod tests {
         ] {
             assert!(p(refused).is_err(), "{refused}");
         }
+    }
+
+    #[test]
+    fn the_clients_returning_columns_are_counted_with_stars_as_the_tables() {
+        let counted = |sql: &str| returned_columns(&moving(sql).unwrap(), 3);
+        assert_eq!(counted("UPDATE t SET k = 1"), Ok(None));
+        assert_eq!(counted("UPDATE t SET k = 1 RETURNING k"), Ok(Some(1)));
+        assert_eq!(
+            counted("UPDATE t SET k = 1 RETURNING k, *, v + 1"),
+            Ok(Some(5))
+        );
+        assert_eq!(counted("UPDATE t SET k = 1 RETURNING t.*"), Ok(Some(3)));
+        assert!(counted("UPDATE t SET k = 1 RETURNING (t).*").is_err());
     }
 }

@@ -41,6 +41,13 @@ pub(in crate::link) struct Request {
     messages: Vec<Message>,
     /// The client's Parses: each statement's name and body after it.
     parses: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The Parse body (after the name) the shards parse: the planned text, the client's
+    /// parameter types.
+    parse: Vec<u8>,
+    /// The client's Bind after its portal and statement names, up to its result formats.
+    bind_values: Vec<u8>,
+    /// The client's result formats (count and codes).
+    results: Vec<u8>,
     /// What the first shard is sent (it also describes the statement when the client asked).
     first: BytesMut,
     /// What the other shards are sent.
@@ -51,10 +58,8 @@ pub(in crate::link) struct Request {
     pub limit: Option<u64>,
     /// The OFFSET the client's values gave (`OFFSET $n`), if any.
     pub offset: Option<u64>,
-    /// Columns of the planned text the client does not get.
-    hidden: usize,
-    /// The statement's rows are pgcorral's alone ([`Rewritten::moving`]).
-    rows_hidden: bool,
+    /// The planned text's columns the client gets.
+    cut: Cut,
     /// The statement the shards bind by name: the planned form of a statement the client
     /// prepared before this request ([`Registry::form`]), prepared once on each shard's
     /// server; `None`: the planned text is parsed as each shard's unnamed statement.
@@ -88,7 +93,7 @@ impl Request {
         // The bound statement's name and the Parse body it was made of; the portal.
         let mut bound: Option<(Vec<u8>, Vec<u8>, Vec<u8>)> = None;
         let mut described: Option<Vec<u8>> = None;
-        let mut bind_rest: Option<Vec<u8>> = None;
+        let mut bind_values: Option<(Vec<u8>, Vec<u8>)> = None;
         let mut misfit = None;
         // The client's statement the Bind names, prepared before this request.
         let mut kept: Option<Arc<Statement>> = None;
@@ -127,11 +132,10 @@ impl Request {
                         }
                     };
                     let results = bind.values_and_results().ok_or_else(shape)?.1;
-                    misfit = format_misfit(results, plan);
+                    misfit = format_misfit(results, plan.cut());
+                    result_formats(results, plan.cut()).ok_or_else(shape)?;
                     let before = &bind.after_names[..bind.after_names.len() - results.len()];
-                    let mut rest = before.to_vec();
-                    rest.extend_from_slice(&result_formats(results, plan).ok_or_else(shape)?);
-                    bind_rest = Some(rest);
+                    bind_values = Some((before.to_vec(), results.to_vec()));
                     limit = match plan.limit_param {
                         Some(i) => bound_value(&bind, i, &source)?,
                         None => None,
@@ -174,8 +178,8 @@ impl Request {
             };
             messages.push(message);
         }
-        let (Some((statement, source, _)), Some(max_rows), Some(bind_rest), true) =
-            (bound, max_rows, bind_rest, synced)
+        let (Some((statement, source, _)), Some(max_rows), Some((bind_values, results)), true) =
+            (bound, max_rows, bind_values, synced)
         else {
             return Err(shape());
         };
@@ -190,15 +194,40 @@ impl Request {
         let form = kept
             .filter(|k| k.runs.is_none() && matches!(k.source, Source::Parse(_)))
             .map(|k| registry.form(&k, &parse));
-        let name = form.as_ref().map_or(&b""[..], |f| f.name.as_bytes());
+        let mut request = Request {
+            messages,
+            parses,
+            parse,
+            bind_values,
+            results,
+            first: BytesMut::new(),
+            others: BytesMut::new(),
+            max_rows,
+            limit,
+            offset,
+            cut: plan.cut(),
+            form,
+            misfit,
+        };
+        request.build().ok_or_else(shape)?;
+        Ok(request)
+    }
+
+    /// Writes what the first shard and the others are sent: the planned statement parsed
+    /// (unless bound by name), described for the first when the client asked, bound with the
+    /// client's values (result formats as [`result_formats`] gives them), its portal
+    /// described and executed, and a Sync. `None`: the result formats cannot be read.
+    fn build(&mut self) -> Option<()> {
+        let formats = result_formats(&self.results, self.cut)?;
+        let name = self.form.as_ref().map_or(&b""[..], |f| f.name.as_bytes());
         let mut first = BytesMut::new();
         let mut others = BytesMut::new();
         for (out, describes) in [
-            (&mut first, messages.contains(&Message::Statement)),
+            (&mut first, self.messages.contains(&Message::Statement)),
             (&mut others, false),
         ] {
-            if form.is_none() {
-                encode::parse(out, b"", &parse);
+            if self.form.is_none() {
+                encode::parse(out, b"", &self.parse);
             }
             if describes {
                 encode::describe(out, b'S', name);
@@ -207,7 +236,8 @@ impl Request {
                 b.extend_from_slice(&[0]);
                 b.extend_from_slice(name);
                 b.extend_from_slice(&[0]);
-                b.extend_from_slice(&bind_rest);
+                b.extend_from_slice(&self.bind_values);
+                b.extend_from_slice(&formats);
             });
             encode::describe(out, b'P', b"");
             encode::message(out, frontend::EXECUTE, |b| {
@@ -215,19 +245,36 @@ impl Request {
             });
             encode::sync(out);
         }
-        Ok(Request {
-            messages,
-            parses,
-            first,
-            others,
-            max_rows,
-            limit,
-            offset,
-            hidden: plan.hidden,
-            rows_hidden: plan.rows_hidden,
-            form,
-            misfit,
-        })
+        self.first = first;
+        self.others = others;
+        Some(())
+    }
+
+    /// This request of an UPDATE that moves rows and returns the client's `RETURNING`
+    /// columns (`visible` of them) before `hidden` of pgcorral's (`ctid, *`): those asked in
+    /// text, the client's in its formats, the descriptions cut to the client's columns.
+    /// `None`: the result formats cannot be read.
+    pub fn returning(&self, visible: usize, hidden: usize) -> Option<Request> {
+        let cut = Cut {
+            visible: Some(visible),
+            hidden,
+            rows_hidden: false,
+        };
+        let mut r = Request {
+            messages: self.messages.clone(),
+            parses: self.parses.clone(),
+            parse: self.parse.clone(),
+            bind_values: self.bind_values.clone(),
+            results: self.results.clone(),
+            first: BytesMut::new(),
+            others: BytesMut::new(),
+            cut,
+            form: self.form.clone(),
+            misfit: format_misfit(&self.results, cut),
+            ..*self
+        };
+        r.build()?;
+        Some(r)
     }
 
     /// Sends a shard's server (`first`: the first shard's) its part, after the Parse of the
@@ -250,6 +297,12 @@ impl Request {
             parsed: self.form.is_some(),
             ..Opened::default()
         }
+    }
+
+    /// The statement the shards run.
+    pub fn text(&self) -> &str {
+        let end = self.parse.iter().position(|&b| b == 0).unwrap_or(0);
+        std::str::from_utf8(&self.parse[..end]).unwrap_or_default()
     }
 
     /// Whether the first shard is asked to describe the statement.
@@ -302,7 +355,9 @@ impl Request {
                     encode::message(out, backend::BIND_COMPLETE, |_| {})
                 }
                 Message::Portal => match described {
-                    Some(_) if self.rows_hidden => encode::message(out, backend::NO_DATA, |_| {}),
+                    Some(_) if self.cut.rows_hidden => {
+                        encode::message(out, backend::NO_DATA, |_| {})
+                    }
                     Some(d) => out.extend_from_slice(d),
                     None => return,
                 },
@@ -313,8 +368,9 @@ impl Request {
     }
 
     /// A statement's RowDescription cut to the client's columns (or its NoData).
-    fn client_columns(&self, rows: &BytesMut) -> BytesMut {
-        if self.rows_hidden {
+    pub fn client_columns(&self, rows: &BytesMut) -> BytesMut {
+        let hidden = self.cut.hidden;
+        if self.cut.rows_hidden {
             let mut none = BytesMut::new();
             encode::message(&mut none, backend::NO_DATA, |_| {});
             return none;
@@ -323,8 +379,8 @@ impl Request {
             .then(|| i16::from_be_bytes([rows[5], rows[6]]))
             .and_then(|n| usize::try_from(n).ok());
         match columns {
-            Some(n) if self.hidden > 0 && n > self.hidden => {
-                first_fields(rows, n - self.hidden).unwrap_or_else(|| rows.clone())
+            Some(n) if hidden > 0 && n > hidden => {
+                first_fields(rows, n - hidden).unwrap_or_else(|| rows.clone())
             }
             _ => rows.clone(),
         }
@@ -348,7 +404,26 @@ pub(in crate::link) struct Rewritten<'a> {
     rows_hidden: bool,
 }
 
+/// Which of the planned text's columns the client gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cut {
+    /// The client's columns, when pgcorral's follow them.
+    visible: Option<usize>,
+    /// Columns after the client's.
+    hidden: usize,
+    /// Every column is pgcorral's: asked in text, the client's statement described as NoData.
+    rows_hidden: bool,
+}
+
 impl<'a> Rewritten<'a> {
+    fn cut(&self) -> Cut {
+        Cut {
+            visible: self.visible,
+            hidden: self.hidden,
+            rows_hidden: self.rows_hidden,
+        }
+    }
+
     /// The text a read across shards is planned to run as.
     pub fn of(plan: &'a Gather) -> Rewritten<'a> {
         match &plan.merge {
@@ -427,7 +502,7 @@ fn statement(client: &ClientConn, name: &[u8]) -> Option<Vec<u8>> {
 
 /// The result format codes (count and codes) the shards are sent for the client's `results`:
 /// the client's for its columns, text for the hidden ones; `None` when they cannot be read.
-fn result_formats(results: &[u8], plan: &Rewritten<'_>) -> Option<Vec<u8>> {
+fn result_formats(results: &[u8], plan: Cut) -> Option<Vec<u8>> {
     if plan.rows_hidden {
         // Every column in text.
         return Some(vec![0, 0]);
@@ -468,7 +543,7 @@ fn result_formats(results: &[u8], plan: &Rewritten<'_>) -> Option<Vec<u8>> {
 /// PostgreSQL's message for a Bind whose result formats are neither none, one, nor one per
 /// column, as the shards give it (counting the hidden columns) and as the client's statement
 /// would have it; `None` when the formats fit or nothing is hidden.
-fn format_misfit(results: &[u8], plan: &Rewritten<'_>) -> Option<(String, String)> {
+fn format_misfit(results: &[u8], plan: Cut) -> Option<(String, String)> {
     let visible = plan.visible?;
     let count = usize::from(u16::from_be_bytes([*results.first()?, *results.get(1)?]));
     if plan.hidden == 0 || count <= 1 || count == visible {
@@ -593,26 +668,26 @@ mod tests {
     #[test]
     fn hidden_columns_are_asked_in_text_and_the_clients_in_its_formats() {
         let p = plan(2, 1);
-        let p = Rewritten::of(&p);
-        assert_eq!(result_formats(&codes(&[]), &p), Some(codes(&[])));
-        assert_eq!(result_formats(&codes(&[0]), &p), Some(codes(&[0])));
-        assert_eq!(result_formats(&codes(&[1]), &p), Some(codes(&[1, 1, 0])));
-        assert_eq!(result_formats(&codes(&[1, 0]), &p), Some(codes(&[1, 0, 0])));
+        let p = Rewritten::of(&p).cut();
+        assert_eq!(result_formats(&codes(&[]), p), Some(codes(&[])));
+        assert_eq!(result_formats(&codes(&[0]), p), Some(codes(&[0])));
+        assert_eq!(result_formats(&codes(&[1]), p), Some(codes(&[1, 1, 0])));
+        assert_eq!(result_formats(&codes(&[1, 0]), p), Some(codes(&[1, 0, 0])));
         let none = plan(2, 0);
         assert_eq!(
-            result_formats(&codes(&[1]), &Rewritten::of(&none)),
+            result_formats(&codes(&[1]), Rewritten::of(&none).cut()),
             Some(codes(&[1]))
         );
-        assert_eq!(result_formats(&[0, 2, 0], &p), None);
+        assert_eq!(result_formats(&[0, 2, 0], p), None);
     }
 
     #[test]
     fn a_misfit_of_result_formats_is_told_with_the_clients_columns() {
         let p = plan(2, 1);
-        let p = Rewritten::of(&p);
-        assert_eq!(format_misfit(&codes(&[1, 1]), &p), None);
-        assert_eq!(format_misfit(&codes(&[1]), &p), None);
-        let (shards, client) = format_misfit(&codes(&[1, 0, 1]), &p).unwrap();
+        let p = Rewritten::of(&p).cut();
+        assert_eq!(format_misfit(&codes(&[1, 1]), p), None);
+        assert_eq!(format_misfit(&codes(&[1]), p), None);
+        let (shards, client) = format_misfit(&codes(&[1, 0, 1]), p).unwrap();
         assert_eq!(
             shards,
             "bind message has 4 result formats but query has 3 columns"
