@@ -92,7 +92,7 @@ pub async fn in_transaction(
 /// request rewritten for them.
 enum Asked {
     Query(BytesMut),
-    Extended(extended::Request),
+    Extended(Box<extended::Request>),
 }
 
 impl Asked {
@@ -107,7 +107,7 @@ impl Asked {
             let bytes = client.buf.split_to(g.len);
             let planned = extended::Rewritten::of(&g.plan);
             return extended::Request::read(client, (&bytes, registry), &planned)
-                .map(Asked::Extended);
+                .map(|r| Asked::Extended(Box::new(r)));
         }
         client.buf.advance(g.len);
         // A simple Query drops the unnamed statement, as PostgreSQL's does.

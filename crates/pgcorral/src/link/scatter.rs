@@ -93,7 +93,7 @@ pub async fn in_transaction(
 /// for them (its statement parsed as each shard's unnamed one).
 enum Sent {
     Query(BytesMut),
-    Extended(Request),
+    Extended(Box<Request>),
 }
 
 impl Sent {
@@ -114,7 +114,7 @@ impl Sent {
             Write::MovesKey(_) => Rewritten::moving(text),
             _ => Rewritten::as_is(text),
         };
-        Request::read(client, (&bytes, registry), &rewritten).map(Sent::Extended)
+        Request::read(client, (&bytes, registry), &rewritten).map(|r| Sent::Extended(Box::new(r)))
     }
 }
 
