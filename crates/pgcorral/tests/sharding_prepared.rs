@@ -132,41 +132,14 @@ async fn a_pipeline_binds_its_statement_on_each_shard_without_parsing_it_again()
     .await;
     assert_eq!(tags(&w.until_ready().await), "1tnZ");
     let ids: Vec<i64> = (101..=130).collect();
-    let mut batch = Vec::new();
-    for id in &ids {
-        let (id, qty) = (id.to_string(), "7".to_string());
-        batch.push(wire::bind(
-            "",
-            "ins",
-            &[Param::Text(&id), Param::Text(&qty)],
-            false,
-        ));
-        batch.push(wire::execute("", 0));
-    }
-    batch.push(wire::sync());
-    w.send_all(&batch).await;
+    w.send_all(&batch(None, "ins", &ids, "7")).await;
     assert_eq!(
         tags(&w.until_ready().await),
         format!("{}Z", "2C".repeat(30))
     );
     // JDBC's shape: Parse of a named statement and its many Binds in one request.
-    let mut batch = vec![wire::parse(
-        "upd",
-        "UPDATE items SET qty = $2 WHERE id = $1",
-        &[],
-    )];
-    for id in &ids {
-        let id = id.to_string();
-        batch.push(wire::bind(
-            "",
-            "upd",
-            &[Param::Text(&id), Param::Text("8")],
-            false,
-        ));
-        batch.push(wire::execute("", 0));
-    }
-    batch.push(wire::sync());
-    w.send_all(&batch).await;
+    let update = ("upd", "UPDATE items SET qty = $2 WHERE id = $1");
+    w.send_all(&batch(Some(update), "upd", &ids, "8")).await;
     assert_eq!(
         tags(&w.until_ready().await),
         format!("1{}Z", "2C".repeat(30))
@@ -194,4 +167,25 @@ async fn a_pipeline_binds_its_statement_on_each_shard_without_parsing_it_again()
         assert_eq!(inserts[0].1, rows, "shard {shard}: {held:?}");
     }
     drop(shards);
+}
+
+/// One request: a Parse of `parse` (name, text) first when given, then a Bind of statement
+/// `name` with values (id, `value`) and an Execute for each of `ids`, and a Sync.
+fn batch(parse: Option<(&str, &str)>, name: &str, ids: &[i64], value: &str) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = parse
+        .map(|(n, t)| wire::parse(n, t, &[]))
+        .into_iter()
+        .collect();
+    for id in ids {
+        let id = id.to_string();
+        out.push(wire::bind(
+            "",
+            name,
+            &[Param::Text(&id), Param::Text(value)],
+            false,
+        ));
+        out.push(wire::execute("", 0));
+    }
+    out.push(wire::sync());
+    out
 }
