@@ -100,6 +100,20 @@ async fn a_statement_bound_again_and_again_across_shards_is_parsed_once_on_each(
     }
     let row = c.query_one(&read, &[&0i32]).await.unwrap();
     assert_eq!(row.get::<_, i64>(0), 60);
+    // A column added: a statement of `*` fails as PostgreSQL fails it ("cached plan must not
+    // change result type", 0A000), and keeps failing, as the client's own statement would.
+    let all = c
+        .prepare("SELECT * FROM items WHERE id > $1 ORDER BY id")
+        .await
+        .unwrap();
+    assert_eq!(c.query(&all, &[&55i64]).await.unwrap().len(), 5);
+    for pg in &shards {
+        pg.sql("postgres", "ALTER TABLE items ADD COLUMN note text");
+    }
+    for _ in 0..2 {
+        let e = c.query(&all, &[&55i64]).await.unwrap_err();
+        assert_eq!(support::sqlstate(&e), "0A000", "{e:?}");
+    }
     // The statement keeps working after its server statement is gone (DEALLOCATE ALL run on
     // each shard's server by another client of pgcorral's; pgcorral learns it and parses
     // again).

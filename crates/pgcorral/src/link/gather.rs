@@ -152,12 +152,14 @@ async fn ask(
             merge(client, servers, heads, &mut answer, plan).await
         }
         Asked::Extended(request) => {
+            let mut preludes = Vec::with_capacity(servers.len());
             for (i, s) in servers.iter_mut().enumerate() {
-                request.send_to(s, i == 0, at.max_prepared).await?;
+                preludes.push(request.send_to(s, i == 0, at.max_prepared).await?);
             }
             let mut opened = Vec::with_capacity(servers.len());
             for (i, s) in servers.iter_mut().enumerate() {
-                let (h, o) = extended::open(s, request, (i == 0).then_some(&mut out)).await?;
+                let asked = (request.as_ref(), &preludes[i]);
+                let (h, o) = extended::open(s, asked, (i == 0).then_some(&mut out)).await?;
                 heads.push(h);
                 opened.push(o);
             }

@@ -157,15 +157,15 @@ async fn exchange(
     let mut readied = Vec::with_capacity(servers.len());
     for ((s, (bytes, _)), needs) in servers.iter_mut().zip(&plan.sends).zip(&plan.needs) {
         let mut out = BytesMut::new();
-        let answers = statements::ready(&mut s.statements, needs, max, &mut out).unwrap_or(0);
+        let prelude = statements::ready(&mut s.statements, needs, max, &mut out);
         out.extend_from_slice(bytes);
         send(s, &out).await?;
-        readied.push(answers);
+        readied.push(prelude.unwrap_or_default());
     }
     let mut got: HashMap<usize, (usize, Got)> = HashMap::new();
     let mut held = 0usize;
     for (k, (s, (_, sent))) in servers.iter_mut().zip(&plan.sends).enumerate() {
-        let own: Vec<Sent> = (0..readied[k])
+        let own: Vec<Sent> = (0..readied[k].answers())
             .map(|_| Sent {
                 answer: Answer::One,
                 client: None,
@@ -173,9 +173,15 @@ async fn exchange(
             .collect();
         let mut next = own.iter().chain(sent);
         let mut current: Option<(&Sent, BytesMut, u8)> = None;
+        // Answers to the prelude read so far (they come first).
+        let mut ran = 0;
         loop {
             let (tag, body) = read_server(s).await?;
             held += body.len() + HEADER_LEN;
+            let prelude = matches!(tag, backend::PARSE_COMPLETE | backend::CLOSE_COMPLETE);
+            if prelude && ran < own.len() {
+                ran += 1;
+            }
             match tag {
                 backend::READY_FOR_QUERY => {
                     note_ready(s, &body);
@@ -185,7 +191,7 @@ async fn exchange(
                 | backend::PARAMETER_STATUS
                 | backend::NOTIFICATION_RESPONSE => continue,
                 backend::ERROR_RESPONSE => {
-                    statements::forget(&mut s.statements, &plan.needs[k]);
+                    readied[k].failed_after(&mut s.statements, ran);
                     let at = match current.take() {
                         Some((m, _, _)) => m.client,
                         None => next.next().and_then(|m| m.client),

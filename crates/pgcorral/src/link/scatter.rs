@@ -144,15 +144,17 @@ async fn run_on(
         .filter(|(_, shard)| from.contains(shard))
         .map(|(s, _)| &mut **s)
         .collect();
-    for (i, s) in sent_to.iter_mut().enumerate() {
-        match sent {
-            Sent::Query(query) => send(s, query).await?,
-            Sent::Extended(request) => request.send_to(s, i == 0, at.max_prepared).await?,
-        }
-    }
     let mut got = Got::default();
-    if let Sent::Extended(request) = sent {
-        open(client, registry, &mut sent_to, request, &mut got).await?;
+    match sent {
+        Sent::Query(query) => {
+            for s in sent_to.iter_mut() {
+                send(s, query).await?;
+            }
+        }
+        Sent::Extended(request) => {
+            let asked = (request.as_ref(), at.max_prepared);
+            open(client, registry, &mut sent_to, asked, &mut got).await?;
+        }
     }
     for (i, s) in sent_to.iter_mut().enumerate() {
         got.rest(client, s, (i == 0, i == 0 || write == Write::Rows), write)
@@ -249,11 +251,9 @@ async fn moved(
         .filter(|(i, _)| from.contains(i))
         .map(|(_, s)| &mut **s)
         .collect();
-    for (i, s) in sent_to.iter_mut().enumerate() {
-        request.send_to(s, i == 0, at.max_prepared).await?;
-    }
     let mut got = Got::default();
-    open(client, registry, &mut sent_to, request, &mut got).await?;
+    let asked = (request, at.max_prepared);
+    open(client, registry, &mut sent_to, asked, &mut got).await?;
     drop(sent_to);
     // The answers' rest (rows, tags, errors) is read as a simple Query's would be.
     let moved = moving.finish(servers, from, &sharding).await?;
@@ -320,20 +320,26 @@ impl Got {
     }
 }
 
-/// Reads each shard's answer to the client's extended-protocol request up to its portal's
-/// description, keeps the client's Parses, and writes the client's ParseComplete, BindComplete
-/// and descriptions (as far as the shards went) to `got.out`.
+/// Sends each shard its part of the client's extended-protocol request (`max`:
+/// max_prepared_statements), reads each one's answer up to its portal's description, keeps
+/// the client's Parses, and writes the client's ParseComplete, BindComplete and descriptions
+/// (as far as the shards went) to `got.out`.
 async fn open(
     client: &mut ClientConn,
     registry: &Registry,
     servers: &mut [&mut Checkout],
-    request: &Request,
+    (request, max): (&Request, usize),
     got: &mut Got,
 ) -> Result<()> {
+    let mut preludes = Vec::with_capacity(servers.len());
+    for (i, s) in servers.iter_mut().enumerate() {
+        preludes.push(request.send_to(s, i == 0, max).await?);
+    }
     let mut heads = Vec::with_capacity(servers.len());
     let mut opened = Vec::with_capacity(servers.len());
     for (i, s) in servers.iter_mut().enumerate() {
-        let (h, o) = extended::open(s, request, (i == 0).then_some(&mut got.out)).await?;
+        let asked = (request, &preludes[i]);
+        let (h, o) = extended::open(s, asked, (i == 0).then_some(&mut got.out)).await?;
         heads.push(h);
         opened.push(o);
     }

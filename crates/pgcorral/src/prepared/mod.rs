@@ -543,6 +543,11 @@ impl ServerStatements {
         self.map.remove(&id);
     }
 
+    /// `name` may be prepared here, unused: it is closed before the next prepare.
+    pub fn close_later(&mut self, name: String) {
+        self.stale.push(name);
+    }
+
     /// Statement `id` may or may not be prepared here (its Parse was sent, and the server
     /// answered an error somewhere after): it is no longer counted as here, and its name is
     /// closed before the next prepare (closing a name the server lacks is no error).

@@ -12,7 +12,7 @@ use pgwire::{encode, Header};
 
 use super::super::fanout::{read_server, send, whole};
 use super::super::insert::keep_parse;
-use super::super::statements;
+use super::super::statements::{self, Prelude};
 use super::describe::first_fields;
 use super::Head;
 use crate::client_conn::ClientConn;
@@ -278,15 +278,20 @@ impl Request {
     }
 
     /// Sends a shard's server (`first`: the first shard's) its part, after the Parse of the
-    /// statement it binds by name when the server lacks it ([`statements::ready`]).
-    pub async fn send_to(&self, s: &mut Checkout, first: bool, max: usize) -> Result<()> {
+    /// statement it binds by name when the server lacks it ([`statements::ready`]); returns
+    /// what was sent before it, for [`open`].
+    pub async fn send_to(&self, s: &mut Checkout, first: bool, max: usize) -> Result<Prelude> {
         let Some(form) = &self.form else {
-            return send(s, self.sent(first)).await;
+            send(s, self.sent(first)).await?;
+            return Ok(Prelude::default());
         };
         let mut out = BytesMut::new();
-        statements::ready(&mut s.statements, std::slice::from_ref(form), max, &mut out);
+        let prelude =
+            statements::ready(&mut s.statements, std::slice::from_ref(form), max, &mut out)
+                .unwrap_or_default();
         out.extend_from_slice(self.sent(first));
-        send(s, &out).await
+        send(s, &out).await?;
+        Ok(prelude)
     }
 
     /// What a shard's answer has reached before it is read: with a statement bound by name,
@@ -592,16 +597,21 @@ fn with_message(e: &[u8], from: &str, to: &str) -> Option<BytesMut> {
 /// describes the statement when the client asked; the others' are dropped).
 pub(in crate::link) async fn open(
     s: &mut Checkout,
-    request: &Request,
+    (request, prelude): (&Request, &Prelude),
     mut out: Option<&mut BytesMut>,
 ) -> Result<(Head, Opened)> {
     let describes = out.is_some() && request.describes();
     let mut opened = request.opened();
+    // Answers to the prelude read so far (they come first).
+    let mut ran = 0;
     let mut parameters = None;
     loop {
         let (tag, body) = read_server(s).await?;
         let whole = || whole(tag, &body);
         match tag {
+            backend::PARSE_COMPLETE | backend::CLOSE_COMPLETE if ran < prelude.answers() => {
+                ran += 1
+            }
             backend::PARSE_COMPLETE => opened.parsed = true,
             backend::PARAMETER_DESCRIPTION => parameters = Some(whole()),
             backend::ROW_DESCRIPTION | backend::NO_DATA
@@ -612,9 +622,7 @@ pub(in crate::link) async fn open(
             backend::BIND_COMPLETE => opened.bound = true,
             backend::ROW_DESCRIPTION => return Ok((Head::Rows(whole()), opened)),
             backend::ERROR_RESPONSE => {
-                if let Some(form) = &request.form {
-                    statements::forget(&mut s.statements, std::slice::from_ref(form));
-                }
+                prelude.failed_after(&mut s.statements, ran);
                 let e = whole();
                 let e = match &request.misfit {
                     Some((shards, client)) => with_message(&e, shards, client).unwrap_or(e),
