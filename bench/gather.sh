@@ -74,7 +74,9 @@ POOL_SIZE=${POOL_SIZE:-20}
 JOBS=${JOBS:-2}
 WARMUP=${WARMUP:-3}
 WORKERS=${WORKERS:-0}
-BOUNCER=${BOUNCER:-1}
+# PgBouncer before 1.21 has no protocol-level prepared statements in transaction mode (and
+# Debian's is 1.18): with PROTOCOL=prepared it is left out unless BOUNCER=1 is given.
+if [ "$PROTOCOL" = prepared ]; then BOUNCER=${BOUNCER:-0}; else BOUNCER=${BOUNCER:-1}; fi
 KEEP=${KEEP:-0}
 RESULTS=${BENCH_RESULTS_DIR:-$BENCH_DIR/results}
 
