@@ -124,7 +124,8 @@ pub(super) fn decimal(text: &str) -> Option<i64> {
         }
         // Zeros the exponent puts after the digits.
         let short = point - i64::try_from(digits.len()).ok()?;
-        for _ in 0..short.max(0) {
+        // Not for a zero, whose exponent may be huge: it stays zero.
+        for _ in 0..if m == 0 { 0 } else { short.max(0) } {
             m = m.checked_mul(10)?;
             if m > i128::from(u64::MAX) {
                 return None;
@@ -172,6 +173,8 @@ mod tests {
         assert_eq!(text(1700, ".5"), Ok(Some(1)));
         assert_eq!(text(1700, "5e-3"), Ok(Some(0)));
         assert_eq!(text(1700, "0.05e1"), Ok(Some(1)));
+        assert_eq!(text(1700, "0e2000000000"), Ok(Some(0)));
+        assert!(text(1700, "1e2000000000").is_err());
         assert!(text(1700, "NaN").is_err());
         assert!(text(1700, ".").is_err());
         assert_eq!(text(701, "2.5"), Ok(Some(2)));
@@ -191,5 +194,22 @@ mod tests {
         assert_eq!(text(25, "3"), Ok(None));
         let e = text(790, "3").unwrap_err();
         assert!(e.contains("oid 790"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Whatever a client sends as a LIMIT or OFFSET value, of any type and format, it is
+        /// read or refused, never a panic; and an integer's text reads as itself.
+        #[test]
+        fn any_value_is_read_or_refused(
+            oid in proptest::sample::select(vec![0u32, 20, 21, 23, 26, 700, 701, 1700, 705, 25, 790]),
+            format in 0u16..3,
+            v in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24),
+            text in "[-+ ]?[0-9_]{0,12}(\\.[0-9]{0,6})?(e-?[0-9]{1,3})?",
+            n in proptest::prelude::any::<i64>(),
+        ) {
+            let _ = count_value(oid, format, Some(&v));
+            let _ = count_value(oid, 0, Some(text.as_bytes()));
+            proptest::prop_assert_eq!(count_value(20, 0, Some(n.to_string().as_bytes())), Ok(Some(n)));
+        }
     }
 }
