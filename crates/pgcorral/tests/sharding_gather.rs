@@ -695,6 +695,28 @@ async fn reads_across_shards_through_the_extended_protocol_answer_as_one_server_
     if let Err(e) = alike(sql, &answers[0], &answers[1], false) {
         panic!("{sql}: {e}");
     }
+    // A Parse of a name the client already holds, in a read across shards: PostgreSQL's
+    // 42P05, and nothing of the request runs.
+    let sql = "SELECT id FROM items ORDER BY id";
+    let mut answers = Vec::new();
+    for w in [&mut direct, &mut via] {
+        w.send_all(&[wire::parse("dup", "SELECT 1", &[]), wire::sync()])
+            .await;
+        assert_eq!(tags(&w.until_ready().await), "1Z");
+        w.send_all(&[
+            wire::parse("dup", sql, &[]),
+            wire::bind("", "dup", &[], false),
+            wire::execute("", 0),
+            wire::sync(),
+        ])
+        .await;
+        answers.push(w.until_ready().await);
+    }
+    assert_eq!(tags(&answers[0]), "EZ");
+    assert_eq!(answers[0][0].code(), "42P05");
+    if let Err(e) = alike(sql, &answers[0], &answers[1], true) {
+        panic!("{sql}: {e}");
+    }
     assert!(
         text >= 300 && binary >= 250,
         "{text} in text, {binary} in binary, {refused} refused"

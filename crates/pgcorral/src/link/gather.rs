@@ -48,7 +48,7 @@ pub async fn gather(
 ) -> Result<()> {
     let asked = match Asked::take(client, g, registry) {
         Ok(a) => a,
-        Err(msg) => return answer_error(client, "0A000", &msg).await,
+        Err((code, msg)) => return answer_error(client, code, &msg).await,
     };
     let mut owned = Vec::with_capacity(g.shards.len());
     for &shard in &g.shards {
@@ -74,8 +74,8 @@ pub async fn in_transaction(
 ) -> Result<usize> {
     let asked = match Asked::take(client, g, registry) {
         Ok(a) => a,
-        Err(msg) => {
-            spanning::refuse(client, link, "0A000", &msg).await?;
+        Err((code, msg)) => {
+            spanning::refuse(client, link, code, &msg).await?;
             return Ok(shard);
         }
     };
@@ -102,7 +102,7 @@ impl Asked {
         client: &mut ClientConn,
         g: &Gathered,
         registry: &Registry,
-    ) -> std::result::Result<Asked, String> {
+    ) -> std::result::Result<Asked, extended::Refused> {
         if g.extended {
             let bytes = client.buf.split_to(g.len);
             let planned = extended::Rewritten::of(&g.plan);

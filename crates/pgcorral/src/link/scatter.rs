@@ -35,7 +35,7 @@ pub async fn scatter(
 ) -> Result<()> {
     let sent = match Sent::take(client, w, registry) {
         Ok(s) => s,
-        Err(msg) => return answer_error(client, "0A000", &msg).await,
+        Err((code, msg)) => return answer_error(client, code, &msg).await,
     };
     let mut fanout = at.shards(w.shards.iter().copied()).await?;
     let _aimed = Aimed::at(at.slot, fanout.servers());
@@ -70,8 +70,8 @@ pub async fn in_transaction(
 ) -> Result<usize> {
     let sent = match Sent::take(client, w, registry) {
         Ok(s) => s,
-        Err(msg) => {
-            spanning::refuse(client, link, "0A000", &msg).await?;
+        Err((code, msg)) => {
+            spanning::refuse(client, link, code, &msg).await?;
             return Ok(shard);
         }
     };
@@ -103,7 +103,7 @@ impl Sent {
         client: &mut ClientConn,
         w: &Scattered,
         registry: &Registry,
-    ) -> std::result::Result<Sent, String> {
+    ) -> std::result::Result<Sent, extended::Refused> {
         let bytes = client.buf.split_to(w.len);
         let Some(text) = w.extended.as_deref() else {
             // A simple Query drops the unnamed statement, as PostgreSQL's does.

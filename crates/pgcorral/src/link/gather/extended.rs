@@ -36,6 +36,9 @@ enum Message {
     Execute,
 }
 
+/// Why pgcorral answers a request itself: the SQLSTATE and message of its error.
+pub(in crate::link) type Refused = (&'static str, String);
+
 /// The client's request, read, and what each shard is sent for it.
 pub(in crate::link) struct Request {
     messages: Vec<Message>,
@@ -86,8 +89,8 @@ impl Request {
         client: &ClientConn,
         (bytes, registry): (&[u8], &Registry),
         plan: &Rewritten<'_>,
-    ) -> std::result::Result<Request, String> {
-        let shape = || SHAPE.to_string();
+    ) -> std::result::Result<Request, Refused> {
+        let shape = || ("0A000", SHAPE.to_string());
         let mut messages = Vec::new();
         let mut parses: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         // The bound statement's name and the Parse body it was made of; the portal.
@@ -117,12 +120,25 @@ impl Request {
             let message = match h.tag {
                 frontend::PARSE if bound.is_none() => {
                     let (name, rest) = cstr(body).ok_or_else(shape)?;
+                    let taken = client.statements.named(name).is_some()
+                        || parses.iter().any(|(n, _)| n == name);
+                    if !name.is_empty() && taken {
+                        // PostgreSQL's answer to the Parse (the request goes no further).
+                        let name = String::from_utf8_lossy(name);
+                        let msg = format!("prepared statement \"{name}\" already exists");
+                        return Err(("42P05", msg));
+                    }
                     parses.retain(|(n, _)| n != name);
                     parses.push((name.to_vec(), rest.to_vec()));
                     Message::Parse
                 }
                 frontend::BIND if bound.is_none() => {
                     let bind = BindBody::parse(body).ok_or_else(shape)?;
+                    // Only the bound statement's Parse reaches the shards (as planned): a Parse
+                    // of another would go unchecked.
+                    if parses.iter().any(|(n, _)| n != bind.statement) {
+                        return Err(shape());
+                    }
                     let parsed = parses.iter().find(|(n, _)| n == bind.statement);
                     let source = match parsed {
                         Some((_, rest)) => rest.clone(),
@@ -136,13 +152,14 @@ impl Request {
                     result_formats(results, plan.cut()).ok_or_else(shape)?;
                     let before = &bind.after_names[..bind.after_names.len() - results.len()];
                     bind_values = Some((before.to_vec(), results.to_vec()));
+                    let value = |i| bound_value(&bind, i, &source).map_err(|m| ("0A000", m));
                     limit = match plan.limit_param {
-                        Some(i) => bound_value(&bind, i, &source)?,
+                        Some(i) => value(i)?,
                         None => None,
                     };
                     // OFFSET NULL skips none.
                     offset = match plan.offset_param {
-                        Some(i) => Some(bound_value(&bind, i, &source)?.unwrap_or(0)),
+                        Some(i) => Some(value(i)?.unwrap_or(0)),
                         None => None,
                     };
                     bound = Some((bind.statement.to_vec(), source, bind.portal.to_vec()));
