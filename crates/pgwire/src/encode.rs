@@ -234,6 +234,20 @@ pub fn parse(buf: &mut BytesMut, name: &[u8], rest: &[u8]) {
     });
 }
 
+/// Bind of statement `statement` into portal `portal`; `rest` is the body after the two names
+/// (parameter formats and values, result formats), in parts.
+pub fn bind(buf: &mut BytesMut, portal: &[u8], statement: &[u8], rest: &[&[u8]]) {
+    message(buf, crate::frontend::BIND, |b| {
+        b.put_slice(portal);
+        b.put_u8(0);
+        b.put_slice(statement);
+        b.put_u8(0);
+        for part in rest {
+            b.put_slice(part);
+        }
+    });
+}
+
 /// Close of a prepared statement (`kind` b'S') or portal (b'P').
 pub fn close(buf: &mut BytesMut, kind: u8, name: &[u8]) {
     message(buf, crate::frontend::CLOSE, |b| {
@@ -286,6 +300,19 @@ mod tests {
         let mut b = BytesMut::new();
         ready_for_query(&mut b, TxStatus::Idle);
         assert_eq!(&b[..], b"Z\0\0\0\x05I");
+    }
+
+    #[test]
+    fn a_bind_in_parts_reads_back_whole() {
+        let mut b = BytesMut::new();
+        // One text parameter "7", then no result formats.
+        let values: &[u8] = &[0, 0, 0, 1, 0, 0, 0, 1, b'7'];
+        bind(&mut b, b"p", b"s1", &[values, &[0, 0]]);
+        let h = crate::Header::parse(&b, 1 << 20).unwrap().unwrap();
+        assert_eq!((h.tag, h.total_len()), (crate::frontend::BIND, b.len()));
+        let body = crate::frontend::BindBody::parse(&b[5..]).unwrap();
+        assert_eq!((body.portal, body.statement), (&b"p"[..], &b"s1"[..]));
+        assert_eq!(body.param(0), Some(Some(&b"7"[..])));
     }
 
     #[test]

@@ -170,11 +170,16 @@ pub(super) async fn send(s: &mut Checkout, bytes: &[u8]) -> Result<()> {
     })
 }
 
-/// An ERROR with `code` and `msg` for the client, and its ReadyForQuery (idle).
-pub(super) async fn answer_error(client: &mut ClientConn, code: &str, msg: &str) -> Result<()> {
+/// An ErrorResponse of pgcorral's own (severity ERROR) with `code` and `msg`.
+pub(super) fn error(code: &str, msg: &str) -> BytesMut {
     let mut e = BytesMut::new();
     encode::error_response(&mut e, "ERROR", code, msg);
-    answer_raw(client, &e, true).await
+    e
+}
+
+/// An ERROR with `code` and `msg` for the client, and its ReadyForQuery (idle).
+pub(super) async fn answer_error(client: &mut ClientConn, code: &str, msg: &str) -> Result<()> {
+    answer_raw(client, &error(code, msg), true).await
 }
 
 /// An error (whole ErrorResponse) for the client, and its ReadyForQuery when `ready`.

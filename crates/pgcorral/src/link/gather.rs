@@ -130,12 +130,12 @@ async fn ask(
 ) -> Result<(BytesMut, bool)> {
     let plan = (&g.plan, g.text_bytewise);
     let mut out = BytesMut::new();
-    let mut heads = Vec::with_capacity(servers.len());
     match asked {
         Asked::Query(query) => {
             for s in servers.iter_mut() {
                 send(s, query).await?;
             }
+            let mut heads = Vec::with_capacity(servers.len());
             for (i, s) in servers.iter_mut().enumerate() {
                 heads.push(head(s, (i == 0).then_some(&mut out)).await?);
             }
@@ -152,22 +152,11 @@ async fn ask(
             merge(client, servers, heads, &mut answer, plan).await
         }
         Asked::Extended(request) => {
-            let mut preludes = Vec::with_capacity(servers.len());
-            for (i, s) in servers.iter_mut().enumerate() {
-                preludes.push(request.send_to(s, i == 0, at.max_prepared).await?);
-            }
-            let mut opened = Vec::with_capacity(servers.len());
-            for (i, s) in servers.iter_mut().enumerate() {
-                let asked = (request.as_ref(), &preludes[i]);
-                let (h, o) = extended::open(s, asked, (i == 0).then_some(&mut out)).await?;
-                heads.push(h);
-                opened.push(o);
-            }
-            // The answers to the client's Parse, Bind and Describes, from the shard that
-            // failed first (else the first): each shard ran them alike.
-            let failed = heads.iter().position(|h| matches!(h, Head::Failed(_)));
+            let asked = (request.as_ref(), at.max_prepared);
+            let (heads, opened, failed) =
+                extended::open_all(client, registry, servers, asked, &mut out).await?;
+            // The answers to the client's Parse, Bind and Describes.
             let reached = &opened[failed.unwrap_or(0)];
-            request.keep_parses(client, registry, reached);
             let opening = |out: &mut BytesMut, described: Option<&[u8]>| {
                 request.opening(out, reached, &opened[0], described)
             };

@@ -414,10 +414,7 @@ fn first_shard(
                 first_slots.push_back(true);
             }
             Step::Bind => {
-                encode::message(&mut first, frontend::BIND, |b| {
-                    b.extend_from_slice(&[0, 0]);
-                    b.extend_from_slice(bind.after_names);
-                });
+                encode::bind(&mut first, b"", b"", &[bind.after_names]);
                 first_slots.push_back(true);
             }
             Step::Describe(kind) => {

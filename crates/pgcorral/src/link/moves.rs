@@ -5,7 +5,7 @@
 use bytes::BytesMut;
 use pgwire::{backend, encode};
 
-use super::fanout::{counted, note_ready, read_server, send, whole};
+use super::fanout::{counted, error, note_ready, read_server, send, whole};
 use super::gather::describe::first_fields;
 use crate::error::{Error, Kind, Result};
 use crate::pool::Checkout;
@@ -347,11 +347,5 @@ async fn run(server: &mut Checkout, sql: &str) -> Result<std::result::Result<(),
 fn raw(e: &Error) -> BytesMut {
     let mut out = BytesMut::new();
     e.write_response(&mut out, "ERROR");
-    out
-}
-
-fn error(code: &str, msg: &str) -> BytesMut {
-    let mut out = BytesMut::new();
-    pgwire::encode::error_response(&mut out, "ERROR", code, msg);
     out
 }

@@ -485,12 +485,7 @@ impl Planner<'_> {
         for shard in shards {
             let k = self.involved.iter().position(|s| s == shard)?;
             let name = self.bound_as(k, bind.statement, &named);
-            encode::message(&mut self.sends[k].0, frontend::BIND, |b| {
-                b.extend_from_slice(&[0]);
-                b.extend_from_slice(&name);
-                b.extend_from_slice(&[0]);
-                b.extend_from_slice(bind.after_names);
-            });
+            encode::bind(&mut self.sends[k].0, b"", &name, &[bind.after_names]);
             self.push(k, Answer::One, Some(self.i));
             ks.push(k);
         }

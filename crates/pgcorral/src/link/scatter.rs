@@ -9,7 +9,7 @@ use pgwire::encode;
 use pgwire::frontend::query_text;
 
 use super::fanout::{
-    answer_error, answer_raw, counted, note_ready, read_server, send, whole, Aimed,
+    answer_error, answer_raw, counted, error, note_ready, read_server, send, whole, Aimed,
 };
 use super::gather::extended::{self, Request, Rewritten};
 use super::gather::Head;
@@ -238,11 +238,11 @@ async fn moved(
                 &with_returning
             }
             None => {
-                let e = refusal("08P01", "the Bind's result formats cannot be read");
+                let e = error("08P01", "the Bind's result formats cannot be read");
                 return Ok(ran(BytesMut::new(), Err(e)));
             }
         },
-        Err(msg) => return Ok(ran(BytesMut::new(), Err(refusal("0A000", &msg)))),
+        Err(msg) => return Ok(ran(BytesMut::new(), Err(error("0A000", &msg)))),
     };
     // The first of them (in shard order) answers the client's own messages.
     let mut sent_to: Vec<&mut Checkout> = servers
@@ -321,9 +321,9 @@ impl Got {
 }
 
 /// Sends each shard its part of the client's extended-protocol request (`max`:
-/// max_prepared_statements), reads each one's answer up to its portal's description, keeps
-/// the client's Parses, and writes the client's ParseComplete, BindComplete and descriptions
-/// (as far as the shards went) to `got.out`.
+/// max_prepared_statements), reads each one's answer up to its portal's description
+/// ([`extended::open_all`]), and writes the client's ParseComplete, BindComplete and
+/// descriptions (as far as the shards went) to `got.out`.
 async fn open(
     client: &mut ClientConn,
     registry: &Registry,
@@ -331,21 +331,10 @@ async fn open(
     (request, max): (&Request, usize),
     got: &mut Got,
 ) -> Result<()> {
-    let mut preludes = Vec::with_capacity(servers.len());
-    for (i, s) in servers.iter_mut().enumerate() {
-        preludes.push(request.send_to(s, i == 0, max).await?);
-    }
-    let mut heads = Vec::with_capacity(servers.len());
-    let mut opened = Vec::with_capacity(servers.len());
-    for (i, s) in servers.iter_mut().enumerate() {
-        let asked = (request, &preludes[i]);
-        let (h, o) = extended::open(s, asked, (i == 0).then_some(&mut got.out)).await?;
-        heads.push(h);
-        opened.push(o);
-    }
-    let failed = heads.iter().position(|h| matches!(h, Head::Failed(_)));
+    let asked = (request, max);
+    let (heads, opened, failed) =
+        extended::open_all(client, registry, servers, asked, &mut got.out).await?;
     let reached = &opened[failed.unwrap_or(0)];
-    request.keep_parses(client, registry, reached);
     match (failed, heads.first()) {
         (Some(k), _) => {
             request.opening(&mut got.out, reached, &opened[0], None);
@@ -364,11 +353,4 @@ async fn open(
         }
     }
     Ok(())
-}
-
-/// An ErrorResponse of pgcorral's own.
-fn refusal(code: &str, msg: &str) -> BytesMut {
-    let mut out = BytesMut::new();
-    encode::error_response(&mut out, "ERROR", code, msg);
-    out
 }

@@ -192,8 +192,7 @@ pub async fn refuse(client: &mut ClientConn, link: &mut Link, code: &str, msg: &
     if let Some(s) = link.pooled() {
         fail(s).await;
     }
-    let mut out = BytesMut::new();
-    pgwire::encode::error_response(&mut out, "ERROR", code, msg);
+    let mut out = super::fanout::error(code, msg);
     pgwire::encode::ready_for_query(&mut out, TxStatus::Failed);
     client.reply(&out).await
 }

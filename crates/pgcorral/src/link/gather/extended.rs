@@ -18,7 +18,7 @@ use super::Head;
 use crate::client_conn::ClientConn;
 use crate::error::Result;
 use crate::pool::Checkout;
-use crate::prepared::{Registry, Source, Statement};
+use crate::prepared::{param_types, Registry, Source, Statement};
 use crate::shard::gather::count::count_value;
 use crate::shard::gather::{Gather, Merge};
 
@@ -40,6 +40,7 @@ enum Message {
 pub(in crate::link) type Refused = (&'static str, String);
 
 /// The client's request, read, and what each shard is sent for it.
+#[derive(Clone)]
 pub(in crate::link) struct Request {
     messages: Vec<Message>,
     /// The client's Parses: each statement's name and body after it.
@@ -148,8 +149,8 @@ impl Request {
                         }
                     };
                     let results = bind.values_and_results().ok_or_else(shape)?.1;
-                    misfit = format_misfit(results, plan.cut());
-                    result_formats(results, plan.cut()).ok_or_else(shape)?;
+                    misfit = format_misfit(results, plan.cut);
+                    result_formats(results, plan.cut).ok_or_else(shape)?;
                     let before = &bind.after_names[..bind.after_names.len() - results.len()];
                     bind_values = Some((before.to_vec(), results.to_vec()));
                     let value = |i| bound_value(&bind, i, &source).map_err(|m| ("0A000", m));
@@ -222,7 +223,7 @@ impl Request {
             max_rows,
             limit,
             offset,
-            cut: plan.cut(),
+            cut: plan.cut,
             form,
             misfit,
         };
@@ -249,13 +250,7 @@ impl Request {
             if describes {
                 encode::describe(out, b'S', name);
             }
-            encode::message(out, frontend::BIND, |b| {
-                b.extend_from_slice(&[0]);
-                b.extend_from_slice(name);
-                b.extend_from_slice(&[0]);
-                b.extend_from_slice(&self.bind_values);
-                b.extend_from_slice(&formats);
-            });
+            encode::bind(out, b"", name, &[&self.bind_values, &formats]);
             encode::describe(out, b'P', b"");
             encode::message(out, frontend::EXECUTE, |b| {
                 b.extend_from_slice(&[0, 0, 0, 0, 0])
@@ -272,24 +267,13 @@ impl Request {
     /// text, the client's in its formats, the descriptions cut to the client's columns.
     /// `None`: the result formats cannot be read.
     pub fn returning(&self, visible: usize, hidden: usize) -> Option<Request> {
-        let cut = Cut {
+        let mut r = self.clone();
+        r.cut = Cut {
             visible: Some(visible),
             hidden,
             rows_hidden: false,
         };
-        let mut r = Request {
-            messages: self.messages.clone(),
-            parses: self.parses.clone(),
-            parse: self.parse.clone(),
-            bind_values: self.bind_values.clone(),
-            results: self.results.clone(),
-            first: BytesMut::new(),
-            others: BytesMut::new(),
-            cut,
-            form: self.form.clone(),
-            misfit: format_misfit(&self.results, cut),
-            ..*self
-        };
+        r.misfit = format_misfit(&r.results, r.cut);
         r.build()?;
         Some(r)
     }
@@ -297,7 +281,7 @@ impl Request {
     /// Sends a shard's server (`first`: the first shard's) its part, after the Parse of the
     /// statement it binds by name when the server lacks it ([`statements::ready`]); returns
     /// what was sent before it, for [`open`].
-    pub async fn send_to(&self, s: &mut Checkout, first: bool, max: usize) -> Result<Prelude> {
+    async fn send_to(&self, s: &mut Checkout, first: bool, max: usize) -> Result<Prelude> {
         let Some(form) = &self.form else {
             send(s, self.sent(first)).await?;
             return Ok(Prelude::default());
@@ -344,7 +328,7 @@ impl Request {
 
     /// Keeps the client's Parses as PostgreSQL would have: those before the point its request
     /// failed at (`reached`).
-    pub fn keep_parses(&self, client: &mut ClientConn, registry: &Registry, reached: &Opened) {
+    fn keep_parses(&self, client: &mut ClientConn, registry: &Registry, reached: &Opened) {
         for (name, rest) in &self.parses {
             keep_parse(client, registry, name, rest, reached.parsed);
         }
@@ -413,21 +397,16 @@ impl Request {
 /// the client's.
 pub(in crate::link) struct Rewritten<'a> {
     pub text: &'a str,
-    /// The client's columns, when the text adds some after them.
-    visible: Option<usize>,
-    /// Columns after the client's.
-    hidden: usize,
+    /// Which of its columns are the client's.
+    cut: Cut,
     /// The parameter whose value is the LIMIT (`LIMIT $n`).
     limit_param: Option<usize>,
     /// The parameter whose value is the OFFSET (`OFFSET $n`).
     offset_param: Option<usize>,
-    /// Every row the text returns is pgcorral's: asked in text, and the client's statement
-    /// has none (it is described as NoData).
-    rows_hidden: bool,
 }
 
 /// Which of the planned text's columns the client gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Cut {
     /// The client's columns, when pgcorral's follow them.
     visible: Option<usize>,
@@ -438,24 +417,18 @@ struct Cut {
 }
 
 impl<'a> Rewritten<'a> {
-    fn cut(&self) -> Cut {
-        Cut {
-            visible: self.visible,
-            hidden: self.hidden,
-            rows_hidden: self.rows_hidden,
-        }
-    }
-
     /// The text a read across shards is planned to run as.
     pub fn of(plan: &'a Gather) -> Rewritten<'a> {
         match &plan.merge {
             Merge::Grouped(g) if g.columns.len() > g.visible => Rewritten {
                 text: &plan.text,
-                visible: Some(g.visible),
-                hidden: g.columns.len() - g.visible,
+                cut: Cut {
+                    visible: Some(g.visible),
+                    hidden: g.columns.len() - g.visible,
+                    rows_hidden: false,
+                },
                 limit_param: plan.limit_param,
                 offset_param: plan.offset_param,
-                rows_hidden: false,
             },
             _ => Rewritten {
                 limit_param: plan.limit_param,
@@ -469,11 +442,9 @@ impl<'a> Rewritten<'a> {
     pub fn as_is(text: &'a str) -> Rewritten<'a> {
         Rewritten {
             text,
-            visible: None,
-            hidden: 0,
+            cut: Cut::default(),
             limit_param: None,
             offset_param: None,
-            rows_hidden: false,
         }
     }
 
@@ -481,7 +452,10 @@ impl<'a> Rewritten<'a> {
     /// pgcorral alone.
     pub fn moving(text: &'a str) -> Rewritten<'a> {
         Rewritten {
-            rows_hidden: true,
+            cut: Cut {
+                rows_hidden: true,
+                ..Cut::default()
+            },
             ..Rewritten::as_is(text)
         }
     }
@@ -496,14 +470,10 @@ fn bound_value(
     source: &[u8],
 ) -> std::result::Result<Option<u64>, String> {
     let unread = || SHAPE.to_string();
+    // Not declared (0) when the Parse gives fewer types than `i`.
     let declared = cstr(source)
-        .and_then(|(_, types)| {
-            let count = usize::from(u16::from_be_bytes(types.get(..2)?.try_into().ok()?));
-            match types.get(2 + 4 * i..6 + 4 * i) {
-                Some(oid) if i < count => Some(u32::from_be_bytes(oid.try_into().ok()?)),
-                _ => Some(0),
-            }
-        })
+        .and_then(|(_, types)| param_types(types))
+        .and_then(|types| types.get(i).copied())
         .unwrap_or(0);
     let value = bind.param(i).ok_or_else(unread)?;
     let format = bind.format(i).ok_or_else(unread)?;
@@ -583,36 +553,50 @@ fn format_misfit(results: &[u8], plan: Cut) -> Option<(String, String)> {
 /// The whole ErrorResponse `e` with its message `from` said as `to` (every other field as
 /// it is); `None` when its message is another (a server speaking another language).
 fn with_message(e: &[u8], from: &str, to: &str) -> Option<BytesMut> {
-    let mut fields = e.get(HEADER_LEN..)?;
-    let mut body = BytesMut::with_capacity(e.len());
-    let mut found = false;
-    while let Some((&kind, rest)) = fields.split_first() {
-        if kind == 0 {
-            break;
-        }
-        let (value, after) = cstr(rest)?;
-        body.extend_from_slice(&[kind]);
-        if kind == b'M' && value == from.as_bytes() {
-            body.extend_from_slice(to.as_bytes());
-            found = true;
-        } else {
-            body.extend_from_slice(value);
-        }
-        body.extend_from_slice(&[0]);
-        fields = after;
+    let body = e.get(HEADER_LEN..)?;
+    if backend::error_field(body, b'M')? != from.as_bytes() {
+        return None;
     }
-    body.extend_from_slice(&[0]);
     let mut out = BytesMut::new();
-    encode::message(&mut out, backend::ERROR_RESPONSE, |b| {
-        b.extend_from_slice(&body)
+    encode::error_with_fields(&mut out, body, |kind, _| {
+        (kind == b'M').then(|| to.as_bytes().to_vec())
     });
-    found.then_some(out)
+    Some(out)
+}
+
+/// Sends each of `servers` its part of `request` (`max`: max_prepared_statements) and reads
+/// each one's answer up to its portal's description ([`open`]; notices and parameter changes
+/// of the first go to `out`), then keeps the client's Parses as far as the shards went: each
+/// shard's head and how far it went, and the first that failed (whose answers, else the first
+/// shard's, are the client's: each shard ran the client's messages alike).
+pub(in crate::link) async fn open_all(
+    client: &mut ClientConn,
+    registry: &Registry,
+    servers: &mut [&mut Checkout],
+    (request, max): (&Request, usize),
+    out: &mut BytesMut,
+) -> Result<(Vec<Head>, Vec<Opened>, Option<usize>)> {
+    let mut preludes = Vec::with_capacity(servers.len());
+    for (i, s) in servers.iter_mut().enumerate() {
+        preludes.push(request.send_to(s, i == 0, max).await?);
+    }
+    let mut heads = Vec::with_capacity(servers.len());
+    let mut opened = Vec::with_capacity(servers.len());
+    for (i, s) in servers.iter_mut().enumerate() {
+        let asked = (request, &preludes[i]);
+        let (h, o) = open(s, asked, (i == 0).then_some(&mut *out)).await?;
+        heads.push(h);
+        opened.push(o);
+    }
+    let failed = heads.iter().position(|h| matches!(h, Head::Failed(_)));
+    request.keep_parses(client, registry, &opened[failed.unwrap_or(0)]);
+    Ok((heads, opened, failed))
 }
 
 /// A shard's answer to `request` up to its portal's RowDescription (its head), and how far it
 /// went; notices and parameter changes before it go to `out` (the first shard's, which
 /// describes the statement when the client asked; the others' are dropped).
-pub(in crate::link) async fn open(
+async fn open(
     s: &mut Checkout,
     (request, prelude): (&Request, &Prelude),
     mut out: Option<&mut BytesMut>,
@@ -693,14 +677,14 @@ mod tests {
     #[test]
     fn hidden_columns_are_asked_in_text_and_the_clients_in_its_formats() {
         let p = plan(2, 1);
-        let p = Rewritten::of(&p).cut();
+        let p = Rewritten::of(&p).cut;
         assert_eq!(result_formats(&codes(&[]), p), Some(codes(&[])));
         assert_eq!(result_formats(&codes(&[0]), p), Some(codes(&[0])));
         assert_eq!(result_formats(&codes(&[1]), p), Some(codes(&[1, 1, 0])));
         assert_eq!(result_formats(&codes(&[1, 0]), p), Some(codes(&[1, 0, 0])));
         let none = plan(2, 0);
         assert_eq!(
-            result_formats(&codes(&[1]), Rewritten::of(&none).cut()),
+            result_formats(&codes(&[1]), Rewritten::of(&none).cut),
             Some(codes(&[1]))
         );
         assert_eq!(result_formats(&[0, 2, 0], p), None);
@@ -709,7 +693,7 @@ mod tests {
     #[test]
     fn a_misfit_of_result_formats_is_told_with_the_clients_columns() {
         let p = plan(2, 1);
-        let p = Rewritten::of(&p).cut();
+        let p = Rewritten::of(&p).cut;
         assert_eq!(format_misfit(&codes(&[1, 1]), p), None);
         assert_eq!(format_misfit(&codes(&[1]), p), None);
         let (shards, client) = format_misfit(&codes(&[1, 0, 1]), p).unwrap();
