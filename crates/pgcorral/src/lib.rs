@@ -45,6 +45,7 @@ pub mod logsafe;
 pub mod meter;
 pub mod metrics;
 pub mod net;
+pub mod notify;
 pub mod pool;
 pub mod prepared;
 pub mod process;

@@ -18,6 +18,7 @@ use crate::control;
 use crate::hba::Hba;
 use crate::intern;
 use crate::login_places::{Lane, Places, Source};
+use crate::notify::Hubs;
 use crate::pool::registry::Registry;
 use crate::pool::stats::Stats;
 use crate::pool::Pool;
@@ -84,6 +85,8 @@ pub struct Inner {
     /// The tenant registry and the tenants loaded from it, with `tenant_registry` (set once,
     /// at start).
     pub tenants: std::sync::OnceLock<Arc<Tenants>>,
+    /// Each database's LISTEN hub, for clients without a server of their own.
+    pub notify: Hubs,
 }
 
 #[derive(Clone)]
@@ -131,6 +134,7 @@ impl Services {
             handover_pending: AtomicUsize::new(0),
             tls,
             tenants: Default::default(),
+            notify: Default::default(),
         }))
     }
 

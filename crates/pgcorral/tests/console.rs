@@ -602,7 +602,11 @@ async fn show_clients_says_why_a_client_is_pinned() {
     let pg = Postgres::start();
     let p = pooler(&pg, "").await;
     let a = p.connect("postgres", None, "postgres").await;
-    a.batch_execute("LISTEN pgcorral_news").await.unwrap();
+    // A LISTEN of its own is served by the database's hub; inside a transaction block it is
+    // left to the client's server, which then pins it.
+    a.batch_execute("BEGIN; LISTEN pgcorral_news; COMMIT")
+        .await
+        .unwrap();
     let mut w = console(&p).await;
     let msgs = w.simple("SHOW CLIENTS").await;
     let desc = msgs.iter().find(|m| m.tag == b'T').unwrap();

@@ -544,6 +544,7 @@ async fn pool_login(
         startup,
         pinned: thin_vec::ThinVec::new(),
         wait,
+        listening: None,
     }));
     Ok(session)
 }

@@ -56,6 +56,8 @@ pub(super) fn movable(client: &ClientConn, session: &LoggedIn) -> bool {
         && !client.stream.is_tls()
         && client.statements.only_unnamed()
         && session.pinned.is_empty()
+        // Its listening is this process's hub's.
+        && session.listening.is_none()
         && !session.cluster.routed()
         // A tenant's pools are the tenant's: a new process loads the tenant with the client's
         // next login.
@@ -201,6 +203,7 @@ fn session_of(
         startup: Arc::new(h.startup.clone()),
         pinned: thin_vec::ThinVec::new(),
         wait,
+        listening: None,
     };
     let mut statements = prepared::ClientStatements::default();
     if !h.unnamed.is_empty() {

@@ -9,6 +9,7 @@ use super::request::{next_request, IdleTimer, Next};
 use super::{run, timeouts, ClientConn, Exit, LoggedIn};
 use crate::cold;
 use crate::error::Result;
+use crate::notify;
 use crate::services::Services;
 
 /// Waits for the client's first request without the request loop's state, then runs the loop
@@ -28,11 +29,15 @@ pub(super) fn serve<'a>(
         loop {
             session.listed.slimmed();
             let mut timer = IdleTimer::default();
-            match next_request(client, services, left, &mut timer, true, None).await? {
+            // A client that listens through the hub (moved here from another worker, say)
+            // has its notifications watched for too: the loop writes them.
+            let inbox = session.listening.as_deref().map(notify::Listener::inbox);
+            match next_request(client, services, left, &mut timer, true, None, inbox).await? {
                 Next::Gone(why) => return Ok(Exit::Left(why)),
-                // A request is buffered, or a takeover began: the loop takes it from there
-                // (and moves the client to another worker first if it should).
-                Next::Request | Next::HandOver | Next::Slim(_) => {}
+                // A request is buffered, a takeover began, or notifications wait: the loop
+                // takes it from there (and moves the client to another worker first if it
+                // should).
+                Next::Request | Next::HandOver | Next::Slim(_) | Next::Notified => {}
             }
             drop(timer);
             session.listed.unslim();

@@ -7,6 +7,7 @@ mod dedicated;
 mod hot;
 mod inner;
 pub mod limits;
+mod listener;
 pub mod logins;
 mod mailbox;
 pub mod maintain;

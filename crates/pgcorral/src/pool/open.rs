@@ -126,7 +126,7 @@ impl Pool {
     /// error; anything else fails at once. The wait ends sooner when the client may wait no
     /// longer (query_wait_timeout, query_timeout): it is then told that, as PgBouncer's waiting
     /// clients are. A client's failed login is remembered for server_login_retry.
-    async fn log_in(
+    pub(super) async fn log_in(
         &self,
         settings: &PoolSettings,
         target: &Target,

@@ -1,0 +1,383 @@
+//! LISTEN/NOTIFY for clients without a server of their own: one server connection per database
+//! listens on every channel its clients listen on and hands each notification to them.
+//!
+//! A [`Hub`] per database (kept in [`Hubs`]) owns the listening connection (opened outside the
+//! pool's places: the pool plus one) and which clients listen on which channel. Each client
+//! that listens has a [`Listener`]: its channels and its [`Inbox`], where the hub puts each
+//! notification of those channels in the order the server sent them; the client's request loop
+//! writes them out between its transactions. A channel is answered to the client only once the
+//! hub's server listens on it, so a notification committed after the client's LISTEN was
+//! answered reaches it. When the listening connection is lost, every listening client's inbox
+//! ends with the error that ended it: the client is told and closed, as its own connection would
+//! have been, since notifications may have been missed.
+
+mod task;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use atomic_waker::AtomicWaker;
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::sync::{oneshot, Notify};
+
+use crate::error::{Error, Kind, Result};
+use crate::pool::Pool;
+
+/// The most bytes of notifications waiting for one client; beyond it the client is closed
+/// rather than one be dropped or memory grow without bound.
+pub const MAX_QUEUED: usize = 16 << 20;
+
+/// The longest channel name PostgreSQL keeps (NAMEDATALEN - 1); a name this long may have been
+/// cut by the parser, so such a LISTEN is left to the server.
+pub const MAX_CHANNEL: usize = 63;
+
+/// Every database's hub, by the pool's database name.
+#[derive(Default)]
+pub struct Hubs(Mutex<HashMap<Arc<str>, Arc<Hub>>>);
+
+impl Hubs {
+    /// The hub of `pool`'s database (made, not yet connected, at its first use).
+    pub fn of(&self, pool: &Pool) -> Arc<Hub> {
+        let (db, _) = pool.listed_names();
+        self.0
+            .lock()
+            .entry(db)
+            .or_insert_with(|| {
+                Arc::new(Hub {
+                    pool: pool.clone(),
+                    inner: Mutex::new(Inner::default()),
+                    kick: Notify::new(),
+                })
+            })
+            .clone()
+    }
+
+    /// Channels listened on and clients listening, over every database (SHOW LISTENS, metrics).
+    pub fn counts(&self) -> Vec<(Arc<str>, usize, usize)> {
+        let hubs: Vec<_> = self
+            .0
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        hubs.into_iter()
+            .map(|(db, hub)| {
+                let inner = hub.inner.lock();
+                let clients: usize = inner.channels.values().map(|c| c.inboxes.len()).sum();
+                (db, inner.channels.len(), clients)
+            })
+            .collect()
+    }
+}
+
+/// One database's listening connection and who listens on what.
+pub struct Hub {
+    /// Where the listening connection is opened.
+    pool: Pool,
+    inner: Mutex<Inner>,
+    /// Wakes the connection's task: a channel to listen on or to leave.
+    kick: Notify,
+}
+
+#[derive(Default)]
+struct Inner {
+    channels: HashMap<String, Channel>,
+    /// The connection's task runs (started by the first LISTEN, ended when the connection is
+    /// lost or no channel is left).
+    running: bool,
+}
+
+struct Channel {
+    inboxes: Vec<Arc<Inbox>>,
+    state: ChannelState,
+}
+
+enum ChannelState {
+    /// Not yet asked of the server; these LISTENs wait for it.
+    Wanted(Vec<oneshot::Sender<Result<()>>>),
+    /// LISTEN sent; these wait for its answer.
+    Asked(Vec<oneshot::Sender<Result<()>>>),
+    /// The server listens on it.
+    Listening,
+}
+
+impl Hub {
+    /// Adds `inbox` to `channel`'s listeners; resolves once the server listens on it.
+    fn join(
+        self: &Arc<Self>,
+        channel: &str,
+        inbox: &Arc<Inbox>,
+        worker: usize,
+    ) -> Option<oneshot::Receiver<Result<()>>> {
+        let mut inner = self.inner.lock();
+        let start = !inner.running;
+        inner.running = true;
+        let ch = inner
+            .channels
+            .entry(channel.to_string())
+            .or_insert_with(|| Channel {
+                inboxes: Vec::new(),
+                state: ChannelState::Wanted(Vec::new()),
+            });
+        ch.inboxes.push(inbox.clone());
+        let wait = match &mut ch.state {
+            ChannelState::Listening => None,
+            ChannelState::Wanted(w) | ChannelState::Asked(w) => {
+                let (tx, rx) = oneshot::channel();
+                w.push(tx);
+                Some(rx)
+            }
+        };
+        drop(inner);
+        if start {
+            task::start(self.clone(), worker);
+        } else {
+            self.kick.notify_one();
+        }
+        wait
+    }
+
+    /// Takes `inbox` off `channel`'s listeners; the server stops listening on a channel left
+    /// without any.
+    fn leave(&self, channel: &str, inbox: &Arc<Inbox>) {
+        let mut inner = self.inner.lock();
+        if let Some(ch) = inner.channels.get_mut(channel) {
+            ch.inboxes.retain(|i| !Arc::ptr_eq(i, inbox));
+            if ch.inboxes.is_empty() {
+                drop(inner);
+                self.kick.notify_one();
+            }
+        }
+    }
+
+    /// Hands a notification (a whole NotificationResponse) to its channel's listeners.
+    fn deliver(&self, channel: &[u8], msg: Bytes) {
+        let inner = self.inner.lock();
+        let Ok(name) = std::str::from_utf8(channel) else {
+            return;
+        };
+        if let Some(ch) = inner.channels.get(name) {
+            for inbox in &ch.inboxes {
+                inbox.push(msg.clone());
+            }
+        }
+    }
+
+    /// The listening connection is gone: every listener is told `why` and let go.
+    fn lost(&self, why: &Error) {
+        let mut inner = self.inner.lock();
+        inner.running = false;
+        let mut end = BytesMut::new();
+        why.write_response(&mut end, "FATAL");
+        let end = end.freeze();
+        for (_, ch) in inner.channels.drain() {
+            for inbox in &ch.inboxes {
+                inbox.end(end.clone());
+            }
+            if let ChannelState::Wanted(w) | ChannelState::Asked(w) = ch.state {
+                for tx in w {
+                    let _ = tx.send(Err(why.replay()));
+                }
+            }
+        }
+    }
+}
+
+/// Notifications waiting for one client.
+#[derive(Default)]
+pub struct Inbox {
+    queue: Mutex<Queue>,
+    waker: AtomicWaker,
+}
+
+#[derive(Default)]
+struct Queue {
+    msgs: VecDeque<Bytes>,
+    bytes: usize,
+    /// The client is to be closed with this ErrorResponse once what came before is written.
+    end: Option<Bytes>,
+}
+
+/// What a client's inbox held.
+pub struct Taken {
+    /// Notifications, whole messages in order.
+    pub out: BytesMut,
+    /// The listening is over: this FATAL ErrorResponse (already in `out`, last) ends the client.
+    pub ended: bool,
+}
+
+impl Inbox {
+    fn push(&self, msg: Bytes) {
+        let mut q = self.queue.lock();
+        if q.end.is_some() {
+            return;
+        }
+        if q.bytes + msg.len() > MAX_QUEUED {
+            let mut end = BytesMut::new();
+            pgwire::encode::error_response(
+                &mut end,
+                "FATAL",
+                pgwire::sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                &format!("more than {MAX_QUEUED} bytes of notifications waited for this client"),
+            );
+            q.end = Some(end.freeze());
+        } else {
+            q.bytes += msg.len();
+            q.msgs.push_back(msg);
+        }
+        drop(q);
+        self.waker.wake();
+    }
+
+    fn end(&self, why: Bytes) {
+        self.queue.lock().end.get_or_insert(why);
+        self.waker.wake();
+    }
+
+    /// True when something waits; otherwise the task is woken when something comes.
+    pub fn poll_ready(&self, cx: &mut std::task::Context<'_>) -> bool {
+        self.waker.register(cx.waker());
+        self.has_some()
+    }
+
+    /// True when something waits.
+    pub fn has_some(&self) -> bool {
+        let q = self.queue.lock();
+        !q.msgs.is_empty() || q.end.is_some()
+    }
+
+    /// Everything waiting, in order.
+    pub fn take(&self) -> Taken {
+        let mut q = self.queue.lock();
+        let mut out = BytesMut::with_capacity(q.bytes);
+        for m in q.msgs.drain(..) {
+            out.extend_from_slice(&m);
+        }
+        q.bytes = 0;
+        let ended = match &q.end {
+            Some(e) => {
+                out.extend_from_slice(e);
+                true
+            }
+            None => false,
+        };
+        Taken { out, ended }
+    }
+}
+
+/// One client's listening: its channels on its database's hub. Dropping it leaves them all.
+pub struct Listener {
+    hub: Arc<Hub>,
+    inbox: Arc<Inbox>,
+    channels: Vec<String>,
+}
+
+impl Listener {
+    pub fn new(hub: Arc<Hub>) -> Listener {
+        Listener {
+            hub,
+            inbox: Arc::default(),
+            channels: Vec::new(),
+        }
+    }
+
+    /// LISTEN `channel`: done once the hub's server listens on it (at once when it does); a
+    /// first LISTEN opens the hub's connection on `worker`.
+    pub async fn listen(&mut self, channel: &str, worker: usize) -> Result<()> {
+        if self.channels.iter().any(|c| c == channel) {
+            return Ok(());
+        }
+        let wait = self.hub.join(channel, &self.inbox, worker);
+        self.channels.push(channel.to_string());
+        let Some(wait) = wait else {
+            return Ok(());
+        };
+        let done = match wait.await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                Kind::ServerIo,
+                "the connection listening for notifications ended",
+            )),
+        };
+        if done.is_err() {
+            self.unlisten(channel);
+        }
+        done
+    }
+
+    /// UNLISTEN `channel` (nothing when not listening on it, as PostgreSQL).
+    pub fn unlisten(&mut self, channel: &str) {
+        if let Some(at) = self.channels.iter().position(|c| c == channel) {
+            self.channels.swap_remove(at);
+            self.hub.leave(channel, &self.inbox);
+        }
+    }
+
+    /// UNLISTEN *.
+    pub fn unlisten_all(&mut self) {
+        for c in std::mem::take(&mut self.channels) {
+            self.hub.leave(&c, &self.inbox);
+        }
+    }
+
+    /// Whether it listens on anything.
+    pub fn is_listening(&self) -> bool {
+        !self.channels.is_empty()
+    }
+
+    pub fn inbox(&self) -> &Inbox {
+        &self.inbox
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.unlisten_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(channel: &str, payload: &str) -> Bytes {
+        let mut b = BytesMut::new();
+        pgwire::encode::message(&mut b, b'A', |b| {
+            b.extend_from_slice(&7i32.to_be_bytes());
+            b.extend_from_slice(channel.as_bytes());
+            b.extend_from_slice(b"\0");
+            b.extend_from_slice(payload.as_bytes());
+            b.extend_from_slice(b"\0");
+        });
+        b.freeze()
+    }
+
+    #[test]
+    fn an_inbox_keeps_order_and_ends_last() {
+        let i = Inbox::default();
+        i.push(note("a", "1"));
+        i.push(note("a", "2"));
+        i.end(Bytes::from_static(b"E-end"));
+        i.push(note("a", "3"));
+        let t = i.take();
+        assert!(t.ended);
+        let mut want = BytesMut::new();
+        want.extend_from_slice(&note("a", "1"));
+        want.extend_from_slice(&note("a", "2"));
+        want.extend_from_slice(b"E-end");
+        assert_eq!(&t.out[..], &want[..]);
+    }
+
+    #[test]
+    fn an_inbox_over_its_cap_ends_rather_than_drops() {
+        let i = Inbox::default();
+        let big = Bytes::from(vec![b'x'; MAX_QUEUED / 2 + 1]);
+        i.push(big.clone());
+        i.push(big);
+        let t = i.take();
+        assert!(t.ended);
+        // The first kept, the second refused: the client is closed with an error after it.
+        assert_eq!(t.out[MAX_QUEUED / 2 + 1], b'E');
+    }
+}

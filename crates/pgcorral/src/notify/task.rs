@@ -1,0 +1,212 @@
+//! A hub's listening connection: opened at the first LISTEN, told each channel to listen on
+//! and to leave, read for notifications, and ended when lost or left without a channel.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use pgwire::backend;
+
+use super::{ChannelState, Hub};
+use crate::error::{Error, Kind, Result};
+use crate::logsafe;
+use crate::net::framed::read_message;
+use crate::server::ServerConn;
+use crate::session;
+
+/// How long the connection stays open without a channel, for the next LISTEN.
+const LINGER: Duration = Duration::from_secs(30);
+
+/// Starts the hub's connection on worker `worker` (the first listening client's).
+pub(super) fn start(hub: Arc<Hub>, worker: usize) {
+    let run = run(hub.clone(), worker);
+    if corral_rt::exec::spawn_here(run).is_err() {
+        hub.lost(&Error::new(
+            Kind::ServerIo,
+            "no runtime to listen for notifications on",
+        ));
+    }
+}
+
+async fn run(hub: Arc<Hub>, worker: usize) {
+    let why = match listen(&hub, worker).await {
+        Ok(()) => return,
+        Err(e) => e,
+    };
+    tracing::info!(db = %logsafe::Esc(hub.pool.name().0), error = %logsafe::Esc(&why),
+        "the connection listening for notifications ended");
+    hub.lost(&why);
+}
+
+/// Queries sent whose ReadyForQuery has not come, in order: `Some(channel)` for a LISTEN not
+/// yet answered, `None` for an UNLISTEN or an answered LISTEN.
+type Sent = std::collections::VecDeque<Option<String>>;
+
+/// Opens the connection and serves the hub until no channel is left (`Ok`) or the connection
+/// fails (the error listeners are told).
+async fn listen(hub: &Hub, worker: usize) -> Result<()> {
+    let mut server = hub.pool.open_listener(worker).await?;
+    // Names and payloads pass as UTF-8, the encoding of the clients whose LISTENs are answered.
+    session::exec::query(&mut server, "SET client_encoding = 'UTF8'").await?;
+    let mut sent = Sent::new();
+    let mut idle_since = None::<tokio::time::Instant>;
+    loop {
+        let mut out = BytesMut::new();
+        ask(hub, &mut out, &mut sent);
+        if !out.is_empty() {
+            server
+                .stream
+                .send(&out)
+                .await
+                .map_err(|e| Error::with_source(Kind::ServerIo, "write to server", e))?;
+        }
+        let empty = sent.is_empty() && hub.inner.lock().channels.is_empty();
+        let deadline = match (empty, idle_since) {
+            (false, _) => {
+                idle_since = None;
+                None
+            }
+            (true, Some(t)) => Some(t + LINGER),
+            (true, None) => {
+                let now = tokio::time::Instant::now();
+                idle_since = Some(now);
+                Some(now + LINGER)
+            }
+        };
+        let linger = async {
+            match deadline {
+                Some(t) => corral_rt::timer::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = hub.kick.notified() => {}
+            () = linger => {
+                let mut inner = hub.inner.lock();
+                if inner.channels.is_empty() {
+                    inner.running = false;
+                    return Ok(());
+                }
+            }
+            msg = read_message(&mut server.stream, &mut server.rbuf, 1 << 30) => {
+                let (tag, body) = msg.map_err(|e| {
+                    Error::with_source(Kind::ServerIo, "server closed the connection", e)
+                })?;
+                answer(hub, &mut server, &mut sent, tag, body)?;
+            }
+        }
+    }
+}
+
+/// Writes the LISTENs and UNLISTENs the hub's channels need into `out`, each noted in `sent`.
+fn ask(hub: &Hub, out: &mut BytesMut, sent: &mut Sent) {
+    let mut inner = hub.inner.lock();
+    let mut gone = Vec::new();
+    for (name, ch) in inner.channels.iter_mut() {
+        match &mut ch.state {
+            ChannelState::Wanted(w) if !ch.inboxes.is_empty() => {
+                let waiting = std::mem::take(w);
+                ch.state = ChannelState::Asked(waiting);
+                pgwire::encode::query(out, &format!("LISTEN {}", quoted(name)));
+                sent.push_back(Some(name.clone()));
+            }
+            ChannelState::Wanted(_) => gone.push((name.clone(), false)),
+            ChannelState::Listening if ch.inboxes.is_empty() => gone.push((name.clone(), true)),
+            _ => {}
+        }
+    }
+    for (name, listened) in gone {
+        inner.channels.remove(&name);
+        if listened {
+            pgwire::encode::query(out, &format!("UNLISTEN {}", quoted(&name)));
+            sent.push_back(None);
+        }
+    }
+}
+
+/// A message from the listening connection.
+fn answer(
+    hub: &Hub,
+    server: &mut ServerConn,
+    sent: &mut Sent,
+    tag: u8,
+    body: BytesMut,
+) -> Result<()> {
+    match tag {
+        backend::NOTIFICATION_RESPONSE => {
+            let channel = body
+                .get(4..)
+                .and_then(|b| b.iter().position(|&c| c == 0).map(|end| &b[..end]))
+                .unwrap_or_default()
+                .to_vec();
+            let mut msg = BytesMut::with_capacity(body.len() + 5);
+            pgwire::encode::message(&mut msg, tag, |b| b.extend_from_slice(&body));
+            hub.deliver(&channel, msg.freeze());
+        }
+        backend::ERROR_RESPONSE => {
+            let fields = backend::ErrorFields::parse(&body).unwrap_or_default();
+            let mut raw = BytesMut::new();
+            pgwire::encode::message(&mut raw, tag, |b| b.extend_from_slice(&body));
+            let e = Error::server(
+                format!("{} ({})", fields.message, fields.code),
+                raw.freeze(),
+                fields.code.clone(),
+            );
+            if fields.is_fatal() || sent.is_empty() {
+                return Err(e);
+            }
+            if let Some(name) = sent.front_mut().and_then(Option::take) {
+                settle(hub, &name, Err(e));
+            }
+        }
+        backend::COMMAND_COMPLETE => {
+            if let Some(name) = sent.front_mut().and_then(Option::take) {
+                settle(hub, &name, Ok(()));
+            }
+        }
+        backend::READY_FOR_QUERY => {
+            sent.pop_front();
+        }
+        backend::PARAMETER_STATUS => {
+            if let Some((k, v)) = backend::parameter_status(&body) {
+                session::exec::set_param(&mut server.params, k, v);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The server's answer to LISTEN `name`: its waiting clients are told.
+fn settle(hub: &Hub, name: &str, r: Result<()>) {
+    let mut inner = hub.inner.lock();
+    let Some(ch) = inner.channels.get_mut(name) else {
+        return;
+    };
+    let ChannelState::Asked(waiting) = std::mem::replace(&mut ch.state, ChannelState::Listening)
+    else {
+        return;
+    };
+    match &r {
+        Ok(()) => {
+            for tx in waiting {
+                let _ = tx.send(Ok(()));
+            }
+        }
+        Err(e) => {
+            for tx in waiting {
+                let _ = tx.send(Err(e.replay()));
+            }
+            // Not listened on: its clients were told, and take themselves off.
+            ch.state = ChannelState::Wanted(Vec::new());
+            ch.inboxes.clear();
+        }
+    }
+}
+
+/// `name` as a quoted identifier.
+fn quoted(name: &str) -> String {
+    let mut s = String::with_capacity(name.len() + 2);
+    session::ident(&mut s, name);
+    s
+}
