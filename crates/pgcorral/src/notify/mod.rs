@@ -1,7 +1,7 @@
-//! LISTEN/NOTIFY for clients without a server of their own: one server connection per database
+//! LISTEN/NOTIFY for clients without a server of their own: one server connection per pool
 //! listens on every channel its clients listen on and hands each notification to them.
 //!
-//! A [`Hub`] per database (kept in [`Hubs`]) owns the listening connection (opened outside the
+//! A [`Hub`] per pool (kept in [`Hubs`]) owns the listening connection (opened outside the
 //! pool's places: the pool plus one) and which clients listen on which channel. Each client
 //! that listens has a [`Listener`]: its channels and its [`Inbox`], where the hub puts each
 //! notification of those channels in the order the server sent them; the client's request loop
@@ -32,17 +32,19 @@ pub const MAX_QUEUED: usize = 16 << 20;
 /// cut by the parser, so such a LISTEN is left to the server.
 pub const MAX_CHANNEL: usize = 63;
 
-/// Every database's hub, by the pool's database name.
+/// Every pool's hub, by the pool's identity ([`Pool::identity`]; the hub holds the pool, so
+/// the identity is not another's while the hub is kept). One per pool rather than per
+/// database name: tenants' databases may share a name and not a server, and no client may
+/// hear another tenant's notifications.
 #[derive(Default)]
-pub struct Hubs(Mutex<HashMap<Arc<str>, Arc<Hub>>>);
+pub struct Hubs(Mutex<HashMap<usize, Arc<Hub>>>);
 
 impl Hubs {
-    /// The hub of `pool`'s database (made, not yet connected, at its first use).
+    /// The hub of `pool` (made, not yet connected, at its first use).
     pub fn of(&self, pool: &Pool) -> Arc<Hub> {
-        let (db, _) = pool.listed_names();
         self.0
             .lock()
-            .entry(db)
+            .entry(pool.identity())
             .or_insert_with(|| {
                 Arc::new(Hub {
                     pool: pool.clone(),
@@ -51,23 +53,6 @@ impl Hubs {
                 })
             })
             .clone()
-    }
-
-    /// Channels listened on and clients listening, over every database (SHOW LISTENS, metrics).
-    pub fn counts(&self) -> Vec<(Arc<str>, usize, usize)> {
-        let hubs: Vec<_> = self
-            .0
-            .lock()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        hubs.into_iter()
-            .map(|(db, hub)| {
-                let inner = hub.inner.lock();
-                let clients: usize = inner.channels.values().map(|c| c.inboxes.len()).sum();
-                (db, inner.channels.len(), clients)
-            })
-            .collect()
     }
 }
 
