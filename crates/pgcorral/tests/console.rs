@@ -602,9 +602,7 @@ async fn show_clients_says_why_a_client_is_pinned() {
     let pg = Postgres::start();
     let p = pooler(&pg, "").await;
     let a = p.connect("postgres", None, "postgres").await;
-    // A LISTEN of its own is served by the database's hub; inside a transaction block it is
-    // left to the client's server, which then pins it.
-    a.batch_execute("BEGIN; LISTEN pgcorral_news; COMMIT")
+    a.batch_execute("SELECT pg_advisory_lock(42)")
         .await
         .unwrap();
     let mut w = console(&p).await;
@@ -621,12 +619,10 @@ async fn show_clients_says_why_a_client_is_pinned() {
         "after PgBouncer's columns"
     );
     let why = pinned_until(&mut w, i, |why| why.iter().any(|w| !w.is_empty())).await;
-    assert!(
-        why.iter()
-            .any(|w| w.to_ascii_uppercase().contains("LISTEN")),
-        "{why:?}"
-    );
-    a.batch_execute("UNLISTEN *").await.unwrap();
+    assert!(why.iter().any(|w| w.contains("advisory lock")), "{why:?}");
+    a.batch_execute("SELECT pg_advisory_unlock(42)")
+        .await
+        .unwrap();
     let why = pinned_until(&mut w, i, |why| why.iter().all(|w| w.is_empty())).await;
     assert!(why.iter().all(|w| w.is_empty()), "unpinned: {why:?}");
 }

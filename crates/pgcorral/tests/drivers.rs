@@ -472,3 +472,54 @@ async fn asyncpg_sees_no_stale_statement_and_runs_sql_execute() {
     assert_eq!(stdout(&pooled), direct);
     pooler.shutdown().await;
 }
+
+// ---- LISTEN through the hub -----------------------------------------------------------------
+
+/// asyncpg's `add_listener` (the extended protocol), psycopg's `notifies()` and node-postgres'
+/// 'notification' events, 10 listeners each through a pool of one in transaction mode: every
+/// listener hears exactly its channel, and no listener holds the server (the pool plus the
+/// listening connection at most).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_of_asyncpg_psycopg_and_node_postgres_hold_no_server() {
+    require_python_module("asyncpg", "asyncpg");
+    require_python_module("psycopg", "psycopg[binary]");
+    require_node_pg();
+    let pg = Postgres::start();
+    let setup = Setup::new(1, 10);
+    let pooler = Pooler::start(&setup.config(&pg)).await;
+    let port = pooler.port().to_string();
+    let peak = Peak::watch(&pg, "true".into(), SAMPLE).await;
+    let runs: [(&str, String, &[&str]); 3] = [
+        (
+            "asyncpg",
+            python(),
+            &["listeners.py", "--driver", "asyncpg"],
+        ),
+        (
+            "psycopg",
+            python(),
+            &["listeners.py", "--driver", "psycopg"],
+        ),
+        ("node-postgres", node(), &["pg_listeners.js"]),
+    ];
+    for (name, program, args) in runs {
+        let mut c = Command::new(&program);
+        c.current_dir(DRIVERS)
+            .args(args)
+            .args(["--host", "127.0.0.1", "--port", &port, "--clients", "10"])
+            .env_remove("PGPASSWORD")
+            .stdin(Stdio::null());
+        let out = run_cmd(c).await;
+        assert!(
+            out.status.success() && stdout(&out).contains(&format!("{name} listeners ok: ")),
+            "{name} listeners: {}\n{}{}",
+            out.status,
+            stdout(&out),
+            stderr(&out)
+        );
+        eprintln!("{}", stdout(&out).trim());
+    }
+    let peak = peak.finish().await;
+    assert!(peak <= 2, "{peak} server connections for a pool of one");
+    pooler.shutdown().await;
+}

@@ -245,27 +245,103 @@ async fn notifications_come_between_transactions_as_postgres_sends_them() {
     exec(&a, "UNLISTEN nothing_here").await;
 }
 
+/// A LISTEN the server ran (in a transaction block, with the extended protocol) is taken over
+/// by the hub: the client is not pinned (a pool of one serves another client at once), its
+/// server listens on nothing, and it hears its channel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_listener_in_another_transaction_shape_still_pins() {
-    // LISTEN inside a transaction block is left to the client's server, which then pins it
-    // (it is PostgreSQL's to apply at COMMIT): the capture finds the channel.
+async fn a_servers_listen_is_taken_over_by_the_hub() {
     let pg = Postgres::start();
-    let pooler = PoolerProcess::start(&tx_cfg(&pg, "default_pool_size = 2"));
+    let pooler = PoolerProcess::start(&tx_cfg(&pg, "default_pool_size = 1"));
     let port = pooler.port;
     let (a, mut rx) = listening_client(port).await;
     let b = connect(port, "postgres", None, "postgres").await.unwrap();
     exec(&a, "BEGIN; LISTEN z; COMMIT").await;
+    // Extended protocol (Parse, Bind, Execute, Sync).
+    a.execute("LISTEN e", &[]).await.unwrap();
     assert_eq!(
-        one(
-            &a,
-            "SELECT string_agg(c, ',') FROM pg_listening_channels() c"
+        within(
+            Duration::from_secs(5),
+            "another client on a pool of one",
+            one(&b, "SELECT count(*) FROM pg_listening_channels()")
         )
         .await,
-        "z"
+        "0"
     );
-    exec(&b, "NOTIFY z, 'pinned'").await;
-    assert_eq!(next_payload(&mut rx, "z").await, "pinned");
-    exec(&a, "UNLISTEN z").await;
+    assert_eq!(
+        one(&a, "SELECT count(*) FROM pg_listening_channels()").await,
+        "0"
+    );
+    exec(&b, "NOTIFY z, 'one'; NOTIFY e, 'two'").await;
+    assert_eq!(next_payload(&mut rx, "z").await, "one");
+    assert_eq!(next_payload(&mut rx, "e").await, "two");
+    // UNLISTEN with the extended protocol (asyncpg's remove_listener, JDBC) ends it too.
+    a.execute("UNLISTEN e", &[]).await.unwrap();
+    exec(&b, "NOTIFY e, 'gone'; NOTIFY z, 'three'").await;
+    assert_eq!(next_payload(&mut rx, "z").await, "three");
+    nothing(&mut rx, Duration::from_millis(300), "after UNLISTEN e").await;
+}
+
+/// While notifications flow, a LISTEN the server ran is taken over with none lost and none
+/// twice: the listener hears every one from some point on, each once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_loses_nothing_while_notifications_flow() {
+    let pg = Postgres::start();
+    let pooler = PoolerProcess::start(&tx_cfg(&pg, "default_pool_size = 3"));
+    let port = pooler.port;
+    let b = connect(port, "postgres", None, "postgres").await.unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let sender = tokio::spawn(async move {
+        let mut n = 0u32;
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            b.simple_query(&format!("NOTIFY flow, '{n}'"))
+                .await
+                .unwrap();
+            n += 1;
+        }
+        n
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut listeners = Vec::new();
+    for _ in 0..5 {
+        let (a, rx) = listening_client(port).await;
+        exec(&a, "BEGIN; LISTEN flow; COMMIT").await;
+        listeners.push((a, rx));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let sent = sender.await.unwrap();
+    for (i, (_a, rx)) in listeners.iter_mut().enumerate() {
+        let first: u32 = next_payload(rx, "flow").await.parse().unwrap();
+        for want in first + 1..sent {
+            let got: u32 = next_payload(rx, "flow").await.parse().unwrap();
+            assert_eq!(got, want, "listener {i}: after {first}");
+        }
+        nothing(rx, Duration::from_millis(200), "after the last").await;
+    }
+}
+
+/// A client whose encoding is not UTF-8 keeps its LISTEN on its own server, pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latin1_listener_is_pinned_to_its_server() {
+    let pg = Postgres::start();
+    let pooler = PoolerProcess::start(&tx_cfg(&pg, "default_pool_size = 2"));
+    let mut a = support::raw::Raw::login(pooler.port, "postgres", "postgres")
+        .await
+        .unwrap();
+    a.query("SET client_encoding = 'LATIN1'").await.unwrap();
+    a.query("LISTEN z").await.unwrap();
+    let rows = a
+        .query("SELECT string_agg(c, ',') FROM pg_listening_channels() c")
+        .await
+        .unwrap();
+    assert_eq!(rows, [[Some("z".to_string())]]);
+    assert!(
+        pooler.log().contains("reasons=[\"LISTEN\"]"),
+        "{}",
+        pooler.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

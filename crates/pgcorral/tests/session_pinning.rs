@@ -1,7 +1,6 @@
 //! Server-bound state in transaction mode against a real PostgreSQL: advisory locks, temp
-//! tables, WITH HOLD cursors, LISTEN in a transaction block and SQL PREPARE in a
-//! multi-statement query pin a client to its server until released and never reach the next
-//! client; `session_pinning = "refuse"`;
+//! tables, WITH HOLD cursors and SQL PREPARE in a multi-statement query pin a client to its
+//! server until released and never reach the next client; `session_pinning = "refuse"`;
 //! and a pgbench run of bench/session_state.sql.
 //!
 //! Pools of one server force clients to take turns on the same backend (a leak of one client's
@@ -14,7 +13,7 @@ use std::time::Duration;
 
 use pgwire::backend;
 use support::raw::Raw;
-use tokio_postgres::{AsyncMessage, SimpleQueryMessage};
+use tokio_postgres::SimpleQueryMessage;
 
 use support::session::*;
 use support::*;
@@ -47,7 +46,8 @@ struct Pin {
     release: &'static str,
 }
 
-const PINS: [Pin; 5] = [
+// LISTEN pins only where the database's hub cannot take it over (tests/listen_multiplex.rs).
+const PINS: [Pin; 4] = [
     Pin {
         kind: "session advisory lock",
         create: "SELECT pg_advisory_lock(4242)",
@@ -69,15 +69,6 @@ const PINS: [Pin; 5] = [
         check: "FETCH 1 FROM pin_c",
         expect: |round| (round + 1).to_string(),
         release: "CLOSE pin_c",
-    },
-    Pin {
-        kind: "LISTEN",
-        // A LISTEN of its own is served by the database's hub (tests/listen_multiplex.rs);
-        // inside a transaction block it is the server's, and pins.
-        create: "BEGIN; LISTEN pin_chan; COMMIT",
-        check: "SELECT string_agg(c, ',') FROM pg_listening_channels() c",
-        expect: |_| "pin_chan".into(),
-        release: "UNLISTEN pin_chan",
     },
     Pin {
         kind: "SQL PREPARE",
@@ -107,7 +98,7 @@ async fn server_bound_state_pins_the_client_until_released() {
 
     for pin in &PINS {
         let kind = pin.kind;
-        let (p, mut notes) = client_with_messages(port).await;
+        let (p, _notes) = client_with_messages(port).await;
         exec(&p, pin.create).await;
         let pinned = backend_pid(&p).await;
         for round in 0..5 {
@@ -129,20 +120,6 @@ async fn server_bound_state_pins_the_client_until_released() {
                 "{kind}: state on the pinned server (round {round})"
             );
         }
-        if kind == "LISTEN" {
-            // A notification reaches the pinned client while it is idle.
-            exec(&o1, "NOTIFY pin_chan, 'hello'").await;
-            let n = within(Duration::from_secs(5), "notification", notes.recv())
-                .await
-                .expect("notification channel open");
-            match n {
-                AsyncMessage::Notification(n) => {
-                    assert_eq!((n.channel(), n.payload()), ("pin_chan", "hello"))
-                }
-                other => panic!("{kind}: expected a notification, got {other:?}"),
-            }
-        }
-
         // The pinned server is not in the pool: with o1 holding the other one, o2 waits...
         let held = first_pid(&o1.simple_query(BEGIN_PID).await.unwrap());
         assert_ne!(held, pinned);
@@ -196,12 +173,6 @@ async fn server_bound_state_pins_the_client_until_released() {
             "{kind}: unpinned client got the free server"
         );
         exec(on_pinned, "COMMIT").await;
-        if kind == "LISTEN" {
-            exec(&o1, "NOTIFY pin_chan, 'after'").await;
-            exec(&p, "SELECT 1").await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            assert!(notes.try_recv().is_err(), "notification after UNLISTEN");
-        }
     }
 
     let log = pooler.log();

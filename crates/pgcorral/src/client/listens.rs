@@ -3,16 +3,21 @@
 //! its transactions.
 
 use bytes::BytesMut;
+use corral_rt::timer;
 use pg_query::protobuf::DiscardMode;
 use pg_query::NodeEnum;
-use pgwire::backend::TxStatus;
+use pgwire::backend::{self, TxStatus};
 use pgwire::Header;
 
 use super::request::{next_request, read_more, IdleTimer, Next};
 use super::{ClientConn, LoggedIn};
-use crate::error::{Error, Result};
-use crate::notify::{Listener, MAX_CHANNEL};
+use crate::error::{Error, Kind, Result};
+use crate::net::framed::read_message;
+use crate::notify::{self, Listener, MAX_CHANNEL};
+use crate::server::ServerConn;
 use crate::services::Services;
+use crate::session;
+use crate::session::exec;
 
 /// The longest Query read whole to see whether it is a LISTEN (one is short).
 const MAX_LOOKED_AT: usize = 1024;
@@ -59,11 +64,7 @@ pub(super) async fn answer(
     let Some((asked, len)) = look(client).await? else {
         return Ok(false);
     };
-    let utf8 = session
-        .settings
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("client_encoding"))
-        .is_none_or(|(_, v)| v.eq_ignore_ascii_case("UTF8"));
+    let utf8 = client_is_utf8(session);
     let tag = match asked {
         Asked::DiscardAll => {
             session.listening = None;
@@ -109,6 +110,125 @@ pub(super) async fn answer(
     Ok(true)
 }
 
+/// How long the client's server may take to deliver the marker of [`adopt`].
+const MARKER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Takes the channels the client's server listens on (a LISTEN in a transaction block, with
+/// the extended protocol, beside other statements, or run by a function) over to the hub, so
+/// that the client need not be pinned: the hub listens on them, the server sends a marker on a
+/// channel only the hub and it listen on, the server's notifications before the marker are the
+/// client's (written as the server's held ones), and the hub's after it; then the server stops
+/// listening. False, the server untouched, when the client cannot be served by the hub (its
+/// encoding, a routed database, the hub's connection failing): it stays pinned.
+pub(super) async fn adopt(
+    services: &Services,
+    session: &mut LoggedIn,
+    server: &mut ServerConn,
+    worker: usize,
+) -> Result<bool> {
+    if session.cluster.routed() || !client_is_utf8(session) {
+        return Ok(false);
+    }
+    let rows = exec::query(server, "SELECT c FROM pg_catalog.pg_listening_channels() c").await?;
+    let channels: Vec<String> = rows
+        .into_iter()
+        .filter_map(|mut r| r.pop().flatten())
+        .collect();
+    let hub = services.notify.of(&session.pool);
+    let l = session
+        .listening
+        .get_or_insert_with(|| Box::new(Listener::new(hub)));
+    let Ok(adopted) = l.adopt(&channels, worker).await else {
+        if !l.is_listening() {
+            session.listening = None;
+        }
+        return Ok(false);
+    };
+    let held_before = server.held.len();
+    let mut sql = String::from("LISTEN ");
+    session::ident(&mut sql, &adopted.channel);
+    exec::query(server, &sql).await?;
+    let mut sql = String::from("SELECT pg_catalog.pg_notify(");
+    session::literal(&mut sql, &adopted.channel);
+    sql.push_str(", ");
+    session::literal(&mut sql, &adopted.payload);
+    sql.push(')');
+    exec::query(server, &sql).await?;
+    let marker = (adopted.channel.as_bytes(), adopted.payload.as_bytes());
+    let found = timer::timeout(MARKER_WAIT, until_marker(server, held_before, marker)).await;
+    if !matches!(found, Ok(Ok(()))) {
+        server.state.broken = true;
+        return Err(Error::new(
+            Kind::ServerIo,
+            "the server did not deliver pgcorral's notification marker in time",
+        ));
+    }
+    exec::query(server, "UNLISTEN *").await?;
+    keep_before_marker(&mut server.held, held_before, marker, &adopted.new);
+    Ok(true)
+}
+
+/// Reads the server's notifications into its held ones until the marker is among them (after
+/// `from`).
+async fn until_marker(server: &mut ServerConn, from: usize, marker: (&[u8], &[u8])) -> Result<()> {
+    while !notes(&server.held[from..]).any(|(c, p)| (c, p) == marker) {
+        let (tag, body) = read_message(&mut server.stream, &mut server.rbuf, 1 << 30)
+            .await
+            .map_err(|e| Error::with_source(Kind::ServerIo, "server closed the connection", e))?;
+        if tag == backend::NOTIFICATION_RESPONSE {
+            pgwire::encode::message(&mut server.held, tag, |b| b.extend_from_slice(&body));
+        }
+    }
+    Ok(())
+}
+
+/// The channel and payload of each NotificationResponse in `held` (whole messages).
+fn notes(held: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    messages(held).filter_map(|(tag, body)| {
+        (tag == backend::NOTIFICATION_RESPONSE).then(|| notify::channel_and_payload(body))
+    })
+}
+
+/// The whole messages of `buf`: (tag, body).
+fn messages(mut buf: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
+    std::iter::from_fn(move || {
+        let h = Header::parse(buf, u32::MAX).ok().flatten()?;
+        let (m, rest) = buf.split_at_checked(h.total_len())?;
+        buf = rest;
+        Some((h.tag, &m[pgwire::header::HEADER_LEN..]))
+    })
+}
+
+/// Of the notifications the server delivered since `from`, keeps those before the marker on
+/// the channels taken over (`new`): any other is the hub's to deliver (or was the marker).
+fn keep_before_marker(held: &mut BytesMut, from: usize, marker: (&[u8], &[u8]), new: &[String]) {
+    let mut kept = BytesMut::with_capacity(held.len());
+    kept.extend_from_slice(&held[..from]);
+    let mut before = true;
+    for (tag, body) in messages(&held[from..]) {
+        if tag != backend::NOTIFICATION_RESPONSE {
+            pgwire::encode::message(&mut kept, tag, |b| b.extend_from_slice(body));
+            continue;
+        }
+        let (channel, payload) = notify::channel_and_payload(body);
+        if (channel, payload) == marker {
+            before = false;
+        } else if before && new.iter().any(|c| c.as_bytes() == channel) {
+            pgwire::encode::message(&mut kept, tag, |b| b.extend_from_slice(body));
+        }
+    }
+    *held = kept;
+}
+
+/// Whether the client's `client_encoding` is UTF-8 (the hub's names and payloads are).
+fn client_is_utf8(session: &LoggedIn) -> bool {
+    session
+        .settings
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("client_encoding"))
+        .is_none_or(|(_, v)| is_utf8(v))
+}
+
 /// A LISTEN the hub could not serve: the client gets the error, as its own server's.
 async fn refused(
     client: &mut ClientConn,
@@ -131,9 +251,44 @@ async fn refused(
     Ok(true)
 }
 
-/// The buffered Query, read whole, when it is one statement pgcorral answers or watches for,
-/// with its length.
-async fn look(client: &mut ClientConn) -> Result<Option<(Asked, usize)>> {
+/// For a client listening through the hub: when the buffered request begins with a Parse of
+/// one UNLISTEN, UNLISTEN * or DISCARD ALL (asyncpg's `remove_listener`, JDBC), its listening
+/// ends as the statement asks, at once; the request goes on to the server, which answers it
+/// (its own session listens on nothing).
+pub(super) async fn unlisten_parsed(client: &mut ClientConn, session: &mut LoggedIn) -> Result<()> {
+    if client.buf.first() != Some(&b'P') {
+        return Ok(());
+    }
+    let Some(len) = whole(client).await? else {
+        return Ok(());
+    };
+    let body = &client.buf[pgwire::header::HEADER_LEN..len];
+    let mut parts = body.splitn(3, |&c| c == 0);
+    let (Some(_name), Some(text)) = (parts.next(), parts.next()) else {
+        return Ok(());
+    };
+    match asked(text) {
+        Some(Asked::Unlisten(c)) => {
+            if let Some(l) = &mut session.listening {
+                l.unlisten(&c);
+            }
+        }
+        Some(Asked::UnlistenAll | Asked::DiscardAll) => session.listening = None,
+        _ => {}
+    }
+    if session
+        .listening
+        .as_ref()
+        .is_some_and(|l| !l.is_listening())
+    {
+        session.listening = None;
+    }
+    Ok(())
+}
+
+/// The first buffered message, read whole when it is at most [`MAX_LOOKED_AT`] bytes long:
+/// its length, or `None` (longer, malformed, or the client left).
+async fn whole(client: &mut ClientConn) -> Result<Option<usize>> {
     let h = loop {
         match Header::parse(&client.buf, client.max_len) {
             Ok(Some(h)) => break h,
@@ -154,11 +309,31 @@ async fn look(client: &mut ClientConn) -> Result<Option<(Asked, usize)>> {
             return Ok(None);
         }
     }
-    let body = &client.buf[pgwire::header::HEADER_LEN..h.total_len()];
+    Ok(Some(h.total_len()))
+}
+
+/// The buffered Query, read whole, when it is one statement pgcorral answers or watches for,
+/// with its length.
+async fn look(client: &mut ClientConn) -> Result<Option<(Asked, usize)>> {
+    let Some(len) = whole(client).await? else {
+        return Ok(None);
+    };
+    let body = &client.buf[pgwire::header::HEADER_LEN..len];
     let Some((&0, text)) = body.split_last() else {
         return Ok(None);
     };
-    Ok(asked(text).map(|a| (a, h.total_len())))
+    Ok(asked(text).map(|a| (a, len)))
+}
+
+/// Whether `encoding` names UTF-8 as PostgreSQL reads encoding names (case and punctuation
+/// ignored: `UTF8`, `utf-8`, `Unicode`).
+fn is_utf8(encoding: &str) -> bool {
+    let name: String = encoding
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
+    name == "UTF8" || name == "UNICODE"
 }
 
 /// What `text` asks, when it is one LISTEN, UNLISTEN, UNLISTEN * or DISCARD ALL statement.
@@ -243,6 +418,16 @@ pub(super) async fn wait_pinned(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utf8_is_named_as_postgres_reads_it() {
+        for n in ["UTF8", "utf-8", "Utf_8", "unicode"] {
+            assert!(is_utf8(n), "{n}");
+        }
+        for n in ["LATIN1", "SQL_ASCII", "UTF16", ""] {
+            assert!(!is_utf8(n), "{n}");
+        }
+    }
 
     #[test]
     fn only_lone_statements_are_asked() {

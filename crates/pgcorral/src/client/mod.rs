@@ -885,6 +885,9 @@ async fn wait_free(
     {
         return Ok(Waited::Answered);
     }
+    if session.listening.is_some() {
+        cold::cold(listens::unlisten_parsed(client, session)).await?;
+    }
     Ok(Waited::Request)
 }
 
@@ -1075,7 +1078,8 @@ async fn settle(
                 // as the request loop ends).
                 let mut s = session.link.take_pooled().expect("attached");
                 let keeps = mode == PoolMode::Session;
-                cold::cold(recapture(session, &mut s, &mut client.custom, keeps)).await?;
+                let at = (services, client.worker);
+                cold::cold(recapture(at, session, &mut s, &mut client.custom, keeps)).await?;
                 session.link = Link::Pooled(s);
             }
             let s = session.link.pooled().expect("attached");

@@ -1,9 +1,10 @@
 //! A client's session state between transactions: restored on each server it is given, read
 //! back after a transaction that may have changed it, and what pins it to its server.
 
-use super::{ClientConn, LoggedIn};
+use super::{listens, ClientConn, LoggedIn};
 use crate::error::{Error, Kind, Result};
 use crate::pool::Checkout;
+use crate::services::Services;
 use crate::session;
 use crate::session::apply;
 
@@ -13,6 +14,7 @@ use crate::session::apply;
 /// capture turned off or a RESET lost (see [`apply::reinstate`]), as is one it is now pinned
 /// to.
 pub(super) async fn recapture(
+    (services, worker): (&Services, usize),
     session: &mut LoggedIn,
     server: &mut Checkout,
     seen: &mut thin_vec::ThinVec<String>,
@@ -32,16 +34,23 @@ pub(super) async fn recapture(
         // Session mode: the server is the client's anyway; nothing pins.
         return apply::reinstate(server, &captured.on_server, &session.settings).await;
     }
-    if *captured.pins != *session.pinned {
-        if captured.pins.is_empty() {
+    let mut pins = captured.pins;
+    // A server's LISTENs are taken over by the database's hub where they can be.
+    if pins.iter().any(|p| p == "LISTEN")
+        && listens::adopt(services, session, server, worker).await?
+    {
+        pins.retain(|p| p != "LISTEN");
+    }
+    if *pins != *session.pinned {
+        if pins.is_empty() {
             tracing::info!(
                 pid = session.pid,
                 "client unpinned: its server-bound state is gone"
             );
         } else {
-            tracing::info!(pid = session.pid, reasons = ?captured.pins, "client pinned to its server connection until this state is released");
+            tracing::info!(pid = session.pid, reasons = ?pins, "client pinned to its server connection until this state is released");
         }
-        session.pinned = captured.pins.into_iter().collect();
+        session.pinned = pins.into_iter().collect();
         session.listed.set_pinned(session.pinned.join(", "));
     }
     server.bound = !session.pinned.is_empty();

@@ -13,7 +13,10 @@
 
 mod task;
 
+pub(crate) use task::channel_and_payload;
+
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use atomic_waker::AtomicWaker;
@@ -50,6 +53,8 @@ impl Hubs {
                     pool: pool.clone(),
                     inner: Mutex::new(Inner::default()),
                     kick: Notify::new(),
+                    marker: format!("pgcorral.marker.{:016x}", rand::random::<u64>()),
+                    gates: AtomicU64::new(1),
                 })
             })
             .clone()
@@ -63,6 +68,11 @@ pub struct Hub {
     inner: Mutex<Inner>,
     /// Wakes the connection's task: a channel to listen on or to leave.
     kick: Notify,
+    /// The channel the hub's connection listens on first, for the markers of
+    /// [`Listener::adopt`] (a name no client is likely to use).
+    marker: String,
+    /// The next marker's payload.
+    gates: AtomicU64,
 }
 
 #[derive(Default)]
@@ -74,8 +84,16 @@ struct Inner {
 }
 
 struct Channel {
-    inboxes: Vec<Arc<Inbox>>,
+    inboxes: Vec<Member>,
     state: ChannelState,
+}
+
+/// A client listening on a channel.
+struct Member {
+    inbox: Arc<Inbox>,
+    /// Taken over from the client's server ([`Listener::adopt`]): nothing is delivered until
+    /// the hub hears this marker, before which the server delivered them.
+    gate: Option<u64>,
 }
 
 enum ChannelState {
@@ -92,7 +110,7 @@ impl Hub {
     fn join(
         self: &Arc<Self>,
         channel: &str,
-        inbox: &Arc<Inbox>,
+        (inbox, gate): (&Arc<Inbox>, Option<u64>),
         worker: usize,
     ) -> Option<oneshot::Receiver<Result<()>>> {
         let mut inner = self.inner.lock();
@@ -105,7 +123,10 @@ impl Hub {
                 inboxes: Vec::new(),
                 state: ChannelState::Wanted(Vec::new()),
             });
-        ch.inboxes.push(inbox.clone());
+        ch.inboxes.push(Member {
+            inbox: inbox.clone(),
+            gate,
+        });
         let wait = match &mut ch.state {
             ChannelState::Listening => None,
             ChannelState::Wanted(w) | ChannelState::Asked(w) => {
@@ -128,7 +149,7 @@ impl Hub {
     fn leave(&self, channel: &str, inbox: &Arc<Inbox>) {
         let mut inner = self.inner.lock();
         if let Some(ch) = inner.channels.get_mut(channel) {
-            ch.inboxes.retain(|i| !Arc::ptr_eq(i, inbox));
+            ch.inboxes.retain(|m| !Arc::ptr_eq(&m.inbox, inbox));
             if ch.inboxes.is_empty() {
                 drop(inner);
                 self.kick.notify_one();
@@ -137,14 +158,28 @@ impl Hub {
     }
 
     /// Hands a notification (a whole NotificationResponse) to its channel's listeners.
-    fn deliver(&self, channel: &[u8], msg: Bytes) {
-        let inner = self.inner.lock();
+    fn deliver(&self, channel: &[u8], payload: &[u8], msg: Bytes) {
+        let mut inner = self.inner.lock();
         let Ok(name) = std::str::from_utf8(channel) else {
             return;
         };
+        if name == self.marker {
+            // What was taken over under this marker is the hub's to deliver from now on.
+            let gate = std::str::from_utf8(payload)
+                .ok()
+                .and_then(|p| p.parse().ok());
+            for ch in inner.channels.values_mut() {
+                for m in &mut ch.inboxes {
+                    if m.gate.is_some() && m.gate == gate {
+                        m.gate = None;
+                    }
+                }
+            }
+            return;
+        }
         if let Some(ch) = inner.channels.get(name) {
-            for inbox in &ch.inboxes {
-                inbox.push(msg.clone());
+            for m in ch.inboxes.iter().filter(|m| m.gate.is_none()) {
+                m.inbox.push(msg.clone());
             }
         }
     }
@@ -157,8 +192,8 @@ impl Hub {
         why.write_response(&mut end, "FATAL");
         let end = end.freeze();
         for (_, ch) in inner.channels.drain() {
-            for inbox in &ch.inboxes {
-                inbox.end(end.clone());
+            for m in &ch.inboxes {
+                m.inbox.end(end.clone());
             }
             if let ChannelState::Wanted(w) | ChannelState::Asked(w) = ch.state {
                 for tx in w {
@@ -251,6 +286,17 @@ impl Inbox {
     }
 }
 
+/// Channels taken over from a client's server ([`Listener::adopt`]).
+pub struct Adopted {
+    /// The marker's channel and payload: the server is to send it once it listens on it.
+    pub channel: String,
+    pub payload: String,
+    /// The channels the client did not listen on through the hub before: the server's
+    /// notifications of these, before the marker, are the client's; any other it has are
+    /// the hub's too.
+    pub new: Vec<String>,
+}
+
 /// One client's listening: its channels on its database's hub. Dropping it leaves them all.
 pub struct Listener {
     hub: Arc<Hub>,
@@ -273,7 +319,7 @@ impl Listener {
         if self.channels.iter().any(|c| c == channel) {
             return Ok(());
         }
-        let wait = self.hub.join(channel, &self.inbox, worker);
+        let wait = self.hub.join(channel, (&self.inbox, None), worker);
         self.channels.push(channel.to_string());
         let Some(wait) = wait else {
             return Ok(());
@@ -289,6 +335,46 @@ impl Listener {
             self.unlisten(channel);
         }
         done
+    }
+
+    /// Takes over `channels`, which the client's server listens on, so that the server can stop
+    /// listening: each one not listened on yet is joined with a gate, and the hub listens on
+    /// all of them when this returns. The server must then listen on the marker channel and
+    /// send the marker ([`Adopted`]), deliver to the client what it has before the marker,
+    /// and stop listening; the hub delivers what comes after it. On an error nothing was
+    /// taken over.
+    pub async fn adopt(&mut self, channels: &[String], worker: usize) -> Result<Adopted> {
+        let gate = self.hub.gates.fetch_add(1, Ordering::Relaxed);
+        let mut new = Vec::new();
+        let mut waits = Vec::new();
+        for c in channels {
+            if self.channels.contains(c) || new.contains(c) {
+                continue;
+            }
+            waits.push(self.hub.join(c, (&self.inbox, Some(gate)), worker));
+            self.channels.push(c.clone());
+            new.push(c.clone());
+        }
+        for wait in waits.into_iter().flatten() {
+            let done = match wait.await {
+                Ok(r) => r,
+                Err(_) => Err(Error::new(
+                    Kind::ServerIo,
+                    "the connection listening for notifications ended",
+                )),
+            };
+            if let Err(e) = done {
+                for c in &new {
+                    self.unlisten(c);
+                }
+                return Err(e);
+            }
+        }
+        Ok(Adopted {
+            channel: self.hub.marker.clone(),
+            payload: gate.to_string(),
+            new,
+        })
     }
 
     /// UNLISTEN `channel` (nothing when not listening on it, as PostgreSQL).

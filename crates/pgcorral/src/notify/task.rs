@@ -48,6 +48,8 @@ async fn listen(hub: &Hub, worker: usize) -> Result<()> {
     let mut server = hub.pool.open_listener(worker).await?;
     // Names and payloads pass as UTF-8, the encoding of the clients whose LISTENs are answered.
     session::exec::query(&mut server, "SET client_encoding = 'UTF8'").await?;
+    // The markers first: any channel listened on after this has them (see `Listener::adopt`).
+    session::exec::query(&mut server, &format!("LISTEN {}", quoted(&hub.marker))).await?;
     let mut sent = Sent::new();
     let mut idle_since = None::<tokio::time::Instant>;
     loop {
@@ -134,14 +136,10 @@ fn answer(
 ) -> Result<()> {
     match tag {
         backend::NOTIFICATION_RESPONSE => {
-            let channel = body
-                .get(4..)
-                .and_then(|b| b.iter().position(|&c| c == 0).map(|end| &b[..end]))
-                .unwrap_or_default()
-                .to_vec();
+            let (channel, payload) = channel_and_payload(&body);
             let mut msg = BytesMut::with_capacity(body.len() + 5);
             pgwire::encode::message(&mut msg, tag, |b| b.extend_from_slice(&body));
-            hub.deliver(&channel, msg.freeze());
+            hub.deliver(channel, payload, msg.freeze());
         }
         backend::ERROR_RESPONSE => {
             let fields = backend::ErrorFields::parse(&body).unwrap_or_default();
@@ -175,6 +173,17 @@ fn answer(
         _ => {}
     }
     Ok(())
+}
+
+/// A NotificationResponse body's channel and payload (empty when it is cut short).
+pub(crate) fn channel_and_payload(body: &[u8]) -> (&[u8], &[u8]) {
+    let rest = body.get(4..).unwrap_or_default();
+    let Some(end) = rest.iter().position(|&c| c == 0) else {
+        return (rest, &[]);
+    };
+    let payload = &rest[end + 1..];
+    let payload = payload.split(|&c| c == 0).next().unwrap_or_default();
+    (&rest[..end], payload)
 }
 
 /// The server's answer to LISTEN `name`: its waiting clients are told.
