@@ -184,9 +184,9 @@ async fn until_marker(server: &mut ServerConn, from: usize, marker: (&[u8], &[u8
 
 /// The channel and payload of each NotificationResponse in `held` (whole messages).
 fn notes(held: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    messages(held).filter_map(|(tag, body)| {
-        (tag == backend::NOTIFICATION_RESPONSE).then(|| notify::channel_and_payload(body))
-    })
+    messages(held)
+        .filter(|&(tag, _)| tag == backend::NOTIFICATION_RESPONSE)
+        .map(|(_, body)| notify::channel_and_payload(body))
 }
 
 /// The whole messages of `buf`: (tag, body).
