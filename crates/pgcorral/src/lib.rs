@@ -22,6 +22,7 @@
 pub mod admin;
 pub mod api;
 pub mod auth_query;
+pub mod cache;
 pub mod cancel;
 pub mod client;
 pub mod client_conn;

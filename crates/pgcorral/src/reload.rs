@@ -187,6 +187,7 @@ fn apply(services: &Services, mut new: Config, on_tls: TlsFailure) -> Result<App
             None
         }
     };
+    services.cache.configure(&new.general);
     services.config.store(Arc::new(new));
     if let Some(tls) = tls {
         services.tls.store(Arc::new(tls));

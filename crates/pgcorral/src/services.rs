@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth_query::Lookups;
+use crate::cache::Caches;
 use crate::cancel::CancelMap;
 use crate::config::Config;
 use crate::conns;
@@ -87,6 +88,8 @@ pub struct Inner {
     pub tenants: std::sync::OnceLock<Arc<Tenants>>,
     /// Each database's LISTEN hub, for clients without a server of their own.
     pub notify: Hubs,
+    /// The result cache: its answers and the databases it follows.
+    pub cache: Arc<Caches>,
 }
 
 #[derive(Clone)]
@@ -108,6 +111,7 @@ impl Services {
         let shutdown = Arc::new(Shutdown::new(pools.lists.clone()));
         pools.open_forced(&config);
         let node = config.general.peer_id;
+        let general = config.general.clone();
         Services(Arc::new(Inner {
             hba: ArcSwap::from_pointee(rules),
             config: ArcSwap::from_pointee(config),
@@ -135,6 +139,7 @@ impl Services {
             tls,
             tenants: Default::default(),
             notify: Default::default(),
+            cache: Arc::new(Caches::new(&general)),
         }))
     }
 

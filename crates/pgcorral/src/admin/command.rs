@@ -26,6 +26,8 @@ pub enum Command {
     Reload,
     /// `SHUTDOWN [WAIT_FOR_SERVERS | WAIT_FOR_CLIENTS]`.
     Shutdown(Stop),
+    /// `CLEAR CACHE [table]`: the result cache's answers, all or those of a table.
+    ClearCache(Option<String>),
     /// `SET key = value`.
     Set {
         key: String,
@@ -50,6 +52,7 @@ impl Command {
             Command::Reload => "RELOAD",
             Command::Shutdown(_) => "SHUTDOWN",
             Command::Set { .. } => "SET",
+            Command::ClearCache(_) => "CLEAR",
         }
     }
 
@@ -101,6 +104,15 @@ pub fn parse(text: &str) -> Result<Command, String> {
         )),
         "WAIT_CLOSE" => Ok(Command::WaitClose(arg())),
         "RELOAD" => none(Command::Reload),
+        "CLEAR" => {
+            let mut words = rest.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some(c), table, None) if c.eq_ignore_ascii_case("cache") => {
+                    Ok(Command::ClearCache(table.map(unquote)))
+                }
+                _ => Err("CLEAR takes CACHE and a table's name or nothing".into()),
+            }
+        }
         "SHUTDOWN" => match rest.to_ascii_uppercase().as_str() {
             "" => Ok(Command::Shutdown(Stop::Immediate)),
             "WAIT_FOR_SERVERS" => Ok(Command::Shutdown(Stop::WaitForServers)),

@@ -353,11 +353,15 @@ async fn run(services: &Services, role: Role, text: &str) -> Result<Answer, Refu
             Ok(done(None))
         }
         Command::Suspend => actions::suspend(services).await.map(|()| done(None)),
+        Command::ClearCache(table) => {
+            services.cache.clear(table.as_deref());
+            Ok(done(None))
+        }
     }
 }
 
 /// The commands that act, for SHOW HELP.
-const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL [<db>]\n\tSUSPEND\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN\n\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS";
+const HELP: &str = "\tSET key = arg\n\tRELOAD\n\tPAUSE [<db>]\n\tRESUME [<db>]\n\tDISABLE <db>\n\tENABLE <db>\n\tRECONNECT [<db>]\n\tKILL [<db>]\n\tSUSPEND\n\tKILL_CLIENT <id>\n\tWAIT_CLOSE [<db>]\n\tSHUTDOWN\n\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS\n\tCLEAR CACHE [<table>]";
 
 /// A notice naming the settings a reload could not change, or saying that the TLS settings a
 /// SET took are not in force yet.

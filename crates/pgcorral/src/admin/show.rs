@@ -19,7 +19,7 @@ use super::CONSOLE_DB;
 
 /// Every SHOW pgcorral answers, for SHOW HELP and errors.
 pub const TOPICS: &str =
-    "HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|PEERS|PEER_POOLS|SOCKETS|ACTIVE_SOCKETS|LISTS|STATE|MEM|DNS_HOSTS|DNS_ZONES|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LATENCY|SHARDS|TENANTS";
+    "HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|PEERS|PEER_POOLS|SOCKETS|ACTIVE_SOCKETS|LISTS|STATE|MEM|DNS_HOSTS|DNS_ZONES|VERSION|STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS|LATENCY|SHARDS|TENANTS|CACHE";
 
 /// The answer to `SHOW what`, or why there is none.
 pub fn table(services: &Services, what: &str) -> Result<Table, String> {
@@ -44,6 +44,7 @@ pub fn table(services: &Services, what: &str) -> Result<Table, String> {
         "PEERS" | "PEER_POOLS" | "MEM" | "DNS_HOSTS" | "DNS_ZONES" => none_kept(what),
         "SHARDS" => show_shards::shards(services, &config),
         "TENANTS" => show_tenants::tenants(services),
+        "CACHE" => show_cache(services),
         other => match fake_param(other) {
             Some((name, value)) => {
                 let mut t = Table::text(&[name]);
@@ -443,6 +444,43 @@ fn lists(services: &Services, config: &Config) -> Table {
         ("dns_pending", 0),
     ] {
         t.row(vec![name.into(), n.into()]);
+    }
+    t
+}
+
+/// The result cache: a first line of totals (database and table `*`), then one per table it
+/// holds answers of or has dropped answers of.
+fn show_cache(services: &Services) -> Table {
+    let mut t = Table::new(&[
+        ("database", Ty::Text),
+        ("table", Ty::Text),
+        ("entries", Ty::Int),
+        ("bytes", Ty::Int),
+        ("hits", Ty::Int),
+        ("misses", Ty::Int),
+        ("invalidations", Ty::Int),
+    ]);
+    let s = services.cache.show();
+    let invalidations: u64 = s.tables.iter().map(|t| t.invalidations).sum();
+    t.row(vec![
+        "*".into(),
+        "*".into(),
+        s.entries.into(),
+        s.bytes.into(),
+        s.counts.hits.into(),
+        s.counts.misses.into(),
+        invalidations.into(),
+    ]);
+    for row in s.tables {
+        t.row(vec![
+            row.database.into(),
+            row.table.into(),
+            row.entries.into(),
+            0usize.into(),
+            0u64.into(),
+            0u64.into(),
+            row.invalidations.into(),
+        ]);
     }
     t
 }

@@ -9,7 +9,7 @@ use pg_query::NodeEnum;
 use pgwire::backend::{self, TxStatus};
 use pgwire::Header;
 
-use super::request::{next_request, read_more, IdleTimer, Next};
+use super::request::{next_request, read_whole, IdleTimer, Next};
 use super::{ClientConn, LoggedIn};
 use crate::error::{Error, Kind, Result};
 use crate::net::framed::read_message;
@@ -259,7 +259,7 @@ pub(super) async fn unlisten_parsed(client: &mut ClientConn, session: &mut Logge
     if client.buf.first() != Some(&b'P') {
         return Ok(());
     }
-    let Some(len) = whole(client).await? else {
+    let Some(len) = read_whole(client, MAX_LOOKED_AT).await? else {
         return Ok(());
     };
     let body = &client.buf[pgwire::header::HEADER_LEN..len];
@@ -286,36 +286,10 @@ pub(super) async fn unlisten_parsed(client: &mut ClientConn, session: &mut Logge
     Ok(())
 }
 
-/// The first buffered message, read whole when it is at most [`MAX_LOOKED_AT`] bytes long:
-/// its length, or `None` (longer, malformed, or the client left).
-async fn whole(client: &mut ClientConn) -> Result<Option<usize>> {
-    let h = loop {
-        match Header::parse(&client.buf, client.max_len) {
-            Ok(Some(h)) => break h,
-            // The relay reports a bad header as it does for any request.
-            Err(_) => return Ok(None),
-            Ok(None) => {
-                if read_more(client).await?.is_none() {
-                    return Ok(None);
-                }
-            }
-        }
-    };
-    if h.body_len() > MAX_LOOKED_AT {
-        return Ok(None);
-    }
-    while client.buf.len() < h.total_len() {
-        if read_more(client).await?.is_none() {
-            return Ok(None);
-        }
-    }
-    Ok(Some(h.total_len()))
-}
-
 /// The buffered Query, read whole, when it is one statement pgcorral answers or watches for,
 /// with its length.
 async fn look(client: &mut ClientConn) -> Result<Option<(Asked, usize)>> {
-    let Some(len) = whole(client).await? else {
+    let Some(len) = read_whole(client, MAX_LOOKED_AT).await? else {
         return Ok(None);
     };
     let body = &client.buf[pgwire::header::HEADER_LEN..len];

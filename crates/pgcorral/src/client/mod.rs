@@ -5,6 +5,7 @@
 mod access;
 mod admit;
 pub mod auth;
+mod cached;
 pub mod handover;
 mod listens;
 mod login_auth;
@@ -692,6 +693,7 @@ fn run<'a>(
         let mut config_gen = services.config_gen.load(Ordering::Relaxed);
         let mut relay_mode = relay_mode(services, session, mode, client.worker);
         let mut wait_notify = millis_opt(services.config.load().general.query_wait_notify);
+        let mut cache_on = cached::enabled(services, session, mode);
         let mut idle_timer = IdleTimer::default();
         let mut between = false;
         loop {
@@ -703,13 +705,15 @@ fn run<'a>(
                     let config = services.config.load();
                     wait_notify = millis_opt(config.general.query_wait_notify);
                     session.wait = ClientWait::of_user(&config, session.listed.user());
+                    cache_on = cached::enabled(services, session, mode);
                 }
                 if let Some(target) = services.balance.move_target(client.worker) {
                     return Ok(Exit::Move(target));
                 }
                 let idle_timeout = relay_mode.timeouts.client_idle;
                 let timer = &mut idle_timer;
-                let waited = wait_free(client, services, session, mode, (idle_timeout, timer));
+                let modes = (mode, cache_on);
+                let waited = wait_free(client, services, session, modes, (idle_timeout, timer));
                 match waited.await? {
                     Waited::Request => {}
                     Waited::Answered => continue,
@@ -842,7 +846,7 @@ async fn wait_free(
     client: &mut ClientConn,
     services: &Services,
     session: &mut LoggedIn,
-    mode: PoolMode,
+    (mode, cache_on): (PoolMode, bool),
     (idle_timeout, timer): (Option<std::time::Duration>, &mut IdleTimer),
 ) -> Result<Waited> {
     // A listening client is not slimmed: its notifications are watched for here.
@@ -887,6 +891,12 @@ async fn wait_free(
     }
     if session.listening.is_some() {
         cold::cold(listens::unlisten_parsed(client, session)).await?;
+    }
+    if cache_on
+        && session.pinned.is_empty()
+        && cold::cold(cached::serve(client, services, session)).await?
+    {
+        return Ok(Waited::Answered);
     }
     Ok(Waited::Request)
 }

@@ -242,6 +242,32 @@ pub(super) async fn read_more(client: &mut ClientConn) -> Result<Option<()>> {
     }
 }
 
+/// The first buffered message, read whole when its body is at most `max` bytes: its length
+/// (header included), or `None` (longer, a malformed header the relay will report, or the
+/// client left).
+pub(super) async fn read_whole(client: &mut ClientConn, max: usize) -> Result<Option<usize>> {
+    let h = loop {
+        match Header::parse(&client.buf, client.max_len) {
+            Ok(Some(h)) => break h,
+            Err(_) => return Ok(None),
+            Ok(None) => {
+                if read_more(client).await?.is_none() {
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    if h.body_len() > max {
+        return Ok(None);
+    }
+    while client.buf.len() < h.total_len() {
+        if read_more(client).await?.is_none() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(h.total_len()))
+}
+
 /// One read into the client's buffer, taken from the worker's spares if it holds none; a read
 /// that finds nothing gives an empty buffer back, so an idle client keeps none.
 fn read_into_buffer(

@@ -257,6 +257,18 @@ pub struct General {
     /// result type") is prepared again and retried instead of failing as it would on
     /// PostgreSQL. Off by default: clients get PostgreSQL's answer.
     pub retry_stale_statements: bool,
+    /// The most bytes the result cache holds, over every database whose `query_cache` is on
+    /// (least recently used answers are dropped beyond it).
+    pub query_cache_size: usize,
+    /// An answer longer than this many bytes is not cached.
+    pub query_cache_max_entry: usize,
+    /// ms: the most time a change made anywhere may take to reach the cache; while pgcorral
+    /// cannot show that every change older than this has reached it, nothing is served from
+    /// the cache.
+    pub query_cache_lag: u64,
+    /// The publication (`CREATE PUBLICATION ... FOR ALL TABLES`) whose changes the cache
+    /// follows through logical decoding.
+    pub query_cache_publication: String,
     /// tracing filter, e.g. "info" or "pgcorral=debug"; RUST_LOG wins when set.
     pub log_level: String,
     /// The lines' format: pgcorral's (default) or PgBouncer's (default from a pgbouncer.ini).
@@ -492,6 +504,10 @@ impl Default for General {
             max_packet_size: 1 << 30,
             max_prepared_statements: 200,
             retry_stale_statements: false,
+            query_cache_size: 64 << 20,
+            query_cache_max_entry: 1 << 20,
+            query_cache_lag: 1_000,
+            query_cache_publication: "pgcorral_cache".into(),
             log_level: "info".into(),
             log_format: LogFormat::Pgcorral,
             log_connections: true,
@@ -703,6 +719,9 @@ pub struct Database {
     /// The most groups (or distinct rows) a read across shards merges in memory (default
     /// 100,000); more fail with SQLSTATE 54000.
     pub max_gather_groups: Option<usize>,
+    /// Answers of this database's cacheable reads are kept and served again until a change
+    /// reaches them (see docs/architecture/cache.md); off by default.
+    pub query_cache: Option<bool>,
 }
 
 impl Default for Database {
@@ -746,6 +765,7 @@ impl Default for Database {
             sharding_key_type: None,
             sharded_tables_from_catalog: None,
             max_gather_groups: None,
+            query_cache: None,
         }
     }
 }

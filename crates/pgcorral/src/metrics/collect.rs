@@ -211,6 +211,63 @@ fn by_state(
     Ok(())
 }
 
+/// The result cache: answers held and their bytes, hits, misses, answers stored and evicted,
+/// and invalidations (every table's, in all).
+fn cache_families(e: &mut DescriptorEncoder, services: &Services) -> fmt::Result {
+    let s = services.cache.show();
+    let invalidations: u64 = s.tables.iter().map(|t| t.invalidations).sum();
+    for (name, help, v) in [
+        (
+            "pgcorral_cache_entries",
+            "Answers the result cache holds",
+            s.entries as u64,
+        ),
+        (
+            "pgcorral_cache_bytes",
+            "Bytes of the answers the result cache holds",
+            s.bytes as u64,
+        ),
+    ] {
+        gauge(
+            &mut e.encode_descriptor(name, help, None, MetricType::Gauge)?,
+            v,
+        )?;
+    }
+    for (name, help, v) in [
+        (
+            "pgcorral_cache_hits",
+            "Reads answered from the result cache",
+            s.counts.hits,
+        ),
+        (
+            "pgcorral_cache_misses",
+            "Cacheable reads not in the result cache",
+            s.counts.misses,
+        ),
+        (
+            "pgcorral_cache_stored",
+            "Answers stored in the result cache",
+            s.counts.stored,
+        ),
+        (
+            "pgcorral_cache_evicted",
+            "Answers dropped from the result cache for room",
+            s.counts.evicted,
+        ),
+        (
+            "pgcorral_cache_invalidations",
+            "Table changes that dropped answers of the result cache",
+            invalidations,
+        ),
+    ] {
+        counter(
+            &mut e.encode_descriptor(name, help, None, MetricType::Counter)?,
+            v,
+        )?;
+    }
+    Ok(())
+}
+
 impl Collector for Pgcorral {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         use std::sync::atomic::Ordering::Relaxed;
@@ -270,6 +327,7 @@ impl Collector for Pgcorral {
             )?,
             left_out as u64,
         )?;
+        cache_families(e, services)?;
 
         let mut m = e.encode_descriptor(
             "pgcorral_pool",

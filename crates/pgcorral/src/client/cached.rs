@@ -1,0 +1,167 @@
+//! A pooled client's cacheable read answered from the result cache ([`crate::cache`]), or read
+//! through a server and kept; any other request to a database with the cache drops the answers
+//! of the tables it names, before it runs.
+
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use pgwire::backend::{self, TxStatus};
+
+use super::request::read_whole;
+use super::{ClientConn, LoggedIn};
+use crate::cache::{verdict, Caches, Follow, Key};
+use crate::config::PoolMode;
+use crate::error::{Error, Kind, Result};
+use crate::link;
+use crate::net::framed::read_message;
+use crate::server::ServerConn;
+use crate::services::Services;
+use crate::session;
+
+/// The longest first message whose text is read: longer ones are not cached, and drop every
+/// answer of the pool (their text is not looked at).
+const MAX_TEXT: usize = 64 << 10;
+
+/// Whether the cache may serve this client: its database's `query_cache` is on (in the
+/// configuration file's databases, not a tenant's), in transaction or statement mode, on a
+/// database without routing.
+pub(super) fn enabled(services: &Services, session: &LoggedIn, mode: PoolMode) -> bool {
+    if mode == PoolMode::Session || session.cluster.routed() || session.tenant.is_some() {
+        return false;
+    }
+    let config = services.config.load();
+    let db = session.pool.name().0;
+    config
+        .databases
+        .get(db)
+        .or_else(|| config.databases.get("*"))
+        .is_some_and(|d| d.query_cache == Some(true))
+}
+
+/// For a client of a database with the cache, attached to nothing and not pinned: answers the
+/// buffered request from the cache, or reads and keeps it (true: answered); any other request
+/// drops the answers of the tables it names and goes on (false).
+pub(super) async fn serve(
+    client: &mut ClientConn,
+    services: &Services,
+    session: &mut LoggedIn,
+) -> Result<bool> {
+    let Some(&tag) = client.buf.first() else {
+        return Ok(false);
+    };
+    let Some(f) = services.cache.ready(&session.pool, client.worker) else {
+        return Ok(false);
+    };
+    let Some(len) = read_whole(client, MAX_TEXT).await? else {
+        // Not read (too long): whatever it writes, no answer of the pool is kept past it.
+        services.cache.clear(None);
+        return Ok(false);
+    };
+    let body = &client.buf[pgwire::header::HEADER_LEN..len];
+    let text = match tag {
+        b'Q' => body.split_last().map_or(&[][..], |(_, t)| t),
+        // A Parse's text: the statement name, then the text.
+        b'P' => body.splitn(3, |&c| c == 0).nth(1).unwrap_or_default(),
+        _ => return Ok(false),
+    };
+    let tables = match (tag, f.catalog.load_full(), std::str::from_utf8(text)) {
+        (b'Q', Some(catalog), Ok(t)) => verdict::judge(t, &catalog),
+        _ => None,
+    };
+    let Some(tables) = tables else {
+        services.cache.written(&f, text);
+        return Ok(false);
+    };
+    let key = Key {
+        pool: session.pool.identity(),
+        text: Arc::from(text),
+        settings: session.settings.clone(),
+    };
+    if let Some(answer) = services.cache.get(&key, Caches::generation(&f)) {
+        client.buf.advance(len);
+        client.reply(&answer).await?;
+        return Ok(true);
+    }
+    fill(client, services, session, (&f, key, &tables), len).await?;
+    Ok(true)
+}
+
+/// Reads the request through a server of the pool, writes the answer to the client as it
+/// comes, and keeps it unless it held anything but rows, a completion and ReadyForQuery idle.
+async fn fill(
+    client: &mut ClientConn,
+    services: &Services,
+    session: &mut LoggedIn,
+    (f, key, tables): (&Follow, Key, &[Arc<str>]),
+    len: usize,
+) -> Result<()> {
+    let begun = services.cache.begin(f, tables);
+    let mut s = session.pool.checkout(client.worker, session.wait).await?;
+    if !session::matches(&s.applied, &session.settings) {
+        link::restore(&mut s, &session.settings).await?;
+        if !s.held.is_empty() {
+            let held = std::mem::take(&mut s.held);
+            client.reply(&held).await?;
+        }
+    }
+    session.slot.set(Some(s.key.clone()));
+    let request = client.buf.split_to(len);
+    let sent = s.stream.send(&request).await;
+    if let Err(e) = sent {
+        s.state.broken = true;
+        session.slot.set(None);
+        return Err(Error::with_source(Kind::ServerIo, "write to server", e));
+    }
+    let read = relay_answer(client, &mut s).await;
+    session.slot.set(None);
+    let answer = read?;
+    drop(s);
+    if let Some(answer) = answer {
+        services.cache.put(key, answer.freeze(), begun);
+    }
+    Ok(())
+}
+
+/// Writes the server's answer to the client until ReadyForQuery; returns it whole when it may
+/// be kept.
+async fn relay_answer(client: &mut ClientConn, s: &mut ServerConn) -> Result<Option<BytesMut>> {
+    let mut answer = Some(BytesMut::new());
+    let mut out = BytesMut::new();
+    loop {
+        let m = read_message(&mut s.stream, &mut s.rbuf, client.max_len).await;
+        let (tag, body) = match m {
+            Ok(m) => m,
+            Err(e) => {
+                s.state.broken = true;
+                return Err(Error::with_source(
+                    Kind::ServerIo,
+                    "server closed the connection",
+                    e,
+                ));
+            }
+        };
+        let start = out.len();
+        pgwire::encode::message(&mut out, tag, |b| b.extend_from_slice(&body));
+        let plain = matches!(
+            tag,
+            backend::ROW_DESCRIPTION | backend::DATA_ROW | backend::COMMAND_COMPLETE
+        ) || (tag == backend::READY_FOR_QUERY && body.first() == Some(&b'I'));
+        match (&mut answer, plain) {
+            (Some(a), true) => a.extend_from_slice(&out[start..]),
+            _ => answer = None,
+        }
+        if tag == backend::READY_FOR_QUERY {
+            s.state.tx = body
+                .first()
+                .copied()
+                .and_then(TxStatus::from_byte)
+                .unwrap_or(TxStatus::Failed);
+            client.reply(&out).await?;
+            return Ok(answer);
+        }
+        if out.len() >= 64 << 10 {
+            client.reply(&out).await?;
+            out.clear();
+        }
+    }
+}

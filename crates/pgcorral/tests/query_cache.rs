@@ -1,0 +1,297 @@
+//! The result cache against a real PostgreSQL (`wal_level = logical`, a publication for all
+//! tables): a cached answer is every message PostgreSQL sends, byte for byte; a change made
+//! directly on the server is seen within `query_cache_lag`, one made through pgcorral at once;
+//! DDL drops answers; and what may not be cached (the clock, randomness, sequences, views, row
+//! security, temporary tables, catalogs) is read from the server every time. Whether a read
+//! reached the server is told by the server's own statement log.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use support::raw::Raw;
+use support::*;
+
+/// A server that logs every statement and decodes logically, with the cache's publication.
+fn server() -> Postgres {
+    let pg = Postgres::start_with(PgOptions {
+        conf: "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n\
+               log_statement = 'all'\nlog_line_prefix = ''\n"
+            .into(),
+        ..Default::default()
+    });
+    let hba = pg.dir.join("pg_hba.conf");
+    let mut lines = std::fs::read_to_string(&hba).unwrap();
+    lines.insert_str(0, "host replication postgres 127.0.0.1/32 trust\n");
+    std::fs::write(&hba, lines).unwrap();
+    pg.pg_ctl("reload");
+    pg.sql(
+        "postgres",
+        "CREATE PUBLICATION pgcorral_cache FOR ALL TABLES; \
+         CREATE TABLE kv(k int PRIMARY KEY, v text); \
+         INSERT INTO kv SELECT g, 'v' || g FROM generate_series(1, 100) g; \
+         CREATE VIEW kv_view AS SELECT * FROM kv; \
+         CREATE TABLE guarded(k int); ALTER TABLE guarded ENABLE ROW LEVEL SECURITY; \
+         CREATE SEQUENCE seq; CREATE ROLE reader; GRANT SELECT ON kv TO reader",
+    );
+    pg
+}
+
+const LAG_MS: u64 = 1000;
+
+fn cached_pooler(pg: &Postgres) -> PoolerProcess {
+    PoolerProcess::start(&format!(
+        "[general]\nlisten_port = 0\nauth_type = \"trust\"\npool_mode = \"transaction\"\n\
+         default_pool_size = 4\nquery_cache_lag = {LAG_MS}\nadmin_users = [\"postgres\"]\n\n\
+         [databases.postgres]\nhost = \"127.0.0.1\"\nport = {}\nquery_cache = true\n",
+        pg.port
+    ))
+}
+
+/// How many times the server's log shows `sql` run by a client (not pgcorral's own).
+fn runs(pg: &Postgres, sql: &str) -> usize {
+    let log = std::fs::read_to_string(pg.dir.join("log")).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.strip_prefix("LOG:  statement: ") == Some(sql))
+        .count()
+}
+
+/// Every message of `sql`'s answer, as bytes.
+async fn answer(c: &mut Raw, sql: &str) -> Vec<(u8, Vec<u8>)> {
+    let mut out = BytesMut::new();
+    pgwire::encode::query(&mut out, sql);
+    c.send(&out).await;
+    let mut msgs = Vec::new();
+    loop {
+        let (tag, body) = c.read().await.expect("an answer");
+        msgs.push((tag, body.to_vec()));
+        if tag == pgwire::backend::READY_FOR_QUERY {
+            return msgs;
+        }
+    }
+}
+
+/// Waits until the cache serves (its follower has caught up): a cacheable read run twice
+/// reaches the server once.
+async fn until_serving(pg: &Postgres, c: &mut Raw) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut n = 0;
+    loop {
+        n += 1;
+        let sql = format!("SELECT {n} AS warm");
+        answer(c, &sql).await;
+        answer(c, &sql).await;
+        if runs(pg, &sql) == 1 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the cache never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_answer_is_every_message_postgres_sends() {
+    let pg = server();
+    let pooler = cached_pooler(&pg);
+    let mut c = Raw::login(pooler.port, "postgres", "postgres")
+        .await
+        .unwrap();
+    let mut direct = Raw::login(pg.port, "postgres", "postgres").await.unwrap();
+    until_serving(&pg, &mut c).await;
+    let reads = [
+        "SELECT k, v FROM kv WHERE k = 7",
+        "SELECT count(*), max(v) FROM kv WHERE k BETWEEN 10 AND 20",
+        "SELECT k FROM kv WHERE v LIKE 'v1%' ORDER BY k DESC LIMIT 3",
+        "SELECT upper(v), k::int8, '2024-01-01'::date FROM kv WHERE k IN (1, 2, 3) ORDER BY k",
+        "SELECT * FROM kv WHERE k = 100000",
+        "SELECT current_user, 1 + 1",
+    ];
+    for sql in reads {
+        let want = answer(&mut direct, sql).await;
+        let first = answer(&mut c, sql).await;
+        let second = answer(&mut c, sql).await;
+        assert_eq!(first, want, "{sql}: read through");
+        assert_eq!(second, want, "{sql}: from the cache");
+        assert_eq!(
+            runs(&pg, sql),
+            2,
+            "{sql}: once direct, once through pgcorral"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_reach_the_cache_from_anywhere() {
+    let pg = server();
+    let pooler = cached_pooler(&pg);
+    let mut c = Raw::login(pooler.port, "postgres", "postgres")
+        .await
+        .unwrap();
+    let mut w = Raw::login(pooler.port, "postgres", "postgres")
+        .await
+        .unwrap();
+    until_serving(&pg, &mut c).await;
+    let read = "SELECT v FROM kv WHERE k = 1";
+    let value = |rows: Vec<Vec<Option<String>>>| rows[0][0].clone().unwrap();
+    assert_eq!(value(c.query(read).await.unwrap()), "v1");
+    assert_eq!(value(c.query(read).await.unwrap()), "v1");
+    assert_eq!(runs(&pg, read), 1);
+
+    // Through pgcorral: the next read sees it at once.
+    w.query("UPDATE kv SET v = 'through' WHERE k = 1")
+        .await
+        .unwrap();
+    assert_eq!(value(c.query(read).await.unwrap()), "through");
+
+    // Directly on the server (and by a trigger's cascade, a COPY, anything): within the lag.
+    for (i, sql) in [
+        "UPDATE kv SET v = 'direct' WHERE k = 1",
+        "DELETE FROM kv WHERE k = 1; INSERT INTO kv VALUES (1, 'again')",
+        "TRUNCATE kv; INSERT INTO kv VALUES (1, 'truncated')",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let want = ["direct", "again", "truncated"][i];
+        c.query(read).await.unwrap();
+        c.query(read).await.unwrap();
+        let changed = Instant::now();
+        pg.sql("postgres", sql);
+        loop {
+            if value(c.query(read).await.unwrap()) == want {
+                break;
+            }
+            assert!(
+                changed.elapsed() < Duration::from_millis(LAG_MS + 300),
+                "{sql}: not seen within the lag"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        eprintln!("{sql}: seen after {:?}", changed.elapsed());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_drops_answers() {
+    let pg = server();
+    let pooler = cached_pooler(&pg);
+    let mut c = Raw::login(pooler.port, "postgres", "postgres")
+        .await
+        .unwrap();
+    until_serving(&pg, &mut c).await;
+    let read = "SELECT * FROM kv WHERE k = 2";
+    assert_eq!(c.query(read).await.unwrap()[0].len(), 2);
+    assert_eq!(c.query(read).await.unwrap()[0].len(), 2);
+    // Through pgcorral: at once.
+    c.query("ALTER TABLE kv ADD COLUMN w int").await.unwrap();
+    assert_eq!(c.query(read).await.unwrap()[0].len(), 3);
+    assert_eq!(c.query(read).await.unwrap()[0].len(), 3);
+    // Directly: within the lag.
+    let changed = Instant::now();
+    pg.sql("postgres", "ALTER TABLE kv DROP COLUMN w");
+    while c.query(read).await.unwrap()[0].len() != 2 {
+        assert!(changed.elapsed() < Duration::from_millis(LAG_MS + 300));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_may_not_be_cached_is_read_every_time() {
+    let pg = server();
+    let pooler = cached_pooler(&pg);
+    let mut c = Raw::login(pooler.port, "postgres", "postgres")
+        .await
+        .unwrap();
+    until_serving(&pg, &mut c).await;
+    for sql in [
+        "SELECT now()",
+        "SELECT random()",
+        "SELECT nextval('seq')",
+        "SELECT CURRENT_TIMESTAMP",
+        "SELECT 'now'::timestamptz",
+        "SELECT * FROM kv_view WHERE k = 3",
+        "SELECT * FROM guarded",
+        "SELECT count(*) FROM pg_class",
+        "SELECT v FROM kv WHERE k = 4 FOR UPDATE",
+        "SELECT pg_backend_pid()",
+    ] {
+        c.query(sql).await.unwrap();
+        c.query(sql).await.unwrap();
+        assert_eq!(runs(&pg, sql), 2, "{sql} was served from the cache");
+    }
+    // Inside a transaction: the server's.
+    let sql = "SELECT v FROM kv WHERE k = 5";
+    c.query("BEGIN").await.unwrap();
+    c.query(sql).await.unwrap();
+    c.query(sql).await.unwrap();
+    c.query("COMMIT").await.unwrap();
+    assert_eq!(runs(&pg, sql), 2);
+    // A temporary table pins the client: the server's too.
+    let sql = "SELECT v FROM kv WHERE k = 6";
+    c.query("CREATE TEMP TABLE tmp(a int)").await.unwrap();
+    c.query(sql).await.unwrap();
+    c.query(sql).await.unwrap();
+    assert_eq!(runs(&pg, sql), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_role_is_part_of_the_key() {
+    let pg = server();
+    let pooler = cached_pooler(&pg);
+    let mut c = Raw::login(pooler.port, "postgres", "postgres")
+        .await
+        .unwrap();
+    until_serving(&pg, &mut c).await;
+    let sql = "SELECT v FROM kv WHERE k = 8";
+    c.query(sql).await.unwrap();
+    c.query(sql).await.unwrap();
+    assert_eq!(runs(&pg, sql), 1);
+    // Another role reads it again (its own answer); one without the privilege gets its error.
+    c.query("SET ROLE reader").await.unwrap();
+    c.query(sql).await.unwrap();
+    assert_eq!(runs(&pg, sql), 2);
+    c.query("RESET ROLE").await.unwrap();
+    c.query("REVOKE SELECT ON kv FROM reader").await.unwrap();
+    c.query("SET ROLE reader").await.unwrap();
+    let e = c.query(sql).await.unwrap_err();
+    assert_eq!(e.code, "42501", "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_cache_and_clear_cache() {
+    let pg = server();
+    let pooler = cached_pooler(&pg);
+    let mut c = Raw::login(pooler.port, "postgres", "postgres")
+        .await
+        .unwrap();
+    until_serving(&pg, &mut c).await;
+    let sql = "SELECT v FROM kv WHERE k = 9";
+    c.query(sql).await.unwrap();
+    c.query(sql).await.unwrap();
+    let mut console = Raw::login(pooler.port, "postgres", "pgbouncer")
+        .await
+        .unwrap();
+    let rows = console.query("SHOW CACHE").await.unwrap();
+    let cell = |r: &Vec<Option<String>>, i: usize| r[i].clone().unwrap_or_default();
+    let total = &rows[0];
+    assert_eq!((cell(total, 0), cell(total, 1)), ("*".into(), "*".into()));
+    assert!(cell(total, 2).parse::<u64>().unwrap() >= 1, "{rows:?}");
+    assert!(
+        cell(total, 4).parse::<u64>().unwrap() >= 1,
+        "hits: {rows:?}"
+    );
+    let kv = rows
+        .iter()
+        .find(|r| cell(r, 1) == "kv")
+        .expect("a line for kv");
+    assert_eq!((cell(kv, 0), cell(kv, 2)), ("postgres".into(), "1".into()));
+    console.query("CLEAR CACHE kv").await.unwrap();
+    c.query(sql).await.unwrap();
+    assert_eq!(runs(&pg, sql), 2, "read again after CLEAR CACHE kv");
+    console.query("CLEAR CACHE").await.unwrap();
+    let rows = console.query("SHOW CACHE").await.unwrap();
+    assert_eq!(cell(&rows[0], 2), "0", "{rows:?}");
+    let e = console.query("CLEAR STATS").await.unwrap_err();
+    assert!(e.message.contains("CLEAR takes CACHE"), "{e:?}");
+}
