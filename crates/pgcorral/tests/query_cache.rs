@@ -295,3 +295,33 @@ async fn show_cache_and_clear_cache() {
     let e = console.query("CLEAR STATS").await.unwrap_err();
     assert!(e.message.contains("CLEAR takes CACHE"), "{e:?}");
 }
+
+/// Only tables whose every change the publication streams are cached: one outside it, or a
+/// publication that leaves out a kind of change, is read every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_what_the_publication_streams_is_cached() {
+    let pg = server();
+    pg.sql(
+        "postgres",
+        "CREATE TABLE loose(a int); INSERT INTO loose VALUES (1); \
+         CREATE PUBLICATION just_kv FOR TABLE kv; \
+         CREATE PUBLICATION inserts FOR ALL TABLES WITH (publish = 'insert')",
+    );
+    for (publication, kv_cached) in [("just_kv", true), ("inserts", false)] {
+        let pooler = PoolerProcess::start(&format!(
+            "[general]\nlisten_port = 0\nauth_type = \"trust\"\npool_mode = \"transaction\"\n\
+             query_cache_publication = \"{publication}\"\n\n\
+             [databases.postgres]\nhost = \"127.0.0.1\"\nport = {}\nquery_cache = true\n",
+            pg.port
+        ));
+        let mut c = Raw::login(pooler.port, "postgres", "postgres").await.unwrap();
+        until_serving(&pg, &mut c).await;
+        let loose = format!("SELECT a FROM loose /* {publication} */");
+        let kv = format!("SELECT v FROM kv WHERE k = 10 /* {publication} */");
+        for sql in [&loose, &kv, &loose, &kv] {
+            c.query(sql).await.unwrap();
+        }
+        assert_eq!(runs(&pg, &loose), 2, "{publication}: loose is not published");
+        assert_eq!(runs(&pg, &kv), if kv_cached { 1 } else { 2 }, "{publication}: kv");
+    }
+}

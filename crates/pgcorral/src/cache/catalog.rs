@@ -7,11 +7,14 @@ use std::collections::HashMap;
 use super::verdict::Catalog;
 use crate::error::Result;
 use crate::server::ServerConn;
+use crate::session;
 use crate::session::exec;
 
 /// The names the verdict allows, as rows (kind, name, detail): `f` a safe function, `c` any
 /// function, `o` a safe operator, `t` a safe type, `r` a relation (detail: its schema, `/1`
-/// when it is a table the cache follows, else `/0`).
+/// when it is a table the cache follows, else `/0`). A followed table is in the publication
+/// (`$PUB`, the name as a literal), which publishes every kind of change, without a row filter
+/// that would hide some.
 const NAMES: &str = "WITH settings_types(name) AS (VALUES ('date'), ('time'), ('timetz'), ('timestamp'), ('timestamptz'), ('interval'), ('money'), ('xml')), \
      safe_base AS ( \
        SELECT t.oid FROM pg_catalog.pg_type t \
@@ -56,6 +59,12 @@ const NAMES: &str = "WITH settings_types(name) AS (VALUES ('date'), ('time'), ('
      SELECT 'r', c.relname::pg_catalog.text, n.nspname::pg_catalog.text || CASE WHEN \
          c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relpersistence OPERATOR(pg_catalog.=) 'p' \
          AND NOT c.relispartition AND NOT c.relhassubclass AND NOT c.relrowsecurity \
+         AND EXISTS (SELECT FROM pg_catalog.pg_publication p JOIN pg_catalog.pg_publication_tables pt \
+           ON pt.pubname OPERATOR(pg_catalog.=) p.pubname \
+           WHERE p.pubname OPERATOR(pg_catalog.=) $PUB AND p.pubinsert AND p.pubupdate AND p.pubdelete AND p.pubtruncate \
+           AND pt.schemaname OPERATOR(pg_catalog.=) n.nspname AND pt.tablename OPERATOR(pg_catalog.=) c.relname \
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_publication_rel pr WHERE pr.prpubid OPERATOR(pg_catalog.=) p.oid \
+             AND pr.prrelid OPERATOR(pg_catalog.=) c.oid AND pr.prqual IS NOT NULL)) \
          AND n.nspname::pg_catalog.text NOT IN ('pg_catalog', 'information_schema', 'pg_toast') \
          AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid \
            AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped AND a.atttypid NOT IN (SELECT oid FROM safe_types)) \
@@ -78,9 +87,11 @@ pub const FINGERPRINT: &str = "SELECT pg_catalog.md5(pg_catalog.concat_ws(',', \
      (SELECT pg_catalog.string_agg(roleid::pg_catalog.text || ':' || member::pg_catalog.text || ':' || xmin::pg_catalog.text, ',' ORDER BY roleid, member) FROM pg_catalog.pg_auth_members))), \
      pg_catalog.pg_current_wal_lsn()::pg_catalog.text";
 
-/// Reads the names the verdict needs from `server`.
-pub async fn read(server: &mut ServerConn) -> Result<Catalog> {
-    let rows = exec::query(server, NAMES).await?;
+/// Reads the names the verdict needs from `server`, for the tables `publication` publishes.
+pub async fn read(server: &mut ServerConn, publication: &str) -> Result<Catalog> {
+    let mut literal = String::new();
+    session::literal(&mut literal, publication);
+    let rows = exec::query(server, &NAMES.replace("$PUB", &literal)).await?;
     Ok(build(rows.into_iter().filter_map(|r| {
         let mut r = r.into_iter();
         Some((r.next()??, r.next()??, r.next()?.unwrap_or_default()))

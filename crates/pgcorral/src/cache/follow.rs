@@ -174,7 +174,7 @@ async fn watch_catalog(f: &Follow, caches: &Caches, watch: &mut ServerConn) -> E
             _ => return Error::new(Kind::ServerIo, "the catalog fingerprint read no row"),
         };
         if last.as_ref() != Some(&print) {
-            match catalog::read(watch).await {
+            match catalog::read(watch, &caches.publication()).await {
                 Ok(c) => f.catalog.store(Some(Arc::new(c))),
                 Err(e) => return e,
             }
