@@ -129,6 +129,12 @@ pub fn build(rows: impl Iterator<Item = (String, String, String)>) -> Catalog {
         .into_iter()
         .filter(|f| !c.functions.contains(f))
         .collect();
+    for name in relations.keys() {
+        c.by_lower
+            .entry(name.to_lowercase())
+            .or_default()
+            .push(name.clone());
+    }
     c.relations = relations;
     c
 }

@@ -99,6 +99,11 @@ impl Caches {
         self.store.lock().get(key, generation)
     }
 
+    /// Counts a cacheable read not found.
+    pub fn missed(&self) {
+        self.store.lock().counts.misses += 1;
+    }
+
     /// Notes where a read of `tables` of `f`'s pool begins.
     pub fn begin(&self, f: &Follow, tables: &[Arc<str>]) -> Begun {
         let id = f.pool.identity();
@@ -144,12 +149,8 @@ impl Caches {
             .filter(|w| !w.is_empty());
         let mut store = self.store.lock();
         for w in words {
-            let w = String::from_utf8_lossy(w);
-            for name in catalog
-                .relations
-                .keys()
-                .filter(|n| n.eq_ignore_ascii_case(&w))
-            {
+            let w = String::from_utf8_lossy(w).to_lowercase();
+            for name in catalog.by_lower.get(&w).into_iter().flatten() {
                 store.invalidate(&(id, Arc::from(name.as_str())));
             }
         }

@@ -31,11 +31,25 @@ pub struct Catalog {
     /// permanent, plain, published table without row security, partitions or columns of other
     /// types than those above).
     pub relations: HashMap<String, Vec<(String, bool)>>,
+    /// The relations' names by their lower-case form (a request's words are matched with it).
+    pub by_lower: HashMap<String, Vec<String>>,
 }
 
 /// Strings whose presence in a literal may make it read the clock when it becomes a date or
 /// time (PostgreSQL's special date/time inputs that depend on when they are read).
 const CLOCK_WORDS: [&str; 4] = ["now", "today", "tomorrow", "yesterday"];
+
+/// A quick look that only spares a parse: a text whose first word is not one a SELECT can
+/// start with (`SELECT`, `VALUES`, `TABLE`, `(`) is not cacheable. It never decides that a text
+/// is: [`judge`] does.
+pub fn may_read(text: &[u8]) -> bool {
+    let t = text.trim_ascii_start();
+    let word = t.split(|c| !c.is_ascii_alphabetic()).next().unwrap_or_default();
+    t.starts_with(b"(")
+        || [&b"select"[..], b"values", b"table"]
+            .iter()
+            .any(|w| word.eq_ignore_ascii_case(w))
+}
 
 /// The tables a cacheable `text` reads (by name: each stands for every table of that name), or
 /// `None` when it may not be cached.

@@ -64,24 +64,31 @@ pub(super) async fn serve(
         b'P' => body.splitn(3, |&c| c == 0).nth(1).unwrap_or_default(),
         _ => return Ok(false),
     };
-    let tables = match (tag, f.catalog.load_full(), std::str::from_utf8(text)) {
-        (b'Q', Some(catalog), Ok(t)) => verdict::judge(t, &catalog),
+    if tag != b'Q' || !verdict::may_read(text) {
+        services.cache.written(&f, text);
+        return Ok(false);
+    }
+    let key = Key {
+        pool: session.pool.identity(),
+        text: Arc::from(text),
+        settings: session.settings.clone(),
+    };
+    // An answer stored in this generation was judged cacheable by the catalog of its epoch:
+    // a hit needs no parse.
+    if let Some(answer) = services.cache.get(&key, Caches::generation(&f)) {
+        client.buf.advance(len);
+        client.reply(&answer).await?;
+        return Ok(true);
+    }
+    let tables = match (f.catalog.load_full(), std::str::from_utf8(text)) {
+        (Some(catalog), Ok(t)) => verdict::judge(t, &catalog),
         _ => None,
     };
     let Some(tables) = tables else {
         services.cache.written(&f, text);
         return Ok(false);
     };
-    let key = Key {
-        pool: session.pool.identity(),
-        text: Arc::from(text),
-        settings: session.settings.clone(),
-    };
-    if let Some(answer) = services.cache.get(&key, Caches::generation(&f)) {
-        client.buf.advance(len);
-        client.reply(&answer).await?;
-        return Ok(true);
-    }
+    services.cache.missed();
     fill(client, services, session, (&f, key, &tables), len).await?;
     Ok(true)
 }

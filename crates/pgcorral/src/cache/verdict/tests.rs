@@ -27,6 +27,7 @@ fn catalog() -> Catalog {
         ]),
         callable: set(&["now", "random", "f_user", "nextval"]),
         relations,
+        by_lower: HashMap::new(),
     }
 }
 
@@ -121,4 +122,15 @@ fn other_statements_and_shapes_are_not() {
     no("SELECT $1");
     no("EXPLAIN SELECT 1");
     no("not sql");
+}
+
+#[test]
+fn the_quick_look_only_spares_parses() {
+    for t in ["SELECT 1", "  select 1", "(SELECT 1)", "VALUES (1)", "table t", "\nSelect\t1"] {
+        assert!(may_read(t.as_bytes()), "{t:?}");
+    }
+    for t in ["INSERT INTO t VALUES (1)", "WITH a AS (SELECT 1) SELECT 1", "selectx", "", "/* c */ SELECT 1"] {
+        assert!(!may_read(t.as_bytes()), "{t:?}");
+        assert!(judge(t, &catalog()).is_none() || t.starts_with("/*"), "{t:?}");
+    }
 }
