@@ -314,14 +314,58 @@ async fn only_what_the_publication_streams_is_cached() {
              [databases.postgres]\nhost = \"127.0.0.1\"\nport = {}\nquery_cache = true\n",
             pg.port
         ));
-        let mut c = Raw::login(pooler.port, "postgres", "postgres").await.unwrap();
+        let mut c = Raw::login(pooler.port, "postgres", "postgres")
+            .await
+            .unwrap();
         until_serving(&pg, &mut c).await;
         let loose = format!("SELECT a FROM loose /* {publication} */");
         let kv = format!("SELECT v FROM kv WHERE k = 10 /* {publication} */");
         for sql in [&loose, &kv, &loose, &kv] {
             c.query(sql).await.unwrap();
         }
-        assert_eq!(runs(&pg, &loose), 2, "{publication}: loose is not published");
-        assert_eq!(runs(&pg, &kv), if kv_cached { 1 } else { 2 }, "{publication}: kv");
+        assert_eq!(
+            runs(&pg, &loose),
+            2,
+            "{publication}: loose is not published"
+        );
+        assert_eq!(
+            runs(&pg, &kv),
+            if kv_cached { 1 } else { 2 },
+            "{publication}: kv"
+        );
     }
+}
+
+/// Per table (`query_cache_tables`) and per query (a read that begins with a comment, as
+/// pgpool's `/*NO QUERY CACHE*/`, is not cached).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_and_queries_opt_in_and_out() {
+    let pg = server();
+    pg.sql(
+        "postgres",
+        "CREATE TABLE loose(a int); INSERT INTO loose VALUES (1)",
+    );
+    let pooler = PoolerProcess::start(&format!(
+        "[general]\nlisten_port = 0\nauth_type = \"trust\"\npool_mode = \"transaction\"\n\n\
+         [databases.postgres]\nhost = \"127.0.0.1\"\nport = {}\nquery_cache = true\n\
+         query_cache_tables = [\"kv\"]\n",
+        pg.port
+    ));
+    let mut c = Raw::login(pooler.port, "postgres", "postgres")
+        .await
+        .unwrap();
+    until_serving(&pg, &mut c).await;
+    let kv = "SELECT v FROM kv WHERE k = 11";
+    let loose = "SELECT a FROM loose";
+    let both = "SELECT v, a FROM kv, loose WHERE k = 11";
+    let opted_out = "/*NO QUERY CACHE*/ SELECT v FROM kv WHERE k = 12";
+    // (Any request that is not a cached read drops the answers of the tables it names, so
+    // the opted-out read of kv goes last.)
+    for sql in [kv, loose, both, kv, loose, both, opted_out, opted_out] {
+        c.query(sql).await.unwrap();
+    }
+    assert_eq!(runs(&pg, kv), 1);
+    assert_eq!(runs(&pg, loose), 2);
+    assert_eq!(runs(&pg, both), 2);
+    assert_eq!(runs(&pg, opted_out), 2);
 }

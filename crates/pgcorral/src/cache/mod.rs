@@ -57,8 +57,10 @@ impl Caches {
         c
     }
 
-    /// Takes the `[general]` settings of a (re)loaded configuration.
+    /// Takes the `[general]` settings of a (re)loaded configuration. A reload drops every
+    /// answer: the databases' `query_cache_tables` may have changed.
     pub fn configure(&self, g: &General) {
+        self.store.lock().clear();
         *self.limits.lock() = Limits {
             size: g.query_cache_size,
             max_entry: g.query_cache_max_entry,

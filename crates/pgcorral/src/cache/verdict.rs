@@ -44,7 +44,10 @@ const CLOCK_WORDS: [&str; 4] = ["now", "today", "tomorrow", "yesterday"];
 /// is: [`judge`] does.
 pub fn may_read(text: &[u8]) -> bool {
     let t = text.trim_ascii_start();
-    let word = t.split(|c| !c.is_ascii_alphabetic()).next().unwrap_or_default();
+    let word = t
+        .split(|c| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or_default();
     t.starts_with(b"(")
         || [&b"select"[..], b"values", b"table"]
             .iter()

@@ -10,7 +10,7 @@ use pgwire::backend::{self, TxStatus};
 use super::request::read_whole;
 use super::{ClientConn, LoggedIn};
 use crate::cache::{verdict, Caches, Follow, Key};
-use crate::config::PoolMode;
+use crate::config::{Database, PoolMode};
 use crate::error::{Error, Kind, Result};
 use crate::link;
 use crate::net::framed::read_message;
@@ -29,13 +29,18 @@ pub(super) fn enabled(services: &Services, session: &LoggedIn, mode: PoolMode) -
     if mode == PoolMode::Session || session.cluster.routed() || session.tenant.is_some() {
         return false;
     }
+    database(services, session, |d| d.query_cache == Some(true))
+}
+
+/// `f` of the client's database entry (its own, else `"*"`'s) in the configuration now.
+fn database(services: &Services, session: &LoggedIn, f: impl Fn(&Database) -> bool) -> bool {
     let config = services.config.load();
     let db = session.pool.name().0;
     config
         .databases
         .get(db)
         .or_else(|| config.databases.get("*"))
-        .is_some_and(|d| d.query_cache == Some(true))
+        .is_some_and(f)
 }
 
 /// For a client of a database with the cache, attached to nothing and not pinned: answers the
@@ -88,6 +93,14 @@ pub(super) async fn serve(
         services.cache.written(&f, text);
         return Ok(false);
     };
+    // `query_cache_tables`: a read of another table is not kept.
+    let listed = |d: &Database| match d.query_cache_tables.as_deref() {
+        None | Some([]) => true,
+        Some(list) => tables.iter().all(|t| list.iter().any(|l| **l == **t)),
+    };
+    if !database(services, session, listed) {
+        return Ok(false);
+    }
     services.cache.missed();
     fill(client, services, session, (&f, key, &tables), len).await?;
     Ok(true)

@@ -722,6 +722,9 @@ pub struct Database {
     /// Answers of this database's cacheable reads are kept and served again until a change
     /// reaches them (see docs/architecture/cache.md); off by default.
     pub query_cache: Option<bool>,
+    /// With `query_cache`: only reads of these tables (by the name the query uses) are cached;
+    /// unset or empty, every cacheable read.
+    pub query_cache_tables: Option<Vec<String>>,
 }
 
 impl Default for Database {
@@ -766,6 +769,7 @@ impl Default for Database {
             sharded_tables_from_catalog: None,
             max_gather_groups: None,
             query_cache: None,
+            query_cache_tables: None,
         }
     }
 }

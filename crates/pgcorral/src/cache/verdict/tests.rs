@@ -126,11 +126,27 @@ fn other_statements_and_shapes_are_not() {
 
 #[test]
 fn the_quick_look_only_spares_parses() {
-    for t in ["SELECT 1", "  select 1", "(SELECT 1)", "VALUES (1)", "table t", "\nSelect\t1"] {
+    for t in [
+        "SELECT 1",
+        "  select 1",
+        "(SELECT 1)",
+        "VALUES (1)",
+        "table t",
+        "\nSelect\t1",
+    ] {
         assert!(may_read(t.as_bytes()), "{t:?}");
     }
-    for t in ["INSERT INTO t VALUES (1)", "WITH a AS (SELECT 1) SELECT 1", "selectx", "", "/* c */ SELECT 1"] {
+    for t in [
+        "INSERT INTO t VALUES (1)",
+        "WITH a AS (SELECT 1) SELECT 1",
+        "selectx",
+        "",
+        "/* c */ SELECT 1",
+    ] {
         assert!(!may_read(t.as_bytes()), "{t:?}");
-        assert!(judge(t, &catalog()).is_none() || t.starts_with("/*"), "{t:?}");
+        assert!(
+            judge(t, &catalog()).is_none() || t.starts_with("/*"),
+            "{t:?}"
+        );
     }
 }
