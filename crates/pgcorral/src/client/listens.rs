@@ -393,6 +393,39 @@ pub(super) async fn wait_pinned(
 mod tests {
     use super::*;
 
+    fn note(out: &mut BytesMut, channel: &str, payload: &str) {
+        pgwire::encode::message(out, backend::NOTIFICATION_RESPONSE, |b| {
+            b.extend_from_slice(&1i32.to_be_bytes());
+            b.extend_from_slice(channel.as_bytes());
+            b.extend_from_slice(b"\0");
+            b.extend_from_slice(payload.as_bytes());
+            b.extend_from_slice(b"\0");
+        });
+    }
+
+    /// What the server delivered before the marker on the channels taken over is kept, in
+    /// order; what came after it, the marker itself and other channels' are dropped; what was
+    /// held before the takeover began is left alone.
+    #[test]
+    fn a_takeover_keeps_what_came_before_the_marker() {
+        let mut held = BytesMut::new();
+        note(&mut held, "old", "kept as it was");
+        let from = held.len();
+        note(&mut held, "a", "1");
+        note(&mut held, "b", "hub's already");
+        note(&mut held, "a", "2");
+        note(&mut held, "m", "7");
+        note(&mut held, "a", "3 after");
+        keep_before_marker(&mut held, from, (b"m", b"7"), &["a".to_string()]);
+        let mut want = BytesMut::new();
+        note(&mut want, "old", "kept as it was");
+        note(&mut want, "a", "1");
+        note(&mut want, "a", "2");
+        assert_eq!(held, want);
+        let seen: Vec<_> = notes(&held).collect();
+        assert_eq!(seen[1], (&b"a"[..], &b"1"[..]));
+    }
+
     #[test]
     fn utf8_is_named_as_postgres_reads_it() {
         for n in ["UTF8", "utf-8", "Utf_8", "unicode"] {
