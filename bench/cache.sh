@@ -132,33 +132,7 @@ CORRAL_PID=$!
 wait_listening "$CORRAL_PORT" pgcorral "$CORRAL_PID" "$WORK/pgcorral.log"
 require_own_session "$CORRAL_PID" pgcorral
 
-mkdir -p "$WORK/pgbouncer"
-echo '"postgres" ""' >"$WORK/pgbouncer/userlist.txt"
-cat >"$WORK/pgbouncer/pgbouncer.ini" <<EOF
-[databases]
-plain = host=127.0.0.1 port=$PG_PORT dbname=postgres
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $BOUNCER_PORT
-unix_socket_dir =
-auth_type = trust
-auth_file = $WORK/pgbouncer/userlist.txt
-pool_mode = transaction
-default_pool_size = $POOL_SIZE
-max_client_conn = $((CLIENTS + 100))
-logfile = $WORK/pgbouncer.log
-pidfile = $WORK/pgbouncer/pgbouncer.pid
-log_connections = 0
-log_disconnections = 0
-log_stats = 0
-EOF
-touch "$WORK/pgbouncer.log"
-[ "$(id -u)" -ne 0 ] || chown -R postgres:postgres "$WORK/pgbouncer" "$WORK/pgbouncer.log"
-setsid "${AS_PG[@]}" "$PGBOUNCER" "$WORK/pgbouncer/pgbouncer.ini" >"$WORK/pgbouncer.stdout" 2>&1 &
-BOUNCER_PID=$!
-wait_listening "$BOUNCER_PORT" pgbouncer "$BOUNCER_PID" "$WORK/pgbouncer.log"
-require_own_session "$BOUNCER_PID" pgbouncer
+start_plain_bouncer "$PG_PORT" "$BOUNCER_PORT" "$POOL_SIZE" "$((CLIENTS + 100))"
 
 TARGETS=(direct pgbouncer corral-plain corral-cached)
 port_of() { case $1 in direct) echo "$PG_PORT" ;; pgbouncer) echo "$BOUNCER_PORT" ;; *) echo "$CORRAL_PORT" ;; esac; }

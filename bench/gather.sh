@@ -254,35 +254,8 @@ require_own_session "$CORRAL_PID" pgcorral
 
 # ---- PgBouncer (a reference line: in front of `one`; it cannot read across shards) --------------
 if [ "$BOUNCER" = 1 ]; then
-  mkdir -p "$WORK/pgbouncer"
-  echo '"postgres" ""' >"$WORK/pgbouncer/userlist.txt"
-  cat >"$WORK/pgbouncer/pgbouncer.ini" <<EOF
-[databases]
-plain = host=127.0.0.1 port=$ONE_PORT dbname=postgres
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $BOUNCER_PORT
-unix_socket_dir =
-auth_type = trust
-auth_file = $WORK/pgbouncer/userlist.txt
-pool_mode = transaction
-default_pool_size = $POOL_SIZE
-max_client_conn = $((max_c + 100))
-server_tls_sslmode = disable
-logfile = $WORK/pgbouncer.log
-pidfile = $WORK/pgbouncer/pgbouncer.pid
-log_connections = 0
-log_disconnections = 0
-log_stats = 0
-EOF
-  touch "$WORK/pgbouncer.log"
-  [ "$(id -u)" -ne 0 ] || chown -R postgres:postgres "$WORK/pgbouncer" "$WORK/pgbouncer.log"
   log "PgBouncer $BOUNCER_VERSION: port $BOUNCER_PORT"
-  setsid "${AS_PG[@]}" "$PGBOUNCER" "$WORK/pgbouncer/pgbouncer.ini" >"$WORK/pgbouncer.stdout" 2>&1 &
-  BOUNCER_PID=$!
-  wait_listening "$BOUNCER_PORT" pgbouncer "$BOUNCER_PID" "$WORK/pgbouncer.log"
-  require_own_session "$BOUNCER_PID" pgbouncer
+  start_plain_bouncer "$ONE_PORT" "$BOUNCER_PORT" "$POOL_SIZE" "$((max_c + 100))"
 fi
 
 TARGETS=(direct)

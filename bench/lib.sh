@@ -108,3 +108,40 @@ corral_binary() {
     [ -z "$(cd "$root" && git status --porcelain -- crates 2>/dev/null)" ] || CORRAL_REV="$CORRAL_REV (sources modified)"
   fi
 }
+
+# ---- added for bench/cache.sh (bench/gather.sh uses it too) ---------------------------------------
+
+# start_plain_bouncer PG_PORT BOUNCER_PORT POOL_SIZE MAX_CLIENTS: PgBouncer ($PGBOUNCER, run as
+# `as_pg` would, in a session of its own) in transaction mode with trust, one database `plain`
+# (PostgreSQL's `postgres` on 127.0.0.1:PG_PORT), its files in $WORK/pgbouncer and its log in
+# $WORK/pgbouncer.log; sets BOUNCER_PID once it listens.
+start_plain_bouncer() {
+  mkdir -p "$WORK/pgbouncer"
+  echo '"postgres" ""' >"$WORK/pgbouncer/userlist.txt"
+  cat >"$WORK/pgbouncer/pgbouncer.ini" <<EOF
+[databases]
+plain = host=127.0.0.1 port=$1 dbname=postgres
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $2
+unix_socket_dir =
+auth_type = trust
+auth_file = $WORK/pgbouncer/userlist.txt
+pool_mode = transaction
+default_pool_size = $3
+max_client_conn = $4
+server_tls_sslmode = disable
+logfile = $WORK/pgbouncer.log
+pidfile = $WORK/pgbouncer/pgbouncer.pid
+log_connections = 0
+log_disconnections = 0
+log_stats = 0
+EOF
+  touch "$WORK/pgbouncer.log"
+  [ "$(id -u)" -ne 0 ] || chown -R postgres:postgres "$WORK/pgbouncer" "$WORK/pgbouncer.log"
+  setsid "${AS_PG[@]}" "$PGBOUNCER" "$WORK/pgbouncer/pgbouncer.ini" >"$WORK/pgbouncer.stdout" 2>&1 &
+  BOUNCER_PID=$!
+  wait_listening "$2" pgbouncer "$BOUNCER_PID" "$WORK/pgbouncer.log"
+  require_own_session "$BOUNCER_PID" pgbouncer
+}

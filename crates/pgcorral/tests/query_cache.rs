@@ -13,18 +13,12 @@ use bytes::BytesMut;
 use support::raw::Raw;
 use support::*;
 
-/// A server that logs every statement and decodes logically, with the cache's publication.
+/// A server that decodes logically (support's replicating server), logs every statement, and
+/// holds the cache's publication and tables.
 fn server() -> Postgres {
-    let pg = Postgres::start_with(PgOptions {
-        conf: "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n\
-               log_statement = 'all'\nlog_line_prefix = ''\n"
-            .into(),
-        ..Default::default()
-    });
-    let hba = pg.dir.join("pg_hba.conf");
-    let mut lines = std::fs::read_to_string(&hba).unwrap();
-    lines.insert_str(0, "host replication postgres 127.0.0.1/32 trust\n");
-    std::fs::write(&hba, lines).unwrap();
+    let pg = replicating_server();
+    pg.sql("postgres", "ALTER SYSTEM SET log_statement = 'all'");
+    pg.sql("postgres", "ALTER SYSTEM SET log_line_prefix = ''");
     pg.pg_ctl("reload");
     pg.sql(
         "postgres",
@@ -36,6 +30,13 @@ fn server() -> Postgres {
          CREATE SEQUENCE seq; CREATE ROLE reader; GRANT SELECT ON kv TO reader",
     );
     pg
+}
+
+/// Runs `sql` twice through `c` (the second time from the cache, when it may be cached).
+async fn twice(c: &mut Raw, sql: &str) {
+    for _ in 0..2 {
+        c.query(sql).await.unwrap();
+    }
 }
 
 const LAG_MS: u64 = 1000;
@@ -154,8 +155,7 @@ async fn changes_reach_the_cache_from_anywhere() {
     .enumerate()
     {
         let want = ["direct", "again", "truncated"][i];
-        c.query(read).await.unwrap();
-        c.query(read).await.unwrap();
+        twice(&mut c, read).await;
         let changed = Instant::now();
         pg.sql("postgres", sql);
         loop {
@@ -216,22 +216,19 @@ async fn what_may_not_be_cached_is_read_every_time() {
         "SELECT v FROM kv WHERE k = 4 FOR UPDATE",
         "SELECT pg_backend_pid()",
     ] {
-        c.query(sql).await.unwrap();
-        c.query(sql).await.unwrap();
+        twice(&mut c, sql).await;
         assert_eq!(runs(&pg, sql), 2, "{sql} was served from the cache");
     }
     // Inside a transaction: the server's.
     let sql = "SELECT v FROM kv WHERE k = 5";
     c.query("BEGIN").await.unwrap();
-    c.query(sql).await.unwrap();
-    c.query(sql).await.unwrap();
+    twice(&mut c, sql).await;
     c.query("COMMIT").await.unwrap();
     assert_eq!(runs(&pg, sql), 2);
     // A temporary table pins the client: the server's too.
     let sql = "SELECT v FROM kv WHERE k = 6";
     c.query("CREATE TEMP TABLE tmp(a int)").await.unwrap();
-    c.query(sql).await.unwrap();
-    c.query(sql).await.unwrap();
+    twice(&mut c, sql).await;
     assert_eq!(runs(&pg, sql), 2);
 }
 
@@ -244,8 +241,7 @@ async fn the_role_is_part_of_the_key() {
         .unwrap();
     until_serving(&pg, &mut c).await;
     let sql = "SELECT v FROM kv WHERE k = 8";
-    c.query(sql).await.unwrap();
-    c.query(sql).await.unwrap();
+    twice(&mut c, sql).await;
     assert_eq!(runs(&pg, sql), 1);
     // Another role reads it again (its own answer); one without the privilege gets its error.
     c.query("SET ROLE reader").await.unwrap();
@@ -267,8 +263,7 @@ async fn show_cache_and_clear_cache() {
         .unwrap();
     until_serving(&pg, &mut c).await;
     let sql = "SELECT v FROM kv WHERE k = 9";
-    c.query(sql).await.unwrap();
-    c.query(sql).await.unwrap();
+    twice(&mut c, sql).await;
     let mut console = Raw::login(pooler.port, "postgres", "pgbouncer")
         .await
         .unwrap();

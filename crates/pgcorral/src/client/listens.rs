@@ -95,13 +95,7 @@ pub(super) async fn answer(
             "UNLISTEN"
         }
     };
-    if session
-        .listening
-        .as_ref()
-        .is_some_and(|l| !l.is_listening())
-    {
-        session.listening = None;
-    }
+    let_go_if_idle(session);
     bytes::Buf::advance(&mut client.buf, len);
     let mut out = BytesMut::with_capacity(32);
     pgwire::encode::command_complete(&mut out, tag);
@@ -229,13 +223,8 @@ fn client_is_utf8(session: &LoggedIn) -> bool {
         .is_none_or(|(_, v)| is_utf8(v))
 }
 
-/// A LISTEN the hub could not serve: the client gets the error, as its own server's.
-async fn refused(
-    client: &mut ClientConn,
-    session: &mut LoggedIn,
-    len: usize,
-    e: &Error,
-) -> Result<bool> {
+/// Frees the client's listening state once it listens on nothing.
+fn let_go_if_idle(session: &mut LoggedIn) {
     if session
         .listening
         .as_ref()
@@ -243,6 +232,16 @@ async fn refused(
     {
         session.listening = None;
     }
+}
+
+/// A LISTEN the hub could not serve: the client gets the error, as its own server's.
+async fn refused(
+    client: &mut ClientConn,
+    session: &mut LoggedIn,
+    len: usize,
+    e: &Error,
+) -> Result<bool> {
+    let_go_if_idle(session);
     bytes::Buf::advance(&mut client.buf, len);
     let mut out = BytesMut::new();
     e.write_response(&mut out, "ERROR");
@@ -276,13 +275,7 @@ pub(super) async fn unlisten_parsed(client: &mut ClientConn, session: &mut Logge
         Some(Asked::UnlistenAll | Asked::DiscardAll) => session.listening = None,
         _ => {}
     }
-    if session
-        .listening
-        .as_ref()
-        .is_some_and(|l| !l.is_listening())
-    {
-        session.listening = None;
-    }
+    let_go_if_idle(session);
     Ok(())
 }
 
