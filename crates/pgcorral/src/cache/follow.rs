@@ -29,8 +29,10 @@ use crate::session::exec;
 const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// How often the stream asks the server where it is (and acknowledges what it read).
 const STATUS_EVERY: Duration = Duration::from_millis(100);
-/// How long a failed follower waits before it starts again.
+/// How long a failed follower waits before it starts again, doubled after each failure that
+/// came soon (up to [`RETRY_MAX`]).
 const RETRY: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What the request loop needs of a pool's follower.
 pub struct Follow {
@@ -77,13 +79,19 @@ impl Follow {
         }
         let (f, c) = (self.clone(), caches.clone());
         let run = async move {
+            let mut wait = RETRY;
             loop {
+                let began = Instant::now();
                 let why = follow(&f, &c, worker).await;
                 f.fresh_until.store(0, Ordering::Release);
                 c.clear_pool(&f);
                 tracing::warn!(db = %logsafe::Esc(f.pool.name().0), error = %logsafe::Esc(&why),
                     "the result cache stopped following its database; nothing is served from it until it follows again");
-                corral_rt::timer::sleep(RETRY).await;
+                if began.elapsed() > RETRY_MAX {
+                    wait = RETRY;
+                }
+                corral_rt::timer::sleep(wait).await;
+                wait = (wait * 2).min(RETRY_MAX);
             }
         };
         if corral_rt::exec::spawn_here(run).is_err() {

@@ -98,7 +98,12 @@ pub(super) async fn serve(
         None | Some([]) => true,
         Some(list) => tables.iter().all(|t| list.iter().any(|l| **l == **t)),
     };
-    if !database(services, session, listed) {
+    // A miss needs a server: under PAUSE or a stop, the request loop's own path decides.
+    let db = session.pool.name().0;
+    if !database(services, session, listed)
+        || services.control.is_paused(db)
+        || services.shutdown.is_cancelled()
+    {
         return Ok(false);
     }
     services.cache.missed();
