@@ -384,3 +384,35 @@ async fn session_mode_listens_on_the_clients_own_server() {
     exec(&b, "NOTIFY s, 'own'").await;
     assert_eq!(next_payload(&mut rx, "s").await, "own");
 }
+
+/// A client that listens through the hub and is then pinned (a temporary table): it hears its
+/// channel while idle between transactions, and nothing inside one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_listener_hears_between_its_transactions() {
+    let pg = Postgres::start();
+    let pooler = PoolerProcess::start(&tx_cfg(&pg, "default_pool_size = 2"));
+    let port = pooler.port;
+    let (a, mut rx) = listening_client(port).await;
+    let b = connect(port, "postgres", None, "postgres").await.unwrap();
+    exec(&a, "LISTEN p").await;
+    exec(&a, "CREATE TEMP TABLE pinned_here(x int)").await;
+    exec(&b, "NOTIFY p, 'idle'").await;
+    assert_eq!(next_payload(&mut rx, "p").await, "idle");
+    exec(&a, "BEGIN").await;
+    exec(&b, "NOTIFY p, 'inside'").await;
+    nothing(
+        &mut rx,
+        Duration::from_millis(300),
+        "inside a pinned transaction",
+    )
+    .await;
+    exec(&a, "SELECT 1").await;
+    nothing(
+        &mut rx,
+        Duration::from_millis(100),
+        "inside a pinned transaction",
+    )
+    .await;
+    exec(&a, "COMMIT").await;
+    assert_eq!(next_payload(&mut rx, "p").await, "inside");
+}

@@ -773,9 +773,12 @@ fn run<'a>(
                     }
                     Between::Left(why) => return Ok(Exit::Left(why)),
                 }
-            } else if session.listening.is_some() {
+            } else if session.listening.is_some()
+                && session.link.pooled().is_some_and(|s| s.state.is_idle())
+            {
                 // Pinned between transactions while it listens through the hub: its
-                // notifications are written while it waits for its next request.
+                // notifications are written while it waits for its next request (never
+                // inside a transaction its server is in).
                 let idle_timeout = relay_mode.timeouts.client_idle;
                 if let Some(why) = cold::cold(listens::wait_pinned(
                     client,
