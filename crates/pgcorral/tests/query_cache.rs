@@ -91,15 +91,22 @@ async fn until_serving(pg: &Postgres, c: &mut Raw) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cached_answer_is_every_message_postgres_sends() {
+/// A server, pgcorral with the cache in front of it, and a client through pgcorral once the
+/// cache serves.
+async fn cached() -> (Postgres, PoolerProcess, Raw) {
     let pg = server();
     let pooler = cached_pooler(&pg);
     let mut c = Raw::login(pooler.port, "postgres", "postgres")
         .await
         .unwrap();
-    let mut direct = Raw::login(pg.port, "postgres", "postgres").await.unwrap();
     until_serving(&pg, &mut c).await;
+    (pg, pooler, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_answer_is_every_message_postgres_sends() {
+    let (pg, _pooler, mut c) = cached().await;
+    let mut direct = Raw::login(pg.port, "postgres", "postgres").await.unwrap();
     let reads = [
         "SELECT k, v FROM kv WHERE k = 7",
         "SELECT count(*), max(v) FROM kv WHERE k BETWEEN 10 AND 20",
@@ -124,15 +131,10 @@ async fn a_cached_answer_is_every_message_postgres_sends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_reach_the_cache_from_anywhere() {
-    let pg = server();
-    let pooler = cached_pooler(&pg);
-    let mut c = Raw::login(pooler.port, "postgres", "postgres")
-        .await
-        .unwrap();
+    let (pg, pooler, mut c) = cached().await;
     let mut w = Raw::login(pooler.port, "postgres", "postgres")
         .await
         .unwrap();
-    until_serving(&pg, &mut c).await;
     let read = "SELECT v FROM kv WHERE k = 1";
     let value = |rows: Vec<Vec<Option<String>>>| rows[0][0].clone().unwrap();
     assert_eq!(value(c.query(read).await.unwrap()), "v1");
@@ -174,12 +176,7 @@ async fn changes_reach_the_cache_from_anywhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_drops_answers() {
-    let pg = server();
-    let pooler = cached_pooler(&pg);
-    let mut c = Raw::login(pooler.port, "postgres", "postgres")
-        .await
-        .unwrap();
-    until_serving(&pg, &mut c).await;
+    let (pg, _pooler, mut c) = cached().await;
     let read = "SELECT * FROM kv WHERE k = 2";
     assert_eq!(c.query(read).await.unwrap()[0].len(), 2);
     assert_eq!(c.query(read).await.unwrap()[0].len(), 2);
@@ -198,12 +195,7 @@ async fn ddl_drops_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_may_not_be_cached_is_read_every_time() {
-    let pg = server();
-    let pooler = cached_pooler(&pg);
-    let mut c = Raw::login(pooler.port, "postgres", "postgres")
-        .await
-        .unwrap();
-    until_serving(&pg, &mut c).await;
+    let (pg, _pooler, mut c) = cached().await;
     for sql in [
         "SELECT now()",
         "SELECT random()",
@@ -234,12 +226,7 @@ async fn what_may_not_be_cached_is_read_every_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_role_is_part_of_the_key() {
-    let pg = server();
-    let pooler = cached_pooler(&pg);
-    let mut c = Raw::login(pooler.port, "postgres", "postgres")
-        .await
-        .unwrap();
-    until_serving(&pg, &mut c).await;
+    let (pg, _pooler, mut c) = cached().await;
     let sql = "SELECT v FROM kv WHERE k = 8";
     twice(&mut c, sql).await;
     assert_eq!(runs(&pg, sql), 1);
@@ -256,12 +243,7 @@ async fn the_role_is_part_of_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_cache_and_clear_cache() {
-    let pg = server();
-    let pooler = cached_pooler(&pg);
-    let mut c = Raw::login(pooler.port, "postgres", "postgres")
-        .await
-        .unwrap();
-    until_serving(&pg, &mut c).await;
+    let (pg, pooler, mut c) = cached().await;
     let sql = "SELECT v FROM kv WHERE k = 9";
     twice(&mut c, sql).await;
     let mut console = Raw::login(pooler.port, "postgres", "pgbouncer")
