@@ -27,7 +27,10 @@ fuzz_target!(|data: &[u8]| {
     };
     match plan(&sharding, &text, escapes, &aggregates) {
         Ok(g) => {
-            if g.text != text {
+            // An OFFSET parameter stays in the shards' text as `OFFSET LEAST($n, 0::bigint)`
+            // (0 for any value PostgreSQL takes, its own error for a negative one), which is
+            // for the shards, not for planning again.
+            if g.text != text && g.offset_param.is_none() {
                 let again =
                     plan(&sharding, &g.text, escapes, &aggregates).expect("the rewritten text plans");
                 assert_eq!(again.offset, 0, "{:?}", g.text);
