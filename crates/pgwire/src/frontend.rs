@@ -55,6 +55,13 @@ pub fn query_text(body: &[u8]) -> Option<&str> {
     std::str::from_utf8(&body[..end]).ok()
 }
 
+/// Returns the SQL text of a Parse message body (statement name, NUL, text, NUL, ...), if
+/// well formed.
+pub fn parse_text(body: &[u8]) -> Option<&str> {
+    let (_name, rest) = cstr(body)?;
+    query_text(rest)
+}
+
 /// Walks the complete messages at the start of `buf`, calling `f(header)` for each, and returns
 /// the number of bytes they span. Stops at the first incomplete message or framing error.
 pub fn scan(

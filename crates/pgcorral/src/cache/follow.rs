@@ -74,7 +74,8 @@ impl Follow {
 
     /// Starts following on a task of `worker`'s unless it runs.
     pub fn start(self: &Arc<Self>, caches: &Arc<Caches>, worker: usize) {
-        if self.running.swap(true, Ordering::AcqRel) {
+        // Asked at every request of a cached database: a plain load, no write, once it runs.
+        if self.running.load(Ordering::Acquire) || self.running.swap(true, Ordering::AcqRel) {
             return;
         }
         let (f, c) = (self.clone(), caches.clone());

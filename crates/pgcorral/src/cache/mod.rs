@@ -77,8 +77,9 @@ impl Caches {
         self.limits.lock().publication.clone()
     }
 
-    /// `pool`'s follower when answers may be served now; starts it (on `worker`) at first use.
-    pub fn ready(self: &Arc<Self>, pool: &Pool, worker: usize) -> Option<Arc<Follow>> {
+    /// `pool`'s follower, started (on `worker`) at first use; answers are served only while it
+    /// is [`Follow::fresh`].
+    pub fn follower(self: &Arc<Self>, pool: &Pool, worker: usize) -> Arc<Follow> {
         let f = self
             .follows
             .lock()
@@ -86,7 +87,7 @@ impl Caches {
             .or_insert_with(|| Arc::new(Follow::new(pool.clone())))
             .clone();
         f.start(self, worker);
-        f.fresh().then_some(f)
+        f
     }
 
     /// The generation answers of `f`'s pool are read in now: it moves with the catalog (the
@@ -134,7 +135,7 @@ impl Caches {
     }
 
     /// Drops every answer of `f`'s pool.
-    fn clear_pool(&self, f: &Follow) {
+    pub fn clear_pool(&self, f: &Follow) {
         self.store.lock().clear_pool(f.pool.identity());
     }
 

@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
 use pgwire::backend::{self, TxStatus};
+use pgwire::frontend;
 
 use super::request::read_whole;
+use super::state::deliver_held;
 use super::{ClientConn, LoggedIn};
 use crate::cache::{verdict, Caches, Follow, Key};
 use crate::config::{Database, PoolMode};
@@ -51,31 +53,39 @@ pub(super) async fn serve(
     services: &Services,
     session: &mut LoggedIn,
 ) -> Result<bool> {
-    let Some(&tag) = client.buf.first() else {
-        return Ok(false);
-    };
-    let Some(f) = services.cache.ready(&session.pool, client.worker) else {
-        return Ok(false);
-    };
-    let Some(len) = read_whole(client, MAX_TEXT).await? else {
-        // Not read (too long): whatever it writes, no answer of the pool is kept past it.
-        services.cache.clear(None);
-        return Ok(false);
-    };
-    let body = &client.buf[pgwire::header::HEADER_LEN..len];
-    let text = match tag {
-        b'Q' => body.split_last().map_or(&[][..], |(_, t)| t),
-        // A Parse's text: the statement name, then the text.
-        b'P' => body.splitn(3, |&c| c == 0).nth(1).unwrap_or_default(),
+    // Only a Query or a Parse carries a text (a Bind of an earlier statement is left to the
+    // stream).
+    let tag = match client.buf.first() {
+        Some(&t @ (b'Q' | b'P')) => t,
         _ => return Ok(false),
     };
-    if tag != b'Q' || !verdict::may_read(text) {
-        services.cache.written(&f, text);
+    // The follower is asked even when it cannot serve now: a write drops answers at once
+    // whatever the stream's lag.
+    let f = services.cache.follower(&session.pool, client.worker);
+    let text = match read_whole(client, MAX_TEXT).await? {
+        Some(len) => {
+            let body = &client.buf[pgwire::header::HEADER_LEN..len];
+            let text = match tag {
+                b'Q' => frontend::query_text(body),
+                _ => frontend::parse_text(body),
+            };
+            text.map(|t| (t, len))
+        }
+        None => None,
+    };
+    let Some((text, len)) = text else {
+        // Too long, not well formed or not UTF-8: not looked at, so whatever it writes, no
+        // answer of the pool is kept past it.
+        services.cache.clear_pool(&f);
+        return Ok(false);
+    };
+    if tag != b'Q' || !verdict::may_read(text.as_bytes()) || !f.fresh() {
+        services.cache.written(&f, text.as_bytes());
         return Ok(false);
     }
     let key = Key {
         pool: session.pool.identity(),
-        text: Arc::from(text),
+        text: Arc::from(text.as_bytes()),
         settings: session.settings.clone(),
     };
     // An answer stored in this generation was judged cacheable by the catalog of its epoch:
@@ -85,12 +95,12 @@ pub(super) async fn serve(
         client.reply(&answer).await?;
         return Ok(true);
     }
-    let tables = match (f.catalog.load_full(), std::str::from_utf8(text)) {
-        (Some(catalog), Ok(t)) => verdict::judge(t, &catalog),
-        _ => None,
-    };
+    let tables = f
+        .catalog
+        .load_full()
+        .and_then(|catalog| verdict::judge(text, &catalog));
     let Some(tables) = tables else {
-        services.cache.written(&f, text);
+        services.cache.written(&f, text.as_bytes());
         return Ok(false);
     };
     // `query_cache_tables`: a read of another table is not kept.
@@ -125,8 +135,7 @@ async fn fill(
     if !session::matches(&s.applied, &session.settings) {
         link::restore(&mut s, &session.settings).await?;
         if !s.held.is_empty() {
-            let held = std::mem::take(&mut s.held);
-            client.reply(&held).await?;
+            deliver_held(client, &mut s).await?;
         }
     }
     session.slot.set(Some(s.key.clone()));

@@ -7,7 +7,7 @@ use corral_rt::timer;
 use pg_query::protobuf::DiscardMode;
 use pg_query::NodeEnum;
 use pgwire::backend::{self, TxStatus};
-use pgwire::Header;
+use pgwire::{frontend, Header};
 
 use super::request::{next_request, read_whole, IdleTimer, Next};
 use super::{ClientConn, LoggedIn};
@@ -262,11 +262,10 @@ pub(super) async fn unlisten_parsed(client: &mut ClientConn, session: &mut Logge
         return Ok(());
     };
     let body = &client.buf[pgwire::header::HEADER_LEN..len];
-    let mut parts = body.splitn(3, |&c| c == 0);
-    let (Some(_name), Some(text)) = (parts.next(), parts.next()) else {
+    let Some(text) = frontend::parse_text(body) else {
         return Ok(());
     };
-    match asked(text) {
+    match asked(text.as_bytes()) {
         Some(Asked::Unlisten(c)) => {
             if let Some(l) = &mut session.listening {
                 l.unlisten(&c);

@@ -14,7 +14,7 @@ use bytes::{Buf, BytesMut};
 use classify::Class;
 use hint::{Command, RoleChoice, ShardChoice};
 use pgwire::backend::TxStatus;
-use pgwire::frontend::query_text;
+use pgwire::frontend::{parse_text, query_text};
 use pgwire::Header;
 
 use crate::client_conn::ClientConn;
@@ -980,12 +980,6 @@ fn first_text(client: &ClientConn) -> Option<&str> {
         b'P' => parse_text(body),
         _ => None,
     }
-}
-
-/// The query of a Parse body (statement name, NUL, query, NUL, ...).
-fn parse_text(body: &[u8]) -> Option<&str> {
-    let name_end = body.iter().position(|&b| b == 0)?;
-    query_text(&body[name_end + 1..])
 }
 
 /// Answers `SET SERVER ROLE` / `SHOW SERVER ROLE` (a whole simple Query), and for a sharded
