@@ -4,7 +4,8 @@
 //!
 //! [`Caches`] (in the services) holds the one [`store::Store`] every worker shares and a
 //! [`follow::Follow`] per pool whose database has `query_cache` on; the request loop asks
-//! [`Caches::ready`], judges the text ([`verdict`]), and looks up or fills an answer.
+//! [`Caches::follower`] (serving only while it is fresh), judges the text ([`verdict`]), and
+//! looks up or fills an answer.
 
 pub mod catalog;
 pub mod follow;
