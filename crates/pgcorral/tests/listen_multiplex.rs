@@ -415,4 +415,57 @@ async fn a_pinned_listener_hears_between_its_transactions() {
     .await;
     exec(&a, "COMMIT").await;
     assert_eq!(next_payload(&mut rx, "p").await, "inside");
+    // Its UNLISTEN goes to its server, and ends the hub's listening for it too.
+    exec(&a, "UNLISTEN p").await;
+    exec(&b, "NOTIFY p, 'after'").await;
+    nothing(
+        &mut rx,
+        Duration::from_millis(300),
+        "after a pinned UNLISTEN",
+    )
+    .await;
+}
+
+/// A LISTEN hears what is committed after it and not before; an UNLISTEN, what was committed
+/// before it and not after: the hub's server catches up before either is answered, while
+/// another client keeps the channel listened on. Many rounds, as a notification on its way to
+/// the hub is a matter of timing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_and_unlisten_hear_exactly_what_was_committed_between_them() {
+    let pg = Postgres::start();
+    let pooler = PoolerProcess::start(&tx_cfg(&pg, "default_pool_size = 2"));
+    let port = pooler.port;
+    let (a, mut rx) = listening_client(port).await;
+    let (keeper, mut kept) = listening_client(port).await;
+    let b = connect(port, "postgres", None, "postgres").await.unwrap();
+    exec(&keeper, "LISTEN race").await;
+    for i in 0..200 {
+        exec(&b, &format!("SELECT pg_notify('race', 'before {i}')")).await;
+        exec(&a, "LISTEN race").await;
+        exec(&b, &format!("SELECT pg_notify('race', 'between {i}')")).await;
+        exec(&a, "UNLISTEN race").await;
+        // Written before the UNLISTEN's answer, so here by now.
+        match rx.try_recv() {
+            Ok(Seen::Note { payload, .. }) => assert_eq!(payload, format!("between {i}")),
+            other => panic!("round {i}: expected 'between {i}' by the UNLISTEN, got {other:?}"),
+        }
+        if let Ok(m) = rx.try_recv() {
+            panic!("round {i}: more than was committed while listening: {m:?}");
+        }
+    }
+    exec(&b, "SELECT pg_notify('race', 'after')").await;
+    nothing(
+        &mut rx,
+        Duration::from_millis(300),
+        "after the last UNLISTEN",
+    )
+    .await;
+    for i in 0..200 {
+        assert_eq!(next_payload(&mut kept, "race").await, format!("before {i}"));
+        assert_eq!(
+            next_payload(&mut kept, "race").await,
+            format!("between {i}")
+        );
+    }
+    assert_eq!(next_payload(&mut kept, "race").await, "after");
 }

@@ -84,9 +84,10 @@ pub(super) async fn answer(
             }
             "LISTEN"
         }
+        // The listening ended in `before_request`.
         Asked::Unlisten(channel) => {
             if let Some(l) = &mut session.listening {
-                l.unlisten(&channel);
+                l.leave(&channel);
             }
             "UNLISTEN"
         }
@@ -250,32 +251,48 @@ async fn refused(
     Ok(true)
 }
 
-/// For a client listening through the hub: when the buffered request begins with a Parse of
-/// one UNLISTEN, UNLISTEN * or DISCARD ALL (asyncpg's `remove_listener`, JDBC), its listening
-/// ends as the statement asks, at once; the request goes on to the server, which answers it
-/// (its own session listens on nothing).
-pub(super) async fn unlisten_parsed(client: &mut ClientConn, session: &mut LoggedIn) -> Result<()> {
-    if client.buf.first() != Some(&b'P') {
-        return Ok(());
+/// Before a request of a client listening through the hub is served: when it is one UNLISTEN,
+/// UNLISTEN * or DISCARD ALL (a Query, or a Parse as asyncpg's `remove_listener` and JDBC
+/// send), the hub first catches up, so that what was committed before the statement is
+/// written to the client as its own server would have sent it while waiting for the statement,
+/// and the listening ends as the statement asks (the request goes on: pgcorral answers a Query
+/// of it in transaction mode, the client's server otherwise, whose session listens on nothing).
+/// Then the notifications waiting are written. True when the listening ended with an error
+/// (written last): the client is to be closed.
+pub(super) async fn before_request(
+    client: &mut ClientConn,
+    session: &mut LoggedIn,
+) -> Result<bool> {
+    let ends = match client.buf.first() {
+        Some(b'Q') if may_be_asked(client) => look(client).await?.map(|(a, _)| a),
+        Some(b'P') => parsed(client).await?,
+        _ => None,
+    };
+    let ends = ends.filter(|a| !matches!(a, Asked::Listen(_)));
+    if let (Some(_), Some(l)) = (&ends, &session.listening) {
+        l.catch_up().await;
     }
-    let Some(len) = read_whole(client, MAX_LOOKED_AT).await? else {
-        return Ok(());
-    };
-    let body = &client.buf[pgwire::header::HEADER_LEN..len];
-    let Some(text) = frontend::parse_text(body) else {
-        return Ok(());
-    };
-    match asked(text.as_bytes()) {
+    let ended = deliver(client, session).await?;
+    match ends {
         Some(Asked::Unlisten(c)) => {
             if let Some(l) = &mut session.listening {
-                l.unlisten(&c);
+                l.leave(&c);
             }
         }
         Some(Asked::UnlistenAll | Asked::DiscardAll) => session.listening = None,
         _ => {}
     }
     let_go_if_idle(session);
-    Ok(())
+    Ok(ended)
+}
+
+/// What the buffered Parse's statement asks, when it is one pgcorral watches for.
+async fn parsed(client: &mut ClientConn) -> Result<Option<Asked>> {
+    let Some(len) = read_whole(client, MAX_LOOKED_AT).await? else {
+        return Ok(None);
+    };
+    let body = &client.buf[pgwire::header::HEADER_LEN..len];
+    Ok(frontend::parse_text(body).and_then(|text| asked(text.as_bytes())))
 }
 
 /// The buffered Query, read whole, when it is one statement pgcorral answers or watches for,
@@ -347,7 +364,7 @@ pub(super) async fn deliver(client: &mut ClientConn, session: &LoggedIn) -> Resu
 pub(super) async fn wait_pinned(
     client: &mut ClientConn,
     services: &Services,
-    session: &LoggedIn,
+    session: &mut LoggedIn,
     idle_timeout: Option<std::time::Duration>,
 ) -> Result<Option<&'static str>> {
     let mut timer = IdleTimer::default();
@@ -372,7 +389,7 @@ pub(super) async fn wait_pinned(
             Next::Gone(why) => return Ok(Some(why)),
             // What came before the request is written before it is served.
             Next::Request | Next::HandOver | Next::Slim(_) => {
-                return match deliver(client, session).await? {
+                return match before_request(client, session).await? {
                     true => Ok(Some(LISTENING_ENDED)),
                     false => Ok(None),
                 }

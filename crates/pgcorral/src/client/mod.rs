@@ -870,8 +870,8 @@ async fn wait_free(
         // Notifications that came before the request are written before it is served, as
         // PostgreSQL sends them while it waits for the command (an UNLISTEN must not drop
         // them).
-        Next::Request | Next::HandOver if inbox.is_some_and(notify::Inbox::has_some) => {
-            if cold::cold(listens::deliver(client, session)).await? {
+        Next::Request | Next::HandOver if session.listening.is_some() => {
+            if cold::cold(listens::before_request(client, session)).await? {
                 return Ok(Waited::Exit(Exit::Left(listens::LISTENING_ENDED)));
             }
         }
@@ -891,9 +891,6 @@ async fn wait_free(
         && cold::cold(listens::answer(client, services, session)).await?
     {
         return Ok(Waited::Answered);
-    }
-    if session.listening.is_some() {
-        cold::cold(listens::unlisten_parsed(client, session)).await?;
     }
     if cache_on
         && session.pinned.is_empty()

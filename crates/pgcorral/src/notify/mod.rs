@@ -81,6 +81,8 @@ struct Inner {
     /// The connection's task runs (started by the first LISTEN, ended when the connection is
     /// lost or no channel is left).
     running: bool,
+    /// Catch-ups not yet sent to the server.
+    catch_ups: Vec<CatchUp>,
 }
 
 struct Channel {
@@ -105,14 +107,30 @@ enum ChannelState {
     Listening,
 }
 
+/// Waits for the hub's server to answer a query sent after it was asked for: every
+/// notification committed before then has reached the listeners by then (PostgreSQL sends a
+/// backend's pending notifications before its ReadyForQuery).
+struct CatchUp {
+    done: oneshot::Sender<Result<()>>,
+    /// A member joined under this gate hears what comes after the answer.
+    gate: Option<u64>,
+}
+
+/// Resolves when what the hub waited for is done (`Err` when its connection failed first).
+type Wait = oneshot::Receiver<Result<()>>;
+
 impl Hub {
-    /// Adds `inbox` to `channel`'s listeners; resolves once the server listens on it.
+    /// Adds `inbox` to `channel`'s listeners; the waits resolve once the server listens on it
+    /// and once what was committed before the join has gone by. A member of a channel the
+    /// server already listens on (or was asked to) hears nothing until the hub catches up, as a
+    /// notification on its way may have been committed before the client's LISTEN; `gate`,
+    /// when given, holds it instead until that marker.
     fn join(
         self: &Arc<Self>,
         channel: &str,
         (inbox, gate): (&Arc<Inbox>, Option<u64>),
         worker: usize,
-    ) -> Option<oneshot::Receiver<Result<()>>> {
+    ) -> Vec<Wait> {
         let mut inner = self.inner.lock();
         let start = !inner.running;
         inner.running = true;
@@ -123,25 +141,74 @@ impl Hub {
                 inboxes: Vec::new(),
                 state: ChannelState::Wanted(Vec::new()),
             });
+        let mut waits = Vec::new();
+        let mut caught_up = None;
+        let gate = match (&mut ch.state, gate) {
+            (ChannelState::Wanted(w) | ChannelState::Asked(w), g) => {
+                let (tx, rx) = oneshot::channel();
+                w.push(tx);
+                waits.push(rx);
+                if matches!(ch.state, ChannelState::Asked(_)) && g.is_none() {
+                    caught_up = Some(self.gates.fetch_add(1, Ordering::Relaxed));
+                }
+                g.or(caught_up)
+            }
+            (ChannelState::Listening, Some(g)) => Some(g),
+            (ChannelState::Listening, None) => {
+                caught_up = Some(self.gates.fetch_add(1, Ordering::Relaxed));
+                caught_up
+            }
+        };
         ch.inboxes.push(Member {
             inbox: inbox.clone(),
             gate,
         });
-        let wait = match &mut ch.state {
-            ChannelState::Listening => None,
-            ChannelState::Wanted(w) | ChannelState::Asked(w) => {
-                let (tx, rx) = oneshot::channel();
-                w.push(tx);
-                Some(rx)
-            }
-        };
+        if let Some(g) = caught_up {
+            let (tx, rx) = oneshot::channel();
+            inner.catch_ups.push(CatchUp {
+                done: tx,
+                gate: Some(g),
+            });
+            waits.push(rx);
+        }
         drop(inner);
         if start {
             task::start(self.clone(), worker);
         } else {
             self.kick.notify_one();
         }
-        wait
+        waits
+    }
+
+    /// Resolves once every notification committed before this call has reached the listeners'
+    /// inboxes (at once when the hub has no connection).
+    fn catch_up(&self) -> Option<Wait> {
+        let mut inner = self.inner.lock();
+        if !inner.running {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        inner.catch_ups.push(CatchUp {
+            done: tx,
+            gate: None,
+        });
+        drop(inner);
+        self.kick.notify_one();
+        Some(rx)
+    }
+
+    /// The server answered a catch-up: its members hear from now on, its waiters are told.
+    fn caught_up(&self, done: Vec<CatchUp>) {
+        let mut inner = self.inner.lock();
+        for c in &done {
+            if c.gate.is_some() {
+                inner.ungate(c.gate);
+            }
+        }
+        drop(inner);
+        for c in done {
+            let _ = c.done.send(Ok(()));
+        }
     }
 
     /// Takes `inbox` off `channel`'s listeners; the server stops listening on a channel left
@@ -168,12 +235,8 @@ impl Hub {
             let gate = std::str::from_utf8(payload)
                 .ok()
                 .and_then(|p| p.parse().ok());
-            for ch in inner.channels.values_mut() {
-                for m in &mut ch.inboxes {
-                    if m.gate.is_some() && m.gate == gate {
-                        m.gate = None;
-                    }
-                }
+            if gate.is_some() {
+                inner.ungate(gate);
             }
             return;
         }
@@ -191,6 +254,9 @@ impl Hub {
         let mut end = BytesMut::new();
         why.write_response(&mut end, "FATAL");
         let end = end.freeze();
+        for c in inner.catch_ups.drain(..) {
+            let _ = c.done.send(Err(why.replay()));
+        }
         for (_, ch) in inner.channels.drain() {
             for m in &ch.inboxes {
                 m.inbox.end(end.clone());
@@ -198,6 +264,19 @@ impl Hub {
             if let ChannelState::Wanted(w) | ChannelState::Asked(w) = ch.state {
                 for tx in w {
                     let _ = tx.send(Err(why.replay()));
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The members held by `gate` hear from now on.
+    fn ungate(&mut self, gate: Option<u64>) {
+        for ch in self.channels.values_mut() {
+            for m in &mut ch.inboxes {
+                if m.gate == gate {
+                    m.gate = None;
                 }
             }
         }
@@ -313,28 +392,21 @@ impl Listener {
         }
     }
 
-    /// LISTEN `channel`: done once the hub's server listens on it (at once when it does); a
-    /// first LISTEN opens the hub's connection on `worker`.
+    /// LISTEN `channel`: done once the hub's server listens on it and what was committed before
+    /// has gone by; a first LISTEN opens the hub's connection on `worker`.
     pub async fn listen(&mut self, channel: &str, worker: usize) -> Result<()> {
         if self.channels.iter().any(|c| c == channel) {
             return Ok(());
         }
-        let wait = self.hub.join(channel, (&self.inbox, None), worker);
+        let waits = self.hub.join(channel, (&self.inbox, None), worker);
         self.channels.push(channel.to_string());
-        let Some(wait) = wait else {
-            return Ok(());
-        };
-        let done = match wait.await {
-            Ok(r) => r,
-            Err(_) => Err(Error::new(
-                Kind::ServerIo,
-                "the connection listening for notifications ended",
-            )),
-        };
-        if done.is_err() {
-            self.unlisten(channel);
+        for wait in waits {
+            if let Err(e) = settled(wait).await {
+                self.leave(channel);
+                return Err(e);
+            }
         }
-        done
+        Ok(())
     }
 
     /// Takes over `channels`, which the client's server listens on, so that the server can stop
@@ -356,16 +428,9 @@ impl Listener {
             new.push(c.clone());
         }
         for wait in waits.into_iter().flatten() {
-            let done = match wait.await {
-                Ok(r) => r,
-                Err(_) => Err(Error::new(
-                    Kind::ServerIo,
-                    "the connection listening for notifications ended",
-                )),
-            };
-            if let Err(e) = done {
+            if let Err(e) = settled(wait).await {
                 for c in &new {
-                    self.unlisten(c);
+                    self.leave(c);
                 }
                 return Err(e);
             }
@@ -377,8 +442,18 @@ impl Listener {
         })
     }
 
-    /// UNLISTEN `channel` (nothing when not listening on it, as PostgreSQL).
-    pub fn unlisten(&mut self, channel: &str) {
+    /// Waits until every notification committed before this call is in the inbox: what a
+    /// client's own server would have sent before it read the client's next statement.
+    pub async fn catch_up(&self) {
+        if let Some(wait) = self.hub.catch_up() {
+            // A failed connection ends the inbox with its error.
+            let _ = wait.await;
+        }
+    }
+
+    /// UNLISTEN `channel` (nothing when not listening on it, as PostgreSQL); see
+    /// [`Listener::catch_up`] for what was committed before.
+    pub fn leave(&mut self, channel: &str) {
         if let Some(at) = self.channels.iter().position(|c| c == channel) {
             self.channels.swap_remove(at);
             self.hub.leave(channel, &self.inbox);
@@ -386,7 +461,7 @@ impl Listener {
     }
 
     /// UNLISTEN *.
-    pub fn unlisten_all(&mut self) {
+    pub fn leave_all(&mut self) {
         for c in std::mem::take(&mut self.channels) {
             self.hub.leave(&c, &self.inbox);
         }
@@ -404,8 +479,18 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        self.unlisten_all();
+        self.leave_all();
     }
+}
+
+/// What the hub's wait came to.
+async fn settled(wait: Wait) -> Result<()> {
+    wait.await.unwrap_or_else(|_| {
+        Err(Error::new(
+            Kind::ServerIo,
+            "the connection listening for notifications ended",
+        ))
+    })
 }
 
 #[cfg(test)]

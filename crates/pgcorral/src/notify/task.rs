@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use pgwire::backend;
 
-use super::{ChannelState, Hub};
+use super::{CatchUp, ChannelState, Hub};
 use crate::error::{Error, Kind, Result};
 use crate::logsafe;
 use crate::net::framed::read_message;
@@ -38,9 +38,18 @@ async fn run(hub: Arc<Hub>, worker: usize) {
     hub.lost(&why);
 }
 
-/// Queries sent whose ReadyForQuery has not come, in order: `Some(channel)` for a LISTEN not
-/// yet answered, `None` for an UNLISTEN or an answered LISTEN.
-type Sent = std::collections::VecDeque<Option<String>>;
+/// A query sent whose ReadyForQuery has not come.
+enum Asked {
+    /// LISTEN of this channel, not yet answered.
+    Listen(String),
+    /// An UNLISTEN, or a LISTEN answered.
+    Done,
+    /// An empty query, for these catch-ups.
+    CatchUp(Vec<CatchUp>),
+}
+
+/// Queries sent whose ReadyForQuery has not come, in order.
+type Sent = std::collections::VecDeque<Asked>;
 
 /// Opens the connection and serves the hub until no channel is left (`Ok`) or the connection
 /// fails (the error listeners are told).
@@ -100,7 +109,8 @@ async fn listen(hub: &Hub, worker: usize) -> Result<()> {
     }
 }
 
-/// Writes the LISTENs and UNLISTENs the hub's channels need into `out`, each noted in `sent`.
+/// Writes the LISTENs and UNLISTENs the hub's channels need, and a query for the catch-ups
+/// asked for, into `out`, each noted in `sent`.
 fn ask(hub: &Hub, out: &mut BytesMut, sent: &mut Sent) {
     let mut inner = hub.inner.lock();
     let mut gone = Vec::new();
@@ -110,7 +120,7 @@ fn ask(hub: &Hub, out: &mut BytesMut, sent: &mut Sent) {
                 let waiting = std::mem::take(w);
                 ch.state = ChannelState::Asked(waiting);
                 pgwire::encode::query(out, &format!("LISTEN {}", quoted(name)));
-                sent.push_back(Some(name.clone()));
+                sent.push_back(Asked::Listen(name.clone()));
             }
             ChannelState::Wanted(_) => gone.push((name.clone(), false)),
             ChannelState::Listening if ch.inboxes.is_empty() => gone.push((name.clone(), true)),
@@ -121,8 +131,13 @@ fn ask(hub: &Hub, out: &mut BytesMut, sent: &mut Sent) {
         inner.channels.remove(&name);
         if listened {
             pgwire::encode::query(out, &format!("UNLISTEN {}", quoted(&name)));
-            sent.push_back(None);
+            sent.push_back(Asked::Done);
         }
+    }
+    // After the LISTENs: a member joined by them is held until the catch-up's answer.
+    if !inner.catch_ups.is_empty() {
+        pgwire::encode::query(out, "");
+        sent.push_back(Asked::CatchUp(std::mem::take(&mut inner.catch_ups)));
     }
 }
 
@@ -153,17 +168,19 @@ fn answer(
             if fields.is_fatal() || sent.is_empty() {
                 return Err(e);
             }
-            if let Some(name) = sent.front_mut().and_then(Option::take) {
+            if let Some(name) = answered(sent) {
                 settle(hub, &name, Err(e));
             }
         }
         backend::COMMAND_COMPLETE => {
-            if let Some(name) = sent.front_mut().and_then(Option::take) {
+            if let Some(name) = answered(sent) {
                 settle(hub, &name, Ok(()));
             }
         }
         backend::READY_FOR_QUERY => {
-            sent.pop_front();
+            if let Some(Asked::CatchUp(done)) = sent.pop_front() {
+                hub.caught_up(done);
+            }
         }
         backend::PARAMETER_STATUS => {
             if let Some((k, v)) = backend::parameter_status(&body) {
@@ -173,6 +190,17 @@ fn answer(
         _ => {}
     }
     Ok(())
+}
+
+/// The channel of the LISTEN the server answers, if that is what it answers (once).
+fn answered(sent: &mut Sent) -> Option<String> {
+    match sent.front_mut() {
+        Some(a @ Asked::Listen(_)) => match std::mem::replace(a, Asked::Done) {
+            Asked::Listen(name) => Some(name),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// A NotificationResponse body's channel and payload (empty when it is cut short).
