@@ -63,11 +63,7 @@ for t in $TARGETS; do case $t in direct | relay | pgbouncer | pgcorral) ;; *) di
 # shellcheck source=bench/lib.sh
 . "$BENCH_DIR/lib.sh"
 find_pg_bin
-PSQL=$PG_BIN/psql
-[ -x "$PSQL" ] || PSQL=$(command -v psql) || die "psql not found"
-PGBOUNCER=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
-[ -x "$PGBOUNCER" ] || die "pgbouncer not found (apt-get install pgbouncer)"
-BOUNCER_VERSION=$("$PGBOUNCER" --version | sed -n '1s/^PgBouncer \([0-9.]*\).*/\1/p')
+find_psql_and_bouncer
 command -v perf >/dev/null || die "perf not found (apt-get install linux-perf)"
 perf stat -e raw_syscalls:sys_enter -- true >/dev/null 2>&1 || die "perf cannot count tracepoints here (perf_event_paranoid, tracefs)"
 command -v cc >/dev/null || die "cc not found"
@@ -81,13 +77,7 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM HUP
   set +e
-  stop_pid "$CORRAL_PID" pgcorral
-  stop_pid "$BOUNCER_PID" pgbouncer
-  stop_pid "$RELAY_PID" relay
-  [ -z "$PG_DATA" ] || as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate -w -t 30 stop >/dev/null 2>&1
-  rm -rf "$WORK/data"
-  if [ "$rc" -ne 0 ] || [ "$KEEP" = 1 ]; then log "logs kept in $WORK"; else rm -rf "$WORK"; fi
-  exit "$rc"
+  stop_and_clean "$CORRAL_PID pgcorral" "$BOUNCER_PID pgbouncer" "$RELAY_PID relay"
 }
 cleanup_on_exit
 corral_binary "$WORK/pgcorral"
@@ -130,15 +120,7 @@ RELAY_PID=$!
 wait_listening "$RELAY_PORT" relay "$RELAY_PID" "$WORK/relay.log"
 require_own_session "$RELAY_PID" relay
 
-cat >"$WORK/pgcorral.toml" <<EOF
-[general]
-listen_addr = "127.0.0.1"
-listen_port = $CORRAL_PORT
-pool_mode = "transaction"
-default_pool_size = $POOL_SIZE
-max_client_conn = $((MAX_CLIENTS + 100))
-auth_type = "trust"
-log_level = "warn"
+{ corral_general "$CORRAL_PORT" "$POOL_SIZE" $((MAX_CLIENTS + 100)); cat <<EOF; } >"$WORK/pgcorral.toml"
 workers = $CORRAL_WORKERS
 
 [databases.plain]

@@ -47,11 +47,7 @@ for v in CLIENTS HOT SCALE REPS T POOL_SIZE JOBS; do [[ ${!v} =~ ^[1-9][0-9]*$ ]
 # shellcheck source=bench/lib.sh
 . "$BENCH_DIR/lib.sh"
 find_pg_bin
-PSQL=$PG_BIN/psql
-[ -x "$PSQL" ] || PSQL=$(command -v psql) || die "psql not found"
-PGBOUNCER=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
-[ -x "$PGBOUNCER" ] || die "pgbouncer not found (apt-get install pgbouncer)"
-BOUNCER_VERSION=$("$PGBOUNCER" --version | sed -n '1s/^PgBouncer \([0-9.]*\).*/\1/p')
+find_psql_and_bouncer
 # setpriv execs (runuser would stay as the parent, and its pid be measured instead).
 if [ "$(id -u)" -eq 0 ]; then AS_PG=(setpriv --reuid=postgres --regid=postgres --init-groups --); else AS_PG=(); fi
 as_pg() { "${AS_PG[@]}" "$@"; }
@@ -63,12 +59,7 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM HUP
   set +e
-  stop_pid "$CORRAL_PID" pgcorral
-  stop_pid "$BOUNCER_PID" pgbouncer
-  [ -z "$PG_DATA" ] || as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate -w -t 30 stop >/dev/null 2>&1
-  rm -rf "$WORK/data"
-  if [ "$rc" -ne 0 ] || [ "$KEEP" = 1 ]; then log "logs kept in $WORK"; else rm -rf "$WORK"; fi
-  exit "$rc"
+  stop_and_clean "$CORRAL_PID pgcorral" "$BOUNCER_PID pgbouncer"
 }
 cleanup_on_exit
 corral_binary "$WORK/pgcorral"
@@ -107,15 +98,7 @@ log "PostgreSQL: port $PG_PORT, pgbench -i -s $SCALE"
   die "CREATE PUBLICATION failed"
 
 # ---- the poolers ----------------------------------------------------------------------------------
-cat >"$WORK/pgcorral.toml" <<EOF
-[general]
-listen_addr = "127.0.0.1"
-listen_port = $CORRAL_PORT
-pool_mode = "transaction"
-default_pool_size = $POOL_SIZE
-max_client_conn = $((CLIENTS + 100))
-auth_type = "trust"
-log_level = "warn"
+{ corral_general "$CORRAL_PORT" "$POOL_SIZE" $((CLIENTS + 100)); cat <<EOF; } >"$WORK/pgcorral.toml"
 admin_users = ["postgres"]
 
 [databases.plain]

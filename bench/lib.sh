@@ -145,3 +145,44 @@ EOF
   wait_listening "$2" pgbouncer "$BOUNCER_PID" "$WORK/pgbouncer.log"
   require_own_session "$BOUNCER_PID" pgbouncer
 }
+
+# ---- added for bench/breakdown.sh (bench/cache.sh and bench/sharding.sh use them too) -------------
+
+# find_psql_and_bouncer: PSQL (beside PG_BIN's server binaries, else on the PATH), PGBOUNCER and
+# BOUNCER_VERSION; dies when either is missing.
+find_psql_and_bouncer() {
+  PSQL=$PG_BIN/psql
+  [ -x "$PSQL" ] || PSQL=$(command -v psql) || die "psql not found"
+  PGBOUNCER=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+  [ -x "$PGBOUNCER" ] || die "pgbouncer not found (apt-get install pgbouncer)"
+  BOUNCER_VERSION=$("$PGBOUNCER" --version | sed -n '1s/^PgBouncer \([0-9.]*\).*/\1/p')
+}
+
+# stop_and_clean PIDS...: the end of a script's `cleanup` (called with its exit status in $rc):
+# stops each "pid name" pair given (`stop_pid`), stops the PostgreSQL in $PG_DATA if set, removes
+# its data, and keeps $WORK on a failure or with KEEP=1; then exits with $rc.
+stop_and_clean() {
+  local p
+  for p in "$@"; do
+    stop_pid "${p% *}" "${p##* }"
+  done
+  [ -z "$PG_DATA" ] || as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate -w -t 30 stop >/dev/null 2>&1
+  rm -rf "$WORK/data"
+  if [ "$rc" -ne 0 ] || [ "$KEEP" = 1 ]; then log "logs kept in $WORK"; else rm -rf "$WORK"; fi
+  exit "$rc"
+}
+
+# corral_general PORT POOL_SIZE MAX_CLIENTS: the [general] lines of a benchmark's pgcorral
+# (127.0.0.1:PORT, transaction mode, trust, log level warn), for the script to go on from.
+corral_general() {
+  cat <<TOML
+[general]
+listen_addr = "127.0.0.1"
+listen_port = $1
+pool_mode = "transaction"
+default_pool_size = $2
+max_client_conn = $3
+auth_type = "trust"
+log_level = "warn"
+TOML
+}

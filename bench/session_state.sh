@@ -152,15 +152,7 @@ as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$WORK/postgresql.log" -w -t 60 start >/d
 PG_STARTED=1
 
 # ---- pgcorral -------------------------------------------------------------------------------------
-cat >"$WORK/pgcorral.toml" <<EOF
-[general]
-listen_addr = "127.0.0.1"
-listen_port = $CORRAL_PORT
-pool_mode = "transaction"
-default_pool_size = $POOL_SIZE
-max_client_conn = $((CLIENTS + 100))
-auth_type = "trust"
-log_level = "warn"
+{ corral_general "$CORRAL_PORT" "$POOL_SIZE" $((CLIENTS + 100)); cat <<EOF; } >"$WORK/pgcorral.toml"
 
 [databases.postgres]
 host = "127.0.0.1"

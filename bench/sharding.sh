@@ -72,6 +72,9 @@ max_c=$(printf '%s\n' $CLIENTS | sort -n | tail -n1)
 for p in $PROTOCOLS; do [[ $p =~ ^(simple|extended|prepared)$ ]] || die "unknown protocol '$p'"; done
 [[ $SHARD_LAYOUT =~ ^(servers|databases)$ ]] || die "SHARD_LAYOUT is servers or databases, not '$SHARD_LAYOUT'"
 
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 # ---- tools ----------------------------------------------------------------------------------------
 PG_BIN=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
 if [ -z "${PG_BINDIR:-}" ] && [ ! -x "$PG_BIN/initdb" ]; then
@@ -79,11 +82,7 @@ if [ -z "${PG_BINDIR:-}" ] && [ ! -x "$PG_BIN/initdb" ]; then
 fi
 [ -n "$PG_BIN" ] && [ -x "$PG_BIN/initdb" ] && [ -x "$PG_BIN/pgbench" ] || die "PostgreSQL binaries not found (set PG_BINDIR)"
 PGBENCH=$PG_BIN/pgbench
-PSQL=$PG_BIN/psql
-[ -x "$PSQL" ] || PSQL=$(command -v psql) || die "psql not found"
-PGBOUNCER=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
-[ -x "$PGBOUNCER" ] || die "pgbouncer not found (apt-get install pgbouncer)"
-BOUNCER_VERSION=$("$PGBOUNCER" --version | sed -n '1s/^PgBouncer \([0-9.]*\).*/\1/p')
+find_psql_and_bouncer
 command -v python3 >/dev/null || die "python3 is needed (free ports, the report)"
 CLK_TCK=$(getconf CLK_TCK)
 
@@ -99,9 +98,6 @@ ulimit -n $((max_c * 4 + 1024)) 2>/dev/null || true
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pgcorral-sharding.XXXXXX")
 chmod 755 "$WORK"
 PGBENCH_PID="" CORRAL_PID="" BOUNCER_PID="" PG_STARTED=()
-
-# shellcheck source=bench/lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 cleanup() {
   local rc=$? d
