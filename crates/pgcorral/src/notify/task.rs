@@ -96,6 +96,8 @@ async fn listen(hub: &Hub, worker: usize) -> Result<()> {
                 let mut inner = hub.inner.lock();
                 if inner.channels.is_empty() {
                     inner.running = false;
+                    // Nobody listens: a catch-up asked meanwhile has nothing to wait for.
+                    inner.catch_ups.clear();
                     return Ok(());
                 }
             }
