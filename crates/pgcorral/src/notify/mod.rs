@@ -142,23 +142,16 @@ impl Hub {
                 state: ChannelState::Wanted(Vec::new()),
             });
         let mut waits = Vec::new();
-        let mut caught_up = None;
-        let gate = match (&mut ch.state, gate) {
-            (ChannelState::Wanted(w) | ChannelState::Asked(w), g) => {
-                let (tx, rx) = oneshot::channel();
-                w.push(tx);
-                waits.push(rx);
-                if matches!(ch.state, ChannelState::Asked(_)) && g.is_none() {
-                    caught_up = Some(self.gates.fetch_add(1, Ordering::Relaxed));
-                }
-                g.or(caught_up)
-            }
-            (ChannelState::Listening, Some(g)) => Some(g),
-            (ChannelState::Listening, None) => {
-                caught_up = Some(self.gates.fetch_add(1, Ordering::Relaxed));
-                caught_up
-            }
-        };
+        if let ChannelState::Wanted(w) | ChannelState::Asked(w) = &mut ch.state {
+            let (tx, rx) = oneshot::channel();
+            w.push(tx);
+            waits.push(rx);
+        }
+        // The server listens already, or was asked to: what is on its way may have been
+        // committed before this join.
+        let caught_up = (gate.is_none() && !matches!(ch.state, ChannelState::Wanted(_)))
+            .then(|| self.gates.fetch_add(1, Ordering::Relaxed));
+        let gate = gate.or(caught_up);
         ch.inboxes.push(Member {
             inbox: inbox.clone(),
             gate,
@@ -200,10 +193,8 @@ impl Hub {
     /// The server answered a catch-up: its members hear from now on, its waiters are told.
     fn caught_up(&self, done: Vec<CatchUp>) {
         let mut inner = self.inner.lock();
-        for c in &done {
-            if c.gate.is_some() {
-                inner.ungate(c.gate);
-            }
+        for g in done.iter().filter_map(|c| c.gate) {
+            inner.ungate(g);
         }
         drop(inner);
         for c in done {
@@ -235,8 +226,8 @@ impl Hub {
             let gate = std::str::from_utf8(payload)
                 .ok()
                 .and_then(|p| p.parse().ok());
-            if gate.is_some() {
-                inner.ungate(gate);
+            if let Some(g) = gate {
+                inner.ungate(g);
             }
             return;
         }
@@ -272,10 +263,10 @@ impl Hub {
 
 impl Inner {
     /// The members held by `gate` hear from now on.
-    fn ungate(&mut self, gate: Option<u64>) {
+    fn ungate(&mut self, gate: u64) {
         for ch in self.channels.values_mut() {
             for m in &mut ch.inboxes {
-                if m.gate == gate {
+                if m.gate == Some(gate) {
                     m.gate = None;
                 }
             }
