@@ -319,10 +319,35 @@ fn is_utf8(encoding: &str) -> bool {
     name == "UTF8" || name == "UNICODE"
 }
 
+/// Whether `text`'s first word (after white space) is LISTEN, UNLISTEN or DISCARD, in any
+/// case: only such a text can parse as one of these statements (a comment or any other start
+/// cannot), so every other Query, an UPDATE or a DELETE among them, is spared the parser.
+fn begins_with_our_keyword(text: &[u8]) -> bool {
+    let start = text
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(text.len());
+    let text = &text[start..];
+    let end = text
+        .iter()
+        .position(|c| !c.is_ascii_alphabetic())
+        .unwrap_or(text.len());
+    let (word, rest) = text.split_at(end);
+    // A keyword ends where an identifier could not go on.
+    if rest
+        .first()
+        .is_some_and(|&c| c.is_ascii_digit() || c == b'_' || c == b'$' || c >= 0x80)
+    {
+        return false;
+    }
+    [&b"listen"[..], b"unlisten", b"discard"]
+        .iter()
+        .any(|k| word.eq_ignore_ascii_case(k))
+}
+
 /// What `text` asks, when it is one LISTEN, UNLISTEN, UNLISTEN * or DISCARD ALL statement.
 fn asked(text: &[u8]) -> Option<Asked> {
-    let first = text.iter().find(|c| !c.is_ascii_whitespace())?;
-    if !matches!(first.to_ascii_lowercase(), b'l' | b'u' | b'd') {
+    if !begins_with_our_keyword(text) {
         return None;
     }
     let text = std::str::from_utf8(text).ok()?;
@@ -465,5 +490,41 @@ mod tests {
         assert_eq!(asked(long.as_bytes()), None);
         let short = format!("LISTEN {}", "x".repeat(62));
         assert_eq!(asked(short.as_bytes()), Some(Asked::Listen("x".repeat(62))));
+        assert_eq!(asked(b"listen\"q\""), Some(Asked::Listen("q".into())));
+        assert_eq!(asked(b"\tDiscard/**/ALL"), Some(Asked::DiscardAll));
+    }
+
+    #[test]
+    fn only_our_first_words_reach_the_parser() {
+        for ours in [
+            &b"LISTEN a"[..],
+            b" unlisten *",
+            b"\nDISCARD ALL",
+            b"listen\"x\"",
+            b"listen",
+        ] {
+            assert!(
+                begins_with_our_keyword(ours),
+                "{}",
+                String::from_utf8_lossy(ours)
+            );
+        }
+        for other in [
+            &b"UPDATE t SET x = 1"[..],
+            b"delete from t",
+            b"lock t",
+            b"listens",
+            b"listen_x",
+            b"listen1",
+            b"unlisten$",
+            b"/* c */ LISTEN a",
+            b"",
+        ] {
+            assert!(
+                !begins_with_our_keyword(other),
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
     }
 }
