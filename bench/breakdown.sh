@@ -2,19 +2,25 @@
 # Where a pooler's CPU goes per transaction in steady state (logins excluded), pgcorral beside
 # PgBouncer, with the floor: a one-thread epoll relay (bench/floor/relay.c) that pairs each client
 # with a server connection and only moves bytes, the least kernel work any proxy does to carry
-# one request and one answer each way on this machine. Direct PostgreSQL is run for its tps.
+# one request and one answer each way on this machine; and beside it the same relay with all its
+# socket I/O on one io_uring (bench/floor/uring.c: one io_uring_enter per loop turn, no recv, send
+# or epoll_wait), the floor of a proxy that does its I/O through a ring. Direct PostgreSQL is run
+# for its tps.
 #
-#   bench/breakdown.sh                                   # ~15 minutes after the build
+#   bench/breakdown.sh                                   # ~18 minutes after the build
 #   CLIENTS="16" PROTOCOLS="simple" T=5 bench/breakdown.sh
 #   BENCH_CORRAL_BIN=/tmp/pgcorral-x BENCH_CORRAL_REV=x bench/breakdown.sh
 #
 # Knobs (environment): CLIENTS ("1 16 64 256"), PROTOCOLS ("simple extended prepared"), T (10 s
 # measured per cell), WARMUP (3 s before it), REPS (1), POOL_SIZE (20), SCALE (pgbench -s, 1),
-# TARGETS ("direct relay pgbouncer pgcorral"), SERVER_HOP (how the relay and the poolers reach
-# PostgreSQL: unix, its socket, as bench/run.sh; or tcp, 127.0.0.1; clients always come over TCP),
-# CORRAL_WORKERS (pgcorral's `workers`, 0: one per core), BENCH_CORRAL_BIN / BENCH_CORRAL_REV,
-# PG_BINDIR,
-# BENCH_RESULTS_DIR (bench/results), KEEP=1 (keep the logs).
+# TARGETS ("direct relay uring pgbouncer pgcorral"; uring is skipped without liburing's header,
+# apt-get install liburing-dev; two more, not run by default, for a study of where uring's saving
+# comes from, also need it: relay-batch, relay.c built with -DBATCH_SENDS, pgcorral's pattern of
+# epoll and recv with each turn's sends in one io_uring submission; uring-nodefer, uring.c built
+# with -DNO_DEFER, without SINGLE_ISSUER | DEFER_TASKRUN), SERVER_HOP (how the relays and the
+# poolers reach PostgreSQL: unix, its socket, as bench/run.sh; or tcp, 127.0.0.1; clients always
+# come over TCP), CORRAL_WORKERS (pgcorral's `workers`, 0: one per core), BENCH_CORRAL_BIN /
+# BENCH_CORRAL_REV, PG_BINDIR, BENCH_RESULTS_DIR (bench/results), KEEP=1 (keep the logs).
 #
 # Each cell: `pgbench -n -S -M PROTOCOL -c CLIENTS -j 2` runs WARMUP + T + 2 seconds with
 # per-second aggregate logging (-l --aggregate-interval 1); after WARMUP, at a whole second,
@@ -42,7 +48,7 @@ WARMUP=${WARMUP:-3}
 REPS=${REPS:-1}
 POOL_SIZE=${POOL_SIZE:-20}
 SCALE=${SCALE:-1}
-TARGETS=${TARGETS:-"direct relay pgbouncer pgcorral"}
+TARGETS=${TARGETS:-"direct relay uring pgbouncer pgcorral"}
 SERVER_HOP=${SERVER_HOP:-unix}
 CORRAL_WORKERS=${CORRAL_WORKERS:-0}
 KEEP=${KEEP:-0}
@@ -58,7 +64,7 @@ for c in $CLIENTS; do
 done
 for p in $PROTOCOLS; do case $p in simple | extended | prepared) ;; *) die "PROTOCOLS: unknown '$p'" ;; esac; done
 case $SERVER_HOP in unix | tcp) ;; *) die "SERVER_HOP must be unix or tcp" ;; esac
-for t in $TARGETS; do case $t in direct | relay | pgbouncer | pgcorral) ;; *) die "TARGETS: unknown '$t'" ;; esac; done
+for t in $TARGETS; do case $t in direct | relay | relay-batch | uring | uring-nodefer | pgbouncer | pgcorral) ;; *) die "TARGETS: unknown '$t'" ;; esac; done
 
 # shellcheck source=bench/lib.sh
 . "$BENCH_DIR/lib.sh"
@@ -72,18 +78,33 @@ as_pg() { "${AS_PG[@]}" "$@"; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pgcorral-breakdown.XXXXXX")
 chmod 755 "$WORK"
-CORRAL_PID="" BOUNCER_PID="" RELAY_PID="" PG_DATA=""
+CORRAL_PID="" BOUNCER_PID="" RELAY_PID="" URING_PID="" RELAY_BATCH_PID="" URING_NODEFER_PID="" PG_DATA=""
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM HUP
   set +e
-  stop_and_clean "$CORRAL_PID pgcorral" "$BOUNCER_PID pgbouncer" "$RELAY_PID relay"
+  stop_and_clean "$CORRAL_PID pgcorral" "$BOUNCER_PID pgbouncer" "$RELAY_PID relay" "$URING_PID uring" \
+    "$RELAY_BATCH_PID relay-batch" "$URING_NODEFER_PID uring-nodefer"
 }
 cleanup_on_exit
 corral_binary "$WORK/pgcorral"
 cc -O2 -o "$WORK/relay" "$BENCH_DIR/floor/relay.c" || die "the relay did not build"
+has_target() { [[ " $TARGETS " == *" $1 "* ]]; }
+# The targets built on liburing: NAME SOURCE FLAGS.
+for b in "uring uring.c" "relay-batch relay.c -DBATCH_SENDS" "uring-nodefer uring.c -DNO_DEFER"; do
+  read -r name src flags <<<"$b"
+  has_target "$name" || continue
+  if echo '#include <liburing.h>' | cc -E -x c - >/dev/null 2>&1; then
+    # shellcheck disable=SC2086 # flags: none or one word
+    cc -O2 $flags -o "$WORK/$name" "$BENCH_DIR/floor/$src" -luring || die "$name did not build"
+  else
+    log "$name skipped: no liburing.h (apt-get install liburing-dev)"
+    TARGETS=$(echo " $TARGETS " | sed "s/ $name / /; s/^ *//; s/ *\$//")
+  fi
+done
 
-read -r PG_PORT CORRAL_PORT BOUNCER_PORT RELAY_PORT <<<"$(free_tcp_ports 4)"
+read -r PG_PORT CORRAL_PORT BOUNCER_PORT RELAY_PORT URING_PORT RELAY_BATCH_PORT URING_NODEFER_PORT \
+  <<<"$(free_tcp_ports 7)"
 export PGSSLMODE=disable
 
 # ---- PostgreSQL ---------------------------------------------------------------------------------
@@ -115,10 +136,18 @@ log "PostgreSQL: port $PG_PORT, pgbench -i -s $SCALE"
 # ---- the relay and the poolers -------------------------------------------------------------------
 if [ "$SERVER_HOP" = unix ]; then SERVER_HOST=$WORK/sock RELAY_TO=$WORK/sock/.s.PGSQL.$PG_PORT
 else SERVER_HOST=127.0.0.1 RELAY_TO=$PG_PORT; fi
-setsid "$WORK/relay" "$RELAY_PORT" "$RELAY_TO" >"$WORK/relay.log" 2>&1 &
-RELAY_PID=$!
-wait_listening "$RELAY_PORT" relay "$RELAY_PID" "$WORK/relay.log"
-require_own_session "$RELAY_PID" relay
+# Starts the yardstick NAME (built into $WORK) on PORT, its pid in the variable named VAR.
+start_yardstick() {
+  local name=$1 port=$2 var=$3
+  setsid "$WORK/$name" "$port" "$RELAY_TO" >"$WORK/$name.log" 2>&1 &
+  printf -v "$var" '%s' $!
+  wait_listening "$port" "$name" "${!var}" "$WORK/$name.log"
+  require_own_session "${!var}" "$name"
+}
+start_yardstick relay "$RELAY_PORT" RELAY_PID
+if has_target uring; then start_yardstick uring "$URING_PORT" URING_PID; fi
+if has_target relay-batch; then start_yardstick relay-batch "$RELAY_BATCH_PORT" RELAY_BATCH_PID; fi
+if has_target uring-nodefer; then start_yardstick uring-nodefer "$URING_NODEFER_PORT" URING_NODEFER_PID; fi
 
 { corral_general "$CORRAL_PORT" "$POOL_SIZE" $((MAX_CLIENTS + 100)); cat <<EOF; } >"$WORK/pgcorral.toml"
 workers = $CORRAL_WORKERS
@@ -228,6 +257,9 @@ for rep in $(seq "$REPS"); do
         case $t in
           direct) cell direct "$PG_PORT" postgres - "$proto" "$c" "$rep" ;;
           relay) cell relay "$RELAY_PORT" postgres "$RELAY_PID" "$proto" "$c" "$rep" ;;
+          uring) cell uring "$URING_PORT" postgres "$URING_PID" "$proto" "$c" "$rep" ;;
+          relay-batch) cell relay-batch "$RELAY_BATCH_PORT" postgres "$RELAY_BATCH_PID" "$proto" "$c" "$rep" ;;
+          uring-nodefer) cell uring-nodefer "$URING_NODEFER_PORT" postgres "$URING_NODEFER_PID" "$proto" "$c" "$rep" ;;
           pgbouncer)
             if [ "$proto" = prepared ]; then cell pgbouncer-s "$BOUNCER_PORT" sess "$BOUNCER_PID" "$proto" "$c" "$rep"
             else cell pgbouncer "$BOUNCER_PORT" plain "$BOUNCER_PID" "$proto" "$c" "$rep"; fi ;;

@@ -7,7 +7,20 @@
  *
  * Clients over TCP on 127.0.0.1; the server at SERVER: a port of 127.0.0.1, or the path of a
  * Unix socket (PostgreSQL's .s.PGSQL.PORT). A write that would block is kept and finished when the
- * socket is writable again (pgbench never has that much in flight). */
+ * socket is writable again (pgbench never has that much in flight).
+ *
+ * -DBATCH_SENDS (target `relay-batch`: cc -O2 -DBATCH_SENDS -o relay-batch relay.c -luring) is
+ * pgcorral's kernel pattern, for a study of where uring.c's saving comes from: reading as above
+ * (epoll, one recv per read), but the writes of a loop turn are not sent at once. Their bytes stay
+ * in the end's pending buffer (no copy) and the end is staged; when the turn has handled all its
+ * events, a turn with one write sends it with a plain send, a turn with two or more queues each as
+ * an IORING_OP_SEND (MSG_DONTWAIT | MSG_NOSIGNAL) on a plain io_uring and submits them all in one
+ * io_uring_submit that does not wait. MSG_DONTWAIT makes every send complete within that call
+ * (a full socket: -EAGAIN or a short count), and the completions are reaped at the start of the
+ * next turn from the ring's memory, without a system call: a short one or -EAGAIN keeps the rest
+ * pending until EPOLLOUT, an error drops the pair. Pending bytes stay until their completion (or
+ * plain send) says they are gone: `pump` still reads nothing into them before. One read per pump
+ * (a second waits for the first's send; the loop does not sleep while writes are staged). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
@@ -19,6 +32,9 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#ifdef BATCH_SENDS
+#include <liburing.h>
+#endif
 
 #define BUF 65536
 
@@ -27,6 +43,10 @@ struct end {
   struct end *peer;
   char pending[BUF]; /* bytes read from peer not yet written to fd */
   size_t off, len;
+#ifdef BATCH_SENDS
+  int busy;   /* pending bytes staged this turn or their send in flight: not sent again meanwhile */
+  int unread; /* fd may hold bytes not read yet: read when the peer's pending bytes are gone */
+#endif
 };
 
 static int ep;
@@ -88,16 +108,48 @@ static int flush(struct end *e) {
   return 0;
 }
 
+#ifdef BATCH_SENDS
+#define ENTRIES 4096
+static struct io_uring ring;
+static struct end **staged; /* the ends with a write this turn */
+static int nstaged, cap;
+
+/* e's pending bytes into this turn's writes. */
+static void stage(struct end *e) {
+  if (nstaged == cap) {
+    cap = cap ? 2 * cap : 256;
+    if (!(staged = realloc(staged, cap * sizeof *staged))) die("realloc");
+  }
+  e->busy = 1;
+  staged[nstaged++] = e;
+}
+#endif
+
 /* Moves what `from` can read to its peer, while the peer has room. */
 static void pump(struct end *from) {
   struct end *to = from->peer;
   for (;;) {
+#ifdef BATCH_SENDS
+    if (to->len) { /* until its send is done (or EPOLLOUT on `to`) */
+      from->unread = 1;
+      return;
+    }
+#else
     if (to->len) return; /* wait for EPOLLOUT on `to` */
+#endif
     ssize_t n = recv(from->fd, to->pending, BUF, 0);
     if (n == 0 || (n < 0 && errno != EAGAIN)) {
       drop(from);
       return;
     }
+#ifdef BATCH_SENDS
+    from->unread = n == BUF; /* a short read emptied the socket */
+    if (n > 0) {
+      to->len = n;
+      stage(to);
+    }
+    return;
+#endif
     if (n < 0) return;
     to->len = n;
     int r = flush(to);
@@ -108,6 +160,65 @@ static void pump(struct end *from) {
     if (r > 0 || n < BUF) return; /* a short read emptied the socket */
   }
 }
+
+#ifdef BATCH_SENDS
+/* The turn's writes to the kernel: a plain send for one, one submission for more. */
+static void end_turn(void) {
+  int live = 0;
+  for (int i = 0; i < nstaged; i++) {
+    struct end *e = staged[i];
+    if (e->fd >= 0) staged[live++] = e;
+    else e->busy = 0; /* dropped during the turn */
+  }
+  nstaged = 0;
+  if (live == 1) {
+    struct end *e = staged[0];
+    e->busy = 0;
+    int r = flush(e);
+    if (r < 0) drop(e);
+    else if (r == 0 && e->peer->unread) pump(e->peer); /* staged for the next turn */
+    return;
+  }
+  if (!live) return;
+  for (int i = 0; i < live; i++) {
+    struct end *e = staged[i];
+    struct io_uring_sqe *s = io_uring_get_sqe(&ring);
+    if (!s) { /* more than ENTRIES writes in one turn */
+      io_uring_submit(&ring);
+      if (!(s = io_uring_get_sqe(&ring))) die("io_uring_get_sqe");
+    }
+    io_uring_prep_send(s, e->fd, e->pending + e->off, e->len - e->off,
+                       MSG_DONTWAIT | MSG_NOSIGNAL);
+    io_uring_sqe_set_data(s, e);
+  }
+  int r = io_uring_submit(&ring); /* no waiting: every send completes within it */
+  if (r < 0) {
+    errno = -r;
+    die("io_uring_submit");
+  }
+}
+
+/* The completions of the last submission (in the ring's memory: no system call). */
+static void reap(void) {
+  unsigned head, n = 0;
+  struct io_uring_cqe *c;
+  io_uring_for_each_cqe(&ring, head, c) {
+    struct end *e = io_uring_cqe_get_data(c);
+    n++;
+    e->busy = 0;
+    if (e->fd < 0) continue;
+    if (c->res < 0 && c->res != -EAGAIN) {
+      drop(e);
+      continue;
+    }
+    if (c->res > 0) e->off += c->res;
+    if (e->off < e->len) continue; /* the socket is full: the rest on EPOLLOUT */
+    e->off = e->len = 0;
+    if (e->peer->unread) pump(e->peer);
+  }
+  io_uring_cq_advance(&ring, n);
+}
+#endif
 
 int main(int argc, char **argv) {
   if (argc != 3) {
@@ -123,8 +234,20 @@ int main(int argc, char **argv) {
   struct epoll_event lev = {.events = EPOLLIN, .data.ptr = NULL};
   epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &lev);
   struct epoll_event evs[256];
+#ifdef BATCH_SENDS
+  int r = io_uring_queue_init(ENTRIES, &ring, 0);
+  if (r < 0) {
+    errno = -r;
+    die("io_uring_queue_init");
+  }
+#endif
   for (;;) {
+#ifdef BATCH_SENDS
+    reap();
+    int n = epoll_wait(ep, evs, 256, nstaged ? 0 : -1); /* staged writes: no sleeping */
+#else
     int n = epoll_wait(ep, evs, 256, -1);
+#endif
     for (int i = 0; i < n; i++) {
       struct end *e = evs[i].data.ptr;
       if (!e) {
@@ -144,6 +267,9 @@ int main(int argc, char **argv) {
         continue;
       }
       if (e->fd < 0) continue;
+#ifdef BATCH_SENDS
+      if (evs[i].events & EPOLLOUT && e->len && !e->busy) stage(e); /* the rest of a short one */
+#else
       if (evs[i].events & EPOLLOUT && e->len) {
         if (flush(e) < 0) {
           drop(e);
@@ -151,7 +277,11 @@ int main(int argc, char **argv) {
         }
         if (!e->len) pump(e->peer);
       }
+#endif
       if (e->fd >= 0 && evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) pump(e);
     }
+#ifdef BATCH_SENDS
+    end_turn();
+#endif
   }
 }
