@@ -32,6 +32,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include "sockets.h"
 #ifdef BATCH_SENDS
 #include <liburing.h>
 #endif
@@ -50,40 +52,6 @@ struct end {
 };
 
 static int ep;
-
-static void die(const char *what) {
-  perror(what);
-  exit(1);
-}
-
-static int tcp(void) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), one = 1;
-  if (fd < 0) die("socket");
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
-static struct sockaddr_in loopback(int port) {
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return a;
-}
-
-/* A new non-blocking connection to the server (SERVER as main was given it). */
-static int to_server(const char *server) {
-  if (server[0] == '/') {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    strncpy(a.sun_path, server, sizeof a.sun_path - 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    if (fd < 0) die("socket");
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) die("connect");
-    return fd;
-  }
-  int fd = tcp();
-  struct sockaddr_in a = loopback(atoi(server));
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS) die("connect");
-  return fd;
-}
 
 static void watch(struct end *e) {
   struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP, .data.ptr = e};
@@ -226,7 +194,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   int one = 1;
-  int lfd = tcp();
+  int lfd = tcp(SOCK_NONBLOCK);
   setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   struct sockaddr_in la = loopback(atoi(argv[1]));
   if (bind(lfd, (struct sockaddr *)&la, sizeof la) < 0 || listen(lfd, 1024) < 0) die("listen");
@@ -255,7 +223,7 @@ int main(int argc, char **argv) {
         while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
           setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
           /* Bytes sent before the connection is up wait for its EPOLLOUT. */
-          int s = to_server(argv[2]);
+          int s = to_server(argv[2], SOCK_NONBLOCK);
           struct end *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
           a->fd = c;
           b->fd = s;

@@ -49,6 +49,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "sockets.h"
+
 #define ENTRIES 4096
 #define NBUF 4096 /* a power of two */
 #define BUFSZ 16384
@@ -73,43 +75,9 @@ static struct end *starved;
 static int lfd;
 static const char *server;
 
-static void die(const char *what) {
-  perror(what);
-  exit(1);
-}
-
 static void die_ring(const char *what, int r) {
   fprintf(stderr, "uring: %s: %s\n", what, strerror(-r));
   exit(1);
-}
-
-static int tcp(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-  if (fd < 0) die("socket");
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
-static struct sockaddr_in loopback(int port) {
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return a;
-}
-
-/* A new connection to the server, connected (blocking: loopback answers at once). */
-static int to_server(void) {
-  if (server[0] == '/') {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    strncpy(a.sun_path, server, sizeof a.sun_path - 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd < 0) die("socket");
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) die("connect");
-    return fd;
-  }
-  int fd = tcp();
-  struct sockaddr_in a = loopback(atoi(server));
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) die("connect");
-  return fd;
 }
 
 /* A submission entry for operation `kind` of e (NULL: the listener), its user_data set (the prep
@@ -197,7 +165,7 @@ static void on_accept(struct io_uring_cqe *c) {
   setsockopt(c->res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   struct end *a = aligned_alloc(16, sizeof *a), *b = aligned_alloc(16, sizeof *b);
   *a = (struct end){.fd = c->res, .peer = b, .head = -1, .tail = -1};
-  *b = (struct end){.fd = to_server(), .peer = a, .head = -1, .tail = -1};
+  *b = (struct end){.fd = to_server(server, 0), .peer = a, .head = -1, .tail = -1};
   arm_recv(a);
   arm_recv(b);
 }
@@ -263,7 +231,7 @@ int main(int argc, char **argv) {
   }
   server = argv[2];
   int one = 1;
-  lfd = tcp();
+  lfd = tcp(0);
   setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   struct sockaddr_in la = loopback(atoi(argv[1]));
   if (bind(lfd, (struct sockaddr *)&la, sizeof la) < 0 || listen(lfd, 1024) < 0) die("listen");
