@@ -78,33 +78,42 @@ as_pg() { "${AS_PG[@]}" "$@"; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pgcorral-breakdown.XXXXXX")
 chmod 755 "$WORK"
-CORRAL_PID="" BOUNCER_PID="" RELAY_PID="" URING_PID="" RELAY_BATCH_PID="" URING_NODEFER_PID="" PG_DATA=""
+CORRAL_PID="" BOUNCER_PID="" PG_DATA=""
+# The yardsticks, NAME SOURCE [FLAGS] (relay is always run; the others only when TARGETS names
+# them, and need liburing), and each one's port and pid once started.
+YARDSTICKS=("relay relay.c" "uring uring.c" "relay-batch relay.c -DBATCH_SENDS" "uring-nodefer uring.c -DNO_DEFER")
+declare -A YPORT=() YPID=()
 cleanup() {
-  local rc=$?
+  local rc=$? n stops=()
   trap - EXIT INT TERM HUP
   set +e
-  stop_and_clean "$CORRAL_PID pgcorral" "$BOUNCER_PID pgbouncer" "$RELAY_PID relay" "$URING_PID uring" \
-    "$RELAY_BATCH_PID relay-batch" "$URING_NODEFER_PID uring-nodefer"
+  for n in "${!YPID[@]}"; do stops+=("${YPID[$n]} $n"); done
+  stop_and_clean "$CORRAL_PID pgcorral" "$BOUNCER_PID pgbouncer" "${stops[@]}"
 }
 cleanup_on_exit
 corral_binary "$WORK/pgcorral"
-cc -O2 -o "$WORK/relay" "$BENCH_DIR/floor/relay.c" || die "the relay did not build"
 has_target() { [[ " $TARGETS " == *" $1 "* ]]; }
-# The targets built on liburing: NAME SOURCE FLAGS.
-for b in "uring uring.c" "relay-batch relay.c -DBATCH_SENDS" "uring-nodefer uring.c -DNO_DEFER"; do
-  read -r name src flags <<<"$b"
-  has_target "$name" || continue
-  if echo '#include <liburing.h>' | cc -E -x c - >/dev/null 2>&1; then
+BUILT=()
+for y in "${YARDSTICKS[@]}"; do
+  read -r name src flags <<<"$y"
+  if [ "$name" = relay ]; then
+    cc -O2 -o "$WORK/relay" "$BENCH_DIR/floor/relay.c" || die "the relay did not build"
+  elif ! has_target "$name"; then
+    continue
+  elif echo '#include <liburing.h>' | cc -E -x c - >/dev/null 2>&1; then
     # shellcheck disable=SC2086 # flags: none or one word
     cc -O2 $flags -o "$WORK/$name" "$BENCH_DIR/floor/$src" -luring || die "$name did not build"
   else
     log "$name skipped: no liburing.h (apt-get install liburing-dev)"
     TARGETS=$(echo " $TARGETS " | sed "s/ $name / /; s/^ *//; s/ *\$//")
+    continue
   fi
+  BUILT+=("$name")
 done
 
-read -r PG_PORT CORRAL_PORT BOUNCER_PORT RELAY_PORT URING_PORT RELAY_BATCH_PORT URING_NODEFER_PORT \
-  <<<"$(free_tcp_ports 7)"
+read -r -a PORTS <<<"$(free_tcp_ports $((3 + ${#BUILT[@]})))"
+PG_PORT=${PORTS[0]} CORRAL_PORT=${PORTS[1]} BOUNCER_PORT=${PORTS[2]}
+for i in "${!BUILT[@]}"; do YPORT[${BUILT[$i]}]=${PORTS[$((3 + i))]}; done
 export PGSSLMODE=disable
 
 # ---- PostgreSQL ---------------------------------------------------------------------------------
@@ -136,18 +145,12 @@ log "PostgreSQL: port $PG_PORT, pgbench -i -s $SCALE"
 # ---- the relay and the poolers -------------------------------------------------------------------
 if [ "$SERVER_HOP" = unix ]; then SERVER_HOST=$WORK/sock RELAY_TO=$WORK/sock/.s.PGSQL.$PG_PORT
 else SERVER_HOST=127.0.0.1 RELAY_TO=$PG_PORT; fi
-# Starts the yardstick NAME (built into $WORK) on PORT, its pid in the variable named VAR.
-start_yardstick() {
-  local name=$1 port=$2 var=$3
-  setsid "$WORK/$name" "$port" "$RELAY_TO" >"$WORK/$name.log" 2>&1 &
-  printf -v "$var" '%s' $!
-  wait_listening "$port" "$name" "${!var}" "$WORK/$name.log"
-  require_own_session "${!var}" "$name"
-}
-start_yardstick relay "$RELAY_PORT" RELAY_PID
-if has_target uring; then start_yardstick uring "$URING_PORT" URING_PID; fi
-if has_target relay-batch; then start_yardstick relay-batch "$RELAY_BATCH_PORT" RELAY_BATCH_PID; fi
-if has_target uring-nodefer; then start_yardstick uring-nodefer "$URING_NODEFER_PORT" URING_NODEFER_PID; fi
+for name in "${BUILT[@]}"; do
+  setsid "$WORK/$name" "${YPORT[$name]}" "$RELAY_TO" >"$WORK/$name.log" 2>&1 &
+  YPID[$name]=$!
+  wait_listening "${YPORT[$name]}" "$name" "${YPID[$name]}" "$WORK/$name.log"
+  require_own_session "${YPID[$name]}" "$name"
+done
 
 { corral_general "$CORRAL_PORT" "$POOL_SIZE" $((MAX_CLIENTS + 100)); cat <<EOF; } >"$WORK/pgcorral.toml"
 workers = $CORRAL_WORKERS
@@ -256,10 +259,8 @@ for rep in $(seq "$REPS"); do
       for t in $TARGETS; do
         case $t in
           direct) cell direct "$PG_PORT" postgres - "$proto" "$c" "$rep" ;;
-          relay) cell relay "$RELAY_PORT" postgres "$RELAY_PID" "$proto" "$c" "$rep" ;;
-          uring) cell uring "$URING_PORT" postgres "$URING_PID" "$proto" "$c" "$rep" ;;
-          relay-batch) cell relay-batch "$RELAY_BATCH_PORT" postgres "$RELAY_BATCH_PID" "$proto" "$c" "$rep" ;;
-          uring-nodefer) cell uring-nodefer "$URING_NODEFER_PORT" postgres "$URING_NODEFER_PID" "$proto" "$c" "$rep" ;;
+          relay | uring | relay-batch | uring-nodefer)
+            cell "$t" "${YPORT[$t]}" postgres "${YPID[$t]}" "$proto" "$c" "$rep" ;;
           pgbouncer)
             if [ "$proto" = prepared ]; then cell pgbouncer-s "$BOUNCER_PORT" sess "$BOUNCER_PID" "$proto" "$c" "$rep"
             else cell pgbouncer "$BOUNCER_PORT" plain "$BOUNCER_PID" "$proto" "$c" "$rep"; fi ;;
